@@ -1,0 +1,31 @@
+"""One error type for every bad input, so the CLI can print it plainly and exit non-zero."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class InputError(ValueError):
+    """A bad input: says which file, which line or field, and what was expected."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str | Path | None = None,
+        line: int | None = None,
+        field: str | None = None,
+    ) -> None:
+        self.path = str(path) if path is not None else None
+        self.line = line
+        self.field = field
+        self.message = message
+        where = []
+        if self.path:
+            where.append(self.path)
+        if line is not None:
+            where.append(f"line {line}")
+        if field:
+            where.append(f"field '{field}'")
+        prefix = ": ".join([", ".join(where)]) if where else ""
+        super().__init__(f"{prefix}: {message}" if prefix else message)
