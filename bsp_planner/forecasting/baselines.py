@@ -1,0 +1,71 @@
+"""Honest baselines: persistence and seasonal-naive, with quantiles from their own training errors."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .base import Forecaster
+
+
+class _ResidualQuantiles(Forecaster):
+    """Point forecast + empirical error quantiles per lead time, measured on the training history."""
+
+    def _point(self, series: np.ndarray, origins: np.ndarray) -> np.ndarray:  # (len(origins), H)
+        raise NotImplementedError
+
+    def fit(self, history: np.ndarray) -> "_ResidualQuantiles":
+        history = np.asarray(history, dtype=np.float64)
+        first = self._min_origin()
+        origins = np.arange(first, len(history) - self.horizon + 1)
+        if origins.size == 0:
+            raise ValueError(
+                f"{self.name}: history of {len(history)} values is too short for horizon {self.horizon}"
+            )
+        point = self._point(history, origins)
+        truth = history[origins[:, None] + np.arange(self.horizon)[None, :]]
+        errors = truth - point
+        self.error_quantiles_ = np.quantile(errors, self.quantiles, axis=0)  # (Q, H)
+        self.error_quantiles_[self.median_index] = 0.0  # the point forecast is the median
+        return self
+
+    def _min_origin(self) -> int:
+        return 1
+
+    def predict_origins(self, series: np.ndarray, origins: np.ndarray) -> np.ndarray:
+        series = np.asarray(series, dtype=np.float64)
+        origins = np.asarray(origins, dtype=np.int64)
+        if np.any(origins < self._min_origin()):
+            raise ValueError(f"{self.name}: needs at least {self._min_origin()} past values before a forecast")
+        point = self._point(series, origins)
+        q = getattr(self, "error_quantiles_", np.zeros((len(self.quantiles), self.horizon)))
+        return np.sort(point[None, :, :] + q[:, None, :], axis=0)
+
+
+class PersistenceForecaster(_ResidualQuantiles):
+    """The last known value, repeated for every lead time."""
+
+    name = "persistence"
+
+    def _point(self, series, origins):
+        return np.repeat(series[origins - 1][:, None], self.horizon, axis=1)
+
+
+class SeasonalNaiveForecaster(_ResidualQuantiles):
+    """The value one seasonal period (a day, from the timestamps) before each target step.
+
+    For lead times beyond one period the forecast repeats the last observed season, so no value at or
+    after the origin is ever used.
+    """
+
+    name = "seasonal-naive"
+
+    def _min_origin(self) -> int:
+        return self.period
+
+    def _point(self, series, origins):
+        h = np.arange(self.horizon)
+        back = self.period * (h // self.period + 1)  # whole periods back, always behind the origin
+        return series[origins[:, None] + h[None, :] - back[None, :]]
+
+
+BASELINES = {c.name: c for c in (PersistenceForecaster, SeasonalNaiveForecaster)}

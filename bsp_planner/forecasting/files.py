@@ -1,0 +1,138 @@
+"""Forecast and trace files, the documented formats `simulate` reads.
+
+Forecasts: a folder with one CSV per task, ``<task>.csv``, header ``h0,h1,...,h{H-1}``; row t (the
+t-th data row) holds the workloads predicted for steps t..t+H-1 of the experiment, made before step t
+ran, on the workload scale. An optional ``forecasts.json`` says which forecaster made them and from
+what inputs (its ``digest`` lets a reader notice a stale folder).
+
+Actual-workload traces (to replay a recorded run): a folder with one CSV per task, ``<task>.csv``,
+header ``workload``, one value per step.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import InputError
+
+FORECAST_META = "forecasts.json"
+
+
+def write_forecasts(folder: str | Path, task_names: list[str], matrix: np.ndarray, metadata: dict | None = None) -> None:
+    """matrix: (tasks, steps, H) workloads. Writes each file whole, then renames it into place."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    matrix = np.asarray(matrix, dtype=np.float64)
+    if matrix.ndim != 3 or matrix.shape[0] != len(task_names):
+        raise ValueError(f"expected (tasks={len(task_names)}, steps, H), got {matrix.shape}")
+    horizon = matrix.shape[2]
+    for name, rows in zip(task_names, matrix):
+        tmp = folder / f".{name}.csv.tmp"
+        with tmp.open("w", newline="") as fh:
+            w = csv.writer(fh)
+            w.writerow([f"h{h}" for h in range(horizon)])
+            for row in rows:
+                w.writerow([f"{v:.6f}" for v in row])
+        tmp.replace(folder / f"{name}.csv")
+    if metadata is not None:
+        (folder / FORECAST_META).write_text(json.dumps(metadata, indent=2, sort_keys=True) + "\n")
+
+
+def read_forecast_metadata(folder: str | Path) -> dict:
+    p = Path(folder) / FORECAST_META
+    return json.loads(p.read_text()) if p.is_file() else {}
+
+
+def _read_numeric_csv(path: Path, expected_header: list[str] | None, what: str) -> np.ndarray:
+    if not path.is_file():
+        raise InputError(f"{what} file not found", path=path)
+    with path.open(newline="") as fh:
+        reader = csv.reader(fh)
+        header = next(reader, None)
+        if header is None:
+            raise InputError(f"empty {what} file", path=path, line=1)
+        header = [h.strip() for h in header]
+        if expected_header is not None and header[: len(expected_header)] != expected_header:
+            raise InputError(
+                f"expected the header {','.join(expected_header[:3])}{',...' if len(expected_header) > 3 else ''}, "
+                f"got {','.join(header[:3])}{',...' if len(header) > 3 else ''} ({len(header)} columns)",
+                path=path,
+                line=1,
+            )
+        rows = []
+        for lineno, row in enumerate(reader, start=2):
+            if len(row) != len(header):
+                raise InputError(f"expected {len(header)} columns, got {len(row)}", path=path, line=lineno)
+            values = []
+            for col, text in zip(header, row):
+                try:
+                    v = float(text)
+                except ValueError as exc:
+                    raise InputError(f"expected a number, got {text!r}", path=path, line=lineno, field=col) from exc
+                if not math.isfinite(v):
+                    raise InputError(f"expected a finite number, got {text!r}", path=path, line=lineno, field=col)
+                values.append(v)
+            rows.append(values)
+    return np.array(rows, dtype=np.float64).reshape(len(rows), len(header))
+
+
+def read_forecasts(folder: str | Path, task_names: list[str], steps: int, horizon: int, start: int = 0) -> np.ndarray:
+    """Rows start..start+steps-1 of each task's forecast file, first `horizon` columns: (tasks, steps, H)."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise InputError("forecast folder not found", path=folder)
+    out = np.empty((len(task_names), steps, horizon))
+    for i, name in enumerate(task_names):
+        path = folder / f"{name}.csv"
+        if not path.is_file():
+            raise InputError(f"no forecast file for task '{name}' (expected {name}.csv)", path=path)
+        with path.open(newline="") as fh:
+            header = next(csv.reader(fh), [])
+        if len(header) < horizon:
+            raise InputError(
+                f"forecasts cover {len(header)} steps ahead but the experiment's horizon is {horizon}",
+                path=path,
+                line=1,
+            )
+        data = _read_numeric_csv(path, [f"h{h}" for h in range(len(header))], "forecast")
+        if data.shape[0] < start + steps:
+            raise InputError(
+                f"has {data.shape[0]} forecast rows but the experiment needs rows up to {start + steps - 1}",
+                path=path,
+            )
+        out[i] = data[start : start + steps, :horizon]
+    return out
+
+
+def write_trace(folder: str | Path, task_names: list[str], workloads: np.ndarray) -> None:
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, series in zip(task_names, np.asarray(workloads)):
+        with (folder / f"{name}.csv").open("w", newline="") as fh:
+            w = csv.writer(fh)
+            w.writerow(["workload"])
+            w.writerows([[f"{v:.6f}"] for v in series])
+
+
+def read_trace(folder: str | Path, task_names: list[str], steps: int, start: int = 0) -> np.ndarray:
+    """Replayed actual workloads: (tasks, steps)."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise InputError("trace folder not found", path=folder)
+    out = np.empty((len(task_names), steps))
+    for i, name in enumerate(task_names):
+        path = folder / f"{name}.csv"
+        data = _read_numeric_csv(path, ["workload"], "trace")
+        if data.shape[1] != 1:
+            raise InputError(f"expected one column 'workload', got {data.shape[1]}", path=path, line=1)
+        if data.shape[0] < start + steps:
+            raise InputError(
+                f"has {data.shape[0]} steps but the experiment needs {start + steps}", path=path
+            )
+        out[i] = data[start : start + steps, 0]
+    return out
