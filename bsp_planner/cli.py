@@ -12,6 +12,7 @@ import typer
 from rich.console import Console
 
 from .errors import InputError
+from .plugins import import_optional
 
 app = typer.Typer(
     name="bsp-planner",
@@ -34,12 +35,9 @@ def _register() -> None:
         ("bsp_planner.rl.cli", "rl"),
         ("bsp_planner.runtime.cli", "runtime"),
     ):
-        try:
-            mod = __import__(module, fromlist=["app", "register"])
-        except ModuleNotFoundError as exc:
-            if exc.name and exc.name.startswith("bsp_planner"):
-                continue  # that part of the product has not landed yet
-            raise
+        mod = import_optional(module)
+        if mod is None:
+            continue  # that part of the product is not there
         if hasattr(mod, "register"):
             mod.register(app)
         else:

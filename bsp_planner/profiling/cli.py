@@ -1,5 +1,168 @@
-"""`bsp-planner profile ...` (placeholder until the profiler lands)."""
+"""`bsp-planner profile ...`: measure task durations over a grid of CPU limits x workload sizes.
+
+    bsp-planner profile calibrate --job jobs/thesis-8.toml --target-s 0.3
+    bsp-planner profile run --job jobs/thesis-8.toml --out profiles/local-2core/profile.csv
+    bsp-planner profile heatmap profiles/local-2core/profile.csv
+
+Bad inputs raise InputError, which `bsp_planner.cli.main` prints before exiting with status 2.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
 
 import typer
 
 app = typer.Typer(help="Measure task durations over a grid of CPU limits x workload sizes.", no_args_is_help=True)
+
+DEFAULT_JOB = Path("jobs/thesis-8.toml")
+_CPU_HELP = "CPU limits in millicores, comma-separated (1000 = one CPU)."
+_W_HELP = "Workload sizes, comma-separated (bogo-ops = ops_per_unit x workload)."
+
+
+def _task_list(text: Optional[str]) -> list[str] | None:
+    if text is None:
+        return None
+    names = [n.strip() for n in text.split(",")]
+    if not text.strip() or any(not n for n in names):
+        from ..errors import InputError
+
+        raise InputError(f"expected comma-separated task names, got {text!r}", field="--tasks")
+    return names
+
+
+@app.command("run")
+def run(
+    job: Path = typer.Option(DEFAULT_JOB, "--job", help="The job file (TOML)."),
+    out: Path = typer.Option(..., "--out", help="Profile CSV to write or resume, e.g. profiles/<name>/profile.csv."),
+    cpu: str = typer.Option("250,500,750,1000,1500,2000", "--cpu", help=_CPU_HELP),
+    workloads: str = typer.Option("10,20,30,40,50", "--workloads", help=_W_HELP),
+    repeats: int = typer.Option(2, "--repeats", help="Runs per (task, workload, CPU) cell."),
+    timeout: float = typer.Option(60.0, "--timeout", help="Seconds before a run is killed and logged as failed."),
+    tasks: Optional[str] = typer.Option(None, "--tasks", help="Only these tasks, comma-separated (default: all)."),
+    stress_ng: str = typer.Option("stress-ng", "--stress-ng", help="The stress-ng executable."),
+    cgroup_prefix: str = typer.Option("bsp-planner", "--cgroup-prefix", help="Parent cgroup for the runs' groups."),
+) -> None:
+    """Run every task's stressor at every (CPU, workload) cell, REPEATS times; resumable."""
+    from rich.console import Console
+
+    from ..job import load_job
+    from ..profiles import metadata_path
+    from .local import LocalBackend
+    from .runner import Grid, failures_path, parse_levels, run_grid
+
+    console = Console()
+    grid = Grid(parse_levels(cpu, "--cpu"), parse_levels(workloads, "--workloads"), repeats)
+    the_job = load_job(job)
+    with LocalBackend(stress_ng=stress_ng, prefix=cgroup_prefix) as backend:
+        try:
+            report = run_grid(the_job, out, grid, backend, tasks=_task_list(tasks), timeout_s=timeout)
+        except KeyboardInterrupt:
+            console.print(
+                f"[yellow]interrupted[/]: every finished run is in {out}; run the same command again to resume"
+            )
+            raise typer.Exit(130)
+    console.print(
+        f"{report.measured} run(s) measured, {report.skipped} already in {out}, "
+        f"{len(report.failures)} failed, in {report.wall_s:.0f} s; metadata in {metadata_path(out)}"
+    )
+    if report.failures:
+        from rich.table import Table
+
+        table = Table("task", "workload", "cpu (m)", "repeat", "reason", title="failed runs")
+        for f in report.failures:
+            table.add_row(f.task, f"{f.workload:g}", f"{f.cpu_millicores:g}", str(f.repeat), f.reason)
+        console.print(table)
+        console.print(
+            f"[red]{len(report.failures)} run(s) failed[/] (logged in {failures_path(out)}); "
+            "the profile is incomplete: run the same command again to retry them"
+        )
+        raise typer.Exit(1)
+
+
+@app.command("calibrate")
+def calibrate(
+    job: Path = typer.Option(DEFAULT_JOB, "--job", help="The job file (TOML)."),
+    target_s: float = typer.Option(0.3, "--target-s", help="Seconds one run should take at --cpu and --workload."),
+    cpu: float = typer.Option(2000, "--cpu", help="CPU limit (millicores) of the calibration runs: the grid's top level."),
+    workload: float = typer.Option(10, "--workload", help="Workload of the calibration runs: the grid's lowest."),
+    tasks: Optional[str] = typer.Option(None, "--tasks", help="Only these tasks, comma-separated (default: all)."),
+    checks: int = typer.Option(3, "--checks", help="Verification runs per task (their median counts)."),
+    scaling: bool = typer.Option(True, "--scaling/--no-scaling", help="Also time CPU/2 and 2 x workload."),
+    timeout: float = typer.Option(60.0, "--timeout", help="Seconds before a run is killed."),
+    stress_ng: str = typer.Option("stress-ng", "--stress-ng", help="The stress-ng executable."),
+    cgroup_prefix: str = typer.Option("bsp-planner", "--cgroup-prefix", help="Parent cgroup for the runs' groups."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Print every calibration run."),
+) -> None:
+    """Suggest ops_per_unit per task so one run at CPU and WORKLOAD takes about TARGET_S seconds."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from ..errors import InputError
+    from ..job import load_job
+    from .calibrate import calibrate_task
+    from .cgroups import quota_us
+    from .local import LocalBackend
+    from .runner import select_tasks
+
+    if not target_s > 0:
+        raise InputError(f"expected a positive number of seconds, got {target_s:g}", field="--target-s")
+    if not workload > 0:
+        raise InputError(f"expected a positive workload, got {workload:g}", field="--workload")
+    if checks < 1:
+        raise InputError(f"expected at least 1, got {checks}", field="--checks")
+    quota_us(cpu)
+    console = Console()
+    the_job = load_job(job)
+    selected = select_tasks(the_job, _task_list(tasks))
+    results = []
+    with LocalBackend(stress_ng=stress_ng, prefix=cgroup_prefix) as backend:
+        backend.check(selected, the_job.path)
+        for t in selected:
+            with console.status(f"calibrating {t.name}..."):
+                results.append(
+                    calibrate_task(
+                        backend.run, t, cpu_millicores=cpu, workload=workload, target_s=target_s,
+                        timeout_s=timeout, checks=checks, scaling=scaling,
+                        log=console.print if verbose else None,
+                    )
+                )
+    table = Table("task", "ops_per_unit now", "s now", "suggested", "s (median)", "t(cpu/2)/t", "t(2w)/t", "runs",
+                  title=f"one run at {cpu:g}m, workload {workload:g}; target {target_s:g} s")
+    for r in results:
+        table.add_row(
+            r.task, f"{r.old_ops_per_unit:g}", f"{r.old_duration_s:.3f}" if r.old_duration_s else "failed",
+            f"{r.ops_per_unit:g}", f"{r.duration_s:.3f}",
+            f"{r.cpu_ratio:.2f}" if r.cpu_ratio else "-", f"{r.workload_ratio:.2f}" if r.workload_ratio else "-",
+            str(r.runs),
+        )
+    console.print(table)
+    if scaling:
+        console.print("ratios near 2 mean the stressor uses its whole CPU quota and costs ops linearly")
+    console.print(f"\nops_per_unit values for {job}:")
+    for r in results:
+        console.print(f"  {r.task}: ops_per_unit = {r.ops_per_unit:g}", highlight=False)
+
+
+@app.command("heatmap")
+def heatmap(
+    profile: Path = typer.Argument(..., help="A profile CSV."),
+    out_dir: Optional[Path] = typer.Option(None, "--out-dir", help="Where the PNGs go (default: heatmaps/ beside the profile)."),
+) -> None:
+    """One PNG heatmap per task: mean duration over workload x CPU limit."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from ..profiles import load_profile
+    from .heatmap import scaling_exponents, write_heatmaps
+
+    prof = load_profile(profile)
+    out_dir = out_dir or profile.parent / "heatmaps"
+    paths = write_heatmaps(prof, out_dir)
+    table = Table("task", "min s", "max s", "cpu exponent", "workload exponent", "png",
+                  title="duration ~ workload^b x cpu^-a (1 and 1 = ideal)")
+    for p, (name, tp) in zip(paths, prof.tasks.items()):
+        a, b = scaling_exponents(tp)
+        table.add_row(name, f"{tp.duration_s.min():.2f}", f"{tp.duration_s.max():.2f}", f"{a:.2f}", f"{b:.2f}", str(p))
+    Console().print(table)

@@ -1,0 +1,190 @@
+"""The planner interface, the registry, and the shared table of configurations planners draw from.
+
+A planner sees forecasts (as predicted duration tables), the current configuration and an allocator;
+before each step it returns a Decision. It never reads files, never talks to ZooKeeper, and never knows
+whether the run is simulated or live.
+
+Actions follow the thesis: a0 keeps the current configuration; a_j builds the configuration the
+allocator gives for the next j steps, from the forecast made before this step.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from ..allocation.base import Allocator, CpuLevels, discount_weights
+from ..errors import InputError
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: int  # 0 = keep, j = configure for the next j steps
+    levels: np.ndarray  # (tasks,) CPU level indices for this step
+
+
+class ConfigTable:
+    """Configurations a_j at every step t, computed on demand in batches and shared by all planners.
+
+    predicted: (steps, tasks, levels, H) durations predicted before step t for steps t..t+H-1.
+    `levels(t, j)` is the allocator's configuration for frame [t, t+j); `window_time(t, j)` its
+    predicted (undiscounted) time over that frame.
+    """
+
+    def __init__(self, predicted: np.ndarray, allocator: Allocator, max_level: np.ndarray, budget_steps: int, discount: float) -> None:
+        self.predicted = predicted
+        self.allocator = allocator
+        self.max_level = np.asarray(max_level)
+        self.budget_steps = budget_steps
+        self.discount = discount
+        m, n, _, h = predicted.shape
+        self._cfg = np.full((m, h, n), -1, dtype=np.int64)
+        self._time = np.full((m, h), np.nan)
+
+    @property
+    def horizon(self) -> int:
+        return self.predicted.shape[3]
+
+    def _check(self, j: int) -> None:
+        if j > self.horizon:
+            raise InputError(
+                f"a frame of {j} steps is beyond the forecast horizon of {self.horizon} steps",
+                field="forecast.horizon",
+            )
+
+    def _store(self, ts: np.ndarray, js: np.ndarray, cfg: np.ndarray) -> None:
+        self._cfg[ts, js - 1] = cfg
+        per_task = np.take_along_axis(self.predicted[ts], cfg[:, :, None, None], axis=2)[:, :, 0, :]  # (B, n, H)
+        slowest = per_task.max(axis=1)  # (B, H)
+        mask = np.arange(self.horizon)[None, :] < js[:, None]
+        self._time[ts, js - 1] = (slowest * mask).sum(axis=1)
+
+    def ensure_row(self, t: int, jmax: int) -> None:
+        """Frames j = 1..jmax at step t, in one padded batch (cheap for one step at a time)."""
+        self._check(jmax)
+        missing = np.nonzero(self._cfg[t, :jmax, 0] < 0)[0] + 1
+        if missing.size == 0:
+            return
+        w = discount_weights(jmax, self.discount)[None, :] * (np.arange(jmax)[None, :] < missing[:, None])
+        d = np.broadcast_to(self.predicted[t, :, :, :jmax], (missing.size,) + self.predicted.shape[1:3] + (jmax,))
+        cfg = self.allocator.allocate_batch(d, w, self.max_level, self.budget_steps)
+        self._store(np.full(missing.size, t), missing, cfg)
+
+    def ensure_all(self, jmax: int, steps: np.ndarray | None = None) -> None:
+        """Frames j = 1..jmax at every step, batched by frame length (fast for offline planners)."""
+        self._check(jmax)
+        steps = np.arange(self.predicted.shape[0]) if steps is None else np.asarray(steps)
+        for j in range(1, jmax + 1):
+            ts = steps[self._cfg[steps, j - 1, 0] < 0]
+            if ts.size == 0:
+                continue
+            w = np.broadcast_to(discount_weights(j, self.discount), (ts.size, j))
+            cfg = self.allocator.allocate_batch(self.predicted[ts, :, :, :j], w, self.max_level, self.budget_steps)
+            self._store(ts, np.full(ts.size, j), cfg)
+
+    def levels(self, t: int, j: int) -> np.ndarray:
+        if self._cfg[t, j - 1, 0] < 0:
+            self.ensure_row(t, j)
+        return self._cfg[t, j - 1]
+
+    def row(self, t: int, jmax: int) -> tuple[np.ndarray, np.ndarray]:
+        """(configs (jmax, tasks), window times (jmax,)) for j = 1..jmax at step t."""
+        self.ensure_row(t, jmax)
+        return self._cfg[t, :jmax], self._time[t, :jmax]
+
+    def window_times(self, jmax: int) -> np.ndarray:
+        """(steps, jmax) predicted frame times; call ensure_all(jmax) first."""
+        return self._time[:, :jmax]
+
+    def predicted_time(self, t: int, levels: np.ndarray, length: int) -> float:
+        """Predicted time of steps t..t+length-1 under a given configuration."""
+        per_task = self.predicted[t, np.arange(levels.size), levels, :length]
+        return float(per_task.max(axis=0).sum())
+
+
+@dataclass
+class PlanningContext:
+    """Everything a planner may know. `predicted[t]` is built from the forecast made before step t."""
+
+    steps: int
+    cpu: CpuLevels
+    max_level: np.ndarray  # (tasks,)
+    penalty_s: float
+    configs: ConfigTable
+    discount: float = 0.95
+    horizon: int = 10  # MPC look-ahead
+    length_punishment: float = 1.0
+    dp_max_segment: int = 40
+    optimum_max_segment: int = 40
+    # Durations at the middle of the workload range (tasks, levels): what EXPPO sizes for.
+    mid_durations: np.ndarray | None = None
+    exppo_max_level: np.ndarray | None = None
+    extras: dict = field(default_factory=dict)
+
+    @property
+    def n_tasks(self) -> int:
+        return int(self.max_level.size)
+
+    @property
+    def budget_steps(self) -> int:
+        return self.configs.budget_steps
+
+    @property
+    def allocator(self) -> Allocator:
+        return self.configs.allocator
+
+
+class Planner(ABC):
+    """Decides, before every step, the configuration to run it with."""
+
+    name = "planner"
+    #: A planner that plans the whole job at once (dp, optimum) reads every forecast row in reset().
+    offline = False
+
+    def __init__(self, arg: str | None = None) -> None:
+        if arg is not None:
+            raise InputError(f"strategy '{self.name}' takes no ':' argument, got '{self.name}:{arg}'", field="strategies")
+
+    def reset(self, ctx: PlanningContext) -> None:
+        self.ctx = ctx
+
+    @abstractmethod
+    def decide(self, t: int, current: np.ndarray | None) -> Decision:
+        """The configuration for step t, given the one step t-1 ran with (None before the first)."""
+
+
+PlannerFactory = Callable[[str | None], Planner]
+PLANNERS: dict[str, PlannerFactory] = {}
+
+
+def register(name: str):
+    """Register a planner class (or factory taking the text after ':' in 'name:arg')."""
+
+    def deco(factory):
+        PLANNERS[name] = factory
+        return factory
+
+    return deco
+
+
+def make_planner(spec: str) -> Planner:
+    """'mpc', 'static:3', 'rl:path/to/agent.zip'... -> a planner instance."""
+    name, _, arg = spec.partition(":")
+    _load_builtin()
+    if name not in PLANNERS:
+        raise InputError(
+            f"unknown strategy {spec!r}; known: {', '.join(sorted(PLANNERS))} (and the bounds floor, optimum)",
+            field="strategies",
+        )
+    return PLANNERS[name](arg or None)
+
+
+def _load_builtin() -> None:
+    from ..plugins import import_optional
+    from . import dp, exppo, mpc, static  # noqa: F401  (registration side effects)
+
+    for optional in ("optimum", "rl"):
+        import_optional(f"{__package__}.{optional}")

@@ -1,0 +1,86 @@
+"""`mpc` (thesis Algorithm 4, eq. 5.5): model predictive control over a receding horizon.
+
+Before step t, with the forecast made before t and a horizon h (capped at the steps left), MPC finds
+the cheapest plan for steps t..t+h-1 and applies only its first decision. A plan is a sequence of
+windows: the first may keep the current configuration (no checkpoint); every other window [s, s+j)
+runs the allocator's configuration for that frame and pays the checkpoint penalty C first (the very
+first configuration of a job is free). Each window's predicted time is multiplied by factor**j for a
+window of j steps: the length punishment (1.0 = the equations as written; the thesis code used 1.02
+to distrust long windows, whose forecasts are worse).
+
+If the cheapest plan starts by keeping the current configuration, the action is a0 (even when it
+reconfigures later in the horizon: that is decided again at that step, with a newer forecast);
+otherwise it is a_j for the plan's first window of j steps.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..allocation.base import discount_weights
+from .base import Decision, Planner, register
+
+
+def horizon_frames(h: int) -> tuple[np.ndarray, np.ndarray]:
+    """Every window (start s, length j) inside a horizon of h steps, in a fixed order."""
+    s, j = np.nonzero(np.arange(h)[:, None] + np.arange(1, h + 1)[None, :] <= h)
+    return s, j + 1
+
+
+@register("mpc")
+class MpcPlanner(Planner):
+    name = "mpc"
+
+    def plan(self, t: int, current: np.ndarray | None) -> tuple[float, list[tuple[int, int, np.ndarray | None]]]:
+        """The cheapest plan over the horizon: (predicted cost, [(start, length, levels or None=keep)])."""
+        ctx = self.ctx
+        h = min(ctx.horizon, ctx.steps - t)
+        pred = ctx.configs.predicted[t, :, :, :h]  # (tasks, levels, h)
+        starts, lengths = horizon_frames(h)
+        k = np.arange(h)
+        inside = (k[None, :] >= starts[:, None]) & (k[None, :] < (starts + lengths)[:, None])
+        weights = np.where(inside, discount_weights(h, ctx.discount)[np.clip(k[None, :] - starts[:, None], 0, h - 1)], 0.0)
+        d = np.broadcast_to(pred, (starts.size,) + pred.shape)
+        cfgs = ctx.allocator.allocate_batch(d, weights, ctx.max_level, ctx.budget_steps)  # (frames, tasks)
+        per_step = pred[np.arange(pred.shape[0])[None, :], cfgs, :].max(axis=1)  # (frames, h)
+        punish = ctx.length_punishment ** lengths
+        window = (per_step * inside).sum(axis=1) * punish
+        penalty = np.full(starts.size, ctx.penalty_s)
+        if current is None:
+            penalty[starts == 0] = 0.0  # the first configuration of the job is free
+        else:
+            same = np.all(cfgs == current[None, :], axis=1)
+            penalty[(starts == 0) & same] = 0.0
+        cost = window + penalty
+        if current is not None:
+            keep_steps = pred[np.arange(pred.shape[0]), current, :].max(axis=0)  # (h,)
+            keep = np.cumsum(keep_steps) * ctx.length_punishment ** np.arange(1, h + 1)
+        # best[e]: cheapest plan covering the first e steps; back[e]: its last window (frame index or -e for keep)
+        best = np.full(h + 1, np.inf)
+        best[0] = 0.0
+        back = np.zeros(h + 1, dtype=np.int64)
+        for e in range(1, h + 1):
+            ending = np.nonzero(starts + lengths == e)[0]
+            cand = best[starts[ending]] + cost[ending]
+            i = int(np.argmin(cand))
+            best[e], back[e] = cand[i], ending[i]
+            if current is not None and keep[e - 1] <= best[e]:
+                best[e], back[e] = keep[e - 1], -1
+        windows = []
+        e = h
+        while e > 0:
+            f = int(back[e])
+            if f < 0:
+                windows.append((0, e, None))
+                e = 0
+            else:
+                windows.append((int(starts[f]), int(lengths[f]), cfgs[f]))
+                e = int(starts[f])
+        return float(best[h]), windows[::-1]
+
+    def decide(self, t, current):
+        _, windows = self.plan(t, current)
+        start, length, levels = windows[0]
+        if levels is None:
+            return Decision(0, current)
+        return Decision(length, levels)

@@ -1,0 +1,242 @@
+"""CPU-quota cgroups: the mechanism a kubelet uses for a container's CPU limit, without Kubernetes.
+
+A CPU limit of ``m`` millicores becomes a CFS bandwidth quota of ``m * 100`` us per 100 000 us period:
+cgroup v1 writes ``cpu.cfs_period_us`` and ``cpu.cfs_quota_us`` under ``/sys/fs/cgroup/cpu/<prefix>/<name>``,
+cgroup v2 writes ``"<quota> <period>"`` to ``cpu.max`` under ``/sys/fs/cgroup/<prefix>/<name>``. Whichever
+the host has is found once (:func:`detect_hierarchy`).
+
+:class:`CpuQuotaGroup` is one fresh group: create it, set its quota, put processes in it (best before they
+do any work: :meth:`CpuQuotaGroup.preexec_fn` moves a child into the group between fork and exec), and
+remove it, killing whatever is still inside. As a context manager it is always removed, on Ctrl-C too::
+
+    with CpuQuotaGroup("affinity-1", millicores=500) as group:
+        proc = subprocess.Popen(args, preexec_fn=group.preexec_fn, start_new_session=True)
+        proc.wait()
+
+Creating groups needs root, or a cgroup subtree delegated to the user (v2); :class:`CgroupUnavailable`
+says which when it is missing.
+"""
+
+from __future__ import annotations
+
+import errno
+import itertools
+import os
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import InputError
+
+CFS_PERIOD_US = 100_000
+MIN_QUOTA_US = 1_000  # the kernel refuses quotas under 1 ms
+DEFAULT_PREFIX = "bsp-planner"
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+class CgroupUnavailable(InputError):
+    """The host cannot give this process CPU-quota cgroups (no cpu controller, or no permission)."""
+
+
+@dataclass(frozen=True)
+class Hierarchy:
+    """Where CPU-quota groups are made: the cpu controller's mount (v1) or the unified root (v2)."""
+
+    version: int  # 1 or 2
+    root: Path
+
+    @property
+    def procs_file(self) -> str:
+        return "cgroup.procs"
+
+
+def detect_hierarchy(cgroup_root: Path = CGROUP_ROOT) -> Hierarchy:
+    """The cgroup hierarchy holding the cpu controller: pure v2, or v1 (also on hybrid hosts)."""
+    controllers = cgroup_root / "cgroup.controllers"
+    if controllers.is_file() and "cpu" in controllers.read_text().split():
+        return Hierarchy(2, cgroup_root)
+    for name in ("cpu", "cpu,cpuacct", "cpuacct,cpu"):
+        v1 = cgroup_root / name
+        if (v1 / "cpu.cfs_quota_us").is_file():
+            return Hierarchy(1, v1)
+    unified = cgroup_root / "unified" / "cgroup.controllers"
+    if unified.is_file() and "cpu" in unified.read_text().split():
+        return Hierarchy(2, unified.parent)
+    raise CgroupUnavailable(
+        f"no cgroup hierarchy with the cpu controller under {cgroup_root} (looked for v2 cpu.max and "
+        "v1 cpu/cpu.cfs_quota_us); CPU limits need a Linux host with CFS bandwidth control",
+        path=cgroup_root,
+    )
+
+
+def _permission_error(path: Path, exc: OSError) -> CgroupUnavailable:
+    return CgroupUnavailable(
+        f"cannot create or write CPU-quota cgroups here ({exc.strerror}); run as root "
+        "(e.g. `sudo`), or on cgroup v2 delegate a subtree to your user and set its cpu controller",
+        path=path,
+    )
+
+
+def quota_us(millicores: float, period_us: int = CFS_PERIOD_US) -> int:
+    """The CFS quota of a CPU limit: 1000m is one full CPU, i.e. one whole period per period."""
+    if not millicores > 0:
+        raise InputError(f"expected a positive CPU limit, got {millicores!r}", field="cpu_millicores")
+    quota = int(round(millicores * period_us / 1000))
+    if quota < MIN_QUOTA_US:
+        raise InputError(
+            f"a CPU limit of {millicores:g}m is a quota of {quota} us per {period_us} us; the kernel's "
+            f"minimum is {MIN_QUOTA_US} us (use at least {MIN_QUOTA_US * 1000 // period_us}m)",
+            field="cpu_millicores",
+        )
+    return quota
+
+
+def _write(path: Path, text: str) -> None:
+    with open(path, "w") as fh:
+        fh.write(text)
+
+
+_counter = itertools.count()
+
+
+class CpuQuotaGroup:
+    """One fresh cgroup with a CFS CPU quota; removed (and emptied) on :meth:`remove` or on leaving a
+    ``with`` block."""
+
+    def __init__(
+        self,
+        name: str | None = None,
+        *,
+        millicores: float | None = None,
+        prefix: str = DEFAULT_PREFIX,
+        hierarchy: Hierarchy | None = None,
+        period_us: int = CFS_PERIOD_US,
+    ) -> None:
+        self.hierarchy = hierarchy or detect_hierarchy()
+        self.name = name or f"g{os.getpid()}-{next(_counter)}"
+        if "/" in self.name or "/" in prefix or self.name in ("", ".", "..") or prefix in ("", ".", ".."):
+            raise InputError(f"a cgroup name must be one path component, got {prefix!r}/{self.name!r}")
+        self.prefix = prefix
+        self.period_us = period_us
+        self.millicores = millicores
+        self.parent = self.hierarchy.root / prefix
+        self.path = self.parent / self.name
+        self._procs = str(self.path / self.hierarchy.procs_file)
+        self.created = False
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    def create(self) -> CpuQuotaGroup:
+        try:
+            for attempt in range(5):
+                try:
+                    self.parent.mkdir(exist_ok=True)
+                    if self.hierarchy.version == 2:
+                        self._enable_cpu_controller()
+                    self.path.mkdir()
+                    break
+                except FileNotFoundError:
+                    # another runner removed the (empty) prefix group between our two mkdirs
+                    if attempt == 4:
+                        raise
+            self.created = True
+        except FileExistsError:
+            raise CgroupUnavailable(f"cgroup {self.path} already exists; pick another name", path=self.path) from None
+        except PermissionError as exc:
+            raise _permission_error(self.parent, exc) from exc
+        except OSError as exc:
+            if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+                raise _permission_error(self.parent, exc) from exc
+            raise
+        if self.millicores is not None:
+            self.set_quota(self.millicores)
+        return self
+
+    def _enable_cpu_controller(self) -> None:
+        for group in (self.hierarchy.root, self.parent):
+            control = group / "cgroup.subtree_control"
+            if "cpu" not in control.read_text().split():
+                _write(control, "+cpu")
+
+    def set_quota(self, millicores: float) -> None:
+        """Limit the group to `millicores` (1000 = one CPU) per period, as a kubelet does."""
+        quota = quota_us(millicores, self.period_us)
+        try:
+            if self.hierarchy.version == 1:
+                _write(self.path / "cpu.cfs_period_us", str(self.period_us))
+                _write(self.path / "cpu.cfs_quota_us", str(quota))
+            else:
+                _write(self.path / "cpu.max", f"{quota} {self.period_us}")
+        except PermissionError as exc:
+            raise _permission_error(self.path, exc) from exc
+        self.millicores = millicores
+
+    def quota(self) -> tuple[int, int]:
+        """(quota_us, period_us) as the kernel has them; quota -1 means no limit."""
+        if self.hierarchy.version == 1:
+            q = int((self.path / "cpu.cfs_quota_us").read_text())
+            p = int((self.path / "cpu.cfs_period_us").read_text())
+            return q, p
+        q, p = (self.path / "cpu.max").read_text().split()
+        return (-1 if q == "max" else int(q)), int(p)
+
+    def add_pid(self, pid: int) -> None:
+        """Move a running process (and, on v1, only that thread group) into the group."""
+        try:
+            _write(Path(self._procs), str(pid))
+        except PermissionError as exc:
+            raise _permission_error(self.path, exc) from exc
+
+    def preexec_fn(self) -> None:
+        """For ``subprocess.Popen(preexec_fn=...)``: the child joins the group before it execs, so no
+        work escapes the quota. Runs in the forked child: plain os calls only."""
+        fd = os.open(self._procs, os.O_WRONLY)
+        try:
+            os.write(fd, str(os.getpid()).encode())
+        finally:
+            os.close(fd)
+
+    def pids(self) -> list[int]:
+        try:
+            text = Path(self._procs).read_text()
+        except FileNotFoundError:
+            return []
+        return [int(x) for x in text.split()]
+
+    def kill_all(self, sig: int = signal.SIGKILL) -> None:
+        for pid in self.pids():
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def remove(self, timeout_s: float = 5.0) -> None:
+        """Kill whatever is left inside, then remove the group (and the prefix group once empty)."""
+        if not self.created:
+            return
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self.kill_all()
+            try:
+                self.path.rmdir()
+                break
+            except FileNotFoundError:
+                break
+            except OSError as exc:
+                if exc.errno != errno.EBUSY or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.01)
+        self.created = False
+        try:
+            self.parent.rmdir()  # only succeeds when no other group (another runner's) is inside
+        except OSError:
+            pass
+
+    def __enter__(self) -> CpuQuotaGroup:
+        return self.create()
+
+    def __exit__(self, *exc_info) -> None:
+        self.remove()
+
+    def __repr__(self) -> str:
+        return f"CpuQuotaGroup({str(self.path)!r}, millicores={self.millicores!r}, v{self.hierarchy.version})"

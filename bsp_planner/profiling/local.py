@@ -1,0 +1,201 @@
+"""The local profiling backend: each run is one stress-ng process in its own fresh CPU-quota cgroup.
+
+The duration of a run is the wall-clock time of the stress-ng process, from just before it is started
+to its exit. The child joins its cgroup between fork and exec (``preexec_fn``), so none of its work runs
+outside the quota, and it gets its own session so that a terminal's Ctrl-C reaches only the runner,
+which then kills the whole group and removes the cgroup.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import InputError
+from ..job import Task
+from .cgroups import DEFAULT_PREFIX, CpuQuotaGroup, Hierarchy, detect_hierarchy, quota_us
+
+STRESS_NG_INSTALL = "apt-get install stress-ng"
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """One run: its wall-clock duration, or why it failed (non-zero exit, timeout)."""
+
+    duration_s: float | None
+    reason: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.duration_s is not None and not self.reason
+
+
+def _tail(data: bytes | None, limit: int = 300) -> str:
+    text = (data or b"").decode(errors="replace").strip()
+    text = " ".join(text.split())
+    return text[-limit:]
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+class LocalBackend:
+    """Runs tasks' stress-ng stressors on this host, each under a CFS quota equal to its CPU level."""
+
+    name = "local-cgroup"
+
+    def __init__(
+        self,
+        *,
+        stress_ng: str = "stress-ng",
+        prefix: str = DEFAULT_PREFIX,
+        workdir: str | Path | None = None,
+        hierarchy: Hierarchy | None = None,
+    ) -> None:
+        self.stress_ng = stress_ng
+        self.prefix = prefix
+        self.workdir = Path(workdir) if workdir is not None else None
+        self._hierarchy = hierarchy
+        self._stressors: set[str] | None = None
+        self._version: str | None = None
+        self._own_workdir: tempfile.TemporaryDirectory | None = None
+
+    # stress-ng stressors such as chmod make scratch files in their working directory: by default
+    # runs happen in a private temporary directory, removed by close() / leaving a ``with`` block
+    def _cwd(self) -> Path:
+        if self.workdir is None:
+            self._own_workdir = tempfile.TemporaryDirectory(prefix="bsp-planner-stress-")
+            self.workdir = Path(self._own_workdir.name)
+        return self.workdir
+
+    def close(self) -> None:
+        if self._own_workdir is not None:
+            self._own_workdir.cleanup()
+            self._own_workdir = None
+            self.workdir = None
+
+    def __enter__(self) -> LocalBackend:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    # -- checks, done once before any run ----------------------------------------------------------
+    @property
+    def hierarchy(self) -> Hierarchy:
+        if self._hierarchy is None:
+            self._hierarchy = detect_hierarchy()
+        return self._hierarchy
+
+    def stress_ng_path(self) -> str:
+        found = shutil.which(self.stress_ng)
+        if not found:
+            raise InputError(
+                f"stress-ng not found (looked for '{self.stress_ng}' on PATH); install it: `{STRESS_NG_INSTALL}`",
+                field="stress-ng",
+            )
+        return found
+
+    def stress_ng_version(self) -> str:
+        if self._version is None:
+            out = subprocess.run([self.stress_ng_path(), "--version"], capture_output=True, text=True, timeout=30)
+            self._version = (out.stdout or out.stderr).strip() or "unknown"
+        return self._version
+
+    def installed_stressors(self) -> set[str]:
+        if self._stressors is None:
+            out = subprocess.run([self.stress_ng_path(), "--stressors"], capture_output=True, text=True, timeout=30)
+            self._stressors = set(out.stdout.split())
+        return self._stressors
+
+    def check(self, tasks: list[Task] | tuple[Task, ...], job_path: Path | None = None) -> None:
+        """Fail early, with what to do: stress-ng missing, a stressor it lacks, no cgroup permission."""
+        self.stress_ng_path()
+        installed = self.installed_stressors()
+        for t in tasks:
+            if installed and t.stressor not in installed:
+                raise InputError(
+                    f"task '{t.name}': the installed stress-ng ({self.stress_ng_version()}) has no "
+                    f"stressor '{t.stressor}'",
+                    path=job_path,
+                    field="stressor",
+                )
+        # a throw-away group proves we may create, limit and remove groups before hours of runs
+        with CpuQuotaGroup(f"check-{os.getpid()}", millicores=1000, prefix=self.prefix, hierarchy=self.hierarchy):
+            pass
+
+    def info(self) -> dict:
+        h = self.hierarchy
+        return {
+            "backend": self.name,
+            "cgroup": {"version": h.version, "root": str(h.root), "prefix": self.prefix},
+            "stress_ng": self.stress_ng_version(),
+        }
+
+    # -- one run -----------------------------------------------------------------------------------
+    def run(self, task: Task, workload: float, cpu_millicores: float, timeout_s: float) -> RunResult:
+        """Run `workload` units of `task` under a `cpu_millicores` quota; never leaves the cgroup behind."""
+        quota_us(cpu_millicores)  # a clear error before creating anything
+        args = task.stress_ng_args(workload, stress_ng=self.stress_ng_path())
+        safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in task.name)
+        group = CpuQuotaGroup(
+            f"{safe}-{os.getpid()}-{time.monotonic_ns()}",
+            millicores=cpu_millicores,
+            prefix=self.prefix,
+            hierarchy=self.hierarchy,
+        )
+        with group:
+            proc = None
+            try:
+                start = time.perf_counter()
+                proc = subprocess.Popen(
+                    args,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.PIPE,
+                    cwd=self._cwd(),
+                    preexec_fn=group.preexec_fn,
+                    start_new_session=True,
+                )
+                try:
+                    _, err = proc.communicate(timeout=timeout_s)
+                except subprocess.TimeoutExpired:
+                    self._kill(proc, group)
+                    proc.communicate()
+                    return RunResult(None, f"timeout after {timeout_s:g} s")
+                duration = time.perf_counter() - start
+            except BaseException:
+                # Ctrl-C or anything else: no stress-ng may outlive the run, nor its cgroup
+                if proc is not None:
+                    self._kill(proc, group)
+                    try:
+                        proc.wait(timeout=5)
+                    except subprocess.TimeoutExpired:
+                        pass
+                raise
+            if proc.returncode != 0:
+                detail = _tail(err)
+                return RunResult(None, f"exit code {proc.returncode}" + (f": {detail}" if detail else ""))
+            return RunResult(duration)
+
+    @staticmethod
+    def _kill(proc: subprocess.Popen, group: CpuQuotaGroup) -> None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        group.kill_all()

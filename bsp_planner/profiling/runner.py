@@ -1,0 +1,489 @@
+"""The grid runner: every task's stressor at every (CPU level, workload size), `repeats` times.
+
+Rows go to a profile CSV (``task,workload,cpu_millicores,duration_s,repeat``, the format
+:mod:`bsp_planner.profiles` reads), one ``write`` + ``fsync`` per row, so an interrupted run (Ctrl-C, a
+crash, a reboot) leaves a valid file holding every run that finished. Running the same command again
+resumes: cells (task, workload, cpu, repeat) already in the file are skipped.
+
+A failed run (non-zero exit, timeout) writes no profile row; it is logged to ``<stem>.failures.csv``
+beside the profile (``task,workload,cpu_millicores,repeat,reason,date``, a log of every failed attempt),
+reported at the end, and retried by the next run. ``<stem>.meta.json`` records where and how the profile
+was measured: host, CPU, kernel, stress-ng, grid, ops per unit and workers per task, the backend, and per
+session the dates and the 1-minute load average at its start and end.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+import platform
+import socket
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable, Protocol, Sequence
+
+from ..errors import InputError
+from ..job import Job, Task
+from ..profiles import PROFILE_COLUMNS, metadata_path, read_profile_rows
+from .cgroups import MIN_QUOTA_US, CFS_PERIOD_US
+from .local import RunResult, cpu_model
+
+DEFAULT_CPU_MILLICORES = (250, 500, 750, 1000, 1500, 2000)
+DEFAULT_WORKLOADS = (10, 20, 30, 40, 50)
+DEFAULT_REPEATS = 2
+DEFAULT_TIMEOUT_S = 60.0
+FAILURE_COLUMNS = ("task", "workload", "cpu_millicores", "repeat", "reason", "date")
+META_FORMAT = 1
+
+Cell = tuple[str, float, float, int]  # (task, workload, cpu_millicores, repeat)
+
+
+class Backend(Protocol):
+    name: str
+
+    def check(self, tasks: Sequence[Task], job_path: Path | None = None) -> None: ...
+
+    def info(self) -> dict: ...
+
+    def run(self, task: Task, workload: float, cpu_millicores: float, timeout_s: float) -> RunResult: ...
+
+
+# -- the grid ----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Grid:
+    cpu_millicores: tuple[float, ...] = DEFAULT_CPU_MILLICORES
+    workloads: tuple[float, ...] = DEFAULT_WORKLOADS
+    repeats: int = DEFAULT_REPEATS
+
+    @property
+    def size(self) -> int:
+        return len(self.cpu_millicores) * len(self.workloads) * self.repeats
+
+    def as_dict(self) -> dict:
+        return {
+            "cpu_millicores": [_num(c) for c in self.cpu_millicores],
+            "workloads": [_num(w) for w in self.workloads],
+            "repeats": self.repeats,
+        }
+
+
+def _num(x: float) -> int | float:
+    return int(x) if float(x).is_integer() else float(x)
+
+
+def _fmt(x: float) -> str:
+    return str(_num(x))
+
+
+def parse_levels(text: str | Sequence[float], option: str) -> tuple[float, ...]:
+    """A comma-separated list of positive numbers (``250,500,1000``), as the CLI takes grid levels."""
+    if isinstance(text, str):
+        parts = [p.strip() for p in text.split(",")]
+        if not text.strip() or any(not p for p in parts):
+            raise InputError(f"expected a comma-separated list of numbers, got {text!r}", field=option)
+        values = []
+        for p in parts:
+            try:
+                values.append(float(p))
+            except ValueError:
+                raise InputError(f"expected a number, got {p!r} (in {text!r})", field=option) from None
+    else:
+        values = [float(v) for v in text]
+    return tuple(values)
+
+
+def validate_grid(grid: Grid, cores: int | None = None) -> Grid:
+    """Check a grid before any run: at least 2 distinct positive levels on each axis (the profile
+    interpolates between them), CPU levels the kernel can enforce, whole repeats. Returns it sorted."""
+    for option, values in (("--cpu", grid.cpu_millicores), ("--workloads", grid.workloads)):
+        for v in values:
+            if not math.isfinite(v) or v <= 0:
+                raise InputError(f"expected positive numbers, got {_fmt(v) if math.isfinite(v) else v}", field=option)
+        dupes = sorted({v for v in values if list(values).count(v) > 1})
+        if dupes:
+            raise InputError(f"duplicate level(s) {', '.join(_fmt(d) for d in dupes)}", field=option)
+        if len(values) < 2:
+            raise InputError(
+                f"expected at least 2 levels (the profile interpolates between them), got {len(values)}",
+                field=option,
+            )
+    min_m = MIN_QUOTA_US * 1000 / CFS_PERIOD_US
+    for c in grid.cpu_millicores:
+        if c < min_m:
+            raise InputError(
+                f"{_fmt(c)}m is below the smallest CPU quota the kernel accepts ({min_m:g}m = "
+                f"{MIN_QUOTA_US} us per {CFS_PERIOD_US} us)",
+                field="--cpu",
+            )
+        if not float(c).is_integer():
+            raise InputError(f"expected whole millicores, got {c:g}", field="--cpu")
+    if not isinstance(grid.repeats, int) or isinstance(grid.repeats, bool) or grid.repeats < 1:
+        raise InputError(f"expected a whole number >= 1, got {grid.repeats!r}", field="--repeats")
+    return Grid(tuple(sorted(grid.cpu_millicores)), tuple(sorted(grid.workloads)), grid.repeats)
+
+
+def select_tasks(job: Job, names: Sequence[str] | None) -> list[Task]:
+    if not names:
+        return list(job.tasks)
+    wanted = []
+    for n in names:
+        if n in wanted:
+            raise InputError(f"task '{n}' is named twice", field="--tasks")
+        wanted.append(n)
+    for n in wanted:
+        job.task(n)  # unknown name: InputError listing the job's tasks
+    return [t for t in job.tasks if t.name in wanted]
+
+
+# -- files -------------------------------------------------------------------------------------------
+def failures_path(profile_path: str | Path) -> Path:
+    p = Path(profile_path)
+    return p.with_name(p.stem + ".failures.csv")
+
+
+def _csv_line(values: Sequence) -> bytes:
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerow(values)
+    return buf.getvalue().encode()
+
+
+def _append(path: Path, data: bytes) -> None:
+    """One write on an O_APPEND descriptor, then fsync: the row is in the file whole, or not at all."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _ensure_csv(path: Path, columns: Sequence[str]) -> None:
+    """Create the file with its header, or check an existing one (dropping a torn last line)."""
+    header = ",".join(columns)
+    if not path.exists() or path.stat().st_size == 0:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(header + "\n")
+        os.replace(tmp, path)
+        return
+    data = path.read_bytes()
+    first = data.split(b"\n", 1)[0].decode(errors="replace").strip()
+    if tuple(h.strip() for h in first.split(",")) != tuple(columns):
+        raise InputError(f"expected the header {header}; is this the right file?", path=path, line=1)
+    if not data.endswith(b"\n"):
+        # a row torn by a crash mid-write: drop it (its cell is measured again)
+        keep = data[: data.rfind(b"\n") + 1] if b"\n" in data else (header + "\n").encode()
+        with open(path, "r+b") as fh:
+            fh.truncate(len(keep))
+
+
+def _has_rows(path: Path) -> bool:
+    with path.open() as fh:
+        next(fh, None)
+        return any(line.strip() for line in fh)
+
+
+def measured_cells(profile_path: Path) -> set[Cell]:
+    """The cells a (possibly partial) profile already holds."""
+    if not profile_path.exists() or not _has_rows(profile_path):
+        return set()
+    return {
+        (r["task"], float(r["workload"]), float(r["cpu_millicores"]), int(r["repeat"]))
+        for r in read_profile_rows(profile_path)
+    }
+
+
+def load_avg_1m() -> float | None:
+    try:
+        return round(os.getloadavg()[0], 2)
+    except OSError:
+        return None
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).astimezone().isoformat(timespec="seconds")
+
+
+def _write_json(path: Path, data: dict) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n")
+    os.replace(tmp, path)
+
+
+def host_info() -> dict:
+    return {
+        "host": socket.gethostname(),
+        "cpu_model": cpu_model(),
+        "cores": os.cpu_count(),
+        "kernel": platform.release(),
+        "os": platform.platform(),
+    }
+
+
+def _task_meta(t: Task) -> dict:
+    return {"stressor": t.stressor, "ops_per_unit": _num(t.ops_per_unit), "workers": t.workers}
+
+
+def _check_compatible(meta: dict, tasks: list[Task], host: dict, measured: set[Cell], meta_file: Path) -> None:
+    """A resumed profile must keep measuring the same thing on the same kind of machine."""
+    old_tasks = meta.get("tasks", {})
+    have_rows = {c[0] for c in measured}
+    for t in tasks:
+        old = old_tasks.get(t.name)
+        if old is None or t.name not in have_rows:
+            continue
+        new = _task_meta(t)
+        diff = [k for k in ("stressor", "ops_per_unit", "workers") if old.get(k) != new[k]]
+        if diff:
+            raise InputError(
+                f"task '{t.name}' was measured with "
+                + ", ".join(f"{k}={old.get(k)!r}" for k in diff)
+                + " but the job now has "
+                + ", ".join(f"{k}={new[k]!r}" for k in diff)
+                + "; its rows would not be comparable: measure into a new --out (or delete the old files)",
+                path=meta_file,
+                field=f"tasks.{t.name}",
+            )
+    for key in ("cpu_model", "cores"):
+        if key in meta and meta[key] != host[key]:
+            raise InputError(
+                f"the profile was measured on a machine with {key}={meta[key]!r}, this one has "
+                f"{host[key]!r}; measure into a new --out",
+                path=meta_file,
+                field=key,
+            )
+
+
+# -- running -----------------------------------------------------------------------------------------
+@dataclass
+class Failure:
+    task: str
+    workload: float
+    cpu_millicores: float
+    repeat: int
+    reason: str
+    date: str
+
+
+@dataclass
+class GridReport:
+    profile: Path
+    planned: int  # cells of the requested grid
+    skipped: int  # already in the file
+    measured: int = 0
+    failures: list[Failure] = field(default_factory=list)
+    interrupted: bool = False
+    wall_s: float = 0.0
+
+    @property
+    def missing(self) -> int:
+        return self.planned - self.skipped - self.measured
+
+
+def plan_cells(tasks: Sequence[Task], grid: Grid) -> list[Cell]:
+    """Repeat-major order: a whole first pass over the grid before any second repeat, so a partial
+    profile is soon a complete one-repeat grid, and the repeats of a cell are minutes apart (less
+    correlated noise)."""
+    return [
+        (t.name, float(w), float(c), r)
+        for r in range(grid.repeats)
+        for t in tasks
+        for w in grid.workloads
+        for c in grid.cpu_millicores
+    ]
+
+
+def run_grid(
+    job: Job,
+    out: str | Path,
+    grid: Grid,
+    backend: Backend,
+    *,
+    tasks: Sequence[str] | None = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    progress: bool = True,
+    console=None,
+    on_row: Callable[[Cell, RunResult], None] | None = None,
+) -> GridReport:
+    """Measure every missing cell of `grid` for the job's tasks into the profile `out` (resumable)."""
+    import time
+
+    out = Path(out)
+    if not (isinstance(timeout_s, (int, float)) and math.isfinite(timeout_s) and timeout_s > 0):
+        raise InputError(f"expected a positive number of seconds, got {timeout_s!r}", field="--timeout")
+    grid = validate_grid(grid)
+    selected = select_tasks(job, tasks)
+    if out.suffix.lower() != ".csv":
+        raise InputError("expected a .csv path for the profile", path=out, field="--out")
+    if out.exists() and not out.is_file():
+        raise InputError("expected a file path for the profile, this is a directory", path=out, field="--out")
+
+    meta_file = metadata_path(out)
+    meta = json.loads(meta_file.read_text()) if meta_file.is_file() else {}
+    host = host_info()
+    if out.exists():
+        _ensure_csv(out, PROFILE_COLUMNS)
+    measured = measured_cells(out)
+    _check_compatible(meta, selected, host, measured, meta_file)
+    backend.check(selected, job.path)  # stress-ng present, stressors known, cgroups writable
+
+    cells = plan_cells(selected, grid)
+    todo = [c for c in cells if c not in measured]
+    report = GridReport(profile=out, planned=len(cells), skipped=len(cells) - len(todo))
+
+    _ensure_csv(out, PROFILE_COLUMNS)
+    fail_file = failures_path(out)
+    by_name = {t.name: t for t in selected}
+
+    session = {
+        "started": _now(),
+        "finished": None,
+        "load_average_1m_start": load_avg_1m(),
+        "load_average_1m_end": None,
+        "grid": grid.as_dict(),
+        "tasks": [t.name for t in selected],
+        "timeout_s": timeout_s,
+        "planned": report.planned,
+        "skipped": report.skipped,
+        "measured": 0,
+        "failed": 0,
+        "interrupted": False,
+    }
+    meta = _merge_meta(meta, job, selected, grid, host, backend.info(), timeout_s)
+    meta.setdefault("sessions", []).append(session)
+    _finish_meta(meta, out)
+    _write_json(meta_file, meta)
+
+    started = time.monotonic()
+    bar = _Progress(todo, console) if progress and todo else None
+    try:
+        for cell in todo:
+            name, workload, cpu, repeat = cell
+            if bar:
+                bar.start(cell)
+            result = backend.run(by_name[name], workload, cpu, timeout_s)
+            if result.ok:
+                _append(out, _csv_line([name, _fmt(workload), _fmt(cpu), f"{result.duration_s:.4f}", repeat]))
+                report.measured += 1
+            else:
+                f = Failure(name, workload, cpu, repeat, result.reason or "failed", _now())
+                if not fail_file.exists():
+                    _ensure_csv(fail_file, FAILURE_COLUMNS)
+                _append(fail_file, _csv_line([name, _fmt(workload), _fmt(cpu), repeat, f.reason, f.date]))
+                report.failures.append(f)
+            if on_row:
+                on_row(cell, result)
+            if bar:
+                bar.done(cell, result)
+    except KeyboardInterrupt:
+        report.interrupted = True
+        session["interrupted"] = True
+        raise
+    finally:
+        if bar:
+            bar.stop()
+        report.wall_s = time.monotonic() - started
+        session.update(
+            finished=_now(),
+            load_average_1m_end=load_avg_1m(),
+            measured=report.measured,
+            failed=len(report.failures),
+            wall_s=round(report.wall_s, 1),
+        )
+        _finish_meta(meta, out)
+        _write_json(meta_file, meta)
+    return report
+
+
+def _merge_meta(meta: dict, job: Job, tasks: list[Task], grid: Grid, host: dict, backend: dict, timeout_s: float) -> dict:
+    meta = dict(meta)
+    meta["format"] = META_FORMAT
+    meta.update(host)
+    meta.update(backend)
+    meta["job"] = {"name": job.name, "file": str(job.path) if job.path else None}
+    old = meta.get("grid", {})
+    meta["grid"] = {
+        "cpu_millicores": sorted({*old.get("cpu_millicores", []), *grid.as_dict()["cpu_millicores"]}),
+        "workloads": sorted({*old.get("workloads", []), *grid.as_dict()["workloads"]}),
+        "repeats": max(old.get("repeats", 0), grid.repeats),
+        "timeout_s": timeout_s,
+    }
+    task_meta = dict(meta.get("tasks", {}))
+    for t in tasks:
+        task_meta[t.name] = _task_meta(t)
+    meta["tasks"] = task_meta
+    meta["ops_per_unit"] = {k: v["ops_per_unit"] for k, v in task_meta.items()}
+    meta["workers"] = {k: v["workers"] for k, v in task_meta.items()}
+    meta["duration"] = "wall-clock seconds of the stress-ng process, in its own cgroup with a CFS quota of cpu_millicores * 100 us per 100000 us"
+    return meta
+
+
+def _finish_meta(meta: dict, out: Path) -> None:
+    """Fields summarising all sessions: first start / last end, load averages, rows and failures."""
+    sessions = meta.get("sessions", [])
+    if sessions:
+        meta["started"] = sessions[0]["started"]
+        meta["finished"] = sessions[-1]["finished"]
+        meta["load_average_1m"] = {
+            "start": sessions[0]["load_average_1m_start"],
+            "end": sessions[-1]["load_average_1m_end"],
+            "per_session": [[s["load_average_1m_start"], s["load_average_1m_end"]] for s in sessions],
+        }
+        meta["measurement_wall_s"] = round(sum(s.get("wall_s") or 0 for s in sessions), 1)
+    try:
+        meta["rows"] = len(measured_cells(out))
+    except InputError:
+        meta["rows"] = None
+    fail = failures_path(out)
+    meta["failures_file"] = fail.name if fail.exists() else None
+
+
+class _Progress:
+    """rich progress with an ETA that weighs each run by its expected cost (workload / CPU), since a
+    run at 250m and workload 50 takes ~40x one at 2000m and workload 10."""
+
+    def __init__(self, todo: list[Cell], console=None) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+        self.console = console or Console(stderr=True)
+        self.progress = Progress(
+            TextColumn("[bold]{task.fields[cell]:<34}"),
+            BarColumn(),
+            TextColumn("{task.fields[runs]}/{task.fields[n]} runs"),
+            TextColumn("[red]{task.fields[fails]}[/] failed" ),
+            TimeElapsedColumn(),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
+            console=self.console,
+            speed_estimate_period=600,
+        )
+        self.total = sum(self.weight(c) for c in todo)
+        self.task = self.progress.add_task("profile", total=self.total, cell="", runs=0, n=len(todo), fails=0)
+        self.runs = 0
+        self.fails = 0
+        self.progress.start()
+
+    @staticmethod
+    def weight(cell: Cell) -> float:
+        _, w, c, _ = cell
+        return w / c
+
+    def start(self, cell: Cell) -> None:
+        name, w, c, r = cell
+        self.progress.update(self.task, cell=f"{name} w={_fmt(w)} {_fmt(c)}m #{r}")
+
+    def done(self, cell: Cell, result: RunResult) -> None:
+        self.runs += 1
+        if not result.ok:
+            self.fails += 1
+            name, w, c, r = cell
+            self.progress.console.print(f"[red]failed[/] {name} w={_fmt(w)} {_fmt(c)}m #{r}: {result.reason}")
+        self.progress.update(self.task, advance=self.weight(cell), runs=self.runs, fails=self.fails)
+
+    def stop(self) -> None:
+        self.progress.stop()

@@ -1,0 +1,158 @@
+"""Comparison tables (terminal, CSV, JSON, Markdown) and charts of simulation results."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from .simulation import StrategyResult
+
+COLUMNS = ("strategy", "mode", "compute_s", "checkpoints", "checkpoint_s", "total_s", "vs_floor_pct", "mean_decision_ms")
+
+
+def comparison_rows(results: list[StrategyResult]) -> list[dict]:
+    """One row per (strategy, mode); vs_floor_pct is how far above the floor of the same mode."""
+    floors = {r.mode: r.total_s for r in results if r.strategy == "floor"}
+    rows = []
+    for r in results:
+        floor = floors.get(r.mode)
+        rows.append(
+            {
+                "strategy": r.strategy,
+                "mode": r.mode,
+                "compute_s": round(r.compute_s, 3),
+                "checkpoints": r.checkpoints,
+                "checkpoint_s": round(r.checkpoint_s, 3),
+                "total_s": round(r.total_s, 3),
+                "vs_floor_pct": round(100.0 * (r.total_s / floor - 1.0), 2) if floor else None,
+                "mean_decision_ms": round(r.mean_decision_ms, 3),
+            }
+        )
+    return rows
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w", newline="") as fh:
+        fh.write(text)
+    os.replace(tmp, path)
+
+
+def to_markdown(rows: list[dict], title: str = "") -> str:
+    lines = [f"## {title}", ""] if title else []
+    lines.append("| " + " | ".join(COLUMNS) + " |")
+    lines.append("|" + "---|" * len(COLUMNS))
+    for r in rows:
+        lines.append("| " + " | ".join("" if r[c] is None else str(r[c]) for c in COLUMNS) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def to_csv(rows: list[dict]) -> str:
+    import io
+
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=COLUMNS, lineterminator="\n")
+    w.writeheader()
+    w.writerows(rows)
+    return buf.getvalue()
+
+
+def steps_csv(results: list[StrategyResult], task_names: list[str], cpu_of_level) -> str:
+    """Every step of every run: mode, strategy, step, step_s, reconfigured, action, cpu per task."""
+    import io
+
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["mode", "strategy", "step", "step_s", "reconfigured", "action"] + [f"cpu_{t}" for t in task_names])
+    for r in results:
+        cpu = cpu_of_level(r.levels)
+        for t in range(len(r.step_s)):
+            w.writerow(
+                [r.mode, r.strategy, t, f"{r.step_s[t]:.6f}", int(r.reconfigured[t]), int(r.actions[t])]
+                + [f"{v:g}" for v in cpu[t]]
+            )
+    return buf.getvalue()
+
+
+def write_outputs(out_dir: Path, results: list[StrategyResult], meta: dict, task_names: list[str], cpu_of_level) -> dict[str, Path]:
+    """Write comparison.{csv,json,md}, steps.csv and comparison.png into out_dir; returns their paths."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rows = comparison_rows(results)
+    paths = {
+        "csv": out_dir / "comparison.csv",
+        "json": out_dir / "comparison.json",
+        "md": out_dir / "comparison.md",
+        "steps": out_dir / "steps.csv",
+        "chart": out_dir / "comparison.png",
+    }
+    _atomic_write(paths["csv"], to_csv(rows))
+    _atomic_write(paths["json"], json.dumps({"meta": meta, "results": rows}, indent=2, default=_json_default) + "\n")
+    header = [f"# Simulation: {meta.get('experiment', '')}", ""]
+    for k in ("job", "profile", "steps", "penalty_s", "budget_millicores"):
+        if k in meta:
+            header.append(f"- {k}: {meta[k]}")
+    for mode, label in meta.get("forecasts", {}).items():
+        header.append(f"- {mode} mode predictions: {label}")
+    _atomic_write(paths["md"], "\n".join(header) + "\n\n" + to_markdown(rows))
+    _atomic_write(paths["steps"], steps_csv(results, task_names, cpu_of_level))
+    bar_chart(rows, paths["chart"], meta.get("forecasts", {}))
+    return paths
+
+
+def _json_default(o):
+    if isinstance(o, (np.integer,)):
+        return int(o)
+    if isinstance(o, (np.floating,)):
+        return float(o)
+    if isinstance(o, Path):
+        return str(o)
+    raise TypeError(type(o))
+
+
+def bar_chart(rows: list[dict], path: Path, labels: dict[str, str] | None = None) -> None:
+    """Compute and checkpoint time stacked, one bar per strategy, one panel per mode (thesis Fig. 6.1/6.2)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    modes = list(dict.fromkeys(r["mode"] for r in rows))
+    fig, axes = plt.subplots(1, len(modes), figsize=(max(6, 0.55 * len(rows) / max(1, len(modes)) + 3) * len(modes), 4.5), squeeze=False, sharey=True)
+    for ax, mode in zip(axes[0], modes):
+        sub = [r for r in rows if r["mode"] == mode]
+        x = np.arange(len(sub))
+        comp = np.array([r["compute_s"] for r in sub])
+        chk = np.array([r["checkpoint_s"] for r in sub])
+        ax.bar(x, comp, color="#4C72B0", label="compute")
+        ax.bar(x, chk, bottom=comp, color="#DD8452", label="checkpoints")
+        floor = [r["total_s"] for r in sub if r["strategy"] == "floor"]
+        if floor:
+            ax.axhline(floor[0], color="black", lw=0.8, ls="--", label="floor")
+        ax.set_xticks(x, [r["strategy"] for r in sub], rotation=60, ha="right", fontsize=8)
+        title = f"{mode}" + (f"\n({labels[mode]})" if labels and mode in labels else "")
+        ax.set_title(title, fontsize=10)
+        ax.grid(axis="y", alpha=0.3)
+    axes[0][0].set_ylabel("total time (s)")
+    axes[0][-1].legend(loc="upper right", fontsize=8)
+    fig.tight_layout()
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".png")
+    os.close(fd)
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    os.replace(tmp, path)
+
+
+def print_table(rows: list[dict], console, title: str = "") -> None:
+    from rich.table import Table
+
+    table = Table(title=title or None)
+    for c in COLUMNS:
+        table.add_column(c, justify="left" if c in ("strategy", "mode") else "right")
+    for r in rows:
+        table.add_row(*["" if r[c] is None else (f"{r[c]:.2f}" if isinstance(r[c], float) else str(r[c])) for c in COLUMNS])
+    console.print(table)

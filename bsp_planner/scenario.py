@@ -1,0 +1,160 @@
+"""From an experiment file to arrays: the I/O edge in front of the planners and the simulator.
+
+A Scenario holds, for one experiment, the actual workloads and durations and, per mode, the planning
+context whose predicted durations come from perfect knowledge or from forecasts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from .allocation import make_allocator
+from .allocation.base import CpuLevels
+from .errors import InputError
+from .experiment import Experiment
+from .forecasting.files import read_trace
+from .forecasting.provider import forecast_matrix
+from .job import Job, load_job
+from .performance import DurationModel, PerformanceModel
+from .planners.base import ConfigTable, PlanningContext, make_planner
+from .profiles import load_profile
+from .series import JobSeries, load_job_series
+from .simulation import StrategyResult, floor_result, simulate
+
+#: Bounds are rows of the comparison computed from the actual durations, not planners.
+BOUNDS: dict[str, Callable[[PlanningContext, np.ndarray, str], StrategyResult]] = {"floor": floor_result}
+
+
+@dataclass
+class Scenario:
+    experiment: Experiment
+    job: Job
+    job_series: JobSeries
+    model: DurationModel
+    cpu: CpuLevels
+    actual_workloads: np.ndarray  # (tasks, steps)
+    actual: np.ndarray  # (tasks, levels, steps) true durations
+    contexts: dict[str, PlanningContext] = field(default_factory=dict)
+    forecast_label: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def task_names(self) -> list[str]:
+        return self.job.task_names
+
+
+def _with_path(exc: InputError, exp: Experiment) -> InputError:
+    return exc if exc.path else InputError(exc.message, path=exp.path, line=exc.line, field=exc.field)
+
+
+def _static_windows(strategies: list[str]) -> list[int]:
+    out = []
+    for s in strategies:
+        name, _, arg = s.partition(":")
+        if name == "static" and arg.isdigit():
+            out.append(int(arg))
+    return out
+
+
+def build_scenario(exp: Experiment) -> Scenario:
+    try:
+        return _build(exp)
+    except InputError as exc:
+        raise _with_path(exc, exp) from exc
+
+
+def _build(exp: Experiment) -> Scenario:
+    job = load_job(exp.job_path)
+    profile = load_profile(exp.profile_path)
+    model = PerformanceModel(profile, job.task_names, exp.interpolation, exp.out_of_grid)
+    c = exp.cpu
+    top = max(c.max_millicores, c.exppo_max_millicores or c.max_millicores)
+    cpu = CpuLevels(c.min_millicores, c.step_millicores, top, c.budget_millicores)
+    n = len(job.tasks)
+    budget_steps = cpu.budget_steps(n)
+    if exp.out_of_grid == "error":
+        lo, hi = profile.cpu_range
+        for fname, value in (("cpu.min_millicores", c.min_millicores), ("cpu.max_millicores", top)):
+            if not lo - 1e-9 <= value <= hi + 1e-9:
+                raise InputError(
+                    f"{value:g}m is outside the CPU range the profile measured [{lo:g}, {hi:g}] millicores; "
+                    "choose levels inside it or set out_of_grid = \"clamp\" or \"extrapolate\"",
+                    path=exp.path,
+                    field=fname,
+                )
+        wlo, whi = profile.workload_range
+        if exp.workload_range[0] < wlo - 1e-9 or exp.workload_range[1] > whi + 1e-9:
+            raise InputError(
+                f"workload range {list(exp.workload_range)} exceeds what the profile measured [{wlo:g}, {whi:g}]",
+                path=exp.path,
+                field="workload_range",
+            )
+    dm = model.at_levels(cpu.millicores)
+    max_level = np.full(n, cpu.level_of(c.max_millicores))
+    exppo_max = np.full(n, cpu.level_of(c.exppo_max_millicores)) if c.exppo_max_millicores else max_level
+    job_series = load_job_series(job, exp.workload_range)
+    if exp.forecast.actual:
+        actual_w = read_trace(exp.resolve(exp.forecast.actual), job.task_names, exp.steps, exp.start)
+        actual_w = np.clip(actual_w, *exp.workload_range)
+    else:
+        actual_w = job_series.workloads(exp.start, exp.steps, path=exp.path)
+    actual = dm.durations(actual_w)
+    mid = np.full((n,), sum(exp.workload_range) / 2)
+    scen = Scenario(exp, job, job_series, dm, cpu, actual_w, actual)
+
+    def context(predicted: np.ndarray) -> PlanningContext:
+        p = exp.planner
+        return PlanningContext(
+            steps=exp.steps,
+            cpu=cpu,
+            max_level=max_level,
+            penalty_s=exp.penalty_s,
+            configs=ConfigTable(predicted, make_allocator(p.allocator), max_level, budget_steps, p.discount),
+            discount=p.discount,
+            horizon=p.horizon,
+            length_punishment=p.length_punishment,
+            dp_max_segment=p.dp_max_segment,
+            optimum_max_segment=p.optimum_max_segment,
+            mid_durations=dm.durations(mid[:, None])[:, :, 0],
+            exppo_max_level=exppo_max,
+        )
+
+    for mode in exp.modes:
+        if mode == "perfect":
+            # Perfect knowledge: the forecast made before step t is the truth. Frames never reach past
+            # the last step, so the edge padding below is never read.
+            frames = [exp.forecast.horizon, exp.planner.horizon, exp.planner.dp_max_segment, exp.planner.optimum_max_segment]
+            h = min(exp.steps, max(frames + _static_windows(exp.strategies)))
+            padded = np.concatenate([actual, np.repeat(actual[:, :, -1:], h - 1, axis=2)], axis=2)
+            predicted = sliding_window_view(padded, h, axis=2).transpose(2, 0, 1, 3)  # (steps, n, L, h), a view
+            scen.forecast_label[mode] = "perfect knowledge"
+        else:
+            fc, label = forecast_matrix(
+                exp.forecast.source, job_series, exp.start, exp.steps, exp.forecast.horizon, base_dir=exp.resolve(".")
+            )
+            fc = np.clip(fc, *exp.workload_range)
+            predicted = dm.durations(fc).transpose(2, 0, 1, 3)  # (steps, n, L, H)
+            scen.forecast_label[mode] = label
+        scen.contexts[mode] = context(predicted)
+    return scen
+
+
+def run_strategy(scen: Scenario, strategy: str, mode: str) -> StrategyResult:
+    ctx = scen.contexts[mode]
+    if strategy in BOUNDS:
+        return BOUNDS[strategy](ctx, scen.actual, mode)
+    planner = make_planner(strategy)
+    try:
+        return simulate(planner, ctx, scen.actual, mode)
+    except InputError as exc:
+        raise _with_path(exc, scen.experiment) from exc
+
+
+def check_strategies(strategies: list[str]) -> None:
+    """Fail before any work if a strategy name is unknown."""
+    for s in strategies:
+        if s not in BOUNDS:
+            make_planner(s)

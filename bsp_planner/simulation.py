@@ -1,0 +1,114 @@
+"""The simulator: runs a planner over a job's supersteps and charges what the plan costs.
+
+Before step t the planner decides a configuration from what it was told (forecasts); the step then
+takes as long as its slowest task at the *actual* workloads under that configuration. Changing the
+configuration after the first step costs the checkpoint penalty C. Pure computation: all inputs are
+arrays built elsewhere (see scenario.py).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .planners.base import Planner, PlanningContext
+from .planners.floor import floor_levels
+
+
+@dataclass
+class StrategyResult:
+    strategy: str
+    mode: str
+    levels: np.ndarray  # (steps, tasks) CPU level indices
+    step_s: np.ndarray  # (steps,) actual duration of each step
+    reconfigured: np.ndarray  # (steps,) bool: a checkpoint was paid before this step
+    penalty_s: float
+    decision_ms: np.ndarray  # (steps,) wall-clock time the planner took before each step
+    actions: np.ndarray  # (steps,) 0 = keep, j = configure for j steps, -1 = bound (no planner)
+    prepare_ms: float = 0.0  # offline planning before the first step
+    notes: dict = field(default_factory=dict)
+
+    @property
+    def compute_s(self) -> float:
+        return float(self.step_s.sum())
+
+    @property
+    def checkpoints(self) -> int:
+        return int(self.reconfigured.sum())
+
+    @property
+    def checkpoint_s(self) -> float:
+        return self.checkpoints * self.penalty_s
+
+    @property
+    def total_s(self) -> float:
+        return self.compute_s + self.checkpoint_s
+
+    @property
+    def mean_decision_ms(self) -> float:
+        """Per-step decision time, with any offline planning spread over the steps."""
+        return float(self.decision_ms.mean() + self.prepare_ms / max(1, len(self.decision_ms)))
+
+
+def step_times(actual: np.ndarray, levels: np.ndarray) -> np.ndarray:
+    """actual: (tasks, levels, steps); levels: (steps, tasks) -> duration of each step (steps,)."""
+    n, _, m = actual.shape
+    return actual[np.arange(n)[None, :], levels, np.arange(m)[:, None]].max(axis=1)
+
+
+def simulate(planner: Planner, ctx: PlanningContext, actual: np.ndarray, mode: str = "perfect") -> StrategyResult:
+    """Run one planner over every step. actual: (tasks, levels, steps) true durations."""
+    m = ctx.steps
+    n = ctx.n_tasks
+    t0 = time.perf_counter()
+    planner.reset(ctx)
+    prepare_ms = (time.perf_counter() - t0) * 1e3
+    levels = np.empty((m, n), dtype=np.int64)
+    decision_ms = np.empty(m)
+    actions = np.empty(m, dtype=np.int64)
+    reconfigured = np.zeros(m, dtype=bool)
+    current = None
+    for t in range(m):
+        t1 = time.perf_counter()
+        d = planner.decide(t, current)
+        decision_ms[t] = (time.perf_counter() - t1) * 1e3
+        new = np.asarray(d.levels, dtype=np.int64)
+        if new.shape != (n,) or np.any(new < 0) or np.any(new > ctx.max_level.max()):
+            raise ValueError(f"planner {planner.name} returned an invalid configuration {new!r} at step {t}")
+        reconfigured[t] = current is not None and not np.array_equal(new, current)
+        levels[t] = current = new
+        actions[t] = d.action
+    return StrategyResult(
+        strategy=planner.name,
+        mode=mode,
+        levels=levels,
+        step_s=step_times(actual, levels),
+        reconfigured=reconfigured,
+        penalty_s=ctx.penalty_s,
+        decision_ms=decision_ms,
+        actions=actions,
+        prepare_ms=prepare_ms,
+    )
+
+
+def floor_result(ctx: PlanningContext, actual: np.ndarray, mode: str) -> StrategyResult:
+    """The per-step lower bound (min-max over all configurations, no reconfiguration cost)."""
+    t0 = time.perf_counter()
+    max_level = ctx.max_level if ctx.exppo_max_level is None else np.maximum(ctx.max_level, ctx.exppo_max_level)
+    levels, times = floor_levels(actual, max_level, ctx.budget_steps)
+    ms = (time.perf_counter() - t0) * 1e3
+    m = ctx.steps
+    return StrategyResult(
+        strategy="floor",
+        mode=mode,
+        levels=levels,
+        step_s=times,
+        reconfigured=np.zeros(m, dtype=bool),
+        penalty_s=ctx.penalty_s,
+        decision_ms=np.zeros(m),
+        actions=np.full(m, -1),
+        prepare_ms=ms,
+        notes={"bound": "per-step min-max, no reconfiguration cost"},
+    )
