@@ -147,12 +147,35 @@ def bar_chart(rows: list[dict], path: Path, labels: dict[str, str] | None = None
     os.replace(tmp, path)
 
 
+TERMINAL_HEADERS = {
+    "strategy": "strategy",
+    "compute_s": "compute s",
+    "checkpoints": "ckpts",
+    "checkpoint_s": "ckpt s",
+    "total_s": "total s",
+    "vs_floor_pct": "vs floor",
+    "mean_decision_ms": "decide ms",
+}
+
+
 def print_table(rows: list[dict], console, title: str = "") -> None:
+    """One mode's rows (the mode is in the title), narrow enough for an 80-column terminal."""
     from rich.table import Table
 
     table = Table(title=title or None)
-    for c in COLUMNS:
-        table.add_column(c, justify="left" if c in ("strategy", "mode") else "right")
+    for c, header in TERMINAL_HEADERS.items():
+        table.add_column(header, justify="left" if c == "strategy" else "right", no_wrap=True)
     for r in rows:
-        table.add_row(*["" if r[c] is None else (f"{r[c]:.2f}" if isinstance(r[c], float) else str(r[c])) for c in COLUMNS])
+        cells = []
+        for c in TERMINAL_HEADERS:
+            v = r[c]
+            if v is None:
+                cells.append("")
+            elif c == "vs_floor_pct":
+                cells.append(f"{v:+.1f}%")
+            elif isinstance(v, float):
+                cells.append(f"{v:.2f}")
+            else:
+                cells.append(str(v))
+        table.add_row(*cells)
     console.print(table)

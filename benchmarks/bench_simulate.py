@@ -1,0 +1,94 @@
+"""Speed of the offline core: the default experiment, MPC decisions, and how cost grows.
+
+    .venv/bin/python benchmarks/bench_simulate.py [--quick]
+
+Prints Markdown for BENCHMARKS.md. Uses the shipped profile and job; larger jobs are made by giving
+copies of the eight tasks workloads from other (shifted) parts of their series.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bsp_planner.allocation import CpuLevels, GreedyAllocator  # noqa: E402
+from bsp_planner.experiment import load_experiment  # noqa: E402
+from bsp_planner.planners.base import ConfigTable, PlanningContext, make_planner  # noqa: E402
+from bsp_planner.scenario import build_scenario  # noqa: E402
+from bsp_planner.simulation import simulate  # noqa: E402
+
+
+def default_experiment_wall() -> float:
+    t0 = time.perf_counter()
+    subprocess.run(
+        [str(ROOT / ".venv" / "bin" / "bsp-planner"), "simulate", "-q", "--out", "/tmp/bench-simulate-out"],
+        cwd=ROOT, check=True, stdout=subprocess.DEVNULL,
+    )
+    return time.perf_counter() - t0
+
+
+def big_context(n_tasks: int, steps: int, horizon: int, seed: int = 0):
+    """n_tasks copies of the eight default tasks over shifted windows of their test series."""
+    exp = load_experiment(ROOT / "experiments" / "default.toml", [f"steps={steps + 600}", "modes=perfect", "strategies=floor"])
+    scen = build_scenario(exp)
+    base = scen.actual  # (8, L, steps+600)
+    rng = np.random.default_rng(seed)
+    idx = np.arange(n_tasks) % base.shape[0]
+    shift = rng.integers(0, 600, n_tasks)
+    actual = np.stack([base[i, :, s : s + steps] for i, s in zip(idx, shift)])
+    cpu = CpuLevels(exp.cpu.min_millicores, exp.cpu.step_millicores, exp.cpu.max_millicores, 1000.0 * n_tasks)
+    max_level = np.full(n_tasks, cpu.n_levels - 1)
+    padded = np.concatenate([actual, np.repeat(actual[:, :, -1:], horizon - 1, axis=2)], axis=2)
+    predicted = sliding_window_view(padded, horizon, axis=2).transpose(2, 0, 1, 3)
+    ctx = PlanningContext(
+        steps=steps, cpu=cpu, max_level=max_level, penalty_s=exp.penalty_s,
+        configs=ConfigTable(predicted, GreedyAllocator(), max_level, cpu.budget_steps(n_tasks), 0.95),
+        horizon=horizon, mid_durations=actual.mean(axis=2),
+    )
+    return ctx, actual
+
+
+def mpc_run(n_tasks: int, steps: int, horizon: int):
+    ctx, actual = big_context(n_tasks, steps, horizon)
+    t0 = time.perf_counter()
+    r = simulate(make_planner("mpc"), ctx, actual)
+    return time.perf_counter() - t0, float(np.median(r.decision_ms))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="skip the 256-task run")
+    args = ap.parse_args()
+    print(f"- date: {time.strftime('%Y-%m-%d')}; machine: {platform.node()}, {os.cpu_count()} cores, "
+          f"{platform.processor() or platform.machine()}; load average at start {os.getloadavg()[0]:.2f}")
+    walls = [default_experiment_wall() for _ in range(3)]
+    print(f"- default experiment (`bsp-planner simulate`, all strategies, both modes, 8 tasks x 400 steps), "
+          f"whole command incl. start-up: median {statistics.median(walls):.2f} s of 3 runs")
+    _, med = mpc_run(8, 400, 10)
+    print(f"- MPC decision, 8 tasks, horizon 10 (its own 55 frames per step, uncached): median {med:.2f} ms")
+    print()
+    print("| tasks | steps | horizon | MPC simulation s | median decision ms |")
+    print("|---|---|---|---|---|")
+    cases = [(8, 400, 10), (32, 400, 10), (128, 400, 10), (8, 400, 5), (8, 400, 20), (8, 200, 10)]
+    if not args.quick:
+        cases.append((256, 400, 10))
+    for n, m, h in cases:
+        wall, med = mpc_run(n, m, h)
+        print(f"| {n} | {m} | {h} | {wall:.2f} | {med:.2f} |")
+    print(f"\nload average at end {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()
