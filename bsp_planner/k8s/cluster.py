@@ -1,0 +1,279 @@
+"""The API calls bsp-planner makes, and how a pod's status reads.
+
+:class:`Cluster` wraps the official client's ``CoreV1Api``, ``BatchV1Api`` and ``VersionApi`` for one
+namespace and hands back plain camelCase dicts (the server's own JSON), so the logic above it (the
+runtime backend, the profiler, the bin packing) never touches client models. Each method is one REST
+call; :data:`ROLE_RULES` lists, per resource, the verbs these methods use, and the kustomize base's
+Role grants exactly those (a test checks both against the calls recorded by the fake API server).
+
+Nodes and pods of other namespaces are read only for the fit check. That needs cluster-wide read
+access, which the base Role (namespaced) does not give: :meth:`Cluster.list_nodes` returns None on
+403 and the check is skipped with a warning, unless the optional component
+``jobs/k8s/components/node-reader`` is applied.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from ..errors import InputError
+from . import names as n
+from .capabilities import ServerCapabilities, detect
+from .config import Connection
+
+STRATEGIC_MERGE = "application/strategic-merge-patch+json"
+
+#: (apiGroup, resource) -> verbs, for the namespaced Role of jobs/k8s/rbac.yaml.
+ROLE_RULES: dict[tuple[str, str], tuple[str, ...]] = {
+    ("", "pods"): ("create", "delete", "get", "list"),
+    ("", "pods/resize"): ("patch",),
+    ("batch", "jobs"): ("create", "delete", "list"),
+}
+#: cluster-wide reads for the fit check, granted only by the optional node-reader component.
+CLUSTER_READ_RULES: dict[tuple[str, str], tuple[str, ...]] = {
+    ("", "nodes"): ("list",),
+    ("", "pods"): ("list",),
+}
+
+
+class KubernetesError(InputError):
+    """An API call failed in a way the user has to act on (permissions, a missing namespace...)."""
+
+
+def _api_exception():
+    from kubernetes.client.exceptions import ApiException
+
+    return ApiException
+
+
+def _reason(exc) -> str:
+    import json
+
+    try:
+        body = json.loads(exc.body or "{}")
+        return body.get("message") or exc.reason or str(exc.status)
+    except (ValueError, TypeError):
+        return f"{exc.status} {exc.reason}"
+
+
+class Cluster:
+    """One namespace of one cluster, through the official client."""
+
+    def __init__(self, conn: Connection, request_timeout_s: float = 30.0) -> None:
+        from kubernetes import client
+
+        self.conn = conn
+        self.namespace = conn.namespace
+        self.core = client.CoreV1Api(conn.api_client)
+        self.batch = client.BatchV1Api(conn.api_client)
+        self.version_api = client.VersionApi(conn.api_client)
+        self.timeout = request_timeout_s
+        self._caps: ServerCapabilities | None = None
+
+    def _dict(self, model) -> dict:
+        return self.conn.api_client.sanitize_for_serialization(model)
+
+    def _call(self, what: str, fn: Callable, *args, missing_ok: bool = False, exists_ok: bool = False, **kw):
+        ApiException = _api_exception()
+        try:
+            return self._dict(fn(*args, _request_timeout=self.timeout, **kw))
+        except ApiException as exc:
+            if exc.status == 404 and missing_ok:
+                return None
+            if exc.status == 409 and exists_ok:
+                return None
+            if exc.status in (401, 403):
+                raise KubernetesError(
+                    f"{what}: forbidden ({_reason(exc)}); is the namespace '{self.namespace}' right, and does "
+                    f"the account ({self.conn.where}) have the Role in jobs/k8s/rbac.yaml?",
+                    field="kubernetes",
+                ) from exc
+            raise KubernetesError(f"{what}: {_reason(exc)}", field="kubernetes") from exc
+        except OSError as exc:  # urllib3 connection errors derive from it
+            raise KubernetesError(f"{what}: cannot reach the API server at {self.conn.host}: {exc}", field="kubernetes") from exc
+
+    # -- discovery ---------------------------------------------------------------------------------
+    def capabilities(self) -> ServerCapabilities:
+        if self._caps is None:
+            version = self._call("read the server version", self.version_api.get_code)
+            resources = self._call("read the core API's resources", self.core.get_api_resources)
+            self._caps = detect(version, resources)
+        return self._caps
+
+    # -- pods --------------------------------------------------------------------------------------
+    def create_pod(self, body: dict) -> dict | None:
+        """The created pod, or None if one of that name exists already."""
+        return self._call(f"create pod {body['metadata']['name']}", self.core.create_namespaced_pod,
+                          self.namespace, body, exists_ok=True)
+
+    def get_pod(self, name: str) -> dict | None:
+        return self._call(f"read pod {name}", self.core.read_namespaced_pod, name, self.namespace, missing_ok=True)
+
+    def list_pods(self, selector: str) -> list[dict]:
+        out = self._call(f"list pods ({selector})", self.core.list_namespaced_pod, self.namespace, label_selector=selector)
+        return out.get("items") or []
+
+    def delete_pod(self, name: str, grace_s: int | None = None) -> bool:
+        """True if there was a pod to delete."""
+        kw = {} if grace_s is None else {"grace_period_seconds": int(grace_s)}
+        found = self._call(f"delete pod {name}", self.core.delete_namespaced_pod, name, self.namespace,
+                           missing_ok=True, **kw)
+        return found is not None
+
+    def resize_pod(self, name: str, patch: dict) -> dict:
+        return self._call(f"resize pod {name}", self.core.patch_namespaced_pod_resize, name, self.namespace, patch,
+                          _content_type=STRATEGIC_MERGE)
+
+    # -- jobs --------------------------------------------------------------------------------------
+    def create_job(self, body: dict) -> dict | None:
+        return self._call(f"create job {body['metadata']['name']}", self.batch.create_namespaced_job,
+                          self.namespace, body, exists_ok=True)
+
+    def list_jobs(self, selector: str) -> list[dict]:
+        out = self._call(f"list jobs ({selector})", self.batch.list_namespaced_job, self.namespace, label_selector=selector)
+        return out.get("items") or []
+
+    def delete_job(self, name: str) -> bool:
+        """Deletes the job and (in the background) its pods."""
+        found = self._call(f"delete job {name}", self.batch.delete_namespaced_job, name, self.namespace,
+                           propagation_policy="Background", missing_ok=True)
+        return found is not None
+
+    # -- cluster-wide reads for the fit check (optional) ---------------------------------------------
+    def list_nodes(self) -> list[dict] | None:
+        """Every node, or None when the account may not list nodes (the fit check is then skipped)."""
+        return self._optional_list("list nodes", self.core.list_node)
+
+    def list_all_pods(self) -> list[dict] | None:
+        """Every unfinished pod of every namespace (their requests occupy the nodes), or None (403)."""
+        return self._optional_list("list pods in all namespaces", self.core.list_pod_for_all_namespaces,
+                                   field_selector="status.phase!=Succeeded,status.phase!=Failed")
+
+    def _optional_list(self, what: str, fn: Callable, **kw) -> list[dict] | None:
+        ApiException = _api_exception()
+        try:
+            return (self._dict(fn(_request_timeout=self.timeout, **kw)).get("items")) or []
+        except ApiException as exc:
+            if exc.status in (401, 403):
+                return None
+            raise KubernetesError(f"{what}: {_reason(exc)}", field="kubernetes") from exc
+        except OSError as exc:
+            raise KubernetesError(f"{what}: cannot reach the API server at {self.conn.host}: {exc}", field="kubernetes") from exc
+
+
+# -- reading a pod's status ----------------------------------------------------------------------------
+FATAL_WAITING = {"InvalidImageName", "ErrImageNeverPull", "CreateContainerConfigError", "CreateContainerError"}
+
+
+@dataclass(frozen=True)
+class PodState:
+    name: str
+    phase: str  # Pending | Running | Succeeded | Failed | Unknown | Gone
+    node: str | None
+    running: bool  # the container is running
+    problem: str | None  # why the pod is lost for good (evicted, failed, deleted by someone), else None
+    waiting: str | None  # why a pending pod is not running yet (unschedulable, image pull...)
+    fatal_waiting: bool  # that reason will not go away by waiting
+    spec_cpu_m: float | None  # the container's CPU limit in the spec (what was asked)
+    actual_cpu_m: float | None  # its CPU limit as the kubelet reports it applied (1.33+), else None
+    resize: str | None  # None, or 'pending: <reason> <message>' or 'in progress'
+    resize_infeasible: str | None  # the kubelet says the resize cannot be done on this node
+    exit_code: int | None = None  # the container's, once it terminated
+    platform_lost: bool = False  # the platform took the pod (evicted, deleted, preempted, rejected by the
+    #                              kubelet), as opposed to a container that exited by itself
+
+
+def _container(items: list[dict] | None, name: str) -> dict:
+    for c in items or []:
+        if c.get("name") == name:
+            return c
+    return (items or [{}])[0] if items else {}
+
+
+def pod_state(pod: dict | None, container: str = n.WORKER_CONTAINER) -> PodState:
+    if pod is None:
+        return PodState("?", "Gone", None, False, "the pod is gone (deleted outside bsp-planner?)", None, False,
+                        None, None, None, None, None, True)
+    meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
+    name = meta.get("name", "?")
+    phase = status.get("phase") or "Pending"
+    node = spec.get("nodeName")
+    cspec = _container(spec.get("containers"), container)
+    cstat = _container(status.get("containerStatuses"), container)
+    state = cstat.get("state") or {}
+    running = phase == "Running" and "running" in state
+    conds = {c.get("type"): c for c in status.get("conditions") or []}
+
+    problem = None
+    if meta.get("deletionTimestamp"):
+        problem = "the pod is being deleted (by someone else: a drain, a preemption, kubectl delete?)"
+    if phase == "Failed":
+        why = status.get("reason") or ""
+        msg = status.get("message") or ""
+        term = state.get("terminated") or {}
+        if not why and term:
+            why = f"container exited with code {term.get('exitCode')} ({term.get('reason') or 'Error'})"
+            msg = (term.get("message") or "").strip()[-300:]
+        problem = f"the pod failed: {why or 'Failed'}" + (f": {msg}" if msg else "")
+    elif phase == "Succeeded":
+        problem = "the worker exited before the run ended"
+    dt = conds.get("DisruptionTarget")
+    if dt and dt.get("status") == "True" and problem is None:
+        problem = f"the pod is being disrupted ({dt.get('reason')}: {dt.get('message') or ''})".rstrip(": )") + ")"
+    if status.get("reason") == "Evicted":
+        problem = f"the pod was evicted: {status.get('message') or ''}".rstrip(": ")
+
+    waiting, fatal = None, False
+    if phase == "Pending" and problem is None:
+        sched = conds.get("PodScheduled")
+        if sched and sched.get("status") == "False":
+            waiting = f"unschedulable: {sched.get('message') or sched.get('reason') or ''}".rstrip(": ")
+        w = (state.get("waiting") or {}) if cstat else {}
+        if w.get("reason") and w.get("reason") != "ContainerCreating":
+            waiting = f"{w['reason']}: {w.get('message') or ''}".rstrip(": ")
+            fatal = w["reason"] in FATAL_WAITING
+        waiting = waiting or ("not yet scheduled" if not node else "starting")
+
+    limits = (cspec.get("resources") or {}).get("limits") or {}
+    spec_cpu = n.cpu_millicores(limits.get("cpu")) if limits.get("cpu") else None
+    alimits = ((cstat.get("resources") or {}).get("limits") or {}) if cstat else {}
+    actual_cpu = n.cpu_millicores(alimits.get("cpu")) if alimits.get("cpu") else None
+
+    resize, infeasible = None, None
+    pend = conds.get("PodResizePending")
+    if pend and pend.get("status") == "True":
+        resize = f"pending: {pend.get('reason') or ''} {pend.get('message') or ''}".strip()
+        if pend.get("reason") == "Infeasible":
+            infeasible = pend.get("message") or "infeasible on this node"
+    elif (conds.get("PodResizeInProgress") or {}).get("status") == "True":
+        resize = "in progress"
+    code = (state.get("terminated") or {}).get("exitCode")
+    lost = problem is not None and (
+        bool(meta.get("deletionTimestamp"))
+        or status.get("reason") in ("Evicted", "Preempting", "OutOfcpu", "OutOfmemory", "NodeLost", "Terminated", "Shutdown")
+        or (dt is not None and dt.get("status") == "True")
+        or (phase == "Failed" and code is None)
+    )
+    return PodState(name, phase, node, running, problem, waiting, fatal, spec_cpu, actual_cpu, resize, infeasible, code, lost)
+
+
+def resize_done(state: PodState, target_m: float) -> bool:
+    """The kubelet applied the new limit: the status reports it and no resize is pending or running."""
+    return (
+        state.running
+        and state.resize is None
+        and state.actual_cpu_m is not None
+        and abs(state.actual_cpu_m - target_m) < 0.5
+    )
+
+
+def wait_until(check: Callable[[], bool], timeout_s: float, poll_s: float, sleep=time.sleep, clock=time.monotonic) -> bool:
+    end = clock() + timeout_s
+    while True:
+        if check():
+            return True
+        if clock() >= end:
+            return False
+        sleep(poll_s)

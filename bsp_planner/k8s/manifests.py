@@ -1,0 +1,216 @@
+"""The objects bsp-planner creates, as plain dicts in the API's own (camelCase) form.
+
+The official client sends a dict body as it is, so what these functions return is exactly what reaches
+the API server; the tests validate each one against the client's models (which forbid unknown fields)
+and against the kustomize base (service account, namespace, labels).
+
+Every container runs with CPU requests = limits = its configured CPU (and memory requests = limits),
+so the pod is in the Guaranteed QoS class and its CFS quota is the configuration's, as under the local
+backend's cgroups. Worker pods declare ``resizePolicy: NotRequired`` so that an in-place resize changes
+the quota of the running container without a restart.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from . import names as n
+
+DEFAULT_MEMORY = "256Mi"
+DEFAULT_IMAGE_PULL_POLICY = "IfNotPresent"
+RUN_AS_USER = 10001  # the user jobs/Dockerfile creates
+SCRATCH_DIR = "/scratch"  # stress-ng writes its temporary files in its working directory
+JOB_DIR = "/etc/bsp-planner"  # where a run's ConfigMap (the job file) is mounted in worker pods
+
+
+def _resources(cpu_millicores: float, memory: str) -> dict:
+    amount = {"cpu": n.cpu_quantity(cpu_millicores), "memory": memory}
+    return {"requests": dict(amount), "limits": dict(amount)}
+
+
+def _pod_security() -> dict:
+    return {"runAsNonRoot": True, "runAsUser": RUN_AS_USER, "runAsGroup": RUN_AS_USER,
+            "seccompProfile": {"type": "RuntimeDefault"}}
+
+
+def _container_security() -> dict:
+    return {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"]}}
+
+
+def _downward_env() -> list[dict]:
+    return [
+        {"name": "BSP_PLANNER_POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": "BSP_PLANNER_NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+    ]
+
+
+@dataclass(frozen=True)
+class PodSettings:
+    """What every pod bsp-planner creates shares: where it runs and from which image."""
+
+    namespace: str
+    image: str
+    image_pull_policy: str = DEFAULT_IMAGE_PULL_POLICY
+    memory: str = DEFAULT_MEMORY
+    node_selector: dict[str, str] = field(default_factory=dict)
+    termination_grace_s: int = 5
+
+
+def worker_pod(
+    settings: PodSettings,
+    run_id: str,
+    task: str,
+    cpu_millicores: float,
+    args: Sequence[str],
+    *,
+    env: dict[str, str] | None = None,
+    configmap: str | None = None,
+) -> dict:
+    """The pod of one task of a live run: `args` are the worker's arguments (``bsp-planner <args>``,
+    e.g. ``worker --task ...``).
+
+    ``restartPolicy: Never``: a worker that fails is reported by the coordinator, which stops the run
+    (resumable), rather than restarted behind its back."""
+    volumes = [{"name": "scratch", "emptyDir": {}}]
+    mounts = [{"name": "scratch", "mountPath": SCRATCH_DIR}]
+    if configmap:
+        volumes.append({"name": "job", "configMap": {"name": configmap}})
+        mounts.append({"name": "job", "mountPath": JOB_DIR, "readOnly": True})
+    container = {
+        "name": n.WORKER_CONTAINER,
+        "image": settings.image,
+        "imagePullPolicy": settings.image_pull_policy,
+        "command": ["bsp-planner"],
+        "args": list(args),
+        "env": _downward_env() + [{"name": k, "value": v} for k, v in sorted((env or {}).items())],
+        "resources": _resources(cpu_millicores, settings.memory),
+        "resizePolicy": [
+            {"resourceName": "cpu", "restartPolicy": "NotRequired"},
+            {"resourceName": "memory", "restartPolicy": "NotRequired"},
+        ],
+        "workingDir": SCRATCH_DIR,
+        "volumeMounts": mounts,
+        "securityContext": _container_security(),
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+    spec = {
+        "restartPolicy": "Never",
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "terminationGracePeriodSeconds": settings.termination_grace_s,
+        "securityContext": _pod_security(),
+        "containers": [container],
+        "volumes": volumes,
+    }
+    if settings.node_selector:
+        spec["nodeSelector"] = dict(settings.node_selector)
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": n.pod_name(run_id, task),
+            "namespace": settings.namespace,
+            "labels": n.run_labels(run_id, task),
+            "annotations": {n.ANNOTATION_TASK: task, n.ANNOTATION_CPU: str(int(cpu_millicores))},
+        },
+        "spec": spec,
+    }
+
+
+def run_configmap(namespace: str, run_id: str, files: dict[str, str]) -> dict:
+    """A run's files (the job file, at least) for its workers, mounted at JOB_DIR."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": n.configmap_name(run_id), "namespace": namespace, "labels": n.run_labels(run_id)},
+        "data": dict(files),
+    }
+
+
+def resize_patch(cpu_millicores: float) -> dict:
+    """The strategic-merge patch for the ``pods/resize`` subresource: the worker container's new CPU
+    request and limit (kept equal, so the pod stays Guaranteed; memory is left as it is)."""
+    cpu = n.cpu_quantity(cpu_millicores)
+    resources = {"requests": {"cpu": cpu}, "limits": {"cpu": cpu}}
+    return {"spec": {"containers": [{"name": n.WORKER_CONTAINER, "resources": resources}]}}
+
+
+# -- profiling ---------------------------------------------------------------------------------------
+def profile_labels(profile_id: str, cell_id: str | None = None, task: str | None = None) -> dict[str, str]:
+    labels = {
+        n.LABEL_NAME: n.APP,
+        n.LABEL_PART_OF: n.APP,
+        n.LABEL_MANAGED_BY: n.APP,
+        n.LABEL_COMPONENT: n.COMPONENT_PROFILER,
+        n.LABEL_PROFILE: profile_id,
+    }
+    if cell_id is not None:
+        labels[n.LABEL_CELL] = cell_id
+    if task is not None:
+        labels[n.LABEL_TASK] = n.dns_label(task)
+    return labels
+
+
+def profile_selector(profile_id: str) -> str:
+    return f"{n.LABEL_PROFILE}={profile_id},{n.LABEL_COMPONENT}={n.COMPONENT_PROFILER}"
+
+
+def profile_job(
+    settings: PodSettings,
+    profile_id: str,
+    cell_id: str,
+    cell_text: str,
+    task: str,
+    cpu_millicores: float,
+    command: Sequence[str],
+    timeout_s: float,
+    startup_s: float,
+) -> dict:
+    """One profiling run (one grid cell) as a Job: a single pod, never retried (a failure is logged by
+    the runner and retried by the next session), killed by ``activeDeadlineSeconds`` if the run's own
+    timeout (enforced inside the container) and the allowance for scheduling and image pull are spent.
+    The result travels in the container's termination message (no log access needed)."""
+    labels = profile_labels(profile_id, cell_id, task)
+    annotations = {n.ANNOTATION_CELL: cell_text, n.ANNOTATION_TASK: task, n.ANNOTATION_CPU: str(int(cpu_millicores))}
+    container = {
+        "name": n.COMPONENT_PROFILER,
+        "image": settings.image,
+        "imagePullPolicy": settings.image_pull_policy,
+        "command": list(command),
+        "env": _downward_env(),
+        "resources": _resources(cpu_millicores, settings.memory),
+        "workingDir": SCRATCH_DIR,
+        "volumeMounts": [{"name": "scratch", "mountPath": SCRATCH_DIR}],
+        "securityContext": _container_security(),
+        "terminationMessagePath": "/dev/termination-log",
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+    pod_spec = {
+        "restartPolicy": "Never",
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "terminationGracePeriodSeconds": settings.termination_grace_s,
+        "securityContext": _pod_security(),
+        "containers": [container],
+        "volumes": [{"name": "scratch", "emptyDir": {}}],
+    }
+    if settings.node_selector:
+        pod_spec["nodeSelector"] = dict(settings.node_selector)
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": n.dns_label(f"bspp-{profile_id}-{cell_id}"),
+            "namespace": settings.namespace,
+            "labels": labels,
+            "annotations": annotations,
+        },
+        "spec": {
+            "backoffLimit": 0,
+            "completions": 1,
+            "parallelism": 1,
+            "activeDeadlineSeconds": int(timeout_s + startup_s) + 1,
+            "template": {"metadata": {"labels": labels, "annotations": annotations}, "spec": pod_spec},
+        },
+    }

@@ -1,0 +1,136 @@
+"""Names, labels and CPU quantities: the small vocabulary every Kubernetes object of bsp-planner shares.
+
+Objects carry ``app.kubernetes.io/*`` labels plus ``bsp-planner.io/run`` (a run's pods, its ConfigMap)
+or ``bsp-planner.io/profile`` (a profiling session's Jobs), so that one label selector finds exactly
+what a run or a profile made. Task names are free text in a job file; in object names and label values
+they become DNS-1123 labels, with a short hash whenever that changed them, so that two tasks never map
+to the same name. The raw name is kept in an annotation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+from decimal import Decimal, InvalidOperation
+
+from ..errors import InputError
+
+APP = "bsp-planner"
+DOMAIN = "bsp-planner.io"
+
+LABEL_NAME = "app.kubernetes.io/name"
+LABEL_COMPONENT = "app.kubernetes.io/component"
+LABEL_PART_OF = "app.kubernetes.io/part-of"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+LABEL_RUN = f"{DOMAIN}/run"
+LABEL_TASK = f"{DOMAIN}/task"
+LABEL_PROFILE = f"{DOMAIN}/profile"
+LABEL_CELL = f"{DOMAIN}/cell"
+
+ANNOTATION_TASK = f"{DOMAIN}/task-name"
+ANNOTATION_CPU = f"{DOMAIN}/cpu-millicores"
+ANNOTATION_CELL = f"{DOMAIN}/cell"
+
+COMPONENT_WORKER = "worker"
+COMPONENT_PROFILER = "profiler"
+
+# Names of the objects the kustomize base in jobs/k8s defines; the code refers to them by these.
+DEFAULT_NAMESPACE = "bsp-planner"
+SERVICE_ACCOUNT = "bsp-planner-coordinator"
+ZOOKEEPER_SERVICE = "zookeeper"
+ZOOKEEPER_PORT = 2181
+WORKER_CONTAINER = "worker"
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+
+
+def _hash(text: str, n: int = 6) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:n]
+
+
+def dns_label(text: str, max_len: int = 63) -> str:
+    """`text` as a DNS-1123 label (lowercase alphanumerics and '-', at most `max_len` characters).
+
+    Unchanged when it already is one; otherwise sanitised and suffixed with a hash of the original, so
+    distinct inputs ('a_b', 'a-b', 'A-B') give distinct names."""
+    if len(text) <= max_len and _DNS_LABEL.match(text):
+        return text
+    base = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "x"
+    suffix = _hash(text)
+    base = base[: max_len - len(suffix) - 1].rstrip("-") or "x"
+    return f"{base}-{suffix}"
+
+
+def is_dns_label(text: str) -> bool:
+    return len(text) <= 63 and bool(_DNS_LABEL.match(text))
+
+
+def is_label_value(text: str) -> bool:
+    return len(text) <= 63 and bool(_LABEL_VALUE.match(text))
+
+
+def run_key(run_id: str) -> str:
+    """A run id (letters, digits, '_', '-', up to 64) as it appears in names and labels: a DNS label of at
+    most 30 characters (the id itself when it already is one, e.g. live-20261121-101500-ab12)."""
+    if not run_id:
+        raise InputError("expected a run id", field="--run-id")
+    return dns_label(run_id, 30)
+
+
+def pod_name(run_id: str, task: str) -> str:
+    """The pod of one task of one run: ``bsp-<run>-<task>``, a DNS label (it is also the pod's hostname)."""
+    return dns_label(f"bsp-{run_id}-{dns_label(task, 40)}")
+
+
+def configmap_name(run_id: str) -> str:
+    return dns_label(f"bsp-{run_id}-job")
+
+
+def run_labels(run_id: str, task: str | None = None) -> dict[str, str]:
+    labels = {
+        LABEL_NAME: APP,
+        LABEL_PART_OF: APP,
+        LABEL_MANAGED_BY: APP,
+        LABEL_COMPONENT: COMPONENT_WORKER,
+        LABEL_RUN: run_id,
+    }
+    if task is not None:
+        labels[LABEL_TASK] = dns_label(task)
+    return labels
+
+
+def run_selector(run_id: str) -> str:
+    return f"{LABEL_RUN}={run_id},{LABEL_COMPONENT}={COMPONENT_WORKER}"
+
+
+# -- CPU quantities ----------------------------------------------------------------------------------
+def cpu_quantity(millicores: float) -> str:
+    """Whole millicores as a Kubernetes quantity: 500 -> '500m', 2000 -> '2' (the form the API returns)."""
+    m = float(millicores)
+    if not math.isfinite(m) or m <= 0 or not m.is_integer():
+        raise InputError(f"expected a positive whole number of millicores, got {millicores!r}", field="cpu")
+    m = int(m)
+    return str(m // 1000) if m % 1000 == 0 else f"{m}m"
+
+
+_SUFFIX = {"n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "": Decimal(1),
+           "k": Decimal(1000), "M": Decimal(10**6), "G": Decimal(10**9)}
+
+
+def cpu_millicores(quantity: str | int | float | None) -> float:
+    """A CPU quantity ('250m', '1', '1.5', '2500000n') in millicores; None or '' is 0."""
+    if quantity is None or quantity == "":
+        return 0.0
+    if isinstance(quantity, (int, float)):
+        return float(quantity) * 1000
+    text = str(quantity).strip()
+    m = re.fullmatch(r"([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)([numkMG]?)", text)
+    if not m:
+        raise ValueError(f"not a CPU quantity: {quantity!r}")
+    try:
+        value = Decimal(m.group(1)) * _SUFFIX[m.group(2)]
+    except InvalidOperation as exc:
+        raise ValueError(f"not a CPU quantity: {quantity!r}") from exc
+    return float(value * 1000)
