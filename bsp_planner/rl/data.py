@@ -1,0 +1,98 @@
+"""The arrays an environment steps through, built once per (settings, step range) from the same
+Scenario and PlanningContext that `simulate` uses, so that observations are what planners predict
+and rewards are what the simulator charges.
+
+Everything per (step, action) is precomputed: the allocator's configuration of a_1..a_n at every step
+(batched through the ConfigTable), the observation rows those configurations give, and the actual
+duration of the step under each. Only row 0 (the current configuration) is computed while stepping.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import InputError
+from ..planners.base import PlanningContext
+from .features import auto_scale, predicted_rows
+from .settings import EnvSettings, StepRange
+
+
+@dataclass
+class EnvData:
+    settings: EnvSettings
+    split: str  # "train" | "eval"
+    range: StepRange
+    ctx: PlanningContext
+    actual: np.ndarray  # (tasks, levels, steps) true durations
+    cfg: np.ndarray  # (steps, n, tasks) configuration of a_1..a_n at each step
+    rows: np.ndarray  # (steps, n, window) float32 observation rows 1..n
+    action_step_s: np.ndarray  # (steps, n) actual duration of each step under a_1..a_n
+    obs_scale: float
+    reward_scale: float
+    penalty_s: float
+    forecast_label: str
+
+    @property
+    def steps(self) -> int:
+        return self.ctx.steps
+
+    @property
+    def n(self) -> int:
+        return self.cfg.shape[1]
+
+    def step_s(self, t: int, levels: np.ndarray) -> float:
+        """Actual duration of step t under a configuration (the simulator's `step_times`)."""
+        return float(self.actual[np.arange(self.actual.shape[0]), levels, t].max())
+
+
+def resolve_scales(s: EnvSettings, ctx: PlanningContext) -> tuple[float, float]:
+    obs = auto_scale(ctx) if s.obs_scale == "auto" else float(s.obs_scale)
+    rew = obs if s.reward_scale == "auto" else float(s.reward_scale)
+    if not (obs > 0 and rew > 0):
+        raise InputError(f"expected positive scales, got obs_scale={obs!r}, reward_scale={rew!r}", path=s.path, field="obs_scale")
+    return obs, rew
+
+
+def check_horizon(s: EnvSettings, ctx: PlanningContext, where: str | None = None) -> None:
+    h = ctx.configs.horizon
+    if s.window > h or s.horizon_actions > h:
+        raise InputError(
+            f"window {s.window} and actions a0..a{s.horizon_actions} need forecasts of at least "
+            f"{max(s.window, s.horizon_actions)} steps ahead; the predictions here cover {h}",
+            path=where or s.path,
+            field="window",
+        )
+
+
+def from_context(s: EnvSettings, ctx: PlanningContext, actual: np.ndarray, split: str, rng: StepRange,
+                 label: str = "", scales: tuple[float, float] | None = None) -> EnvData:
+    check_horizon(s, ctx)
+    n, m = s.horizon_actions, s.window
+    obs_scale, reward_scale = scales if scales is not None else resolve_scales(s, ctx)
+    ctx.configs.ensure_all(n)
+    T = ctx.steps
+    cfg = np.stack([ctx.configs.row(t, n)[0] for t in range(T)]).astype(np.int64)  # (T, n, tasks)
+    tasks = np.arange(ctx.n_tasks)
+    rows = np.stack([predicted_rows(ctx, t, cfg[t], m) for t in range(T)])  # (T, n, m) seconds
+    rows = np.clip(rows / obs_scale, 0.0, s.obs_high).astype(np.float32)
+    step_s = actual[tasks[None, None, :], cfg, np.arange(T)[:, None, None]].max(axis=2)  # (T, n)
+    return EnvData(s, split, rng, ctx, actual, cfg, rows, step_s, obs_scale, reward_scale, ctx.penalty_s, label)
+
+
+def build_data(s: EnvSettings, split: str = "train", *, extra_overrides: list[str] | None = None,
+               scales: tuple[float, float] | None = None) -> EnvData:
+    """Build the scenario of the training or evaluation range of an environment's experiment."""
+    from ..experiment import load_experiment
+    from ..scenario import build_scenario
+
+    if split not in ("train", "eval"):
+        raise ValueError(f"split must be 'train' or 'eval', got {split!r}")
+    rng = s.train if split == "train" else s.eval
+    overrides = list(s.overrides) + list(extra_overrides or []) + [
+        f"start={rng.start}", f"steps={rng.steps}", f"modes={s.mode}",
+    ]
+    exp = load_experiment(s.experiment_path, overrides)
+    scen = build_scenario(exp)
+    return from_context(s, scen.contexts[s.mode], scen.actual, split, rng, scen.forecast_label[s.mode], scales)
