@@ -1,0 +1,180 @@
+"""`bsp-planner rl ...`: train and evaluate reinforcement-learning agents for reconfiguration.
+
+    bsp-planner rl train                       # DQN on envs/default.toml -> agents/default/dqn.zip
+    bsp-planner rl train --algo ppo --timesteps 200000
+    bsp-planner rl evaluate                    # the shipped agent vs MPC on its held-out steps
+    bsp-planner rl info agents/default/dqn.zip
+    bsp-planner simulate --strategies dqn,mpc  # the agent as a planner
+
+torch, stable-baselines3 and gymnasium are imported inside the commands only.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+app = typer.Typer(help="Reinforcement-learning planners: train and evaluate agents (DQN, PPO, A2C).", no_args_is_help=True)
+
+EnvArg = Annotated[Optional[Path], typer.Argument(help="Environment file (TOML); default envs/default.toml.")]
+SetOpt = Annotated[Optional[list[str]], typer.Option("--set", help="Experiment override KEY=VALUE (repeatable), e.g. forecast.source=forecasts/lstm.")]
+EnvSetOpt = Annotated[Optional[list[str]], typer.Option("--env-set", help="Environment override KEY=VALUE (repeatable), e.g. window=8, agent.gamma=0.9.")]
+
+
+def _settings(env: Optional[Path], env_set: Optional[list[str]], extra: list[str]):
+    from .settings import load_env_settings
+
+    return load_env_settings(env, list(env_set or []) + extra)
+
+
+@app.command("train")
+def train(
+    env: EnvArg = None,
+    algo: Annotated[Optional[str], typer.Option("--algo", help="dqn (default), ppo or a2c.")] = None,
+    timesteps: Annotated[Optional[int], typer.Option("--timesteps", "-n", help="Environment steps to train for.")] = None,
+    seed: Annotated[Optional[int], typer.Option("--seed", help="Seed of the learner and the environment.")] = None,
+    train_range: Annotated[Optional[str], typer.Option("--train-range", help="Steps to learn on, START:END (end exclusive).")] = None,
+    eval_range: Annotated[Optional[str], typer.Option("--eval-range", help="Held-out steps to evaluate on, START:END.")] = None,
+    strict: Annotated[bool, typer.Option("--strict", help="Refuse a training range that overlaps the evaluation range.")] = False,
+    agent: Annotated[Optional[Path], typer.Option("--agent", help="Where to save the agent (default agents/<env>/<algo>.zip).")] = None,
+    run_dir: Annotated[Optional[Path], typer.Option("--run-dir", help="Logs, checkpoints, plot (default out/rl/<env>-<algo>).")] = None,
+    eval_every: Annotated[Optional[int], typer.Option("--eval-every", help="Evaluate on the held-out range every N steps.")] = None,
+    checkpoint_every: Annotated[Optional[int], typer.Option("--checkpoint-every", help="Save a checkpoint every N steps.")] = None,
+    set_: SetOpt = None,
+    env_set: EnvSetOpt = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+) -> None:
+    """Train an agent on the environment's training steps, evaluating it on the held-out steps."""
+    from rich.console import Console
+
+    from .settings import DEFAULT_AGENT_DIR, REPO_ROOT, StepRange
+
+    console = Console()
+    extra = []
+    for key, value in (("agent.algo", algo), ("agent.timesteps", timesteps), ("agent.seed", seed),
+                       ("agent.eval_every", eval_every), ("agent.checkpoint_every", checkpoint_every)):
+        if value is not None:
+            extra.append(f"{key}={value}")
+    for key, text in (("train", train_range), ("eval", eval_range)):
+        if text is not None:
+            r = StepRange.parse(text, f"--{key}-range")
+            extra += [f"{key}.start={r.start}", f"{key}.steps={r.steps}"]
+    s = _settings(env, env_set, extra)
+    a = s.agent
+    agent_path = agent if agent is not None else (DEFAULT_AGENT_DIR.parent / s.name / f"{a.algo}.zip")
+    out = run_dir if run_dir is not None else REPO_ROOT / "out" / "rl" / f"{s.name}-{a.algo}"
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    from .train import train_agent
+
+    console.print(
+        f"training {a.algo.upper()} for {a.timesteps} steps on steps {s.train} ({s.mode} mode; window {s.window}, "
+        f"actions a0..a{s.horizon_actions}, seed {a.seed}); held-out evaluation on steps {s.eval}"
+    )
+    with Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
+        TextColumn("{task.fields[last]}"), console=console, disable=quiet, transient=False,
+    ) as progress:
+        bar = progress.add_task(a.algo, total=a.timesteps, last="")
+
+        def tick(n: int, last: dict | None) -> None:
+            text = f"held-out {last['total_s']:.1f} s, {last['reconfigurations']} reconf." if last else ""
+            progress.update(bar, completed=min(n, a.timesteps), last=text)
+
+        result = train_agent(
+            s, out, agent_path, strict=strict, extra_overrides=list(set_ or []), progress=tick,
+            warn=lambda m: console.print(f"[yellow]warning:[/] {m}"),
+        )
+    m = result.meta
+    _print_comparison(console, {a.algo: m["eval"], **m["baseline"]}, f"held-out steps {s.eval} · {s.mode} mode · {m['forecasts']}")
+    console.print(f"trained in {m['train_seconds']:.0f} s; agent {result.agent_path} (+ .json)")
+    console.print(f"logs {out}: eval.csv, learning_curve.png, tb/ (tensorboard --logdir {out / 'tb'}), checkpoints/")
+
+
+def _print_comparison(console, rows: dict[str, dict], title: str) -> None:
+    from rich.table import Table
+
+    table = Table(title=title)
+    for c in ("strategy", "total s", "compute s", "reconfigurations"):
+        table.add_column(c, justify="left" if c == "strategy" else "right")
+    for name, r in rows.items():
+        table.add_row(name, f"{r['total_s']:.2f}", f"{r['compute_s']:.2f}", str(r["reconfigurations"]))
+    console.print(table)
+
+
+@app.command("evaluate")
+def evaluate(
+    agent: Annotated[Optional[Path], typer.Option("--agent", help="Agent .zip (default: the shipped DQN agent).")] = None,
+    env: Annotated[Optional[Path], typer.Option("--env", help="Environment file (default: the one the agent was trained with).")] = None,
+    strategies: Annotated[str, typer.Option("--strategies", "-s", help="Planners to compare with, comma-separated.")] = "mpc",
+    eval_range: Annotated[Optional[str], typer.Option("--eval-range", help="Steps to evaluate on, START:END.")] = None,
+    strict: Annotated[bool, typer.Option("--strict", help="Refuse steps the agent was trained on.")] = False,
+    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Write the results as JSON here.")] = None,
+    set_: SetOpt = None,
+    env_set: EnvSetOpt = None,
+) -> None:
+    """Run an agent and other planners on held-out steps; totals and reconfigurations."""
+    import json
+
+    from rich.console import Console
+
+    from ..planners.rl import default_agent_path
+    from .agent import load_agent
+    from .settings import StepRange, apply_env_overrides, load_env_settings
+    from .train import evaluate_agent
+
+    console = Console()
+    ag = load_agent(agent if agent is not None else default_agent_path())
+    extra = list(env_set or [])
+    if eval_range is not None:
+        r = StepRange.parse(eval_range, "--eval-range")
+        extra += [f"eval.start={r.start}", f"eval.steps={r.steps}"]
+    if env is not None:
+        s = load_env_settings(env, extra)
+    else:
+        s = apply_env_overrides(ag.settings(), extra)
+    if not strict and ag.train_range.overlaps(s.eval):
+        console.print(f"[yellow]warning:[/] the agent was trained on steps {ag.train_range}, which overlap {s.eval}")
+    names = [x.strip() for x in strategies.split(",") if x.strip()]
+    runs, data = evaluate_agent(ag, s, names, extra_overrides=list(set_ or []), strict=strict)
+    rows = {k: v.to_dict() for k, v in runs.items()}
+    _print_comparison(console, rows, f"{ag.path.name} · steps {s.eval} · {s.mode} mode · {data.forecast_label}")
+    oos = "yes" if not ag.train_range.overlaps(s.eval) else "no"
+    console.print(f"agent trained on steps {ag.train_range} ({ag.meta.get('timesteps')} steps, seed {ag.meta.get('seed')}); out of sample: {oos}")
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps({"agent": str(ag.path), "eval_range": s.eval.to_dict(), "mode": s.mode,
+                                   "forecasts": data.forecast_label, "out_of_sample": oos == "yes", "results": rows}, indent=2) + "\n")
+        console.print(f"wrote {out}")
+
+
+@app.command("info")
+def info(agent: Annotated[Optional[Path], typer.Argument(help="Agent .zip (default: the shipped DQN agent).")] = None) -> None:
+    """What an agent expects and how it was trained (its metadata), without loading the model."""
+    from rich.console import Console
+
+    from ..planners.rl import default_agent_path
+    from .agent import read_metadata
+
+    path = agent if agent is not None else default_agent_path()
+    if not Path(path).is_file():
+        from ..errors import InputError
+
+        raise InputError("agent file not found; train one with `bsp-planner rl train`", path=path)
+    m = read_metadata(path)
+    e = m["env"]
+    console = Console()
+    console.print(f"{path}: {m['algo'].upper()}, observations ({e['actions']}, {e['window']}), actions a0..a{e['actions'] - 1}")
+    console.print(f"trained {m.get('timesteps')} steps, seed {m.get('seed')}, on steps {m['train_range']['start']}.."
+                  f"{m['train_range']['start'] + m['train_range']['steps'] - 1} ({e['mode']} mode, {m.get('forecasts')}), "
+                  f"penalty {m.get('penalty_s')} s, in {m.get('train_seconds')} s")
+    if m.get("eval"):
+        ev = m["eval"]
+        r = m["eval_range"]
+        line = f"held-out steps {r['start']}..{r['start'] + r['steps'] - 1}: {ev['total_s']} s, {ev['reconfigurations']} reconfigurations"
+        for k, b in (m.get("baseline") or {}).items():
+            line += f"; {k} {b['total_s']} s, {b['reconfigurations']}"
+        console.print(line)
