@@ -2,7 +2,7 @@
 profiler (`profiling/kubernetes.py`).
 
 - :mod:`.names`: label keys, DNS-1123 names for runs, tasks and grid cells, CPU quantities.
-- :mod:`.manifests`: the objects the code creates (worker Pods, profiling Jobs, a run's ConfigMap), as
+- :mod:`.manifests`: the objects the code creates (worker Pods, profiling Jobs, resize patches), as
   plain dicts that the official client sends as they are.
 - :mod:`.binpack`: does a configuration fit the nodes' allocatable CPU, next to every other pod's requests.
 - :mod:`.capabilities`: the server's version, whether it has the ``pods/resize`` subresource, and the

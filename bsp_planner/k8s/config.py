@@ -23,14 +23,12 @@ POD_ENV = "BSP_PLANNER_POD"
 
 def _import():
     try:
-        import kubernetes  # noqa: F401
+        from kubernetes import client, config
     except ImportError as exc:  # pragma: no cover - the venv has it
         raise InputError(
             "the kubernetes backend needs the official client: pip install 'bsp-planner[kubernetes]'",
             field="--backend",
         ) from exc
-    from kubernetes import client, config
-
     return client, config
 
 

@@ -39,7 +39,7 @@ from .names import cpu_millicores
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 
 #: (group, resource) -> model class name that validates a body
-_MODELS = {("", "pods"): "V1Pod", ("", "configmaps"): "V1ConfigMap", ("batch", "jobs"): "V1Job"}
+_MODELS = {("", "pods"): "V1Pod", ("batch", "jobs"): "V1Job"}
 
 RESOURCE_LIST = [
     ("pods", "Pod", True, ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]),
@@ -99,7 +99,6 @@ class FakeState:
     nodes: dict[str, dict] = field(default_factory=dict)
     pods: dict[tuple[str, str], dict] = field(default_factory=dict)
     jobs: dict[tuple[str, str], dict] = field(default_factory=dict)
-    configmaps: dict[tuple[str, str], dict] = field(default_factory=dict)
 
 
 class FakeApiServer:
@@ -481,7 +480,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _serve(self, method, verb, group, resource, ns, name, sub, q, body):
         fake = self.fake
-        store = {("", "pods"): fake.state.pods, ("batch", "jobs"): fake.state.jobs, ("", "configmaps"): fake.state.configmaps}
+        store = {("", "pods"): fake.state.pods, ("batch", "jobs"): fake.state.jobs}
         if (group, resource) == ("", "nodes"):
             if verb == "list":
                 return 200, {"kind": "NodeList", "apiVersion": "v1", "metadata": {}, "items": list(fake.state.nodes.values())}
@@ -489,7 +488,7 @@ class _Handler(BaseHTTPRequestHandler):
         if (group, resource) not in store:
             return 404, _status(404, "NotFound", f"the fake does not serve {group}/{resource}")
         objects = store[(group, resource)]
-        kind = {"pods": "Pod", "jobs": "Job", "configmaps": "ConfigMap"}[resource]
+        kind = {"pods": "Pod", "jobs": "Job"}[resource]
         if verb == "list":
             items = [o for (ons, _), o in sorted(objects.items()) if (ns is None or ons == ns)
                      and _match_labels(o, q.get("labelSelector")) and _match_fields(o, q.get("fieldSelector"))]
@@ -536,15 +535,6 @@ class _Handler(BaseHTTPRequestHandler):
                         fake._pending_delete.setdefault(key, time.monotonic())
                 return 200, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"}
             return 200, obj
-        if verb == "update" and resource == "configmaps" and not sub:
-            err = _validate(group, resource, body)
-            if err:
-                return 422, _status(422, "Invalid", err)
-            new = copy.deepcopy(body)
-            new["metadata"]["namespace"] = ns
-            fake._stamp(new)
-            objects[(ns, name)] = new
-            return 200, new
         if verb == "patch" and resource == "pods" and sub == "resize":
             ctype = (self.headers.get("Content-Type") or "").split(";")[0].strip()
             if ctype == "application/json-patch+json" and not isinstance(body, list):

@@ -21,7 +21,6 @@ DEFAULT_MEMORY = "256Mi"
 DEFAULT_IMAGE_PULL_POLICY = "IfNotPresent"
 RUN_AS_USER = 10001  # the user jobs/Dockerfile creates
 SCRATCH_DIR = "/scratch"  # stress-ng writes its temporary files in its working directory
-JOB_DIR = "/etc/bsp-planner"  # where a run's ConfigMap (the job file) is mounted in worker pods
 
 
 def _resources(cpu_millicores: float, memory: str) -> dict:
@@ -39,9 +38,14 @@ def _container_security() -> dict:
 
 
 def _downward_env() -> list[dict]:
+    """The pod's and node's names, and a writable home and temporary directory (the root filesystem is
+    read-only; the scratch volume is not)."""
     return [
         {"name": "BSP_PLANNER_POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
         {"name": "BSP_PLANNER_NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+        {"name": "HOME", "value": SCRATCH_DIR},
+        {"name": "TMPDIR", "value": SCRATCH_DIR},
+        {"name": "MPLCONFIGDIR", "value": f"{SCRATCH_DIR}/.matplotlib"},
     ]
 
 
@@ -65,18 +69,14 @@ def worker_pod(
     args: Sequence[str],
     *,
     env: dict[str, str] | None = None,
-    configmap: str | None = None,
 ) -> dict:
     """The pod of one task of a live run: `args` are the worker's arguments (``bsp-planner <args>``,
-    e.g. ``worker --task ...``).
+    e.g. ``worker --task ...``); the worker reads its task's stressor and workloads from ZooKeeper.
 
     ``restartPolicy: Never``: a worker that fails is reported by the coordinator, which stops the run
     (resumable), rather than restarted behind its back."""
     volumes = [{"name": "scratch", "emptyDir": {}}]
     mounts = [{"name": "scratch", "mountPath": SCRATCH_DIR}]
-    if configmap:
-        volumes.append({"name": "job", "configMap": {"name": configmap}})
-        mounts.append({"name": "job", "mountPath": JOB_DIR, "readOnly": True})
     container = {
         "name": n.WORKER_CONTAINER,
         "image": settings.image,
@@ -115,16 +115,6 @@ def worker_pod(
             "annotations": {n.ANNOTATION_TASK: task, n.ANNOTATION_CPU: str(int(cpu_millicores))},
         },
         "spec": spec,
-    }
-
-
-def run_configmap(namespace: str, run_id: str, files: dict[str, str]) -> dict:
-    """A run's files (the job file, at least) for its workers, mounted at JOB_DIR."""
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {"name": n.configmap_name(run_id), "namespace": namespace, "labels": n.run_labels(run_id)},
-        "data": dict(files),
     }
 
 

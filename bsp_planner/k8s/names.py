@@ -1,6 +1,6 @@
 """Names, labels and CPU quantities: the small vocabulary every Kubernetes object of bsp-planner shares.
 
-Objects carry ``app.kubernetes.io/*`` labels plus ``bsp-planner.io/run`` (a run's pods, its ConfigMap)
+Objects carry ``app.kubernetes.io/*`` labels plus ``bsp-planner.io/run`` (a run's pods)
 or ``bsp-planner.io/profile`` (a profiling session's Jobs), so that one label selector finds exactly
 what a run or a profile made. Task names are free text in a job file; in object names and label values
 they become DNS-1123 labels, with a short hash whenever that changed them, so that two tasks never map
@@ -82,10 +82,6 @@ def run_key(run_id: str) -> str:
 def pod_name(run_id: str, task: str) -> str:
     """The pod of one task of one run: ``bsp-<run>-<task>``, a DNS label (it is also the pod's hostname)."""
     return dns_label(f"bsp-{run_id}-{dns_label(task, 40)}")
-
-
-def configmap_name(run_id: str) -> str:
-    return dns_label(f"bsp-{run_id}-job")
 
 
 def run_labels(run_id: str, task: str | None = None) -> dict[str, str]:
