@@ -1,0 +1,329 @@
+"""The Kubernetes profiler: the profiling grid as Kubernetes Jobs (thesis section 4.1.2).
+
+Each grid cell (task, workload, CPU level, repeat) is one Job whose single container has CPU requests =
+limits = the cell's CPU level and runs ``python -m bsp_planner.k8s.measure -- stress-ng ...``: the
+stressor's wall-clock time under the kubelet's CFS quota, as the local profiler measures it under its
+own cgroup. The result comes back in the container's termination message (pods ``list``, no log access).
+
+:class:`KubernetesProfiler` is a plain backend of :func:`bsp_planner.profiling.runner.run_grid`
+(``check``, ``info``, ``run``), so the files are the local profiler's, written by the same code: rows
+appended to the profile CSV as runs finish, failures to ``<stem>.failures.csv``, sessions in
+``<stem>.meta.json``, and the same resume (cells already in the CSV are skipped). The parallelism comes
+from looking ahead: told the cells the runner will ask for (:meth:`KubernetesProfiler.expect`, which
+:func:`run_grid_kubernetes` does), it keeps up to ``parallelism`` Jobs running while the runner waits
+for the first; results are handed back in the runner's order.
+
+Jobs are labelled ``bsp-planner.io/profile=<id>`` (by default derived from the profile's path) and
+deleted once their result is written, so Jobs of a session that was killed keep running in the cluster
+and the next session collects their results instead of running those cells again. Leaving a ``with``
+block (Ctrl-C included) deletes the Jobs still running.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+from ..errors import InputError
+from ..job import Job, Task
+from ..k8s import manifests as M
+from ..k8s import names as N
+from ..k8s.cluster import Cluster, pod_state
+from ..k8s.config import connect, resolve_image
+from . import runner as R
+from .local import RunResult
+
+DEFAULT_PARALLELISM = 4
+DEFAULT_STARTUP_S = 300.0  # scheduling + image pull allowance per Job
+
+
+def _fmt(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else str(float(x))
+
+
+def cell_text(cell: R.Cell) -> str:
+    task, w, c, r = cell
+    return f"{task},{_fmt(w)},{_fmt(c)},{r}"
+
+
+def cell_id(cell: R.Cell) -> str:
+    return hashlib.sha256(cell_text(cell).encode()).hexdigest()[:10]
+
+
+def default_profile_id(out: str | Path) -> str:
+    """A stable id for the profile at `out`: its folder's name and a hash of its absolute path."""
+    p = Path(out).resolve()
+    return N.dns_label(f"{p.parent.name}-{hashlib.sha256(str(p).encode()).hexdigest()[:6]}".lower(), 24)
+
+
+@dataclass
+class _Active:
+    cell: R.Cell
+    job: str
+    submitted: float
+
+
+@dataclass
+class KubernetesProfiler:
+    """Runs profiling cells as Jobs in one namespace, up to `parallelism` at once (see the module)."""
+
+    namespace: str | None = None
+    kubeconfig: str | None = None
+    context: str | None = None
+    image: str | None = None
+    image_pull_policy: str = M.DEFAULT_IMAGE_PULL_POLICY
+    memory: str = M.DEFAULT_MEMORY
+    node_selector: dict[str, str] = field(default_factory=dict)
+    parallelism: int = DEFAULT_PARALLELISM
+    startup_timeout_s: float = DEFAULT_STARTUP_S
+    profile_id: str = "adhoc"
+    poll_s: float = 1.0
+    host: str | None = None  # FakeApiServer URL, logic tests only
+    cluster: Cluster | None = None
+    sleep: Callable[[float], None] = time.sleep
+    clock: Callable[[], float] = time.monotonic
+
+    name = "kubernetes"
+
+    def __post_init__(self) -> None:
+        if isinstance(self.parallelism, bool) or not isinstance(self.parallelism, int) or self.parallelism < 1:
+            raise InputError(f"expected a whole number >= 1, got {self.parallelism!r}", field="--parallel")
+        if not self.startup_timeout_s > 0:
+            raise InputError(f"expected a positive number of seconds, got {self.startup_timeout_s!r}", field="--startup-timeout")
+        if not N.is_dns_label(self.profile_id) or len(self.profile_id) > 24:
+            raise InputError(
+                f"a profile id is at most 24 lowercase letters, digits and '-', got {self.profile_id!r}", field="--profile-id"
+            )
+        if self.cluster is None:
+            self.cluster = Cluster(connect(self.namespace, kubeconfig=self.kubeconfig, context=self.context, host=self.host))
+        self.namespace = self.cluster.namespace
+        self._settings: M.PodSettings | None = None
+        self.nodes: dict[str, str] = {}  # node -> CPU model, of the nodes that ran cells
+        self._ahead: list[R.Cell] = []  # cells the runner will ask for, in its order
+        self._tasks: dict[str, Task] = {}
+        self._active: dict[R.Cell, _Active] = {}  # submitted, not finished
+        self._done: dict[R.Cell, tuple[RunResult, str]] = {}  # finished, result not handed out yet (job name)
+        self._adopted = False
+        self.jobs_created = 0
+
+    def __enter__(self) -> KubernetesProfiler:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @property
+    def settings(self) -> M.PodSettings:
+        if self._settings is None:
+            image = resolve_image(self.image, self._own_pod_image)
+            self._settings = M.PodSettings(self.namespace, image, self.image_pull_policy, self.memory, dict(self.node_selector))
+        return self._settings
+
+    def _own_pod_image(self, pod: str) -> str | None:
+        p = self.cluster.get_pod(pod)
+        cs = ((p or {}).get("spec") or {}).get("containers") or []
+        return cs[0].get("image") if cs else None
+
+    # -- the runner's backend ----------------------------------------------------------------------
+    def check(self, tasks: Sequence[Task], job_path: Path | None = None) -> None:
+        """The namespace answers with the Role's rights and the image is known. (Whether the image's
+        stress-ng has a stressor shows in that task's first run: a failed cell, with the reason.)"""
+        self.cluster.list_jobs(M.profile_selector(self.profile_id))
+        self.settings  # noqa: B018
+
+    def info(self) -> dict:
+        caps = self.cluster.capabilities()
+        return {
+            "backend": self.name,
+            "kubernetes": {
+                "server_version": caps.git_version,
+                "where": self.cluster.conn.where,
+                "namespace": self.namespace,
+                "image": self.settings.image,
+                "parallelism": self.parallelism,
+                "profile_id": self.profile_id,
+                "node_selector": dict(self.node_selector),
+            },
+        }
+
+    def host_info(self) -> dict:
+        """The runner's host fields for a cluster: the API server and the CPU models of the nodes that ran
+        cells so far (for the runner's hook `backend.host_info()`, see docs/kubernetes.md)."""
+        models = sorted(set(self.nodes.values()))
+        return {"host": self.cluster.conn.host, "cpu_model": " | ".join(models) or "unknown", "cores": None,
+                "kernel": None, "os": "kubernetes"}
+
+    def expect(self, tasks: Sequence[Task], cells: Sequence[R.Cell]) -> None:
+        """The cells the runner is about to ask for, in its order: they run `parallelism` at a time."""
+        self._tasks.update({t.name: t for t in tasks})
+        self._ahead = list(cells)
+
+    def run(self, task: Task, workload: float, cpu_millicores: float, timeout_s: float) -> RunResult:
+        """The result of one cell: from the Jobs already running ahead when it was expected, else from a
+        Job started now."""
+        self._tasks[task.name] = task
+        key = (task.name, float(workload), float(cpu_millicores))
+        cell = next((c for c in self._ahead if c[:3] == key), None)
+        if cell is None:  # not announced: a one-off cell, numbered after whatever repeats ran before
+            cell = (*key, -1 - sum(1 for c in self._done if c[:3] == key))
+        else:
+            self._ahead.remove(cell)
+            self._ahead.insert(0, cell)  # submitted first if it is not yet
+        if not self._adopted:
+            self._adopt()
+        while cell not in self._done:
+            self._fill(cell, timeout_s)
+            if not self._collect(timeout_s):
+                self.sleep(self.poll_s)
+        if cell in self._ahead:
+            self._ahead.remove(cell)
+        result, job = self._done.pop(cell)
+        self.cluster.delete_job(job)  # only now: a killed session leaves it for the next to collect
+        return result
+
+    def close(self) -> None:
+        """Delete the Jobs still running (their cells are measured again by the next session)."""
+        for a in list(self._active.values()):
+            try:
+                self.cluster.delete_job(a.job)
+            except Exception:
+                pass
+        self._active.clear()
+
+    # -- Jobs --------------------------------------------------------------------------------------
+    def job_body(self, task: Task, cell: R.Cell, timeout_s: float) -> dict:
+        _, workload, cpu, _ = cell
+        command = ["python", "-m", "bsp_planner.k8s.measure", "--timeout", f"{timeout_s:g}", "--",
+                   *task.stress_ng_args(workload, stress_ng="stress-ng")]
+        return M.profile_job(self.settings, self.profile_id, cell_id(cell), cell_text(cell), task.name, cpu,
+                             command, timeout_s, self.startup_timeout_s)
+
+    def _existing(self) -> dict[str, dict]:
+        """This profile's Jobs in the cluster, by cell id."""
+        jobs = self.cluster.list_jobs(M.profile_selector(self.profile_id))
+        return {(j["metadata"].get("labels") or {}).get(N.LABEL_CELL): j for j in jobs}
+
+    def _adopt(self) -> None:
+        """Jobs of this profile left by an earlier session: those of expected cells are waited for and
+        read; the others (cells measured since, or no longer asked for) are deleted."""
+        self._adopted = True
+        wanted = {cell_id(c): c for c in self._ahead}
+        for cid, job in self._existing().items():
+            if cid in wanted:
+                self._active[wanted[cid]] = _Active(wanted[cid], job["metadata"]["name"], self.clock())
+            else:
+                self.cluster.delete_job(job["metadata"]["name"])
+
+    def _fill(self, head: R.Cell, timeout_s: float) -> None:
+        todo = [head] + [c for c in self._ahead if c != head]
+        for cell in todo:
+            if len(self._active) >= self.parallelism:
+                return
+            if cell in self._active or cell in self._done or cell[0] not in self._tasks:
+                continue
+            body = self.job_body(self._tasks[cell[0]], cell, timeout_s)
+            name = body["metadata"]["name"]
+            if self.cluster.create_job(body) is None:  # a stale Job of that name: start afresh
+                self.cluster.delete_job(name)
+                self._wait_job_gone(cell)
+                self.cluster.create_job(body)
+            self.jobs_created += 1
+            self._active[cell] = _Active(cell, name, self.clock())
+
+    def _wait_job_gone(self, cell: R.Cell) -> None:
+        deadline = self.clock() + 60
+        while cell_id(cell) in self._existing() and self.clock() < deadline:
+            self.sleep(self.poll_s)
+
+    def _collect(self, timeout_s: float) -> bool:
+        """Move the Jobs that ended to _done (one list of Jobs and one of pods per call); True if any did."""
+        if not self._active:
+            return False
+        jobs = self._existing()
+        pods: dict[str, list[dict]] = {}
+        for p in self.cluster.list_pods(M.profile_selector(self.profile_id)):
+            pods.setdefault((p["metadata"].get("labels") or {}).get(N.LABEL_CELL), []).append(p)
+        ended = []
+        now = self.clock()
+        for cell, a in self._active.items():
+            cid = cell_id(cell)
+            cell_pods = sorted(pods.get(cid, []), key=lambda p: p["metadata"].get("creationTimestamp") or "")
+            result = self._outcome(jobs.get(cid), cell_pods[-1] if cell_pods else None, now - a.submitted, timeout_s)
+            if result is not None:
+                ended.append((cell, result))
+        for cell, result in ended:
+            a = self._active.pop(cell)
+            self._done[cell] = (result, a.job)
+        return bool(ended)
+
+    def _outcome(self, job: dict | None, pod: dict | None, waited_s: float, timeout_s: float) -> RunResult | None:
+        """A finished cell's result, or None while it runs."""
+        if job is None:
+            return RunResult(None, "the Job was deleted before it finished (by someone else?)")
+        status = job.get("status") or {}
+        conds = {c.get("type"): c for c in status.get("conditions") or [] if c.get("status") == "True"}
+        report = _report(pod)
+        if "Complete" in conds or status.get("succeeded"):
+            if report and report.get("duration_s") is not None:
+                node = report.get("node") or ((pod or {}).get("spec") or {}).get("nodeName") or "?"
+                self.nodes.setdefault(node, report.get("cpu_model") or "unknown")
+                return RunResult(float(report["duration_s"]))
+            return RunResult(None, "the Job completed but its pod's result is missing")
+        if "Failed" in conds or status.get("failed"):
+            if report and report.get("reason"):
+                return RunResult(None, report["reason"])
+            if (conds.get("Failed") or {}).get("reason") == "DeadlineExceeded":
+                return RunResult(None, f"timeout: the Job ran past {timeout_s:g} s + {self.startup_timeout_s:g} s to start")
+            st = pod_state(pod, N.COMPONENT_PROFILER) if pod else None
+            return RunResult(None, (st.problem if st and st.problem else None) or (conds.get("Failed") or {}).get("message") or "the Job failed")
+        if pod is not None:
+            st = pod_state(pod, N.COMPONENT_PROFILER)
+            if st.phase == "Pending" and (st.fatal_waiting or waited_s > self.startup_timeout_s):
+                return RunResult(None, f"did not start within {waited_s:.0f} s: {st.waiting}")
+        elif waited_s > self.startup_timeout_s:
+            return RunResult(None, f"no pod within {self.startup_timeout_s:g} s (a quota? admission?)")
+        return None
+
+
+def _report(pod: dict | None) -> dict | None:
+    """The JSON the measurement left in its container's termination message."""
+    for cs in ((pod or {}).get("status") or {}).get("containerStatuses") or []:
+        term = (cs.get("state") or {}).get("terminated") or {}
+        msg = (term.get("message") or "").strip()
+        if msg.startswith("{"):
+            try:
+                return json.loads(msg)
+            except ValueError:
+                return None
+        if term:
+            return {"duration_s": None, "reason": f"exit code {term.get('exitCode')}: {' '.join(msg.split())[-300:]}".rstrip(": ")}
+    return None
+
+
+def run_grid_kubernetes(
+    job: Job,
+    out: str | Path,
+    grid: R.Grid,
+    profiler: KubernetesProfiler,
+    *,
+    tasks: Sequence[str] | None = None,
+    timeout_s: float = R.DEFAULT_TIMEOUT_S,
+    progress: bool = True,
+    console=None,
+) -> R.GridReport:
+    """:func:`~bsp_planner.profiling.runner.run_grid` with the cells run as Kubernetes Jobs,
+    `profiler.parallelism` at a time: the runner's checks, files and resume; the profiler is told which
+    cells the runner will ask for (the runner's own order, less the cells the profile already has)."""
+    selected = R.select_tasks(job, tasks)
+    cells = R.plan_cells(selected, R.validate_grid(grid))
+    try:
+        measured = R.measured_cells(Path(out))
+    except InputError:  # a damaged file: run_grid says what is wrong with it; no look-ahead meanwhile
+        measured = set(cells)
+    profiler.expect(selected, [c for c in cells if c not in measured])
+    with profiler:
+        return R.run_grid(job, out, grid, profiler, tasks=tasks, timeout_s=timeout_s, progress=progress, console=console)

@@ -1,0 +1,574 @@
+"""The Kubernetes backend: each task of a live run is a Pod running `bsp-planner worker`, its CPU request
+and limit equal to the task's configured CPU.
+
+    pod      bsp-<run>-<task>, labels app.kubernetes.io/* + bsp-planner.io/run=<run> + bsp-planner.io/task,
+             one container `worker` (command `bsp-planner`, the coordinator's worker arguments), CPU and
+             memory requests = limits (Guaranteed QoS), restartPolicy Never, no API token
+    ZooKeeper the StatefulSet of jobs/k8s; workers reach it at zookeeper.<namespace>.svc:2181 (the
+             coordinator may reach it elsewhere, e.g. through `kubectl port-forward`); the worker
+             arguments' ZooKeeper address is rewritten to the in-cluster one
+    credentials the run's ZooKeeper credentials reach the workers from a Secret (``zk_auth_secret``, key
+             ``auth``) when one is named, otherwise as a plain environment value of the pod
+
+Reconfiguration (``reconfigure``): ``in-place`` patches the ``pods/resize`` subresource (Kubernetes 1.33+)
+and waits until the kubelet reports the new limit applied; ``recreate`` deletes the pod (SIGTERM: the
+worker leaves, its checkpoint is in ZooKeeper), waits until it is gone and creates it again with the new
+limit (the new worker restores from the checkpoint). ``auto`` takes in-place where the server lists
+``pods/resize``. A resize the kubelet calls Infeasible, or that is still pending after
+``resize_timeout_s``, falls back to recreation. Every reconfiguration is timed and kept in
+:attr:`KubernetesBackend.events` (task, mode, seconds, detail) for the run log.
+
+Before a configuration is applied, :meth:`KubernetesBackend.check_configuration` packs it onto the
+nodes' allocatable CPU next to every other pod's requests (when the account may read nodes: see
+jobs/k8s/components/node-reader) and refuses, with the numbers, a configuration that cannot be placed.
+A pod that stays Pending past ``pending_timeout_s``, or that is evicted, fails or is deleted by someone
+else, makes :meth:`poll_task` raise :class:`PodLost`: the coordinator stops, and since every completed
+step is in ZooKeeper and the run log, the run resumes from there.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Mapping
+
+from ...errors import InputError
+from ...k8s import manifests as M
+from ...k8s import names as N
+from ...k8s.binpack import DoesNotFit, fits_in_place, node_capacities, pack
+from ...k8s.capabilities import RECONFIGURE_MODES, choose_reconfigure_mode
+from ...k8s.cluster import Cluster, PodState, pod_state, resize_done
+from ...k8s.config import connect, resolve_image
+from . import Backend, Capabilities, TaskStatus, WorkerLaunch
+
+log = logging.getLogger("bsp_planner.runtime")
+
+ENV_HOSTS = "BSP_PLANNER_ZOOKEEPER"
+ENV_AUTH = "BSP_PLANNER_ZK_AUTH"
+ENV_AUTH_FILE = "BSP_PLANNER_ZK_AUTH_FILE"
+ENV_PREFIX = "BSP_PLANNER_K8S_"
+ZK_FLAGS = ("--zookeeper", "--zk", "--zk-hosts")
+STRESS_NG_FLAG = "--stress-ng"
+IMAGE_STRESS_NG = "stress-ng"  # on the PATH of the image jobs/Dockerfile builds
+SECRET_KEY = "auth"
+
+
+def parse_node_selector(text: str) -> dict[str, str]:
+    """'disktype=ssd,zone=a' -> {'disktype': 'ssd', 'zone': 'a'}."""
+    out = {}
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        k, eq, v = part.partition("=")
+        if not eq or not k.strip():
+            raise InputError(f"expected key=value[,key=value...], got {text!r}", field="--node-selector")
+        out[k.strip()] = v.strip()
+    return out
+
+
+class PodLost(InputError):
+    """A task's pod cannot run: pending past the timeout, evicted, failed or deleted. The run stops and
+    stays resumable (every completed step is in ZooKeeper and the run log)."""
+
+
+class ConfigurationDoesNotFit(InputError):
+    """A configuration cannot be placed on the nodes' allocatable CPU."""
+
+
+@dataclass
+class ReconfigEvent:
+    task: str
+    mode: str  # 'in-place' | 'recreate' | 'start'
+    millicores: float
+    seconds: float
+    detail: str = ""
+
+
+@dataclass
+class _Task:
+    launch: WorkerLaunch
+    millicores: float
+    created_at: float  # monotonic time of the pod's creation (the pending clock)
+    last: PodState | None = None
+    plan: str | None = None  # 'in-place' | 'recreate' for the configuration being applied
+    last_logged: str = ""
+
+
+@dataclass
+class KubernetesBackend(Backend):
+    run_id: str
+    log_dir: str | Path | None = None
+    namespace: str | None = None
+    kubeconfig: str | None = None
+    context: str | None = None
+    image: str | None = None
+    image_pull_policy: str = M.DEFAULT_IMAGE_PULL_POLICY
+    reconfigure: str | None = None  # auto | in-place | recreate (default: $BSP_PLANNER_K8S_RECONFIGURE or auto)
+    worker_zk_hosts: str | None = None
+    zk_auth_secret: str | None = None
+    memory: str = M.DEFAULT_MEMORY
+    node_selector: dict[str, str] | None = None
+    pending_timeout_s: float | None = None
+    resize_timeout_s: float = 60.0
+    delete_timeout_s: float = 120.0
+    termination_grace_s: int = 10
+    poll_s: float = 0.5
+    fit_check: bool = True
+    stress_ng: str = IMAGE_STRESS_NG  # accepted for the coordinator's make_backend call; pods use the image's
+    cgroup_prefix: str | None = None  # accepted likewise; the kubelet makes the pods' cgroups
+    host: str | None = None  # an API server URL without credentials: the FakeApiServer of the logic tests
+    cluster: Cluster | None = None
+    sleep: Callable[[float], None] = time.sleep
+    clock: Callable[[], float] = time.monotonic
+
+    name = "kubernetes"
+
+    def __post_init__(self) -> None:
+        self._from_env()
+        self.run_key = N.run_key(self.run_id)
+        if self.reconfigure not in RECONFIGURE_MODES:
+            raise InputError(f"expected one of {', '.join(RECONFIGURE_MODES)}, got {self.reconfigure!r}", field="--reconfigure")
+        for name in ("pending_timeout_s", "resize_timeout_s", "delete_timeout_s"):
+            if not getattr(self, name) > 0:
+                raise InputError(f"expected a positive number of seconds, got {getattr(self, name)!r}", field=name)
+        if self.cluster is None:
+            self.cluster = Cluster(connect(self.namespace, kubeconfig=self.kubeconfig, context=self.context, host=self.host))
+        self.namespace = self.cluster.namespace
+        self.tasks: dict[str, _Task] = {}
+        self.events: list[ReconfigEvent] = []
+        self.warnings: list[str] = []
+        self._mode: tuple[str, str] | None = None
+        self._capacity_m: float | None | bool = False  # False: not read yet
+        self._settings: M.PodSettings | None = None
+        if self.worker_zk_hosts is None:
+            self.worker_zk_hosts = f"{N.ZOOKEEPER_SERVICE}.{self.namespace}.svc:{N.ZOOKEEPER_PORT}"
+
+    def _from_env(self) -> None:
+        """Settings not given fall back on $BSP_PLANNER_K8S_* (so the coordinator Job of jobs/k8s sets them
+        in its environment), then on the defaults."""
+        env = os.environ
+        if self.namespace is None:
+            self.namespace = env.get(f"{ENV_PREFIX}NAMESPACE") or None
+        if self.reconfigure is None:
+            self.reconfigure = env.get(f"{ENV_PREFIX}RECONFIGURE") or "auto"
+        if self.worker_zk_hosts is None:
+            self.worker_zk_hosts = env.get(f"{ENV_PREFIX}WORKER_ZOOKEEPER") or None
+        if self.zk_auth_secret is None:
+            self.zk_auth_secret = env.get(f"{ENV_PREFIX}ZK_AUTH_SECRET") or None
+        if self.node_selector is None:
+            self.node_selector = parse_node_selector(env.get(f"{ENV_PREFIX}NODE_SELECTOR", ""))
+        if self.pending_timeout_s is None:
+            text = env.get(f"{ENV_PREFIX}PENDING_TIMEOUT") or "120"
+            try:
+                self.pending_timeout_s = float(text)
+            except ValueError:
+                raise InputError(f"expected seconds, got {text!r}", field=f"${ENV_PREFIX}PENDING_TIMEOUT") from None
+
+    # -- what the platform can do ------------------------------------------------------------------
+    @property
+    def mode(self) -> str:
+        """'in-place' or 'recreate', from --reconfigure and the server's capabilities."""
+        if self._mode is None:
+            self._mode = choose_reconfigure_mode(self.reconfigure, self.cluster.capabilities())
+        return self._mode[0]
+
+    def capabilities(self) -> Capabilities:
+        """in_place: the server can resize (and --reconfigure is not recreate); capacity: the schedulable
+        nodes' free allocatable CPU when first asked (None where nodes cannot be read)."""
+        if self._capacity_m is False:
+            nodes = self._node_capacities(movable_own=True)
+            self._capacity_m = None if nodes is None else sum(max(0.0, c.free_m) for c in nodes if c.unschedulable is None)
+        return Capabilities(in_place=self.mode == "in-place", recreate=True, sees_exit=True,
+                            capacity_millicores=self._capacity_m)
+
+    def info(self) -> dict:
+        caps = self.cluster.capabilities()
+        return {
+            "backend": self.name,
+            "kubernetes": {
+                **caps.as_dict(),
+                "namespace": self.namespace,
+                "where": self.cluster.conn.where,
+                "image": self._settings.image if self._settings else self.image,
+                "reconfigure": self.mode,
+                "reconfigure_reason": self._mode[1] if self._mode else "",
+                "worker_zookeeper": self.worker_zk_hosts,
+                "zk_auth_secret": self.zk_auth_secret,
+                "pending_timeout_s": self.pending_timeout_s,
+            },
+            "warnings": list(self.warnings),
+        }
+
+    def _warn(self, text: str) -> None:
+        if text not in self.warnings:
+            self.warnings.append(text)
+            log.warning(text)
+
+    @property
+    def settings(self) -> M.PodSettings:
+        if self._settings is None:
+            image = resolve_image(self.image, self._own_pod_image)
+            self._settings = M.PodSettings(self.namespace, image, self.image_pull_policy, self.memory,
+                                           dict(self.node_selector), self.termination_grace_s)
+        return self._settings
+
+    def _own_pod_image(self, pod_name: str) -> str | None:
+        pod = self.cluster.get_pod(pod_name)
+        containers = ((pod or {}).get("spec") or {}).get("containers") or []
+        return containers[0].get("image") if containers else None
+
+    # -- checks ------------------------------------------------------------------------------------
+    def check(self, job, millicores_max: float, budget_millicores: float, path=None) -> None:
+        """The namespace is reachable with the Role's rights, the reconfiguration mode is possible, the
+        image is known, and (where nodes can be read) the budget and the largest task fit the nodes."""
+        self.cluster.list_pods(N.run_selector(self.run_key))  # reachability and the Role, at once
+        self.mode  # noqa: B018  (raises if in-place is forced and impossible)
+        self.settings  # noqa: B018  (raises if no image is known)
+        for t in job.tasks:
+            N.pod_name(self.run_key, t.name)
+        nodes = self._node_capacities(movable_own=True)
+        if nodes is None:
+            return
+        usable = [c for c in nodes if c.unschedulable is None]
+        free = sum(max(0.0, c.free_m) for c in usable)
+        biggest = max((c.free_m for c in usable), default=0.0)
+        where = "; ".join(c.describe() for c in nodes)
+        if budget_millicores > free + 1e-6:
+            raise ConfigurationDoesNotFit(
+                f"the CPU budget ({budget_millicores:g}m) exceeds the free allocatable CPU of the schedulable "
+                f"nodes ({free:.0f}m: {where}); lower cpu.budget_millicores or add nodes",
+                path=path, field="cpu.budget_millicores",
+            )
+        if millicores_max > biggest + 1e-6:
+            raise ConfigurationDoesNotFit(
+                f"one task may get up to {millicores_max:g}m but no node has more than {biggest:.0f}m free "
+                f"({where}); lower cpu.max_millicores",
+                path=path, field="cpu.max_millicores",
+            )
+
+    def _node_capacities(self, *, movable_own: bool) -> list | None:
+        if not self.fit_check:
+            return None
+        nodes = self.cluster.list_nodes()
+        pods = self.cluster.list_all_pods() if nodes is not None else None
+        if nodes is None or pods is None:
+            self._warn(
+                "cannot read the cluster's nodes and pods (the Role is namespaced): the fit check is off and a "
+                "pod that cannot be placed stops the run after the pending timeout; apply "
+                "jobs/k8s/components/node-reader to turn it on"
+            )
+            return None
+        own = set(N.pod_name(self.run_key, t) for t in self.tasks)
+
+        def movable(pod: Mapping) -> bool:
+            meta = pod.get("metadata") or {}
+            return movable_own and meta.get("namespace") == self.namespace and (
+                (meta.get("labels") or {}).get(N.LABEL_RUN) == self.run_key or meta.get("name") in own
+            )
+
+        return node_capacities(nodes, pods, movable=movable, node_selector=self.node_selector)
+
+    def check_configuration(self, millicores: Mapping[str, float]) -> dict[str, str]:
+        """Can `millicores` (task -> CPU) be applied? Returns task -> how: 'start', 'keep', 'in-place' or
+        'recreate' (resize_task follows this plan), or raises ConfigurationDoesNotFit.
+
+        In in-place mode, a running pod keeps its node: its increase must fit there (decreases first free
+        room); a task whose increase does not fit there is recreated instead, and every pod to (re)create
+        must then be packed into what is left. In recreate mode all changed pods are packed again."""
+        plan: dict[str, str] = {}
+        for task, m in millicores.items():
+            t = self.tasks.get(task)
+            if t is None:
+                plan[task] = "start"
+            elif abs(t.millicores - m) < 0.5:
+                plan[task] = "keep"
+            else:
+                plan[task] = self.mode
+        nodes = self._node_capacities(movable_own=False)
+        if nodes is not None:
+            try:
+                plan = self._fit(millicores, plan, nodes)
+            except DoesNotFit as exc:
+                raise ConfigurationDoesNotFit(f"the configuration does not fit the cluster: {exc}", field="configuration") from None
+        for task, how in plan.items():
+            if task in self.tasks:
+                self.tasks[task].plan = how
+        return plan
+
+    def _fit(self, millicores: Mapping[str, float], plan: dict[str, str], nodes: list) -> dict[str, str]:
+        # current occupancy of this run's pods, by node
+        where: dict[str, str | None] = {}
+        for task, t in self.tasks.items():
+            where[task] = t.last.node if t.last is not None else None
+            if where[task] is None:
+                where[task] = pod_state(self.cluster.get_pod(N.pod_name(self.run_key, task)), N.WORKER_CONTAINER).node
+        in_place = {task: (where[task], self.tasks[task].millicores, float(millicores[task]))
+                    for task, how in plan.items() if how == "in-place" and where.get(task)}
+        ok = fits_in_place(in_place, nodes)
+        for task, fits in ok.items():
+            if not fits:
+                plan[task] = "recreate"
+        # the pods that will be (re)created leave their node first; the in-place ones change in place
+        room = {c.name: c.free_m for c in nodes}
+        for task, how in plan.items():
+            if how == "recreate" and where.get(task) in room:
+                room[where[task]] += self.tasks[task].millicores
+            elif how == "in-place" and where.get(task) in room:
+                room[where[task]] -= float(millicores[task]) - self.tasks[task].millicores
+        placed = {t: float(millicores[t]) for t, how in plan.items() if how in ("start", "recreate")}
+        if placed:
+            from ...k8s.binpack import NodeCapacity
+
+            caps = [NodeCapacity(c.name, c.allocatable_m, c.allocatable_m - room[c.name], c.unschedulable) for c in nodes]
+            pack(placed, caps)
+        return plan
+
+    # -- pods --------------------------------------------------------------------------------------
+    def _pod_name(self, task: str) -> str:
+        return N.pod_name(self.run_key, task)
+
+    def _worker_args(self, launch: WorkerLaunch) -> list[str]:
+        """The coordinator's worker arguments, with the ZooKeeper address the pods reach and the image's
+        stress-ng (the coordinator's may be a path on its own machine)."""
+        replace = {f: self.worker_zk_hosts for f in ZK_FLAGS}
+        replace[STRESS_NG_FLAG] = IMAGE_STRESS_NG
+        args = list(launch.args)
+        out: list[str] = []
+        i = 0
+        while i < len(args):
+            a = args[i]
+            flag, eq, _ = a.partition("=")
+            if a in replace and i + 1 < len(args):
+                out += [a, replace[a]]
+                i += 2
+                continue
+            out.append(f"{flag}={replace[flag]}" if eq and flag in replace else a)
+            i += 1
+        return out
+
+    def _worker_env(self, launch: WorkerLaunch) -> tuple[dict[str, str], list[dict]]:
+        env = {k: v for k, v in launch.env.items() if k not in (ENV_AUTH, ENV_AUTH_FILE)}
+        env[ENV_HOSTS] = self.worker_zk_hosts
+        refs: list[dict] = []
+        has_auth = ENV_AUTH in launch.env or ENV_AUTH_FILE in launch.env
+        if self.zk_auth_secret:
+            refs.append({"name": ENV_AUTH, "valueFrom": {"secretKeyRef": {"name": self.zk_auth_secret, "key": SECRET_KEY}}})
+        elif has_auth:
+            auth = launch.env.get(ENV_AUTH)
+            if auth is None:
+                from ..zk import read_credentials_file
+
+                c = read_credentials_file(launch.env[ENV_AUTH_FILE])
+                auth = f"{c.user}:{c.password}"
+            env[ENV_AUTH] = auth
+            self._warn(
+                "the ZooKeeper credentials are passed to the worker pods as a plain environment value (readable by "
+                "whoever may read pods in the namespace); name a Secret with --zk-auth-secret instead"
+            )
+        return env, refs
+
+    def _pod_body(self, launch: WorkerLaunch, millicores: float) -> dict:
+        env, refs = self._worker_env(launch)
+        body = M.worker_pod(self.settings, self.run_key, launch.task, millicores, self._worker_args(launch), env=env)
+        container = body["spec"]["containers"][0]
+        container["env"] += refs
+        body["metadata"]["annotations"][f"{N.DOMAIN}/incarnation"] = str(launch.incarnation)
+        return body
+
+    def _delete_and_wait(self, task: str, grace_s: int | None) -> dict | None:
+        """Delete the task's pod and wait until it is gone; returns the pod as last seen (None if none)."""
+        name = self._pod_name(task)
+        pod = self.cluster.get_pod(name)
+        if pod is None:
+            return None
+        last = pod
+        self.cluster.delete_pod(name, grace_s)
+        deadline = self.clock() + self.delete_timeout_s
+        while True:
+            pod = self.cluster.get_pod(name)
+            if pod is None:
+                return last
+            last = pod
+            if self.clock() >= deadline:
+                raise PodLost(
+                    f"pod {name} is still terminating {self.delete_timeout_s:g} s after its deletion; the run stops "
+                    f"(resume it once the pod is gone: `kubectl -n {self.namespace} get pod {name}`)",
+                    field="kubernetes",
+                )
+            self.sleep(self.poll_s)
+
+    def start_task(self, launch: WorkerLaunch, millicores: float) -> None:
+        """Create the task's pod (after removing any earlier one of the same name). Returns once it is
+        created: scheduling and start are watched by poll_task (the coordinator waits for the worker's
+        ZooKeeper membership meanwhile)."""
+        started = self.clock()
+        old = self.tasks.pop(launch.task, None)
+        self._delete_and_wait(launch.task, 0 if old is None else self.termination_grace_s)
+        body = self._pod_body(launch, millicores)
+        if self.cluster.create_pod(body) is None:  # created by someone in between
+            self._delete_and_wait(launch.task, 0)
+            self.cluster.create_pod(body)
+        self.tasks[launch.task] = _Task(launch, float(millicores), self.clock())
+        self.events.append(ReconfigEvent(launch.task, "start", float(millicores), self.clock() - started))
+
+    def resize_task(self, task: str, millicores: float) -> None:
+        """In place through pods/resize, waiting until the kubelet applied it; recreation where the plan
+        from check_configuration says so, where the server cannot resize, or where the kubelet refuses."""
+        t = self._get(task)
+        if t.plan == "recreate" or self.mode != "in-place":
+            return self.recreate_task(t.launch, millicores, detail="planned" if t.plan == "recreate" else "")
+        started = self.clock()
+        name = self._pod_name(task)
+        self.cluster.resize_pod(name, M.resize_patch(millicores))
+        deadline = started + self.resize_timeout_s
+        while True:
+            st = pod_state(self.cluster.get_pod(name))
+            t.last = st
+            if st.problem:
+                raise PodLost(f"task {task!r}: {st.problem} (pod {name}); the run stops and can be resumed", field="kubernetes")
+            if resize_done(st, millicores):
+                t.millicores = float(millicores)
+                t.plan = None
+                self.events.append(ReconfigEvent(task, "in-place", float(millicores), self.clock() - started))
+                return
+            if st.resize_infeasible or self.clock() >= deadline:
+                why = st.resize_infeasible or f"not applied after {self.resize_timeout_s:g} s ({st.resize or 'no status'})"
+                self._warn(f"in-place resize of {task!r} to {millicores:g}m: {why}; recreating the pod instead")
+                return self.recreate_task(t.launch, millicores, detail=f"resize failed: {why}", started=started)
+            self.sleep(self.poll_s)
+
+    def recreate_task(self, launch: WorkerLaunch, millicores: float, *, detail: str = "", started: float | None = None) -> None:
+        """Delete the pod (SIGTERM: the worker leaves with its checkpoint in ZooKeeper), wait until it is
+        gone, create it again with the new CPU."""
+        started = self.clock() if started is None else started
+        old = self.tasks.pop(launch.task, None)
+        self._keep_log(launch.task, self._delete_and_wait(launch.task, self.termination_grace_s))
+        self.cluster.create_pod(self._pod_body(launch, millicores))
+        self.tasks[launch.task] = _Task(launch, float(millicores), self.clock())
+        self.events.append(ReconfigEvent(launch.task, "recreate", float(millicores), self.clock() - started,
+                                         detail or (f"from {old.millicores:g}m" if old else "")))
+
+    def stop_task(self, task: str, timeout_s: float = 10.0) -> TaskStatus:
+        self.tasks.pop(task, None)
+        last = self._delete_and_wait(task, max(0, int(timeout_s)))
+        self._keep_log(task, last)
+        if last is None:
+            return TaskStatus(alive=False)
+        st = pod_state(last)
+        return TaskStatus(alive=False, exit_code=st.exit_code, detail=st.problem or "")
+
+    def poll_task(self, task: str) -> TaskStatus:
+        """Alive while pending (within the timeout) or running; not alive, with the exit code, once the worker
+        exited by itself (the coordinator restarts it or fails). Raises PodLost when the pod is pending past
+        the timeout (or can never start), or the platform took it: evicted, preempted, refused by the
+        kubelet, deleted by someone else."""
+        t = self.tasks.get(task)
+        if t is None:
+            return TaskStatus(alive=False, detail="not started")
+        name = self._pod_name(task)
+        pod = self.cluster.get_pod(name)
+        st = pod_state(pod)
+        t.last = st
+        if st.problem and st.platform_lost:
+            self._keep_log(task, pod)
+            raise PodLost(
+                f"task {task!r}: {st.problem} (pod {name}); the run stops here and can be resumed", field="kubernetes"
+            )
+        if st.phase in ("Succeeded", "Failed"):  # the worker exited by itself: the coordinator decides
+            if t.last_logged != st.name + st.phase:
+                self._keep_log(task, pod)
+                t.last_logged = st.name + st.phase
+            return TaskStatus(alive=False, exit_code=st.exit_code, detail=st.problem or "")
+        if st.phase == "Pending":
+            waited = self.clock() - t.created_at
+            if st.fatal_waiting or waited > self.pending_timeout_s:
+                raise PodLost(
+                    f"task {task!r}: pod {name} is still pending after {waited:.0f} s ({st.waiting}); the run stops "
+                    f"and can be resumed once the cluster can place it (check `kubectl -n {self.namespace} describe pod "
+                    f"{name}`, or lower the CPU budget)",
+                    field="kubernetes",
+                )
+            return TaskStatus(alive=True, detail=f"pending: {st.waiting}")
+        return TaskStatus(alive=True)
+
+    def wait_running(self, tasks: list[str] | None = None) -> float:
+        """Block until the tasks' pods run (or raise PodLost as poll_task does); returns the seconds waited."""
+        start = self.clock()
+        todo = list(tasks if tasks is not None else self.tasks)
+        while todo:
+            todo = [t for t in todo if not (self.poll_task(t).alive and self.tasks[t].last.running)]
+            if todo:
+                self.sleep(self.poll_s)
+        return self.clock() - start
+
+    def millicores(self, task: str) -> float | None:
+        t = self.tasks.get(task)
+        return None if t is None else t.millicores
+
+    def log_tail(self, task: str, limit: int = 2000) -> str:
+        """The worker's last words: the termination message of its container (its log's tail when it failed),
+        which needs no log access; also kept in <log_dir>/<task>.log."""
+        pod = self.cluster.get_pod(self._pod_name(task))
+        text = _termination_message(pod)
+        if not text and self.log_dir is not None:
+            try:
+                text = (Path(self.log_dir) / f"{task}.log").read_text(errors="replace")
+            except OSError:
+                text = ""
+        return text[-limit:]
+
+    def _keep_log(self, task: str, pod: dict | None) -> None:
+        """Append what the pod said on its way out (state, reason, termination message) to <log_dir>/<task>.log."""
+        if self.log_dir is None or pod is None:
+            return
+        st = pod_state(pod)
+        line = f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} pod {st.name} on {st.node or '-'}: {st.phase}"
+        line += f" ({st.problem})" if st.problem else ""
+        msg = _termination_message(pod)
+        path = Path(self.log_dir)
+        path.mkdir(parents=True, exist_ok=True)
+        with open(path / f"{task}.log", "a") as fh:
+            fh.write(line + "\n" + (msg + "\n" if msg else ""))
+
+    def cleanup_stale(self) -> list[str]:
+        """Delete this run's pods that an earlier, killed coordinator left behind."""
+        removed = []
+        for pod in self.cluster.list_pods(N.run_selector(self.run_key)):
+            name = pod["metadata"]["name"]
+            task = (pod["metadata"].get("annotations") or {}).get(N.ANNOTATION_TASK)
+            if task in self.tasks:
+                continue
+            self.cluster.delete_pod(name, 0)
+            removed.append(name)
+        deadline = self.clock() + self.delete_timeout_s
+        while removed and any(self.cluster.get_pod(n) is not None for n in removed) and self.clock() < deadline:
+            self.sleep(self.poll_s)
+        return removed
+
+    def close(self) -> None:
+        """Delete every pod of the run (all at once, then wait until they are gone)."""
+        names = [self._pod_name(t) for t in self.tasks]
+        self.tasks.clear()
+        for name in names:
+            self.cluster.delete_pod(name, self.termination_grace_s)
+        deadline = self.clock() + self.delete_timeout_s
+        while names and self.clock() < deadline:
+            names = [n for n in names if self.cluster.get_pod(n) is not None]
+            if names:
+                self.sleep(self.poll_s)
+
+    def _get(self, task: str) -> _Task:
+        if task not in self.tasks:
+            raise InputError(f"task {task!r} is not running", field="task")
+        return self.tasks[task]
+
+
+def _termination_message(pod: dict | None) -> str:
+    for cs in ((pod or {}).get("status") or {}).get("containerStatuses") or []:
+        term = (cs.get("state") or {}).get("terminated") or (cs.get("lastState") or {}).get("terminated")
+        if term and term.get("message"):
+            return term["message"].strip()
+    return ""
