@@ -1,0 +1,100 @@
+"""Backends start, resize and stop a run's task processes; they never decide a configuration.
+
+The coordinator tells a backend *what* each task should run with (a CPU limit) and *how* to start its
+worker (:class:`WorkerLaunch`: the `bsp-planner worker ...` arguments and environment); the backend makes
+it so on its platform: local processes under cgroup quotas (:mod:`.local`), or Kubernetes pods (a later
+backend with the same interface). Whether a task is ready is the worker's business, announced in
+ZooKeeper; the backend only reports whether it knows the process to be gone.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+
+from ...errors import InputError
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    in_place: bool  # resize_task changes a running task's CPU limit without a restart
+    recreate: bool  # recreate_task stops a task and starts it again under a new limit
+    sees_exit: bool  # poll_task knows when a task's process has gone (else: ZooKeeper membership only)
+    capacity_millicores: float | None = None  # what all tasks together may use; None = no fixed bound
+
+
+@dataclass(frozen=True)
+class WorkerLaunch:
+    """How to start one task's worker: `bsp-planner <args...>` with `env` added (credentials go there,
+    never into args)."""
+
+    task: str
+    args: tuple[str, ...]
+    env: dict[str, str] = field(default_factory=dict, repr=False)
+    incarnation: int = 0
+
+
+@dataclass(frozen=True)
+class TaskStatus:
+    alive: bool | None  # None: the backend cannot tell
+    exit_code: int | None = None
+    detail: str = ""
+
+
+class Backend(ABC):
+    """Starts, resizes and stops tasks. Every method takes effect before it returns, except that a started
+    worker may still be starting: the coordinator waits for its ZooKeeper membership."""
+
+    name = "backend"
+
+    @abstractmethod
+    def capabilities(self) -> Capabilities: ...
+
+    def check(self, job, millicores_max: float, budget_millicores: float, path=None) -> None:
+        """Fail before anything starts if the platform cannot run this job (InputError)."""
+
+    def cleanup_stale(self) -> list[str]:
+        """Remove what an earlier, killed coordinator of the same run left behind; returns what it removed."""
+        return []
+
+    @abstractmethod
+    def start_task(self, launch: WorkerLaunch, millicores: float) -> None:
+        """Start the task's worker under a CPU limit of `millicores` (a restart if a dead one is there)."""
+
+    @abstractmethod
+    def resize_task(self, task: str, millicores: float) -> None:
+        """Change a running task's CPU limit in place (no restart)."""
+
+    @abstractmethod
+    def recreate_task(self, launch: WorkerLaunch, millicores: float) -> None:
+        """Stop the task (its worker checkpoints on the way out) and start it again under `millicores`."""
+
+    @abstractmethod
+    def stop_task(self, task: str, timeout_s: float = 10.0) -> TaskStatus:
+        """Stop the task and release everything it held (process, cgroup, pod)."""
+
+    def poll_task(self, task: str) -> TaskStatus:
+        return TaskStatus(alive=None)
+
+    def log_tail(self, task: str, limit: int = 2000) -> str:
+        return ""
+
+    def close(self) -> None:
+        """Stop every task still running and release everything."""
+
+    def info(self) -> dict:
+        return {"backend": self.name}
+
+
+def make_backend(name: str, **kwargs) -> Backend:
+    if name == "local":
+        from .local import LocalBackend
+
+        return LocalBackend(**kwargs)
+    if name in ("kubernetes", "k8s"):
+        try:
+            from .kubernetes import KubernetesBackend  # type: ignore[import-not-found]
+        except ImportError:
+            raise InputError("the kubernetes backend is not part of this installation yet", field="--backend") from None
+        return KubernetesBackend(**kwargs)
+    raise InputError(f"unknown backend {name!r}; known: local", field="--backend")

@@ -1,0 +1,289 @@
+"""The local backend: each task is a `bsp-planner worker` process in its own CPU-quota cgroup on this host.
+
+A task's CPU limit is its cgroup's CFS quota (:class:`~bsp_planner.profiling.cgroups.CpuQuotaGroup`, the
+mechanism a kubelet uses for a container's limit). The worker joins its group between fork and exec, so
+its Python, its stress-ng children and everything they start run under the quota. `resize_task` rewrites
+the quota of the running group (in place); `recreate_task` stops the worker (SIGTERM: it leaves with its
+checkpoint in ZooKeeper), removes the group, and starts a new worker in a new group, which restores.
+
+Nothing outlives the run: workers get SIGTERM if the coordinator dies (PR_SET_PDEATHSIG), every stop
+removes the task's group after killing whatever is still inside, and a resumed run first removes the
+groups a killed coordinator left (they are named ``live.<run-id>.<task>``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from ...errors import InputError
+from ...profiling.cgroups import DEFAULT_PREFIX, CpuQuotaGroup, Hierarchy, detect_hierarchy, quota_us
+from . import Backend, Capabilities, TaskStatus, WorkerLaunch
+
+PR_SET_PDEATHSIG = 1
+GROUP_PREFIX = "live."
+
+try:
+    _prctl = ctypes.CDLL(None, use_errno=True).prctl
+except (OSError, AttributeError):  # not Linux/glibc: no parent-death signal, the stop path still cleans up
+    _prctl = None
+
+
+def machine_millicores() -> float:
+    """The CPUs this process may run on, in millicores."""
+    try:
+        n = len(os.sched_getaffinity(0))
+    except AttributeError:
+        n = os.cpu_count() or 1
+    return 1000.0 * n
+
+
+class _Task:
+    def __init__(self, group: CpuQuotaGroup, proc: subprocess.Popen, launch: WorkerLaunch) -> None:
+        self.group = group
+        self.proc = proc
+        self.launch = launch
+
+
+class LocalBackend(Backend):
+    name = "local"
+
+    def __init__(
+        self,
+        run_id: str,
+        log_dir: str | Path,
+        *,
+        stress_ng: str = "stress-ng",
+        cgroup_prefix: str = DEFAULT_PREFIX,
+        hierarchy: Hierarchy | None = None,
+        python: str = sys.executable,
+        capacity_millicores: float | None = None,
+    ) -> None:
+        self.run_id = run_id
+        self.log_dir = Path(log_dir)
+        self.stress_ng = stress_ng
+        self.prefix = cgroup_prefix
+        self._hierarchy = hierarchy
+        self.python = python
+        self.capacity = capacity_millicores if capacity_millicores is not None else machine_millicores()
+        self.tasks: dict[str, _Task] = {}
+        self.workers: dict[str, int] = {}  # stress-ng instances per task, from the job (check)
+        self._workdir: tempfile.TemporaryDirectory | None = None
+
+    @property
+    def hierarchy(self) -> Hierarchy:
+        if self._hierarchy is None:
+            self._hierarchy = detect_hierarchy()
+        return self._hierarchy
+
+    def capabilities(self) -> Capabilities:
+        return Capabilities(in_place=True, recreate=True, sees_exit=True, capacity_millicores=self.capacity)
+
+    def info(self) -> dict:
+        h = self.hierarchy
+        return {
+            "backend": self.name,
+            "cgroup": {"version": h.version, "root": str(h.root), "prefix": self.prefix},
+            "capacity_millicores": self.capacity,
+        }
+
+    # -- checks ------------------------------------------------------------------------------------
+    def check(self, job, millicores_max: float, budget_millicores: float, path=None) -> None:
+        """stress-ng and its stressors present, cgroups writable, and the job fits this machine."""
+        from ...profiling.local import LocalBackend as ProfilingBackend
+
+        if budget_millicores > self.capacity + 1e-9:
+            raise InputError(
+                f"the configuration's total CPU ({budget_millicores:g}m) exceeds this machine "
+                f"({self.capacity:g}m = {self.capacity / 1000:g} CPUs); the local backend runs every task here, "
+                f"so lower cpu.budget_millicores to at most {self.capacity:g}",
+                path=path,
+                field="cpu.budget_millicores",
+            )
+        if millicores_max > self.capacity + 1e-9:
+            raise InputError(
+                f"one task may get up to {millicores_max:g}m, more than this machine has ({self.capacity:g}m)",
+                path=path,
+                field="cpu.max_millicores",
+            )
+        self.workers = {t.name: t.workers for t in job.tasks}
+        probe = ProfilingBackend(stress_ng=self.stress_ng, prefix=self.prefix, hierarchy=self._hierarchy)
+        probe.check(list(job.tasks), job.path)  # stress-ng, its stressors, and a throw-away cgroup
+        self.stress_ng = probe.stress_ng_path()
+
+    # -- groups ------------------------------------------------------------------------------------
+    def group_name(self, task: str) -> str:
+        return f"{GROUP_PREFIX}{self.run_id}.{task}"
+
+    def _group(self, task: str, millicores: float | None = None) -> CpuQuotaGroup:
+        return CpuQuotaGroup(self.group_name(task), millicores=millicores, prefix=self.prefix, hierarchy=self.hierarchy)
+
+    def cleanup_stale(self) -> list[str]:
+        """Kill and remove this run's groups that a killed coordinator left behind."""
+        parent = self.hierarchy.root / self.prefix
+        removed = []
+        if not parent.is_dir():
+            return removed
+        mine = f"{GROUP_PREFIX}{self.run_id}."
+        for p in sorted(parent.iterdir()):
+            if p.is_dir() and p.name.startswith(mine) and p.name[len(mine):] not in self.tasks:
+                g = CpuQuotaGroup(p.name, prefix=self.prefix, hierarchy=self.hierarchy)
+                g.created = True  # it exists: remove() kills what is inside, then removes it
+                g.remove()
+                removed.append(p.name)
+        return removed
+
+    def _cwd(self) -> str:
+        # stress-ng stressors such as chmod make scratch files in their working directory
+        if self._workdir is None:
+            self._workdir = tempfile.TemporaryDirectory(prefix=f"bsp-planner-{self.run_id}-")
+        return self._workdir.name
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+    def start_task(self, launch: WorkerLaunch, millicores: float) -> None:
+        quota_us(millicores)  # a clear error before anything is created
+        old = self.tasks.pop(launch.task, None)
+        if old is not None:  # a dead (or unwanted) worker: nothing of it may survive
+            self._reap(old, timeout_s=0.0)
+        group = self._group(launch.task, millicores)
+        if group.path.exists():  # left by an earlier coordinator of this run
+            group.created = True
+            group.remove()
+        group.create()
+        self._weigh(group, launch.task)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        log_path = self.log_dir / f"{launch.task}.log"
+        parent = os.getpid()
+        join = group.preexec_fn
+
+        def preexec() -> None:  # in the child, between fork and exec: plain system calls only
+            join()
+            if _prctl is not None:
+                _prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+            if os.getppid() != parent:  # the coordinator died before the line above
+                os._exit(1)
+
+        env = dict(os.environ)
+        env.update(launch.env)
+        env["PYTHONUNBUFFERED"] = "1"
+        args = [self.python, "-m", "bsp_planner.cli", *launch.args]
+        with open(log_path, "ab") as log:
+            log.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} incarnation {launch.incarnation}, {millicores:g}m\n".encode())
+            log.flush()
+            try:
+                proc = subprocess.Popen(
+                    args,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    cwd=self._cwd(),
+                    env=env,
+                    preexec_fn=preexec,
+                    start_new_session=True,
+                    close_fds=True,
+                )
+            except BaseException:
+                group.remove()
+                raise
+        self.tasks[launch.task] = _Task(group, proc, launch)
+
+    def _weigh(self, group: CpuQuotaGroup, task: str) -> None:
+        """The weight the task's stress-ng workers would have outside any group (1024 each), as the
+        profiler gives its runs, so that on a busy host the quota limits a task, not a lowered share."""
+        set_weight = getattr(group, "set_weight", None)
+        if set_weight is not None:
+            set_weight(1024 * self.workers.get(task, 1))
+        elif group.hierarchy.version == 1:
+            (group.path / "cpu.shares").write_text(str(1024 * self.workers.get(task, 1)))
+
+    def resize_task(self, task: str, millicores: float) -> None:
+        t = self._get(task)
+        t.group.set_quota(millicores)
+
+    def recreate_task(self, launch: WorkerLaunch, millicores: float) -> None:
+        self.stop_task(launch.task)
+        self.start_task(launch, millicores)
+
+    def stop_task(self, task: str, timeout_s: float = 10.0) -> TaskStatus:
+        t = self.tasks.pop(task, None)
+        if t is None:
+            return TaskStatus(alive=False)
+        return self._reap(t, timeout_s)
+
+    def _reap(self, t: _Task, timeout_s: float) -> TaskStatus:
+        """SIGTERM the worker (it exits at once, its checkpoint is in ZooKeeper), wait, then kill anything
+        left in its group and remove the group."""
+        if t.proc.poll() is None and timeout_s > 0:
+            try:
+                t.proc.send_signal(signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            try:
+                t.proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                pass
+        if t.proc.poll() is None:
+            try:
+                os.killpg(t.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        t.group.remove()  # kills whatever is still inside (stress-ng children of a killed worker)
+        try:
+            t.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+        return TaskStatus(alive=False, exit_code=t.proc.returncode)
+
+    def poll_task(self, task: str) -> TaskStatus:
+        t = self.tasks.get(task)
+        if t is None:
+            return TaskStatus(alive=False, detail="not started")
+        code = t.proc.poll()
+        return TaskStatus(alive=code is None, exit_code=code)
+
+    def pid(self, task: str) -> int | None:
+        t = self.tasks.get(task)
+        return None if t is None else t.proc.pid
+
+    def millicores(self, task: str) -> float | None:
+        t = self.tasks.get(task)
+        return None if t is None else t.group.millicores
+
+    def log_tail(self, task: str, limit: int = 2000) -> str:
+        try:
+            text = (self.log_dir / f"{task}.log").read_text(errors="replace")
+        except OSError:
+            return ""
+        return text[-limit:]
+
+    def _get(self, task: str) -> _Task:
+        if task not in self.tasks:
+            raise InputError(f"task {task!r} is not running", field="task")
+        return self.tasks[task]
+
+    def close(self) -> None:
+        """Stop every worker (in parallel: SIGTERM to all, then wait) and remove every group."""
+        tasks = list(self.tasks.values())
+        self.tasks.clear()
+        for t in tasks:
+            if t.proc.poll() is None:
+                try:
+                    t.proc.send_signal(signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        deadline = time.monotonic() + 10.0
+        for t in tasks:
+            try:
+                t.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+            self._reap(t, timeout_s=0.0)
+        if self._workdir is not None:
+            self._workdir.cleanup()
+            self._workdir = None

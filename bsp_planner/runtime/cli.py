@@ -1,0 +1,229 @@
+"""`bsp-planner run`, `bsp-planner worker` and `bsp-planner zk start|stop|status`.
+
+    bsp-planner zk start
+    bsp-planner run --planner mpc                      # experiments/live-default.toml, local backend
+    bsp-planner run --resume live-20261121-101500-ab12
+
+Credentials for ZooKeeper's digest ACLs never appear on a command line: `--zk-auth-file FILE` (a file
+holding `user:password`, mode 600), or $BSP_PLANNER_ZK_AUTH_FILE, or $BSP_PLANNER_ZK_AUTH; with none of
+them a run makes its own (runs/<run-id>/zk-auth) and hands it to its workers.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from .zkserver import DEFAULT_DATA_DIR, DEFAULT_PORT
+
+zk_app = typer.Typer(help="A local ZooKeeper server for live runs (Debian's zookeeper package, or ZOOKEEPER_HOME).", no_args_is_help=True)
+
+_HOSTS_HELP = "ZooKeeper connection string host:port[,host:port...] (default $BSP_PLANNER_ZOOKEEPER or 127.0.0.1:2181)."
+_AUTH_HELP = "File holding user:password for the run's digest ACL (mode 600); or set $BSP_PLANNER_ZK_AUTH_FILE / $BSP_PLANNER_ZK_AUTH."
+
+
+def _hosts(value: Optional[str]) -> str:
+    from .zk import DEFAULT_HOSTS, ENV_HOSTS
+
+    return value or os.environ.get(ENV_HOSTS) or DEFAULT_HOSTS
+
+
+def run(
+    experiment: Path = typer.Option(Path("experiments/live-default.toml"), "--experiment", "-e", help="Experiment file (TOML): job, profile, CPU levels, planner settings."),
+    job: Optional[Path] = typer.Option(None, "--job", help="Job file, instead of the experiment's."),
+    planner: str = typer.Option("mpc", "--planner", "-p", help="mpc, static:K, exppo, dp, dqn..., as in simulate."),
+    mode: str = typer.Option("perfect", "--mode", "-m", help="perfect or forecast: what the planner is told."),
+    reconfigure: str = typer.Option("recreate", "--reconfigure", help="recreate (checkpoint, stop, start under the new quota) or in-place (rewrite the quota)."),
+    backend: str = typer.Option("local", "--backend", help="Where tasks run: local (processes under cgroup CPU quotas)."),
+    steps: Optional[int] = typer.Option(None, "--steps", help="Supersteps to run (default: the experiment's)."),
+    set_: Optional[list[str]] = typer.Option(None, "--set", help="Override an experiment field: KEY=VALUE or SECTION.KEY=VALUE (repeatable)."),
+    zookeeper: Optional[str] = typer.Option(None, "--zookeeper", help=_HOSTS_HELP),
+    zk_root: Optional[str] = typer.Option(None, "--zk-root", help="The run's znode (default /bsp-planner/runs/<run-id>)."),
+    zk_auth_file: Optional[Path] = typer.Option(None, "--zk-auth-file", help=_AUTH_HELP),
+    zk_wait: float = typer.Option(30.0, "--zk-wait", help="Seconds to wait for an unreachable ZooKeeper before giving up (at start and mid-run)."),
+    session_timeout: float = typer.Option(10.0, "--session-timeout", help="ZooKeeper session timeout in seconds."),
+    run_id: Optional[str] = typer.Option(None, "--run-id", help="Name of the run folder runs/<run-id> (default: live-<date>-<time>-<hex>)."),
+    runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="Where run folders go."),
+    resume: Optional[str] = typer.Option(None, "--resume", help="Continue this run from its last completed step, with the same plan."),
+    keep_zk: bool = typer.Option(False, "--keep-zk", help="Keep the run's znodes when it finishes."),
+    stress_ng: str = typer.Option("stress-ng", "--stress-ng", help="The stress-ng executable."),
+    cgroup_prefix: str = typer.Option("bsp-planner", "--cgroup-prefix", help="Parent cgroup of the tasks' groups."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No per-step lines."),
+) -> None:
+    """Run a job live: real tasks under CPU limits, synchronised superstep by superstep through ZooKeeper,
+    reconfigured as the planner decides; writes a run log, a chart and a summary to runs/<run-id>/."""
+    import json
+
+    from rich.console import Console
+
+    from ..errors import InputError
+    from . import zk as Z
+    from .coordinator import Coordinator, RunFailed, RunInterrupted, RunSettings, check_run_id, new_run_id
+
+    console = Console()
+    err = Console(stderr=True)
+    if resume is not None:
+        rid = check_run_id(resume)
+        meta_path = runs_dir / rid / "run.json"
+        if not meta_path.is_file():
+            raise InputError(f"no run {rid!r} in {runs_dir} (looked for {meta_path})", field="--resume")
+        meta = json.loads(meta_path.read_text())
+        if meta.get("status") == "finished":
+            raise InputError(f"run {rid!r} has finished; nothing to resume", path=meta_path, field="--resume")
+        settings = RunSettings.from_dict(meta.get("settings", {}))
+        if zookeeper:
+            settings.zookeeper = zookeeper  # the server may have moved; everything else is the run's
+        settings.zk_wait_s = zk_wait
+    else:
+        rid = check_run_id(run_id) if run_id else new_run_id()
+        overrides = list(set_ or [])
+        if job is not None:
+            overrides.append(f"job={job.resolve()}")
+        if steps is not None:
+            overrides.append(f"steps={steps}")
+        if zk_auth_file is not None:
+            auth = f"file:{zk_auth_file.resolve()}"
+        elif os.environ.get(Z.ENV_AUTH_FILE):
+            auth = f"file:{Path(os.environ[Z.ENV_AUTH_FILE]).resolve()}"
+        elif os.environ.get(Z.ENV_AUTH):
+            auth = "env"
+        else:
+            auth = "generated"
+        settings = RunSettings(
+            experiment=str(experiment.resolve()),
+            planner=planner,
+            mode=mode,
+            reconfigure=reconfigure,
+            overrides=overrides,
+            backend=backend,
+            zookeeper=_hosts(zookeeper),
+            zk_root=zk_root,
+            zk_auth=auth,
+            session_timeout_s=session_timeout,
+            zk_wait_s=zk_wait,
+            stress_ng=stress_ng,
+            cgroup_prefix=cgroup_prefix,
+            keep_zk=keep_zk,
+        )
+    say = (lambda text: None) if quiet else (lambda text: console.print(text, highlight=False))
+    coord = Coordinator(settings, rid, runs_dir, resume=resume is not None, say=say)
+    console.print(f"run {rid}: planner {settings.planner}, {settings.mode} mode, reconfigure {settings.reconfigure}, ZooKeeper {settings.zookeeper}", highlight=False)
+    try:
+        result = coord.run()
+    except RunInterrupted as exc:
+        err.print(f"[yellow]stopped[/]: {exc}", highlight=False)
+        _show(console, coord)
+        raise typer.Exit(3)
+    except RunFailed as exc:
+        err.print(f"[bold red]run failed[/]: {exc}", highlight=False)
+        _show(console, coord)
+        raise typer.Exit(1)
+    _show(console, coord)
+    console.print(f"run folder: {result.run_dir} (steps.csv, steps.jsonl, summary.md, chart.png, logs/)", highlight=False)
+
+
+def _show(console, coord) -> None:
+    from ..report import print_table
+
+    sm = coord.summary
+    if not sm:
+        return
+    print_table(sm["rows"], console, title=f"{coord.run_id}: live vs simulated, {sm['steps_done']} of {sm['steps']} steps")
+    console.print(
+        f"total: live {sm['live_total_s']:.2f} s, simulated {sm['simulated_total_s']:.2f} s ({sm['total_error_pct']:+.1f}%); "
+        f"with measured reconfiguration cost {sm['simulated_total_measured_penalty_s']:.2f} s ({sm['total_error_measured_penalty_pct']:+.1f}%); "
+        f"per-step error mean |.| {sm['step_error_pct']['mean_abs']:.1f}%; barrier overhead mean {1e3 * sm['barrier_s']['mean']:.1f} ms; "
+        f"{sm['reconfigurations']} reconfiguration(s), mean {sm['reconfig_s_mean']:.3f} s",
+        highlight=False,
+    )
+
+
+def worker(
+    zookeeper: Optional[str] = typer.Option(None, "--zookeeper", help=_HOSTS_HELP),
+    root: str = typer.Option(..., "--root", help="The run's znode."),
+    task: str = typer.Option(..., "--task", help="This worker's task name."),
+    incarnation: int = typer.Option(0, "--incarnation", help="How many times this task was started before (set by the coordinator)."),
+    zk_auth_file: Optional[Path] = typer.Option(None, "--zk-auth-file", help=_AUTH_HELP),
+    stress_ng: str = typer.Option("stress-ng", "--stress-ng", help="The stress-ng executable."),
+    session_timeout: float = typer.Option(10.0, "--session-timeout", help="ZooKeeper session timeout in seconds."),
+    zk_wait: float = typer.Option(120.0, "--zk-wait", help="Seconds ZooKeeper may stay unreachable before the worker gives up."),
+) -> None:
+    """One task of a live run (started by a backend; also a Kubernetes container's command)."""
+    from ..errors import InputError
+    from . import zk as Z
+    from .worker import WorkerConfig, main
+
+    creds = Z.load_credentials(zk_auth_file)
+    if creds is None:
+        raise InputError(f"no ZooKeeper credentials: set ${Z.ENV_AUTH_FILE} (a file holding user:password) or ${Z.ENV_AUTH}", field="zk-auth")
+    code = main(
+        WorkerConfig(
+            hosts=_hosts(zookeeper),
+            root=root,
+            task=task,
+            incarnation=incarnation,
+            creds=creds,
+            stress_ng=stress_ng,
+            session_timeout_s=session_timeout,
+            zk_wait_s=zk_wait,
+        )
+    )
+    sys.stdout.flush()
+    raise typer.Exit(code)
+
+
+def _server(data_dir: Path, port: Optional[int]):
+    from .zkserver import LocalZooKeeper
+
+    cfg = data_dir / "zoo.cfg"
+    if port is None and cfg.is_file():  # the port the server there was started with
+        for line in cfg.read_text().splitlines():
+            if line.startswith("clientPort="):
+                port = int(line.split("=", 1)[1])
+    return LocalZooKeeper(data_dir, port=port or DEFAULT_PORT)
+
+
+@zk_app.command("start")
+def zk_start(
+    port: int = typer.Option(DEFAULT_PORT, "--port", help="Client port on 127.0.0.1."),
+    data_dir: Path = typer.Option(DEFAULT_DATA_DIR, "--data-dir", help="Folder for zoo.cfg, the data, server.log and server.pid."),
+    wait: float = typer.Option(60.0, "--wait", help="Seconds to wait for the server to answer."),
+) -> None:
+    """Start a standalone ZooKeeper on 127.0.0.1 in the background."""
+    from .zkserver import LocalZooKeeper
+
+    z = LocalZooKeeper(data_dir, port=port)
+    pid = z.start(wait_s=wait)
+    typer.echo(f"ZooKeeper listening on {z.hosts} (pid {pid}; data, log and pid file in {z.data_dir})")
+    typer.echo(f"live runs use it by default (or --zookeeper {z.hosts}); stop it with `bsp-planner zk stop`")
+
+
+@zk_app.command("stop")
+def zk_stop(data_dir: Path = typer.Option(DEFAULT_DATA_DIR, "--data-dir", help="The folder `zk start` used.")) -> None:
+    """Stop the server started by `bsp-planner zk start`."""
+    z = _server(data_dir, None)
+    if z.stop():
+        typer.echo(f"stopped the ZooKeeper server of {z.data_dir}")
+    else:
+        typer.echo(f"no ZooKeeper server of {z.data_dir} was running")
+
+
+@zk_app.command("status")
+def zk_status(data_dir: Path = typer.Option(DEFAULT_DATA_DIR, "--data-dir", help="The folder `zk start` used.")) -> None:
+    """Whether the server of DATA_DIR runs and answers."""
+    z = _server(data_dir, None)
+    pid = z.recorded_pid()
+    if pid is None:
+        typer.echo(f"not running (no server of {z.data_dir})")
+        raise typer.Exit(1)
+    typer.echo(f"running: pid {pid}, {z.hosts}, " + ("answers" if z.ok() else "NOT answering"))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("run")(run)
+    app.command("worker")(worker)
+    app.add_typer(zk_app, name="zk")

@@ -1,0 +1,149 @@
+"""The run log of a live run: one record per superstep, appended and flushed to disk as the step ends.
+
+``runs/<run-id>/`` holds::
+
+    run.json        the run's settings (what --resume needs) and its status
+    steps.jsonl     one JSON object per completed step (the source of truth for --resume)
+    steps.csv       the same, one row per step, per-task columns (cpu_, workload_, predicted_, measured_)
+    summary.{md,csv,json}  live against simulated for the same plan, in `simulate`'s table shape
+    chart.png       predicted against measured step times
+    logs/<task>.log  each worker's output
+
+A step record: step, action, reconfigured, reconfig_s (the real time the reconfiguration took), decision_ms,
+step_s (wall time from publishing the step to every task's release), predicted_step_s (the model's time of
+the slowest task at the actual workloads), slowest_s (the slowest measured task), sync_s = step_s -
+slowest_s, barrier_s (the last task's finish to the coordinator's release), restarts, and per task cpu,
+workload, predicted and measured duration.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+STEP_FIELDS = (
+    "step", "action", "reconfigured", "reconfig_s", "decision_ms", "step_s", "predicted_step_s",
+    "slowest_s", "sync_s", "barrier_s", "restarts", "resumed",
+)
+TASK_FIELDS = ("cpu_millicores", "workload", "predicted_s", "measured_s")
+TASK_PREFIX = {"cpu_millicores": "cpu", "workload": "workload", "predicted_s": "predicted", "measured_s": "measured"}
+
+
+def atomic_write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w", newline="") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def csv_header(task_names: list[str]) -> list[str]:
+    cols = list(STEP_FIELDS)
+    for f in TASK_FIELDS:
+        cols += [f"{TASK_PREFIX[f]}_{t}" for t in task_names]
+    return cols
+
+
+def csv_row(rec: dict, task_names: list[str]) -> list:
+    row = []
+    for f in STEP_FIELDS:
+        v = rec.get(f)
+        row.append(int(v) if isinstance(v, bool) else ("" if v is None else (f"{v:.6f}" if isinstance(v, float) else v)))
+    by_task = {x["task"]: x for x in rec["tasks"]}
+    for f in TASK_FIELDS:
+        for t in task_names:
+            v = by_task[t][f]
+            row.append(f"{v:.6g}" if f in ("cpu_millicores", "workload") else f"{v:.6f}")
+    return row
+
+
+class RunLog:
+    """Appends step records to steps.jsonl and steps.csv; every append is flushed and fsynced."""
+
+    def __init__(self, run_dir: Path, task_names: list[str]) -> None:
+        self.run_dir = Path(run_dir)
+        self.task_names = list(task_names)
+        self.jsonl = self.run_dir / "steps.jsonl"
+        self.csv = self.run_dir / "steps.csv"
+
+    @staticmethod
+    def load(run_dir: Path) -> list[dict]:
+        """The complete records in steps.jsonl, in order; a torn last line (a crash mid-write) is dropped."""
+        path = Path(run_dir) / "steps.jsonl"
+        if not path.is_file():
+            return []
+        records = []
+        for line in path.read_text().splitlines():
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                break
+            if not isinstance(rec, dict) or rec.get("step") != len(records):
+                break
+            records.append(rec)
+        return records
+
+    def rewrite(self, records: list[dict]) -> None:
+        """Make both files hold exactly `records` (on start, or on resume after a crash)."""
+        atomic_write(self.jsonl, "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records))
+        buf = io.StringIO()
+        w = csv.writer(buf, lineterminator="\n")
+        w.writerow(csv_header(self.task_names))
+        for r in records:
+            w.writerow(csv_row(r, self.task_names))
+        atomic_write(self.csv, buf.getvalue())
+
+    def append(self, rec: dict) -> None:
+        line = json.dumps(rec, separators=(",", ":")) + "\n"
+        buf = io.StringIO()
+        csv.writer(buf, lineterminator="\n").writerow(csv_row(rec, self.task_names))
+        for path, text in ((self.jsonl, line), (self.csv, buf.getvalue())):
+            with open(path, "a", newline="") as fh:
+                fh.write(text)
+                fh.flush()
+                os.fsync(fh.fileno())
+
+
+def step_chart(records: list[dict], path: Path, title: str = "") -> None:
+    """Predicted against measured step time per step (reconfigurations marked), and cumulative time."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = np.array([r["step"] for r in records])
+    pred = np.array([r["predicted_step_s"] for r in records])
+    meas = np.array([r["step_s"] for r in records])
+    slow = np.array([r["slowest_s"] for r in records])
+    reconf = np.array([r["reconfig_s"] for r in records])
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(9, 6.5), sharex=True)
+    ax1.plot(steps, pred, "o-", ms=3, color="#4C72B0", label="predicted (model, slowest task)")
+    ax1.plot(steps, meas, "s-", ms=3, color="#C44E52", label="measured (step wall time)")
+    ax1.plot(steps, slow, ".", ms=4, color="#8172B2", alpha=0.7, label="measured slowest task")
+    for s, rc in zip(steps, reconf):
+        if rc > 0:
+            ax1.axvline(s - 0.5, color="#DD8452", lw=0.8, alpha=0.6)
+    ax1.set_ylabel("step time (s)")
+    ax1.grid(alpha=0.3)
+    ax1.legend(fontsize=8, loc="upper right")
+    ax1.set_title(title or "live run: predicted vs measured", fontsize=10)
+    ax2.plot(steps, np.cumsum(pred), "-", color="#4C72B0", label="predicted compute")
+    ax2.plot(steps, np.cumsum(meas + reconf), "-", color="#C44E52", label="measured (steps + reconfigurations)")
+    ax2.set_xlabel("superstep")
+    ax2.set_ylabel("cumulative time (s)")
+    ax2.grid(alpha=0.3)
+    ax2.legend(fontsize=8, loc="upper left")
+    fig.tight_layout()
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".png")
+    os.close(fd)
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    os.replace(tmp, path)

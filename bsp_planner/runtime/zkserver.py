@@ -1,0 +1,280 @@
+"""A standalone ZooKeeper server on this machine, for live runs and tests (`bsp-planner zk start|stop|status`).
+
+The server is Apache ZooKeeper's own Java program (``org.apache.zookeeper.server.ZooKeeperServerMain``),
+run from the jars of Debian's ``zookeeper`` package (``/usr/share/java/zookeeper.jar``, whose manifest
+lists its dependencies) or of an Apache tarball (``$ZOOKEEPER_HOME/lib``); ``BSP_PLANNER_ZK_CLASSPATH``
+overrides both. No system service is involved: the server is a child process with its own session,
+configuration file, data directory, log and pid file, all inside one folder (``runs/zookeeper`` by
+default), listening on loopback only.
+
+    bsp-planner zk start                 # 127.0.0.1:2181, data in runs/zookeeper
+    bsp-planner zk status
+    bsp-planner zk stop
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import InputError
+
+DEFAULT_PORT = 2181
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_DATA_DIR = Path("runs/zookeeper")
+MAIN_CLASS = "org.apache.zookeeper.server.ZooKeeperServerMain"
+ENV_CLASSPATH = "BSP_PLANNER_ZK_CLASSPATH"
+DEBIAN_JAR = Path("/usr/share/java/zookeeper.jar")
+LOGGER_JAR = Path("/usr/share/java/slf4j-simple.jar")  # optional: without it the server logs nothing
+INSTALL_HINT = (
+    "install Debian's package (`apt-get install zookeeper`, which brings Java), or unpack an Apache ZooKeeper "
+    f"release and set ZOOKEEPER_HOME, or set {ENV_CLASSPATH} to the server's classpath"
+)
+
+
+def find_java() -> str:
+    java = os.environ.get("JAVA") or shutil.which("java")
+    if not java:
+        raise InputError(f"java not found on PATH; the ZooKeeper server is a Java program: {INSTALL_HINT}", field="java")
+    return java
+
+
+def zookeeper_classpath() -> str:
+    """The server's classpath: $BSP_PLANNER_ZK_CLASSPATH, Debian's jar, or $ZOOKEEPER_HOME's jars."""
+    explicit = os.environ.get(ENV_CLASSPATH)
+    if explicit:
+        return explicit
+    if DEBIAN_JAR.is_file():
+        parts = [str(DEBIAN_JAR)]  # its manifest's Class-Path names netty, jute, slf4j...
+        if LOGGER_JAR.is_file():
+            parts.append(str(LOGGER_JAR))
+        return os.pathsep.join(parts)
+    home = os.environ.get("ZOOKEEPER_HOME")
+    if home:
+        jars = sorted(Path(home).glob("*.jar")) + sorted((Path(home) / "lib").glob("*.jar"))
+        if jars:
+            return os.pathsep.join(str(j) for j in jars)
+    raise InputError(f"the ZooKeeper server's jars were not found (looked for {DEBIAN_JAR}); {INSTALL_HINT}", field="zookeeper")
+
+
+def free_port(host: str = DEFAULT_HOST) -> int:
+    """A TCP port nobody listens on right now (the kernel's pick)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def port_in_use(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.settimeout(0.5)
+        return s.connect_ex((host, port)) == 0
+
+
+def four_letter(host: str, port: int, word: str = "ruok", timeout_s: float = 1.0) -> str | None:
+    """Send a ZooKeeper four-letter command; the reply, or None if nothing answers."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s) as s:
+            s.sendall(word.encode())
+            chunks = []
+            while True:
+                data = s.recv(4096)
+                if not data:
+                    break
+                chunks.append(data)
+            return b"".join(chunks).decode(errors="replace")
+    except OSError:
+        return None
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        return []
+
+
+@dataclass
+class LocalZooKeeper:
+    """One standalone server: its folder holds zoo.cfg, the data, server.log and server.pid."""
+
+    data_dir: Path = DEFAULT_DATA_DIR
+    port: int = DEFAULT_PORT
+    host: str = DEFAULT_HOST
+    tick_ms: int = 2000
+    heap_mb: int = 256
+
+    def __post_init__(self) -> None:
+        self.data_dir = Path(self.data_dir).resolve()
+        self._proc: subprocess.Popen | None = None
+
+    @property
+    def hosts(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def config_path(self) -> Path:
+        return self.data_dir / "zoo.cfg"
+
+    @property
+    def pid_path(self) -> Path:
+        return self.data_dir / "server.pid"
+
+    @property
+    def log_path(self) -> Path:
+        return self.data_dir / "server.log"
+
+    def write_config(self) -> None:
+        (self.data_dir / "data").mkdir(parents=True, exist_ok=True)
+        self.config_path.write_text(
+            "\n".join(
+                [
+                    "# written by bsp-planner: a standalone server on loopback",
+                    f"tickTime={self.tick_ms}",
+                    f"dataDir={self.data_dir / 'data'}",
+                    f"clientPort={self.port}",
+                    f"clientPortAddress={self.host}",
+                    "maxClientCnxns=0",  # a run opens one session per task, all from this address
+                    "admin.enableServer=false",
+                    "4lw.commands.whitelist=ruok,srvr,mntr",
+                    "autopurge.snapRetainCount=3",
+                    "autopurge.purgeInterval=1",
+                    f"maxSessionTimeout={self.tick_ms * 30}",
+                ]
+            )
+            + "\n"
+        )
+
+    # -- state -------------------------------------------------------------------------------------
+    def recorded_pid(self) -> int | None:
+        """The pid in server.pid if that process is still this folder's ZooKeeper server."""
+        try:
+            pid = int(self.pid_path.read_text().strip())
+        except (OSError, ValueError):
+            return None
+        cmd = _cmdline(pid)
+        if MAIN_CLASS in cmd and str(self.config_path) in cmd:
+            return pid
+        return None
+
+    def ok(self) -> bool:
+        """The server serves requests (`ruok` says imok even before it does; `srvr` tells the mode)."""
+        reply = four_letter(self.host, self.port, "srvr") or ""
+        return "Mode:" in reply
+
+    def is_running(self) -> bool:
+        if self._proc is not None:
+            return self._proc.poll() is None
+        return self.recorded_pid() is not None
+
+    # -- start / stop -------------------------------------------------------------------------------
+    def start(self, wait_s: float = 60.0) -> int:
+        """Start the server (detached from this terminal) and wait until it answers; returns its pid."""
+        if self.recorded_pid() is not None:
+            raise InputError(
+                f"a ZooKeeper server from {self.data_dir} is already running (pid {self.recorded_pid()}) on "
+                f"{self.hosts}; stop it with `bsp-planner zk stop --data-dir {self.data_dir}`",
+                field="zk",
+            )
+        if port_in_use(self.host, self.port):
+            raise InputError(
+                f"port {self.port} on {self.host} is already taken (another ZooKeeper?); pick one with --port",
+                field="--port",
+            )
+        java = find_java()
+        classpath = zookeeper_classpath()
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.write_config()
+        args = [
+            java,
+            f"-Xmx{self.heap_mb}m",
+            "-XX:+UseSerialGC",
+            "-Dzookeeper.admin.enableServer=false",
+            f"-Dzookeeper.log.dir={self.data_dir}",
+            "-cp",
+            classpath,
+            MAIN_CLASS,
+            str(self.config_path),
+        ]
+        log = open(self.log_path, "ab")
+        try:
+            self._proc = subprocess.Popen(
+                args, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        finally:
+            log.close()
+        self.pid_path.write_text(f"{self._proc.pid}\n")
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                tail = self.log_path.read_text(errors="replace")[-1500:]
+                raise InputError(
+                    f"the ZooKeeper server exited with code {self._proc.returncode} while starting; its log "
+                    f"({self.log_path}) ends with:\n{tail}",
+                    field="zk",
+                )
+            if self.ok():
+                return self._proc.pid
+            time.sleep(0.1)
+        self.stop()
+        raise InputError(f"the ZooKeeper server did not answer on {self.hosts} within {wait_s:g} s; see {self.log_path}", field="zk")
+
+    def stop(self, timeout_s: float = 15.0, sig: int = signal.SIGTERM) -> bool:
+        """Stop the server (SIGTERM, then SIGKILL after timeout_s); False if none was running."""
+        pid = self._proc.pid if self._proc is not None and self._proc.poll() is None else self.recorded_pid()
+        if pid is None:
+            self._forget()
+            return False
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+        deadline = time.monotonic() + timeout_s
+        while self._alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if self._alive(pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            while self._alive(pid):
+                time.sleep(0.02)
+        self._forget()
+        return True
+
+    def kill(self) -> bool:
+        """Crash the server (SIGKILL): what the fault tests do to it."""
+        return self.stop(timeout_s=0.0, sig=signal.SIGKILL)
+
+    def _alive(self, pid: int) -> bool:
+        if self._proc is not None and self._proc.pid == pid:
+            return self._proc.poll() is None
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return MAIN_CLASS in _cmdline(pid)
+
+    def _forget(self) -> None:
+        if self._proc is not None:
+            try:
+                self._proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+        self._proc = None
+        try:
+            self.pid_path.unlink()
+        except FileNotFoundError:
+            pass
+
+    def __enter__(self) -> LocalZooKeeper:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.stop()

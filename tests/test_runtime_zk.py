@@ -1,0 +1,272 @@
+"""The ZooKeeper layer against a real server: values, ACLs, the step barrier, bounded waits, the server."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+
+import pytest
+
+from bsp_planner.errors import InputError
+from bsp_planner.runtime import zk as Z
+from zk_fixtures import creds_file, needs_zk, own_zk, zk_server  # noqa: F401  (fixtures)
+
+pytestmark = needs_zk
+
+
+def session(server, creds, **kw) -> Z.ZkSession:
+    return Z.ZkSession(server.hosts, creds, connect_timeout_s=10, **kw).start()
+
+
+def make_root(s: Z.ZkSession, root: str) -> None:
+    """The shared parents as a coordinator makes them (anyone may add a run), then the test's root."""
+    s.ensure_path(root.rsplit("/", 1)[0], acl=s.creds.parent_acl())
+    s.create(root)
+
+
+@pytest.fixture
+def creds():
+    return Z.Credentials("tester", "pw-" + os.urandom(6).hex())
+
+
+@pytest.fixture
+def root(request):
+    return f"/t/{request.node.name.replace('[', '-').replace(']', '')}-{os.urandom(3).hex()}"
+
+
+# -- values ------------------------------------------------------------------------------------------
+def test_workloads_round_trip_through_zookeeper_exactly(zk_server, creds, root):
+    s = session(zk_server, creds)
+    try:
+        make_root(s, root)
+        values = [10.0, 50.0, 10.000000000000002, 49.99999999999999, 33.333333333333336, 12.3456789012345, 27.0]
+        for i, w in enumerate(values):
+            path = f"{root}/w{i}"
+            s.create(path, Z.step_value(i, w))
+            assert Z.parse_step(path, s.get(path), i, (10.0, 50.0)) == w  # bit for bit, not a byte's worth
+    finally:
+        s.close()
+
+
+@pytest.mark.parametrize(
+    "raw, message",
+    [
+        (b"", "empty"),
+        (b"\x00\xff garbage", "not JSON"),
+        (b"[1, 2]", "expected an object"),
+        (b'{"step": 3, "workload": NaN}', "not JSON"),
+        (b'{"step": 3, "workload": 1e400}', "finite"),
+        (b'{"step": 3, "workload": "20"}', "finite number"),
+        (b'{"step": 4, "workload": 20}', "step 3"),
+        (b'{"step": 3, "workload": 75}', "[10, 50]"),
+        (b'{"step": 3}', "'workload'"),
+        (b'{"step": true, "workload": 20}', "'step'"),
+    ],
+)
+def test_a_malformed_workload_is_refused_naming_the_znode(raw, message):
+    path = "/r/tasks/a/steps/0000000003"
+    with pytest.raises(Z.MalformedValue) as exc:
+        Z.parse_step(path, Z.decode(path, raw), 3, (10.0, 50.0))
+    assert path in str(exc.value) and message in str(exc.value)
+
+
+def test_a_malformed_run_description_is_refused():
+    good = Z.run_value("r1", "job", [{"name": "a", "stressor": "zero", "ops_per_unit": 2.0, "workers": 1}], (10, 50), 5)
+    assert Z.parse_run("/r", good).tasks["a"]["stressor"] == "zero"
+    for key, bad in (("stressor", "rm -rf /"), ("name", "../etc"), ("ops_per_unit", -1), ("workers", 0)):
+        v = json.loads(Z.encode(good))
+        v["tasks"][0][key] = bad
+        with pytest.raises(Z.MalformedValue, match="malformed value in ZooKeeper at /r"):
+            Z.parse_run("/r", v)
+    with pytest.raises(Z.MalformedValue, match="too|bytes"):
+        Z.decode("/r", b"{" + b" " * (Z.MAX_VALUE_BYTES + 1) + b"}")
+
+
+# -- credentials and ACLs ----------------------------------------------------------------------------
+def test_credentials_come_from_a_private_file_or_the_environment(tmp_path, creds):
+    f = Z.write_credentials_file(tmp_path / "auth", creds)
+    assert oct(f.stat().st_mode & 0o777) == "0o600"
+    assert Z.load_credentials(f, env={}) == creds
+    assert Z.load_credentials(None, env={Z.ENV_AUTH_FILE: str(f)}) == creds
+    assert Z.load_credentials(None, env={Z.ENV_AUTH: "u:p"}) == Z.Credentials("u", "p")
+    assert Z.load_credentials(None, env={}) is None
+    assert "p" not in repr(Z.Credentials("u", "p")).split("password=")[1]
+    os.chmod(f, 0o644)
+    with pytest.raises(InputError, match="chmod 600"):
+        Z.load_credentials(f, env={})
+    (tmp_path / "bad").write_text("no-colon\n")
+    os.chmod(tmp_path / "bad", 0o600)
+    with pytest.raises(InputError, match="user:password"):
+        Z.load_credentials(tmp_path / "bad", env={})
+
+
+def test_another_client_can_neither_enter_the_barrier_nor_rewrite_a_workload(zk_server, creds, root):
+    from kazoo.client import KazooClient
+    from kazoo.exceptions import NoAuthError
+
+    from bsp_planner.runtime.zk import RunPaths, StepBarrier
+
+    s = session(zk_server, creds)
+    paths = RunPaths(root)
+    try:
+        s.ensure_path(root.rsplit("/", 1)[0], acl=creds.parent_acl())
+        s.create(root, Z.run_value("r", "j", [{"name": "a", "stressor": "zero", "ops_per_unit": 1.0, "workers": 1}], (10, 50), 3))
+        s.ensure_path(paths.steps("a"))
+        s.ensure_path(paths.barriers)
+        s.create(paths.step("a", 0), Z.step_value(0, 20.0))
+        assert not any(isinstance(r, Exception) for r in s.commit(StepBarrier(s, paths, 0, ["a"]).setup_ops()))
+        for auth in (None, [("digest", "intruder:guess")]):
+            other = KazooClient(hosts=zk_server.hosts, auth_data=auth)
+            other.start(timeout=10)
+            try:
+                with pytest.raises(NoAuthError):
+                    other.create(f"{paths.barrier(0)}/enter/a", b"{}")
+                with pytest.raises(NoAuthError):
+                    other.set(paths.step("a", 0), b'{"step":0,"workload":50}')
+                with pytest.raises(NoAuthError):
+                    other.get(paths.step("a", 0))
+                with pytest.raises(NoAuthError):
+                    other.delete(root, recursive=True)
+            finally:
+                other.stop()
+                other.close()
+        assert Z.parse_step(paths.step("a", 0), s.get(paths.step("a", 0)), 0, (10, 50)) == 20.0
+    finally:
+        s.delete_tree(root)
+        s.close()
+
+
+# -- the barrier -------------------------------------------------------------------------------------
+def test_the_double_barrier_holds_everyone_until_all_enter_and_all_leave(zk_server, creds, root):
+    from bsp_planner.runtime.zk import RunPaths, StepBarrier
+
+    names = [f"p{i}" for i in range(5)]
+    paths = RunPaths(root)
+    coord = session(zk_server, creds)
+    make_root(coord, root)
+    coord.ensure_path(paths.barriers)
+    sessions = {n: session(zk_server, creds) for n in names}
+    log: list[tuple] = []
+    lock = threading.Lock()
+
+    def participant(name: str, t: int, delay: float) -> None:
+        b = StepBarrier(sessions[name], paths, t, names)
+        time.sleep(delay)
+        with lock:
+            log.append(("in", t, name, time.perf_counter()))
+        b.enter(name, timeout_s=20)
+        with lock:
+            log.append(("go", t, name, time.perf_counter()))
+        time.sleep(delay)
+        with lock:
+            log.append(("out", t, name, time.perf_counter()))
+        b.leave(name, timeout_s=20)
+        with lock:
+            log.append(("done", t, name, time.perf_counter()))
+
+    try:
+        for t in range(3):
+            coord.commit(StepBarrier(coord, paths, t, names).setup_ops())
+            threads = [threading.Thread(target=participant, args=(n, t, 0.02 * i)) for i, n in enumerate(names)]
+            for th in threads:
+                th.start()
+            for th in threads:
+                th.join(30)
+            at = {(k, n): x for k, tt, n, x in log if tt == t}
+            assert min(at[("go", n)] for n in names) >= max(at[("in", n)] for n in names)
+            assert min(at[("done", n)] for n in names) >= max(at[("out", n)] for n in names)
+            assert StepBarrier(coord, paths, t, names).is_done()
+        # a participant restarted after everyone passed goes straight through, in and out
+        b = StepBarrier(sessions["p0"], paths, 1, names)
+        t0 = time.perf_counter()
+        b.enter("p0", timeout_s=5)
+        b.leave("p0", timeout_s=5)
+        assert time.perf_counter() - t0 < 1.0
+        with pytest.raises(InputError):
+            b.enter("stranger")
+        # housekeeping removes a passed step's nodes in one transaction
+        coord.commit(StepBarrier(coord, paths, 0, names).cleanup_ops())
+        assert not coord.exists(paths.barrier(0))
+    finally:
+        for s in sessions.values():
+            s.close()
+        coord.delete_tree(root)
+        coord.close()
+
+
+# -- bounded waits, the server -----------------------------------------------------------------------
+def test_an_unreachable_zookeeper_is_a_clear_error_after_a_bounded_wait(creds):
+    from bsp_planner.runtime.zkserver import free_port
+
+    port = free_port()
+    t0 = time.perf_counter()
+    with pytest.raises(Z.ZkUnavailable, match=f"cannot reach ZooKeeper at 127.0.0.1:{port} after 1.5 s"):
+        Z.ZkSession(f"127.0.0.1:{port}", creds, connect_timeout_s=1.5).start()
+    assert time.perf_counter() - t0 < 5
+
+
+def test_a_session_survives_a_server_restart_and_waits_wake_up(own_zk, creds, root):
+    s = session(own_zk, creds, session_timeout_s=10)
+    try:
+        make_root(s, root)
+        s.create(f"{root}/member", {"x": 1}, ephemeral=True)
+        got = {}
+
+        def waiter():
+            got["ok"] = s.wait_exists(f"{root}/late", timeout_s=20)
+
+        th = threading.Thread(target=waiter)
+        th.start()  # armed before the crash: kazoo does not re-register watches, the wait re-checks
+        time.sleep(0.3)
+        own_zk.kill()
+        time.sleep(0.5)
+        own_zk.start()
+        other = session(own_zk, creds)
+        other.create(f"{root}/late", {"y": 2})
+        other.close()
+        th.join(25)
+        assert got["ok"] is True
+        assert s.exists(f"{root}/member")  # the same session: its ephemeral node is still there
+    finally:
+        s.close()
+
+
+def test_local_server_refuses_a_second_start_and_a_taken_port(own_zk, tmp_path):
+    from bsp_planner.runtime.zkserver import LocalZooKeeper
+
+    assert own_zk.ok() and own_zk.is_running()
+    with pytest.raises(InputError, match="already running"):
+        LocalZooKeeper(own_zk.data_dir, port=own_zk.port).start()
+    with pytest.raises(InputError, match="already taken"):
+        LocalZooKeeper(tmp_path / "other", port=own_zk.port).start()
+    assert "Mode: standalone" in (Z_four(own_zk) or "")
+
+
+def Z_four(server):
+    from bsp_planner.runtime.zkserver import four_letter
+
+    return four_letter(server.host, server.port, "srvr")
+
+
+def test_zk_cli_starts_reports_and_stops_a_server(tmp_path):
+    import subprocess
+    import sys
+
+    from bsp_planner.runtime.zkserver import free_port
+
+    port = free_port()
+    cli = [sys.executable, "-m", "bsp_planner.cli", "zk"]
+    d = str(tmp_path / "srv")
+    out = subprocess.run(cli + ["start", "--port", str(port), "--data-dir", d], capture_output=True, text=True, timeout=90)
+    try:
+        assert out.returncode == 0, out.stderr
+        assert f"127.0.0.1:{port}" in out.stdout
+        st = subprocess.run(cli + ["status", "--data-dir", d], capture_output=True, text=True, timeout=30)
+        assert st.returncode == 0 and "answers" in st.stdout
+    finally:
+        stop = subprocess.run(cli + ["stop", "--data-dir", d], capture_output=True, text=True, timeout=60)
+    assert "stopped" in stop.stdout
+    st = subprocess.run(cli + ["status", "--data-dir", d], capture_output=True, text=True, timeout=30)
+    assert st.returncode == 1 and "not running" in st.stdout

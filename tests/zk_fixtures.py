@@ -1,0 +1,230 @@
+"""Fixtures for the live-execution tests: a real ZooKeeper server, a tiny job sized for quick steps, and
+checks that a run leaves no process and no cgroup behind.
+
+The server is the one `bsp-planner zk start` runs (Debian's zookeeper package, or ZOOKEEPER_HOME), on a
+free loopback port with its own data directory, stopped at the end. Tests that need it skip, saying why,
+only when java or the server's jars are missing; tests that run tasks also need root (or a delegated
+cgroup) and stress-ng. In CI all are present (scripts/test.sh installs stress-ng and zookeeper).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from bsp_planner.errors import InputError
+
+ROOT = Path(__file__).resolve().parent.parent
+PREFIX = f"bsp-planner-test-{os.getpid()}"  # the tests' own parent cgroup, apart from real measurements
+
+
+def zk_problem() -> str | None:
+    from bsp_planner.runtime.zkserver import find_java, zookeeper_classpath
+
+    try:
+        find_java()
+        zookeeper_classpath()
+    except InputError as exc:
+        return f"no ZooKeeper server to test against: {exc}"
+    try:
+        import kazoo  # noqa: F401
+    except ImportError:
+        return "kazoo is not installed (pip install 'bsp-planner[live]')"
+    return None
+
+
+def tasks_problem() -> str | None:
+    from bsp_planner.profiling.cgroups import CgroupUnavailable, CpuQuotaGroup
+
+    problem = zk_problem()
+    if problem:
+        return problem
+    if shutil.which("stress-ng") is None:
+        return "stress-ng is not installed (apt-get install stress-ng)"
+    try:
+        with CpuQuotaGroup("probe", millicores=500, prefix=PREFIX):
+            pass
+    except CgroupUnavailable as exc:
+        return f"CPU-quota cgroups are not writable here (needs root or a delegated cgroup): {exc}"
+    return None
+
+
+_zk = zk_problem()
+_tasks = tasks_problem()
+needs_zk = pytest.mark.skipif(_zk is not None, reason=_zk or "")
+needs_tasks = pytest.mark.skipif(_tasks is not None, reason=_tasks or "")
+
+
+@pytest.fixture(scope="session")
+def zk_server(tmp_path_factory):
+    """One standalone ZooKeeper for the whole session (tests use their own znode roots)."""
+    from bsp_planner.runtime.zkserver import LocalZooKeeper, free_port
+
+    if _zk:
+        pytest.skip(_zk)
+    server = LocalZooKeeper(tmp_path_factory.mktemp("zk"), port=free_port())
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def own_zk(tmp_path):
+    """A server of the test's own, for tests that crash and restart it."""
+    from bsp_planner.runtime.zkserver import LocalZooKeeper, free_port
+
+    if _zk:
+        pytest.skip(_zk)
+    server = LocalZooKeeper(tmp_path / "zk", port=free_port())
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def creds_file(tmp_path):
+    """Credentials for the run's digest ACL, in a file only its owner may read."""
+    from bsp_planner.runtime.zk import Credentials, write_credentials_file
+
+    return write_credentials_file(tmp_path / "zk-auth", Credentials("tester", "s3cret-" + os.urandom(6).hex()))
+
+
+# -- a tiny job: three cheap stressors, a synthetic profile, steps of ~0.1-0.5 s -----------------------
+JOB = """name = "tiny"
+workers = 1
+
+[[task]]
+name = "a"
+stressor = "zero"
+ops_per_unit = {ops_a}
+series = {{ file = "{data}/nyc_taxi.csv", first_row = 0, last_row = 1998 }}
+
+[[task]]
+name = "b"
+stressor = "memcpy"
+ops_per_unit = 0.5
+series = {{ file = "{data}/nyc_taxi.csv", first_row = 1999, last_row = 3997 }}
+
+[[task]]
+name = "c"
+stressor = "vecmath"
+ops_per_unit = 4
+series = {{ file = "{data}/ambient_temperature_system_failure.csv", first_row = 0, last_row = 2000 }}
+"""
+
+EXPERIMENT = """job = "job.toml"
+profile = "profile.csv"
+steps = {steps}
+penalty_s = {penalty}
+modes = ["perfect"]
+strategies = ["mpc"]
+output = "out"
+
+[cpu]
+budget_millicores = 1500
+min_millicores = 250
+step_millicores = 50
+max_millicores = 1000
+
+[planner]
+horizon = 4
+dp_max_segment = 8
+
+[forecast]
+horizon = 8
+"""
+
+
+def write_profile(path: Path, tasks=("a", "b", "c"), seed: int = 1) -> Path:
+    """duration = base_i * (w / 30) * (1000 / c): roughly what the tiny job's stressors do, with the
+    tasks' speeds differing enough that planners move CPU between them."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    lines = ["task,workload,cpu_millicores,duration_s,repeat"]
+    for i, t in enumerate(tasks):
+        base = (0.08, 0.12, 0.1)[i % 3] * (1 + 0.1 * rng.random())
+        for w in (10, 20, 30, 40, 50):
+            for c in (250, 500, 750, 1000):
+                lines.append(f"{t},{w},{c},{base * (w / 30) * (1000 / c) ** 0.9:.5f},0")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def tiny_experiment(folder: Path, steps: int = 5, penalty: float = 0.3, ops_a: float = 20) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "job.toml").write_text(JOB.format(data=ROOT / "datasets", ops_a=ops_a))
+    write_profile(folder / "profile.csv")
+    path = folder / "exp.toml"
+    path.write_text(EXPERIMENT.format(steps=steps, penalty=penalty))
+    return path
+
+
+def settings(experiment: Path, zk, creds: Path, **kw):
+    from bsp_planner.runtime.coordinator import RunSettings
+
+    base = dict(
+        experiment=str(experiment),
+        zookeeper=zk.hosts,
+        zk_auth=f"file:{creds}",
+        session_timeout_s=10.0,
+        zk_wait_s=10.0,
+        worker_start_s=60.0,
+        step_timeout_s=120.0,
+        cgroup_prefix=PREFIX,
+    )
+    base.update(kw)
+    return RunSettings(**base)
+
+
+# -- nothing left behind -------------------------------------------------------------------------------
+def run_processes(run_id: str) -> list[int]:
+    """Live processes that belong to the run (its workers name the run's znode on their command line)."""
+    out = []
+    for p in Path("/proc").iterdir():
+        if not p.name.isdigit():
+            continue
+        try:
+            cmd = (p / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if "bsp_planner.cli worker" in cmd and f"/{run_id}" in cmd:
+            try:
+                state = next(line for line in (p / "status").read_text().splitlines() if line.startswith("State:"))
+            except (OSError, StopIteration):
+                continue
+            if "Z" not in state.split()[1]:  # a zombie is already dead, waiting for its parent
+                out.append(int(p.name))
+    return out
+
+
+def run_cgroups(run_id: str, prefix: str = PREFIX) -> list[str]:
+    from bsp_planner.profiling.cgroups import detect_hierarchy
+
+    parent = detect_hierarchy().root / prefix
+    if not parent.is_dir():
+        return []
+    return sorted(p.name for p in parent.iterdir() if p.is_dir() and p.name.startswith(f"live.{run_id}."))
+
+
+def assert_nothing_left(run_id: str, prefix: str = PREFIX, wait_s: float = 5.0) -> None:
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline and (run_processes(run_id) or run_cgroups(run_id, prefix)):
+        time.sleep(0.05)
+    assert run_processes(run_id) == [], f"orphaned worker processes of {run_id}"
+    assert run_cgroups(run_id, prefix) == [], f"orphaned cgroups of {run_id}"
+
+
+def wait_for_steps(run_dir: Path, n: int, timeout_s: float = 60.0) -> None:
+    """Until the run log holds n steps."""
+    deadline = time.monotonic() + timeout_s
+    path = run_dir / "steps.jsonl"
+    while time.monotonic() < deadline:
+        if path.is_file() and len(path.read_text().splitlines()) >= n:
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"{path} did not reach {n} steps in {timeout_s} s")
