@@ -16,7 +16,8 @@ for the first; results are handed back in the runner's order.
 Jobs are labelled ``bsp-planner.io/profile=<id>`` (by default derived from the profile's path) and
 deleted once their result is written, so Jobs of a session that was killed keep running in the cluster
 and the next session collects their results instead of running those cells again. Leaving a ``with``
-block (Ctrl-C included) deletes the Jobs still running.
+block (Ctrl-C included) deletes the Jobs still running; finished ones whose rows were not written yet
+stay for the next session to read.
 """
 
 from __future__ import annotations
@@ -186,7 +187,8 @@ class KubernetesProfiler:
         return result
 
     def close(self) -> None:
-        """Delete the Jobs still running (their cells are measured again by the next session)."""
+        """Delete the Jobs still running (their cells are measured again by the next session); finished
+        ones not handed to the runner yet stay, for the next session to read."""
         for a in list(self._active.values()):
             try:
                 self.cluster.delete_job(a.job)
@@ -274,10 +276,10 @@ class KubernetesProfiler:
                 return RunResult(float(report["duration_s"]))
             return RunResult(None, "the Job completed but its pod's result is missing")
         if "Failed" in conds or status.get("failed"):
-            if report and report.get("reason"):
-                return RunResult(None, report["reason"])
             if (conds.get("Failed") or {}).get("reason") == "DeadlineExceeded":
                 return RunResult(None, f"timeout: the Job ran past {timeout_s:g} s + {self.startup_timeout_s:g} s to start")
+            if report and report.get("reason"):
+                return RunResult(None, report["reason"])
             st = pod_state(pod, N.COMPONENT_PROFILER) if pod else None
             return RunResult(None, (st.problem if st and st.problem else None) or (conds.get("Failed") or {}).get("message") or "the Job failed")
         if pod is not None:
