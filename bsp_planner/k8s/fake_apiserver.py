@@ -11,6 +11,9 @@ evicts a pod when a test says so. What it does check like a real server:
 - request bodies against the client's own models (unknown or missing fields -> 422), and a patch's
   content type (a dict sent as a JSON patch -> 400, as a real server answers);
 - names (DNS-1123) and duplicates (409), missing objects (404);
+- (optionally) a pod's container as a local process: ``pod_runner(pod)`` returns a ``Popen``-like
+  object when the pod starts; its exit makes the pod Succeeded or Failed, deleting the pod terminates
+  it. No CPU limit is applied to it: resizes only change the reported status;
 - authorisation, when given RBAC rules (e.g. parsed from jobs/k8s/rbac.yaml): a request its rules do
   not grant gets 403, like the API server's RBAC authoriser. Every request is recorded in ``calls`` as
   (verb, apiGroup, resource[/subresource], namespace), for tests of which verbs the code uses.
@@ -114,6 +117,7 @@ class FakeApiServer:
         delete_delay_s: float = 0.0,
         resize_delay_s: float = 0.0,
         job_runner: Callable[[dict], JobOutcome] | None = None,
+        pod_runner: Callable[[dict], object] | None = None,
     ) -> None:
         self.version = version
         m = re.match(r"v(\d+)\.(\d+)", version)
@@ -124,6 +128,8 @@ class FakeApiServer:
         self.delete_delay_s = delete_delay_s
         self.resize_delay_s = resize_delay_s
         self.job_runner = job_runner
+        self.pod_runner = pod_runner
+        self._procs: dict[tuple[str, str], object] = {}
         self.state = FakeState()
         self.calls: list[Call] = []
         self.lock = threading.RLock()
@@ -147,6 +153,10 @@ class FakeApiServer:
         return self
 
     def stop(self) -> None:
+        with self.lock:
+            for proc in self._procs.values():
+                _terminate(proc, kill=True)
+            self._procs.clear()
         if self.server is not None:
             self.server.shutdown()
             self.server.server_close()
@@ -244,9 +254,23 @@ class FakeApiServer:
         """Move the world forward: finish deletions, schedule, start containers, apply resizes, run jobs."""
         now = time.monotonic()
         for key, at in list(self._pending_delete.items()):
-            if now >= at:
+            proc = self._procs.get(key)
+            if proc is not None:  # SIGTERM, SIGKILL once the grace period is over; gone once it exited
+                _terminate(proc, kill=now >= at)
+            if (proc is not None and proc.poll() is not None) or (proc is None and now >= at):
                 self.state.pods.pop(key, None)
+                self._procs.pop(key, None)
                 del self._pending_delete[key]
+        for key, proc in list(self._procs.items()):
+            pod = self.state.pods.get(key)
+            code = proc.poll()
+            if pod is None or code is None or key in self._pending_delete or pod["status"].get("phase") != "Running":
+                continue
+            pod["status"]["phase"] = "Succeeded" if code == 0 else "Failed"
+            for cs in pod["status"]["containerStatuses"]:
+                cs["ready"] = False
+                cs["state"] = {"terminated": {"exitCode": code, "reason": "Completed" if code == 0 else "Error",
+                                              "message": getattr(proc, "message", ""), "finishedAt": now_iso()}}
         for key, pod in sorted(self.state.pods.items(), key=lambda kv: kv[1]["metadata"]["creationTimestamp"]):
             status = pod["status"]
             if status.get("phase") != "Pending" or key in self._pending_delete:
@@ -274,6 +298,8 @@ class FakeApiServer:
                 ]
                 if key in self._job_pods:
                     self._job_done_at[key] = (now + self._job_pods[key].delay_s, self._job_pods[key])
+                elif self.pod_runner is not None:
+                    self._procs[key] = self.pod_runner(copy.deepcopy(pod))
         for key, at in list(self._resize_at.items()):
             pod = self.state.pods.get(key)
             if pod is None:
@@ -317,6 +343,15 @@ class FakeApiServer:
         self.state.pods[(ns, name)] = pod
         self._job_pods[(ns, name)] = outcome
         job["status"] = {"active": 1}
+
+
+def _terminate(proc, kill: bool = False) -> None:
+    """SIGTERM (the pod's grace period), or SIGKILL once it is over."""
+    if proc.poll() is None:
+        try:
+            proc.kill() if kill else proc.terminate()
+        except OSError:
+            pass
 
 
 def _node_info() -> dict:

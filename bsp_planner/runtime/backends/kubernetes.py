@@ -69,13 +69,20 @@ def parse_node_selector(text: str) -> dict[str, str]:
     return out
 
 
-class PodLost(InputError):
-    """A task's pod cannot run: pending past the timeout, evicted, failed or deleted. The run stops and
+try:  # the coordinator stops a run on TaskLost and leaves it resumable
+    from . import TaskLost as _TaskLost
+except ImportError:  # pragma: no cover - a runtime without it: the run stops as on any bad input
+    _TaskLost = InputError
+
+
+class PodLost(_TaskLost):
+    """A task's pod cannot run: pending past the timeout, evicted, preempted or deleted. The run stops and
     stays resumable (every completed step is in ZooKeeper and the run log)."""
 
 
-class ConfigurationDoesNotFit(InputError):
-    """A configuration cannot be placed on the nodes' allocatable CPU."""
+class ConfigurationDoesNotFit(_TaskLost):
+    """A configuration cannot be placed on the nodes' allocatable CPU (checked before any pod changes, so
+    the run stops where it is and resumes once the cluster has room)."""
 
 
 @dataclass

@@ -1,0 +1,90 @@
+"""The coordinator driving the kubernetes backend, against FakeApiServer whose "kubelet" runs each pod's
+container as a local process. FOR LOGIC TESTS ONLY: no CPU limit is applied to those processes, so this
+checks the contract between the coordinator and the backend (pod arguments and environment, the
+ZooKeeper address and credentials the workers get, start / resize / recreate / stop, the run log), not
+anything a real cluster does. The workers, ZooKeeper and stress-ng are real.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("bsp_planner.runtime.coordinator", reason="the live runtime is not in this tree yet")
+
+from bsp_planner.k8s import names as N  # noqa: E402
+from bsp_planner.k8s.fake_apiserver import FakeApiServer  # noqa: E402
+from bsp_planner.runtime.backends.kubernetes import KubernetesBackend  # noqa: E402
+from bsp_planner.runtime.coordinator import Coordinator  # noqa: E402
+
+from zk_fixtures import creds_file, settings, tiny_experiment, zk_problem, zk_server  # noqa: E402,F401
+
+_problem = zk_problem() or (None if shutil.which("stress-ng") else "stress-ng is not installed (apt-get install stress-ng)")
+pytestmark = pytest.mark.skipif(_problem is not None, reason=_problem or "")
+
+NS = "bsp-planner"
+SECRET = "bsp-planner-zk-auth"
+
+
+def kubelet(tmp_path, secrets: dict[str, dict[str, str]]):
+    """Start a pod's container here: its args, its environment (values, Secrets, the downward API),
+    its scratch volume as a local folder."""
+    scratch = tmp_path / "scratch"
+
+    def run_pod(pod: dict):
+        c = pod["spec"]["containers"][0]
+        assert c["command"] == ["bsp-planner"]
+        env = dict(os.environ)
+        for e in c["env"]:
+            src = e.get("valueFrom") or {}
+            if "value" in e:
+                env[e["name"]] = e["value"]
+            elif "secretKeyRef" in src:
+                ref = src["secretKeyRef"]
+                env[e["name"]] = secrets[ref["name"]][ref["key"]]
+            elif src.get("fieldRef", {}).get("fieldPath") == "metadata.name":
+                env[e["name"]] = pod["metadata"]["name"]
+            elif src.get("fieldRef", {}).get("fieldPath") == "spec.nodeName":
+                env[e["name"]] = pod["spec"]["nodeName"]
+        env = {k: v.replace("/scratch", str(scratch)) for k, v in env.items()}
+        scratch.mkdir(exist_ok=True)
+        log = open(tmp_path / f"{pod['metadata']['name']}.log", "ab")
+        return subprocess.Popen([sys.executable, "-m", "bsp_planner.cli", *c["args"]], env=env, cwd=scratch,
+                                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+    return run_pod
+
+
+@pytest.mark.parametrize("how", ["in-place", "recreate"])
+def test_a_live_run_through_the_kubernetes_backend(tmp_path, zk_server, creds_file, how):  # noqa: F811
+    exp = tiny_experiment(tmp_path / "exp", steps=3)
+    secrets = {SECRET: {"auth": creds_file.read_text().strip()}}
+    with FakeApiServer(pod_runner=kubelet(tmp_path, secrets), delete_delay_s=5.0) as api:
+        api.add_node("node-a", "4")
+        backend = KubernetesBackend(
+            f"k8s-{how}", host=api.url, namespace=NS, image="bsp-planner:dev", reconfigure="auto",
+            worker_zk_hosts=zk_server.hosts, zk_auth_secret=SECRET, poll_s=0.02, log_dir=tmp_path / "logs",
+        )
+        coord = Coordinator(settings(exp, zk_server, creds_file, planner="static:1", reconfigure=how),
+                            f"k8s-{how}", tmp_path / "runs", backend=backend)
+        result = coord.run()
+        assert result.status == "finished", (tmp_path / f"bsp-k8s-{how}-a.log").read_text()
+        assert api.pods(NS) == []  # every pod deleted at the end
+    records = [json.loads(line) for line in (tmp_path / "runs" / f"k8s-{how}" / "steps.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [0, 1, 2]
+    assert all(t["measured_s"] > 0 for r in records for t in r["tasks"])
+    reconfigured = [r for r in records if r["reconfigured"]]
+    assert reconfigured and all(r["reconfig_s"] > 0 for r in reconfigured)
+    modes = {e.mode for e in backend.events}
+    assert modes == ({"start", "in-place"} if how == "in-place" else {"start", "recreate"})
+    meta = json.loads((tmp_path / "runs" / f"k8s-{how}" / "run.json").read_text())
+    assert meta["backend"]["backend"] == "kubernetes" and meta["backend"]["kubernetes"]["reconfigure"] == "in-place"
+    assert creds_file.read_text().strip().split(":")[1] not in json.dumps(meta)
+    # the workers joined through the address and Secret the pods were given
+    pod_log = (tmp_path / f"{N.pod_name(f'k8s-{how}', 'a')}.log").read_text()
+    assert "joined at step 0" in pod_log
