@@ -1,0 +1,139 @@
+"""End to end on a real cluster (marked `k8s`): the profiler's Jobs and a live run of the default job.
+
+Runs against the cluster of $KUBECONFIG (or ~/.kube/config) once the kustomize base is applied there
+(the namespace bsp-planner, ZooKeeper, the Secret bsp-planner-zk-auth) and the image is loaded; skipped,
+saying which of these is missing, otherwise. docs/kubernetes.md walks through kind, k3d and minikube:
+
+    pytest -m k8s tests/test_k8s_e2e.py -v
+
+Settings: $BSP_PLANNER_IMAGE (default bsp-planner:dev), $BSP_PLANNER_K8S_NAMESPACE (bsp-planner),
+$BSP_PLANNER_E2E_STEPS (6), $BSP_PLANNER_E2E_SET (extra experiment overrides, comma-separated KEY=VALUE,
+e.g. cpu.budget_millicores=4000 for a small cluster).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from bsp_planner.job import Job, SeriesRef, Task
+from bsp_planner.k8s import names as N
+
+pytestmark = pytest.mark.k8s
+
+ROOT = Path(__file__).resolve().parent.parent
+NS = os.environ.get("BSP_PLANNER_K8S_NAMESPACE", N.DEFAULT_NAMESPACE)
+IMAGE = os.environ.get("BSP_PLANNER_IMAGE", "bsp-planner:dev")
+SECRET = "bsp-planner-zk-auth"
+
+
+def _kubeconfig() -> str:
+    return os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or str(Path.home() / ".kube" / "config")
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """The cluster, or a skip that says what is missing."""
+    path = _kubeconfig()
+    if not Path(path).is_file():
+        pytest.skip(f"no Kubernetes cluster: no kubeconfig at {path} (set KUBECONFIG)")
+    from kubernetes import client
+
+    from bsp_planner.k8s.cluster import Cluster
+    from bsp_planner.k8s.config import connect
+
+    try:
+        conn = connect(NS, kubeconfig=path)
+        version = client.VersionApi(conn.api_client).get_code(_request_timeout=5)
+    except Exception as exc:  # unreachable, bad credentials, a kubeconfig of a deleted cluster...
+        pytest.skip(f"no reachable Kubernetes cluster in {path}: {type(exc).__name__}: {str(exc)[:200]}")
+    core = client.CoreV1Api(conn.api_client)
+    try:
+        core.read_namespace(NS, _request_timeout=5)
+        secret = core.read_namespaced_secret(SECRET, NS, _request_timeout=5)
+    except client.exceptions.ApiException as exc:
+        pytest.skip(f"the cluster at {conn.host} lacks the base or its Secret ({exc.status} {exc.reason}): "
+                    f"kubectl apply -k jobs/k8s and create the Secret {SECRET} (docs/kubernetes.md)")
+    auth = base64.b64decode(secret.data["auth"]).decode()
+    return {"conn": conn, "cluster": Cluster(conn), "version": version.git_version, "auth": auth, "kubeconfig": path}
+
+
+def test_the_profiler_measures_a_grid_as_jobs_under_real_cpu_limits(cluster, tmp_path):
+    from bsp_planner.profiles import load_profile
+    from bsp_planner.profiling.kubernetes import KubernetesProfiler, default_profile_id, run_grid_kubernetes
+    from bsp_planner.profiling.runner import Grid
+
+    job = Job("e2e", (Task("spin", "cpu", 200.0, SeriesRef(Path("-"))),), path=Path("e2e.toml"))
+    out = tmp_path / "profile.csv"
+    profiler = KubernetesProfiler(cluster=cluster["cluster"], image=IMAGE, parallelism=2, poll_s=1.0,
+                                  profile_id=default_profile_id(out))
+    report = run_grid_kubernetes(job, out, Grid((250, 1000), (5, 10), 1), profiler, timeout_s=120, progress=False)
+    assert report.failures == [] and report.measured == 4
+    prof = load_profile(out).tasks["spin"]
+    # a quarter of a CPU is slower than a whole one: the Job's CPU limit is enforced
+    assert (prof.duration_s[:, 0] > 1.5 * prof.duration_s[:, 1]).all(), prof.duration_s
+    assert profiler.nodes  # the CPU model of the node(s) that ran the cells
+    assert cluster["cluster"].list_jobs(f"{N.LABEL_PROFILE}={profiler.profile_id}") == []
+
+
+def _port_forward(kubeconfig: str):
+    """`kubectl port-forward` to the cluster's ZooKeeper, for a coordinator outside the cluster."""
+    if shutil.which("kubectl") is None:
+        pytest.skip("kubectl is not installed (the coordinator outside the cluster reaches ZooKeeper through kubectl port-forward)")
+    proc = subprocess.Popen(["kubectl", "--kubeconfig", kubeconfig, "-n", NS, "port-forward", "svc/zookeeper", ":2181"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        m = re.search(r"Forwarding from 127\.0\.0\.1:(\d+)", line or "")
+        if m:
+            return proc, int(m.group(1))
+        if proc.poll() is not None:
+            break
+    proc.kill()
+    pytest.fail("kubectl port-forward svc/zookeeper did not start")
+
+
+@pytest.mark.parametrize("how", ["recreate", "in-place"])
+def test_the_default_job_runs_live_on_the_cluster(cluster, tmp_path, monkeypatch, how):
+    from bsp_planner.runtime.backends.kubernetes import KubernetesBackend
+    from bsp_planner.runtime.coordinator import DEFAULT_EXPERIMENT, Coordinator, RunSettings
+
+    if how == "in-place" and not cluster["cluster"].capabilities().in_place_resize:
+        pytest.skip(f"the server ({cluster['version']}) has no pods/resize subresource (Kubernetes 1.33+)")
+    experiment = ROOT / DEFAULT_EXPERIMENT
+    if not experiment.is_file():
+        experiment = ROOT / "experiments" / "default.toml"
+    steps = int(os.environ.get("BSP_PLANNER_E2E_STEPS", "6"))
+    overrides = [f"steps={steps}"] + [o for o in os.environ.get("BSP_PLANNER_E2E_SET", "").split(",") if o]
+    forward, port = _port_forward(cluster["kubeconfig"])
+    monkeypatch.setenv("BSP_PLANNER_ZK_AUTH", cluster["auth"])
+    run_id = f"e2e-{how}-{int(time.time()) % 100000}"
+    try:
+        backend = KubernetesBackend(run_id, cluster=cluster["cluster"], image=IMAGE, reconfigure=how,
+                                    zk_auth_secret=SECRET, log_dir=tmp_path / "logs", poll_s=0.5)
+        settings = RunSettings(experiment=str(experiment), planner="static:1", reconfigure=how, overrides=overrides,
+                               backend="kubernetes", zookeeper=f"127.0.0.1:{port}", zk_auth="env",
+                               worker_start_s=300.0, step_timeout_s=600.0, zk_wait_s=30.0)
+        result = Coordinator(settings, run_id, tmp_path / "runs", backend=backend).run()
+    finally:
+        forward.kill()
+    assert result.status == "finished"
+    records = result.records
+    assert [r["step"] for r in records] == list(range(steps))
+    assert all(t["measured_s"] > 0 for r in records for t in r["tasks"])
+    for r in records:
+        if r["reconfigured"]:
+            assert r["reconfig_s"] > 0
+    assert {e.mode for e in backend.events} <= {"start", how}
+    assert cluster["cluster"].list_pods(N.run_selector(N.run_key(run_id))) == []
+    summary = json.loads((tmp_path / "runs" / run_id / "summary.json").read_text())
+    assert summary["steps_done"] == steps
