@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+pytest.importorskip("kubernetes", reason="the official kubernetes client is not installed (pip install 'bsp-planner[kubernetes]')")
 import yaml
 
 pytest.importorskip("bsp_planner.runtime.backends", reason="the runtime backends package is not in this tree yet")

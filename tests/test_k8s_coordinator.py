@@ -15,6 +15,8 @@ import sys
 
 import pytest
 
+pytest.importorskip("kubernetes", reason="the official kubernetes client is not installed (pip install 'bsp-planner[kubernetes]')")
+
 pytest.importorskip("bsp_planner.runtime.coordinator", reason="the live runtime is not in this tree yet")
 
 from bsp_planner.k8s import names as N  # noqa: E402

@@ -15,7 +15,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-import yaml
+
+pytest.importorskip("kubernetes", reason="the official kubernetes client is not installed (pip install 'bsp-planner[kubernetes]')")
+import yaml  # noqa: E402  (comes with the kubernetes client)
 
 from bsp_planner.errors import InputError
 from bsp_planner.k8s import manifests as M

@@ -112,3 +112,16 @@ def resolve_image(image: str | None, own_pod_image: "callable | None" = None) ->
         f"or set ${IMAGE_ENV}",
         field="--image",
     )
+
+
+def parse_node_selector(text: str) -> dict[str, str]:
+    """'disktype=ssd,zone=a' -> {'disktype': 'ssd', 'zone': 'a'}."""
+    out = {}
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        k, eq, v = part.partition("=")
+        if not eq or not k.strip():
+            raise InputError(f"expected key=value[,key=value...], got {text!r}", field="--node-selector")
+        out[k.strip()] = v.strip()
+    return out

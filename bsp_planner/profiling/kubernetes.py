@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +36,7 @@ from ..k8s import manifests as M
 from ..k8s import names as N
 from ..k8s.cluster import Cluster, pod_state
 from ..k8s.config import connect, resolve_image
+from ..profiles import metadata_path
 from . import runner as R
 from .local import RunResult
 
@@ -150,13 +152,6 @@ class KubernetesProfiler:
                 "node_selector": dict(self.node_selector),
             },
         }
-
-    def host_info(self) -> dict:
-        """The runner's host fields for a cluster: the API server and the CPU models of the nodes that ran
-        cells so far (for the runner's hook `backend.host_info()`, see docs/kubernetes.md)."""
-        models = sorted(set(self.nodes.values()))
-        return {"host": self.cluster.conn.host, "cpu_model": " | ".join(models) or "unknown", "cores": None,
-                "kernel": None, "os": "kubernetes"}
 
     def expect(self, tasks: Sequence[Task], cells: Sequence[R.Cell]) -> None:
         """The cells the runner is about to ask for, in its order: they run `parallelism` at a time."""
@@ -327,5 +322,21 @@ def run_grid_kubernetes(
     except InputError:  # a damaged file: run_grid says what is wrong with it; no look-ahead meanwhile
         measured = set(cells)
     profiler.expect(selected, [c for c in cells if c not in measured])
-    with profiler:
-        return R.run_grid(job, out, grid, profiler, tasks=tasks, timeout_s=timeout_s, progress=progress, console=console)
+    try:
+        with profiler:
+            return R.run_grid(job, out, grid, profiler, tasks=tasks, timeout_s=timeout_s, progress=progress, console=console)
+    finally:
+        _record_nodes(metadata_path(out), profiler.nodes)
+
+
+def _record_nodes(meta_file: Path, nodes: dict[str, str]) -> None:
+    """Add the nodes that ran cells (node -> CPU model) to the profile's metadata, under "kubernetes":
+    the runner's host fields describe the machine that drove the profile, not the ones that measured."""
+    if not nodes or not meta_file.is_file():
+        return
+    meta = json.loads(meta_file.read_text())
+    k8s = meta.setdefault("kubernetes", {})
+    k8s["nodes"] = {**(k8s.get("nodes") or {}), **nodes}
+    tmp = meta_file.with_name(meta_file.name + ".tmp")
+    tmp.write_text(json.dumps(meta, indent=2) + "\n")
+    os.replace(tmp, meta_file)

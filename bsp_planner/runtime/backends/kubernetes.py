@@ -41,7 +41,7 @@ from ...k8s import names as N
 from ...k8s.binpack import DoesNotFit, fits_in_place, node_capacities, pack
 from ...k8s.capabilities import RECONFIGURE_MODES, choose_reconfigure_mode
 from ...k8s.cluster import Cluster, PodState, pod_state, resize_done
-from ...k8s.config import connect, resolve_image
+from ...k8s.config import connect, parse_node_selector, resolve_image
 from . import Backend, Capabilities, TaskStatus, WorkerLaunch
 
 log = logging.getLogger("bsp_planner.runtime")
@@ -54,19 +54,6 @@ ZK_FLAGS = ("--zookeeper", "--zk", "--zk-hosts")
 STRESS_NG_FLAG = "--stress-ng"
 IMAGE_STRESS_NG = "stress-ng"  # on the PATH of the image jobs/Dockerfile builds
 SECRET_KEY = "auth"
-
-
-def parse_node_selector(text: str) -> dict[str, str]:
-    """'disktype=ssd,zone=a' -> {'disktype': 'ssd', 'zone': 'a'}."""
-    out = {}
-    for part in (p.strip() for p in text.split(",")):
-        if not part:
-            continue
-        k, eq, v = part.partition("=")
-        if not eq or not k.strip():
-            raise InputError(f"expected key=value[,key=value...], got {text!r}", field="--node-selector")
-        out[k.strip()] = v.strip()
-    return out
 
 
 try:  # the coordinator stops a run on TaskLost and leaves it resumable
