@@ -111,6 +111,11 @@ class Cluster:
     def get_pod(self, name: str) -> dict | None:
         return self._call(f"read pod {name}", self.core.read_namespaced_pod, name, self.namespace, missing_ok=True)
 
+    def pod_image(self, name: str) -> str | None:
+        """The image of a pod's first container (the coordinator's own pod: its workers run the same)."""
+        containers = ((self.get_pod(name) or {}).get("spec") or {}).get("containers") or []
+        return containers[0].get("image") if containers else None
+
     def list_pods(self, selector: str) -> list[dict]:
         out = self._call(f"list pods ({selector})", self.core.list_namespaced_pod, self.namespace, label_selector=selector)
         return out.get("items") or []
@@ -257,6 +262,15 @@ def pod_state(pod: dict | None, container: str = n.WORKER_CONTAINER) -> PodState
         or (phase == "Failed" and code is None)
     )
     return PodState(name, phase, node, running, problem, waiting, fatal, spec_cpu, actual_cpu, resize, infeasible, code, lost)
+
+
+def terminated(pod: dict | None) -> dict:
+    """The first container's last termination (exitCode, reason, message), or {} if it has none."""
+    for cs in ((pod or {}).get("status") or {}).get("containerStatuses") or []:
+        term = (cs.get("state") or {}).get("terminated") or (cs.get("lastState") or {}).get("terminated")
+        if term:
+            return term
+    return {}
 
 
 def resize_done(state: PodState, target_m: float) -> bool:

@@ -23,18 +23,10 @@ import sys
 import time
 from pathlib import Path
 
+from ..profiling.local import cpu_model
+
 TERMINATION_LOG = "/dev/termination-log"
 MAX_MESSAGE = 4096  # the kubelet keeps at most this many bytes of a termination message
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.lower().startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown"
 
 
 def measure(args: list[str], timeout_s: float) -> dict:

@@ -34,7 +34,7 @@ from ..errors import InputError
 from ..job import Job, Task
 from ..k8s import manifests as M
 from ..k8s import names as N
-from ..k8s.cluster import Cluster, pod_state
+from ..k8s.cluster import Cluster, pod_state, terminated
 from ..k8s.config import connect, resolve_image
 from ..profiles import metadata_path
 from . import runner as R
@@ -122,14 +122,9 @@ class KubernetesProfiler:
     @property
     def settings(self) -> M.PodSettings:
         if self._settings is None:
-            image = resolve_image(self.image, self._own_pod_image)
+            image = resolve_image(self.image, self.cluster.pod_image)
             self._settings = M.PodSettings(self.namespace, image, self.image_pull_policy, self.memory, dict(self.node_selector))
         return self._settings
-
-    def _own_pod_image(self, pod: str) -> str | None:
-        p = self.cluster.get_pod(pod)
-        cs = ((p or {}).get("spec") or {}).get("containers") or []
-        return cs[0].get("image") if cs else None
 
     # -- the runner's backend ----------------------------------------------------------------------
     def check(self, tasks: Sequence[Task], job_path: Path | None = None) -> None:
@@ -288,17 +283,16 @@ class KubernetesProfiler:
 
 def _report(pod: dict | None) -> dict | None:
     """The JSON the measurement left in its container's termination message."""
-    for cs in ((pod or {}).get("status") or {}).get("containerStatuses") or []:
-        term = (cs.get("state") or {}).get("terminated") or {}
-        msg = (term.get("message") or "").strip()
-        if msg.startswith("{"):
-            try:
-                return json.loads(msg)
-            except ValueError:
-                return None
-        if term:
-            return {"duration_s": None, "reason": f"exit code {term.get('exitCode')}: {' '.join(msg.split())[-300:]}".rstrip(": ")}
-    return None
+    term = terminated(pod)
+    if not term:
+        return None
+    msg = (term.get("message") or "").strip()
+    if msg.startswith("{"):
+        try:
+            return json.loads(msg)
+        except ValueError:
+            return None
+    return {"duration_s": None, "reason": f"exit code {term.get('exitCode')}: {' '.join(msg.split())[-300:]}".rstrip(": ")}
 
 
 def run_grid_kubernetes(

@@ -40,7 +40,7 @@ from ...k8s import manifests as M
 from ...k8s import names as N
 from ...k8s.binpack import DoesNotFit, fits_in_place, node_capacities, pack
 from ...k8s.capabilities import RECONFIGURE_MODES, choose_reconfigure_mode
-from ...k8s.cluster import Cluster, PodState, pod_state, resize_done
+from ...k8s.cluster import Cluster, PodState, pod_state, resize_done, terminated
 from ...k8s.config import connect, parse_node_selector, resolve_image
 from . import Backend, Capabilities, TaskStatus, WorkerLaunch
 
@@ -204,15 +204,10 @@ class KubernetesBackend(Backend):
     @property
     def settings(self) -> M.PodSettings:
         if self._settings is None:
-            image = resolve_image(self.image, self._own_pod_image)
+            image = resolve_image(self.image, self.cluster.pod_image)
             self._settings = M.PodSettings(self.namespace, image, self.image_pull_policy, self.memory,
                                            dict(self.node_selector), self.termination_grace_s)
         return self._settings
-
-    def _own_pod_image(self, pod_name: str) -> str | None:
-        pod = self.cluster.get_pod(pod_name)
-        containers = ((pod or {}).get("spec") or {}).get("containers") or []
-        return containers[0].get("image") if containers else None
 
     # -- checks ------------------------------------------------------------------------------------
     def check(self, job, millicores_max: float, budget_millicores: float, path=None) -> None:
@@ -561,8 +556,4 @@ class KubernetesBackend(Backend):
 
 
 def _termination_message(pod: dict | None) -> str:
-    for cs in ((pod or {}).get("status") or {}).get("containerStatuses") or []:
-        term = (cs.get("state") or {}).get("terminated") or (cs.get("lastState") or {}).get("terminated")
-        if term and term.get("message"):
-            return term["message"].strip()
-    return ""
+    return (terminated(pod).get("message") or "").strip()
