@@ -38,7 +38,7 @@ from typing import Callable, Mapping
 from ...errors import InputError
 from ...k8s import manifests as M
 from ...k8s import names as N
-from ...k8s.binpack import DoesNotFit, fits_in_place, node_capacities, pack
+from ...k8s.binpack import DoesNotFit, NodeCapacity, fits_in_place, node_capacities, pack
 from ...k8s.capabilities import RECONFIGURE_MODES, choose_reconfigure_mode
 from ...k8s.cluster import Cluster, PodState, pod_state, resize_done, terminated
 from ...k8s.config import connect, parse_node_selector, resolve_image
@@ -216,8 +216,6 @@ class KubernetesBackend(Backend):
         self.cluster.list_pods(N.run_selector(self.run_key))  # reachability and the Role, at once
         self.mode  # noqa: B018  (raises if in-place is forced and impossible)
         self.settings  # noqa: B018  (raises if no image is known)
-        for t in job.tasks:
-            N.pod_name(self.run_key, t.name)
         nodes = self._node_capacities(movable_own=True)
         if nodes is None:
             return
@@ -293,7 +291,7 @@ class KubernetesBackend(Backend):
         for task, t in self.tasks.items():
             where[task] = t.last.node if t.last is not None else None
             if where[task] is None:
-                where[task] = pod_state(self.cluster.get_pod(N.pod_name(self.run_key, task)), N.WORKER_CONTAINER).node
+                where[task] = pod_state(self.cluster.get_pod(self._pod_name(task))).node
         in_place = {task: (where[task], self.tasks[task].millicores, float(millicores[task]))
                     for task, how in plan.items() if how == "in-place" and where.get(task)}
         ok = fits_in_place(in_place, nodes)
@@ -309,8 +307,6 @@ class KubernetesBackend(Backend):
                 room[where[task]] -= float(millicores[task]) - self.tasks[task].millicores
         placed = {t: float(millicores[t]) for t, how in plan.items() if how in ("start", "recreate")}
         if placed:
-            from ...k8s.binpack import NodeCapacity
-
             caps = [NodeCapacity(c.name, c.allocatable_m, c.allocatable_m - room[c.name], c.unschedulable) for c in nodes]
             pack(placed, caps)
         return plan
