@@ -37,7 +37,7 @@ import numpy as np
 
 from ..errors import InputError
 from . import zk as Z
-from .backends import Backend, WorkerLaunch, make_backend
+from .backends import Backend, TaskLost, WorkerLaunch, make_backend
 from .runlog import RunLog, atomic_write, step_chart
 from .worker import EXIT_INPUT, EXIT_STRESS
 
@@ -387,6 +387,7 @@ class Coordinator:
 
     def _start_all(self, levels: np.ndarray) -> float:
         t0 = time.perf_counter()
+        self.backend.check_configuration({t: self._cpu(int(levels[i])) for i, t in enumerate(self.tasks)})
         for i, t in enumerate(self.tasks):
             self.backend.start_task(self._launch(t), self._cpu(int(levels[i])))
             self.levels_now[t] = int(levels[i])
@@ -400,6 +401,7 @@ class Coordinator:
         if not changed:
             return 0.0, []
         t0 = time.perf_counter()
+        self.backend.check_configuration({t: self._cpu(int(levels[i])) for i, t in enumerate(self.tasks)})
         if self.settings.reconfigure == "in-place":
             # shrink first, so that the sum of the quotas never exceeds the budget in between
             order = sorted(changed, key=lambda t: int(levels[self.tasks.index(t)]) - self.levels_now[t])
@@ -535,7 +537,8 @@ class Coordinator:
         self.creds = self._credentials()
         self.paths = Z.RunPaths(self.zk_root)
         self.backend = self._backend or make_backend(
-            s.backend, run_id=self.run_id, log_dir=self.run_dir / "logs", stress_ng=s.stress_ng, cgroup_prefix=s.cgroup_prefix
+            s.backend, run_id=self.run_id, log_dir=self.run_dir / "logs", stress_ng=s.stress_ng, cgroup_prefix=s.cgroup_prefix,
+            reconfigure=s.reconfigure,
         )
         caps = self.backend.capabilities()
         if s.reconfigure == "in-place" and not caps.in_place:
@@ -595,7 +598,7 @@ class Coordinator:
             self._loop(planner, records, current, runlog)
             self._finish()
             status = "finished"
-        except (Z.ZkUnavailable, KeyboardInterrupt) as exc:
+        except (Z.ZkUnavailable, TaskLost, KeyboardInterrupt) as exc:
             status = "interrupted"
             why = "interrupted (Ctrl-C)" if isinstance(exc, KeyboardInterrupt) else str(exc)
             message = f"{why}; the run stopped after step {len(records) - 1}; continue it with `bsp-planner run --resume {self.run_id}`"

@@ -660,7 +660,21 @@ class ZkSession:
                 self._wakers.discard(ev)
 
     def wait_exists(self, path: str, timeout_s: float | None = None, **kw) -> bool:
-        return bool(self.wait_for(lambda w: True if self.exists(path, watch=w) else None, timeout_s, **kw))
+        """Until `path` exists. Its creation event is proof enough (no second read)."""
+        created: list[bool] = []
+
+        def check(watch):
+            if created:
+                return True
+
+            def on_event(event) -> None:
+                if event.type == "CREATED":
+                    created.append(True)
+                watch(event)
+
+            return True if self.exists(path, watch=on_event) else None
+
+        return bool(self.wait_for(check, timeout_s, **kw))
 
 
 # -- the double barrier of one superstep ------------------------------------------------------------
@@ -705,10 +719,12 @@ class StepBarrier:
         def check(watch):
             if s.exists(flag_path, watch=watch):
                 return True
-            here = self.participants.intersection(s.children(f"{self.base}/{phase}"))
-            if len(here) == len(self.participants):
-                s.create(flag_path, {"step": self.t})
-                return True
+            stat = s.retry(s.client.exists, f"{self.base}/{phase}")
+            if stat is not None and stat.numChildren >= len(self.participants):
+                here = self.participants.intersection(s.children(f"{self.base}/{phase}"))
+                if len(here) == len(self.participants):
+                    s.create(flag_path, {"step": self.t})
+                    return True
             return None
 
         if s.wait_for(check, timeout_s, interrupt=interrupt) is None:
@@ -716,30 +732,46 @@ class StepBarrier:
         return time.perf_counter() - t0
 
     def _fast_pass(self, phase: str, flag_path: str, name: str, timeout_s: float | None) -> bool:
-        """The common case in one round trip: create our node, list the phase, watch the flag, pipelined
-        (one session's requests are served in order). False on any trouble: the caller's loop takes over."""
+        """The common case in one round trip: create our node, count the phase's children, watch the flag,
+        pipelined (one session's requests are served in order, so the count includes our node and the one
+        whose node came last sees them all). False on any trouble: the caller's loop takes over."""
         from kazoo.exceptions import KazooException, NodeExistsError
 
         s = self.session
         client = s.client
         ev = threading.Event()
+        seen: list[str] = []
+
+        def on_flag(event) -> None:
+            seen.append(event.type)
+            ev.set()
+
         try:
             f_create = client.create_async(f"{self.base}/{phase}/{name}", encode({"step": self.t}), acl=s.acl)
-            f_children = client.get_children_async(f"{self.base}/{phase}")
-            f_flag = client.exists_async(flag_path, watch=lambda _e: ev.set())
+            f_count = client.exists_async(f"{self.base}/{phase}")  # numChildren, not n names: O(n) not O(n^2)
+            f_flag = client.exists_async(flag_path, watch=on_flag)
             try:
                 f_create.get(timeout=5)
             except NodeExistsError:
                 pass
-            here = self.participants.intersection(f_children.get(timeout=5))
+            count = f_count.get(timeout=5)
             if f_flag.get(timeout=5) is not None:
                 return True
-            if len(here) == len(self.participants):
-                try:
-                    client.create(flag_path, encode({"step": self.t}), acl=s.acl)
-                except NodeExistsError:
-                    pass
-                return True
+            n = len(self.participants)
+            if count is not None and count.numChildren >= n:
+                # the last one in. Only the run's credentials may add children and only participants'
+                # names are written, so n children are the n participants; more would be an anomaly:
+                # then look at the names
+                if count.numChildren == n:
+                    here = self.participants
+                else:
+                    here = self.participants.intersection(client.get_children_async(f"{self.base}/{phase}").get(timeout=5))
+                if len(here) == n:
+                    try:
+                        client.create_async(flag_path, encode({"step": self.t}), acl=s.acl).get(timeout=5)
+                    except NodeExistsError:
+                        pass
+                    return True
         except (KazooException, Exception):  # connection trouble: the robust loop retries
             return False
         # wait for the last participant's flag; the loop below re-checks after reconnects
@@ -747,7 +779,10 @@ class StepBarrier:
             s._wakers.add(ev)
         try:
             wait = RECHECK_S if timeout_s is None else min(RECHECK_S, timeout_s)
-            return ev.wait(wait) and s.exists(flag_path)
+            if not ev.wait(wait):
+                return False
+            # the flag's creation is the release itself; anything else (a reconnect) is checked
+            return "CREATED" in seen or s.exists(flag_path)
         finally:
             with s._lock:
                 s._wakers.discard(ev)

@@ -15,6 +15,12 @@ from dataclasses import dataclass, field
 from ...errors import InputError
 
 
+class TaskLost(InputError):
+    """A task was lost in a way the backend cannot repair (evicted, unschedulable, deleted by someone
+    else): the coordinator stops the run cleanly, and `--resume` continues it from the last logged step.
+    Backends raise it (or a subclass) from any method."""
+
+
 @dataclass(frozen=True)
 class Capabilities:
     in_place: bool  # resize_task changes a running task's CPU limit without a restart
@@ -53,6 +59,11 @@ class Backend(ABC):
     def check(self, job, millicores_max: float, budget_millicores: float, path=None) -> None:
         """Fail before anything starts if the platform cannot run this job (InputError)."""
 
+    def check_configuration(self, millicores: dict[str, float]) -> dict[str, str]:
+        """Called before a configuration (task -> CPU) is applied: raise InputError if it cannot be placed.
+        May return task -> how it will be applied ('start', 'keep', 'in-place', 'recreate')."""
+        return {}
+
     def cleanup_stale(self) -> list[str]:
         """Remove what an earlier, killed coordinator of the same run left behind; returns what it removed."""
         return []
@@ -87,9 +98,12 @@ class Backend(ABC):
 
 
 def make_backend(name: str, **kwargs) -> Backend:
+    """The backend called `name`, built from the coordinator's settings (run_id, log_dir, stress_ng,
+    cgroup_prefix, reconfigure); each takes what applies to it."""
     if name == "local":
         from .local import LocalBackend
 
+        kwargs.pop("reconfigure", None)  # the coordinator chooses between resize_task and recreate_task
         return LocalBackend(**kwargs)
     if name in ("kubernetes", "k8s"):
         try:
