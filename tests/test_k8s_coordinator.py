@@ -90,3 +90,33 @@ def test_a_live_run_through_the_kubernetes_backend(tmp_path, zk_server, creds_fi
     # the workers joined through the address and Secret the pods were given
     pod_log = (tmp_path / f"{N.pod_name(f'k8s-{how}', 'a')}.log").read_text()
     assert "joined at step 0" in pod_log
+
+
+def test_run_backend_kubernetes_on_the_command_line(tmp_path, zk_server, creds_file):  # noqa: F811
+    import yaml
+    from typer.testing import CliRunner
+
+    from bsp_planner.cli import app
+
+    if "--zk-auth-secret" not in CliRunner().invoke(app, ["run", "--help"], env={"COLUMNS": "200"}).output:
+        pytest.skip("`bsp-planner run` has no kubernetes options yet (the hook in runtime/cli.py, docs/kubernetes.md)")
+    exp = tiny_experiment(tmp_path / "exp", steps=3)
+    secrets = {SECRET: {"auth": creds_file.read_text().strip()}}
+    with FakeApiServer(pod_runner=kubelet(tmp_path, secrets)) as api:
+        api.add_node("node-a", "4")
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config", "current-context": "fake",
+            "clusters": [{"name": "fake", "cluster": {"server": api.url}}], "users": [{"name": "u", "user": {"token": "t"}}],
+            "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "u"}}]}))
+        args = ["run", "--backend", "kubernetes", "--experiment", str(exp), "--planner", "static:1", "--reconfigure", "auto",
+                "--zookeeper", zk_server.hosts, "--zk-auth-file", str(creds_file), "--runs-dir", str(tmp_path / "runs"),
+                "--run-id", "cli-k8s", "--namespace", NS, "--image", "bsp-planner:dev", "--kubeconfig", str(kubeconfig),
+                "--worker-zookeeper", zk_server.hosts, "--zk-auth-secret", SECRET, "--pending-timeout", "60", "--quiet"]
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 0, result.output
+        assert api.pods(NS) == []
+    meta = json.loads((tmp_path / "runs" / "cli-k8s" / "run.json").read_text())
+    assert meta["status"] == "finished"
+    assert meta["settings"]["reconfigure"] == "in-place"  # auto, on a server with pods/resize
+    assert meta["settings"]["kubernetes"]["zk_auth_secret"] == SECRET

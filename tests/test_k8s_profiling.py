@@ -311,3 +311,33 @@ def test_a_real_measurement_travels_through_the_job_and_its_termination_message(
     prof = load_profile(tmp_path / "p.csv")
     assert (prof.tasks["spin"].duration_s > 0).all()
     assert list(p.nodes) == ["this-machine"]
+
+
+def _kubeconfig_for(api: FakeApiServer, path: Path) -> Path:
+    import yaml
+
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "fake",
+        "clusters": [{"name": "fake", "cluster": {"server": api.url}}], "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "u", "namespace": NS}}]}))
+    return path
+
+
+def test_profile_run_backend_kubernetes_on_the_command_line(api, tmp_path):
+    from typer.testing import CliRunner
+
+    from bsp_planner.cli import app
+
+    if "--parallel" not in CliRunner().invoke(app, ["profile", "run", "--help"], env={"COLUMNS": "200"}).output:
+        pytest.skip("`bsp-planner profile run` has no --backend kubernetes yet (the hook in profiling/cli.py, docs/kubernetes.md)")
+    env = {"KUBECONFIG": str(_kubeconfig_for(api, tmp_path / "kubeconfig")), "BSP_PLANNER_IMAGE": "bsp-planner:dev"}
+    out = tmp_path / "p" / "profile.csv"
+    args = ["profile", "run", "--backend", "kubernetes", "--job", str(Path(__file__).resolve().parent.parent / "jobs" / "thesis-8.toml"),
+            "--tasks", "affinity,atomic", "--cpu", "500,1000", "--workloads", "10,20", "--repeats", "1", "--parallel", "3",
+            "--out", str(out)]
+    result = CliRunner().invoke(app, args, env=env)
+    assert result.exit_code == 0, result.output
+    assert len(R.read_profile_rows(out)) == 8
+    meta = json.loads(metadata_path(out).read_text())
+    assert meta["backend"] == "kubernetes" and meta["kubernetes"]["parallelism"] == 3
+    assert meta["kubernetes"]["profile_id"] == default_profile_id(out)
