@@ -107,6 +107,12 @@ def test_group_has_the_kubelet_quota_and_is_removed():
         assert g.quota() == (25_000, 100_000)
         g.set_quota(1500)
         assert g.quota() == (150_000, 100_000)
+        g.set_weight(2048)
+        for group in (g.path, g.parent):  # the prefix group is the one competing with the host
+            if g.hierarchy.version == 1:
+                assert (group / "cpu.shares").read_text().strip() == "2048"
+            else:
+                assert (group / "cpu.weight").read_text().strip() == "79"
         assert g.path.is_dir()
     assert not g.path.exists()
     assert leftover_groups() == []

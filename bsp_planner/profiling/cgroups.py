@@ -31,6 +31,7 @@ from ..errors import InputError
 
 CFS_PERIOD_US = 100_000
 MIN_QUOTA_US = 1_000  # the kernel refuses quotas under 1 ms
+MAX_SHARES = 262_144  # v1 cpu.shares range is 2..262144 (v2 cpu.weight 1..10000)
 DEFAULT_PREFIX = "bsp-planner"
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 
@@ -170,6 +171,25 @@ class CpuQuotaGroup:
         except PermissionError as exc:
             raise _permission_error(self.path, exc) from exc
         self.millicores = millicores
+
+    def set_weight(self, shares: int, *, parent: bool = True) -> None:
+        """The weight of the group when the CPU is contended, in v1 ``cpu.shares`` units (1024 = one
+        ordinary process, 2..262144); on v2 converted to ``cpu.weight`` as a kubelet converts them.
+
+        The weight counts among siblings, so with `parent` the prefix group gets it too: that group is
+        what competes with the host's other processes. A high weight makes the quota, not the rest of a
+        busy host, the limit of a run, as the scheduler's request accounting does for a Kubernetes pod
+        whose request equals its limit."""
+        shares = max(2, min(MAX_SHARES, int(shares)))
+        groups = [self.parent, self.path] if parent else [self.path]
+        try:
+            for g in groups:
+                if self.hierarchy.version == 1:
+                    _write(g / "cpu.shares", str(shares))
+                else:
+                    _write(g / "cpu.weight", str(1 + ((shares - 2) * 9999) // (MAX_SHARES - 2)))
+        except PermissionError as exc:
+            raise _permission_error(self.path, exc) from exc
 
     def quota(self) -> tuple[int, int]:
         """(quota_us, period_us) as the kernel has them; quota -1 means no limit."""

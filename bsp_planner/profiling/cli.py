@@ -43,6 +43,11 @@ def run(
     tasks: Optional[str] = typer.Option(None, "--tasks", help="Only these tasks, comma-separated (default: all)."),
     stress_ng: str = typer.Option("stress-ng", "--stress-ng", help="The stress-ng executable."),
     cgroup_prefix: str = typer.Option("bsp-planner", "--cgroup-prefix", help="Parent cgroup for the runs' groups."),
+    cpu_shares: int = typer.Option(
+        262144, "--cpu-shares",
+        help="CPU weight of the runs' groups (v1 cpu.shares; 0 = kernel default). High, so other load on "
+        "the host does not stand in for the quota.",
+    ),
 ) -> None:
     """Run every task's stressor at every (CPU, workload) cell, REPEATS times; resumable."""
     from rich.console import Console
@@ -55,7 +60,7 @@ def run(
     console = Console()
     grid = Grid(parse_levels(cpu, "--cpu"), parse_levels(workloads, "--workloads"), repeats)
     the_job = load_job(job)
-    with LocalBackend(stress_ng=stress_ng, prefix=cgroup_prefix) as backend:
+    with LocalBackend(stress_ng=stress_ng, prefix=cgroup_prefix, cpu_shares=cpu_shares or None) as backend:
         try:
             report = run_grid(the_job, out, grid, backend, tasks=_task_list(tasks), timeout_s=timeout)
         except KeyboardInterrupt:
@@ -93,6 +98,7 @@ def calibrate(
     timeout: float = typer.Option(60.0, "--timeout", help="Seconds before a run is killed."),
     stress_ng: str = typer.Option("stress-ng", "--stress-ng", help="The stress-ng executable."),
     cgroup_prefix: str = typer.Option("bsp-planner", "--cgroup-prefix", help="Parent cgroup for the runs' groups."),
+    cpu_shares: int = typer.Option(262144, "--cpu-shares", help="As for `profile run`."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Print every calibration run."),
 ) -> None:
     """Suggest ops_per_unit per task so one run at CPU and WORKLOAD takes about TARGET_S seconds."""
@@ -117,7 +123,7 @@ def calibrate(
     the_job = load_job(job)
     selected = select_tasks(the_job, _task_list(tasks))
     results = []
-    with LocalBackend(stress_ng=stress_ng, prefix=cgroup_prefix) as backend:
+    with LocalBackend(stress_ng=stress_ng, prefix=cgroup_prefix, cpu_shares=cpu_shares or None) as backend:
         backend.check(selected, the_job.path)
         for t in selected:
             with console.status(f"calibrating {t.name}..."):

@@ -1,5 +1,10 @@
 """The local profiling backend: each run is one stress-ng process in its own fresh CPU-quota cgroup.
 
+By default the groups get the highest CPU weight (``cpu.shares`` 262144, v2 ``cpu.weight`` 10000), so
+that on a host busy with other work a run still gets the CPU its quota allows: the profile measures the
+task under its limit, as on a node where the pod's request equals its limit, not the host's other load.
+``cpu_shares=None`` leaves the kernel's default weight (one group = one ordinary process).
+
 The duration of a run is the wall-clock time of the stress-ng process, from just before it is started
 to its exit. The child joins its cgroup between fork and exec (``preexec_fn``), so none of its work runs
 outside the quota, and it gets its own session so that a terminal's Ctrl-C reaches only the runner,
@@ -20,9 +25,10 @@ from pathlib import Path
 
 from ..errors import InputError
 from ..job import Task
-from .cgroups import DEFAULT_PREFIX, CpuQuotaGroup, Hierarchy, detect_hierarchy, quota_us
+from .cgroups import DEFAULT_PREFIX, MAX_SHARES, CpuQuotaGroup, Hierarchy, detect_hierarchy, quota_us
 
 STRESS_NG_INSTALL = "apt-get install stress-ng"
+SCRATCH_TMPFS = "/dev/shm"
 
 
 @dataclass(frozen=True)
@@ -65,7 +71,11 @@ class LocalBackend:
         prefix: str = DEFAULT_PREFIX,
         workdir: str | Path | None = None,
         hierarchy: Hierarchy | None = None,
+        cpu_shares: int | None = MAX_SHARES,
     ) -> None:
+        if cpu_shares is not None and not 2 <= cpu_shares <= MAX_SHARES:
+            raise InputError(f"expected cpu shares in 2..{MAX_SHARES}, got {cpu_shares}", field="--cpu-shares")
+        self.cpu_shares = cpu_shares
         self.stress_ng = stress_ng
         self.prefix = prefix
         self.workdir = Path(workdir) if workdir is not None else None
@@ -75,12 +85,30 @@ class LocalBackend:
         self._own_workdir: tempfile.TemporaryDirectory | None = None
 
     # stress-ng stressors such as chmod make scratch files in their working directory: by default
-    # runs happen in a private temporary directory, removed by close() / leaving a ``with`` block
+    # runs happen in a private temporary directory on tmpfs (/dev/shm) where the host has one, so that
+    # they cost CPU rather than waiting on a disk journal shared with the rest of the host; it is
+    # removed by close() / leaving a ``with`` block
     def _cwd(self) -> Path:
         if self.workdir is None:
-            self._own_workdir = tempfile.TemporaryDirectory(prefix="bsp-planner-stress-")
+            shm = Path(SCRATCH_TMPFS)
+            base = str(shm) if shm.is_dir() and os.access(shm, os.W_OK | os.X_OK) else None
+            self._own_workdir = tempfile.TemporaryDirectory(prefix="bsp-planner-stress-", dir=base)
             self.workdir = Path(self._own_workdir.name)
         return self.workdir
+
+    def scratch_fs(self) -> str:
+        """The file system type of the runs' working directory (from /proc/mounts)."""
+        cwd = str(self._cwd().resolve())
+        best, fstype = "", "unknown"
+        try:
+            for line in Path("/proc/mounts").read_text().splitlines():
+                parts = line.split()
+                if len(parts) >= 3 and (cwd == parts[1] or cwd.startswith(parts[1].rstrip("/") + "/")):
+                    if len(parts[1]) > len(best):
+                        best, fstype = parts[1], parts[2]
+        except OSError:
+            pass
+        return fstype
 
     def close(self) -> None:
         if self._own_workdir is not None:
@@ -144,6 +172,11 @@ class LocalBackend:
             "backend": self.name,
             "cgroup": {"version": h.version, "root": str(h.root), "prefix": self.prefix},
             "stress_ng": self.stress_ng_version(),
+            "scratch_fs": self.scratch_fs(),
+            "cpu_shares": self.cpu_shares,
+            "cpu_shares_note": "cgroup CPU weight of each run's group and its prefix group (v1 cpu.shares; "
+            "v2 cpu.weight converted as a kubelet does; null = kernel default); high so the quota, not "
+            "other load on the host, limits the runs",
         }
 
     # -- one run -----------------------------------------------------------------------------------
@@ -159,6 +192,8 @@ class LocalBackend:
             hierarchy=self.hierarchy,
         )
         with group:
+            if self.cpu_shares is not None:
+                group.set_weight(self.cpu_shares)
             proc = None
             try:
                 start = time.perf_counter()

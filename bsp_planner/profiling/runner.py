@@ -228,8 +228,19 @@ def _task_meta(t: Task) -> dict:
     return {"stressor": t.stressor, "ops_per_unit": _num(t.ops_per_unit), "workers": t.workers}
 
 
-def _check_compatible(meta: dict, tasks: list[Task], host: dict, measured: set[Cell], meta_file: Path) -> None:
-    """A resumed profile must keep measuring the same thing on the same kind of machine."""
+def _check_compatible(
+    meta: dict, tasks: list[Task], host: dict, backend: dict, measured: set[Cell], meta_file: Path
+) -> None:
+    """A resumed profile must keep measuring the same thing, the same way, on the same kind of machine."""
+    if measured:
+        for key in ("backend", "cpu_shares"):
+            if key in meta and meta[key] != backend.get(key):
+                raise InputError(
+                    f"the profile was measured with {key}={meta[key]!r}, this run would use "
+                    f"{backend.get(key)!r}; measure into a new --out",
+                    path=meta_file,
+                    field=key,
+                )
     old_tasks = meta.get("tasks", {})
     have_rows = {c[0] for c in measured}
     for t in tasks:
@@ -328,8 +339,9 @@ def run_grid(
     if out.exists():
         _ensure_csv(out, PROFILE_COLUMNS)
     measured = measured_cells(out)
-    _check_compatible(meta, selected, host, measured, meta_file)
     backend.check(selected, job.path)  # stress-ng present, stressors known, cgroups writable
+    backend_info = backend.info()
+    _check_compatible(meta, selected, host, backend_info, measured, meta_file)
 
     cells = plan_cells(selected, grid)
     todo = [c for c in cells if c not in measured]
@@ -353,7 +365,7 @@ def run_grid(
         "failed": 0,
         "interrupted": False,
     }
-    meta = _merge_meta(meta, job, selected, grid, host, backend.info(), timeout_s)
+    meta = _merge_meta(meta, job, selected, grid, host, backend_info, timeout_s)
     meta.setdefault("sessions", []).append(session)
     _finish_meta(meta, out)
     _write_json(meta_file, meta)
