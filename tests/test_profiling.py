@@ -150,6 +150,7 @@ def test_runner_writes_a_loadable_profile_and_metadata(tmp_path, backend):
     assert meta["ops_per_unit"] == {"a": 5, "b": 5}
     assert meta["grid"]["cpu_millicores"] == [500, 1000]
     assert meta["load_average_1m"]["start"] is not None and meta["load_average_1m"]["end"] is not None
+    assert meta["sessions"][0]["load_average_1m_max"] >= 0
     assert not failures_path(out).exists()
 
 

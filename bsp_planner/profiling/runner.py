@@ -9,7 +9,8 @@ A failed run (non-zero exit, timeout) writes no profile row; it is logged to ``<
 beside the profile (``task,workload,cpu_millicores,repeat,reason,date``, a log of every failed attempt),
 reported at the end, and retried by the next run. ``<stem>.meta.json`` records where and how the profile
 was measured: host, CPU, kernel, stress-ng, grid, ops per unit and workers per task, the backend, and per
-session the dates and the 1-minute load average at its start and end.
+session the dates and the 1-minute load average at its start and end (and its mean and maximum over
+the session's runs: other work on the host is the main source of noise).
 """
 
 from __future__ import annotations
@@ -371,6 +372,7 @@ def run_grid(
     _write_json(meta_file, meta)
 
     started = time.monotonic()
+    loads: list[float] = []  # the 1-minute load average after each run: how busy the host was
     bar = _Progress(todo, console) if progress and todo else None
     try:
         for cell in todo:
@@ -387,6 +389,9 @@ def run_grid(
                     _ensure_csv(fail_file, FAILURE_COLUMNS)
                 _append(fail_file, _csv_line([name, _fmt(workload), _fmt(cpu), repeat, f.reason, f.date]))
                 report.failures.append(f)
+            load = load_avg_1m()
+            if load is not None:
+                loads.append(load)
             if on_row:
                 on_row(cell, result)
             if bar:
@@ -405,6 +410,8 @@ def run_grid(
             measured=report.measured,
             failed=len(report.failures),
             wall_s=round(report.wall_s, 1),
+            load_average_1m_mean=round(sum(loads) / len(loads), 2) if loads else None,
+            load_average_1m_max=max(loads) if loads else None,
         )
         _finish_meta(meta, out)
         _write_json(meta_file, meta)
