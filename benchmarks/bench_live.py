@@ -196,6 +196,7 @@ def main() -> None:
     ap.add_argument("--per-process", type=int, default=1, help="barrier participants per process")
     ap.add_argument("--sizes", default="8,128", help="barrier participant counts")
     ap.add_argument("--reconfig-steps", type=int, default=12)
+    ap.add_argument("--profile", type=Path, help="profile CSV instead of the experiment's (e.g. one measured just before)")
     ap.add_argument("--out", type=Path, default=ROOT / "out" / "bench_live.json")
     args = ap.parse_args()
     results: dict = {"date": date.today().isoformat(), "load_before": load(), "cpus": os.cpu_count()}
@@ -207,12 +208,14 @@ def main() -> None:
                 r = bench_barrier(n, max(args.steps, 10), args.per_process, work)
                 results["barrier"].append(r)
                 print(f"barrier n={n:4d} ({r['processes']} processes): median {r['median_ms']} ms, p95 {r['p95_ms']} ms, max {r['max_ms']} ms (first release: median {r['first_release_median_ms']} ms)", flush=True)
+        extra = [f"profile={args.profile.resolve()}"] if args.profile else []
+        results["profile"] = str(args.profile.resolve()) if args.profile else "the experiment's"
         if args.section in ("live", "reconfig", "all"):
             server = LocalZooKeeper(work / "zk-live", port=free_port())
             server.start()
             try:
                 if args.section in ("live", "all"):
-                    r = live_run(args.experiment, args.planner, args.reconfigure, args.steps, work, server, "live")
+                    r = live_run(args.experiment, args.planner, args.reconfigure, args.steps, work, server, "live", extra)
                     results["live"] = r
                     print(
                         f"live {args.planner} ({args.reconfigure}), {r['steps_done']} steps: live {r['live_total_s']} s, simulated "
@@ -225,7 +228,7 @@ def main() -> None:
                 if args.section in ("reconfig", "all"):
                     results["reconfig"] = {}
                     for how in ("in-place", "recreate"):
-                        r = live_run(args.experiment, "static:1", how, args.reconfig_steps, work, server, f"re-{how}", ["penalty_s=0"])
+                        r = live_run(args.experiment, "static:1", how, args.reconfig_steps, work, server, f"re-{how}", ["penalty_s=0", *extra])
                         costs = r["reconfig_s_all"]
                         results["reconfig"][how] = {
                             "reconfigurations": len(costs),

@@ -201,33 +201,51 @@ def cli(*args, env=None, timeout=120) -> subprocess.CompletedProcess:
     return out
 
 
-def test_a_killed_coordinator_leaves_nothing_running_and_resume_finishes_the_same_plan(tmp_path, zk_server, creds_file):
-    exp = tiny_experiment(tmp_path / "exp", steps=6)
+def test_a_stopped_or_killed_coordinator_leaves_nothing_running_and_resume_finishes_the_same_plan(tmp_path, zk_server, creds_file):
+    exp = tiny_experiment(tmp_path / "exp", steps=7)
     runs = tmp_path / "runs"
-    common = ["--runs-dir", str(runs), "--zookeeper", zk_server.hosts, "--cgroup-prefix", PREFIX]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "bsp_planner.cli", "run", "-e", str(exp), "--planner", "mpc", "--run-id", "killc",
-         "--zk-auth-file", str(creds_file), "-q", *common],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
+    common = ["--runs-dir", str(runs), "--zookeeper", zk_server.hosts, "--cgroup-prefix", PREFIX, "-q"]
+    log = runs / "killc" / "steps.jsonl"
+
+    def start(*args) -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-m", "bsp_planner.cli", "run", *args, *common], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def logged() -> int:
+        return len(log.read_text().splitlines())
+
+    # SIGTERM (kill, a deleted pod): a clean stop, exit code 3, nothing left, not even a cgroup
+    proc = start("-e", str(exp), "--planner", "mpc", "--run-id", "killc", "--zk-auth-file", str(creds_file))
     try:
         wait_for_steps(runs / "killc", 2)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 3, err
+    assert "--resume killc" in " ".join(err.split())
+    assert json.loads((runs / "killc" / "run.json").read_text())["status"] == "interrupted"
+    assert_nothing_left("killc", wait_s=0.0)
+    # resumed, then SIGKILL: the workers go (parent-death signal); the cgroups wait for the next resume
+    first = logged()
+    proc = start("--resume", "killc")
+    try:
+        wait_for_steps(runs / "killc", first + 2)
     finally:
         proc.kill()
         proc.wait()
-    # its workers notice (parent-death signal) and exit; only its emptied cgroups may remain
     deadline = time.monotonic() + 10
     while run_processes("killc") and time.monotonic() < deadline:
         time.sleep(0.05)
     assert run_processes("killc") == []
-    before = len((runs / "killc" / "steps.jsonl").read_text().splitlines())
+    second = logged()
     out = cli("run", "--resume", "killc", *common)
     assert out.returncode == 0, out.stdout + out.stderr
-    records = check_log(runs / "killc", 6)
-    assert any(r["step"] == before for r in records)
+    records = check_log(runs / "killc", 7)
+    assert first < second < 7 and any(r["step"] == second for r in records)
     sm = json.loads((runs / "killc" / "summary.json").read_text())
     assert sm["same_plan_as_simulated"]
-    assert len(json.loads((runs / "killc" / "run.json").read_text())["resumes"]) == 1
+    meta = json.loads((runs / "killc" / "run.json").read_text())
+    assert meta["status"] == "finished" and len(meta["resumes"]) == 2
     assert_nothing_left("killc")
 
 

@@ -203,12 +203,13 @@ def run_processes(run_id: str) -> list[int]:
 
 
 def run_cgroups(run_id: str, prefix: str = PREFIX) -> list[str]:
+    """The run's parent group and its task groups, if any are left."""
     from bsp_planner.profiling.cgroups import detect_hierarchy
 
-    parent = detect_hierarchy().root / prefix
+    parent = detect_hierarchy().root / f"{prefix}.live.{run_id}"
     if not parent.is_dir():
         return []
-    return sorted(p.name for p in parent.iterdir() if p.is_dir() and p.name.startswith(f"live.{run_id}."))
+    return [parent.name] + sorted(f"{parent.name}/{p.name}" for p in parent.iterdir() if p.is_dir())
 
 
 def assert_nothing_left(run_id: str, prefix: str = PREFIX, wait_s: float = 5.0) -> None:

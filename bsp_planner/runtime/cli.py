@@ -112,6 +112,12 @@ def run(
     say = (lambda text: None) if quiet else (lambda text: console.print(text, highlight=False))
     coord = Coordinator(settings, rid, runs_dir, resume=resume is not None, say=say)
     console.print(f"run {rid}: planner {settings.planner}, {settings.mode} mode, reconfigure {settings.reconfigure}, ZooKeeper {settings.zookeeper}", highlight=False)
+    import signal
+
+    def on_term(signum, frame):  # `kill`, a deleted pod: stop as cleanly as on Ctrl-C (resumable)
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, on_term)
     try:
         result = coord.run()
     except RunInterrupted as exc:
@@ -122,6 +128,8 @@ def run(
         err.print(f"[bold red]run failed[/]: {exc}", highlight=False)
         _show(console, coord)
         raise typer.Exit(1)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     _show(console, coord)
     console.print(f"run folder: {result.run_dir} (steps.csv, steps.jsonl, summary.md, chart.png, logs/)", highlight=False)
 

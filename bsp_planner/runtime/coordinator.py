@@ -175,6 +175,7 @@ class Coordinator:
         make_planner(s.planner)  # an unknown planner fails before anything starts
         overrides = list(s.overrides) + [f"strategies={s.planner}", f"modes={s.mode}"]
         exp = load_experiment(Path(s.experiment), overrides)
+        source_profile = str(exp.profile_path)
         self._fit_profile(exp)
         self.exp = exp
         self.job = load_job(exp.job_path)
@@ -187,6 +188,7 @@ class Coordinator:
             "experiment": str(exp.path),
             "job": str(exp.job_path),
             "profile": str(exp.profile_path),
+            "profile_source": source_profile,
             "sha256": {k: _sha256(p) for k, p in (("experiment", exp.path), ("job", exp.job_path), ("profile", exp.profile_path))},
         }
 

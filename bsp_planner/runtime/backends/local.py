@@ -8,7 +8,9 @@ checkpoint in ZooKeeper), removes the group, and starts a new worker in a new gr
 
 Nothing outlives the run: workers get SIGTERM if the coordinator dies (PR_SET_PDEATHSIG), every stop
 removes the task's group after killing whatever is still inside, and a resumed run first removes the
-groups a killed coordinator left (they are named ``live.<run-id>.<task>``).
+groups a killed coordinator left. A run's groups are ``<cgroup-prefix>.live.<run-id>/<task>`` (e.g.
+``/sys/fs/cgroup/cpu/bsp-planner.live.<run-id>/bsearch``): the run's own parent group weighs what its
+workers would outside any group, as each task's group does (see :meth:`LocalBackend._weigh_run`).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from ...profiling.cgroups import DEFAULT_PREFIX, CpuQuotaGroup, Hierarchy, detec
 from . import Backend, Capabilities, TaskStatus, WorkerLaunch
 
 PR_SET_PDEATHSIG = 1
-GROUP_PREFIX = "live."
+GROUP_INFIX = ".live."  # a run's parent group: <cgroup-prefix>.live.<run-id>
 
 try:
     _prctl = ctypes.CDLL(None, use_errno=True).prctl
@@ -89,7 +91,7 @@ class LocalBackend(Backend):
         h = self.hierarchy
         return {
             "backend": self.name,
-            "cgroup": {"version": h.version, "root": str(h.root), "prefix": self.prefix},
+            "cgroup": {"version": h.version, "root": str(h.root), "run_group": self.run_prefix},
             "capacity_millicores": self.capacity,
         }
 
@@ -118,25 +120,49 @@ class LocalBackend(Backend):
         self.stress_ng = probe.stress_ng_path()
 
     # -- groups ------------------------------------------------------------------------------------
-    def group_name(self, task: str) -> str:
-        return f"{GROUP_PREFIX}{self.run_id}.{task}"
+    @property
+    def run_prefix(self) -> str:
+        """The run's own parent group, ``<cgroup-prefix>.live.<run-id>``: its tasks' groups live in it."""
+        return f"{self.prefix}{GROUP_INFIX}{self.run_id}"
+
+    @property
+    def run_parent(self) -> Path:
+        return self.hierarchy.root / self.run_prefix
 
     def _group(self, task: str, millicores: float | None = None) -> CpuQuotaGroup:
-        return CpuQuotaGroup(self.group_name(task), millicores=millicores, prefix=self.prefix, hierarchy=self.hierarchy)
+        return CpuQuotaGroup(task, millicores=millicores, prefix=self.run_prefix, hierarchy=self.hierarchy)
+
+    def _weigh_run(self) -> None:
+        """The run's parent group weighs what all its stress-ng workers would outside any group (1024
+        each). Otherwise, on cgroup v1, the whole run would compete with every busy process of the host
+        with the weight of one process, and a busy host would keep its tasks below their quotas."""
+        shares = max(2, min(262_144, 1024 * max(1, sum(self.workers.values()) or len(self.tasks))))
+        path = self.run_parent
+        try:
+            if self.hierarchy.version == 1:
+                (path / "cpu.shares").write_text(str(shares))
+            else:
+                (path / "cpu.weight").write_text(str(1 + ((shares - 2) * 9999) // 262_142))
+        except OSError:
+            pass  # a weight is an improvement, not a requirement: the quotas still hold
 
     def cleanup_stale(self) -> list[str]:
         """Kill and remove this run's groups that a killed coordinator left behind."""
-        parent = self.hierarchy.root / self.prefix
-        removed = []
+        parent = self.run_parent
+        removed: list[str] = []
         if not parent.is_dir():
             return removed
-        mine = f"{GROUP_PREFIX}{self.run_id}."
         for p in sorted(parent.iterdir()):
-            if p.is_dir() and p.name.startswith(mine) and p.name[len(mine):] not in self.tasks:
-                g = CpuQuotaGroup(p.name, prefix=self.prefix, hierarchy=self.hierarchy)
+            if p.is_dir() and p.name not in self.tasks:
+                g = CpuQuotaGroup(p.name, prefix=self.run_prefix, hierarchy=self.hierarchy)
                 g.created = True  # it exists: remove() kills what is inside, then removes it
                 g.remove()
-                removed.append(p.name)
+                removed.append(f"{self.run_prefix}/{p.name}")
+        if not self.tasks:
+            try:
+                parent.rmdir()
+            except OSError:
+                pass
         return removed
 
     def _cwd(self) -> str:
@@ -157,6 +183,7 @@ class LocalBackend(Backend):
             group.remove()
         group.create()
         self._weigh(group, launch.task)
+        self._weigh_run()
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log_path = self.log_dir / f"{launch.task}.log"
         parent = os.getpid()
