@@ -1,0 +1,713 @@
+"""The `exact` allocator: the configuration that minimises a frame's (weighted) predicted time, by MILP.
+
+For a frame of k steps with weights w_k (discount**k, 0 for steps outside the frame), choose a level
+l_i in 0..max_i for every task so that sum_k w_k max_i d[i, l_i, k] is minimal and sum_i l_i <= budget.
+Solved with `scipy.optimize.milp` (HiGHS) on a formulation that uses durations being non-increasing
+in CPU:
+
+* y[i, l] in {0, 1}, l = lo_i+1..hi_i: "task i runs at level >= l" (y[i, l] >= y[i, l+1]); the level is
+  lo_i + sum_l y[i, l] and the budget is sum_i lo_i + sum y <= budget.
+* For every step k, the candidate step times are the table's own durations T_k,0 > T_k,1 > ...; a
+  continuous v[k, t] in [0, 1] says "step k takes at most T_k,t" (v[k, t] >= v[k, t+1]). Reaching
+  T_k,t needs every task at the level where its duration first drops to T_k,t or below:
+  v[k, t] <= y[i, need_i(T_k,t)], written only where need_i changes (the chains imply the rest).
+* Objective: sum_k w_k (T_k,top - sum_t (T_k,t-1 - T_k,t) v[k, t]), i.e. each step's time.
+
+Without the budget row this is a closure problem (its LP is integral), so the LP bound is weak only
+through the one budget row, far tighter than the textbook "one binary per task and level, z_k >= sum_l
+d x" model (which is also built here, `formulation="assignment"`, for comparison and tests).
+
+Before the solver runs, the model is shrunk with bounds from an incumbent (the greedy configuration,
+and recent exact solutions, whichever is best on this frame): with task i at level l, the others
+share budget - l, so step k takes at least max(d[i, l, k], floor of the others at budget - l); a level
+whose bound over the frame exceeds the incumbent's time cannot be optimal. That fixes most levels of
+most tasks (typically 60 levels shrink to a handful per task); the incumbent's time is also handed to
+HiGHS as an objective bound so it prunes every node that cannot beat it. The better of the MILP
+solution and the incumbent is returned, so `exact` is never worse than `greedy`. Leftover budget (when
+more CPU would not shorten the frame) is handed out afterwards, which never lengthens a step.
+
+Frames with one weighted step are solved in closed form (the per-step min-max, as `floor`), frames
+seen before come from a cache, and a solver failure or time limit raises `ExactSolverError` with the
+best bound and gap: never a silent greedy answer.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy.optimize import Bounds, LinearConstraint, milp
+from scipy.sparse import csr_array
+
+from ..errors import InputError
+from .base import Allocator, frame_time
+from .greedy import GreedyAllocator
+
+#: Relative optimality gap HiGHS must close (of the frame's weighted time): 1e-6 is 20 us on a 20 s frame.
+DEFAULT_REL_GAP = 1e-6
+#: Seconds one frame may take before the solver gives up and ExactSolverError is raised.
+DEFAULT_TIME_LIMIT_S = 60.0
+
+
+class ExactSolverError(InputError):
+    """The MILP did not finish: time limit, node limit or a solver failure, with what it had proved."""
+
+    def __init__(self, message: str, *, bound: float | None = None, incumbent: float | None = None) -> None:
+        self.bound = bound
+        self.incumbent = incumbent
+        super().__init__(message, field="planner.allocator")
+
+
+@dataclass
+class FrameSolution:
+    levels: np.ndarray  # (tasks,) level indices
+    value: float  # weighted frame time of `levels`
+    bound: float  # proven lower bound on the frame's optimum (>= cutoff when nothing beat it)
+    optimal: bool  # value is optimal within the gap (False: only `bound` was proved, see cutoff)
+    method: str  # milp | incumbent (proved optimal by bounds) | bounds | single-step | all-max | empty | cutoff
+    nodes: int = 0
+    seconds: float = 0.0
+    milp_seconds: float = 0.0
+
+
+@dataclass
+class ExactStats:
+    frames: int = 0
+    milps: int = 0
+    cache_hits: int = 0
+    closed_form: int = 0
+    proved_by_bounds: int = 0
+    improved_on_greedy: int = 0
+    milp_seconds: float = 0.0
+    seconds: float = 0.0
+    nodes: int = 0
+    milp_times: list = field(default_factory=list)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Bounds from per-step floors
+
+
+def need_counts(d: np.ndarray, thresholds: np.ndarray) -> np.ndarray:
+    """d (n, L, k) non-increasing along L; thresholds (c, k). Returns (n, c, k): for every task, the
+    number of levels whose duration exceeds the threshold, i.e. the first level that reaches it
+    (L when none does)."""
+    n, L, k = d.shape
+    out = np.empty((n, thresholds.shape[0], k), dtype=np.int64)
+    asc = d[:, ::-1, :]
+    for i in range(n):
+        for kk in range(k):
+            out[i, :, kk] = L - np.searchsorted(asc[i, :, kk], thresholds[:, kk], side="right")
+    return out
+
+
+def floors_without_each_task(d: np.ndarray, lo: np.ndarray, hi: np.ndarray, budget: int):
+    """For every task i, the per-step floor of the other tasks when they share b budget steps:
+    fm[i, b, k] = min over their configurations (levels in lo..hi, sum <= b) of their slowest time at
+    step k (inf when b < the sum of their minimum levels). Also returns the floor of all tasks (k,).
+
+    A time T is reachable at step k iff sum_j max(lo_j, need_j(T)) <= b with need_j(T) <= hi_j, so the
+    floor is the smallest candidate T (one of the table's durations) that passes, found by a search
+    over the candidates sorted by T, for all tasks, budgets and steps at once."""
+    n, L, k = d.shape
+    cand = np.sort(d.reshape(n * L, k), axis=0)  # (c, k) ascending
+    c = cand.shape[0]
+    unreachable = budget + 1  # more than any budget: a task that cannot reach T
+    need = need_counts(d, cand)  # (n, c, k)
+    need = np.maximum(need, lo[:, None, None])
+    need = np.where(need > hi[:, None, None], unreachable, need)
+    total = need.sum(axis=0)  # (c, k), non-increasing along c
+    ok = total <= budget
+    first = np.where(ok.any(axis=0), ok.argmax(axis=0), c - 1)
+    floor_all = cand[first, np.arange(k)]
+    others = np.minimum(total[None] - need, unreachable)  # (n, c, k), non-increasing along c
+    # For each (i, k) and b: the first c with others <= b, by one search over -others with the
+    # groups (i, k) laid end to end (integers, so the offsets are exact).
+    g = n * k
+    span = 2 * (unreachable + 1)
+    offs = (np.arange(g, dtype=np.int64) * span).reshape(n, k, 1)
+    arr = (-others.transpose(0, 2, 1) + offs).ravel()
+    q = (-np.arange(budget + 1, dtype=np.int64)[None, None, :] + offs).ravel()
+    pos = np.searchsorted(arr, q, side="left").reshape(n, k, budget + 1) - np.arange(g).reshape(n, k, 1) * c
+    vals = np.where(pos < c, cand[np.minimum(pos, c - 1), np.arange(k)[None, :, None]], np.inf)
+    return vals.transpose(0, 2, 1), floor_all  # (n, budget+1, k), (k,)
+
+
+def level_bound_terms(d: np.ndarray, lo: np.ndarray, hi: np.ndarray, budget: int):
+    """G[i, l, k] = max(d[i, l, k], floor of the others at budget - l): a lower bound on step k's time
+    whenever task i runs at level l (inf outside lo_i..hi_i). Returns (G, floor of all tasks)."""
+    n, L, k = d.shape
+    fm, floor_all = floors_without_each_task(d, lo, hi, budget)
+    lv = np.arange(L)
+    rest = np.clip(budget - lv, 0, budget)
+    G = np.maximum(d, fm[:, rest, :])  # (n, L, k)
+    bad = (lv[None, :] < lo[:, None]) | (lv[None, :] > hi[:, None]) | (lv[None, :] > budget)
+    G[bad] = np.inf
+    return G, floor_all
+
+
+def shrink_levels(lb: np.ndarray, lo: np.ndarray, hi: np.ndarray, budget: int, limit: float):
+    """Keep the levels whose bound lb[i, l] (n, L) does not exceed `limit`; then no task may take so
+    much that the others cannot reach their lowest remaining level. Returns (lo, hi) or None if some
+    task has no level left (nothing can beat `limit`)."""
+    ok = lb <= limit
+    if not np.all(ok.any(axis=1)):
+        return None
+    L = lb.shape[1]
+    lo2 = np.maximum(lo, ok.argmax(axis=1))
+    hi2 = np.minimum(hi, L - 1 - ok[:, ::-1].argmax(axis=1))
+    hi2 = np.minimum(hi2, budget - (lo2.sum() - lo2))
+    if np.any(hi2 < lo2) or lo2.sum() > budget:
+        return None
+    return lo2, hi2
+
+
+def local_search(d: np.ndarray, w: np.ndarray, levels: np.ndarray, max_level: np.ndarray, budget: int,
+                 moves=(1, 2, 3, 5, 8), max_rounds: int = 200) -> tuple[np.ndarray, float]:
+    """Improve a configuration by moving CPU steps between two tasks (or from unused budget) while
+    the frame gets shorter; every candidate move of a round is evaluated at once. Only a better
+    incumbent for the MILP (tighter bounds, earlier pruning); optimality is the MILP's job."""
+    n = levels.size
+    lv = levels.copy()
+    cur = float(frame_time(d, lv, w))
+    src, dst = np.nonzero(~np.eye(n, dtype=bool))
+    delta = np.asarray(moves, dtype=np.int64)
+    A = np.repeat(src, delta.size)
+    Bd = np.repeat(dst, delta.size)
+    D = np.tile(delta, src.size)
+    rows = np.arange(A.size)
+    eye = np.eye(n, dtype=np.int64)
+    for _ in range(max_rounds):
+        cand = np.repeat(lv[None], A.size, axis=0)
+        cand[rows, A] -= D
+        cand[rows, Bd] += D
+        if lv.sum() < budget:
+            cand = np.concatenate([cand, lv[None] + eye])
+        ok = np.all(cand >= 0, axis=1) & np.all(cand <= max_level[None], axis=1) & (cand.sum(axis=1) <= budget)
+        cand = cand[ok]
+        if not len(cand):
+            break
+        vals = frame_time(np.broadcast_to(d, (len(cand),) + d.shape), cand, w)
+        j = int(np.argmin(vals))
+        if vals[j] < cur - 1e-13 * abs(cur):
+            lv, cur = cand[j], float(vals[j])
+        else:
+            break
+    return lv, cur
+
+
+# ----------------------------------------------------------------------------------------------------
+# The MILP
+
+
+@dataclass
+class _Model:
+    c: np.ndarray
+    A: csr_array
+    row_lo: np.ndarray
+    row_hi: np.ndarray
+    integrality: np.ndarray
+    var_lo: np.ndarray
+    var_hi: np.ndarray
+    constant: float
+    decode: object  # x -> levels
+
+
+def _pairs(rows_from: int, a: np.ndarray, b: np.ndarray):
+    """Rows a - b >= 0, one per pair, as COO pieces."""
+    m = a.size
+    r = np.repeat(np.arange(rows_from, rows_from + m), 2)
+    c = np.stack([a, b], axis=1).ravel()
+    v = np.tile([1.0, -1.0], m)
+    return r, c, v, m
+
+
+def build_threshold_model(d, w, lo, hi, budget, floor_k) -> _Model:
+    """The closure + budget model described in the module docstring, on levels lo..hi."""
+    n, L, k = d.shape
+    ar = np.arange(n)
+    ny_i = hi - lo
+    yoff = np.concatenate([[0], np.cumsum(ny_i)]).astype(np.int64)
+    ny = int(yoff[-1])
+    R, Cc, V = [], [], []
+    r = 0
+    # y chains: y[i, l] >= y[i, l+1]
+    task_of = np.repeat(ar, ny_i)
+    idx = np.arange(ny)
+    not_last = np.ones(ny, dtype=bool)
+    not_last[yoff[1:][ny_i > 0] - 1] = False
+    a = idx[not_last]
+    rr, cc, vv, m = _pairs(r, a, a + 1)
+    R.append(rr); Cc.append(cc); V.append(vv); r += m
+    n_ge = r
+    # budget
+    budget_row = r
+    R.append(np.full(ny, r)); Cc.append(idx); V.append(np.ones(ny)); r += 1
+    top = d[ar, lo, :].max(axis=0)  # (k,)
+    bottom = np.maximum(floor_k, d[ar, hi, :].max(axis=0))
+    constant = float(np.dot(w, top))
+    # Candidate thresholds per step: durations at allowed levels in [bottom, top), descending.
+    lv = np.arange(L)
+    allowed = (lv[None, :, None] >= lo[:, None, None]) & (lv[None, :, None] <= hi[:, None, None])
+    vals = np.where(allowed & (d < top[None, None, :]) & (d >= bottom[None, None, :]), d, np.nan)  # (n, L, k)
+    flat = vals.transpose(2, 0, 1).reshape(k, n * L)
+    step_of = np.repeat(np.arange(k), n * L)
+    keep = ~np.isnan(flat.ravel())
+    sv, sk = flat.ravel()[keep], step_of[keep]
+    order = np.lexsort((-sv, sk))
+    sv, sk = sv[order], sk[order]
+    uniq = np.ones(sv.size, dtype=bool)
+    uniq[1:] = (sk[1:] != sk[:-1]) | (sv[1:] != sv[:-1])
+    T, Tk = sv[uniq], sk[uniq]
+    nv = T.size
+    vid = ny + np.arange(nv)
+    first_of_step = np.ones(nv, dtype=bool)
+    first_of_step[1:] = Tk[1:] != Tk[:-1]
+    prev_T = np.where(first_of_step, top[Tk], np.concatenate([[0.0], T[:-1]]))
+    cost_v = -w[Tk] * (prev_T - T)
+    # v chains within a step
+    chain = ~first_of_step
+    rr, cc, vv, m = _pairs(r, vid[np.nonzero(chain)[0] - 1], vid[chain])
+    R.append(rr); Cc.append(cc); V.append(vv); r += m
+    # links: need_i(T) per threshold; keep rows where need increases along the step's thresholds
+    if nv:
+        dk = d[:, :, Tk]  # (n, L, nv)
+        need = (dk > T[None, None, :]).sum(axis=1)  # (n, nv)
+        need = np.maximum(need, lo[:, None])
+        prev_need = np.where(first_of_step[None, :], lo[:, None], np.concatenate([lo[:, None], need[:, :-1]], axis=1))
+        ii, tt = np.nonzero(need > prev_need)
+        yidx = yoff[ii] + need[ii, tt] - lo[ii] - 1
+        rr, cc, vv, m = _pairs(r, yidx, vid[tt])
+        R.append(rr); Cc.append(cc); V.append(vv); r += m
+    A = csr_array((np.concatenate(V), (np.concatenate(R), np.concatenate(Cc))), shape=(r, ny + nv))
+    row_lo = np.zeros(r)
+    row_hi = np.full(r, np.inf)
+    row_lo[budget_row] = -np.inf
+    row_hi[budget_row] = budget - lo.sum()
+    c = np.concatenate([np.zeros(ny), cost_v])
+    integrality = np.concatenate([np.ones(ny), np.zeros(nv)])
+    del n_ge
+
+    def decode(x):
+        y = x[:ny] > 0.5
+        return lo + np.bincount(task_of[y], minlength=n).astype(np.int64)
+
+    return _Model(c, A, row_lo, row_hi, integrality, np.zeros(ny + nv), np.ones(ny + nv), constant, decode)
+
+
+def build_assignment_model(d, w, lo, hi, budget, floor_k) -> _Model:
+    """The textbook model: x[i, l] binary (one level per task), z_k >= sum_l d[i, l, k] x[i, l]."""
+    n, L, k = d.shape
+    sizes = hi - lo + 1
+    off = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    nx = int(off[-1])
+    task_of = np.repeat(np.arange(n), sizes)
+    level_of = np.concatenate([np.arange(lo[i], hi[i] + 1) for i in range(n)])
+    R = [task_of, np.full(nx, n)]
+    Cc = [np.arange(nx), np.arange(nx)]
+    V = [np.ones(nx), level_of.astype(float)]
+    # z_k - sum_l d x >= 0 for every (i, k)
+    rows = n + 1 + task_of[:, None] * k + np.arange(k)[None, :]  # (nx, k)
+    R += [rows.ravel(), (n + 1 + np.arange(n * k))]
+    Cc += [np.repeat(np.arange(nx), k), nx + np.tile(np.arange(k), n)]
+    V += [-d[task_of, level_of, :].ravel(), np.ones(n * k)]
+    nrows = n + 1 + n * k
+    A = csr_array((np.concatenate(V), (np.concatenate(R), np.concatenate(Cc))), shape=(nrows, nx + k))
+    row_lo = np.concatenate([np.ones(n), [-np.inf], np.zeros(n * k)])
+    row_hi = np.concatenate([np.ones(n), [budget], np.full(n * k, np.inf)])
+    ar = np.arange(n)
+    var_lo = np.concatenate([np.zeros(nx), np.maximum(floor_k, d[ar, hi, :].max(axis=0))])
+    var_hi = np.concatenate([np.ones(nx), d[ar, lo, :].max(axis=0)])
+    c = np.concatenate([np.zeros(nx), w])
+    integrality = np.concatenate([np.ones(nx), np.zeros(k)])
+
+    def decode(x):
+        out = lo.copy()
+        chosen = x[:nx] > 0.5
+        out[task_of[chosen]] = level_of[chosen]
+        return out
+
+    return _Model(c, A, row_lo, row_hi, integrality, var_lo, var_hi, 0.0, decode)
+
+
+FORMULATIONS = {"threshold": build_threshold_model, "assignment": build_assignment_model}
+
+
+def _run_milp(model: _Model, cutoff: float | None, rel_gap: float, time_limit: float, scale: float):
+    """HiGHS through scipy.optimize.milp. `cutoff` (in frame seconds) becomes HiGHS's objective_bound,
+    so every node that cannot beat it is pruned; the gap is absolute, rel_gap x scale seconds."""
+    options = {"time_limit": float(time_limit), "mip_rel_gap": 0.0, "presolve": True}
+    # Passed to HiGHS verbatim (scipy warns that it does not check them).
+    # No primal heuristics: the incumbent (greedy improved by local search) is already within a
+    # fraction of a percent, and its time is the objective bound, so HiGHS only has to prove.
+    extra = {"mip_abs_gap": max(rel_gap * scale, 1e-12), "threads": 1, "mip_heuristic_effort": 0.0,
+             "mip_heuristic_run_rins": False, "mip_heuristic_run_rens": False,
+             "mip_heuristic_run_root_reduced_cost": False, "mip_heuristic_run_zi_round": False,
+             "mip_heuristic_run_shifting": False, "mip_heuristic_run_feasibility_jump": False}
+    if cutoff is not None and np.isfinite(cutoff):
+        extra["objective_bound"] = float(cutoff - model.constant)
+    constraints = LinearConstraint(model.A, model.row_lo, model.row_hi)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Unrecognized options", category=RuntimeWarning)
+        try:
+            return milp(model.c, constraints=constraints, integrality=model.integrality,
+                        bounds=Bounds(model.var_lo, model.var_hi), options={**options, **extra})
+        except (AttributeError, ValueError, TypeError):  # a HiGHS build without one of the extras
+            return milp(model.c, constraints=constraints, integrality=model.integrality,
+                        bounds=Bounds(model.var_lo, model.var_hi), options=options)
+
+
+# ----------------------------------------------------------------------------------------------------
+# One frame
+
+
+def check_frame(durations: np.ndarray, weights: np.ndarray, max_level: np.ndarray, budget_steps: int):
+    """The bad inputs every exact solve refuses, with what was expected."""
+    if durations.ndim != 3:
+        raise InputError(f"expected durations (tasks, levels, steps), got shape {durations.shape}", field="durations")
+    n, L, k = durations.shape
+    if weights.ndim != 1:
+        raise InputError(f"expected weights (steps,), got shape {weights.shape}", field="weights")
+    if weights.size > k:
+        raise InputError(
+            f"a frame of {weights.size} steps is beyond the forecast horizon of {k} steps", field="forecast.horizon"
+        )
+    if max_level.shape != (n,):
+        raise InputError(f"expected one maximum level per task ({n}), got shape {max_level.shape}", field="cpu.max_millicores")
+    if int(budget_steps) != budget_steps or budget_steps < 0:
+        raise InputError(
+            f"no feasible configuration: the budget leaves {budget_steps} CPU steps once every task has the "
+            "minimum (expected >= 0); raise cpu.budget_millicores or lower cpu.min_millicores",
+            field="cpu.budget_millicores",
+        )
+    if np.any(max_level < 0):
+        raise InputError(
+            f"no feasible configuration: task {int(np.argmin(max_level))} has no allowed CPU level "
+            f"(max level {int(max_level.min())})", field="cpu.max_millicores",
+        )
+    if np.any(weights < 0) or not np.all(np.isfinite(weights)):
+        raise InputError("expected finite weights >= 0", field="planner.discount")
+    if not np.all(np.isfinite(durations[:, :, : weights.size][:, :, weights > 0])):
+        raise InputError("durations must be finite (NaN or inf in the predicted table)", field="durations")
+
+
+def fill_budget(d: np.ndarray, w: np.ndarray, levels: np.ndarray, max_level: np.ndarray, budget: int) -> np.ndarray:
+    """Hand out budget the solution left unused, one step at a time to the task with the largest
+    weighted time (first among equals). Durations never rise with CPU, so the frame never gets longer."""
+    levels = levels.copy()
+    left = budget - int(levels.sum())
+    n = levels.size
+    if left <= 0:
+        return levels
+    tw = (d * w[None, None, :]).sum(axis=2)  # (n, L)
+    rows = np.arange(n)
+    while left > 0:
+        can = levels < max_level
+        if not can.any():
+            break
+        score = np.where(can, tw[rows, levels], -np.inf)
+        i = int(np.argmax(score))
+        levels[i] += 1
+        left -= 1
+    return levels
+
+
+def solve_frame(
+    durations: np.ndarray,
+    weights: np.ndarray,
+    max_level: np.ndarray,
+    budget_steps: int,
+    *,
+    incumbents: np.ndarray | None = None,
+    cutoff: float | None = None,
+    rel_gap: float = DEFAULT_REL_GAP,
+    time_limit: float = DEFAULT_TIME_LIMIT_S,
+    formulation: str = "threshold",
+    shrink_rounds: int = 3,
+    level_bounds: np.ndarray | None = None,
+    lower_bound: float | None = None,
+    fill: bool = True,
+) -> FrameSolution:
+    """The exact configuration of one frame.
+
+    durations (tasks, levels, k) non-increasing in level; weights (j,) with j <= k (0 drops a step);
+    incumbents (P, tasks): configurations to start from (e.g. greedy's), the best bounds the search.
+    cutoff: only a configuration below this weighted time is wanted; when none exists the result has
+    optimal=False and bound >= cutoff (used by `optimum` to prune segments).
+    level_bounds (tasks, levels): a known lower bound on the frame's time with task i at level l (inf
+    where not allowed), used for the first round of level fixing instead of computing it here;
+    shrink_rounds: how many rounds of level fixing (0: hand HiGHS every level).
+    lower_bound: a known lower bound on the frame's optimum (the incumbent is optimal if it meets it).
+    """
+    t0 = time.perf_counter()
+    durations = np.asarray(durations, dtype=np.float64)
+    weights = np.asarray(weights, dtype=np.float64)
+    max_level = np.asarray(max_level, dtype=np.int64)
+    check_frame(durations, weights, max_level, budget_steps)
+    budget = int(budget_steps)
+    n, L, _ = durations.shape
+    M = np.minimum(max_level, L - 1)
+    active = np.nonzero(weights > 0)[0]
+    d = durations[:, :, active]
+    w = weights[active]
+    k = active.size
+    if k == 0:
+        lv = fill_budget(d, w, np.zeros(n, dtype=np.int64), M, budget) if fill else np.zeros(n, dtype=np.int64)
+        return FrameSolution(lv, 0.0, 0.0, True, "empty", seconds=time.perf_counter() - t0)
+    if M.sum() <= budget:  # everyone at the maximum fits: nothing is faster
+        lv = M.copy()
+        v = float(frame_time(d, lv, w))
+        return FrameSolution(lv, v, v, True, "all-max", seconds=time.perf_counter() - t0)
+    if k == 1:
+        from ..planners.floor import floor_levels
+
+        lvs, times = floor_levels(d, M, budget)
+        lv = fill_budget(d, w, lvs[0], M, budget) if fill else lvs[0]
+        v = float(w[0] * times[0])
+        return FrameSolution(lv, v, v, True, "single-step", seconds=time.perf_counter() - t0)
+
+    # Incumbent: the best of the given configurations on this frame.
+    best_lv, best_v = None, np.inf
+    if incumbents is not None and len(incumbents):
+        inc = np.minimum(np.asarray(incumbents, dtype=np.int64).reshape(-1, n), M[None, :])
+        inc = inc[inc.sum(axis=1) <= budget]
+        if len(inc):
+            vals = frame_time(np.broadcast_to(d, (len(inc),) + d.shape), inc, w)
+            j = int(np.argmin(vals))
+            best_lv, best_v = local_search(d, w, inc[j], M, budget)
+    limit = best_v if cutoff is None else min(best_v, float(cutoff))
+    scale = max(abs(best_v) if np.isfinite(best_v) else float(np.dot(w, d.max(axis=(0, 1)))), 1e-9)
+    tol = 1e-12 * scale
+
+    lo = np.zeros(n, dtype=np.int64)
+    hi = np.minimum(M, budget)
+    G, floor_k = level_bound_terms(d, lo, hi, budget)
+    lb_all = float(np.dot(w, floor_k))
+    if lower_bound is not None:
+        lb_all = max(lb_all, float(lower_bound))
+    if lb_all >= limit - tol:  # the bounds already meet the limit: nothing beats it
+        return _proved(best_lv, best_v, limit, cutoff, lb_all, t0, d, w, M, budget, fill)
+    for r in range(shrink_rounds if np.isfinite(limit) else 0):
+        if r == 0 and level_bounds is not None:
+            lb = np.asarray(level_bounds, dtype=np.float64)
+        else:
+            lb = (G * w[None, None, :]).sum(axis=2)
+        got = shrink_levels(lb, lo, hi, budget, limit + tol)
+        if got is None:  # no level of some task can beat the limit: nothing beats it
+            return _proved(best_lv, best_v, limit, cutoff, lb_all, t0, d, w, M, budget, fill)
+        lo2, hi2 = got
+        if np.array_equal(lo2, lo) and np.array_equal(hi2, hi) and not (r == 0 and level_bounds is not None):
+            break
+        lo, hi = lo2, hi2
+        G, floor_k = level_bound_terms(d, lo, hi, budget)
+    if np.all(lo == hi):
+        v = float(frame_time(d, lo, w))
+        if v < limit - tol or best_lv is None:
+            lv = fill_budget(d, w, lo, M, budget) if fill else lo
+            return FrameSolution(lv, float(frame_time(d, lv, w)), v, True, "bounds", seconds=time.perf_counter() - t0)
+        return _proved(best_lv, best_v, limit, cutoff, lb_all, t0, d, w, M, budget, fill)
+
+    model = FORMULATIONS[formulation](d, w, lo, hi, budget, floor_k)
+    cut = limit + max(rel_gap * scale, tol) if np.isfinite(limit) else None
+    t1 = time.perf_counter()
+    res = _run_milp(model, cut, rel_gap, time_limit, scale)
+    solve_s = time.perf_counter() - t1
+    nodes = int(res.mip_node_count or 0)
+    if res.status == 0 and res.x is not None:
+        lv = model.decode(res.x)
+        v = float(frame_time(d, lv, w))
+        bound = float(res.mip_dual_bound + model.constant) if res.mip_dual_bound is not None else v
+        if v < limit - tol or best_lv is None:
+            lv2 = fill_budget(d, w, lv, M, budget) if fill else lv
+            v2 = float(frame_time(d, lv2, w))
+            sol = FrameSolution(lv2, v2, min(bound, v2), True, "milp", nodes, time.perf_counter() - t0)
+            sol.milp_seconds = solve_s
+            return sol
+        # Nothing strictly better than the incumbent / cutoff.
+        sol = _proved(best_lv, best_v, limit, cutoff, lb_all, t0, d, w, M, budget, fill, method="milp")
+        sol.nodes, sol.milp_seconds = nodes, solve_s
+        if cutoff is not None and v < best_v:  # found something below the incumbent, not below the cutoff
+            sol.levels, sol.value = lv, v
+        return sol
+    if res.status == 2 or (res.status == 0 and res.x is None):  # nothing beats the objective bound
+        sol = _proved(best_lv, best_v, limit, cutoff, lb_all, t0, d, w, M, budget, fill, method="milp")
+        sol.nodes, sol.milp_seconds = nodes, solve_s
+        return sol
+    bound = res.mip_dual_bound + model.constant if res.mip_dual_bound is not None else lb_all
+    found = frame_time(d, model.decode(res.x), w) if res.x is not None else best_v
+    inc = min(found, best_v)
+    gap = (inc - bound) / max(abs(inc), 1e-12) if np.isfinite(inc) else np.inf
+    raise ExactSolverError(
+        f"the exact allocator's MILP stopped before proving optimality ({res.message.strip()}) on a frame of "
+        f"{n} tasks x {k} steps x {L} levels after {solve_s:.2f} s: best bound {bound:.6g} s, best "
+        f"configuration {inc:.6g} s, gap {100 * gap:.4g}%; raise the time limit or use allocator = \"greedy\"",
+        bound=float(bound),
+        incumbent=float(inc),
+    )
+
+
+def _proved(best_lv, best_v, limit, cutoff, lb_all, t0, d, w, M, budget, fill, method="incumbent") -> FrameSolution:
+    """Nothing beats `limit`: the incumbent is optimal, or (with a cutoff below it) only a bound is known."""
+    if cutoff is not None and cutoff < best_v:
+        lv = best_lv if best_lv is not None else np.zeros(d.shape[0], dtype=np.int64)
+        v = best_v if best_lv is not None else np.inf
+        return FrameSolution(lv, v, max(float(cutoff), lb_all), False, "cutoff", seconds=time.perf_counter() - t0)
+    lv = fill_budget(d, w, best_lv, M, budget) if fill else best_lv
+    v = float(frame_time(d, lv, w))
+    return FrameSolution(lv, v, v, True, method, seconds=time.perf_counter() - t0)
+
+
+# ----------------------------------------------------------------------------------------------------
+# The allocator
+
+
+class ExactAllocator(Allocator):
+    """Allocator interface over `solve_frame`.
+
+    Incumbents for a frame: greedy's configuration, recent exact solutions, and the exact solution of
+    the same frame one step shorter when it was solved before (offline planners go j = 1, 2, ...: the
+    frame [t, t+j-1) is a prefix of [t, t+j)); that one also gives a lower bound, its proven bound plus
+    the new step's floor. Frames seen before are answered from a cache (keyed by a digest of the
+    durations, weights, levels and budget). A batch is solved on `threads` threads (HiGHS releases the
+    GIL); every frame's incumbents are fixed before the batch starts, so results do not depend on
+    thread timing.
+    """
+
+    name = "exact"
+
+    def __init__(self, rel_gap: float = DEFAULT_REL_GAP, time_limit: float = DEFAULT_TIME_LIMIT_S,
+                 cache_size: int = 500_000, pool_size: int = 16, formulation: str = "threshold",
+                 threads: int | None = None) -> None:
+        import os
+
+        self.rel_gap = rel_gap
+        self.time_limit = time_limit
+        self.formulation = formulation
+        self.cache_size = cache_size
+        self.pool_size = pool_size
+        self.threads = max(1, min(4, os.cpu_count() or 1)) if threads is None else max(1, int(threads))
+        self._cache: OrderedDict[bytes, tuple[np.ndarray, float]] = OrderedDict()  # levels, proven bound
+        self._pool: list[np.ndarray] = []
+        self._greedy = GreedyAllocator()
+        self.stats = ExactStats()
+
+    @staticmethod
+    def _key(d, w, M, budget) -> bytes:
+        import hashlib
+
+        h = hashlib.blake2b(digest_size=20)
+        for part in (np.int64(budget), np.ascontiguousarray(M, dtype=np.int64), np.ascontiguousarray(w),
+                     np.int64(d.shape[1]), np.ascontiguousarray(d)):
+            h.update(part.tobytes())
+        return h.digest()
+
+    def _remember(self, lv: np.ndarray) -> None:
+        for p in self._pool:
+            if np.array_equal(p, lv):
+                return
+        self._pool.append(lv.copy())
+        if len(self._pool) > self.pool_size:
+            self._pool.pop(0)
+
+    def allocate_batch(self, durations, weights, max_level, budget_steps):
+        t0 = time.perf_counter()
+        durations = np.asarray(durations, dtype=np.float64)
+        weights = np.asarray(weights, dtype=np.float64)
+        if durations.ndim != 4 or weights.ndim != 2 or weights.shape[0] != durations.shape[0]:
+            raise InputError(
+                f"expected durations (B, tasks, levels, k) and weights (B, j), got {durations.shape} and {weights.shape}",
+                field="durations",
+            )
+        b, n, L, k = durations.shape
+        j = weights.shape[1]
+        if j > k:
+            raise InputError(f"a frame of {j} steps is beyond the forecast horizon of {k} steps", field="forecast.horizon")
+        max_level = np.asarray(max_level, dtype=np.int64)
+        check_frame(durations[0], weights[0], max_level, budget_steps)
+        M = np.minimum(max_level, L - 1)
+        out = np.empty((b, n), dtype=np.int64)
+        todo, keys, prefix = [], {}, {}
+        for f in range(b):
+            active = np.nonzero(weights[f] > 0)[0]
+            d = durations[f][:, :, active]
+            key = self._key(d, weights[f][active], M, budget_steps)
+            hit = self._cache.get(key)
+            if hit is not None:
+                self._cache.move_to_end(key)
+                out[f] = hit[0]
+                self.stats.cache_hits += 1
+                continue
+            todo.append(f)
+            keys[f] = key
+            if active.size > 1:
+                pre = self._cache.get(self._key(d[:, :, :-1], weights[f][active[:-1]], M, budget_steps))
+                if pre is not None:
+                    prefix[f] = pre
+        if todo:
+            idx = np.array(todo)
+            greedy = self._greedy.allocate_batch(durations[idx][:, :, :, :j], weights[idx], max_level, budget_steps)
+            pool = list(self._pool)
+            jobs = []
+            for g, f in zip(greedy, todo):
+                cands = [g] + pool
+                lower = None
+                if f in prefix:
+                    pre_levels, pre_bound = prefix[f]
+                    cands.insert(0, pre_levels)
+                    last = np.nonzero(weights[f] > 0)[0][-1]
+                    from ..planners.floor import floor_levels
+
+                    step_floor = floor_levels(durations[f][:, :, last : last + 1], M, budget_steps)[1][0]
+                    lower = pre_bound + weights[f][last] * step_floor
+                jobs.append((f, g, np.array(cands), lower))
+
+            def run(job):
+                f, g, cands, lower = job
+                return solve_frame(
+                    durations[f][:, :, :j], weights[f], max_level, budget_steps, incumbents=cands,
+                    rel_gap=self.rel_gap, time_limit=self.time_limit, formulation=self.formulation, lower_bound=lower,
+                )
+
+            if self.threads > 1 and len(jobs) > 1:
+                from concurrent.futures import ThreadPoolExecutor
+
+                with ThreadPoolExecutor(self.threads) as ex:
+                    sols = list(ex.map(run, jobs))
+            else:
+                sols = [run(job) for job in jobs]
+            for (f, g, _, _), sol in zip(jobs, sols):
+                out[f] = sol.levels
+                self._note(sol, frame_time(durations[f][:, :, :j], g, weights[f]))
+                self._remember(sol.levels)
+                self._cache[keys[f]] = (sol.levels.copy(), sol.bound)
+                if len(self._cache) > self.cache_size:
+                    self._cache.popitem(last=False)
+        self.stats.frames += b
+        self.stats.seconds += time.perf_counter() - t0
+        return out
+
+    def _note(self, sol: FrameSolution, greedy_value: float) -> None:
+        s = self.stats
+        if sol.method in ("single-step", "all-max", "empty"):
+            s.closed_form += 1
+        elif sol.method == "milp":
+            s.milps += 1
+            s.nodes += sol.nodes
+            s.milp_seconds += sol.milp_seconds
+            s.milp_times.append(sol.seconds)
+        else:
+            s.proved_by_bounds += 1
+        if sol.value < greedy_value - 1e-12 * max(1.0, abs(greedy_value)):
+            s.improved_on_greedy += 1
+
+
+def _register() -> None:
+    from . import ALLOCATORS
+
+    ALLOCATORS.setdefault("exact", ExactAllocator)
+
+
+_register()
