@@ -21,12 +21,15 @@ from .forecasting.provider import forecast_matrix
 from .job import Job, load_job
 from .performance import DurationModel, PerformanceModel
 from .planners.base import ConfigTable, PlanningContext, make_planner
+from .plugins import import_optional
 from .profiles import load_profile
 from .series import JobSeries, load_job_series
 from .simulation import StrategyResult, floor_result, simulate
 
 #: Bounds are rows of the comparison computed from the actual durations, not planners.
 BOUNDS: dict[str, Callable[[PlanningContext, np.ndarray, str], StrategyResult]] = {"floor": floor_result}
+if (_optimum := import_optional("bsp_planner.planners.optimum")) is not None:
+    BOUNDS["optimum"] = _optimum.optimum_result  # the optimal plan with perfect knowledge (exact MILPs)
 
 
 @dataclass

@@ -1,0 +1,286 @@
+"""`optimum`: the best possible plan with perfect knowledge, reconfiguration costs included.
+
+A plan runs one configuration per step and pays the checkpoint penalty C whenever the configuration
+changes. Cut any plan into its runs of one configuration: a run [s, e) costs at least the exact frame
+optimum x(s, e) (the `exact` allocator on the actual durations, undiscounted), and the runs pay C
+each but the first. So the optimum is the dynamic programme over segment boundaries
+
+    V(0) = 0,   V(e) = min over s < e of  V(s) + C [s > 0] + x(s, e)
+
+and its plan (each segment at its exact configuration) is a real plan whose simulated cost is V(steps):
+the simulator charges a checkpoint only when the configuration changes, and a plan whose neighbouring
+segments happened to share a configuration would be a cheaper plan with one segment less, so the
+optimal plan has none (the cost is recomputed from the plan and checked). With `floor`, it brackets
+every strategy: floor <= optimum <= any plan, whatever its configurations and checkpoints.
+
+Segments are never longer than `optimum_max_segment` steps. Most of the ~steps x cap segment MILPs are
+never solved, thanks to three facts:
+
+* Extension pruning. One configuration over [s, e') costs at least x(s, e) + x(e, e') (it is feasible
+  for both halves). So once V(s) + C[s>0] + x(s, e) >= V(e) + C, no segment [s, e'), e' > e, can beat
+  the plan "best to e, reconfigure, then [e, e')": start s is dropped for good. Starts live for ~10-20
+  steps, not 40, and when every start died before the cap the result is the optimum over all plans
+  (`certified`); otherwise it is the optimum over plans whose runs are at most the cap long.
+* Bounds before MILPs. A segment's cost is at least the previous (shorter) one's plus the new step's
+  floor, and at least a bound from per-step floors with any one task fixed; its cost is at most what
+  any configuration found so far (the pool) gives it. A start whose lower bound cannot beat V(e) waits
+  without a MILP; one whose bound cannot beat V(e) + C is dropped; bounds that meet need no solver.
+* Cutoffs and warm starts. A segment that is solved is solved with a cutoff, V(e) + C - V(s) - C[s>0]
+  (the value that decides both its use and its pruning), so HiGHS proves "nothing below" instead of
+  finding an optimum it will not use; its incumbent is the best pool configuration for it, improved
+  by local search, and the per-(task, level) bounds from the precomputed tables fix most levels first.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..allocation.exact import DEFAULT_REL_GAP, DEFAULT_TIME_LIMIT_S, floors_without_each_task, solve_frame
+from ..errors import InputError
+
+
+@dataclass
+class OptimumPlan:
+    segments: list[tuple[int, int, np.ndarray]]  # (start, length, levels)
+    value: float  # V(steps): compute + checkpoints x penalty of the plan
+    certified: bool  # no longer run could have helped (optimal over all plans, not only capped ones)
+    max_segment: int
+    stats: dict = field(default_factory=dict)
+
+    def levels(self, steps: int, n_tasks: int) -> np.ndarray:
+        out = np.empty((steps, n_tasks), dtype=np.int64)
+        for s, j, lv in self.segments:
+            out[s : s + j] = lv
+        return out
+
+
+class _Pool:
+    """Every configuration found so far, with prefix sums of its step times: the cost of any of them
+    on any segment in O(1)."""
+
+    def __init__(self, actual: np.ndarray) -> None:
+        self.actual = actual
+        n, _, m = actual.shape
+        self.configs = np.empty((0, n), dtype=np.int64)
+        self.prefix = np.empty((0, m + 1))
+        self._seen: set[bytes] = set()
+
+    def add(self, levels: np.ndarray) -> None:
+        key = levels.tobytes()
+        if key in self._seen:
+            return
+        self._seen.add(key)
+        n = levels.size
+        step = self.actual[np.arange(n), levels, :].max(axis=0)
+        self.configs = np.vstack([self.configs, levels[None]])
+        self.prefix = np.vstack([self.prefix, np.concatenate([[0.0], np.cumsum(step)])[None]])
+
+    def best(self, starts: np.ndarray, e: int) -> tuple[np.ndarray, np.ndarray]:
+        """For segments [s, e), s in starts: (cost of the best pool configuration, its index)."""
+        if not len(self.configs):
+            return np.full(starts.size, np.inf), np.zeros(starts.size, dtype=np.int64)
+        cost = self.prefix[:, e][:, None] - self.prefix[:, starts]  # (P, S)
+        idx = cost.argmin(axis=0)
+        return cost[idx, np.arange(starts.size)], idx
+
+
+def optimum_plan(
+    actual: np.ndarray,
+    max_level: np.ndarray,
+    budget_steps: int,
+    penalty_s: float,
+    max_segment: int = 40,
+    *,
+    rel_gap: float = DEFAULT_REL_GAP,
+    time_limit: float = DEFAULT_TIME_LIMIT_S,
+    initial: np.ndarray | None = None,
+) -> OptimumPlan:
+    """actual: (tasks, levels, steps) true durations. initial: configurations to seed the pool with
+    (e.g. greedy's); never needed for correctness."""
+    t_start = time.perf_counter()
+    actual = np.asarray(actual, dtype=np.float64)
+    n, L, m = actual.shape
+    if max_segment < 1:
+        raise InputError(f"expected optimum_max_segment >= 1, got {max_segment}", field="planner.optimum_max_segment")
+    if budget_steps < 0:
+        raise InputError(
+            f"no feasible configuration: the budget leaves {budget_steps} CPU steps once every task has the minimum",
+            field="cpu.budget_millicores",
+        )
+    if penalty_s < 0:
+        raise InputError(f"expected penalty_s >= 0, got {penalty_s}", field="penalty_s")
+    if not np.all(np.isfinite(actual)):
+        raise InputError("actual durations must be finite", field="durations")
+    budget = int(budget_steps)
+    M = np.minimum(np.asarray(max_level, dtype=np.int64), L - 1)
+    cap = min(max_segment, m)
+    C = float(penalty_s)
+
+    # Per-(task, level) bounds for every step, summed by prefix: lb_i(l) on [s, e) in O(1).
+    lo0, hi0 = np.zeros(n, dtype=np.int64), np.minimum(M, budget)
+    fm, floor = floors_without_each_task(actual, lo0, hi0, budget)  # (n, B+1, m), (m,)
+    lv = np.arange(L)
+    G = np.maximum(actual, fm[:, np.clip(budget - lv, 0, budget), :])
+    G[(lv[None, :] > hi0[:, None])] = 1e12  # a level no task may take: finite, so prefix sums stay usable
+    PG = np.concatenate([np.zeros((n, L, 1)), np.cumsum(G, axis=2)], axis=2)  # (n, L, m+1)
+    PF = np.concatenate([[0.0], np.cumsum(floor)])
+
+    pool = _Pool(actual)
+    # Seed: every step's floor configuration (exact for one-step segments, good incumbents nearby).
+    from .floor import floor_levels
+
+    for c in np.unique(floor_levels(actual, M, budget)[0], axis=0):
+        pool.add(c)
+    if initial is not None:
+        for c in np.asarray(initial, dtype=np.int64).reshape(-1, n):
+            pool.add(np.minimum(c, M))
+
+    V = np.full(m + 1, np.inf)
+    V[0] = 0.0
+    back: list[tuple[int, np.ndarray] | None] = [None] * (m + 1)
+    # Per live start s: best known lower bound on x(s, e-1) and whether it is exact.
+    live: dict[int, float] = {}
+    stats = {"milps": 0, "milp_seconds": 0.0, "cutoff_proofs": 0, "bound_proofs": 0, "pruned_by_bound": 0,
+             "waited": 0, "segments_considered": 0, "max_live": 0, "longest_live": 0}
+    certified = True
+    tol = 1e-9
+
+    def solve(s: int, e: int, cutoff: float, inc: np.ndarray | None):
+        stats["milps"] += 1
+        d = actual[:, :, s:e]
+        lb = PG[:, :, e] - PG[:, :, s]
+        sol = solve_frame(d, np.ones(e - s), M, budget, incumbents=None if inc is None else inc[None],
+                          cutoff=cutoff, rel_gap=rel_gap, time_limit=time_limit, level_bounds=lb, fill=False)
+        stats["milp_seconds"] += sol.seconds
+        if np.isfinite(sol.value):
+            pool.add(sol.levels)
+        return sol
+
+    for e in range(1, m + 1):
+        live[e - 1] = 0.0  # a new start; x(s, s) = 0
+        starts = np.array(sorted(s for s in live if e - s <= cap), dtype=np.int64)
+        for s in [s for s in live if e - s > cap]:
+            del live[s]
+        stats["max_live"] = max(stats["max_live"], starts.size)
+        base = V[starts] + C * (starts > 0)
+        # Lower bounds on x(s, e): previous bound + this step's floor; floors with one task fixed.
+        chain = np.array([live[s] for s in starts]) + floor[e - 1]
+        fixed = (PG[:, :, e][:, :, None] - PG[:, :, starts]).min(axis=1).max(axis=0)  # (S,)
+        lb = np.maximum.reduce([chain, fixed, PF[e] - PF[starts]])
+        ub, ub_idx = pool.best(starts, e)
+        exact = ub <= lb + tol * np.maximum(1.0, ub)
+        lb = np.where(exact, ub, lb)
+        best_val = float(np.min(base + ub)) if starts.size else np.inf
+        j = int(np.argmin(base + ub))
+        best_src = (int(starts[j]), pool.configs[ub_idx[j]].copy()) if np.isfinite(best_val) else None
+        order = np.argsort(base + lb, kind="stable")
+        dead = []
+        for q in order:
+            s = int(starts[q])
+            stats["segments_considered"] += 1
+            if base[q] + lb[q] >= best_val + C - tol:  # cannot beat "best to e, then reconfigure"
+                dead.append(s)
+                stats["pruned_by_bound"] += 1
+                continue
+            if exact[q] or base[q] + lb[q] >= best_val - tol:  # decided by bounds, or cannot improve V(e)
+                stats["waited" if not exact[q] else "bound_proofs"] += 1
+                continue
+            cutoff = best_val + C - base[q]
+            inc = pool.configs[ub_idx[q]] if np.isfinite(ub[q]) else None
+            sol = solve(s, e, cutoff, inc)
+            if not sol.optimal:  # nothing below the cutoff: never useful again
+                stats["cutoff_proofs"] += 1
+                dead.append(s)
+                lb[q] = max(lb[q], sol.bound)
+                continue
+            lb[q] = sol.value
+            exact[q] = True
+            if base[q] + sol.value < best_val:
+                best_val = float(base[q] + sol.value)
+                best_src = (s, sol.levels.copy())
+        V[e] = best_val
+        back[e] = best_src
+        # Starts whose exact cost already reaches V(e) + C are done; the rest carry their bound on.
+        for q, s in enumerate(starts):
+            s = int(s)
+            if s in dead or (exact[q] and base[q] + lb[q] >= V[e] + C - tol):
+                live.pop(s, None)
+            else:
+                live[s] = float(lb[q])
+                if e - s == cap and e < m:
+                    # Still alive at the cap: a longer run from s might have helped, unless a MILP
+                    # with the pruning cutoff says otherwise.
+                    if not exact[q]:
+                        sol = solve(s, e, V[e] + C - base[q], pool.configs[ub_idx[q]] if np.isfinite(ub[q]) else None)
+                        if not sol.optimal or base[q] + sol.value >= V[e] + C - tol:
+                            live.pop(s, None)
+                            continue
+                    certified = False
+        if live:
+            stats["longest_live"] = max(stats["longest_live"], max(e - s for s in live))
+
+    segments = []
+    e = m
+    while e > 0:
+        s, levels = back[e]
+        segments.append((s, e - s, np.asarray(levels, dtype=np.int64)))
+        e = s
+    segments.reverse()
+    stats["seconds"] = time.perf_counter() - t_start
+    stats["pool"] = len(pool.configs)
+    return OptimumPlan(segments, float(V[m]), certified, cap, stats)
+
+
+_PLANS: dict[tuple, OptimumPlan] = {}  # the same actual durations in every mode: plan once
+
+
+def optimum_result(ctx, actual: np.ndarray, mode: str):
+    """The `optimum` row: the optimal plan computed from the actual durations (perfect knowledge in
+    every mode, like `floor`), with its real per-step levels and checkpoints. Like `floor`, tasks may
+    go up to EXPPO's maximum level when that is higher, so the bound holds for EXPPO too."""
+    from ..simulation import StrategyResult, step_times
+
+    t0 = time.perf_counter()
+    max_level = ctx.max_level if ctx.exppo_max_level is None else np.maximum(ctx.max_level, ctx.exppo_max_level)
+    actual = np.ascontiguousarray(actual, dtype=np.float64)
+    key = (actual.shape, hash(actual.tobytes()), np.asarray(max_level).tobytes(), int(ctx.budget_steps),
+           float(ctx.penalty_s), int(ctx.optimum_max_segment))
+    plan = _PLANS.get(key)
+    if plan is None:
+        plan = optimum_plan(actual, max_level, ctx.budget_steps, ctx.penalty_s, ctx.optimum_max_segment)
+        _PLANS.clear()  # keep one: a new scenario rarely comes back to an old one
+        _PLANS[key] = plan
+    ms = max((time.perf_counter() - t0) * 1e3, plan.stats["seconds"] * 1e3)  # the planning time, cached or not
+    m, n = ctx.steps, actual.shape[0]
+    levels = plan.levels(m, n)
+    reconfigured = np.zeros(m, dtype=bool)
+    reconfigured[1:] = np.any(levels[1:] != levels[:-1], axis=1)
+    actions = np.zeros(m, dtype=np.int64)
+    for s, j, _ in plan.segments:
+        actions[s] = j
+    result = StrategyResult(
+        strategy="optimum",
+        mode=mode,
+        levels=levels,
+        step_s=step_times(actual, levels),
+        reconfigured=reconfigured,
+        penalty_s=ctx.penalty_s,
+        decision_ms=np.zeros(m),
+        actions=actions,
+        prepare_ms=ms,
+        notes={
+            "bound": "optimal plan with perfect knowledge (exact configurations, checkpoint penalty)",
+            "dp_value_s": plan.value,
+            "certified_optimal": plan.certified,
+            "max_segment": plan.max_segment,
+            **{k: (round(v, 3) if isinstance(v, float) else v) for k, v in plan.stats.items()},
+        },
+    )
+    if result.total_s > plan.value + 1e-6 * max(1.0, plan.value):
+        raise RuntimeError(f"optimum: plan costs {result.total_s} s in simulation but {plan.value} s in the DP")
+    # Below the DP value only when capped segments that share a configuration meet (a free merge).
+    result.notes["merged_segments"] = int(len(plan.segments) - 1 - result.checkpoints)
+    return result
