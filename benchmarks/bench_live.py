@@ -6,7 +6,8 @@
     .venv/bin/python benchmarks/bench_live.py all
 
 Each section starts its own ZooKeeper server (the one `bsp-planner zk start` runs) on a free loopback
-port and stops it at the end; results are printed as Markdown and written to --out (JSON).
+port and stops it at the end; results are printed and written to --out (JSON), the live runs' folders
+(run log, chart, summary) beside it in bench_live_runs/.
 
 barrier   Participants are separate processes (`--per-process` participants each, default 1) that do no
           work but a random 0-20 ms pause, so they reach the leave barrier at different times. The
@@ -146,7 +147,7 @@ def bench_barrier(n: int, steps: int, per_process: int, workdir: Path) -> dict:
 
 
 # -- live runs ---------------------------------------------------------------------------------------
-def live_run(experiment: Path, planner: str, reconfigure: str, steps: int, workdir: Path, server, tag: str, overrides=()) -> dict:
+def live_run(experiment: Path, planner: str, reconfigure: str, steps: int, workdir: Path, server, tag: str, overrides=(), cpu_weight="workers", runs_dir: Path | None = None) -> dict:
     from bsp_planner.runtime.coordinator import Coordinator, RunSettings
 
     creds = Z.write_credentials_file(workdir / f"auth-{tag}", Z.generate_credentials())
@@ -158,10 +159,11 @@ def live_run(experiment: Path, planner: str, reconfigure: str, steps: int, workd
         overrides=[f"steps={steps}", *overrides],
         zookeeper=server.hosts,
         zk_auth=f"file:{creds}",
+        cpu_weight=cpu_weight,
     )
-    run_id = f"bench-{tag}-{os.getpid()}"
+    run_id = f"bench-{tag}-{time.strftime('%H%M%S')}-{os.getpid()}"
     t0 = time.perf_counter()
-    result = Coordinator(settings, run_id, workdir / "runs").run()
+    result = Coordinator(settings, run_id, runs_dir or workdir / "runs").run()
     wall = time.perf_counter() - t0
     sm = dict(result.summary)
     sm.pop("rows", None)
@@ -196,6 +198,7 @@ def main() -> None:
     ap.add_argument("--per-process", type=int, default=1, help="barrier participants per process")
     ap.add_argument("--sizes", default="8,128", help="barrier participant counts")
     ap.add_argument("--reconfig-steps", type=int, default=12)
+    ap.add_argument("--cpu-weight", default="workers", choices=["workers", "guaranteed"])
     ap.add_argument("--profile", type=Path, help="profile CSV instead of the experiment's (e.g. one measured just before)")
     ap.add_argument("--out", type=Path, default=ROOT / "out" / "bench_live.json")
     args = ap.parse_args()
@@ -215,10 +218,10 @@ def main() -> None:
             server.start()
             try:
                 if args.section in ("live", "all"):
-                    r = live_run(args.experiment, args.planner, args.reconfigure, args.steps, work, server, "live", extra)
+                    r = live_run(args.experiment, args.planner, args.reconfigure, args.steps, work, server, "live", extra, args.cpu_weight, args.out.parent / "bench_live_runs")
                     results["live"] = r
                     print(
-                        f"live {args.planner} ({args.reconfigure}), {r['steps_done']} steps: live {r['live_total_s']} s, simulated "
+                        f"live {args.planner} ({args.reconfigure}, cpu weight {args.cpu_weight}), {r['steps_done']} steps: live {r['live_total_s']} s, simulated "
                         f"{r['simulated_total_s']} s ({r['total_error_pct']:+}%), with measured reconfiguration cost "
                         f"{r['simulated_total_measured_penalty_s']} s ({r['total_error_measured_penalty_pct']:+}%); per-step error "
                         f"mean {r['step_error_pct']['mean']:+}%, mean |.| {r['step_error_pct']['mean_abs']}%, max |.| "
@@ -228,7 +231,7 @@ def main() -> None:
                 if args.section in ("reconfig", "all"):
                     results["reconfig"] = {}
                     for how in ("in-place", "recreate"):
-                        r = live_run(args.experiment, "static:1", how, args.reconfig_steps, work, server, f"re-{how}", ["penalty_s=0", *extra])
+                        r = live_run(args.experiment, "static:1", how, args.reconfig_steps, work, server, f"re-{how}", ["penalty_s=0", *extra], args.cpu_weight, args.out.parent / "bench_live_runs")
                         costs = r["reconfig_s_all"]
                         results["reconfig"][how] = {
                             "reconfigurations": len(costs),

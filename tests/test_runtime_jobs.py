@@ -53,3 +53,22 @@ def test_live_experiments_build_their_planning_context(path, tmp_path):
 
 def n_tasks(exp) -> int:
     return len(load_job(exp.job_path).tasks)
+
+
+def test_a_job_whose_tasks_differ_from_the_profiled_ones_is_refused(tmp_path):
+    """The profile's metadata names what it timed; a live run of other tasks would compare them with
+    predictions for something else."""
+    import json
+
+    from bsp_planner.errors import InputError
+    from bsp_planner.runtime.coordinator import Coordinator, RunSettings
+    from zk_fixtures import tiny_experiment
+
+    exp = tiny_experiment(tmp_path / "exp")
+    meta = {"tasks": {"a": {"stressor": "zero", "ops_per_unit": 20, "workers": 1}, "b": {"stressor": "memcpy", "ops_per_unit": 0.5, "workers": 1}}}
+    (tmp_path / "exp" / "profile.meta.json").write_text(json.dumps(meta))
+    Coordinator(RunSettings(experiment=str(exp)), "ok", tmp_path / "runs")._load()  # the same tasks: fine
+    meta["tasks"]["b"]["ops_per_unit"] = 0.7
+    (tmp_path / "exp" / "profile.meta.json").write_text(json.dumps(meta))
+    with pytest.raises(InputError, match=r"task 'b' is .* but the profile timed .*'ops_per_unit': 0.7"):
+        Coordinator(RunSettings(experiment=str(exp)), "bad", tmp_path / "runs")._load()

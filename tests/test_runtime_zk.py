@@ -207,6 +207,12 @@ def test_an_unreachable_zookeeper_is_a_clear_error_after_a_bounded_wait(creds):
     assert time.perf_counter() - t0 < 5
 
 
+@pytest.mark.parametrize("hosts", ["foo:notaport", ""])
+def test_a_malformed_connection_string_is_a_clear_error(creds, hosts):
+    with pytest.raises(InputError, match="expected a ZooKeeper connection string"):
+        Z.ZkSession(hosts, creds)
+
+
 def test_a_session_survives_a_server_restart_and_waits_wake_up(own_zk, creds, root):
     s = session(own_zk, creds, session_timeout_s=10)
     try:

@@ -51,7 +51,8 @@ def run(
     resume: Optional[str] = typer.Option(None, "--resume", help="Continue this run from its last completed step, with the same plan."),
     keep_zk: bool = typer.Option(False, "--keep-zk", help="Keep the run's znodes when it finishes."),
     stress_ng: str = typer.Option("stress-ng", "--stress-ng", help="The stress-ng executable."),
-    cgroup_prefix: str = typer.Option("bsp-planner", "--cgroup-prefix", help="Parent cgroup of the tasks' groups."),
+    cgroup_prefix: str = typer.Option("bsp-planner", "--cgroup-prefix", help="Name start of the run's cgroup (<prefix>.live.<run-id>)."),
+    cpu_weight: str = typer.Option("workers", "--cpu-weight", help="Local backend: the run group's weight against other processes, workers (as the profiler) or guaranteed (ahead of all other work; quotas still cap each task)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No per-step lines."),
 ) -> None:
     """Run a job live: real tasks under CPU limits, synchronised superstep by superstep through ZooKeeper,
@@ -107,6 +108,7 @@ def run(
             zk_wait_s=zk_wait,
             stress_ng=stress_ng,
             cgroup_prefix=cgroup_prefix,
+            cpu_weight=cpu_weight,
             keep_zk=keep_zk,
         )
     say = (lambda text: None) if quiet else (lambda text: console.print(text, highlight=False))

@@ -80,6 +80,7 @@ class RunSettings:
     max_restarts: int = 3  # restarts of one task within one step before the run fails
     stress_ng: str = "stress-ng"
     cgroup_prefix: str = "bsp-planner"
+    cpu_weight: str = "workers"  # local backend: the run group's weight, workers | guaranteed
     keep_zk: bool = False  # leave the run's znodes after a finished run
 
     def validate(self) -> None:
@@ -176,6 +177,7 @@ class Coordinator:
         overrides = list(s.overrides) + [f"strategies={s.planner}", f"modes={s.mode}"]
         exp = load_experiment(Path(s.experiment), overrides)
         source_profile = str(exp.profile_path)
+        self._check_profile_matches(exp)
         self._fit_profile(exp)
         self.exp = exp
         self.job = load_job(exp.job_path)
@@ -191,6 +193,35 @@ class Coordinator:
             "profile_source": source_profile,
             "sha256": {k: _sha256(p) for k, p in (("experiment", exp.path), ("job", exp.job_path), ("profile", exp.profile_path))},
         }
+
+    def _check_profile_matches(self, exp) -> None:
+        """The profile predicts a task only if it timed that very task: same stressor, ops per workload
+        unit and stress-ng instances (its metadata records them). A live run measures the job's tasks, so
+        a mismatch would compare them with predictions for something else."""
+        from ..job import load_job
+        from ..profiles import metadata_path
+
+        meta_file = metadata_path(exp.profile_path)
+        if not meta_file.is_file():
+            return
+        try:
+            measured = json.loads(meta_file.read_text()).get("tasks", {})
+        except ValueError:
+            return
+        job = load_job(exp.job_path)
+        for t in job.tasks:
+            m = measured.get(t.name)
+            if not isinstance(m, dict):
+                continue
+            mine = {"stressor": t.stressor, "ops_per_unit": t.ops_per_unit, "workers": t.workers}
+            theirs = {k: m.get(k) for k in mine}
+            if any(theirs[k] is not None and theirs[k] != mine[k] for k in mine):
+                raise InputError(
+                    f"task {t.name!r} is {mine} in the job but the profile timed {theirs} ({meta_file}); "
+                    "re-measure the profile for this job (`bsp-planner profile run`) or make the task the profiled one",
+                    path=exp.job_path,
+                    field=f"task '{t.name}'",
+                )
 
     def _fit_profile(self, exp) -> None:
         """A job made of some of a profile's tasks: predict from those tasks' rows (written to the run
@@ -540,7 +571,7 @@ class Coordinator:
         self.paths = Z.RunPaths(self.zk_root)
         self.backend = self._backend or make_backend(
             s.backend, run_id=self.run_id, log_dir=self.run_dir / "logs", stress_ng=s.stress_ng, cgroup_prefix=s.cgroup_prefix,
-            reconfigure=s.reconfigure,
+            reconfigure=s.reconfigure, cpu_weight=s.cpu_weight,
         )
         caps = self.backend.capabilities()
         if s.reconfigure == "in-place" and not caps.in_place:

@@ -415,13 +415,18 @@ class ZkSession:
         self.connect_timeout_s = connect_timeout_s
         self.op_deadline_s = op_deadline_s
         self.acl = creds.acl()
-        self.client = KazooClient(
-            hosts=hosts,
-            timeout=session_timeout_s,
-            auth_data=creds.auth_data,
-            default_acl=self.acl,
-            connection_retry={"max_tries": -1, "delay": 0.05, "backoff": 1.5, "max_delay": 0.5, "max_jitter": 0.2},
-        )
+        try:
+            self.client = KazooClient(
+                hosts=hosts,
+                timeout=session_timeout_s,
+                auth_data=creds.auth_data,
+                default_acl=self.acl,
+                connection_retry={"max_tries": -1, "delay": 0.05, "backoff": 1.5, "max_delay": 0.5, "max_jitter": 0.2},
+            )
+        except ValueError as exc:
+            raise InputError(
+                f"expected a ZooKeeper connection string host:port[,host:port...], got {hosts!r} ({exc})", field="--zookeeper"
+            ) from None
         self._wakers: set[threading.Event] = set()
         self._lock = threading.Lock()
         self.down_since: float | None = None

@@ -99,12 +99,13 @@ class Backend(ABC):
 
 def make_backend(name: str, **kwargs) -> Backend:
     """The backend called `name`, built from the coordinator's settings (run_id, log_dir, stress_ng,
-    cgroup_prefix, reconfigure); each takes what applies to it."""
+    cgroup_prefix, reconfigure, cpu_weight); each takes what applies to it."""
     if name == "local":
         from .local import LocalBackend
 
         kwargs.pop("reconfigure", None)  # the coordinator chooses between resize_task and recreate_task
         return LocalBackend(**kwargs)
+    kwargs.pop("cpu_weight", None)  # a local cgroup matter
     if name in ("kubernetes", "k8s"):
         try:
             from .kubernetes import KubernetesBackend  # type: ignore[import-not-found]

@@ -30,6 +30,8 @@ from . import Backend, Capabilities, TaskStatus, WorkerLaunch
 
 PR_SET_PDEATHSIG = 1
 GROUP_INFIX = ".live."  # a run's parent group: <cgroup-prefix>.live.<run-id>
+CPU_WEIGHTS = ("workers", "guaranteed")
+MAX_SHARES = 262_144
 
 try:
     _prctl = ctypes.CDLL(None, use_errno=True).prctl
@@ -66,7 +68,11 @@ class LocalBackend(Backend):
         hierarchy: Hierarchy | None = None,
         python: str = sys.executable,
         capacity_millicores: float | None = None,
+        cpu_weight: str = "workers",
     ) -> None:
+        if cpu_weight not in CPU_WEIGHTS:
+            raise InputError(f"expected --cpu-weight {' or '.join(CPU_WEIGHTS)}, got {cpu_weight!r}", field="--cpu-weight")
+        self.cpu_weight = cpu_weight
         self.run_id = run_id
         self.log_dir = Path(log_dir)
         self.stress_ng = stress_ng
@@ -91,7 +97,7 @@ class LocalBackend(Backend):
         h = self.hierarchy
         return {
             "backend": self.name,
-            "cgroup": {"version": h.version, "root": str(h.root), "run_group": self.run_prefix},
+            "cgroup": {"version": h.version, "root": str(h.root), "run_group": self.run_prefix, "cpu_weight": self.cpu_weight},
             "capacity_millicores": self.capacity,
         }
 
@@ -134,9 +140,15 @@ class LocalBackend(Backend):
 
     def _weigh_run(self) -> None:
         """The run's parent group weighs what all its stress-ng workers would outside any group (1024
-        each). Otherwise, on cgroup v1, the whole run would compete with every busy process of the host
-        with the weight of one process, and a busy host would keep its tasks below their quotas."""
-        shares = max(2, min(262_144, 1024 * max(1, sum(self.workers.values()) or len(self.tasks))))
+        each; ``cpu_weight="workers"``). Otherwise, on cgroup v1, the whole run would compete with every
+        busy process of the host with the weight of one process, and a busy host would keep its tasks
+        below their quotas. ``"guaranteed"`` gives it the largest weight instead: on a shared host the
+        tasks then get the CPU they are configured with ahead of unrelated work (the quotas still cap
+        them), as a Guaranteed pod on a dedicated node would."""
+        if self.cpu_weight == "guaranteed":
+            shares = MAX_SHARES
+        else:
+            shares = max(2, min(MAX_SHARES, 1024 * max(1, sum(self.workers.values()) or len(self.tasks))))
         path = self.run_parent
         try:
             if self.hierarchy.version == 1:
