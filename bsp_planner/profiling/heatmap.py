@@ -39,6 +39,16 @@ def plot_task(tp: TaskProfile, path: Path, *, title: str = "", note: str = "") -
             ax.text(j, i, f"{d[i, j]:.2f}", ha="center", va="center", fontsize=9,
                     color="white" if d[i, j] < mid else "black")
     cbar = fig.colorbar(im, ax=ax)
+    if norm is not None:  # plain seconds on the log scale, not 6x10^-1
+        from matplotlib.ticker import FixedLocator, NullLocator
+
+        nice = [t for t in (0.1, 0.2, 0.3, 0.5, 1, 2, 3, 5, 10, 20, 30, 50, 100, 200, 500)
+                if d.min() <= t <= d.max()]
+        ticks = sorted({float(d.min()), *nice, float(d.max())})
+        ticks = [t for i, t in enumerate(ticks) if i == 0 or t / ticks[i - 1] > 1.15 or t == ticks[-1]]
+        cbar.ax.yaxis.set_major_locator(FixedLocator(ticks))
+        cbar.ax.yaxis.set_minor_locator(NullLocator())
+        cbar.ax.set_yticklabels([f"{t:g}" if t in nice else f"{t:.2f}" for t in ticks])
     cbar.set_label("duration (s, mean of %d repeat%s, log scale)" % (tp.repeats, "" if tp.repeats == 1 else "s"))
     ax.set_title(title or tp.task)
     if note:

@@ -22,6 +22,7 @@ import math
 import os
 import platform
 import socket
+import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -322,8 +323,6 @@ def run_grid(
     on_row: Callable[[Cell, RunResult], None] | None = None,
 ) -> GridReport:
     """Measure every missing cell of `grid` for the job's tasks into the profile `out` (resumable)."""
-    import time
-
     out = Path(out)
     if not (isinstance(timeout_s, (int, float)) and math.isfinite(timeout_s) and timeout_s > 0):
         raise InputError(f"expected a positive number of seconds, got {timeout_s!r}", field="--timeout")
@@ -461,9 +460,16 @@ def _finish_meta(meta: dict, out: Path) -> None:
     meta["failures_file"] = fail.name if fail.exists() else None
 
 
+def _cell_text(cell: Cell) -> str:
+    name, w, c, r = cell
+    return f"{name} w={_fmt(w)} {_fmt(c)}m #{r}"
+
+
 class _Progress:
     """rich progress with an ETA that weighs each run by its expected cost (workload / CPU), since a
     run at 250m and workload 50 takes ~40x one at 2000m and workload 10."""
+
+    LOG_EVERY_S = 60.0
 
     def __init__(self, todo: list[Cell], console=None) -> None:
         from rich.console import Console
@@ -485,6 +491,10 @@ class _Progress:
         self.task = self.progress.add_task("profile", total=self.total, cell="", runs=0, n=len(todo), fails=0)
         self.runs = 0
         self.fails = 0
+        self.done_weight = 0.0
+        # no live bar without a terminal (nohup ... > log): a plain line every LOG_EVERY_S instead
+        self.plain = not self.console.is_terminal
+        self.t0 = self.last_log = time.monotonic()
         self.progress.start()
 
     @staticmethod
@@ -493,16 +503,25 @@ class _Progress:
         return w / c
 
     def start(self, cell: Cell) -> None:
-        name, w, c, r = cell
-        self.progress.update(self.task, cell=f"{name} w={_fmt(w)} {_fmt(c)}m #{r}")
+        self.progress.update(self.task, cell=_cell_text(cell))
 
     def done(self, cell: Cell, result: RunResult) -> None:
         self.runs += 1
         if not result.ok:
             self.fails += 1
-            name, w, c, r = cell
-            self.progress.console.print(f"[red]failed[/] {name} w={_fmt(w)} {_fmt(c)}m #{r}: {result.reason}")
+            self.progress.console.print(f"[red]failed[/] {_cell_text(cell)}: {result.reason}", highlight=False)
         self.progress.update(self.task, advance=self.weight(cell), runs=self.runs, fails=self.fails)
+        self.done_weight += self.weight(cell)
+        now = time.monotonic()
+        if self.plain and (now - self.last_log >= self.LOG_EVERY_S or self.runs == self.progress.tasks[0].fields["n"]):
+            self.last_log = now
+            elapsed = now - self.t0
+            eta = elapsed * (self.total - self.done_weight) / self.done_weight if self.done_weight else 0.0
+            self.console.print(
+                f"{self.runs}/{self.progress.tasks[0].fields['n']} runs, {self.fails} failed, "
+                f"{elapsed / 60:.1f} min elapsed, ETA {eta / 60:.1f} min (last: {_cell_text(cell)})",
+                highlight=False,
+            )
 
     def stop(self) -> None:
         self.progress.stop()
