@@ -46,8 +46,20 @@ from ..errors import InputError
 from .base import Allocator, frame_time
 from .greedy import GreedyAllocator
 
-#: Relative optimality gap HiGHS must close (of the frame's weighted time): 1e-6 is 20 us on a 20 s frame.
-DEFAULT_REL_GAP = 1e-6
+
+
+def _quiet_highs_options() -> None:
+    """Options beyond scipy's documented five are handed to HiGHS verbatim, with a warning we expect.
+    A filter (re-)installed before each solve, not warnings.catch_warnings: that is not thread-safe,
+    and batches run on threads; re-adding an identical filter replaces it, so the list does not grow."""
+    warnings.filterwarnings("ignore", message="Unrecognized options detected", category=RuntimeWarning)
+
+
+_quiet_highs_options()
+
+#: Relative optimality gap HiGHS must close (of the frame's weighted time): numerically exact. With the
+#: incumbent's time as objective bound HiGHS mostly proves "nothing below", so a looser gap saves nothing.
+DEFAULT_REL_GAP = 1e-9
 #: Seconds one frame may take before the solver gives up and ExactSolverError is raised.
 DEFAULT_TIME_LIMIT_S = 60.0
 
@@ -350,14 +362,13 @@ def _run_milp(model: _Model, cutoff: float | None, rel_gap: float, time_limit: f
     if cutoff is not None and np.isfinite(cutoff):
         extra["objective_bound"] = float(cutoff - model.constant)
     constraints = LinearConstraint(model.A, model.row_lo, model.row_hi)
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="Unrecognized options", category=RuntimeWarning)
-        try:
-            return milp(model.c, constraints=constraints, integrality=model.integrality,
-                        bounds=Bounds(model.var_lo, model.var_hi), options={**options, **extra})
-        except (AttributeError, ValueError, TypeError):  # a HiGHS build without one of the extras
-            return milp(model.c, constraints=constraints, integrality=model.integrality,
-                        bounds=Bounds(model.var_lo, model.var_hi), options=options)
+    _quiet_highs_options()
+    try:
+        return milp(model.c, constraints=constraints, integrality=model.integrality,
+                    bounds=Bounds(model.var_lo, model.var_hi), options={**options, **extra})
+    except (AttributeError, ValueError, TypeError):  # a HiGHS build without one of the extras
+        return milp(model.c, constraints=constraints, integrality=model.integrality,
+                    bounds=Bounds(model.var_lo, model.var_hi), options=options)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -469,15 +480,19 @@ def solve_frame(
         v = float(w[0] * times[0])
         return FrameSolution(lv, v, v, True, "single-step", seconds=time.perf_counter() - t0)
 
-    # Incumbent: the best of the given configurations on this frame.
-    best_lv, best_v = None, np.inf
+    # Incumbent: the best of the given configurations and the min-max configuration of the frame's
+    # weighted mean durations, improved by local search.
+    from ..planners.floor import floor_levels
+
+    mean = (d * w[None, None, :]).sum(axis=2, keepdims=True) / w.sum()
+    inc = [fill_budget(d, w, floor_levels(mean, M, budget)[0][0], M, budget)[None]]
     if incumbents is not None and len(incumbents):
-        inc = np.minimum(np.asarray(incumbents, dtype=np.int64).reshape(-1, n), M[None, :])
-        inc = inc[inc.sum(axis=1) <= budget]
-        if len(inc):
-            vals = frame_time(np.broadcast_to(d, (len(inc),) + d.shape), inc, w)
-            j = int(np.argmin(vals))
-            best_lv, best_v = local_search(d, w, inc[j], M, budget)
+        inc.append(np.minimum(np.asarray(incumbents, dtype=np.int64).reshape(-1, n), M[None, :]))
+    inc = np.concatenate(inc)
+    inc = inc[inc.sum(axis=1) <= budget]
+    vals = frame_time(np.broadcast_to(d, (len(inc),) + d.shape), inc, w)
+    j = int(np.argmin(vals))
+    best_lv, best_v = local_search(d, w, inc[j], M, budget)
     limit = best_v if cutoff is None else min(best_v, float(cutoff))
     scale = max(abs(best_v) if np.isfinite(best_v) else float(np.dot(w, d.max(axis=(0, 1)))), 1e-9)
     tol = 1e-12 * scale
@@ -648,11 +663,16 @@ class ExactAllocator(Allocator):
                     prefix[f] = pre
         if todo:
             idx = np.array(todo)
-            greedy = self._greedy.allocate_batch(durations[idx][:, :, :, :j], weights[idx], max_level, budget_steps)
+            # Greedy is one vectorised pass over a batch (cheap per frame); for one or two frames the
+            # mean-duration min-max start that solve_frame always tries is as good and far cheaper.
+            if len(todo) >= 4:
+                greedy = self._greedy.allocate_batch(durations[idx][:, :, :, :j], weights[idx], max_level, budget_steps)
+            else:
+                greedy = [None] * len(todo)
             pool = list(self._pool)
             jobs = []
             for g, f in zip(greedy, todo):
-                cands = [g] + pool
+                cands = ([] if g is None else [g]) + pool
                 lower = None
                 if f in prefix:
                     pre_levels, pre_bound = prefix[f]
@@ -662,7 +682,7 @@ class ExactAllocator(Allocator):
 
                     step_floor = floor_levels(durations[f][:, :, last : last + 1], M, budget_steps)[1][0]
                     lower = pre_bound + weights[f][last] * step_floor
-                jobs.append((f, g, np.array(cands), lower))
+                jobs.append((f, g, np.array(cands) if cands else None, lower))
 
             def run(job):
                 f, g, cands, lower = job
@@ -680,7 +700,7 @@ class ExactAllocator(Allocator):
                 sols = [run(job) for job in jobs]
             for (f, g, _, _), sol in zip(jobs, sols):
                 out[f] = sol.levels
-                self._note(sol, frame_time(durations[f][:, :, :j], g, weights[f]))
+                self._note(sol, None if g is None else frame_time(durations[f][:, :, :j], g, weights[f]))
                 self._remember(sol.levels)
                 self._cache[keys[f]] = (sol.levels.copy(), sol.bound)
                 if len(self._cache) > self.cache_size:
@@ -689,7 +709,7 @@ class ExactAllocator(Allocator):
         self.stats.seconds += time.perf_counter() - t0
         return out
 
-    def _note(self, sol: FrameSolution, greedy_value: float) -> None:
+    def _note(self, sol: FrameSolution, greedy_value: float | None) -> None:
         s = self.stats
         if sol.method in ("single-step", "all-max", "empty"):
             s.closed_form += 1
@@ -700,7 +720,7 @@ class ExactAllocator(Allocator):
             s.milp_times.append(sol.seconds)
         else:
             s.proved_by_bounds += 1
-        if sol.value < greedy_value - 1e-12 * max(1.0, abs(greedy_value)):
+        if greedy_value is not None and sol.value < greedy_value - 1e-12 * max(1.0, abs(greedy_value)):
             s.improved_on_greedy += 1
 
 

@@ -141,8 +141,10 @@ def optimum_plan(
     V = np.full(m + 1, np.inf)
     V[0] = 0.0
     back: list[tuple[int, np.ndarray] | None] = [None] * (m + 1)
-    # Per live start s: best known lower bound on x(s, e-1) and whether it is exact.
-    live: dict[int, float] = {}
+    # H[s, j]: best known lower bound on x(s, s+j) (exact where a MILP or meeting bounds gave it), for
+    # every start of the last `cap` steps, live or not: dead starts still lend their bounds to others.
+    H = np.zeros((m + 1, cap + 1))
+    live: set[int] = set()
     stats = {"milps": 0, "milp_seconds": 0.0, "cutoff_proofs": 0, "bound_proofs": 0, "pruned_by_bound": 0,
              "waited": 0, "segments_considered": 0, "max_live": 0, "longest_live": 0}
     certified = True
@@ -159,30 +161,44 @@ def optimum_plan(
             pool.add(sol.levels)
         return sol
 
+    def split_bound(s: int, e: int) -> float:
+        """max over m in (s, e) of x(s, m) + x(m, e) >= bound: one configuration serves both parts."""
+        ms = np.arange(s + 1, e)
+        if not ms.size:
+            return 0.0
+        return float(np.max(H[s, ms - s] + H[ms, e - ms]))
+
     for e in range(1, m + 1):
-        live[e - 1] = 0.0  # a new start; x(s, s) = 0
-        starts = np.array(sorted(s for s in live if e - s <= cap), dtype=np.int64)
+        live.add(e - 1)
         for s in [s for s in live if e - s > cap]:
-            del live[s]
+            live.discard(s)
+        first = max(0, e - cap)
+        # Lower bounds on x(s, e) for every recent start, shortest segment first (splits need them).
+        fixed_all = (PG[:, :, e][:, :, None] - PG[:, :, first:e]).min(axis=1).max(axis=0)  # (e-first,)
+        for s in range(e - 1, first - 1, -1):
+            j = e - s
+            b = max(H[s, j - 1] + floor[e - 1], fixed_all[s - first], PF[e] - PF[s])
+            H[s, j] = max(b, split_bound(s, e)) if j > 1 else b
+        starts = np.array(sorted(live), dtype=np.int64)
         stats["max_live"] = max(stats["max_live"], starts.size)
         base = V[starts] + C * (starts > 0)
-        # Lower bounds on x(s, e): previous bound + this step's floor; floors with one task fixed.
-        chain = np.array([live[s] for s in starts]) + floor[e - 1]
-        fixed = (PG[:, :, e][:, :, None] - PG[:, :, starts]).min(axis=1).max(axis=0)  # (S,)
-        lb = np.maximum.reduce([chain, fixed, PF[e] - PF[starts]])
+        lb = H[starts, e - starts].copy()
         ub, ub_idx = pool.best(starts, e)
         exact = ub <= lb + tol * np.maximum(1.0, ub)
         lb = np.where(exact, ub, lb)
+        H[starts, e - starts] = lb
         best_val = float(np.min(base + ub)) if starts.size else np.inf
         j = int(np.argmin(base + ub))
         best_src = (int(starts[j]), pool.configs[ub_idx[j]].copy()) if np.isfinite(best_val) else None
         order = np.argsort(base + lb, kind="stable")
-        dead = []
+        dead = set()
         for q in order:
             s = int(starts[q])
             stats["segments_considered"] += 1
+            if not exact[q]:  # MILPs since the bounds were taken may have tightened the split bound
+                lb[q] = H[s, e - s] = max(lb[q], split_bound(s, e))
             if base[q] + lb[q] >= best_val + C - tol:  # cannot beat "best to e, then reconfigure"
-                dead.append(s)
+                dead.add(s)
                 stats["pruned_by_bound"] += 1
                 continue
             if exact[q] or base[q] + lb[q] >= best_val - tol:  # decided by bounds, or cannot improve V(e)
@@ -193,32 +209,30 @@ def optimum_plan(
             sol = solve(s, e, cutoff, inc)
             if not sol.optimal:  # nothing below the cutoff: never useful again
                 stats["cutoff_proofs"] += 1
-                dead.append(s)
-                lb[q] = max(lb[q], sol.bound)
+                dead.add(s)
+                lb[q] = H[s, e - s] = max(lb[q], sol.bound)
                 continue
-            lb[q] = sol.value
+            lb[q] = H[s, e - s] = sol.value
             exact[q] = True
             if base[q] + sol.value < best_val:
                 best_val = float(base[q] + sol.value)
                 best_src = (s, sol.levels.copy())
         V[e] = best_val
         back[e] = best_src
-        # Starts whose exact cost already reaches V(e) + C are done; the rest carry their bound on.
+        # Starts whose exact cost already reaches V(e) + C are done; the rest go on.
         for q, s in enumerate(starts):
             s = int(s)
             if s in dead or (exact[q] and base[q] + lb[q] >= V[e] + C - tol):
-                live.pop(s, None)
-            else:
-                live[s] = float(lb[q])
-                if e - s == cap and e < m:
-                    # Still alive at the cap: a longer run from s might have helped, unless a MILP
-                    # with the pruning cutoff says otherwise.
-                    if not exact[q]:
-                        sol = solve(s, e, V[e] + C - base[q], pool.configs[ub_idx[q]] if np.isfinite(ub[q]) else None)
-                        if not sol.optimal or base[q] + sol.value >= V[e] + C - tol:
-                            live.pop(s, None)
-                            continue
-                    certified = False
+                live.discard(s)
+            elif e - s == cap and e < m:
+                # Still alive at the cap: a longer run from s might have helped, unless a MILP with
+                # the pruning cutoff says otherwise.
+                if not exact[q]:
+                    sol = solve(s, e, V[e] + C - base[q], pool.configs[ub_idx[q]] if np.isfinite(ub[q]) else None)
+                    if not sol.optimal or base[q] + sol.value >= V[e] + C - tol:
+                        live.discard(s)
+                        continue
+                certified = False
         if live:
             stats["longest_live"] = max(stats["longest_live"], max(e - s for s in live))
 
