@@ -147,7 +147,7 @@ def bench_barrier(n: int, steps: int, per_process: int, workdir: Path) -> dict:
 
 
 # -- live runs ---------------------------------------------------------------------------------------
-def live_run(experiment: Path, planner: str, reconfigure: str, steps: int, workdir: Path, server, tag: str, overrides=(), cpu_weight="workers", runs_dir: Path | None = None) -> dict:
+def live_run(experiment: Path, planner: str, reconfigure: str, steps: int, workdir: Path, server, tag: str, overrides=(), cpu_weight="guaranteed", runs_dir: Path | None = None) -> dict:
     from bsp_planner.runtime.coordinator import Coordinator, RunSettings
 
     creds = Z.write_credentials_file(workdir / f"auth-{tag}", Z.generate_credentials())
@@ -198,7 +198,7 @@ def main() -> None:
     ap.add_argument("--per-process", type=int, default=1, help="barrier participants per process")
     ap.add_argument("--sizes", default="8,128", help="barrier participant counts")
     ap.add_argument("--reconfig-steps", type=int, default=12)
-    ap.add_argument("--cpu-weight", default="workers", choices=["workers", "guaranteed"])
+    ap.add_argument("--cpu-weight", default="guaranteed", choices=["guaranteed", "workers"])
     ap.add_argument("--profile", type=Path, help="profile CSV instead of the experiment's (e.g. one measured just before)")
     ap.add_argument("--out", type=Path, default=ROOT / "out" / "bench_live.json")
     args = ap.parse_args()

@@ -97,10 +97,14 @@ def test_reconfiguration_in_place_rewrites_quotas_and_recreate_restarts(tmp_path
     coord = coordinator(tmp_path, exp, zk_server, creds_file, f"re-{how}", planner="static:1", reconfigure=how)
     seen: dict[int, dict] = {}
 
+    weights: list[str] = []
+
     def say(text: str) -> None:  # called as each step is logged: the quotas the tasks ran that step with
         if text.startswith("step"):
             step = int(text.split(":")[0].split()[1])
             seen[step] = {t: coord.backend.tasks[t].group.quota() for t in coord.tasks}
+            weight_file = "cpu.shares" if coord.backend.hierarchy.version == 1 else "cpu.weight"
+            weights.append((coord.backend.run_parent / weight_file).read_text().strip())
 
     coord.say = say
     result = coord.run()
@@ -110,6 +114,7 @@ def test_reconfiguration_in_place_rewrites_quotas_and_recreate_restarts(tmp_path
     for r in records:
         for t in r["tasks"]:
             assert seen[r["step"]][t["task"]] == (int(t["cpu_millicores"] * 100), 100_000)
+    assert set(weights) <= {"262144", "10000"}  # --cpu-weight guaranteed: the tasks get their quotas
     incarnations = {t["incarnation"] for r in records for t in r["tasks"]}
     if how == "in-place":
         assert incarnations == {0}  # never restarted

@@ -52,7 +52,7 @@ def run(
     keep_zk: bool = typer.Option(False, "--keep-zk", help="Keep the run's znodes when it finishes."),
     stress_ng: str = typer.Option("stress-ng", "--stress-ng", help="The stress-ng executable."),
     cgroup_prefix: str = typer.Option("bsp-planner", "--cgroup-prefix", help="Name start of the run's cgroup (<prefix>.live.<run-id>)."),
-    cpu_weight: str = typer.Option("workers", "--cpu-weight", help="Local backend: the run group's weight against other processes, workers (as the profiler) or guaranteed (ahead of all other work; quotas still cap each task)."),
+    cpu_weight: str = typer.Option("guaranteed", "--cpu-weight", help="Local backend: the run group's weight against other processes: guaranteed (tasks get their CPU ahead of other work; quotas still cap each task) or workers (as the profiler weighs its runs)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No per-step lines."),
 ) -> None:
     """Run a job live: real tasks under CPU limits, synchronised superstep by superstep through ZooKeeper,

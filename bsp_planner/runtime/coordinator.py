@@ -80,7 +80,7 @@ class RunSettings:
     max_restarts: int = 3  # restarts of one task within one step before the run fails
     stress_ng: str = "stress-ng"
     cgroup_prefix: str = "bsp-planner"
-    cpu_weight: str = "workers"  # local backend: the run group's weight, workers | guaranteed
+    cpu_weight: str = "guaranteed"  # local backend: the run group's weight, guaranteed | workers
     keep_zk: bool = False  # leave the run's znodes after a finished run
 
     def validate(self) -> None:

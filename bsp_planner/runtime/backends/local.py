@@ -30,7 +30,7 @@ from . import Backend, Capabilities, TaskStatus, WorkerLaunch
 
 PR_SET_PDEATHSIG = 1
 GROUP_INFIX = ".live."  # a run's parent group: <cgroup-prefix>.live.<run-id>
-CPU_WEIGHTS = ("workers", "guaranteed")
+CPU_WEIGHTS = ("guaranteed", "workers")
 MAX_SHARES = 262_144
 
 try:
@@ -68,7 +68,7 @@ class LocalBackend(Backend):
         hierarchy: Hierarchy | None = None,
         python: str = sys.executable,
         capacity_millicores: float | None = None,
-        cpu_weight: str = "workers",
+        cpu_weight: str = "guaranteed",
     ) -> None:
         if cpu_weight not in CPU_WEIGHTS:
             raise InputError(f"expected --cpu-weight {' or '.join(CPU_WEIGHTS)}, got {cpu_weight!r}", field="--cpu-weight")
@@ -139,12 +139,15 @@ class LocalBackend(Backend):
         return CpuQuotaGroup(task, millicores=millicores, prefix=self.run_prefix, hierarchy=self.hierarchy)
 
     def _weigh_run(self) -> None:
-        """The run's parent group weighs what all its stress-ng workers would outside any group (1024
-        each; ``cpu_weight="workers"``). Otherwise, on cgroup v1, the whole run would compete with every
-        busy process of the host with the weight of one process, and a busy host would keep its tasks
-        below their quotas. ``"guaranteed"`` gives it the largest weight instead: on a shared host the
-        tasks then get the CPU they are configured with ahead of unrelated work (the quotas still cap
-        them), as a Guaranteed pod on a dedicated node would."""
+        """The weight of the run's parent group against the host's other processes.
+
+        ``"guaranteed"`` (default): the largest weight, so that every task gets the CPU it is configured
+        with ahead of unrelated work, as a Guaranteed pod does on its node (the quotas still cap each task,
+        and the budget is at most the machine). The plan assumes exactly that; on a busy shared host the
+        other setting lets unrelated work starve the tasks (BENCHMARKS.md: +22-35% instead of +2-3%).
+        ``"workers"``: what all its stress-ng workers would weigh outside any group (1024 each), as the
+        profiler weighs its runs; without even that, on cgroup v1, the whole run would compete with every
+        busy process with the weight of one process."""
         if self.cpu_weight == "guaranteed":
             shares = MAX_SHARES
         else:
