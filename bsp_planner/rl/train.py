@@ -100,7 +100,8 @@ def _make_model(s: EnvSettings, env, tb_dir: Path | None):
     return cls(**common, n_steps=min(a.n_steps, 32), ent_coef=a.ent_coef)
 
 
-def _callbacks(s: EnvSettings, eval_data: EnvData, run_dir: Path, progress, evals: list, checkpoints: bool, mpc: PolicyRun | None):
+def _callbacks(s: EnvSettings, train_data: EnvData, eval_data: EnvData, run_dir: Path, progress, evals: list, checkpoints: bool,
+               mpc: PolicyRun | None):
     from .agent import import_sb3
 
     import_sb3()
@@ -121,9 +122,13 @@ def _callbacks(s: EnvSettings, eval_data: EnvData, run_dir: Path, progress, eval
 
         def _evaluate(self) -> None:
             model = self.model
-            res = run_policy(lambda o: int(model.predict(o, deterministic=True)[0]), eval_data)
-            row = {"timesteps": self.num_timesteps, **res.to_dict()}
+            act = lambda o: int(model.predict(o, deterministic=True)[0])  # noqa: E731
+            res = run_policy(act, eval_data)
+            seen = run_policy(act, train_data)  # the whole training range, greedily: in-sample
+            row = {"timesteps": self.num_timesteps, **res.to_dict(), "train_total_s": round(seen.total_s, 3),
+                   "train_reconfigurations": seen.reconfigurations}
             evals.append(row)
+            self.logger.record("eval/train_range_total_s", seen.total_s)
             self.logger.record("eval/total_s", res.total_s)
             self.logger.record("eval/reconfigurations", res.reconfigurations)
             if mpc is not None:
@@ -196,7 +201,7 @@ def train_agent(
                        wrapper_class=BaselineShaping if a.reward_baseline == "a1" else None)
     model = _make_model(s, env, run_dir / "tb" if tensorboard else None)
     evals: list[dict] = []
-    cbs = _callbacks(s, eval_data, run_dir, progress, evals, checkpoints, ref)
+    cbs = _callbacks(s, train_data, eval_data, run_dir, progress, evals, checkpoints, ref)
     t0 = time.perf_counter()
     model.learn(total_timesteps=a.timesteps, callback=cbs, tb_log_name=a.algo, progress_bar=False)
     train_s = time.perf_counter() - t0
@@ -249,9 +254,10 @@ def _versions() -> dict:
 def _write_evals(path: Path, evals: list[dict]) -> None:
     with path.open("w", newline="") as fh:
         w = csv.writer(fh)
-        w.writerow(["timesteps", "total_s", "compute_s", "reconfigurations"])
+        w.writerow(["timesteps", "total_s", "compute_s", "reconfigurations", "train_total_s", "train_reconfigurations"])
         for e in evals:
-            w.writerow([e["timesteps"], e["total_s"], e["compute_s"], e["reconfigurations"]])
+            w.writerow([e["timesteps"], e["total_s"], e["compute_s"], e["reconfigurations"], e["train_total_s"],
+                        e["train_reconfigurations"]])
 
 
 def _monitor_episodes(folder: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -284,7 +290,10 @@ def learning_curve(path: Path, monitor_dir: Path, evals: list[dict], ref: Policy
         ax1.plot(ts, per_step, color="#bbbbbb", lw=0.6, label="episode")
         k = max(1, min(50, rs.size // 10))
         smooth = np.convolve(per_step, np.ones(k) / k, mode="valid")
-        ax1.plot(ts[k - 1:], smooth, color="#4C72B0", label=f"mean of {k}")
+        ax1.plot(ts[k - 1:], smooth, color="#4C72B0", label=f"mean of {k} (exploring)")
+    if evals:
+        ax1.plot([e["timesteps"] for e in evals], [e["train_total_s"] / data.steps for e in evals], "o-", color="#55A868",
+                 label="greedy policy, whole range")
     ax1.set_xlabel("training steps")
     ax1.set_ylabel("cost per step (s), training range")
     ax1.set_title(f"{algo.upper()} training ({data.settings.train})")
