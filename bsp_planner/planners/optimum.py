@@ -20,15 +20,20 @@ never solved, thanks to three facts:
   for both halves). So once V(s) + C[s>0] + x(s, e) >= V(e) + C, no segment [s, e'), e' > e, can beat
   the plan "best to e, reconfigure, then [e, e')": start s is dropped for good. Starts live for ~10-20
   steps, not 40, and when every start died before the cap the result is the optimum over all plans
-  (`certified`); otherwise it is the optimum over plans whose runs are at most the cap long.
-* Bounds before MILPs. A segment's cost is at least the previous (shorter) one's plus the new step's
-  floor, and at least a bound from per-step floors with any one task fixed; its cost is at most what
-  any configuration found so far (the pool) gives it. A start whose lower bound cannot beat V(e) waits
-  without a MILP; one whose bound cannot beat V(e) + C is dropped; bounds that meet need no solver.
-* Cutoffs and warm starts. A segment that is solved is solved with a cutoff, V(e) + C - V(s) - C[s>0]
-  (the value that decides both its use and its pruning), so HiGHS proves "nothing below" instead of
-  finding an optimum it will not use; its incumbent is the best pool configuration for it, improved
-  by local search, and the per-(task, level) bounds from the precomputed tables fix most levels first.
+  (`certified_optimal` in the row's notes). Otherwise it is the best plan made of segments of at
+  most the cap, which is still below every strategy whose runs are no longer, but not a proof.
+* Bounds before MILPs (reuse across overlapping segments). x(s, e) >= x(s, m) + x(m, e) for any
+  m between (known values or bounds of shorter segments, kept for every start of the last cap
+  steps), >= x(s, e-1) + the floor of step e-1, and >= a bound from per-step floors with any one task
+  fixed (prefix sums over precomputed tables, O(1) per segment); it is at most what any configuration
+  found so far (the pool, seeded with every step's floor configuration) gives it. A start whose lower
+  bound cannot beat V(e) waits without a MILP; one whose bound cannot beat V(e) + C is dropped;
+  bounds that meet need no solver.
+* Cutoffs and warm starts. A segment that is solved is solved with the cutoff best(e) + C - V(s) -
+  C[s>0] (best(e) >= V(e) is the best found so far; the value decides both its use and its pruning),
+  as HiGHS's objective bound, so HiGHS proves "nothing below" rather than finding an optimum nobody
+  will use; its incumbent is the best pool configuration for it, improved by local search, and the
+  per-(task, level) bounds fix most levels before HiGHS sees the model.
 """
 
 from __future__ import annotations
@@ -59,30 +64,41 @@ class OptimumPlan:
 
 class _Pool:
     """Every configuration found so far, with prefix sums of its step times: the cost of any of them
-    on any segment in O(1)."""
+    on any segment in O(1). Storage grows by doubling (thousands of configurations on long jobs)."""
 
     def __init__(self, actual: np.ndarray) -> None:
         self.actual = actual
         n, _, m = actual.shape
-        self.configs = np.empty((0, n), dtype=np.int64)
-        self.prefix = np.empty((0, m + 1))
+        self._configs = np.empty((64, n), dtype=np.int64)
+        self._prefix = np.empty((64, m + 1))
+        self.size = 0
         self._seen: set[bytes] = set()
+
+    @property
+    def configs(self) -> np.ndarray:
+        return self._configs[: self.size]
 
     def add(self, levels: np.ndarray) -> None:
         key = levels.tobytes()
         if key in self._seen:
             return
         self._seen.add(key)
+        if self.size == len(self._configs):
+            self._configs = np.concatenate([self._configs, np.empty_like(self._configs)])
+            self._prefix = np.concatenate([self._prefix, np.empty_like(self._prefix)])
         n = levels.size
         step = self.actual[np.arange(n), levels, :].max(axis=0)
-        self.configs = np.vstack([self.configs, levels[None]])
-        self.prefix = np.vstack([self.prefix, np.concatenate([[0.0], np.cumsum(step)])[None]])
+        self._configs[self.size] = levels
+        self._prefix[self.size, 0] = 0.0
+        np.cumsum(step, out=self._prefix[self.size, 1:])
+        self.size += 1
 
     def best(self, starts: np.ndarray, e: int) -> tuple[np.ndarray, np.ndarray]:
         """For segments [s, e), s in starts: (cost of the best pool configuration, its index)."""
-        if not len(self.configs):
+        if not self.size:
             return np.full(starts.size, np.inf), np.zeros(starts.size, dtype=np.int64)
-        cost = self.prefix[:, e][:, None] - self.prefix[:, starts]  # (P, S)
+        p = self._prefix[: self.size]
+        cost = p[:, e][:, None] - p[:, starts]  # (P, S)
         idx = cost.argmin(axis=0)
         return cost[idx, np.arange(starts.size)], idx
 
@@ -244,7 +260,7 @@ def optimum_plan(
         e = s
     segments.reverse()
     stats["seconds"] = time.perf_counter() - t_start
-    stats["pool"] = len(pool.configs)
+    stats["pool"] = pool.size
     return OptimumPlan(segments, float(V[m]), certified, cap, stats)
 
 
