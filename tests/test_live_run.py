@@ -26,6 +26,7 @@ from zk_fixtures import (  # noqa: F401  (fixtures)
     creds_file,
     needs_tasks,
     own_zk,
+    reap_runs,
     run_cgroups,
     run_processes,
     settings,
@@ -34,7 +35,7 @@ from zk_fixtures import (  # noqa: F401  (fixtures)
     zk_server,
 )
 
-pytestmark = needs_tasks
+pytestmark = [needs_tasks, pytest.mark.usefixtures("reap_runs")]
 
 
 def coordinator(tmp_path, exp, zk, creds, run_id, resume=False, **kw) -> Coordinator:

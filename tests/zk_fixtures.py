@@ -220,6 +220,34 @@ def assert_nothing_left(run_id: str, prefix: str = PREFIX, wait_s: float = 5.0) 
     assert run_cgroups(run_id, prefix) == [], f"orphaned cgroups of {run_id}"
 
 
+@pytest.fixture
+def reap_runs():
+    """Safety net for a test that fails half-way: kill whatever is left in the tests' run cgroups (a
+    worker joins its group before it execs, so that is every worker and stress-ng of the tests' runs)
+    and remove the groups, so one failure cannot leak into the host. The tests themselves assert that
+    nothing is left."""
+    yield
+    import signal
+
+    from bsp_planner.profiling.cgroups import CpuQuotaGroup, detect_hierarchy
+
+    root = detect_hierarchy().root
+    for parent in sorted(root.glob(f"{PREFIX}.live.*")):
+        for child in sorted(x for x in parent.iterdir() if x.is_dir()):
+            g = CpuQuotaGroup(child.name, prefix=parent.name)
+            g.created = True
+            for pid in g.pids():
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            g.remove()
+        try:
+            parent.rmdir()
+        except OSError:
+            pass
+
+
 def wait_for_steps(run_dir: Path, n: int, timeout_s: float = 60.0) -> None:
     """Until the run log holds n steps."""
     deadline = time.monotonic() + timeout_s

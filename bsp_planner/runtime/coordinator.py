@@ -864,5 +864,5 @@ class Coordinator:
             to_markdown(rows),
         ]
         atomic_write(paths["md"], "\n".join(lines))
-        step_chart(records, paths["chart"], f"{self.run_id}: {name}, {mode}, {self.settings.reconfigure}")
+        step_chart(records, paths["chart"], f"{self.run_id}: {name}, {mode}, {self.settings.reconfigure}", self.exp.penalty_s)
         return paths

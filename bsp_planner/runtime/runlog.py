@@ -112,8 +112,9 @@ class RunLog:
                 os.fsync(fh.fileno())
 
 
-def step_chart(records: list[dict], path: Path, title: str = "") -> None:
-    """Predicted against measured step time per step (reconfigurations marked), and cumulative time."""
+def step_chart(records: list[dict], path: Path, title: str = "", penalty_s: float = 0.0) -> None:
+    """Predicted against measured step time per step (reconfigurations marked), and the cumulative time
+    of both: the simulator's (model + penalty per reconfiguration) and the live one."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -124,18 +125,22 @@ def step_chart(records: list[dict], path: Path, title: str = "") -> None:
     meas = np.array([r["step_s"] for r in records])
     slow = np.array([r["slowest_s"] for r in records])
     reconf = np.array([r["reconfig_s"] for r in records])
+    changed = np.array([bool(r["reconfigured"]) for r in records])
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(9, 6.5), sharex=True)
     ax1.plot(steps, pred, "o-", ms=3, color="#4C72B0", label="predicted (model, slowest task)")
     ax1.plot(steps, meas, "s-", ms=3, color="#C44E52", label="measured (step wall time)")
     ax1.plot(steps, slow, ".", ms=4, color="#8172B2", alpha=0.7, label="measured slowest task")
-    for s, rc in zip(steps, reconf):
-        if rc > 0:
+    for s, ch in zip(steps, changed):
+        if ch:
             ax1.axvline(s - 0.5, color="#DD8452", lw=0.8, alpha=0.6)
     ax1.set_ylabel("step time (s)")
     ax1.grid(alpha=0.3)
-    ax1.legend(fontsize=8, loc="upper right")
+    ax1.legend(fontsize=8, loc="best", framealpha=0.6)
     ax1.set_title(title or "live run: predicted vs measured", fontsize=10)
-    ax2.plot(steps, np.cumsum(pred), "-", color="#4C72B0", label="predicted compute")
+    if changed.any():
+        ax1.plot([], [], color="#DD8452", lw=0.8, label="reconfiguration")
+        ax1.legend(fontsize=8, loc="best", framealpha=0.6)
+    ax2.plot(steps, np.cumsum(pred + penalty_s * changed), "-", color="#4C72B0", label=f"simulated (model + {penalty_s:g} s per reconfiguration)")
     ax2.plot(steps, np.cumsum(meas + reconf), "-", color="#C44E52", label="measured (steps + reconfigurations)")
     ax2.set_xlabel("superstep")
     ax2.set_ylabel("cumulative time (s)")
