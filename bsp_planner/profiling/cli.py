@@ -9,6 +9,7 @@ Bad inputs raise InputError, which `bsp_planner.cli.main` prints before exiting 
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Optional
 
@@ -48,6 +49,15 @@ def run(
         help="CPU weight of the runs' groups (v1 cpu.shares; 0 = kernel default). High, so other load on "
         "the host does not stand in for the quota.",
     ),
+    backend: str = typer.Option("local", "--backend", help="local (cgroup quotas on this host) or kubernetes (one Job per run)."),
+    parallel: int = typer.Option(4, "--parallel", help="kubernetes: Jobs running at once."),
+    namespace: Optional[str] = typer.Option(None, "--namespace", help="kubernetes: the namespace (default: the kubeconfig context's, else bsp-planner)."),
+    image: Optional[str] = typer.Option(None, "--image", help="kubernetes: the image of the Jobs (default $BSP_PLANNER_IMAGE)."),
+    kubeconfig: Optional[Path] = typer.Option(None, "--kubeconfig", help="kubernetes: kubeconfig file (default $KUBECONFIG; in-cluster config inside a pod)."),
+    context: Optional[str] = typer.Option(None, "--context", help="kubernetes: kubeconfig context."),
+    node_selector: Optional[str] = typer.Option(None, "--node-selector", help="kubernetes: key=value[,key=value] for the Jobs' pods."),
+    startup_timeout: float = typer.Option(300.0, "--startup-timeout", help="kubernetes: seconds a Job may take to start (scheduling, image pull)."),
+    profile_id: Optional[str] = typer.Option(None, "--profile-id", help="kubernetes: label of the Jobs (default: derived from --out)."),
 ) -> None:
     """Run every task's stressor at every (CPU, workload) cell, REPEATS times; resumable."""
     from rich.console import Console
@@ -60,9 +70,27 @@ def run(
     console = Console()
     grid = Grid(parse_levels(cpu, "--cpu"), parse_levels(workloads, "--workloads"), repeats)
     the_job = load_job(job)
-    with LocalBackend(stress_ng=stress_ng, prefix=cgroup_prefix, cpu_shares=cpu_shares or None) as backend:
+    if backend in ("kubernetes", "k8s"):
+        from ..k8s.config import parse_node_selector
+        from .kubernetes import KubernetesProfiler, default_profile_id, run_grid_kubernetes
+
+        profiler = KubernetesProfiler(
+            namespace=namespace, kubeconfig=str(kubeconfig) if kubeconfig else None, context=context, image=image,
+            node_selector=parse_node_selector(node_selector or ""), parallelism=parallel,
+            startup_timeout_s=startup_timeout, profile_id=profile_id or default_profile_id(out),
+        )
+        measure = lambda: run_grid_kubernetes(the_job, out, grid, profiler, tasks=_task_list(tasks), timeout_s=timeout)  # noqa: E731
+        runs_on = contextlib.nullcontext()
+    elif backend == "local":
+        runs_on = LocalBackend(stress_ng=stress_ng, prefix=cgroup_prefix, cpu_shares=cpu_shares or None)
+        measure = lambda: run_grid(the_job, out, grid, runs_on, tasks=_task_list(tasks), timeout_s=timeout)  # noqa: E731
+    else:
+        from ..errors import InputError
+
+        raise InputError(f"unknown backend {backend!r}; known: local, kubernetes", field="--backend")
+    with runs_on:
         try:
-            report = run_grid(the_job, out, grid, backend, tasks=_task_list(tasks), timeout_s=timeout)
+            report = measure()
         except KeyboardInterrupt:
             console.print(
                 f"[yellow]interrupted[/]: every finished run is in {out}; run the same command again to resume"

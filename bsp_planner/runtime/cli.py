@@ -37,8 +37,8 @@ def run(
     job: Optional[Path] = typer.Option(None, "--job", help="Job file, instead of the experiment's."),
     planner: str = typer.Option("mpc", "--planner", "-p", help="mpc, static:K, exppo, dp, dqn..., as in simulate."),
     mode: str = typer.Option("perfect", "--mode", "-m", help="perfect or forecast: what the planner is told."),
-    reconfigure: str = typer.Option("recreate", "--reconfigure", help="recreate (checkpoint, stop, start under the new quota) or in-place (rewrite the quota)."),
-    backend: str = typer.Option("local", "--backend", help="Where tasks run: local (processes under cgroup CPU quotas)."),
+    reconfigure: str = typer.Option("recreate", "--reconfigure", help="recreate (checkpoint, stop, start under the new quota), in-place (rewrite the quota; Kubernetes 1.33+), or auto (in place where the backend can)."),
+    backend: str = typer.Option("local", "--backend", help="Where tasks run: local (processes under cgroup CPU quotas) or kubernetes (one pod per task)."),
     steps: Optional[int] = typer.Option(None, "--steps", help="Supersteps to run (default: the experiment's)."),
     set_: Optional[list[str]] = typer.Option(None, "--set", help="Override an experiment field: KEY=VALUE or SECTION.KEY=VALUE (repeatable)."),
     zookeeper: Optional[str] = typer.Option(None, "--zookeeper", help=_HOSTS_HELP),
@@ -54,6 +54,14 @@ def run(
     cgroup_prefix: str = typer.Option("bsp-planner", "--cgroup-prefix", help="Name start of the run's cgroup (<prefix>.live.<run-id>)."),
     cpu_weight: str = typer.Option("guaranteed", "--cpu-weight", help="Local backend: the run group's weight against other processes: guaranteed (tasks get their CPU ahead of other work; quotas still cap each task) or workers (as the profiler weighs its runs)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No per-step lines."),
+    namespace: Optional[str] = typer.Option(None, "--namespace", help="kubernetes: the namespace (default: the pod's own, the kubeconfig context's, else bsp-planner)."),
+    image: Optional[str] = typer.Option(None, "--image", help="kubernetes: the workers' image (default $BSP_PLANNER_IMAGE, or the coordinator pod's own)."),
+    kubeconfig: Optional[Path] = typer.Option(None, "--kubeconfig", help="kubernetes: kubeconfig file (default $KUBECONFIG; in-cluster config inside a pod)."),
+    context: Optional[str] = typer.Option(None, "--context", help="kubernetes: kubeconfig context."),
+    zk_auth_secret: Optional[str] = typer.Option(None, "--zk-auth-secret", help="kubernetes: Secret (key `auth`) the worker pods read the ZooKeeper credentials from."),
+    worker_zookeeper: Optional[str] = typer.Option(None, "--worker-zookeeper", help="kubernetes: ZooKeeper as the pods reach it (default zookeeper.<namespace>.svc:2181)."),
+    pending_timeout: Optional[float] = typer.Option(None, "--pending-timeout", help="kubernetes: seconds a pod may stay Pending before the run stops, resumable (default 120)."),
+    node_selector: Optional[str] = typer.Option(None, "--node-selector", help="kubernetes: key=value[,key=value] for the worker pods."),
 ) -> None:
     """Run a job live: real tasks under CPU limits, synchronised superstep by superstep through ZooKeeper,
     reconfigured as the planner decides; writes a run log, a chart and a summary to runs/<run-id>/."""
@@ -94,7 +102,18 @@ def run(
             auth = "env"
         else:
             auth = "generated"
+        k8s: dict = {}
+        if backend in ("kubernetes", "k8s"):
+            from ..k8s.config import parse_node_selector
+
+            k8s = {k: v for k, v in dict(
+                namespace=namespace, image=image, kubeconfig=str(kubeconfig.resolve()) if kubeconfig else None,
+                context=context, zk_auth_secret=zk_auth_secret, worker_zk_hosts=worker_zookeeper,
+                pending_timeout_s=pending_timeout, node_selector=parse_node_selector(node_selector) if node_selector else None,
+            ).items() if v is not None}
         settings = RunSettings(
+            kubernetes=k8s,
+            worker_start_s=300.0 if k8s or backend in ("kubernetes", "k8s") else 60.0,  # pods: scheduling, image pulls
             experiment=str(experiment.resolve()),
             planner=planner,
             mode=mode,

@@ -41,7 +41,7 @@ from .backends import Backend, TaskLost, WorkerLaunch, make_backend
 from .runlog import RunLog, atomic_write, step_chart
 from .worker import EXIT_INPUT, EXIT_STRESS
 
-RECONFIGURE = ("recreate", "in-place")
+RECONFIGURE = ("recreate", "in-place", "auto")
 RUN_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 DEFAULT_EXPERIMENT = Path("experiments/live-default.toml")
 DEFAULT_RUNS_DIR = Path("runs")
@@ -82,6 +82,7 @@ class RunSettings:
     cgroup_prefix: str = "bsp-planner"
     cpu_weight: str = "guaranteed"  # local backend: the run group's weight, guaranteed | workers
     keep_zk: bool = False  # leave the run's znodes after a finished run
+    kubernetes: dict = field(default_factory=dict)  # the kubernetes backend's options (namespace, image, ...)
 
     def validate(self) -> None:
         if self.reconfigure not in RECONFIGURE:
@@ -572,8 +573,11 @@ class Coordinator:
         self.backend = self._backend or make_backend(
             s.backend, run_id=self.run_id, log_dir=self.run_dir / "logs", stress_ng=s.stress_ng, cgroup_prefix=s.cgroup_prefix,
             reconfigure=s.reconfigure, cpu_weight=s.cpu_weight,
+            **(s.kubernetes if s.backend in ("kubernetes", "k8s") else {}),
         )
         caps = self.backend.capabilities()
+        if s.reconfigure == "auto":  # in place where the backend can (Kubernetes 1.33+), else recreation
+            s.reconfigure = "in-place" if caps.in_place else "recreate"
         if s.reconfigure == "in-place" and not caps.in_place:
             raise InputError(f"the {self.backend.name} backend cannot resize a task in place; use --reconfigure recreate", field="--reconfigure")
         c = self.exp.cpu
