@@ -180,37 +180,89 @@ def shrink_levels(lb: np.ndarray, lo: np.ndarray, hi: np.ndarray, budget: int, l
     return lo2, hi2
 
 
+def proportional_floor(d: np.ndarray, max_level: np.ndarray, budget: int, floor_k: np.ndarray) -> np.ndarray:
+    """A start that sees across plateaus (where one more CPU step gains nothing but several do, which
+    greedy and small moves cannot cross): every step aims at the same multiple a of its own floor,
+    each task takes the fewest levels that reach a x floor_k at all its steps, and a is the smallest
+    multiple (bisection) whose levels fit the budget."""
+    def levels_for(a: float) -> np.ndarray:
+        return (d > a * floor_k[None, None, :]).sum(axis=1).max(axis=1)  # (n,)
+
+    lo, hi = 1.0, float(np.max(d[:, 0, :].max(axis=0) / floor_k)) * (1 + 1e-12) + 1e-12
+    for _ in range(40):
+        mid = 0.5 * (lo + hi)
+        lv = levels_for(mid)
+        if np.all(lv <= max_level) and lv.sum() <= budget:
+            hi = mid
+        else:
+            lo = mid
+    lv = levels_for(hi)
+    if np.any(lv > max_level) or lv.sum() > budget:  # only rounding could get here: start from nothing
+        return np.zeros_like(max_level)
+    return lv
+
+
+def _moves(n: int, pair_steps=(1, 2, 3, 5, 8), triple_steps=(1, 2, 3)) -> tuple[np.ndarray, np.ndarray]:
+    """Level changes that keep the budget: CPU steps from one task to another, and from one task to
+    two others (or from two to one). Returns (pair moves, triple moves), each (moves, n)."""
+    pairs = []
+    for a in range(n):
+        for b in range(n):
+            if a != b:
+                for dl in pair_steps:
+                    v = np.zeros(n, dtype=np.int64)
+                    v[a], v[b] = -dl, dl
+                    pairs.append(v)
+    triples = []
+    for a in range(n):
+        others = [x for x in range(n) if x != a]
+        for bi in range(len(others)):
+            for ci in range(bi + 1, len(others)):
+                b, c = others[bi], others[ci]
+                for d1 in triple_steps:
+                    for d2 in triple_steps:
+                        v = np.zeros(n, dtype=np.int64)
+                        v[a], v[b], v[c] = -(d1 + d2), d1, d2
+                        triples.append(v)
+                        triples.append(-v)
+    empty = np.zeros((0, n), dtype=np.int64)
+    return (np.array(pairs) if pairs else empty), (np.array(triples) if triples else empty)
+
+
+_MOVES: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+
 def local_search(d: np.ndarray, w: np.ndarray, levels: np.ndarray, max_level: np.ndarray, budget: int,
-                 moves=(1, 2, 3, 5, 8), max_rounds: int = 200) -> tuple[np.ndarray, float]:
-    """Improve a configuration by moving CPU steps between two tasks (or from unused budget) while
-    the frame gets shorter; every candidate move of a round is evaluated at once. Only a better
-    incumbent for the MILP (tighter bounds, earlier pruning); optimality is the MILP's job."""
+                 max_rounds: int = 200) -> tuple[np.ndarray, float]:
+    """Improve a configuration by moving CPU steps between two tasks (or from unused budget) while the
+    frame gets shorter, then, when no such move helps, between three; every candidate move of a round
+    is evaluated at once. Only a better incumbent for the MILP (tighter bounds, earlier pruning);
+    optimality is the MILP's job."""
     n = levels.size
+    if n not in _MOVES:
+        _MOVES[n] = _moves(n)
+    pairs, triples = _MOVES[n]
     lv = levels.copy()
     cur = float(frame_time(d, lv, w))
-    src, dst = np.nonzero(~np.eye(n, dtype=bool))
-    delta = np.asarray(moves, dtype=np.int64)
-    A = np.repeat(src, delta.size)
-    Bd = np.repeat(dst, delta.size)
-    D = np.tile(delta, src.size)
-    rows = np.arange(A.size)
     eye = np.eye(n, dtype=np.int64)
+    use_triples = False
     for _ in range(max_rounds):
-        cand = np.repeat(lv[None], A.size, axis=0)
-        cand[rows, A] -= D
-        cand[rows, Bd] += D
+        moves = triples if use_triples else pairs
+        cand = lv[None] + moves
         if lv.sum() < budget:
             cand = np.concatenate([cand, lv[None] + eye])
         ok = np.all(cand >= 0, axis=1) & np.all(cand <= max_level[None], axis=1) & (cand.sum(axis=1) <= budget)
         cand = cand[ok]
-        if not len(cand):
+        if len(cand):
+            vals = frame_time(np.broadcast_to(d, (len(cand),) + d.shape), cand, w)
+            j = int(np.argmin(vals))
+            if vals[j] < cur - 1e-13 * abs(cur):
+                lv, cur = cand[j], float(vals[j])
+                use_triples = False
+                continue
+        if use_triples or not len(triples):
             break
-        vals = frame_time(np.broadcast_to(d, (len(cand),) + d.shape), cand, w)
-        j = int(np.argmin(vals))
-        if vals[j] < cur - 1e-13 * abs(cur):
-            lv, cur = cand[j], float(vals[j])
-        else:
-            break
+        use_triples = True
     return lv, cur
 
 
@@ -483,19 +535,25 @@ def solve_frame(
         v = float(w[0] * times[0])
         return FrameSolution(lv, v, v, True, "single-step", seconds=time.perf_counter() - t0)
 
-    # Incumbent: the best of the given configurations and the min-max configuration of the frame's
-    # weighted mean durations, improved by local search.
+    # Incumbent: the best of the given configurations, the min-max configuration of the frame's
+    # weighted mean durations and the proportional-floor one, improved by local search.
     from ..planners.floor import floor_levels
 
+    floor_k = floor_levels(d, M, budget)[1]
     mean = (d * w[None, None, :]).sum(axis=2, keepdims=True) / w.sum()
-    inc = [fill_budget(d, w, floor_levels(mean, M, budget)[0][0], M, budget)[None]]
+    inc = [fill_budget(d, w, floor_levels(mean, M, budget)[0][0], M, budget)[None],
+           fill_budget(d, w, proportional_floor(d, M, budget, floor_k), M, budget)[None]]
     if incumbents is not None and len(incumbents):
         inc.append(np.minimum(np.asarray(incumbents, dtype=np.int64).reshape(-1, n), M[None, :]))
     inc = np.concatenate(inc)
     inc = inc[inc.sum(axis=1) <= budget]
+    inc = np.unique(inc, axis=0)
     vals = frame_time(np.broadcast_to(d, (len(inc),) + d.shape), inc, w)
-    j = int(np.argmin(vals))
-    best_lv, best_v = local_search(d, w, inc[j], M, budget)
+    best_lv, best_v = None, np.inf
+    for j in np.argsort(vals, kind="stable")[:3]:  # local search from the three best starts
+        lv, v = local_search(d, w, inc[j], M, budget)
+        if v < best_v:
+            best_lv, best_v = lv, v
     limit = best_v if cutoff is None else min(best_v, float(cutoff))
     scale = max(abs(best_v) if np.isfinite(best_v) else float(np.dot(w, d.max(axis=(0, 1)))), 1e-9)
     tol = 1e-12 * scale
