@@ -114,10 +114,15 @@ def test_check_env_and_registration(train_data):
 
 
 def test_default_settings_are_the_thesis_setting():
-    s = load_env_settings()  # envs/default.toml
-    assert (s.window, s.actions) == (6, 4)
-    assert not s.train.overlaps(s.eval)
-    assert s.eval.start == 0 and s.eval.steps == 400  # the default experiment's own steps
+    from bsp_planner.rl.settings import EnvSettings
+
+    s = EnvSettings()  # the environment's own defaults: m = 6, a0..a3
+    assert (s.window, s.actions, s.obs_shape) == (6, 4, (4, 6))
+    assert (load_env_settings(ROOT / "envs" / "thesis.toml").obs_shape) == (4, 6)
+    shipped = load_env_settings()  # envs/default.toml: the shipped agent's environment
+    assert not shipped.train.overlaps(shipped.eval)
+    assert shipped.eval.start == 0 and shipped.eval.steps == 400  # the default experiment's own steps
+    assert shipped.experiment_path == ROOT / "experiments" / "default.toml"
 
 
 def test_observation_rows_are_the_planners_predictions(train_data):

@@ -16,7 +16,8 @@ range from its first step, with no configuration yet (the first one is free), wh
 `simulate` does with the `rl` planner.
 
     import gymnasium as gym, bsp_planner.rl.env
-    env = gym.make("bsp_planner/Reconfigure-v0", settings="envs/default.toml")
+    env = gym.make("bsp_planner/Reconfigure-v0")                              # m = 6, a0..a3
+    env = gym.make("bsp_planner/Reconfigure-v0", settings="envs/default.toml")  # the shipped agent's
 """
 
 from __future__ import annotations
@@ -45,6 +46,9 @@ class ReconfigureEnv(gym.Env):
         super().__init__()
         if data is not None:
             settings = data.settings
+        elif settings is None:
+            settings = EnvSettings()  # the thesis's setting on the default experiment
+            settings.validate()
         elif not isinstance(settings, EnvSettings):
             settings = load_env_settings(settings)
         self.settings = settings

@@ -165,10 +165,12 @@ class EnvSettings:
 
     @property
     def experiment_path(self) -> Path:
+        """Relative to the environment file (settings made in code count as living in envs/)."""
         p = Path(self.experiment).expanduser()
-        if p.is_absolute() or self.path is None:
+        if p.is_absolute():
             return p
-        return (self.path.parent / p).resolve()
+        base = self.path.parent if self.path is not None else DEFAULT_ENV.parent
+        return (base / p).resolve()
 
     def validate(self) -> None:
         p = self.path
