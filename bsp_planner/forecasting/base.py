@@ -43,3 +43,144 @@ class Forecaster(ABC):
         """The next H values after `history`: (Q, H)."""
         history = np.asarray(history, dtype=np.float64)
         return self.predict_origins(history, np.array([len(history)]))[:, 0, :]
+
+    def predict_median(self, series: np.ndarray, origins: np.ndarray) -> np.ndarray:
+        """Only the median forecasts, (len(origins), H): what the planners read."""
+        return self.predict_origins(series, origins)[self.median_index]
+
+
+class PointForecaster(Forecaster):
+    """A point forecast (the median) plus quantiles from the forecaster's own recent errors.
+
+    Subclasses give `_point` and `_min_origin`, and set `error_quantiles_` (Q, H) in `fit` (used until
+    enough recent errors exist) and `fit_length_` (the training history's length, where the
+    adaptive interval's state starts; see `rolling_error_quantiles`).
+    """
+
+    interval_window: int = 240
+    interval_gamma: float = 0.01
+
+    def _point(self, series: np.ndarray, origins: np.ndarray) -> np.ndarray:  # (len(origins), H)
+        raise NotImplementedError
+
+    def _min_origin(self) -> int:
+        return 1
+
+    def _check_origins(self, series: np.ndarray, origins: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        series = np.asarray(series, dtype=np.float64)
+        origins = np.asarray(origins, dtype=np.int64)
+        if not hasattr(self, "error_quantiles_"):
+            raise ValueError(f"{self.name}: fit the forecaster first")
+        if np.any(origins < self._min_origin()):
+            raise ValueError(f"{self.name}: needs at least {self._min_origin()} past values before a forecast")
+        if np.any(origins > len(series)):
+            raise ValueError(f"{self.name}: an origin lies past the end of the series")
+        return series, origins
+
+    def predict_median(self, series: np.ndarray, origins: np.ndarray) -> np.ndarray:
+        series, origins = self._check_origins(series, origins)
+        return self._point(series, origins)
+
+    def predict_origins(self, series: np.ndarray, origins: np.ndarray) -> np.ndarray:
+        series, origins = self._check_origins(series, origins)
+        point = self._point(series, origins)
+        if self.interval_window > 0:
+            start = max(self._min_origin(), getattr(self, "fit_length_", 0) - 2 * self.interval_window - self.horizon)
+            offsets = rolling_error_quantiles(
+                self._point,
+                series,
+                origins,
+                self.horizon,
+                self.quantiles,
+                self.interval_window,
+                start,
+                self.error_quantiles_,
+                gamma=self.interval_gamma,
+            )
+        else:
+            offsets = np.broadcast_to(self.error_quantiles_[:, None, :], (len(self.quantiles), len(origins), self.horizon))
+        return np.sort(point[None, :, :] + offsets, axis=0)
+
+
+def rolling_error_quantiles(
+    point_at,
+    series: np.ndarray,
+    origins: np.ndarray,
+    horizon: int,
+    quantiles: tuple[float, ...],
+    window: int,
+    min_origin: int,
+    fallback: np.ndarray,
+    *,
+    gamma: float = 0.0,
+    min_count: int = 30,
+) -> np.ndarray:
+    """Quantile offsets (Q, len(origins), H) from the forecaster's own recent errors, per lead time.
+
+    For origin o and lead h the offsets are empirical quantiles of the errors of the `window` most
+    recent forecasts at lead h whose targets were known before o (made at origins o' <= o - 1 - h), so
+    nothing at or after o is used. With `gamma` > 0 each quantile level also adapts online (adaptive
+    conformal inference, Gibbs & Candes 2021): after every outcome becomes known, level tau moves by
+    gamma * (tau - [outcome <= its quantile]), so each quantile is exceeded at its nominal rate over time
+    even when errors drift. The state starts at `min_origin` (with `gamma` > 0), so the offsets for an
+    origin never depend on which other origins were asked for; origins before it get `fallback`. Where
+    fewer than `min_count` errors exist, `fallback` (Q, H) is used. The median's offset is 0 and the
+    other offsets keep their side of it: the point forecast is the median.
+    """
+    series = np.asarray(series, dtype=np.float64)
+    origins = np.asarray(origins, dtype=np.int64)
+    levels = np.asarray(quantiles, dtype=np.float64)
+    med = int(np.nonzero(levels == 0.5)[0][0])
+    fallback = np.asarray(fallback, dtype=np.float64)
+    n_q = len(levels)
+    first = min_origin if gamma > 0 else max(min_origin, int(origins.min()) - window - horizon)
+    last = int(origins.max())
+    if last < first:
+        out = np.broadcast_to(fallback[:, None, :], (n_q, len(origins), horizon)).copy()
+        out[med] = 0.0
+        return out
+    pos = np.arange(first, last + 1)
+    point = point_at(series, pos)  # (n, H)
+    tgt = pos[:, None] + np.arange(horizon)[None, :]
+    known = tgt < len(series)
+    err = np.full(point.shape, np.nan)
+    err[known] = series[tgt[known]] - point[known]
+    n = len(pos)
+    offsets = np.empty((n_q, n, horizon))
+    hits = np.zeros((n_q, n, horizon))
+    acc = np.zeros((n_q, horizon))  # accumulated level corrections
+    leads = np.arange(horizon)
+    padded = np.concatenate([np.full((window, horizon), np.nan), err], axis=0)
+    for i in range(n):
+        newest = i - 1 - leads  # index of the newest usable forecast, per lead
+        if gamma > 0:
+            ok = newest >= 0
+            if ok.any():
+                upd = levels[:, None] - hits[:, newest[ok], leads[ok]]
+                upd[:, np.isnan(err[newest[ok], leads[ok]])] = 0.0
+                acc[:, ok] += gamma * upd
+        tau = np.clip(levels[:, None] + acc, 0.0, 1.0)  # (Q, H)
+        # the window of errors for each lead: err[newest - window + 1 .. newest, h]
+        rows = padded[(newest[None, :] + window - np.arange(window)[:, None]).clip(0), leads[None, :]]  # (window, H)
+        rows = np.sort(rows, axis=0)  # NaNs last
+        count = np.sum(~np.isnan(rows), axis=0)  # (H,)
+        enough = count >= min_count
+        at = tau * (np.maximum(count, 1) - 1)  # (Q, H) fractional index into the sorted errors
+        lo = np.floor(at).astype(np.int64)
+        hi = np.minimum(lo + 1, np.maximum(count, 1) - 1)
+        frac = at - lo
+        v_lo = np.take_along_axis(rows, lo, axis=0)
+        v_hi = np.take_along_axis(rows, hi, axis=0)
+        q = v_lo + frac * (v_hi - v_lo)
+        off = np.where(enough[None, :], q, fallback)
+        # The point forecast stays the median and inside every central interval.
+        off[med] = 0.0
+        off[:med] = np.minimum(off[:med], 0.0)
+        off[med + 1 :] = np.maximum(off[med + 1 :], 0.0)
+        offsets[:, i] = off
+        hits[:, i] = err[i][None, :] <= off
+    out = np.broadcast_to(fallback[:, None, :], (n_q, len(origins), horizon)).copy()
+    inside = origins >= first
+    out[:, inside] = offsets[:, origins[inside] - first]
+    out[med] = 0.0
+    return out

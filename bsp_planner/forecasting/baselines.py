@@ -1,17 +1,19 @@
-"""Honest baselines: persistence and seasonal-naive, with quantiles from their own training errors."""
+"""Honest baselines: persistence and seasonal-naive.
+
+Their quantiles come from their own errors: on the training half until enough forecasts have been
+checked, then from their recent errors with adaptively calibrated levels (see
+`base.rolling_error_quantiles`), as for every forecaster here.
+"""
 
 from __future__ import annotations
 
 import numpy as np
 
-from .base import Forecaster
+from .base import PointForecaster
 
 
-class _ResidualQuantiles(Forecaster):
+class _ResidualQuantiles(PointForecaster):
     """Point forecast + empirical error quantiles per lead time, measured on the training history."""
-
-    def _point(self, series: np.ndarray, origins: np.ndarray) -> np.ndarray:  # (len(origins), H)
-        raise NotImplementedError
 
     def fit(self, history: np.ndarray) -> "_ResidualQuantiles":
         history = np.asarray(history, dtype=np.float64)
@@ -26,19 +28,8 @@ class _ResidualQuantiles(Forecaster):
         errors = truth - point
         self.error_quantiles_ = np.quantile(errors, self.quantiles, axis=0)  # (Q, H)
         self.error_quantiles_[self.median_index] = 0.0  # the point forecast is the median
+        self.fit_length_ = len(history)
         return self
-
-    def _min_origin(self) -> int:
-        return 1
-
-    def predict_origins(self, series: np.ndarray, origins: np.ndarray) -> np.ndarray:
-        series = np.asarray(series, dtype=np.float64)
-        origins = np.asarray(origins, dtype=np.int64)
-        if np.any(origins < self._min_origin()):
-            raise ValueError(f"{self.name}: needs at least {self._min_origin()} past values before a forecast")
-        point = self._point(series, origins)
-        q = getattr(self, "error_quantiles_", np.zeros((len(self.quantiles), self.horizon)))
-        return np.sort(point[None, :, :] + q[:, None, :], axis=0)
 
 
 class PersistenceForecaster(_ResidualQuantiles):

@@ -19,7 +19,7 @@ def default_threads() -> int:
 def keras(threads: int | None = None):
     """The keras module (TensorFlow backend), with deterministic ops and a bounded thread pool."""
     global _READY
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     os.environ.setdefault("KERAS_BACKEND", "tensorflow")
     os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
     try:

@@ -7,21 +7,29 @@ the differencing.
 
 ``lstm`` (the default) is built to be good on daily-cycle workloads:
 
-* it reads a window of the last ``window`` steps (one daily period by default, capped at
-  ``max_window``), followed by H positions for the steps to forecast;
-* seasonal information enters as inputs at every position: the series' own values one and ``k``
-  periods earlier (``lags``, in days; for the future positions these are the seasonal-naive forecasts
-  and never reach past the origin) and the time of day (and day of week, when the training half spans
-  two weeks or more) from the timestamps;
+* it reads the last ``window`` steps (one daily period by default, capped at ``max_window`` = 48:
+  a whole day for the half-hourly taxi and hourly temperature series, four hours of the 5-minute
+  art_daily series), followed by H positions for the steps to forecast;
+* seasonal information enters at every position: the series' own value one period earlier (and
+  ``k`` periods, ``lags``: (1, 7) when a week fits twice in the training half, so the taxi series
+  see last week too; for the future positions these are the seasonal-naive forecasts and never reach
+  past the origin) and the time of day (and day of week, when the training half spans two weeks or
+  more) from the timestamps; so every position sees the same hour of the previous day(s);
 * values enter relative to the last observed value (a first difference at the origin), so the network
   learns the change ahead, not the level;
-* the output layer sees both the LSTM's state and the raw inputs at each future position, so the
-  seasonal-naive and persistence forecasts are one linear layer away and the LSTM learns the
-  correction on top of them; all H outputs come from one pass (multi-output);
+* the forecast for lead h is a seasonal linear part (a per-lead linear map of that position's
+  seasonal inputs, started from a ridge fit) plus the LSTM's correction (a per-lead linear map of the
+  LSTM's state at that position, started at zero): training starts from a linear seasonal model and
+  the LSTM learns what it misses; all H outputs come from one pass (multi-output);
 * it trains in mini-batches with Adam and early stopping on a validation tail of the training half
   (the last ``val_fraction`` of the training origins, ``H`` origins apart from the rest so no target
-  is shared), keeping the best weights;
-* its quantiles are the empirical quantiles of its errors on that validation tail, per lead time.
+  is shared), keeping the best weights; if no epoch beats the starting point on that tail, the
+  starting point is kept (``info["kept_start"]``);
+* its quantiles come from its own errors: on the validation tail at first, then from its recent
+  errors with adaptively calibrated levels (`base.rolling_error_quantiles`).
+
+Both train seeded (`keras.utils.set_random_seed`) with TensorFlow's deterministic ops on a bounded
+thread pool, so a run repeats exactly on the same machine.
 """
 
 from __future__ import annotations
@@ -36,7 +44,7 @@ from typing import Callable
 import numpy as np
 
 from ..errors import InputError
-from .base import DEFAULT_QUANTILES, Forecaster
+from .base import DEFAULT_QUANTILES, PointForecaster
 from .transforms import MinMaxScaler, difference, seasonal_back, supervised_pairs
 
 SECONDS_PER_DAY = 86_400
@@ -53,15 +61,22 @@ class LSTMSettings:
     """The `lstm` forecaster's settings; all of them go into a saved model's metadata."""
 
     window: int = 0  # past steps read; 0: one daily period, capped at max_window
-    max_window: int = 96
+    max_window: int = 48
     lags: tuple[int, ...] = ()  # seasonal lags in periods; (): (1, 7) if a week fits, else (1, 2) or (1,)
     units: int = 32
-    epochs: int = 120
+    epochs: int = 250
     batch_size: int = 64
-    patience: int = 12
-    learning_rate: float = 3e-3
+    patience: int = 20
+    learning_rate: float = 1e-3
     val_fraction: float = 0.2
     calendar: bool = True
+    level: bool = False  # the last value's level as an input too (not only changes)
+    init: str = "linear"  # output layer starts as a ridge fit on the seasonal inputs ("linear") or at zero ("zero")
+    l2: float = 0.0
+    ensemble: int = 1  # independent LSTM branches trained side by side, forecasts averaged
+    freeze_linear: bool = False  # keep the ridge-fitted seasonal part fixed while the LSTM trains
+    interval_window: int = 240  # recent forecasts whose errors set the quantiles (0: validation errors only)
+    interval_gamma: float = 0.01  # adaptive-conformal step for the quantile levels (0: fixed levels)
     seed: int = 0
 
     @classmethod
@@ -89,6 +104,8 @@ class ThesisSettings:
     epochs: int = 30
     batch_size: int = 32
     learning_rate: float = 1e-3
+    interval_window: int = 240
+    interval_gamma: float = 0.01
     seed: int = 0
 
     @classmethod
@@ -105,7 +122,7 @@ class ThesisSettings:
         return asdict(self)
 
 
-class _KerasForecaster(Forecaster):
+class _KerasForecaster(PointForecaster):
     """What both LSTMs share: settings, the calendar of the series, residual quantiles, save/load."""
 
     settings_type: type = LSTMSettings
@@ -151,8 +168,13 @@ class _KerasForecaster(Forecaster):
         q[self.median_index] = 0.0  # the point forecast is the median
         return q
 
-    def _with_quantiles(self, point: np.ndarray) -> np.ndarray:
-        return np.sort(point[None, :, :] + self.error_quantiles_[:, None, :], axis=0)
+    @property
+    def interval_window(self) -> int:  # type: ignore[override]
+        return self.settings.interval_window
+
+    @property
+    def interval_gamma(self) -> float:  # type: ignore[override]
+        return self.settings.interval_gamma
 
     # -- persistence ---------------------------------------------------------------------------------
     def save(self, folder: str | Path, task: str, extra: dict | None = None) -> Path:
@@ -162,10 +184,14 @@ class _KerasForecaster(Forecaster):
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         keras_path = folder / f"{task}.keras"
-        self.model.save(keras_path)
+        k = _keras()
+        per_lead_dense_class()
+        plain = k.Model.from_config(self.model.get_config())  # the forecasting graph alone, no optimizer state
+        plain.set_weights(self.model.get_weights())
+        plain.save(keras_path)
         meta = {
             **self.spec(),
-            "state": self._state(),
+            "state": {**self._state(), "fit_length": self.fit_length_},
             "error_quantiles": self.error_quantiles_.tolist(),
             "info": self.info,
             **(extra or {}),
@@ -202,8 +228,10 @@ class _KerasForecaster(Forecaster):
             settings=cls.settings_type.from_dict(meta["settings"]),
         )
         k = _keras()
+        per_lead_dense_class()  # registered before loading
         f.model = k.models.load_model(keras_path, compile=False)
         f._set_state(meta["state"])
+        f.fit_length_ = int(meta["state"]["fit_length"])
         f.error_quantiles_ = np.array(meta["error_quantiles"], dtype=np.float64)
         f.info = meta.get("info", {})
         f.meta = meta
@@ -220,10 +248,16 @@ class _KerasForecaster(Forecaster):
         model.compile(optimizer=k.optimizers.Adam(learning_rate=learning_rate), loss="mse")
 
     def _predict(self, X: np.ndarray) -> np.ndarray:
-        """The model's output for a batch, in one graph call per 1024 rows (no Keras fit/predict loop)."""
-        out = []
-        for i in range(0, len(X), 1024):
-            out.append(np.asarray(self.model(X[i : i + 1024].astype(np.float32), training=False)))
+        """The model's output for a batch: one compiled graph call per 2048 rows (no Keras predict loop)."""
+        fn = getattr(self, "_infer", None)
+        if fn is None or getattr(self, "_infer_model", None) is not self.model:
+            import tensorflow as tf
+
+            spec = tf.TensorSpec([None, *X.shape[1:]], tf.float32)
+            model = self.model
+            fn = tf.function(lambda x: model(x, training=False), input_signature=[spec])
+            self._infer, self._infer_model = fn, self.model
+        out = [np.asarray(fn(X[i : i + 2048].astype(np.float32))) for i in range(0, len(X), 2048)]
         return np.concatenate(out, axis=0).astype(np.float64).reshape(len(X), -1)
 
 
@@ -244,6 +278,33 @@ def _keras():
     from .keras_setup import keras
 
     return keras()
+
+
+_PER_LEAD = None
+
+
+def per_lead_dense_class():
+    """A Keras layer mapping (batch, H, D) to (batch, H) with its own weights for each lead time.
+
+    Registered with Keras's serializer so saved models load without custom_objects.
+    """
+    global _PER_LEAD
+    if _PER_LEAD is not None:
+        return _PER_LEAD
+    k = _keras()
+
+    @k.saving.register_keras_serializable(package="bsp_planner")
+    class PerLeadDense(k.layers.Layer):
+        def build(self, input_shape):
+            h, d = int(input_shape[1]), int(input_shape[2])
+            self.kernel = self.add_weight(shape=(h, d), initializer="zeros", name="kernel")
+            self.bias = self.add_weight(shape=(h,), initializer="zeros", name="bias")
+
+        def call(self, x):
+            return k.ops.sum(x * self.kernel, axis=-1) + self.bias
+
+    _PER_LEAD = PerLeadDense
+    return _PER_LEAD
 
 
 class LSTMForecaster(_KerasForecaster):
@@ -304,7 +365,9 @@ class LSTMForecaster(_KerasForecaster):
         future = h >= 0
         anchor = u[o - 1]  # the last observed value
         past = np.where(future, 0.0, u[np.minimum(tau, o - 1)] - anchor)
-        feats = [past, future.astype(np.float64), np.broadcast_to(anchor, tau.shape)]
+        feats = [past, future.astype(np.float64)]
+        if self.settings.level:
+            feats.append(np.broadcast_to(anchor, tau.shape))
         for k in self.lags_:
             back = np.where(future, seasonal_back(np.maximum(h, 0), P, k), P * k)
             src = tau - back
@@ -333,15 +396,51 @@ class LSTMForecaster(_KerasForecaster):
 
     # -- the model -----------------------------------------------------------------------------------
     def build(self, n_features: int):
+        """(training model, forecasting model). With ensemble = K > 1 the network holds K independent
+        LSTM branches trained side by side (one loss each) and forecasts with their average."""
         k = _keras()
         W, H = self.window, self.horizon
+        s = self.settings
         inp = k.Input(shape=(W + H, n_features), name="window")
-        seq = k.layers.LSTM(self.settings.units, return_sequences=True, name="lstm")(inp)
-        both = k.layers.Concatenate(name="state_and_inputs")([seq, inp])
-        step = k.layers.Dense(1, name="change")(both)  # (W + H, 1)
-        ahead = k.layers.Cropping1D((W, 0), name="ahead")(step)  # the H future positions
-        out = k.layers.Flatten(name="forecast")(ahead)
-        return k.Model(inp, out, name="lstm_forecaster")
+        ahead_inputs = k.layers.Cropping1D((W, 0), name="ahead_inputs")(inp)  # (H, F): seasonal lags, calendar
+        outs = []
+        Dense = per_lead_dense_class()
+        linear = Dense(name="seasonal_linear", trainable=not s.freeze_linear)(ahead_inputs)  # (H,)
+        for b in range(max(1, s.ensemble)):
+            tag = "" if s.ensemble <= 1 else f"_{b}"
+            reg = k.regularizers.L2(s.l2) if s.l2 > 0 else None
+            seq = k.layers.LSTM(s.units, return_sequences=True, kernel_regularizer=reg, name=f"lstm{tag}")(inp)
+            ahead_state = k.layers.Cropping1D((W, 0), name=f"ahead_state{tag}")(seq)  # (H, units)
+            correction = Dense(name=f"correction{tag}")(ahead_state)  # (H,): one linear map per lead
+            outs.append(k.layers.Add(name=f"forecast{tag}")([linear, correction]))
+        if len(outs) == 1:
+            model = k.Model(inp, outs[0], name="lstm_forecaster")
+            return model, model
+        train = k.Model(inp, outs, name="lstm_ensemble_branches")
+        mean = k.layers.Average(name="forecast")(outs)
+        return train, k.Model(inp, mean, name="lstm_forecaster")
+
+    def _linear_init(self, X: np.ndarray, Y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Ridge fit, per lead time, of the change ahead on the future positions' raw inputs (seasonal
+        lags, calendar): the linear seasonal part of the forecast, on which the LSTM learns a
+        correction (it starts at zero)."""
+        W, H = self.window, self.horizon
+        F = X.shape[-1]
+        kernel = np.zeros((H, F), dtype=np.float32)
+        bias = np.zeros(H, dtype=np.float32)
+        if self.settings.init != "linear":
+            return kernel, bias
+        lam = 1e-3 * len(X)
+        for h in range(H):
+            A = X[:, W + h, :]
+            keep = np.nonzero(A.std(axis=0) > 0)[0]  # constant columns (the future flag) go to the bias
+            A = A[:, keep]
+            mu, ym = A.mean(axis=0), Y[:, h].mean()
+            Ac = A - mu
+            coef = np.linalg.solve(Ac.T @ Ac + lam * np.eye(len(keep)), Ac.T @ (Y[:, h] - ym))
+            kernel[h, keep] = coef
+            bias[h] = ym - mu @ coef
+        return kernel, bias
 
     def fit(self, history: np.ndarray) -> "LSTMForecaster":
         from .keras_setup import seed_everything
@@ -372,8 +471,12 @@ class LSTMForecaster(_KerasForecaster):
 
         seed_everything(s.seed)
         k = _keras()
-        self.model = self.build(X_tr.shape[-1])
-        self._compile(self.model, s.learning_rate)
+        trainer, self.model = self.build(X_tr.shape[-1])
+        K = max(1, s.ensemble)
+        trainer.get_layer("seasonal_linear").set_weights(list(self._linear_init(X_tr, Y_tr)))
+        self._compile(trainer, s.learning_rate)
+        initial = trainer.get_weights()
+        initial_val = float(np.mean((self._predict(X_va) - Y_va) ** 2))
         start = time.perf_counter()
         say = self._say
 
@@ -384,23 +487,30 @@ class LSTMForecaster(_KerasForecaster):
                     say(f"epoch {epoch + 1}: loss {logs.get('loss', float('nan')):.4f}, val {logs.get('val_loss', float('nan')):.4f}")
 
         stop = k.callbacks.EarlyStopping(monitor="val_loss", patience=s.patience, restore_best_weights=True)
-        hist = self.model.fit(
+        ys = (lambda y: y.astype(np.float32)) if K == 1 else (lambda y: [y.astype(np.float32)] * K)
+        hist = trainer.fit(
             X_tr.astype(np.float32),
-            Y_tr.astype(np.float32),
-            validation_data=(X_va.astype(np.float32), Y_va.astype(np.float32)),
+            ys(Y_tr),
+            validation_data=(X_va.astype(np.float32), ys(Y_va)),
             epochs=s.epochs,
             batch_size=s.batch_size,
             shuffle=True,
             verbose=0,
             callbacks=[stop, _Progress()],
         )
-        val = np.asarray(hist.history["val_loss"])
+        val = np.asarray(hist.history["val_loss"]) / K
+        kept_start = bool(s.l2 == 0 and initial_val <= val.min())
+        if kept_start:
+            trainer.set_weights(initial)  # no epoch beat the starting point on the validation tail
         point = self._from_u(self._predict(X_va) + u[val_o - 1][:, None])
         truth = w[val_o[:, None] + np.arange(self.horizon)[None, :]]
         self.error_quantiles_ = self._residual_quantiles(truth - point)
+        self.fit_length_ = len(w)
         self.info = {
             "epochs_run": int(len(val)),
-            "best_epoch": int(np.argmin(val)) + 1,
+            "best_epoch": 0 if kept_start else int(np.argmin(val)) + 1,
+            "kept_start": kept_start,
+            "start_val_mse": initial_val,
             "val_mse": float(val.min()),
             "val_rmse": float(np.sqrt(np.mean((truth - point) ** 2))),
             "train_origins": int(len(train_o)),
@@ -412,17 +522,9 @@ class LSTMForecaster(_KerasForecaster):
         }
         return self
 
-    def predict_origins(self, series: np.ndarray, origins: np.ndarray) -> np.ndarray:
-        if self.model is None:
-            raise ValueError("fit the forecaster first")
-        series = np.asarray(series, dtype=np.float64)
-        origins = np.asarray(origins, dtype=np.int64)
-        if np.any(origins < self._min_origin()):
-            raise ValueError(f"{self.name}: needs at least {self._min_origin()} past values before a forecast")
+    def _point(self, series: np.ndarray, origins: np.ndarray) -> np.ndarray:
         u = self._to_u(series)
-        X = self.features(u, origins)
-        point = self._from_u(self._predict(X) + u[origins - 1][:, None])
-        return self._with_quantiles(point)
+        return self._from_u(self._predict(self.features(u, origins)) + u[origins - 1][:, None])
 
 
 class ThesisLSTMForecaster(_KerasForecaster):
@@ -473,6 +575,7 @@ class ThesisLSTMForecaster(_KerasForecaster):
         point = self._point(w, origins)
         truth = w[origins[:, None] + np.arange(self.horizon)[None, :]]
         self.error_quantiles_ = self._residual_quantiles(truth - point)
+        self.fit_length_ = len(w)
         self.info = {
             "epochs_run": len(hist.history["loss"]),
             "train_mse": float(hist.history["loss"][-1]),
@@ -487,14 +590,8 @@ class ThesisLSTMForecaster(_KerasForecaster):
         diffs = self.scaler_.inverse(self._predict(x))
         return w[origins - 1][:, None] + np.cumsum(diffs, axis=1)
 
-    def predict_origins(self, series: np.ndarray, origins: np.ndarray) -> np.ndarray:
-        if self.model is None:
-            raise ValueError("fit the forecaster first")
-        series = np.asarray(series, dtype=np.float64)
-        origins = np.asarray(origins, dtype=np.int64)
-        if np.any(origins < 2):
-            raise ValueError(f"{self.name}: needs at least 2 past values before a forecast")
-        return self._with_quantiles(self._point(series, origins))
+    def _min_origin(self) -> int:
+        return 2
 
 
 LSTMS = {c.name: c for c in (LSTMForecaster, ThesisLSTMForecaster)}

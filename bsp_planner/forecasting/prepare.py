@@ -98,6 +98,15 @@ class PreparedSeries:
         return np.take_along_axis(pred, np.broadcast_to(lead[None], pred.shape), axis=2)
 
 
+    def predict_rows_median(self, forecaster, row_origins: np.ndarray) -> np.ndarray:
+        """Only the median forecasts for rows o..o+H-1: (len(origins), H)."""
+        o = np.asarray(row_origins, dtype=np.int64)
+        med = forecaster.predict_median(self.grid, self.grid_origins(o))
+        if self.filled == 0:
+            return med
+        return np.take_along_axis(med, self.lead_map(o, forecaster.horizon), axis=1)
+
+
 def check_values(values: np.ndarray, *, task: str, source: Path | None = None, first_row: int = 0) -> None:
     v = np.asarray(values, dtype=np.float64)
     bad = np.nonzero(~np.isfinite(v))[0]
@@ -161,11 +170,11 @@ def prepare_task(
     found = ts.gaps()
     if found and gaps == "error":
         row, gap = found[0]
-        where = ", ".join(f"row {r} ({_duration(g - interval)} missing)" for r, g in found[:5])
+        where = ", ".join(f"{r} ({_duration(g - interval)} missing)" for r, g in found[:5])
         more = f" and {len(found) - 5} more" if len(found) > 5 else ""
         raise InputError(
             f"task '{ts.task}': {len(found)} gap(s) in the timestamps larger than the sampling interval "
-            f"({_duration(interval)}), before data rows {where}{more}. Fill them by linear interpolation "
+            f"({_duration(interval)}), before data row{'s' if len(found) > 1 else ''} {where}{more}. Fill them by linear interpolation "
             "with `--gaps fill` (or treat the rows as consecutive steps, as simulate does, with "
             "`--gaps ignore`)",
             path=ts.source,

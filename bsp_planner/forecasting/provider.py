@@ -1,7 +1,20 @@
-"""Where `simulate` gets its forecast matrices: a forecaster by name, or a folder of forecast files."""
+"""Where `simulate` gets its forecast matrices: a forecaster by name, or a folder of forecast files.
+
+Sources:
+
+- ``persistence``, ``seasonal-naive``: computed on the spot (no training);
+- ``lstm`` (also ``default``: the default forecaster) and ``lstm-thesis``: the shipped forecasts when a
+  folder under ``<experiment dir>/forecasts/`` was made from exactly this request (its
+  ``forecasts.json`` digest covers the series, the split, start/steps/H, the gap policy and the
+  forecaster's settings); otherwise they are regenerated, from the saved models under ``models/`` when
+  those match, else by training (saying so), and cached under ``$XDG_CACHE_HOME/bsp-planner``;
+- a folder of forecast CSVs (see files.py).
+"""
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -9,7 +22,20 @@ import numpy as np
 from ..errors import InputError
 from ..series import JobSeries
 from .baselines import BASELINES
-from .files import read_forecast_metadata, read_forecasts
+from .files import FORECAST_META, read_forecast_metadata, read_forecasts, write_forecasts
+from .lstm import LSTMS
+from .registry import DEFAULT_FORECASTER, FORECASTERS
+
+ALIASES = {"default": DEFAULT_FORECASTER}
+
+
+def cache_root() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "bsp-planner"
+
+
+def _say(msg: str) -> None:
+    print(f"forecasts: {msg}", file=sys.stderr, flush=True)
 
 
 def forecast_matrix(
@@ -20,27 +46,114 @@ def forecast_matrix(
     horizon: int,
     *,
     base_dir: Path | None = None,
+    gaps: str | None = None,
+    job=None,
+    say=_say,
 ) -> tuple[np.ndarray, str]:
     """The median forecasts for steps start..start+steps-1: (tasks, steps, horizon), and a label
-    saying which forecaster made them."""
+    saying which forecaster made them.
+
+    gaps: how learned forecasters treat gaps in the timestamps (see prepare.py); None takes the policy
+    the shipped forecasts for that forecaster were made with (or "error" if none are shipped).
+    Baselines ignore gaps unless it is given, as simulate always has.
+    """
     job_series.check_length(start, steps)
-    if source in BASELINES:
+    name = ALIASES.get(source, source)
+    if name in BASELINES and gaps is None:
         out = np.empty((len(job_series.series), steps, horizon))
         for i, s in enumerate(job_series.series):
             history = job_series.history_workloads(i)
-            f = BASELINES[source](horizon=horizon, period=s.period_steps).fit(history[: s.n_train])
+            f = BASELINES[name](horizon=horizon, period=s.period_steps).fit(history[: s.n_train])
             origins = s.n_train + start + np.arange(steps)
-            out[i] = f.predict_origins(history, origins)[f.median_index]
-        return out, source
+            out[i] = f.predict_median(history, origins)
+        return out, name
+    if name in FORECASTERS:
+        return _learned(name, job_series, start, steps, horizon, base_dir=base_dir, gaps=gaps, job=job, say=say)
     folder = Path(source)
     if not folder.is_absolute() and base_dir is not None:
         folder = base_dir / folder
     if not folder.is_dir():
         raise InputError(
-            f"expected a forecaster name ({', '.join(sorted(BASELINES))}) or a folder of forecast files",
+            f"expected a forecaster name ({', '.join(sorted([*FORECASTERS, *ALIASES]))}) or a folder of forecast files",
             path=folder,
             field="forecast.source",
         )
     meta = read_forecast_metadata(folder)
     label = meta.get("forecaster", f"files:{folder.name}")
+    if meta.get("digest"):
+        label = f"{label} (files {folder.name}, digest {meta['digest'][:8]})"
     return read_forecasts(folder, job_series.task_names, steps, horizon, start=start), label
+
+
+def shipped_folders(base_dir: Path | None, name: str) -> list[tuple[Path, dict]]:
+    """Folders of forecasts under <base_dir>/forecasts/ made by the named forecaster."""
+    if base_dir is None:
+        return []
+    root = Path(base_dir) / "forecasts"
+    found = []
+    for meta_path in sorted(root.glob(f"*/{FORECAST_META}")):
+        meta = read_forecast_metadata(meta_path.parent)
+        if meta.get("forecaster") == name and isinstance(meta.get("inputs"), dict):
+            found.append((meta_path.parent, meta))
+    # the folder named "default" first: it is the one the project ships
+    found.sort(key=lambda fm: (fm[0].name != "default", fm[0].name))
+    return found
+
+
+def _learned(name, job_series, start, steps, horizon, *, base_dir, gaps, job, say):
+    from .pipeline import DEFAULT_MODEL_ROOT, Workspace, describe_differences, forecast_experiment, inputs_digest, request_inputs
+
+    shipped = shipped_folders(base_dir, name)
+    policies = [gaps] if gaps is not None else list(dict.fromkeys(m["inputs"].get("gaps", "error") for _, m in shipped)) or ["error"]
+    job_name = job.name if job is not None else None
+    if job_name is None:
+        names = {m["inputs"].get("job") for _, m in shipped}
+        job_name = names.pop() if len(names) == 1 else "job"
+    stub = _job_stub(job_name, job_series)
+    ws = None
+    for policy in policies:
+        ws = Workspace.from_series(stub, job_series, gaps=policy, horizon=horizon)
+        inputs = request_inputs(ws, name, start, steps)
+        digest = inputs_digest(inputs)
+        for folder, meta in shipped:
+            if meta.get("digest") == digest:
+                fc = read_forecasts(folder, job_series.task_names, steps, horizon)
+                return fc, f"{name} (shipped forecasts {folder.name}/, digest {digest[:8]})"
+        cached = cache_root() / "forecasts" / f"{name}-{digest}"
+        if (cached / FORECAST_META).is_file() and read_forecast_metadata(cached).get("digest") == digest:
+            fc = read_forecasts(cached, job_series.task_names, steps, horizon)
+            return fc, f"{name} (regenerated earlier, cached, digest {digest[:8]})"
+    # Nothing made from this request: regenerate, with the last policy tried.
+    if shipped:
+        diffs = describe_differences(shipped[0][1]["inputs"], inputs)
+        say(
+            f"the shipped {name} forecasts in {shipped[0][0]} were made from other inputs "
+            f"({'; '.join(diffs[:4])}{'; ...' if len(diffs) > 4 else ''}); regenerating them"
+        )
+    else:
+        say(f"no shipped {name} forecasts for this request; generating them")
+    model_root = DEFAULT_MODEL_ROOT
+    matrix, meta = forecast_experiment(
+        ws,
+        name,
+        start,
+        steps,
+        model_root=model_root,
+        on_mismatch="retrain",
+        save_models=False,
+        say=lambda prefix, msg: say(f"{prefix}: {msg}"),
+    )
+    cached = cache_root() / "forecasts" / f"{name}-{meta['digest']}"
+    try:
+        write_forecasts(cached, job_series.task_names, matrix, meta)
+    except OSError as exc:
+        say(f"could not cache them in {cached}: {exc}")
+    trained = sum(1 for v in meta["models"].values() if v == "trained")
+    how = f"trained {trained} models" if trained else "from the saved models"
+    return matrix, f"{name} (regenerated, {how}, digest {meta['digest'][:8]})"
+
+
+def _job_stub(name: str, job_series: JobSeries):
+    from ..job import Job
+
+    return Job(name=name, tasks=())

@@ -1,0 +1,315 @@
+"""`bsp-planner forecast train | evaluate | predict`: per-task forecasters over a job.
+
+Defaults come from the experiment file (its job, workload range, start, steps and forecast horizon);
+TensorFlow is imported only by the commands that need it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Annotated, Optional
+
+import numpy as np
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from ..errors import InputError
+from .prepare import GAP_POLICIES
+from .registry import DEFAULT_FORECASTER, FORECASTERS
+
+app = typer.Typer(
+    help="Workload forecasters: train one model per task on the first half of its series, evaluate on the second, "
+    "write the forecast matrices `simulate` reads.",
+    no_args_is_help=True,
+)
+console = Console()
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+ExperimentOpt = Annotated[
+    Optional[Path],
+    typer.Option("--experiment", "-e", help="Experiment file for the job, workload range, start, steps and H [default: experiments/default.toml]."),
+]
+JobOpt = Annotated[Optional[Path], typer.Option("--job", help="Job file (instead of the experiment's job).")]
+TaskOpt = Annotated[Optional[list[str]], typer.Option("--task", "-t", help="Only this task (repeatable).")]
+HorizonOpt = Annotated[Optional[int], typer.Option("--horizon", "-H", help="Steps ahead to forecast [default: the experiment's forecast.horizon].")]
+GapsOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--gaps",
+        help="Gaps in a series' timestamps: error (refuse), fill (interpolate on the regular grid) or ignore (rows as "
+        "consecutive steps) [default: the experiment's forecast.gaps if it has one, else the policy its shipped "
+        "forecasts were made with, else error].",
+    ),
+]
+SetOpt = Annotated[
+    Optional[list[str]],
+    typer.Option("--set", help="A forecaster setting, KEY=VALUE or FORECASTER.KEY=VALUE, e.g. --set units=64 (repeatable)."),
+]
+ModelsOpt = Annotated[Path, typer.Option("--models", help="Where models are saved: <models>/<job>/<forecaster>/<task>.keras.")]
+RetrainOpt = Annotated[bool, typer.Option("--retrain", help="Train anew even if a saved model matches.")]
+
+
+def _say(prefix: str, msg: str) -> None:
+    console.print(f"[dim]{prefix}:[/] {msg}", highlight=False)
+
+
+def _default_experiment() -> Path:
+    local = Path("experiments/default.toml")
+    return local if local.is_file() else PROJECT_ROOT / "experiments" / "default.toml"
+
+
+def _parse_settings(items: list[str] | None, names: list[str]) -> dict[str, dict]:
+    """--set KEY=VALUE (for every learned forecaster asked for) or FORECASTER.KEY=VALUE."""
+    from .registry import is_learned
+
+    out: dict[str, dict] = {}
+    learned = [n for n in names if is_learned(n)]
+    for item in items or []:
+        if "=" not in item:
+            raise InputError(f"expected KEY=VALUE, got {item!r}", field="--set")
+        key, raw = (x.strip() for x in item.split("=", 1))
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError:
+            value = raw
+        if isinstance(value, list):
+            value = [int(v) for v in value]
+        targets = learned
+        if "." in key:
+            fname, key = key.split(".", 1)
+            if fname not in FORECASTERS:
+                raise InputError(f"unknown forecaster '{fname}'; known: {', '.join(FORECASTERS)}", field="--set")
+            targets = [fname]
+        if not targets:
+            raise InputError("settings apply to the learned forecasters (lstm, lstm-thesis) only", field="--set")
+        for n in targets:
+            out.setdefault(n, {})[key] = value
+    return out
+
+
+def _context(experiment, job, tasks, horizon, gaps, settings, names):
+    """(workspace, experiment) for a command."""
+    from ..experiment import Experiment, load_experiment
+    from .pipeline import Workspace
+
+    exp_path = experiment or _default_experiment()
+    if experiment is None and not exp_path.is_file():
+        exp = Experiment()  # the built-in defaults, relative to the project
+        exp.path = PROJECT_ROOT / "experiments" / "default.toml"
+    else:
+        exp = load_experiment(exp_path)
+    job_path = job if job is not None else exp.job_path
+    if gaps is None:
+        gaps = getattr(exp.forecast, "gaps", None)
+    if gaps is None:
+        gaps = _shipped_gap_policy(exp, job_path)
+    if gaps not in GAP_POLICIES:
+        raise InputError(f"expected one of {', '.join(GAP_POLICIES)}, got {gaps!r}", field="--gaps")
+    for n in names:
+        if n not in FORECASTERS:
+            raise InputError(f"unknown forecaster '{n}'; known: {', '.join(FORECASTERS)}", field="--forecaster")
+    ws = Workspace.load(
+        job_path,
+        workload_range=tuple(exp.workload_range),
+        gaps=gaps,
+        tasks=tasks,
+        horizon=horizon or exp.forecast.horizon,
+        settings=_parse_settings(settings, names),
+    )
+    filled = [(p.task, p.filled) for p in ws.prepared if p.filled]
+    if filled:
+        console.print(
+            "[yellow]gaps filled by interpolation:[/] " + ", ".join(f"{t} ({n} steps)" for t, n in filled), highlight=False
+        )
+    return ws, exp
+
+
+def _shipped_gap_policy(exp, job_path: Path) -> str:
+    """The gap policy the experiment's shipped forecasts were made with, for the same job; else "error"."""
+    from ..job import load_job
+    from .provider import shipped_folders
+
+    if exp.path is None:
+        return "error"
+    name = load_job(job_path).name
+    for folder, meta in shipped_folders(exp.path.parent, DEFAULT_FORECASTER):
+        if meta["inputs"].get("job") == name and meta.get("experiment", exp.name) == exp.name and "gaps" in meta["inputs"]:
+            policy = meta["inputs"]["gaps"]
+            if policy != "error":
+                console.print(
+                    f"[dim]gaps: {policy}, as the shipped forecasts in {folder} were made (--gaps to choose)[/]", highlight=False
+                )
+            return policy
+    return "error"
+
+
+@app.command()
+def train(
+    forecaster: Annotated[list[str], typer.Option("--forecaster", "-f", help="lstm or lstm-thesis (repeatable).")] = [DEFAULT_FORECASTER],  # noqa: B006
+    experiment: ExperimentOpt = None,
+    job: JobOpt = None,
+    task: TaskOpt = None,
+    horizon: HorizonOpt = None,
+    gaps: GapsOpt = None,
+    settings: SetOpt = None,
+    models: ModelsOpt = PROJECT_ROOT / "models",
+) -> None:
+    """Train one model per task on the first half of its series and save it (Keras format + metadata)."""
+    from .pipeline import model_folder, train_one
+    from .registry import is_learned
+
+    ws, _ = _context(experiment, job, task, horizon, gaps, settings, forecaster)
+    for n in forecaster:
+        if not is_learned(n):
+            raise InputError(f"{n} has nothing to train; train lstm or lstm-thesis", field="--forecaster")
+    table = Table(title=f"trained models · job {ws.job.name}")
+    for col in ("forecaster", "task", "epochs", "best epoch", "val RMSE", "seconds"):
+        table.add_column(col)
+    total = time.perf_counter()
+    for n in forecaster:
+        folder = model_folder(models, ws.job.name, n)
+        for i, p in enumerate(ws.prepared):
+            prefix = f"[{i + 1}/{len(ws.prepared)}] {p.task} · {n}"
+            _say(prefix, "training")
+            t0 = time.perf_counter()
+            f = train_one(ws, n, p, say=lambda m, pf=prefix: _say(pf, m))
+            f.save(folder, p.task, extra={"data": ws.data_identity(p)})
+            dt = time.perf_counter() - t0
+            info = f.info
+            val = info.get("val_rmse")
+            _say(prefix, f"done in {dt:.1f} s" + (f", validation RMSE {val:.3f}" if val is not None else ""))
+            table.add_row(
+                n,
+                p.task,
+                str(info.get("epochs_run", "")),
+                "start (kept)" if info.get("kept_start") else str(info.get("best_epoch", "-")),
+                f"{val:.3f}" if val is not None else "-",
+                f"{dt:.1f}",
+            )
+    console.print(table)
+    where = ", ".join(str(model_folder(models, ws.job.name, n)) for n in forecaster)
+    console.print(f"trained {len(forecaster) * len(ws.prepared)} models in {time.perf_counter() - total:.1f} s; saved in {where}")
+
+
+@app.command()
+def evaluate(
+    forecaster: Annotated[
+        Optional[list[str]], typer.Option("--forecaster", "-f", help="Forecasters to compare (repeatable) [default: all].")
+    ] = None,
+    experiment: ExperimentOpt = None,
+    job: JobOpt = None,
+    task: TaskOpt = None,
+    horizon: HorizonOpt = None,
+    gaps: GapsOpt = None,
+    settings: SetOpt = None,
+    models: ModelsOpt = PROJECT_ROOT / "models",
+    retrain: RetrainOpt = False,
+    out: Annotated[Path, typer.Option("--out", "-o", help="Folder for evaluation.json, rmse_by_lead.csv and the plot.")] = Path(
+        "out/forecast-eval"
+    ),
+) -> None:
+    """RMSE per lead time on the test halves, every forecaster side by side, and 80% interval coverage."""
+    from .pipeline import evaluate as run_evaluation
+    from .pipeline import plot_evaluation
+
+    names = list(forecaster or FORECASTERS)
+    ws, _ = _context(experiment, job, task, horizon, gaps, settings, names)
+    ev = run_evaluation(ws, names, model_root=models, retrain=retrain, say=_say)
+    print_evaluation(ev, ws.job.name)
+    out.mkdir(parents=True, exist_ok=True)
+    data = ev.to_dict()
+    data["job"] = ws.job.name
+    data["gaps"] = ws.gaps
+    (out / "evaluation.json").write_text(json.dumps(data, indent=2) + "\n")
+    with (out / "rmse_by_lead.csv").open("w") as fh:
+        fh.write("forecaster,task,lead," + "rmse\n")
+        for n in names:
+            for h, v in enumerate(ev.overall_rmse(n), start=1):
+                fh.write(f"{n},all,{h},{v:.4f}\n")
+            for t, s in ev.scores[n].items():
+                for h, v in enumerate(s.rmse, start=1):
+                    fh.write(f"{n},{t},{h},{v:.4f}\n")
+    png = plot_evaluation(ev, out / "rmse_by_lead.png", title=f"Forecast error against lead time · job {ws.job.name} (test halves)")
+    console.print(f"wrote {out / 'evaluation.json'}, {out / 'rmse_by_lead.csv'} and {png}")
+
+
+def print_evaluation(ev, job_name: str) -> None:
+    names = ev.forecasters
+    t = Table(
+        title=f"job {job_name} · test halves · mean RMSE over lead times 1..{ev.horizon} (workload units) "
+        "· coverage of the 80% interval",
+        caption="bold: the lowest RMSE of the row; 'all tasks' pools every task's errors per lead time",
+    )
+    t.add_column("task")
+    for n in names:
+        t.add_column(n, justify="right")
+    for task in ev.tasks:
+        rm = {n: ev.scores[n][task].mean_rmse for n in names}
+        best = min(rm.values())
+        cells = []
+        for n in names:
+            text = f"{rm[n]:.3f} · {ev.scores[n][task].coverage:.0%}"
+            cells.append(f"[bold]{text}[/]" if rm[n] == best else text)
+        t.add_row(task, *cells)
+    t.add_section()
+    overall = {n: float(ev.overall_rmse(n).mean()) for n in names}
+    best = min(overall.values())
+    t.add_row(
+        "all tasks",
+        *[
+            (f"[bold]{overall[n]:.3f} · {ev.overall_coverage(n):.1%}[/]" if overall[n] == best else f"{overall[n]:.3f} · {ev.overall_coverage(n):.1%}")
+            for n in names
+        ],
+    )
+    console.print(t)
+    lt = Table(title="RMSE by lead time, all tasks together")
+    lt.add_column("lead", justify="right")
+    for n in names:
+        lt.add_column(n, justify="right")
+    rm = {n: ev.overall_rmse(n) for n in names}
+    for h in range(ev.horizon):
+        lt.add_row(str(h + 1), *[f"{rm[n][h]:.3f}" for n in names])
+    console.print(lt)
+
+
+@app.command()
+def predict(
+    forecaster: Annotated[str, typer.Option("--forecaster", "-f", help="Which forecaster makes them.")] = DEFAULT_FORECASTER,
+    experiment: ExperimentOpt = None,
+    job: JobOpt = None,
+    horizon: HorizonOpt = None,
+    gaps: GapsOpt = None,
+    settings: SetOpt = None,
+    start: Annotated[Optional[int], typer.Option("--start", help="First step [default: the experiment's].")] = None,
+    steps: Annotated[Optional[int], typer.Option("--steps", help="Steps [default: the experiment's].")] = None,
+    models: ModelsOpt = PROJECT_ROOT / "models",
+    retrain: RetrainOpt = False,
+    out: Annotated[
+        Optional[Path],
+        typer.Option("--out", "-o", help="Folder for <task>.csv + forecasts.json [default: experiments/forecasts/<experiment>/ for lstm, .../<experiment>-<forecaster>/ otherwise]."),
+    ] = None,
+) -> None:
+    """Write the forecast matrices of an experiment's steps (row t: the next H values predicted before step t)."""
+    from .files import write_forecasts
+    from .pipeline import forecast_experiment
+
+    ws, exp = _context(experiment, job, None, horizon, gaps, settings, [forecaster])
+    start = exp.start if start is None else start
+    steps = exp.steps if steps is None else steps
+    if out is None:
+        base = exp.path.parent if exp.path is not None else PROJECT_ROOT / "experiments"
+        out = base / "forecasts" / (exp.name if forecaster == DEFAULT_FORECASTER else f"{exp.name}-{forecaster}")
+    t0 = time.perf_counter()
+    matrix, meta = forecast_experiment(ws, forecaster, start, steps, model_root=models, retrain=retrain, say=_say)
+    meta["experiment"] = exp.name
+    write_forecasts(out, ws.job.task_names if len(ws.prepared) == len(ws.job.tasks) else [p.task for p in ws.prepared], matrix, meta)
+    console.print(
+        f"wrote {forecaster} forecasts for steps {start}..{start + steps - 1} (H = {ws.horizon}) of {len(ws.prepared)} tasks "
+        f"to {out} in {time.perf_counter() - t0:.1f} s · digest {meta['digest']}"
+    )
+    if np.isnan(matrix).any():  # pragma: no cover - a bug, not an input problem
+        raise RuntimeError("forecasts contain NaN")

@@ -1,0 +1,447 @@
+"""Train, evaluate and predict over a job: one model per task, trained on the first half of the task's
+series and judged on the second (thesis section 4.2).
+
+Models are saved under ``models/<job>/<forecaster>/<task>.keras`` with ``<task>.json`` beside them
+(settings, scaling, error quantiles, what data they were trained on). A saved model is reused only
+when all of that matches the request; otherwise `obtain` refuses (``on_mismatch="error"``, the
+CLI's way) or retrains (``"retrain"``, what `simulate` does, with a message).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from ..errors import InputError
+from ..job import Job, load_job
+from ..series import JobSeries, load_job_series
+from .base import DEFAULT_QUANTILES, Forecaster
+from .lstm import LSTMS, _digest, spec_differences
+from .prepare import PreparedSeries, prepare_job
+from .registry import FORECASTER_VERSION, check_name, default_settings, is_learned, make_forecaster
+
+Say = Callable[[str], None]
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_MODEL_ROOT = PROJECT_ROOT / "models"
+
+
+def _quiet(_msg: str) -> None:
+    pass
+
+
+@dataclass
+class Workspace:
+    """A job's series, checked and on their grids, with what every forecaster run needs."""
+
+    job: Job
+    job_series: JobSeries
+    prepared: list[PreparedSeries]
+    horizon: int = 20
+    gaps: str = "error"
+    quantiles: tuple[float, ...] = DEFAULT_QUANTILES
+    settings: dict[str, dict] = field(default_factory=dict)  # per forecaster name: overrides
+
+    @classmethod
+    def load(
+        cls,
+        job_path: str | Path,
+        *,
+        workload_range: tuple[float, float] = (10.0, 50.0),
+        gaps: str = "error",
+        tasks: list[str] | None = None,
+        horizon: int = 20,
+        settings: dict[str, dict] | None = None,
+    ) -> Workspace:
+        job = load_job(job_path)
+        js = load_job_series(job, workload_range)
+        return cls.from_series(job, js, gaps=gaps, tasks=tasks, horizon=horizon, settings=settings)
+
+    @classmethod
+    def from_series(
+        cls,
+        job: Job,
+        job_series: JobSeries,
+        *,
+        gaps: str = "error",
+        tasks: list[str] | None = None,
+        horizon: int = 20,
+        settings: dict[str, dict] | None = None,
+    ) -> Workspace:
+        if horizon < 1:
+            raise InputError(f"expected a horizon >= 1, got {horizon}", field="horizon")
+        prepared = prepare_job(job_series, gaps=gaps, tasks=tasks)
+        return cls(job, job_series, prepared, horizon=horizon, gaps=gaps, settings=dict(settings or {}))
+
+    def settings_for(self, name: str) -> dict:
+        """Full settings (defaults + overrides) of a forecaster: what identifies its models."""
+        full = default_settings(name)
+        over = self.settings.get(name, {})
+        if over and not is_learned(name):
+            raise InputError(f"the {name} forecaster takes no settings", field="settings")
+        if is_learned(name):
+            full = LSTMS[name].settings_type.from_dict({**full, **over}).to_dict()
+        return full
+
+    def data_identity(self, p: PreparedSeries) -> dict:
+        """What a model's training depends on besides its settings."""
+        return {
+            "job": self.job.name,
+            "task": p.task,
+            "gaps": self.gaps,
+            "train_digest": _digest(p.train_grid),
+            "version": FORECASTER_VERSION,
+        }
+
+
+def model_folder(root: Path, job: str, forecaster: str) -> Path:
+    return Path(root) / job / forecaster
+
+
+def train_one(ws: Workspace, name: str, p: PreparedSeries, say: Say = _quiet) -> Forecaster:
+    f = make_forecaster(name, p, ws.horizon, quantiles=ws.quantiles, settings=ws.settings.get(name), progress=say)
+    if is_learned(name):
+        need = f.min_history(f.resolved_lags(p.n_train_grid)) if hasattr(f, "resolved_lags") else f.min_history()
+        if p.n_train_grid < need:
+            window = getattr(f, "window", 1)
+            raise InputError(
+                f"task '{p.task}': the training half has {p.n_train_grid} steps, too short for {name}: it needs "
+                f"at least {need} (input window {window} + seasonal lag + H {ws.horizon} + a validation tail)",
+                path=p.source,
+            )
+    else:
+        need = max(f._min_origin(), 1) + ws.horizon
+        if p.n_train_grid < need:
+            raise InputError(
+                f"task '{p.task}': the training half has {p.n_train_grid} steps, too short for {name} "
+                f"(it needs {need}: one period + H)",
+                path=p.source,
+            )
+    try:
+        f.fit(p.train_grid)
+    except InputError as exc:
+        raise InputError(f"task '{p.task}': {exc.message}", path=p.source) from exc
+    return f
+
+
+def obtain(
+    ws: Workspace,
+    name: str,
+    p: PreparedSeries,
+    *,
+    model_root: Path | None = DEFAULT_MODEL_ROOT,
+    retrain: bool = False,
+    on_mismatch: str = "error",
+    save: bool = True,
+    say: Say = _quiet,
+) -> tuple[Forecaster, str]:
+    """A fitted forecaster for one task and how it was had: "fitted" (baselines), "loaded", "trained".
+
+    Learned forecasters load from `model_root` when a saved model matches the settings and the
+    training data; with none saved they train (and save). A saved model that does not match is an
+    error with on_mismatch="error", or retrained with on_mismatch="retrain".
+    """
+    check_name(name)
+    if not is_learned(name):
+        return train_one(ws, name, p, say), "fitted"
+    cls = LSTMS[name]
+    folder = model_folder(model_root, ws.job.name, name) if model_root is not None else None
+    expect = make_forecaster(name, p, ws.horizon, quantiles=ws.quantiles, settings=ws.settings.get(name)).spec()
+    identity = ws.data_identity(p)
+    if folder is not None and not retrain and (folder / f"{p.task}.json").is_file():
+        meta = json.loads((folder / f"{p.task}.json").read_text())
+        diffs = spec_differences(expect, meta) + [
+            f"{k}: saved {meta.get('data', {}).get(k)!r}, requested {v!r}"
+            for k, v in identity.items()
+            if meta.get("data", {}).get(k) != v
+        ]
+        if not diffs:
+            f = cls.load(folder, p.task, expect=expect)
+            f.progress = say
+            return f, "loaded"
+        if on_mismatch == "error":
+            raise InputError(
+                f"the saved {name} model for task '{p.task}' does not match the request ({'; '.join(diffs)}); "
+                "retrain it with `bsp-planner forecast train` (or pass --retrain)",
+                path=folder / f"{p.task}.json",
+            )
+        say(f"saved model does not match ({'; '.join(diffs[:3])}{'; ...' if len(diffs) > 3 else ''}); retraining")
+    f = train_one(ws, name, p, say)
+    if folder is not None and save:
+        f.save(folder, p.task, extra={"data": identity})
+    return f, "trained"
+
+
+# -- evaluation ------------------------------------------------------------------------------------
+
+
+@dataclass
+class TaskScore:
+    task: str
+    rmse: np.ndarray  # (H,) per lead time
+    sq_err_sum: np.ndarray  # (H,) sums of squared errors, for pooling
+    count: int  # origins
+    covered: np.ndarray  # (H,) outcomes inside the central interval, counts
+    interval: tuple[float, float]
+
+    @property
+    def mean_rmse(self) -> float:
+        return float(self.rmse.mean())
+
+    @property
+    def coverage(self) -> float:
+        return float(self.covered.sum() / (self.count * len(self.rmse)))
+
+
+def test_origins(p: PreparedSeries, horizon: int) -> np.ndarray:
+    """Every origin in the test half whose H targets all lie in the series."""
+    return np.arange(p.n_train, len(p.rows) - horizon + 1)
+
+
+def score_task(
+    f: Forecaster, p: PreparedSeries, horizon: int, interval: tuple[float, float] = (0.1, 0.9)
+) -> tuple[TaskScore, np.ndarray]:
+    """Forecasts at every test origin, scored on the rows (what a simulation replays)."""
+    o = test_origins(p, horizon)
+    if o.size == 0:
+        raise InputError(f"task '{p.task}': the test half is shorter than H = {horizon}", path=p.source)
+    pred = p.predict_rows(f, o)  # (Q, m, H)
+    truth = p.rows[o[:, None] + np.arange(horizon)[None, :]]
+    med = pred[f.median_index]
+    se = (med - truth) ** 2
+    lo_i, hi_i = f.quantiles.index(interval[0]), f.quantiles.index(interval[1])
+    covered = ((truth >= pred[lo_i]) & (truth <= pred[hi_i])).sum(axis=0)
+    return (
+        TaskScore(p.task, np.sqrt(se.mean(axis=0)), se.sum(axis=0), len(o), covered, interval),
+        pred,
+    )
+
+
+@dataclass
+class Evaluation:
+    horizon: int
+    forecasters: list[str]
+    tasks: list[str]
+    scores: dict[str, dict[str, TaskScore]]  # forecaster -> task -> score
+    how: dict[str, dict[str, str]]  # forecaster -> task -> fitted/loaded/trained
+    seconds: dict[str, float]
+
+    def overall_rmse(self, name: str) -> np.ndarray:
+        """(H,) RMSE per lead time over every task's test origins together."""
+        s = self.scores[name]
+        sse = sum(t.sq_err_sum for t in s.values())
+        n = sum(t.count for t in s.values())
+        return np.sqrt(sse / n)
+
+    def overall_coverage(self, name: str) -> float:
+        s = self.scores[name]
+        return float(sum(t.covered.sum() for t in s.values()) / sum(t.count * self.horizon for t in s.values()))
+
+    def to_dict(self) -> dict:
+        return {
+            "horizon": self.horizon,
+            "forecasters": self.forecasters,
+            "tasks": self.tasks,
+            "interval": [0.1, 0.9],
+            "overall": {
+                n: {
+                    "rmse_by_lead": self.overall_rmse(n).round(4).tolist(),
+                    "mean_rmse": round(float(self.overall_rmse(n).mean()), 4),
+                    "mean_task_rmse": round(float(np.mean([t.mean_rmse for t in self.scores[n].values()])), 4),
+                    "coverage_80": round(self.overall_coverage(n), 4),
+                    "seconds": round(self.seconds.get(n, 0.0), 2),
+                }
+                for n in self.forecasters
+            },
+            "per_task": {
+                n: {
+                    t: {
+                        "rmse_by_lead": s.rmse.round(4).tolist(),
+                        "mean_rmse": round(s.mean_rmse, 4),
+                        "coverage_80": round(s.coverage, 4),
+                        "origins": s.count,
+                        "model": self.how[n][t],
+                    }
+                    for t, s in self.scores[n].items()
+                }
+                for n in self.forecasters
+            },
+        }
+
+
+def evaluate(
+    ws: Workspace,
+    names: list[str],
+    *,
+    model_root: Path | None = DEFAULT_MODEL_ROOT,
+    retrain: bool = False,
+    say: Callable[[str, str], None] | None = None,
+) -> Evaluation:
+    """Every forecaster on every task's test half."""
+    for n in names:
+        check_name(n)
+    scores: dict[str, dict[str, TaskScore]] = {n: {} for n in names}
+    how: dict[str, dict[str, str]] = {n: {} for n in names}
+    seconds: dict[str, float] = {n: 0.0 for n in names}
+    for i, p in enumerate(ws.prepared):
+        for n in names:
+            t0 = time.perf_counter()
+            prefix = f"[{i + 1}/{len(ws.prepared)}] {p.task} · {n}"
+            f, got = obtain(ws, n, p, model_root=model_root, retrain=retrain, say=(lambda m, pf=prefix: say(pf, m)) if say else _quiet)
+            score, _ = score_task(f, p, ws.horizon)
+            scores[n][p.task] = score
+            how[n][p.task] = got
+            seconds[n] += time.perf_counter() - t0
+            if say:
+                say(prefix, f"{got}; mean RMSE {score.mean_rmse:.3f}, 80% interval covers {score.coverage:.1%}")
+    return Evaluation(ws.horizon, list(names), [p.task for p in ws.prepared], scores, how, seconds)
+
+
+def plot_evaluation(ev: Evaluation, path: Path, title: str = "") -> Path:
+    """Error against lead time, one line per forecaster (thesis Fig. 4.5): all tasks, then each task."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    leads = np.arange(1, ev.horizon + 1)
+    n_panels = 1 + len(ev.tasks)
+    cols = 3
+    rows = int(np.ceil(n_panels / cols))
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.1 * rows), squeeze=False)
+    styles = {"lstm": ("C0", "-", "o"), "lstm-thesis": ("C3", "--", "s"), "persistence": ("C7", ":", "^"), "seasonal-naive": ("C2", "-.", "v")}
+    for k, ax in enumerate(axes.flat):
+        if k >= n_panels:
+            ax.axis("off")
+            continue
+        for n in ev.forecasters:
+            color, ls, marker = styles.get(n, (None, "-", None))
+            if k == 0:
+                y = ev.overall_rmse(n)
+                label = f"{n} (mean {y.mean():.2f})"
+            else:
+                y = ev.scores[n][ev.tasks[k - 1]].rmse
+                label = n
+            ax.plot(leads, y, color=color, ls=ls, marker=marker, ms=3, label=label)
+        ax.set_title("all tasks" if k == 0 else ev.tasks[k - 1], fontsize=10)
+        ax.set_xlabel("lead time (steps)")
+        ax.set_ylabel("RMSE (workload units)")
+        ax.set_xticks([1, 5, 10, 15, 20] if ev.horizon == 20 else leads[:: max(1, ev.horizon // 5)])
+        ax.grid(alpha=0.3)
+        ax.set_ylim(bottom=0)
+        if k == 0:
+            ax.legend(fontsize=8, loc="upper left")
+    fig.suptitle(title or "Forecast error against lead time (test halves, workload scale [10, 50])", fontsize=11)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+# -- forecasts for an experiment --------------------------------------------------------------------
+
+
+def request_inputs(ws: Workspace, name: str, start: int, steps: int) -> dict:
+    """Everything the forecast matrices of an experiment depend on: hashed into their digest."""
+    return {
+        "forecaster": name,
+        "version": FORECASTER_VERSION,
+        "settings": ws.settings_for(name),
+        "quantiles": list(ws.quantiles),
+        "horizon": ws.horizon,
+        "start": start,
+        "steps": steps,
+        "gaps": ws.gaps,
+        "job": ws.job.name,
+        "tasks": [
+            {
+                "task": p.task,
+                "series_digest": _digest(p.rows),
+                "timestamps_digest": _digest(p.grid_index.astype(np.float64)),
+                "n_train": p.n_train,
+                "period": p.period,
+                "interval_s": p.interval_s,
+            }
+            for p in ws.prepared
+        ],
+    }
+
+
+def inputs_digest(inputs: dict) -> str:
+    return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def describe_differences(old: dict, new: dict) -> list[str]:
+    """What changed between two request_inputs(), in words."""
+    out = []
+    for key in sorted(set(old) | set(new)):
+        if key == "tasks":
+            o = {t["task"]: t for t in old.get("tasks", [])}
+            n = {t["task"]: t for t in new.get("tasks", [])}
+            if list(o) != list(n):
+                out.append(f"tasks {list(o)} -> {list(n)}")
+                continue
+            for t in n:
+                changed = [k for k in n[t] if o[t].get(k) != n[t][k]]
+                if changed:
+                    out.append(f"task '{t}': {', '.join(changed)} changed")
+        elif old.get(key) != new.get(key):
+            out.append(f"{key}: {old.get(key)!r} -> {new.get(key)!r}")
+    return out
+
+
+def check_experiment_span(ws: Workspace, start: int, steps: int) -> None:
+    ws.job_series.check_length(start, steps)
+
+
+def forecast_experiment(
+    ws: Workspace,
+    name: str,
+    start: int,
+    steps: int,
+    *,
+    model_root: Path | None = DEFAULT_MODEL_ROOT,
+    retrain: bool = False,
+    on_mismatch: str = "error",
+    save_models: bool = True,
+    say: Callable[[str, str], None] | None = None,
+) -> tuple[np.ndarray, dict]:
+    """Median forecasts for steps start..start+steps-1 of every task: (tasks, steps, H), and metadata."""
+    check_experiment_span(ws, start, steps)
+    out = np.empty((len(ws.prepared), steps, ws.horizon))
+    how = {}
+    t_start = time.perf_counter()
+    for i, p in enumerate(ws.prepared):
+        prefix = f"[{i + 1}/{len(ws.prepared)}] {p.task} · {name}"
+        f, got = obtain(
+            ws,
+            name,
+            p,
+            model_root=model_root,
+            retrain=retrain,
+            on_mismatch=on_mismatch,
+            save=save_models,
+            say=(lambda m, pf=prefix: say(pf, m)) if say else _quiet,
+        )
+        origins = p.n_train + start + np.arange(steps)
+        out[i] = p.predict_rows_median(f, origins)
+        how[p.task] = got
+        if say:
+            say(prefix, f"{got}; forecasts for {steps} steps")
+    inputs = request_inputs(ws, name, start, steps)
+    meta = {
+        "forecaster": name,
+        "digest": inputs_digest(inputs),
+        "inputs": inputs,
+        "models": how,
+        "seconds": round(time.perf_counter() - t_start, 2),
+        "format": "row t of <task>.csv: the median forecasts for steps t..t+H-1, made before step t",
+    }
+    return out, meta
