@@ -99,13 +99,19 @@ def test_check_env_and_registration(train_data):
     from bsp_planner.rl.env import ReconfigureEnv
 
     env = ReconfigureEnv(data=train_data)
-    check_env(env, skip_render_check=True)
+    check_env(env, skip_render_check=True)  # render modes are checked below, through gym.make
     assert env.observation_space.shape == (4, 6)  # the thesis's setting: m = 6, a0..a3
     assert env.action_space.n == 4
     made = gym.make(ENV_ID, data=train_data)
-    check_env(made.unwrapped, skip_render_check=True)
+    check_env(made.unwrapped)
     obs, _ = made.reset(seed=3)
     assert made.observation_space.contains(obs)
+    for mode in ("ansi", "rgb_array"):
+        r = ReconfigureEnv(data=train_data, render_mode=mode)
+        r.reset(seed=0)
+        r.step(1)
+        frame = r.render()
+        assert "step" in frame if mode == "ansi" else frame.shape == (4 * 8, 6 * 8, 3)
     # stable-baselines3's own checker (it only remarks that a 2-D observation gets flattened)
     from stable_baselines3.common.env_checker import check_env as sb3_check_env
 
@@ -123,6 +129,10 @@ def test_default_settings_are_the_thesis_setting():
     assert not shipped.train.overlaps(shipped.eval)
     assert shipped.eval.start == 0 and shipped.eval.steps == 400  # the default experiment's own steps
     assert shipped.experiment_path == ROOT / "experiments" / "default.toml"
+    import bsp_planner.rl.env  # noqa: F401  (registers the id)
+
+    env = gym.make(ENV_ID)  # no settings: the thesis's setting on the default experiment
+    assert env.observation_space.shape == (4, 6) and env.action_space.n == 4
 
 
 def test_observation_rows_are_the_planners_predictions(train_data):
@@ -225,6 +235,10 @@ def test_sb3_vectorised_environments(train_data):
     venv = make_vec_env(ReconfigureEnv, n_envs=3, seed=0, env_kwargs={"data": train_data})
     obs = venv.reset()
     assert obs.shape == (3, 4, 6)
+    # by id, in a form that also works in subprocesses (the module registers the id on import)
+    by_id = make_vec_env(f"bsp_planner.rl.env:{ENV_ID}", n_envs=2, seed=0, env_kwargs={"data": train_data})
+    assert by_id.reset().shape == (2, 4, 6)
+    by_id.close()
     ended = 0
     for _ in range(train_data.settings.episode_steps + 5):  # across an automatic reset
         obs, rewards, dones, infos = venv.step(np.array([0, 1, 3]))

@@ -18,6 +18,7 @@ range from its first step, with no configuration yet (the first one is free), wh
     import gymnasium as gym, bsp_planner.rl.env
     env = gym.make("bsp_planner/Reconfigure-v0")                              # m = 6, a0..a3
     env = gym.make("bsp_planner/Reconfigure-v0", settings="envs/default.toml")  # the shipped agent's
+    # where this module is not imported yet (SubprocVecEnv workers): "bsp_planner.rl.env:bsp_planner/Reconfigure-v0"
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from .settings import ENV_ID, EnvSettings, load_env_settings
 
 
 class ReconfigureEnv(gym.Env):
-    metadata = {"render_modes": ["ansi"]}
+    metadata = {"render_modes": ["ansi", "rgb_array"], "render_fps": 4}
 
     def __init__(
         self,
@@ -141,6 +142,10 @@ class ReconfigureEnv(gym.Env):
         return self._obs(), reward, terminated, truncated, info
 
     def render(self):
+        if self.render_mode == "rgb_array":
+            # The observation as a grey image, 8x8 pixels per cell, white = obs_high.
+            cells = (255 * self._obs() / self.settings.obs_high).astype(np.uint8)
+            return np.repeat(np.repeat(cells, 8, axis=0), 8, axis=1)[:, :, None].repeat(3, axis=2)
         if self.render_mode != "ansi":
             return None
         i = self._last
