@@ -207,6 +207,21 @@ def test_penalty_scale_only_changes_the_charged_penalty(setup_dir):
     assert -r * env.data.reward_scale == pytest.approx(info["step_s"] + 3 * env.data.penalty_s)
 
 
+def test_training_baseline_shifts_rewards_by_the_step_alone(train_data):
+    # What the learner sees differs from the environment's reward by an amount that depends on the
+    # step only, never on the action: every policy's return moves by the same amount.
+    from bsp_planner.rl.env import BaselineShaping, ReconfigureEnv
+
+    shifts = []
+    for action in range(4):
+        raw, shaped = ReconfigureEnv(data=train_data), BaselineShaping(ReconfigureEnv(data=train_data))
+        opts = {"start": 30, "config": train_data.cfg[20, 2], "steps": 5}
+        raw.reset(options=opts)
+        shaped.reset(options=opts)
+        shifts.append([shaped.step(action)[1] - raw.step(action)[1] for _ in range(3)])
+    assert np.allclose(shifts, shifts[0])
+
+
 def test_reset_is_deterministic_under_a_seed(train_data):
     from bsp_planner.rl.env import ReconfigureEnv
 

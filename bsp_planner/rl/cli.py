@@ -84,10 +84,15 @@ def train(
             text = f"held-out {last['total_s']:.1f} s, {last['reconfigurations']} reconf." if last else ""
             progress.update(bar, completed=min(n, a.timesteps), last=text)
 
-        result = train_agent(
-            s, out, agent_path, strict=strict, extra_overrides=list(set_ or []), progress=tick,
-            warn=lambda m: console.print(f"[yellow]warning:[/] {m}"),
-        )
+        try:
+            result = train_agent(
+                s, out, agent_path, strict=strict, extra_overrides=list(set_ or []), progress=tick,
+                warn=lambda m: console.print(f"[yellow]warning:[/] {m}"),
+            )
+        except KeyboardInterrupt:
+            progress.stop()
+            console.print(f"interrupted: no agent saved; checkpoints so far are in {out / 'checkpoints'}")
+            raise typer.Exit(130) from None
     m = result.meta
     _print_comparison(console, {a.algo: m["eval"], **m["baseline"]}, f"held-out steps {s.eval} · {s.mode} mode · {m['forecasts']}")
     console.print(f"trained in {m['train_seconds']:.0f} s; agent {result.agent_path} (+ .json)")
