@@ -19,7 +19,7 @@ import typer
 app = typer.Typer(help="Reinforcement-learning planners: train and evaluate agents (DQN, PPO, A2C).", no_args_is_help=True)
 
 EnvArg = Annotated[Optional[Path], typer.Argument(help="Environment file (TOML); default envs/default.toml.")]
-SetOpt = Annotated[Optional[list[str]], typer.Option("--set", help="Experiment override KEY=VALUE (repeatable), e.g. forecast.source=forecasts/lstm.")]
+SetOpt = Annotated[Optional[list[str]], typer.Option("--set", help="Experiment override KEY=VALUE (repeatable), e.g. forecast.source=persistence (paths relative to the experiment file).")]
 EnvSetOpt = Annotated[Optional[list[str]], typer.Option("--env-set", help="Environment override KEY=VALUE (repeatable), e.g. window=8, agent.gamma=0.9.")]
 
 
