@@ -85,15 +85,15 @@ def forecast_matrix(
     return read_forecasts(folder, job_series.task_names, steps, horizon, start=start), label
 
 
-def shipped_folders(base_dir: Path | None, name: str) -> list[tuple[Path, dict]]:
-    """Folders of forecasts under <base_dir>/forecasts/ made by the named forecaster."""
+def shipped_folders(base_dir: Path | None, name: str | None) -> list[tuple[Path, dict]]:
+    """Folders of forecasts under <base_dir>/forecasts/ made by the named forecaster (None: any)."""
     if base_dir is None:
         return []
     root = Path(base_dir) / "forecasts"
     found = []
     for meta_path in sorted(root.glob(f"*/{FORECAST_META}")):
         meta = read_forecast_metadata(meta_path.parent)
-        if meta.get("forecaster") == name and isinstance(meta.get("inputs"), dict):
+        if (name is None or meta.get("forecaster") == name) and isinstance(meta.get("inputs"), dict):
             found.append((meta_path.parent, meta))
     # the folder named "default" first: it is the one the project ships
     found.sort(key=lambda fm: (fm[0].name != "default", fm[0].name))
@@ -104,10 +104,16 @@ def _learned(name, job_series, start, steps, horizon, *, base_dir, gaps, job, sa
     from .pipeline import DEFAULT_MODEL_ROOT, Workspace, describe_differences, forecast_experiment, inputs_digest, request_inputs
 
     shipped = shipped_folders(base_dir, name)
-    policies = [gaps] if gaps is not None else list(dict.fromkeys(m["inputs"].get("gaps", "error") for _, m in shipped)) or ["error"]
+    # Folders made for this job's tasks (by any forecaster) say which job it is and how its gaps were
+    # treated when nobody says otherwise.
+    related = [m for _, m in shipped_folders(base_dir, None) if [t.get("task") for t in m["inputs"].get("tasks", [])] == job_series.task_names]
+    if gaps is not None:
+        policies = [gaps]
+    else:
+        policies = list(dict.fromkeys(m["inputs"].get("gaps", "error") for m in related)) or ["error"]
     job_name = job.name if job is not None else None
     if job_name is None:
-        names = {m["inputs"].get("job") for _, m in shipped}
+        names = {m["inputs"].get("job") for m in related}
         job_name = names.pop() if len(names) == 1 else "job"
     stub = _job_stub(job_name, job_series)
     ws = None
