@@ -29,8 +29,6 @@ number of calls, against O(budget x frames x tasks x steps) before.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from .base import Allocator
@@ -96,44 +94,29 @@ def _allocate_fast(durations, weights, max_level, budget_steps):
     any_maxed = not can.all()
     cur = durations[:, :, 0, :].transpose(0, 2, 1)  # (B, k, n)
     nxt = durations[:, :, min(1, top_level), :].transpose(0, 2, 1)
-
-    # Current durations of the tasks that can grow, vals[b, k, task] (-inf once maxed, and padding),
-    # seen as blocks[b, k, block, slot]; and cur - nxt, the time one more step saves, per task.
-    size = n if n <= 32 else math.isqrt(n - 1) + 1
-    nb = -(-n // size)
-    width = nb * size
-    vals = np.full((b, k, width), ninf)
-    vals[:, :, :n] = np.where(can[:, None, :], cur, ninf)
-    vflat = vals.reshape(-1)
-    diff = np.zeros((b, k, width))
-    diff[:, :, :n] = cur - nxt
-    diff_flat = diff.reshape(-1)
-    step_base = (np.arange(b * k) * width).reshape(b, k)  # flat offset of (frame, step, task 0)
-    if nb > 1:
-        blocks = vals.reshape(b, k, nb, size)
-        barg = (blocks.argmax(axis=3) + (np.arange(nb) * size)[None, None, :]).reshape(-1)  # task index
-        bmax = vflat[(step_base[:, :, None] + barg.reshape(b, k, nb)).reshape(-1)]
-        blk_base = (np.arange(b * k) * nb).reshape(b, k)
-        slots = np.arange(size)
+    # Current durations of the tasks that can grow (-inf once at their maximum), and cur - nxt, the
+    # time one more step saves; both (B, k, n), so the argmax over tasks runs along contiguous rows.
+    vals = np.ascontiguousarray(np.where(can[:, None, :], cur, ninf))
+    vflat = vals.reshape(-1)  # a view: writes through it update vals
+    diff_flat = (cur - nxt).reshape(-1)
+    step_base = (np.arange(b * k) * n).reshape(b, k)  # flat offset of (frame, step, task 0)
     # Slowest among the tasks at their maximum (they never change again): value, index.
     maxed = np.where(can[:, None, :], ninf, cur)
-    tm_v = maxed.max(axis=2)
     tm_i = maxed.argmax(axis=2)
+    tm_v = np.take_along_axis(maxed, tm_i[:, :, None], 2)[:, :, 0]
 
     posw = weights > 0
     posw_f = posw.ravel()
-    w_all = weights
     rows = np.arange(b)
     bins_per = n + 1  # a bin per task and one for entries that count for nobody
     frame_base = (rows * bins_per)[:, None]
     size_bins = b * bins_per
+    # Until a task reaches its maximum, a frame gives a step every round iff it has a positive weight.
+    r = rows[posw.any(axis=1)]
+    sb = step_base[r]
+    both = np.array([0, 1])  # a task's level and the next, gathered together
     for _ in range(budget_steps):
-        # The slowest growable task at every (frame, step): first among equals.
-        if nb == 1:
-            tc_i = vals.argmax(axis=2)
-        else:
-            j = bmax.reshape(b, k, nb).argmax(axis=2)
-            tc_i = barg[blk_base + j]
+        tc_i = vals.argmax(axis=2)  # the slowest growable task at every (frame, step): first among equals
         idx = step_base + tc_i
         if any_maxed:
             # The straggler over all tasks is growable where the growable top wins (ties: lower index).
@@ -143,29 +126,28 @@ def _allocate_fast(durations, weights, max_level, budget_steps):
             grow = (tc_v > tm_v) | ((tc_v == tm_v) & (tc_i < tm_i))
             normal = (grow & posw).any(axis=1)
             valid = np.where(normal[:, None], grow, hascan[:, None])
-            tc_b = np.where(valid, tc_i, n)
+            bins = (frame_base + np.where(valid, tc_i, n)).ravel()
             count_w = (valid & posw).ravel()
         else:
-            tc_b, count_w = tc_i, posw_f
-        saved = diff_flat[idx] * w_all
-        bins = (frame_base + tc_b).ravel()
-        gain = np.bincount(bins, weights=saved.ravel(), minlength=size_bins)
+            bins, count_w = (frame_base + tc_i).ravel(), posw_f
+        # Gains summed per task in step order, as np.bincount does: the same sums, bit for bit.
+        gain = np.bincount(bins, weights=(diff_flat[idx] * weights).ravel(), minlength=size_bins)
         count = np.bincount(bins, weights=count_w, minlength=size_bins)
         score = np.where(count > 0, gain, ninf).reshape(b, bins_per)
         choice = score.argmax(axis=1)
-        ok = score[rows, choice] > ninf
-        if ok.all():
-            r, c, sb = rows, choice, step_base
-        else:
+        if any_maxed:
+            ok = score[rows, choice] > ninf
             if not ok.any():
-                break
-            r, c = rows[ok], choice[ok]
+                break  # a frame that cannot give a step now never will
+            r = rows[ok]
             sb = step_base[r]
+        c = choice[r]
         lv = lvl[r, c] + 1
         lvl[r, c] = lv
-        new = durations[r, c, lv]  # (R, k)
+        got = durations[r[:, None], c[:, None], np.minimum(lv[:, None] + both, top_level)]  # (R, 2, k)
+        new = got[:, 0]
         pos = sb + c[:, None]
-        diff_flat[pos] = new - durations[r, c, np.minimum(lv + 1, top_level)]
+        diff_flat[pos] = new - got[:, 1]
         done = lv >= max_level[c]
         if done.any():
             any_maxed = True
@@ -178,13 +160,6 @@ def _allocate_fast(durations, weights, max_level, budget_steps):
             hascan[rd] = can[rd].any(axis=1)
             new = np.where(done[:, None], ninf, new)
         vflat[pos] = new
-        if nb > 1:
-            first = (c // size) * size  # first task of c's block
-            bstart = sb + first[:, None]
-            am = vflat[bstart[:, :, None] + slots].argmax(axis=2)
-            bpos = (blk_base if r is rows else blk_base[r]) + (c // size)[:, None]
-            bmax[bpos] = vflat[bstart + am]
-            barg[bpos] = first[:, None] + am
     return lvl
 
 
