@@ -23,7 +23,6 @@ from ..errors import InputError
 from ..series import JobSeries
 from .baselines import BASELINES
 from .files import FORECAST_META, read_forecast_metadata, read_forecasts, write_forecasts
-from .lstm import LSTMS
 from .registry import DEFAULT_FORECASTER, FORECASTERS
 
 ALIASES = {"default": DEFAULT_FORECASTER}
