@@ -335,7 +335,7 @@ def plot_evaluation(ev: Evaluation, path: Path, title: str = "") -> Path:
         ax.grid(alpha=0.3)
         ax.set_ylim(bottom=0)
         if k == 0:
-            ax.legend(fontsize=8, loc="upper left")
+            ax.legend(fontsize=8, loc="center right")
     fig.suptitle(title or "Forecast error against lead time (test halves, workload scale [10, 50])", fontsize=11)
     fig.tight_layout()
     path = Path(path)
