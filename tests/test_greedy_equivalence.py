@@ -127,3 +127,19 @@ def test_non_finite_inputs_match_too():
     w = np.tile(discount_weights(4, 0.9), (3, 1))
     for budget in (0, 3, 12, 40):
         assert np.array_equal(GreedyAllocator().allocate_batch(d, w, np.full(6, 4), budget), reference_allocate(d, w, np.full(6, 4), budget))
+
+
+def test_fast_greedy_equals_reference_on_config_table_views():
+    # ConfigTable's shape: frames cut from a sliding window view (not contiguous), every weight positive.
+    from numpy.lib.stride_tricks import sliding_window_view
+
+    rng = np.random.default_rng(21)
+    n, n_levels, m, h = 5, 9, 30, 6
+    actual = np.sort(rng.integers(1, 6, (n, n_levels, m + h)).astype(float), axis=1)[:, ::-1, :]
+    predicted = sliding_window_view(actual, h, axis=2).transpose(2, 0, 1, 3)
+    max_level = np.array([8, 2, 8, 5, 0])
+    for j in (1, 3, h):
+        d = predicted[:, :, :, :j]
+        w = np.broadcast_to(discount_weights(j, 0.95), (d.shape[0], j))
+        for budget in (4, 12, 40):
+            assert np.array_equal(GreedyAllocator().allocate_batch(d, w, max_level, budget), reference_allocate(d, w, max_level, budget))

@@ -7,24 +7,24 @@ lower task index (the slowest task at a step is the first among equals), so resu
 When no straggler can grow (all at their maximum), the stragglers among the tasks that still can grow
 take their turn, so budget is never left idle while someone could use it.
 
-How it is computed (same results, bit for bit, as recomputing everything at every step; see
-tests/test_greedy_equivalence.py). A frame gives out one CPU step per round, so the rounds are
-sequential; the work of a round is kept small instead of O(frames x tasks x steps):
+How it is computed (the same results, bit for bit, as the plain version that recomputes everything
+every round, kept below for inputs with NaN or infinities; tests/test_greedy_equivalence.py checks it).
+A frame gives out one CPU step per round, so the rounds are sequential; each round is one fixed
+sequence of numpy calls over all frames, kept short and on small arrays:
 
-* Tasks that reached their maximum never change again. Per (frame, step) we keep the slowest of them
-  (`top_max`), updated by one comparison when a task reaches its maximum.
-* The tasks that can still grow are split into blocks of about sqrt(tasks); per (frame, step) we keep
-  each block's slowest task. A step given to task c changes only c's block, so a round recomputes one
-  block and then the slowest block: O(sqrt(tasks)) per (frame, step) instead of O(tasks).
-* The straggler over all tasks is the slower of the two (ties to the lower index). The "stuck"
-  fallback is the slowest among those that can grow, which is the block structure's own answer.
-* Gains are summed per task with np.bincount in step order, exactly as before, so equal sums and ties
-  come out the same.
-* A frame that cannot give a step (nothing can grow, or no positive weight) never will: we stop once no
-  frame can.
+* Only entries count: the (frame, step) pairs with a non-zero weight. A zero-weight step never makes a
+  task a candidate and adds only a zero to its gain (MPC's padded windows are mostly zeros).
+* Per entry and task, the current duration of the tasks that can still grow and the time one more step
+  saves live in two (entries, tasks) arrays; a round writes only the chosen task's column in each frame.
+* Tasks at their maximum never change again: per entry we keep the slowest of them, updated by one
+  comparison when a task reaches its maximum. The straggler over all tasks is the slower of that and
+  the slowest growable task (ties to the lower index); the "stuck" fallback is the latter alone.
+* Gains are summed per task with np.bincount in step order, as before, so sums and ties are identical.
+* A frame that cannot give a step now never will: frames without a positive weight are skipped, and the
+  loop stops once no frame can give a step.
 
-Cost: O(budget x frames x (tasks + steps x sqrt(tasks))) array work in O(budget) numpy rounds of a fixed
-number of calls, against O(budget x frames x tasks x steps) before.
+Cost per round: one argmax over (entries, tasks) plus O(entries + frames x tasks) elementwise work, in
+about 25 numpy calls (against ~35 calls on (frames, tasks, steps) arrays, often twice, before).
 """
 
 from __future__ import annotations
@@ -89,49 +89,74 @@ def _allocate_fast(durations, weights, max_level, budget_steps):
     top_level = n_levels - 1
     ninf = -np.inf
     lvl = np.zeros((b, n), dtype=np.int64)
+    # Entries: the (frame, step) pairs with a non-zero weight, frame by frame in step order. A step of
+    # weight 0 never makes a task a candidate and adds only a zero to its gain, so it is left out.
+    nz = weights != 0
+    ent_b, ent_k = np.nonzero(nz)
+    e = ent_b.size
+    if e == 0:
+        return lvl
+    per = nz.sum(axis=1)
+    kmax = int(per.max())
+    filled = np.arange(kmax)[None, :] < per[:, None]
+    ent_of = np.full((b, kmax), e)  # each frame's entries, padded with a scratch entry e
+    ent_of[filled] = np.arange(e)
+    k_of = np.zeros((b, kmax), dtype=np.int64)  # their steps
+    k_of[filled] = ent_k
+
     can = np.broadcast_to(max_level > 0, (b, n)).copy()
     hascan = can.any(axis=1)
     any_maxed = not can.all()
-    cur = durations[:, :, 0, :].transpose(0, 2, 1)  # (B, k, n)
-    nxt = durations[:, :, min(1, top_level), :].transpose(0, 2, 1)
-    # Current durations of the tasks that can grow (-inf once at their maximum), and cur - nxt, the
-    # time one more step saves; both (B, k, n), so the argmax over tasks runs along contiguous rows.
-    vals = np.ascontiguousarray(np.where(can[:, None, :], cur, ninf))
-    vflat = vals.reshape(-1)  # a view: writes through it update vals
-    diff_flat = (cur - nxt).reshape(-1)
-    step_base = (np.arange(b * k) * n).reshape(b, k)  # flat offset of (frame, step, task 0)
+    cur = durations[ent_b, :, 0, ent_k]  # (E, n)
+    nxt = durations[ent_b, :, min(1, top_level), ent_k]
+    # Per entry and task: the current duration of the tasks that can grow (-inf once at their
+    # maximum), and cur - nxt, the time one more step saves. Row e is scratch for the padding.
+    vals = np.full((e + 1, n), ninf)
+    vals[:e] = np.where(can[ent_b], cur, ninf)
+    diff = np.zeros((e + 1, n))
+    diff[:e] = cur - nxt
+    vflat, diff_flat = vals.reshape(-1), diff.reshape(-1)  # views: writes go through
+    live_vals = vals[:e]
+    row_base = np.arange(e) * n
+    ent_base = ent_of * n
     # Slowest among the tasks at their maximum (they never change again): value, index.
-    maxed = np.where(can[:, None, :], ninf, cur)
-    tm_i = maxed.argmax(axis=2)
-    tm_v = np.take_along_axis(maxed, tm_i[:, :, None], 2)[:, :, 0]
+    maxed = np.where(can[ent_b], ninf, cur)
+    tm_i = np.append(maxed.argmax(axis=1), 0)
+    tm_v = np.append(maxed[np.arange(e), tm_i[:e]], ninf)
 
-    posw = weights > 0
-    posw_f = posw.ravel()
+    w = weights[ent_b, ent_k]
+    posw = w > 0
     rows = np.arange(b)
     bins_per = n + 1  # a bin per task and one for entries that count for nobody
-    frame_base = (rows * bins_per)[:, None]
+    ent_bins = ent_b * bins_per
     size_bins = b * bins_per
     # Until a task reaches its maximum, a frame gives a step every round iff it has a positive weight.
-    r = rows[posw.any(axis=1)]
-    sb = step_base[r]
-    both = np.array([0, 1])  # a task's level and the next, gathered together
+    both = np.array([[0, 1]])  # a task's level and the next, gathered together
+    dense = e == b * k  # every frame has every step: no need to pick each frame's steps
+
+    def frames(r):
+        """Index arrays for the frames r that give a step this round (kept while r stays the same)."""
+        return r, r[:, None], np.arange(r.size)[:, None, None], k_of[r][:, None, :], ent_base[r], ent_of[r]
+
+    r, r2, local, steps, eb, ents = frames(rows[np.bincount(ent_b, weights=posw, minlength=b) > 0])
     for _ in range(budget_steps):
-        tc_i = vals.argmax(axis=2)  # the slowest growable task at every (frame, step): first among equals
-        idx = step_base + tc_i
+        tc_i = live_vals.argmax(axis=1)  # the slowest growable task at every entry: first among equals
+        idx = row_base + tc_i
         if any_maxed:
             # The straggler over all tasks is growable where the growable top wins (ties: lower index).
-            # Normal frames count those steps; stuck frames (no growable straggler at a step with
-            # positive weight) count the growable top at every step, if any task can grow.
+            # Normal frames count those entries; stuck frames (no growable straggler at a step with
+            # positive weight) count the growable top at every entry, if any task can grow.
             tc_v = vflat[idx]
-            grow = (tc_v > tm_v) | ((tc_v == tm_v) & (tc_i < tm_i))
-            normal = (grow & posw).any(axis=1)
-            valid = np.where(normal[:, None], grow, hascan[:, None])
-            bins = (frame_base + np.where(valid, tc_i, n)).ravel()
-            count_w = (valid & posw).ravel()
+            tv, ti = tm_v[:e], tm_i[:e]
+            grow = (tc_v > tv) | ((tc_v == tv) & (tc_i < ti))
+            normal = np.bincount(ent_b, weights=grow & posw, minlength=b) > 0
+            valid = np.where(normal[ent_b], grow, hascan[ent_b])
+            bins = ent_bins + np.where(valid, tc_i, n)
+            count_w = valid & posw
         else:
-            bins, count_w = (frame_base + tc_i).ravel(), posw_f
+            bins, count_w = ent_bins + tc_i, posw
         # Gains summed per task in step order, as np.bincount does: the same sums, bit for bit.
-        gain = np.bincount(bins, weights=(diff_flat[idx] * weights).ravel(), minlength=size_bins)
+        gain = np.bincount(bins, weights=diff_flat[idx] * w, minlength=size_bins)
         count = np.bincount(bins, weights=count_w, minlength=size_bins)
         score = np.where(count > 0, gain, ninf).reshape(b, bins_per)
         choice = score.argmax(axis=1)
@@ -139,23 +164,27 @@ def _allocate_fast(durations, weights, max_level, budget_steps):
             ok = score[rows, choice] > ninf
             if not ok.any():
                 break  # a frame that cannot give a step now never will
-            r = rows[ok]
-            sb = step_base[r]
+            if not ok.all() or r.size < b:
+                r, r2, local, steps, eb, ents = frames(rows[ok])
         c = choice[r]
         lv = lvl[r, c] + 1
         lvl[r, c] = lv
-        got = durations[r[:, None], c[:, None], np.minimum(lv[:, None] + both, top_level)]  # (R, 2, k)
+        c2 = c[:, None]
+        got = durations[r2, c2, np.minimum(lv[:, None] + both, top_level)]  # (R, 2, k): level lv and the next
+        if not dense:
+            got = got[local, both[:, :, None], steps]  # (R, 2, kmax): at each frame's entries
         new = got[:, 0]
-        pos = sb + c[:, None]
+        pos = eb + c2
         diff_flat[pos] = new - got[:, 1]
         done = lv >= max_level[c]
         if done.any():
             any_maxed = True
             rd, cd, vd = r[done], c[done], new[done]
-            tv, ti = tm_v[rd], tm_i[rd]
+            ed = ents[done]
+            tv, ti = tm_v[ed], tm_i[ed]
             better = (vd > tv) | ((vd == tv) & (cd[:, None] < ti))
-            tm_v[rd] = np.where(better, vd, tv)
-            tm_i[rd] = np.where(better, cd[:, None], ti)
+            tm_v[ed] = np.where(better, vd, tv)
+            tm_i[ed] = np.where(better, cd[:, None], ti)
             can[rd, cd] = False
             hascan[rd] = can[rd].any(axis=1)
             new = np.where(done[:, None], ninf, new)
