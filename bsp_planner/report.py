@@ -122,7 +122,9 @@ def bar_chart(rows: list[dict], path: Path, labels: dict[str, str] | None = None
     import matplotlib.pyplot as plt
 
     modes = list(dict.fromkeys(r["mode"] for r in rows))
-    fig, axes = plt.subplots(1, len(modes), figsize=(max(6, 0.55 * len(rows) / max(1, len(modes)) + 3) * len(modes), 4.5), squeeze=False, sharey=True)
+    per_mode = max(1, len(rows) // max(1, len(modes)))
+    fig, axes = plt.subplots(1, len(modes), figsize=(len(modes) * max(5.0, 0.45 * per_mode + 2), 4.8), squeeze=False, sharey=True)
+    totals = [r["total_s"] for r in rows]
     for ax, mode in zip(axes[0], modes):
         sub = [r for r in rows if r["mode"] == mode]
         x = np.arange(len(sub))
@@ -133,11 +135,16 @@ def bar_chart(rows: list[dict], path: Path, labels: dict[str, str] | None = None
         floor = [r["total_s"] for r in sub if r["strategy"] == "floor"]
         if floor:
             ax.axhline(floor[0], color="black", lw=0.8, ls="--", label="floor")
+        for xi, r in zip(x, sub):
+            if r["vs_floor_pct"] is not None and r["strategy"] != "floor":
+                ax.text(xi, r["total_s"], f"+{r['vs_floor_pct']:.0f}%", ha="center", va="bottom", fontsize=7)
         ax.set_xticks(x, [r["strategy"] for r in sub], rotation=60, ha="right", fontsize=8)
+        # Strategies differ by percent, not by multiples: start the axis near the smallest total.
+        ax.set_ylim(0.9 * min(totals), 1.04 * max(totals))
         title = f"{mode}" + (f"\n({labels[mode]})" if labels and mode in labels else "")
         ax.set_title(title, fontsize=10)
         ax.grid(axis="y", alpha=0.3)
-    axes[0][0].set_ylabel("total time (s)")
+    axes[0][0].set_ylabel("total time (s), axis starts above 0")
     axes[0][-1].legend(loc="upper right", fontsize=8)
     fig.tight_layout()
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".png")
