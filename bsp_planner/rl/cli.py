@@ -94,7 +94,7 @@ def train(
             console.print(f"interrupted: no agent saved; checkpoints so far are in {out / 'checkpoints'}")
             raise typer.Exit(130) from None
     m = result.meta
-    _print_comparison(console, {a.algo: m["eval"], **m["baseline"]}, f"held-out steps {s.eval} · {s.mode} mode · {m['forecasts']}")
+    _print_comparison(console, {a.algo: m["eval"], **m["baseline"]}, f"held-out steps {s.eval} · {s.mode} mode · {m['eval_forecasts']}")
     console.print(f"trained in {m['train_seconds']:.0f} s; agent {result.agent_path} (+ .json)")
     console.print(f"logs {out}: eval.csv, learning_curve.png, tb/ (tensorboard --logdir {out / 'tb'}), checkpoints/")
 

@@ -110,6 +110,11 @@ class AgentSettings:
     # PPO / A2C
     n_steps: int = 256
     ent_coef: float = 0.01
+    # The saved agent's weights: the average of snapshots taken every `average_every` steps from
+    # `average_from` (a fraction of the training) on, smoothing the step-to-step wobble of the greedy
+    # policy that comes from noisy targets (1.0: the last weights as they are).
+    average_from: float = 0.5
+    average_every: int = 1_000
     # Bookkeeping
     eval_every: int = 5_000
     checkpoint_every: int = 25_000
@@ -119,11 +124,13 @@ class AgentSettings:
         if self.algo not in ALGOS:
             raise InputError(f"expected algo among {', '.join(ALGOS)}, got {self.algo!r}", path=path, field="agent.algo")
         for name in ("timesteps", "n_envs", "buffer_size", "batch_size", "train_freq", "gradient_steps",
-                     "target_update_interval", "n_steps", "eval_every", "checkpoint_every", "threads"):
+                     "target_update_interval", "n_steps", "average_every", "eval_every", "checkpoint_every", "threads"):
             if getattr(self, name) < 1:
                 raise InputError(f"expected {name} >= 1, got {getattr(self, name)}", path=path, field=f"agent.{name}")
         if self.reward_baseline not in ("a1", "none"):
             raise InputError(f"expected reward_baseline a1 or none, got {self.reward_baseline!r}", path=path, field="agent.reward_baseline")
+        if not 0 <= self.average_from <= 1:
+            raise InputError(f"expected 0 <= average_from <= 1, got {self.average_from}", path=path, field="agent.average_from")
         if self.learning_starts < 0:
             raise InputError(f"expected learning_starts >= 0, got {self.learning_starts}", path=path, field="agent.learning_starts")
         if not 0 < self.gamma <= 1:

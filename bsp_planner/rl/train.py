@@ -148,7 +148,37 @@ def _callbacks(s: EnvSettings, train_data: EnvData, eval_data: EnvData, run_dir:
                 evals.pop()
             self._evaluate()
 
-    cbs = [HeldOutEval(), Progress()]
+    class WeightAverage(BaseCallback):
+        """Snapshots of the policy's weights from `average_from` on; their mean replaces the weights
+        when training ends (before the final evaluation, so that it describes the saved agent)."""
+
+        def __init__(self):
+            super().__init__()
+            self.sum = None
+            self.count = 0
+            self.start = int(a.average_from * a.timesteps)
+            self.next_at = max(self.start, 1)
+
+        def _on_step(self) -> bool:
+            if a.average_from < 1 and self.num_timesteps >= self.next_at:
+                self.next_at += a.average_every
+                params = {k: v.detach().clone() for k, v in self.model.policy.state_dict().items()}
+                if self.sum is None:
+                    self.sum = params
+                else:
+                    for k, v in params.items():
+                        self.sum[k] += v
+                self.count += 1
+            return True
+
+        def _on_training_end(self) -> None:
+            if self.count > 1:
+                last = self.model.policy.state_dict()
+                self.model.policy.load_state_dict(
+                    {k: (v / self.count if v.is_floating_point() else last[k]) for k, v in self.sum.items()}
+                )
+
+    cbs = [WeightAverage(), HeldOutEval(), Progress()]
     if checkpoints:
         cbs.append(CheckpointCallback(max(1, a.checkpoint_every // a.n_envs), str(run_dir / "checkpoints"), name_prefix=a.algo))
     return cbs
@@ -219,6 +249,7 @@ def train_agent(
         "eval_range": s.eval.to_dict(),
         "experiment_overrides": list(s.overrides) + list(extra_overrides or []),
         "forecasts": train_data.forecast_label,
+        "eval_forecasts": eval_data.forecast_label,
         "n_tasks": exp.n_tasks,
         "train_seconds": round(train_s, 1),
         "build_seconds": round(build_s, 1),
