@@ -131,14 +131,17 @@ def _allocate_fast(durations, weights, max_level, budget_steps):
     ent_bins = ent_b * bins_per
     size_bins = b * bins_per
     # Until a task reaches its maximum, a frame gives a step every round iff it has a positive weight.
-    both = np.array([[0, 1]])  # a task's level and the next, gathered together
+    both = np.array([[0, 1]])
+    level_pair = np.minimum(np.arange(n_levels)[:, None] + both, top_level)  # a level and the next
     dense = e == b * k  # every frame has every step: no need to pick each frame's steps
 
     def frames(r):
         """Index arrays for the frames r that give a step this round (kept while r stays the same)."""
-        return r, r[:, None], np.arange(r.size)[:, None, None], k_of[r][:, None, :], ent_base[r], ent_of[r]
+        # pick: where each frame's entries lie in the flattened (R, 2, k) block of gathered durations
+        pick = (np.arange(r.size)[:, None, None] * 2 + both[:, :, None]) * k + k_of[r][:, None, :]
+        return r, r[:, None], pick, ent_base[r], ent_of[r]
 
-    r, r2, local, steps, eb, ents = frames(rows[np.bincount(ent_b, weights=posw, minlength=b) > 0])
+    r, r2, pick, eb, ents = frames(rows[np.bincount(ent_b, weights=posw, minlength=b) > 0])
     for _ in range(budget_steps):
         tc_i = live_vals.argmax(axis=1)  # the slowest growable task at every entry: first among equals
         idx = row_base + tc_i
@@ -165,14 +168,14 @@ def _allocate_fast(durations, weights, max_level, budget_steps):
             if not ok.any():
                 break  # a frame that cannot give a step now never will
             if not ok.all() or r.size < b:
-                r, r2, local, steps, eb, ents = frames(rows[ok])
-        c = choice[r]
+                r, r2, pick, eb, ents = frames(rows[ok])
+        c = choice if r.size == b else choice[r]
         lv = lvl[r, c] + 1
         lvl[r, c] = lv
         c2 = c[:, None]
-        got = durations[r2, c2, np.minimum(lv[:, None] + both, top_level)]  # (R, 2, k): level lv and the next
+        got = durations[r2, c2, level_pair[lv]]  # (R, 2, k): level lv and the next
         if not dense:
-            got = got[local, both[:, :, None], steps]  # (R, 2, kmax): at each frame's entries
+            got = got.reshape(-1)[pick]  # (R, 2, kmax): at each frame's entries
         new = got[:, 0]
         pos = eb + c2
         diff_flat[pos] = new - got[:, 1]
