@@ -130,7 +130,6 @@ def _allocate_fast(durations, weights, max_level, budget_steps):
     bins_per = n + 1  # a bin per task and one for entries that count for nobody
     ent_bins = ent_b * bins_per
     size_bins = b * bins_per
-    # Until a task reaches its maximum, a frame gives a step every round iff it has a positive weight.
     both = np.array([[0, 1]])
     level_pair = np.minimum(np.arange(n_levels)[:, None] + both, top_level)  # a level and the next
     dense = e == b * k  # every frame has every step: no need to pick each frame's steps
@@ -141,6 +140,7 @@ def _allocate_fast(durations, weights, max_level, budget_steps):
         pick = (np.arange(r.size)[:, None, None] * 2 + both[:, :, None]) * k + k_of[r][:, None, :]
         return r, r[:, None], pick, ent_base[r], ent_of[r]
 
+    # Until a task reaches its maximum, a frame gives a step every round iff it has a positive weight.
     r, r2, pick, eb, ents = frames(rows[np.bincount(ent_b, weights=posw, minlength=b) > 0])
     for _ in range(budget_steps):
         tc_i = live_vals.argmax(axis=1)  # the slowest growable task at every entry: first among equals
