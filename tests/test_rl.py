@@ -124,8 +124,9 @@ def test_default_settings_are_the_thesis_setting():
 
     s = EnvSettings()  # the environment's own defaults: m = 6, a0..a3
     assert (s.window, s.actions, s.obs_shape) == (6, 4, (4, 6))
-    assert (load_env_settings(ROOT / "envs" / "thesis.toml").obs_shape) == (4, 6)
     shipped = load_env_settings()  # envs/default.toml: the shipped agent's environment
+    assert shipped.obs_shape == (4, 6)
+    assert load_env_settings(ROOT / "envs" / "wide.toml").obs_shape == (11, 10)
     assert not shipped.train.overlaps(shipped.eval)
     assert shipped.eval.start == 0 and shipped.eval.steps == 400  # the default experiment's own steps
     assert shipped.experiment_path == ROOT / "experiments" / "default.toml"
