@@ -147,9 +147,16 @@ def bar_chart(rows: list[dict], path: Path, labels: dict[str, str] | None = None
     axes[0][0].set_ylabel("total time (s), axis starts above 0")
     axes[0][-1].legend(loc="upper right", fontsize=8)
     fig.tight_layout()
+    save_figure(fig, path)
+
+
+def save_figure(fig, path: Path, dpi: int = 110) -> None:
+    """Write a matplotlib figure as PNG next to its final name, then rename: never a half-written chart."""
+    import matplotlib.pyplot as plt
+
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".png")
     os.close(fd)
-    fig.savefig(tmp, dpi=110)
+    fig.savefig(tmp, dpi=dpi)
     plt.close(fig)
     os.replace(tmp, path)
 

@@ -120,6 +120,8 @@ def step_chart(records: list[dict], path: Path, title: str = "", penalty_s: floa
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from ..report import save_figure
+
     steps = np.array([r["step"] for r in records])
     pred = np.array([r["predicted_step_s"] for r in records])
     meas = np.array([r["step_s"] for r in records])
@@ -147,8 +149,4 @@ def step_chart(records: list[dict], path: Path, title: str = "", penalty_s: floa
     ax2.grid(alpha=0.3)
     ax2.legend(fontsize=8, loc="upper left")
     fig.tight_layout()
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".png")
-    os.close(fd)
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    os.replace(tmp, path)
+    save_figure(fig, path)
