@@ -648,13 +648,16 @@ def _proved(best_lv, best_v, limit, cutoff, lb_all, t0, d, w, M, budget, fill, m
 class ExactAllocator(Allocator):
     """Allocator interface over `solve_frame`.
 
-    Incumbents for a frame: greedy's configuration, recent exact solutions, and the exact solution of
-    the same frame one step shorter when it was solved before (offline planners go j = 1, 2, ...: the
-    frame [t, t+j-1) is a prefix of [t, t+j)); that one also gives a lower bound, its proven bound plus
-    the new step's floor. Frames seen before are answered from a cache (keyed by a digest of the
-    durations, weights, levels and budget). A batch is solved on `threads` threads (HiGHS releases the
-    GIL); every frame's incumbents are fixed before the batch starts, so results do not depend on
-    thread timing.
+    Incumbents for a frame: greedy's configuration, recent exact solutions, and the solutions of its
+    sub-frames solved before: cut the frame after m steps, and when both parts are in the cache, its
+    optimum is at least the sum of theirs (one configuration serves both parts), a lower bound that
+    often proves an incumbent optimal without a MILP. Offline planners solve j = 1, 2, ... in turn, and
+    with perfect knowledge the frame [t+m, t+j) is exactly a part of [t, t+j); MPC's and padded batches
+    hold their own sub-frames, so a batch is solved shortest frames first. Frames seen before are
+    answered from the cache (keyed by a digest of the durations, weights relative to the first,
+    levels and budget). Frames of one length are solved on `threads` threads (HiGHS releases the GIL);
+    every frame's incumbents are fixed before its group starts, so results do not depend on thread
+    timing.
     """
 
     name = "exact"
@@ -677,10 +680,13 @@ class ExactAllocator(Allocator):
 
     @staticmethod
     def _key(d, w, M, budget) -> bytes:
+        """Digest of a frame: durations of its weighted steps, weights relative to the first (a frame's
+        optimum scales with its weights, so a sub-frame and the frame that starts there share a key)."""
         import hashlib
 
         h = hashlib.blake2b(digest_size=20)
-        for part in (np.int64(budget), np.ascontiguousarray(M, dtype=np.int64), np.ascontiguousarray(w),
+        rel = np.round(np.asarray(w, dtype=np.float64) / w[0], 12) if len(w) else np.zeros(0)
+        for part in (np.int64(budget), np.ascontiguousarray(M, dtype=np.int64), rel,
                      np.int64(d.shape[1]), np.ascontiguousarray(d)):
             h.update(part.tobytes())
         return h.digest()
@@ -692,6 +698,40 @@ class ExactAllocator(Allocator):
         self._pool.append(lv.copy())
         if len(self._pool) > self.pool_size:
             self._pool.pop(0)
+
+    @staticmethod
+    def _splits(ka: int) -> list[int]:
+        """Where to cut a frame of ka weighted steps for sub-frame bounds (all cuts for short frames)."""
+        if ka <= 12:
+            return list(range(1, ka))
+        return sorted({1, 2, 3, ka // 3, ka // 2, (2 * ka) // 3, ka - 3, ka - 2, ka - 1})
+
+    def _sub_frames(self, d, w, M, budget):
+        """Lower bound and incumbents from solved sub-frames: for a cut m, the frame's optimum is at
+        least the optimum of its first m steps plus that of the rest (one configuration serves both),
+        each known from the cache (a one-step part: its floor)."""
+        from ..planners.floor import floor_levels
+
+        ka = d.shape[2]
+        floors = None
+        best, cands = None, []
+        for m in self._splits(ka):
+            parts = []
+            for a, b in ((0, m), (m, ka)):
+                if b - a == 1:
+                    if floors is None:
+                        floors = floor_levels(d, M, budget)[1]
+                    parts.append(w[a] * floors[a])
+                    continue
+                hit = self._cache.get(self._key(d[:, :, a:b], w[a:b], M, budget))
+                if hit is None:
+                    break
+                cands.append(hit[0])
+                parts.append(w[a] * hit[1])
+            else:
+                v = parts[0] + parts[1]
+                best = v if best is None else max(best, v)
+        return best, cands
 
     def allocate_batch(self, durations, weights, max_level, budget_steps):
         t0 = time.perf_counter()
@@ -710,11 +750,10 @@ class ExactAllocator(Allocator):
         check_frame(durations[0], weights[0], max_level, budget_steps)
         M = np.minimum(max_level, L - 1)
         out = np.empty((b, n), dtype=np.int64)
-        todo, keys, prefix = [], {}, {}
+        todo, keys, active = [], {}, {}
         for f in range(b):
-            active = np.nonzero(weights[f] > 0)[0]
-            d = durations[f][:, :, active]
-            key = self._key(d, weights[f][active], M, budget_steps)
+            act = np.nonzero(weights[f] > 0)[0]
+            key = self._key(durations[f][:, :, act], weights[f][act], M, budget_steps)
             hit = self._cache.get(key)
             if hit is not None:
                 self._cache.move_to_end(key)
@@ -722,55 +761,56 @@ class ExactAllocator(Allocator):
                 self.stats.cache_hits += 1
                 continue
             todo.append(f)
-            keys[f] = key
-            if active.size > 1:
-                pre = self._cache.get(self._key(d[:, :, :-1], weights[f][active[:-1]], M, budget_steps))
-                if pre is not None:
-                    prefix[f] = pre
+            keys[f], active[f] = key, act
         if todo:
             idx = np.array(todo)
             # Greedy is one vectorised pass over a batch (cheap per frame); for one or two frames the
-            # mean-duration min-max start that solve_frame always tries is as good and far cheaper.
+            # starts that solve_frame always tries are as good and far cheaper.
             if len(todo) >= 4:
                 greedy = self._greedy.allocate_batch(durations[idx][:, :, :, :j], weights[idx], max_level, budget_steps)
             else:
                 greedy = [None] * len(todo)
-            pool = list(self._pool)
-            jobs = []
-            for g, f in zip(greedy, todo):
-                cands = ([] if g is None else [g]) + pool
-                lower = None
-                if f in prefix:
-                    pre_levels, pre_bound = prefix[f]
-                    cands.insert(0, pre_levels)
-                    last = np.nonzero(weights[f] > 0)[0][-1]
-                    from ..planners.floor import floor_levels
+            greedy_of = dict(zip(todo, greedy))
+            # Shorter frames first: a batch often holds the sub-frames of its longer frames (MPC's
+            # windows, padded rows), whose solutions then bound and seed the longer ones.
+            by_len: dict[int, list[int]] = {}
+            for f in todo:
+                by_len.setdefault(active[f].size, []).append(f)
+            for ka in sorted(by_len):
+                pool = list(self._pool)
+                jobs = []
+                for f in by_len[ka]:
+                    act = active[f]
+                    g = greedy_of[f]
+                    lower, subs = (None, [])
+                    if ka > 1:
+                        lower, subs = self._sub_frames(durations[f][:, :, act], weights[f][act], M, budget_steps)
+                    cands = subs + ([] if g is None else [g]) + pool
+                    jobs.append((f, g, np.array(cands) if cands else None, lower))
 
-                    step_floor = floor_levels(durations[f][:, :, last : last + 1], M, budget_steps)[1][0]
-                    lower = pre_bound + weights[f][last] * step_floor
-                jobs.append((f, g, np.array(cands) if cands else None, lower))
+                def run(job):
+                    f, g, cands, lower = job
+                    return solve_frame(
+                        durations[f][:, :, :j], weights[f], max_level, budget_steps, incumbents=cands,
+                        rel_gap=self.rel_gap, time_limit=self.time_limit, formulation=self.formulation,
+                        lower_bound=lower,
+                    )
 
-            def run(job):
-                f, g, cands, lower = job
-                return solve_frame(
-                    durations[f][:, :, :j], weights[f], max_level, budget_steps, incumbents=cands,
-                    rel_gap=self.rel_gap, time_limit=self.time_limit, formulation=self.formulation, lower_bound=lower,
-                )
+                if self.threads > 1 and len(jobs) > 1:
+                    from concurrent.futures import ThreadPoolExecutor
 
-            if self.threads > 1 and len(jobs) > 1:
-                from concurrent.futures import ThreadPoolExecutor
-
-                with ThreadPoolExecutor(self.threads) as ex:
-                    sols = list(ex.map(run, jobs))
-            else:
-                sols = [run(job) for job in jobs]
-            for (f, g, _, _), sol in zip(jobs, sols):
-                out[f] = sol.levels
-                self._note(sol, None if g is None else frame_time(durations[f][:, :, :j], g, weights[f]))
-                self._remember(sol.levels)
-                self._cache[keys[f]] = (sol.levels.copy(), sol.bound)
-                if len(self._cache) > self.cache_size:
-                    self._cache.popitem(last=False)
+                    with ThreadPoolExecutor(self.threads) as ex:
+                        sols = list(ex.map(run, jobs))
+                else:
+                    sols = [run(job) for job in jobs]
+                for (f, g, _, _), sol in zip(jobs, sols):
+                    out[f] = sol.levels
+                    self._note(sol, None if g is None else frame_time(durations[f][:, :, :j], g, weights[f]))
+                    self._remember(sol.levels)
+                    first_w = weights[f][active[f][0]] if active[f].size else 1.0
+                    self._cache[keys[f]] = (sol.levels.copy(), sol.bound / first_w)  # bound per unit first weight
+                    if len(self._cache) > self.cache_size:
+                        self._cache.popitem(last=False)
         self.stats.frames += b
         self.stats.seconds += time.perf_counter() - t0
         return out
