@@ -242,19 +242,31 @@ def local_search(d: np.ndarray, w: np.ndarray, levels: np.ndarray, max_level: np
     if n not in _MOVES:
         _MOVES[n] = _moves(n)
     pairs, triples = _MOVES[n]
+    tasks = np.arange(n)[None, :]
+    dw = d * w[None, None, :]  # weights are >= 0, so max_i(d) * w == max_i(d * w) step by step
+
+    def times(cand: np.ndarray) -> np.ndarray:  # (P, n) -> (P,) weighted frame times
+        return dw[tasks, cand].max(axis=1).sum(axis=1)
+
+    gains = {id(pairs): pairs > 0, id(triples): triples > 0}
     lv = levels.copy()
-    cur = float(frame_time(d, lv, w))
+    cur = float(times(lv[None])[0])
     eye = np.eye(n, dtype=np.int64)
     use_triples = False
     for _ in range(max_rounds):
         moves = triples if use_triples else pairs
+        # More CPU shortens a step only for the task that is slowest there: moves that give CPU to a
+        # task that is never the slowest cannot help, so only the slowest tasks receive.
+        per_task = dw[np.arange(n), lv, :]  # (n, k)
+        slowest = np.any(per_task >= per_task.max(axis=0, keepdims=True), axis=1)
+        moves = moves[~np.any(gains[id(moves)] & ~slowest[None, :], axis=1)]
         cand = lv[None] + moves
         if lv.sum() < budget:
             cand = np.concatenate([cand, lv[None] + eye])
         ok = np.all(cand >= 0, axis=1) & np.all(cand <= max_level[None], axis=1) & (cand.sum(axis=1) <= budget)
         cand = cand[ok]
         if len(cand):
-            vals = frame_time(np.broadcast_to(d, (len(cand),) + d.shape), cand, w)
+            vals = times(cand)
             j = int(np.argmin(vals))
             if vals[j] < cur - 1e-13 * abs(cur):
                 lv, cur = cand[j], float(vals[j])
@@ -263,7 +275,7 @@ def local_search(d: np.ndarray, w: np.ndarray, levels: np.ndarray, max_level: np
         if use_triples or not len(triples):
             break
         use_triples = True
-    return lv, cur
+    return lv, float(frame_time(d, lv, w))
 
 
 # ----------------------------------------------------------------------------------------------------
