@@ -211,6 +211,7 @@ def worker(
             stress_ng=stress_ng,
             session_timeout_s=session_timeout,
             zk_wait_s=zk_wait,
+            connect_timeout_s=min(30.0, zk_wait),
             step_timeout_s=_positive_seconds(step_timeout, "--step-timeout"),
         )
     )
