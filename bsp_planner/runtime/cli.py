@@ -68,7 +68,6 @@ def run(
     reconfigured as the planner decides; writes a run log, a chart and a summary to runs/<run-id>/."""
     from rich.console import Console
 
-    from ..errors import InputError
     from . import zk as Z
     from .coordinator import Coordinator, RunFailed, RunInterrupted, RunSettings, check_run_id, new_run_id
 
