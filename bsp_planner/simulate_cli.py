@@ -50,7 +50,7 @@ def simulate(
     if actual is not None:
         overrides.append(f"forecast.actual={actual.resolve()}")
     exp = load_experiment(experiment)
-    apply_overrides(exp, overrides)
+    exp = apply_overrides(exp, overrides)
     check_strategies(exp.strategies)
     t0 = time.perf_counter()
     scen = build_scenario(exp)
