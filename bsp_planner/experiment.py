@@ -131,6 +131,13 @@ def apply_overrides(exp: Experiment, overrides: list[str]) -> Experiment:
 
 def validate(exp: Experiment) -> None:
     p = exp.path
+    twice = sorted({s for s in exp.strategies if exp.strategies.count(s) > 1})
+    if twice:
+        raise InputError(
+            f"strategy {', '.join(repr(s) for s in twice)} is listed more than once; list each strategy once",
+            path=p,
+            field="strategies",
+        )
     c = exp.cpu
     if not c.max_millicores >= c.min_millicores:
         raise InputError(
