@@ -61,7 +61,10 @@ def check_output_file(path: str | Path, flag: str = "--out") -> Path:
         except OSError as exc:
             raise InputError(f"cannot write it: {exc.strerror or exc}", path=path, field=flag) from None
         return path
-    check_output_dir(path.parent, flag) if path.parent != path else None
+    base = _nearest_existing(path.parent)
+    if not base.is_dir():
+        raise InputError(f"expected a file in a folder, but {base} is a file, not a folder", path=path, field=flag)
+    _probe_writable(base, path, flag)
     return path
 
 

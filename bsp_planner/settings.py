@@ -329,16 +329,16 @@ def apply_overrides(obj: T, overrides: list[str] | None, *, flag: str = "--set",
     updated instance (a new one for frozen settings); errors name the flag, the field and the value."""
     for item in overrides or []:
         parts, text = parse_override(item, flag)
-        obj = _override(obj, parts, text, flag)
+        obj = _override(obj, parts, text, flag, ".".join(parts))
     if validate:
         _validate(obj, None)
     return obj
 
 
-def _override(obj: Any, parts: list[str], text: str, flag: str) -> Any:
+def _override(obj: Any, parts: list[str], text: str, flag: str, where: str) -> Any:
+    """Set the field at `parts` (a path through nested settings) from text; `where` is the full key."""
     cls = type(obj)
     fields = setting_fields(cls)
-    where = ".".join(parts)
     key = parts[0]
     if key not in fields:
         raise InputError(
@@ -349,7 +349,7 @@ def _override(obj: Any, parts: list[str], text: str, flag: str) -> Any:
     if len(parts) > 1:
         if not dataclasses.is_dataclass(tp):
             raise InputError(f"{key} is not a table; expected {flag} {key}=VALUE", field=where)
-        new = _override(current, parts[1:], text, flag)
+        new = _override(current, parts[1:], text, flag, where)
     elif dataclasses.is_dataclass(tp):
         raise InputError(f"[{key}] is a table; expected {flag} {key}.FIELD=VALUE", field=where)
     else:

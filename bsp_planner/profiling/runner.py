@@ -29,7 +29,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Protocol, Sequence
 
-from ..errors import InputError
+from ..errors import InputError, InputWarning
 from ..job import Job, Task
 from ..outputs import check_output_file
 from ..profiles import PROFILE_COLUMNS, metadata_path, read_metadata, read_profile_rows
