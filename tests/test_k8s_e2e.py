@@ -30,7 +30,6 @@ from bsp_planner.shipped import data_dir
 
 pytestmark = pytest.mark.k8s
 
-ROOT = Path(__file__).resolve().parent.parent
 DATA = data_dir()  # the shipped defaults (package data)
 NS = os.environ.get("BSP_PLANNER_K8S_NAMESPACE", N.DEFAULT_NAMESPACE)
 IMAGE = os.environ.get("BSP_PLANNER_IMAGE", "bsp-planner:dev")
