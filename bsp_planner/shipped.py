@@ -22,12 +22,13 @@ from pathlib import Path
 
 from .errors import InputError
 
-#: Folders under data/ that `bsp-planner init` copies: what an experiment needs to run on its own.
+#: What `bsp-planner init` copies (files or folders under data/, kept at the same relative places so the
+#: experiment's and the job's relative paths point at the copies): the default experiment, its job,
+#: profile, series (with their licence) and shipped forecasts.
 INIT_FILES = (
     "experiments/default.toml",
     "experiments/forecasts/default",
     "jobs/thesis-8.toml",
-    "profiles/README.md",
     "profiles/local-2core/profile.csv",
     "profiles/local-2core/profile.meta.json",
     "datasets",
@@ -105,3 +106,27 @@ def describe_experiment(experiment_path: Path | None, out_dir: Path) -> str:
     if is_shipped(experiment_path):
         return f"{Path(experiment_path).name} (shipped)"
     return Path(os.path.relpath(Path(experiment_path).resolve(), Path(out_dir).resolve())).as_posix()
+
+
+def copy_defaults(dest: Path | str) -> list[Path]:
+    """Write an editable copy of the shipped default experiment (with its job, profile, series and
+    forecasts) into `dest`, which must not exist or be an empty folder. Returns the files written."""
+    import shutil
+
+    dest = Path(dest).expanduser()
+    if dest.exists() and not dest.is_dir():
+        raise InputError("expected a folder to create (or an empty one), found a file", path=dest)
+    if dest.is_dir() and any(dest.iterdir()):
+        raise InputError("the folder is not empty; give a new or empty folder (nothing was written)", path=dest)
+    written: list[Path] = []
+    for relative in INIT_FILES:
+        src = data_path(relative)
+        target = dest / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if src.is_dir():
+            shutil.copytree(src, target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+            written += sorted(p for p in target.rglob("*") if p.is_file())
+        else:
+            shutil.copyfile(src, target)
+            written.append(target)
+    return written
