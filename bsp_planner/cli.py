@@ -26,11 +26,13 @@ err_console = Console(stderr=True, soft_wrap=True)  # a path in a message is nev
 
 
 def _register() -> None:
+    from .init_cli import init
     from .profiling.cli import app as profile_app
     from .simulate_cli import simulate
 
     app.add_typer(profile_app, name="profile")
     app.command("simulate")(simulate)
+    app.command("init")(init)
     for module, name in (
         ("bsp_planner.forecasting.cli", "forecast"),
         ("bsp_planner.rl.cli", "rl"),

@@ -110,7 +110,12 @@ class Experiment:
 
     @property
     def output_path(self) -> Path:
-        return self.resolve(self.output)
+        """Where results go: relative to the experiment's folder, or for a shipped experiment to
+        ./experiments of the current directory (see shipped.output_base)."""
+        from .shipped import output_base
+
+        p = Path(self.output).expanduser()
+        return p if p.is_absolute() else output_base(self.path) / p
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)

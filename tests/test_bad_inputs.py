@@ -16,7 +16,7 @@ from bsp_planner.errors import InputError, InputWarning
 from bsp_planner.forecasting.files import write_trace
 from bsp_planner.job import load_job
 from bsp_planner.profiles import load_profile, metadata_path
-from synthetic import ROOT, THESIS_TASKS, write_experiment, write_profile
+from synthetic import DATA, THESIS_TASKS, write_experiment, write_profile
 
 FAST = ["-q", "--steps", "5", "--strategies", "mpc,floor", "--mode", "perfect"]
 
@@ -93,7 +93,7 @@ def write_job(tmp_path: Path, series: str, extra: str = "", tasks=("affinity",))
     return job
 
 
-NYC = str(ROOT / "datasets" / "nyc_taxi.csv")
+NYC = str(DATA / "datasets" / "nyc_taxi.csv")
 
 
 def test_unknown_key_in_a_task_table_is_refused(tmp_path):
@@ -143,7 +143,7 @@ def test_truncated_profile_metadata(experiment, synthetic_profile, monkeypatch, 
 
 
 def test_simulate_refuses_a_job_the_profile_did_not_time(experiment, synthetic_profile, monkeypatch, capsys):
-    job = load_job(ROOT / "jobs" / "thesis-8.toml")
+    job = load_job(DATA / "jobs" / "thesis-8.toml")
     tasks = {t.name: {"stressor": t.stressor, "ops_per_unit": t.ops_per_unit, "workers": t.workers} for t in job.tasks}
     metadata_path(synthetic_profile).write_text(json.dumps({"tasks": tasks}))
     assert run_cli(["simulate", experiment, "-q"], monkeypatch, capsys)[0] == 0  # the same job: fine
@@ -253,7 +253,7 @@ def test_experiment_output_naming_a_file(tmp_path, synthetic_profile, no_work, m
 def test_profile_run_out_under_a_file(tmp_path, monkeypatch, capsys):
     (tmp_path / "f").write_text("x")
     code, _, err = run_cli(
-        ["profile", "run", "--job", ROOT / "jobs" / "thesis-8.toml", "--out", tmp_path / "f" / "profile.csv", "--repeats", "1"],
+        ["profile", "run", "--job", DATA / "jobs" / "thesis-8.toml", "--out", tmp_path / "f" / "profile.csv", "--repeats", "1"],
         monkeypatch, capsys,
     )
     assert code == 2 and "--out" in err and "is a file, not a folder" in err, err

@@ -37,13 +37,16 @@ from typing import Any, Literal
 from .. import settings as _settings
 from ..errors import InputError
 from ..settings import internal, setting
+from ..shipped import data_dir
 
 ENV_ID = "bsp_planner/Reconfigure-v0"
 ALGOS = ("dqn", "ppo", "a2c")
 MODES = ("forecast", "perfect")
-REPO_ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_ENV = REPO_ROOT / "envs" / "default.toml"
-DEFAULT_AGENT_DIR = REPO_ROOT / "agents" / "default"
+# Shipped files (package data). Agents record their environment file relative to SHIPPED_ROOT when it
+# is a shipped one ("envs/default.toml"), so their metadata holds no machine's absolute path.
+SHIPPED_ROOT = data_dir()
+DEFAULT_ENV = SHIPPED_ROOT / "envs" / "default.toml"
+DEFAULT_AGENT_DIR = SHIPPED_ROOT / "agents" / "default"
 
 
 @dataclass(frozen=True)
@@ -178,7 +181,7 @@ class EnvSettings:
         d.pop("path")
         d["train"] = self.train.to_dict()
         d["eval"] = self.eval.to_dict()
-        d["env_file"] = repo_relative(self.path) if self.path else None
+        d["env_file"] = shipped_relative(self.path) if self.path else None
         return d
 
     def check_ranges(self, strict: bool) -> str | None:
@@ -202,23 +205,27 @@ def apply_env_overrides(s: EnvSettings, overrides: list[str]) -> EnvSettings:
 
 def load_env_settings(path: str | Path | None = None, overrides: list[str] | None = None) -> EnvSettings:
     path = Path(path) if path is not None else DEFAULT_ENV
+    shipped = SHIPPED_ROOT / "envs" / f"{path.stem}.toml"
+    if not path.is_file() and path.parent in (Path("."), Path("envs")) and path.suffix in ("", ".toml") and shipped.is_file():
+        path = shipped  # a shipped environment by name: default, wide (or envs/wide.toml as before)
     s = _settings.load_settings_file(EnvSettings, path, "environment", {"name": path.stem, "path": path.resolve()})
     if overrides:
         s = apply_env_overrides(s, overrides)
     return s
 
 
-def repo_relative(path: Path | str) -> str:
+def shipped_relative(path: Path | str) -> str:
+    """A shipped file as a path relative to the package data ("envs/default.toml"); another as given."""
     p = Path(path).resolve()
     try:
-        return str(p.relative_to(REPO_ROOT))
+        return p.relative_to(SHIPPED_ROOT.resolve()).as_posix()
     except ValueError:
         return str(p)
 
 
-def from_repo(path: str) -> Path:
+def from_shipped(path: str) -> Path:
     p = Path(path)
-    return p if p.is_absolute() else REPO_ROOT / p
+    return p if p.is_absolute() else SHIPPED_ROOT / p
 
 
 def settings_from_dict(d: dict) -> EnvSettings:
@@ -227,5 +234,5 @@ def settings_from_dict(d: dict) -> EnvSettings:
     name = d.pop("name", "agent")
     env_file = d.pop("env_file", None)
     d.pop("path", None)
-    base = EnvSettings(name=name, path=from_repo(env_file) if env_file else None)
+    base = EnvSettings(name=name, path=from_shipped(env_file) if env_file else None)
     return _settings.load_settings(EnvSettings, d, base=base)

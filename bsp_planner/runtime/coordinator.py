@@ -1,6 +1,6 @@
 """The coordinator of a live run: the one place where a planner's decision meets real tasks.
 
-    bsp-planner run --backend local --planner mpc [--experiment experiments/live-default.toml]
+    bsp-planner run --backend local --planner mpc [--experiment live-default]
 
 It builds the planning context exactly as `simulate` does (:func:`bsp_planner.scenario.build_scenario`
 on an experiment file), starts every task through a backend under its configured CPU, and then, before
@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import InputError
+from ..shipped import data_path
 from . import zk as Z
 from .backends import Backend, TaskLost, WorkerLaunch, make_backend
 from .runlog import RunLog, atomic_write, step_chart
@@ -43,7 +44,7 @@ from .worker import EXIT_INPUT, EXIT_STRESS
 
 RECONFIGURE = ("recreate", "in-place", "auto")
 RUN_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-DEFAULT_EXPERIMENT = Path("experiments/live-default.toml")
+DEFAULT_EXPERIMENT = data_path("experiments/live-default.toml")  # shipped (package data)
 DEFAULT_RUNS_DIR = Path("runs")
 RUN_FORMAT = 1
 
@@ -172,11 +173,12 @@ class Coordinator:
         from ..job import load_job
         from ..planners.base import make_planner
         from ..scenario import build_scenario
+        from ..shipped import find_experiment
 
         s = self.settings
         make_planner(s.planner)  # an unknown planner fails before anything starts
         overrides = list(s.overrides) + [f"strategies={s.planner}", f"modes={s.mode}"]
-        exp = load_experiment(Path(s.experiment), overrides)
+        exp = load_experiment(find_experiment(s.experiment), overrides)
         source_profile = str(exp.profile_path)
         self._check_profile_matches(exp)
         self._fit_profile(exp)
