@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from bsp_planner import cli
 from bsp_planner.forecasting.files import write_forecasts, write_trace
-from synthetic import ROOT, write_profile
+from synthetic import DATA, write_profile
 
 TASKS = ["affinity", "atomic"]
 PROPS = settings(
@@ -44,7 +44,7 @@ OLD_RESULTS = {"comparison.csv": b"old table\n", "comparison.json": b"{}\n", "st
 @pytest.fixture(scope="module")
 def world(tmp_path_factory) -> Path:
     base = tmp_path_factory.mktemp("world")
-    rows = (ROOT / "datasets" / "nyc_taxi.csv").read_text().splitlines()[:401]
+    rows = (DATA / "datasets" / "nyc_taxi.csv").read_text().splitlines()[:401]
     (base / "series.csv").write_text("\n".join(rows) + "\n")
     write_profile(base / "profile.csv", tasks=TASKS)
     (base / "job.toml").write_text(JOB)
