@@ -74,13 +74,7 @@ def _parse_settings(items: list[str] | None, names: list[str]) -> dict[str, dict
     for item in items or []:
         if "=" not in item:
             raise InputError(f"expected KEY=VALUE, got {item!r}", field="--set")
-        key, raw = (x.strip() for x in item.split("=", 1))
-        try:
-            value = json.loads(raw)
-        except json.JSONDecodeError:
-            value = raw
-        if isinstance(value, list):
-            value = [int(v) for v in value]
+        key, value = (x.strip() for x in item.split("=", 1))  # checked by the forecaster's settings loader
         targets = learned
         if "." in key:
             fname, key = key.split(".", 1)
