@@ -7,11 +7,12 @@ heavy imports (TensorFlow, torch, kazoo) inside its commands, so `bsp-planner --
 from __future__ import annotations
 
 import sys
+import warnings
 
 import typer
 from rich.console import Console
 
-from .errors import InputError
+from .errors import InputError, InputWarning
 from .plugins import import_optional
 
 app = typer.Typer(
@@ -21,15 +22,17 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-err_console = Console(stderr=True)
+err_console = Console(stderr=True, soft_wrap=True)  # a path in a message is never cut in two
 
 
 def _register() -> None:
+    from .init_cli import init
     from .profiling.cli import app as profile_app
     from .simulate_cli import simulate
 
     app.add_typer(profile_app, name="profile")
     app.command("simulate")(simulate)
+    app.command("init")(init)
     for module, name in (
         ("bsp_planner.forecasting.cli", "forecast"),
         ("bsp_planner.rl.cli", "rl"),
@@ -47,7 +50,16 @@ def _register() -> None:
 _register()
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None, _default=warnings.showwarning) -> None:
+    """Warnings about inputs read as plain text, like errors; any other warning as Python shows it."""
+    if issubclass(category, InputWarning):
+        err_console.print(f"[bold yellow]warning:[/] {message}", highlight=False)
+    else:
+        _default(message, category, filename, lineno, file, line)
+
+
 def main() -> None:
+    warnings.showwarning = _show_warning
     try:
         app()
     except InputError as exc:

@@ -22,7 +22,7 @@ from .job import Job, load_job
 from .performance import DurationModel, PerformanceModel
 from .planners.base import ConfigTable, PlanningContext, make_planner
 from .plugins import import_optional
-from .profiles import load_profile
+from .profiles import check_job_matches, load_profile, metadata_path
 from .series import JobSeries, load_job_series
 from .simulation import StrategyResult, floor_result, simulate
 
@@ -70,8 +70,12 @@ def build_scenario(exp: Experiment) -> Scenario:
 
 
 def _build(exp: Experiment) -> Scenario:
+    for fname, p, what in (("job", exp.job_path, "job"), ("profile", exp.profile_path, "profile")):
+        if not p.is_file():
+            raise InputError(f"{what} file {str(p)!r} not found (or not a file)", path=exp.path, field=fname)
     job = load_job(exp.job_path)
     profile = load_profile(exp.profile_path)
+    check_job_matches(profile.metadata, job, metadata_path(exp.profile_path))
     model = PerformanceModel(profile, job.task_names, exp.interpolation, exp.out_of_grid)
     c = exp.cpu
     top = max(c.max_millicores, c.exppo_max_millicores or c.max_millicores)
@@ -100,7 +104,8 @@ def _build(exp: Experiment) -> Scenario:
     exppo_max = np.full(n, cpu.level_of(c.exppo_max_millicores)) if c.exppo_max_millicores else max_level
     job_series = load_job_series(job, exp.workload_range)
     if exp.forecast.actual:
-        actual_w = read_trace(exp.resolve(exp.forecast.actual), job.task_names, exp.steps, exp.start)
+        grid = profile.workload_range if exp.out_of_grid == "error" else None
+        actual_w = read_trace(exp.resolve(exp.forecast.actual), job.task_names, exp.steps, exp.start, valid_range=grid)
         actual_w = np.clip(actual_w, *exp.workload_range)
     else:
         actual_w = job_series.workloads(exp.start, exp.steps, path=exp.path)

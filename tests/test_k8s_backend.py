@@ -1,6 +1,6 @@
 """The kubernetes live backend's reconcile logic, against FakeApiServer.
 
-FakeApiServer (bsp_planner/k8s/fake_apiserver.py) is an in-process HTTP server on 127.0.0.1 that speaks
+FakeApiServer (bsp_planner/testing/fake_apiserver.py) is an in-process HTTP server on 127.0.0.1 that speaks
 enough of the Kubernetes REST API for these calls; the real `kubernetes` client talks to it. It is used
 here FOR LOGIC TESTS ONLY: it schedules, resizes and evicts by simple rules, and nothing here says the
 backend works on a real cluster (that is tests/test_k8s_e2e.py, marked k8s). What it does check like a
@@ -23,7 +23,7 @@ pytest.importorskip("bsp_planner.runtime.backends", reason="the runtime backends
 from bsp_planner.errors import InputError  # noqa: E402
 from bsp_planner.k8s import names as N  # noqa: E402
 from bsp_planner.k8s.cluster import ROLE_RULES  # noqa: E402
-from bsp_planner.k8s.fake_apiserver import FakeApiServer, rules_from_manifests  # noqa: E402
+from bsp_planner.testing.fake_apiserver import FakeApiServer, rules_from_manifests  # noqa: E402
 from bsp_planner.runtime.backends import WorkerLaunch, make_backend  # noqa: E402
 from bsp_planner.runtime.backends.kubernetes import ConfigurationDoesNotFit, KubernetesBackend, PodLost  # noqa: E402
 
@@ -43,7 +43,7 @@ def backend(api: FakeApiServer, **kw) -> KubernetesBackend:
     kw.setdefault("image", "bsp-planner:dev")
     kw.setdefault("poll_s", 0.005)
     kw.setdefault("namespace", NS)
-    return KubernetesBackend("r1", host=api.url, **kw)
+    return KubernetesBackend("r1", kubeconfig=api.kubeconfig, **kw)
 
 
 @pytest.fixture
@@ -259,7 +259,7 @@ def test_a_pod_deleted_by_someone_else_stops_the_run(api):
 def test_cleanup_removes_only_this_runs_leftover_pods(api):
     earlier = backend(api)
     earlier.start_task(launch("affinity"), 500)
-    other = KubernetesBackend("r2", host=api.url, image="x", namespace=NS, poll_s=0.005)
+    other = KubernetesBackend("r2", kubeconfig=api.kubeconfig, image="x", namespace=NS, poll_s=0.005)
     other.start_task(launch("affinity"), 500)
     resumed = backend(api)  # a new coordinator of run r1 after a crash
     assert resumed.cleanup_stale() == [N.pod_name("r1", "affinity")]
@@ -282,12 +282,12 @@ def test_settings_come_from_the_environment_of_the_coordinator_job(api, monkeypa
     for k, v in {"NAMESPACE": "elsewhere", "RECONFIGURE": "recreate", "WORKER_ZOOKEEPER": "zookeeper:2181",
                  "ZK_AUTH_SECRET": "s", "PENDING_TIMEOUT": "7", "NODE_SELECTOR": "pool=bsp"}.items():
         monkeypatch.setenv(f"BSP_PLANNER_K8S_{k}", v)
-    b = KubernetesBackend("r1", host=api.url, image="i")
+    b = KubernetesBackend("r1", kubeconfig=api.kubeconfig, image="i")
     assert (b.namespace, b.mode, b.worker_zk_hosts, b.zk_auth_secret, b.pending_timeout_s, b.node_selector) == (
         "elsewhere", "recreate", "zookeeper:2181", "s", 7.0, {"pool": "bsp"})
     monkeypatch.setenv("BSP_PLANNER_K8S_NODE_SELECTOR", "nonsense")
     with pytest.raises(InputError, match="key=value"):
-        KubernetesBackend("r1", host=api.url, image="i")
+        KubernetesBackend("r1", kubeconfig=api.kubeconfig, image="i")
 
 
 def test_the_fit_check_is_skipped_with_a_warning_when_nodes_cannot_be_read():

@@ -20,7 +20,7 @@ pytest.importorskip("kubernetes", reason="the official kubernetes client is not 
 pytest.importorskip("bsp_planner.runtime.coordinator", reason="the live runtime is not in this tree yet")
 
 from bsp_planner.k8s import names as N  # noqa: E402
-from bsp_planner.k8s.fake_apiserver import FakeApiServer  # noqa: E402
+from bsp_planner.testing.fake_apiserver import FakeApiServer  # noqa: E402
 from bsp_planner.runtime.backends.kubernetes import KubernetesBackend  # noqa: E402
 from bsp_planner.runtime.coordinator import Coordinator  # noqa: E402
 
@@ -69,7 +69,7 @@ def test_a_live_run_through_the_kubernetes_backend(tmp_path, zk_server, creds_fi
     with FakeApiServer(pod_runner=kubelet(tmp_path, secrets), delete_delay_s=5.0) as api:
         api.add_node("node-a", "4")
         backend = KubernetesBackend(
-            f"k8s-{how}", host=api.url, namespace=NS, image="bsp-planner:dev", reconfigure="auto",
+            f"k8s-{how}", kubeconfig=api.kubeconfig, namespace=NS, image="bsp-planner:dev", reconfigure="auto",
             worker_zk_hosts=zk_server.hosts, zk_auth_secret=SECRET, poll_s=0.02, log_dir=tmp_path / "logs",
         )
         coord = Coordinator(settings(exp, zk_server, creds_file, planner="static:1", reconfigure=how),

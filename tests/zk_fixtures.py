@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 
 from bsp_planner.errors import InputError
+from bsp_planner.shipped import data_dir
 
-ROOT = Path(__file__).resolve().parent.parent
+DATA = data_dir()  # the shipped defaults (package data)
 PREFIX = f"bsp-planner-test-{os.getpid()}"  # the tests' own parent cgroup, apart from real measurements
 
 
@@ -157,7 +158,7 @@ def write_profile(path: Path, tasks=("a", "b", "c"), seed: int = 1) -> Path:
 
 def tiny_experiment(folder: Path, steps: int = 5, penalty: float = 0.3, ops_a: float = 20) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "job.toml").write_text(JOB.format(data=ROOT / "datasets", ops_a=ops_a))
+    (folder / "job.toml").write_text(JOB.format(data=DATA / "datasets", ops_a=ops_a))
     write_profile(folder / "profile.csv")
     path = folder / "exp.toml"
     path.write_text(EXPERIMENT.format(steps=steps, penalty=penalty))

@@ -15,9 +15,11 @@ from typing import Optional
 
 import typer
 
+from ..shipped import data_path
+
 app = typer.Typer(help="Measure task durations over a grid of CPU limits x workload sizes.", no_args_is_help=True)
 
-DEFAULT_JOB = Path("jobs/thesis-8.toml")
+DEFAULT_JOB = data_path("jobs/thesis-8.toml")  # shipped (package data)
 _CPU_HELP = "CPU limits in millicores, comma-separated (1000 = one CPU)."
 _W_HELP = "Workload sizes, comma-separated (bogo-ops = ops_per_unit x workload)."
 

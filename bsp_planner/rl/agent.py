@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import InputError
+from ..shipped import data_path
 from .settings import ALGOS, EnvSettings, StepRange, settings_from_dict
 
 FORMAT = 1
@@ -137,6 +138,8 @@ _CACHE: dict[tuple[str, int, int], Agent] = {}
 def load_agent(path: str | Path) -> Agent:
     """Load and check an agent; cached per (file, mtime, size), so repeated planners share one model."""
     path = Path(path).expanduser()
+    if not path.is_absolute() and not path.exists() and data_path(str(path)).exists():
+        path = data_path(str(path))  # a shipped agent by its place in the package: agents/default/dqn.zip
     if path.suffix != ".zip" and not path.is_file() and path.with_suffix(".zip").is_file():
         path = path.with_suffix(".zip")
     if not path.is_file():

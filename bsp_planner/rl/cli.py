@@ -49,7 +49,7 @@ def train(
     """Train an agent on the environment's training steps, evaluating it on the held-out steps."""
     from rich.console import Console
 
-    from .settings import DEFAULT_AGENT_DIR, REPO_ROOT, StepRange
+    from .settings import DEFAULT_AGENT_DIR, StepRange
 
     console = Console()
     extra = []
@@ -64,7 +64,7 @@ def train(
     s = _settings(env, env_set, extra)
     a = s.agent
     agent_path = agent if agent is not None else (DEFAULT_AGENT_DIR.parent / s.name / f"{a.algo}.zip")
-    out = run_dir if run_dir is not None else REPO_ROOT / "out" / "rl" / f"{s.name}-{a.algo}"
+    out = run_dir if run_dir is not None else Path("out") / "rl" / f"{s.name}-{a.algo}"
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 

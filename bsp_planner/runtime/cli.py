@@ -1,7 +1,7 @@
 """`bsp-planner run`, `bsp-planner worker` and `bsp-planner zk start|stop|status`.
 
     bsp-planner zk start
-    bsp-planner run --planner mpc                      # experiments/live-default.toml, local backend
+    bsp-planner run --planner mpc                      # the shipped live-default experiment, local backend
     bsp-planner run --resume live-20261121-101500-ab12
 
 Credentials for ZooKeeper's digest ACLs never appear on a command line: `--zk-auth-file FILE` (a file
@@ -33,7 +33,7 @@ def _hosts(value: Optional[str]) -> str:
 
 
 def run(
-    experiment: Path = typer.Option(Path("experiments/live-default.toml"), "--experiment", "-e", help="Experiment file (TOML): job, profile, CPU levels, planner settings."),
+    experiment: Path = typer.Option(Path("live-default"), "--experiment", "-e", help="Experiment file (TOML), or a shipped experiment's name: job, profile, CPU levels, planner settings."),
     job: Optional[Path] = typer.Option(None, "--job", help="Job file, instead of the experiment's."),
     planner: str = typer.Option("mpc", "--planner", "-p", help="mpc, static:K, exppo, dp, dqn..., as in simulate."),
     mode: str = typer.Option("perfect", "--mode", "-m", help="perfect or forecast: what the planner is told."),
@@ -68,6 +68,7 @@ def run(
     reconfigured as the planner decides; writes a run log, a chart and a summary to runs/<run-id>/."""
     from rich.console import Console
 
+    from ..shipped import find_experiment
     from . import zk as Z
     from .coordinator import Coordinator, RunFailed, RunInterrupted, RunSettings, check_run_id, new_run_id
 
@@ -77,8 +78,9 @@ def run(
         rid = check_run_id(resume)
         from .run_store import RunStore
 
-        meta = RunStore(runs_dir, rid).read_meta()  # read only: the coordinator takes the run before writing
-        settings = RunSettings.from_dict(meta.get("settings", {}))
+        store = RunStore(runs_dir, rid)
+        meta = store.read_meta()  # read only: the coordinator takes the run before writing
+        settings = RunSettings.from_dict(meta["settings"], path=store.meta_path)
         if zookeeper:
             settings.zookeeper = zookeeper  # the server may have moved; everything else is the run's
         settings.zk_wait_s = zk_wait
@@ -111,7 +113,7 @@ def run(
         settings = RunSettings(
             kubernetes=k8s,
             worker_start_s=300.0 if k8s or backend in ("kubernetes", "k8s") else 60.0,  # pods: scheduling, image pulls
-            experiment=str(experiment.resolve()),
+            experiment=str(find_experiment(experiment).resolve()),
             planner=planner,
             mode=mode,
             reconfigure=reconfigure,

@@ -1,6 +1,6 @@
 """The coordinator of a live run: the one place where a planner's decision meets real tasks.
 
-    bsp-planner run --backend local --planner mpc [--experiment experiments/live-default.toml]
+    bsp-planner run --backend local --planner mpc [--experiment live-default]
 
 It builds the planning context exactly as `simulate` does (:func:`bsp_planner.scenario.build_scenario`
 on an experiment file), takes the run (:mod:`.run_store`: the run folder; :mod:`.run_lock`: the one
@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import InputError
+from ..shipped import data_path
 from . import zk as Z
 from .backends import Backend, TaskLost, make_backend
 from .executor import LiveExecutor, RunFailed
@@ -49,7 +50,7 @@ __all__ = [
     "check_run_id", "new_run_id", "DEFAULT_EXPERIMENT", "DEFAULT_RUNS_DIR",
 ]
 
-DEFAULT_EXPERIMENT = Path("experiments/live-default.toml")
+DEFAULT_EXPERIMENT = data_path("experiments/live-default.toml")  # shipped (package data)
 DEFAULT_RUNS_DIR = Path("runs")
 
 
@@ -78,8 +79,7 @@ class Coordinator:
         backend: Backend | None = None,
         say=None,
     ) -> None:
-        settings.validate()
-        self.settings = settings
+        self.settings = settings = settings.checked()
         self.store = RunStore(runs_dir, run_id)
         self.run_id = self.store.run_id
         self.run_dir = self.store.run_dir
@@ -106,11 +106,12 @@ class Coordinator:
         from ..job import load_job
         from ..planners.base import make_planner
         from ..scenario import build_scenario
+        from ..shipped import find_experiment
 
         s = self.settings
         make_planner(s.planner)  # an unknown planner fails before anything starts
         overrides = list(s.overrides) + [f"strategies={s.planner}", f"modes={s.mode}"]
-        exp = load_experiment(Path(s.experiment), overrides)
+        exp = load_experiment(find_experiment(s.experiment), overrides)
         source_profile = str(exp.profile_path)
         check_profile_matches(exp)
         fit_profile(exp, self.run_dir, write=not self.resume, say=self.say)
