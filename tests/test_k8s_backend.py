@@ -363,22 +363,29 @@ def _job():
 
 
 # -- an unreachable cluster ----------------------------------------------------------------------------
-def _closed_port_url() -> str:
+def _unreachable_kubeconfig(tmp_path) -> tuple[str, Path]:
+    """A kubeconfig whose server is a closed loopback port (nothing listens: connection refused)."""
     from bsp_planner.runtime.zkserver import free_port
 
-    return f"http://127.0.0.1:{free_port()}"  # nothing listens there: connection refused
+    url = f"http://127.0.0.1:{free_port()}"
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "gone",
+        "clusters": [{"name": "gone", "cluster": {"server": url}}], "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "gone", "context": {"cluster": "gone", "user": "u"}}]}))
+    return url, kubeconfig
 
 
-def test_an_unreachable_api_server_names_the_server_and_how_to_point_at_another():
+def test_an_unreachable_api_server_names_the_server_and_how_to_point_at_another(tmp_path):
     from bsp_planner.k8s.cluster import Cluster, KubernetesError
     from bsp_planner.k8s.config import connect
 
-    url = _closed_port_url()
-    cluster = Cluster(connect(NS, host=url), request_timeout_s=5)
+    url, kubeconfig = _unreachable_kubeconfig(tmp_path)
+    cluster = Cluster(connect(NS, kubeconfig=str(kubeconfig)), request_timeout_s=5)
     with pytest.raises(KubernetesError) as info:
         cluster.capabilities()
     text = str(info.value)
-    assert f"cannot reach the Kubernetes API server at {url}" in text
+    assert f"cannot reach the Kubernetes API server at {url} (kubeconfig {kubeconfig} context gone)" in text
     assert "--kubeconfig" in text and "--context" in text and "KUBECONFIG" in text
     with pytest.raises(KubernetesError, match="cannot reach the Kubernetes API server"):
         cluster.list_nodes()  # the optional reads too
@@ -390,12 +397,7 @@ def test_run_on_an_unreachable_cluster_is_a_clear_error_and_leaves_no_run(tmp_pa
 
     from zk_fixtures import tiny_experiment
 
-    url = _closed_port_url()
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "gone",
-        "clusters": [{"name": "gone", "cluster": {"server": url}}], "users": [{"name": "u", "user": {"token": "t"}}],
-        "contexts": [{"name": "gone", "context": {"cluster": "gone", "user": "u"}}]}))
+    url, kubeconfig = _unreachable_kubeconfig(tmp_path)
     exp = tiny_experiment(tmp_path / "exp", steps=3)
     out = subprocess.run(
         [sys.executable, "-m", "bsp_planner.cli", "run", "--backend", "kubernetes", "-e", str(exp), "--kubeconfig", str(kubeconfig),
