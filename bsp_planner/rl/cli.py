@@ -162,9 +162,9 @@ def info(agent: Annotated[Optional[Path], typer.Argument(help="Agent .zip (defau
     from rich.console import Console
 
     from ..planners.rl import default_agent_path
-    from .agent import read_metadata
+    from .agent import agent_file, read_metadata
 
-    path = agent if agent is not None else default_agent_path()
+    path = agent_file(agent) if agent is not None else default_agent_path()
     if not Path(path).is_file():
         from ..errors import InputError
 
