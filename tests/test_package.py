@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -127,3 +128,19 @@ def test_init_accepts_an_empty_folder(tmp_path, monkeypatch, capsys):
     code, _, err = run_cli(["init", str(tmp_path / "empty")], monkeypatch, capsys)
     assert code == 0, err
     assert (tmp_path / "empty" / "experiments" / "default.toml").is_file()
+
+
+def test_shipped_agents_and_environments_are_found_by_their_place_in_the_package(tmp_path, monkeypatch):
+    from bsp_planner.rl.agent import agent_file
+    from bsp_planner.rl.settings import load_env_settings
+
+    monkeypatch.chdir(tmp_path)
+    shipped = data_dir() / "agents" / "default" / "dqn.zip"
+    assert agent_file("agents/default/dqn.zip") == shipped
+    assert agent_file("agents/default/dqn") == shipped
+    assert agent_file("agents/none/dqn.zip") == Path("agents/none/dqn.zip")  # nothing there: as given
+    (tmp_path / "agents" / "default").mkdir(parents=True)
+    (tmp_path / "agents" / "default" / "dqn.zip").write_bytes(b"mine")
+    assert agent_file("agents/default/dqn.zip").resolve() == (tmp_path / "agents" / "default" / "dqn.zip")  # a local file wins
+    assert load_env_settings("wide").path == (data_dir() / "envs" / "wide.toml").resolve()
+    assert load_env_settings().experiment_path == default_experiment()
