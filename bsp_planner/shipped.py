@@ -39,7 +39,7 @@ def data_dir() -> Path:
     """The package's data folder as a file-system path (pip installs packages as files)."""
     root = files("bsp_planner") / "data"
     if not isinstance(root, Path):  # pragma: no cover - only a zipped install gets here
-        raise RuntimeError(f"bsp-planner's data must be installed as files, found {root!r}; reinstall it with pip")
+        raise TypeError(f"bsp-planner's data must be installed as files, found {root!r}; reinstall it with pip")
     return root
 
 

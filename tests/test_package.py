@@ -12,7 +12,13 @@ import pytest
 from bsp_planner import cli
 from bsp_planner.experiment import load_experiment
 from bsp_planner.job import load_job
-from bsp_planner.shipped import data_dir, default_experiment, experiment_names, find_experiment, is_shipped
+from bsp_planner.shipped import (
+    data_dir,
+    default_experiment,
+    experiment_names,
+    find_experiment,
+    is_shipped,
+)
 
 # perfect mode only and strategies that need neither TensorFlow nor torch: the point is where files are
 # read from and written to, not the figures
@@ -37,7 +43,7 @@ def _no_absolute_paths(text: str, *roots) -> None:
 
 def test_the_shipped_default_runs_from_an_empty_directory_and_writes_there(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    code, out, err = run_cli(["simulate", *QUICK], monkeypatch, capsys)
+    code, _, err = run_cli(["simulate", *QUICK], monkeypatch, capsys)
     assert code == 0, err
     out_dir = tmp_path / "experiments" / "out" / "default"
     for name in ("comparison.md", "comparison.csv", "comparison.json", "steps.csv", "comparison.png"):
@@ -71,7 +77,7 @@ def test_an_unknown_experiment_names_the_shipped_ones_and_exits_2(tmp_path, monk
 
 def test_init_writes_an_editable_copy_that_simulate_runs(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    code, out, err = run_cli(["init", "mine"], monkeypatch, capsys)
+    code, _, err = run_cli(["init", "mine"], monkeypatch, capsys)
     assert code == 0, err
     copy = tmp_path / "mine"
     experiment = copy / "experiments" / "default.toml"
