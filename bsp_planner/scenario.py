@@ -70,6 +70,9 @@ def build_scenario(exp: Experiment) -> Scenario:
 
 
 def _build(exp: Experiment) -> Scenario:
+    for fname, p, what in (("job", exp.job_path, "job"), ("profile", exp.profile_path, "profile")):
+        if not p.is_file():
+            raise InputError(f"{what} file {str(p)!r} not found (or not a file)", path=exp.path, field=fname)
     job = load_job(exp.job_path)
     profile = load_profile(exp.profile_path)
     check_job_matches(profile.metadata, job, metadata_path(exp.profile_path))
