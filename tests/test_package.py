@@ -150,3 +150,11 @@ def test_shipped_agents_and_environments_are_found_by_their_place_in_the_package
     assert agent_file("agents/default/dqn.zip").resolve() == (tmp_path / "agents" / "default" / "dqn.zip")  # a local file wins
     assert load_env_settings("wide").path == (data_dir() / "envs" / "wide.toml").resolve()
     assert load_env_settings().experiment_path == default_experiment()
+
+
+def test_init_where_nothing_can_be_written_is_a_plain_error(tmp_path, monkeypatch, capsys):
+    (tmp_path / "a-file").write_text("mine\n")
+    code, _, err = run_cli(["init", str(tmp_path / "a-file" / "copy")], monkeypatch, capsys)
+    assert code == 2
+    assert "cannot write the copy here" in err and "Traceback" not in err
+    assert (tmp_path / "a-file").read_text() == "mine\n"
