@@ -150,8 +150,10 @@ def evaluate(
     oos = "yes" if not ag.train_range.overlaps(s.eval) else "no"
     console.print(f"agent trained on steps {ag.train_range} ({ag.meta.get('timesteps')} steps, seed {ag.meta.get('seed')}); out of sample: {oos}")
     if out is not None:
+        from .settings import shipped_relative  # a shipped agent as agents/default/dqn.zip, not this machine's path
+
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps({"agent": str(ag.path), "eval_range": s.eval.to_dict(), "mode": s.mode,
+        out.write_text(json.dumps({"agent": shipped_relative(ag.path), "eval_range": s.eval.to_dict(), "mode": s.mode,
                                    "forecasts": data.forecast_label, "out_of_sample": oos == "yes", "results": rows}, indent=2) + "\n")
         console.print(f"wrote {out}")
 
