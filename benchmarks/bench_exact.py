@@ -185,8 +185,8 @@ def bench_strategies(path, overrides, full: bool, exact_too: tuple[str, ...]) ->
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", default="frame,mpc,optimum,quality,strategies")
-    ap.add_argument("--experiment", default=str(ROOT / "experiments" / "default.toml"))
-    ap.add_argument("--large", default=str(ROOT / "experiments" / "large.toml"))
+    ap.add_argument("--experiment", default=str(ROOT / "bsp_planner" / "data" / "experiments" / "default.toml"))
+    ap.add_argument("--large", default=str(ROOT / "bsp_planner" / "data" / "experiments" / "large.toml"))
     ap.add_argument("--set", action="append", default=[], help="override, e.g. profile=/tmp/synth/profile.csv")
     ap.add_argument("--full", action="store_true", help="also dp with the exact allocator (slow)")
     args = ap.parse_args()

@@ -3,7 +3,7 @@
 One run owns one subtree, ``ROOT`` (``--zk-root``, by default ``/bsp-planner/runs/<run-id>``)::
 
     ROOT                         run description (JSON): tasks, stressors, ops per unit, workload range
-    ROOT/coordinator             ephemeral: the live coordinator (pid, host); a second one is refused
+    ROOT/lock/<...>__lock__<n>   kazoo's Lock recipe: the one live coordinator (pid, host, instance)
     ROOT/members/<task>          ephemeral: the task's worker is up (incarnation, pid, next step)
     ROOT/tasks/<task>/steps/<t>  the task's workload for step t (JSON; {"stop": true} ends the worker)
     ROOT/tasks/<task>/results/<t>  what the worker measured in step t (duration, enter wait)
@@ -50,6 +50,14 @@ TASK_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 RECHECK_S = 1.0  # a wait re-reads its node at least this often, whatever the watches do
 
 log = logging.getLogger("bsp_planner.runtime")
+
+#: what to do about an unreachable ZooKeeper, on this machine and from a pod
+LOCAL_HINT = "start a local server with `bsp-planner zk start` or point --zookeeper (or $BSP_PLANNER_ZOOKEEPER) at a running ensemble"
+POD_HINT = (
+    "this worker runs in a Kubernetes pod, which reaches ZooKeeper at the address the coordinator passed with "
+    "--worker-zookeeper (default zookeeper.<namespace>.svc:2181): deploy the ZooKeeper of jobs/k8s in the run's "
+    "namespace, or rerun with --worker-zookeeper HOST:PORT naming a server the pods can reach"
+)
 
 
 class ZkUnavailable(InputError):
@@ -238,8 +246,8 @@ class RunPaths:
             raise InputError(f"expected an absolute znode path like /bsp-planner/runs/NAME, got {r!r}", field="--zk-root")
 
     @property
-    def coordinator(self) -> str:
-        return f"{self.root}/coordinator"
+    def lock(self) -> str:
+        return f"{self.root}/lock"
 
     @property
     def members(self) -> str:
@@ -406,6 +414,7 @@ class ZkSession:
         session_timeout_s: float = 10.0,
         connect_timeout_s: float = 15.0,
         op_deadline_s: float = 60.0,
+        unreachable_hint: str = LOCAL_HINT,
     ) -> None:
         from kazoo.client import KazooClient
 
@@ -413,6 +422,7 @@ class ZkSession:
         self.hosts = hosts
         self.creds = creds
         self.connect_timeout_s = connect_timeout_s
+        self.unreachable_hint = unreachable_hint
         self.op_deadline_s = op_deadline_s
         self.acl = creds.acl()
         try:
@@ -444,8 +454,7 @@ class ZkSession:
         except KazooTimeoutError:
             self._abandon()
             raise ZkUnavailable(
-                f"cannot reach ZooKeeper at {self.hosts} after {self.connect_timeout_s:g} s; start a local server with "
-                "`bsp-planner zk start` or point --zookeeper (or $BSP_PLANNER_ZOOKEEPER) at a running ensemble",
+                f"cannot reach ZooKeeper at {self.hosts} after {self.connect_timeout_s:g} s; {self.unreachable_hint}",
                 field="--zookeeper",
             ) from None
         except Exception as exc:  # a malformed host string, an unknown host name

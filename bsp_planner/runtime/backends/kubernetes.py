@@ -162,6 +162,12 @@ class KubernetesBackend(Backend):
 
     # -- what the platform can do ------------------------------------------------------------------
     @property
+    def default_reconfigure(self) -> str:
+        """--reconfigure when not given: $BSP_PLANNER_K8S_RECONFIGURE, else auto (in place where the
+        server can resize pods)."""
+        return self.reconfigure
+
+    @property
     def mode(self) -> str:
         """'in-place' or 'recreate', from --reconfigure and the server's capabilities."""
         if self._mode is None:
