@@ -131,7 +131,11 @@ def evaluate(
     from .settings import StepRange, apply_env_overrides, load_env_settings
     from .train import evaluate_agent
 
+    from ..outputs import check_output_file
+
     console = Console()
+    if out is not None:
+        check_output_file(out, "--out")  # before the runs
     ag = load_agent(agent if agent is not None else default_agent_path())
     extra = list(env_set or [])
     if eval_range is not None:
