@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bsp_planner.allocation import CpuLevels, GreedyAllocator  # noqa: E402
-from bsp_planner.experiment import load_experiment  # noqa: E402
+from bsp_planner.experiment import PlannerSettings, load_experiment  # noqa: E402
 from bsp_planner.planners.base import ConfigTable, PlanningContext, make_planner  # noqa: E402
 from bsp_planner.scenario import build_scenario  # noqa: E402
 from bsp_planner.simulation import simulate  # noqa: E402
@@ -78,7 +78,7 @@ def big_context(n_tasks: int, steps: int, horizon: int, seed: int = 0):
     ctx = PlanningContext(
         steps=steps, cpu=cpu, max_level=max_level, penalty_s=exp.penalty_s,
         configs=ConfigTable(predicted, GreedyAllocator(), max_level, cpu.budget_steps(n_tasks), 0.95),
-        horizon=horizon, mid_durations=actual.mean(axis=2),
+        mid_durations=actual.mean(axis=2), planner_settings=PlannerSettings(horizon=horizon),
     )
     return ctx, actual
 

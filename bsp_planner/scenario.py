@@ -7,7 +7,6 @@ context whose predicted durations come from perfect knowledge or from forecasts.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
@@ -20,16 +19,11 @@ from .forecasting.files import read_trace
 from .forecasting.provider import forecast_matrix
 from .job import Job, load_job
 from .performance import DurationModel, PerformanceModel
+from .planners import BOUNDS
 from .planners.base import ConfigTable, PlanningContext, make_planner
-from .plugins import import_optional
 from .profiles import check_job_matches, load_profile, metadata_path
 from .series import JobSeries, load_job_series
-from .simulation import StrategyResult, floor_result, simulate
-
-#: Bounds are rows of the comparison computed from the actual durations, not planners.
-BOUNDS: dict[str, Callable[[PlanningContext, np.ndarray, str], StrategyResult]] = {"floor": floor_result}
-if (_optimum := import_optional("bsp_planner.planners.optimum")) is not None:
-    BOUNDS["optimum"] = _optimum.optimum_result  # the optimal plan with perfect knowledge (exact MILPs)
+from .simulation import StrategyResult, simulate
 
 
 @dataclass
@@ -122,12 +116,9 @@ def _build(exp: Experiment) -> Scenario:
             penalty_s=exp.penalty_s,
             configs=ConfigTable(predicted, make_allocator(p.allocator), max_level, budget_steps, p.discount),
             discount=p.discount,
-            horizon=p.horizon,
-            length_punishment=p.length_punishment,
-            dp_max_segment=p.dp_max_segment,
-            optimum_max_segment=p.optimum_max_segment,
             mid_durations=dm.durations(mid[:, None])[:, :, 0],
             exppo_max_level=exppo_max,
+            planner_settings=p,
         )
 
     for mode in exp.modes:
@@ -152,9 +143,10 @@ def _build(exp: Experiment) -> Scenario:
 
 def run_strategy(scen: Scenario, strategy: str, mode: str) -> StrategyResult:
     ctx = scen.contexts[mode]
+    settings = scen.experiment.planner
     if strategy in BOUNDS:
-        return BOUNDS[strategy](ctx, scen.actual, mode)
-    planner = make_planner(strategy)
+        return BOUNDS.get(strategy)(ctx, scen.actual, mode, settings)
+    planner = make_planner(strategy, settings)
     try:
         return simulate(planner, ctx, scen.actual, mode)
     except InputError as exc:

@@ -210,7 +210,10 @@ def evaluate(
     from .pipeline import evaluate as run_evaluation
     from .pipeline import plot_evaluation
 
+    from ..outputs import check_output_dir
+
     names = list(forecaster or FORECASTERS)
+    check_output_dir(out, "--out")  # before any training
     ws, _ = _context(experiment, job, task, horizon, gaps, settings, names)
     ev = run_evaluation(ws, names, model_root=_models(models), retrain=retrain, say=_say)
     print_evaluation(ev, ws.job.name)
@@ -288,6 +291,7 @@ def predict(
     ] = None,
 ) -> None:
     """Write the forecast matrices of an experiment's steps (row t: the next H values predicted before step t)."""
+    from ..outputs import check_output_dir
     from ..shipped import output_base
     from .files import write_forecasts
     from .pipeline import forecast_experiment
@@ -297,6 +301,7 @@ def predict(
     steps = exp.steps if steps is None else steps
     if out is None:
         out = output_base(exp.path) / "forecasts" / (exp.name if forecaster == DEFAULT_FORECASTER else f"{exp.name}-{forecaster}")
+    check_output_dir(out, "--out")  # before any training
     t0 = time.perf_counter()
     matrix, meta = forecast_experiment(ws, forecaster, start, steps, model_root=_models(models), retrain=retrain, say=_say)
     meta["experiment"] = exp.name

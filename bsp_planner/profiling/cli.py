@@ -193,8 +193,11 @@ def heatmap(
     from ..profiles import load_profile
     from .heatmap import scaling_exponents, write_heatmaps
 
+    from ..outputs import check_output_dir
+
     prof = load_profile(profile)
     out_dir = out_dir or profile.parent / "heatmaps"
+    check_output_dir(out_dir, "--out-dir")
     paths = write_heatmaps(prof, out_dir)
     table = Table("task", "min s", "max s", "cpu exponent", "workload exponent", "png",
                   title="duration ~ workload^b x cpu^-a (1 and 1 = ideal)")
