@@ -10,13 +10,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from synthetic import DATA, THESIS_TASKS, write_experiment, write_profile
 
 from bsp_planner import cli
 from bsp_planner.errors import InputError, InputWarning
 from bsp_planner.forecasting.files import write_trace
 from bsp_planner.job import load_job
 from bsp_planner.profiles import load_profile, metadata_path
-from synthetic import DATA, THESIS_TASKS, write_experiment, write_profile
 
 FAST = ["-q", "--steps", "5", "--strategies", "mpc,floor", "--mode", "perfect"]
 
