@@ -39,7 +39,7 @@ def data_dir() -> Path:
     """The package's data folder as a file-system path (pip installs packages as files)."""
     root = files("bsp_planner") / "data"
     if not isinstance(root, Path):  # pragma: no cover - only a zipped install gets here
-        raise RuntimeError(f"bsp-planner's data must be installed as files, found {root!r}; reinstall it with pip")
+        raise TypeError(f"bsp-planner's data must be installed as files, found {root!r}; reinstall it with pip")
     return root
 
 
@@ -119,14 +119,17 @@ def copy_defaults(dest: Path | str) -> list[Path]:
     if dest.is_dir() and any(dest.iterdir()):
         raise InputError("the folder is not empty; give a new or empty folder (nothing was written)", path=dest)
     written: list[Path] = []
-    for relative in INIT_FILES:
-        src = data_path(relative)
-        target = dest / relative
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if src.is_dir():
-            shutil.copytree(src, target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-            written += sorted(p for p in target.rglob("*") if p.is_file())
-        else:
-            shutil.copyfile(src, target)
-            written.append(target)
+    try:
+        for relative in INIT_FILES:
+            src = data_path(relative)
+            target = dest / relative
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if src.is_dir():
+                shutil.copytree(src, target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+                written += sorted(p for p in target.rglob("*") if p.is_file())
+            else:
+                shutil.copyfile(src, target)
+                written.append(target)
+    except OSError as exc:
+        raise InputError(f"cannot write the copy here: {exc.strerror or exc}", path=dest) from exc
     return written

@@ -360,3 +360,52 @@ def _job():
     from bsp_planner.job import Job, SeriesRef, Task
 
     return Job("j", tuple(Task(t, "cpu", 1.0, SeriesRef(Path("-"))) for t in ("affinity", "atomic")))
+
+
+# -- an unreachable cluster ----------------------------------------------------------------------------
+def _unreachable_kubeconfig(tmp_path) -> tuple[str, Path]:
+    """A kubeconfig whose server is a closed loopback port (nothing listens: connection refused)."""
+    from bsp_planner.runtime.zkserver import free_port
+
+    url = f"http://127.0.0.1:{free_port()}"
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "gone",
+        "clusters": [{"name": "gone", "cluster": {"server": url}}], "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "gone", "context": {"cluster": "gone", "user": "u"}}]}))
+    return url, kubeconfig
+
+
+def test_an_unreachable_api_server_names_the_server_and_how_to_point_at_another(tmp_path):
+    from bsp_planner.k8s.cluster import Cluster, KubernetesError
+    from bsp_planner.k8s.config import connect
+
+    url, kubeconfig = _unreachable_kubeconfig(tmp_path)
+    cluster = Cluster(connect(NS, kubeconfig=str(kubeconfig)), request_timeout_s=5)
+    with pytest.raises(KubernetesError) as info:
+        cluster.capabilities()
+    text = str(info.value)
+    assert f"cannot reach the Kubernetes API server at {url} (kubeconfig {kubeconfig} context gone)" in text
+    assert "--kubeconfig" in text and "--context" in text and "KUBECONFIG" in text
+    with pytest.raises(KubernetesError, match="cannot reach the Kubernetes API server"):
+        cluster.list_nodes()  # the optional reads too
+
+
+def test_run_on_an_unreachable_cluster_is_a_clear_error_and_leaves_no_run(tmp_path):
+    import subprocess
+    import sys
+
+    from zk_fixtures import tiny_experiment
+
+    url, kubeconfig = _unreachable_kubeconfig(tmp_path)
+    exp = tiny_experiment(tmp_path / "exp", steps=3)
+    out = subprocess.run(
+        [sys.executable, "-m", "bsp_planner.cli", "run", "--backend", "kubernetes", "-e", str(exp), "--kubeconfig", str(kubeconfig),
+         "--namespace", NS, "--image", "bsp-planner:dev", "--runs-dir", str(tmp_path / "runs"), "--run-id", "nocluster", "-q"],
+        capture_output=True, text=True, timeout=120,
+    )
+    err = " ".join(out.stderr.split())
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert f"cannot reach the Kubernetes API server at {url} (kubeconfig {kubeconfig} context gone)" in err
+    assert "--kubeconfig" in err and "Traceback" not in out.stderr
+    assert not (tmp_path / "runs" / "nocluster").exists()

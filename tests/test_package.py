@@ -5,13 +5,20 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import pytest
 
 from bsp_planner import cli
 from bsp_planner.experiment import load_experiment
 from bsp_planner.job import load_job
-from bsp_planner.shipped import data_dir, default_experiment, experiment_names, find_experiment, is_shipped
+from bsp_planner.shipped import (
+    data_dir,
+    default_experiment,
+    experiment_names,
+    find_experiment,
+    is_shipped,
+)
 
 # perfect mode only and strategies that need neither TensorFlow nor torch: the point is where files are
 # read from and written to, not the figures
@@ -36,7 +43,7 @@ def _no_absolute_paths(text: str, *roots) -> None:
 
 def test_the_shipped_default_runs_from_an_empty_directory_and_writes_there(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    code, out, err = run_cli(["simulate", *QUICK], monkeypatch, capsys)
+    code, _, err = run_cli(["simulate", *QUICK], monkeypatch, capsys)
     assert code == 0, err
     out_dir = tmp_path / "experiments" / "out" / "default"
     for name in ("comparison.md", "comparison.csv", "comparison.json", "steps.csv", "comparison.png"):
@@ -70,7 +77,7 @@ def test_an_unknown_experiment_names_the_shipped_ones_and_exits_2(tmp_path, monk
 
 def test_init_writes_an_editable_copy_that_simulate_runs(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    code, out, err = run_cli(["init", "mine"], monkeypatch, capsys)
+    code, _, err = run_cli(["init", "mine"], monkeypatch, capsys)
     assert code == 0, err
     copy = tmp_path / "mine"
     experiment = copy / "experiments" / "default.toml"
@@ -127,3 +134,27 @@ def test_init_accepts_an_empty_folder(tmp_path, monkeypatch, capsys):
     code, _, err = run_cli(["init", str(tmp_path / "empty")], monkeypatch, capsys)
     assert code == 0, err
     assert (tmp_path / "empty" / "experiments" / "default.toml").is_file()
+
+
+def test_shipped_agents_and_environments_are_found_by_their_place_in_the_package(tmp_path, monkeypatch):
+    from bsp_planner.rl.agent import agent_file
+    from bsp_planner.rl.settings import load_env_settings
+
+    monkeypatch.chdir(tmp_path)
+    shipped = data_dir() / "agents" / "default" / "dqn.zip"
+    assert agent_file("agents/default/dqn.zip") == shipped
+    assert agent_file("agents/default/dqn") == shipped
+    assert agent_file("agents/none/dqn.zip") == Path("agents/none/dqn.zip")  # nothing there: as given
+    (tmp_path / "agents" / "default").mkdir(parents=True)
+    (tmp_path / "agents" / "default" / "dqn.zip").write_bytes(b"mine")
+    assert agent_file("agents/default/dqn.zip").resolve() == (tmp_path / "agents" / "default" / "dqn.zip")  # a local file wins
+    assert load_env_settings("wide").path == (data_dir() / "envs" / "wide.toml").resolve()
+    assert load_env_settings().experiment_path == default_experiment()
+
+
+def test_init_where_nothing_can_be_written_is_a_plain_error(tmp_path, monkeypatch, capsys):
+    (tmp_path / "a-file").write_text("mine\n")
+    code, _, err = run_cli(["init", str(tmp_path / "a-file" / "copy")], monkeypatch, capsys)
+    assert code == 2
+    assert "cannot write the copy here" in err and "Traceback" not in err
+    assert (tmp_path / "a-file").read_text() == "mine\n"

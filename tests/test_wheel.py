@@ -50,7 +50,7 @@ def built(tmp_path_factory):
     build = subprocess.run(
         [sys.executable, "-W", "error", "-c",
          f"from setuptools import build_meta as b; print(b.build_wheel({str(dist)!r}))"],
-        cwd=src, env=_clean_env(), capture_output=True, text=True, timeout=300,
+        cwd=src, env=_clean_env(), capture_output=True, text=True, timeout=300, check=False,
     )
     assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
     return dist / build.stdout.strip().splitlines()[-1], build.stdout + build.stderr
@@ -66,7 +66,7 @@ def venv(built, tmp_path_factory):
     install = subprocess.run(
         [sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-index",
          "--disable-pip-version-check", "-q", str(wheel)],
-        env=_clean_env(), capture_output=True, text=True, timeout=300,
+        env=_clean_env(), capture_output=True, text=True, timeout=300, check=False,
     )
     assert install.returncode == 0, install.stdout + install.stderr
     purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
@@ -105,7 +105,7 @@ def test_the_installed_wheel_runs_the_shipped_default_from_an_empty_directory(ve
     # a cache of its own: forecasts for 20 steps are regenerated from the shipped models, not found elsewhere
     env = _clean_env(XDG_CACHE_HOME=str(tmp_path / "cache"), MPLCONFIGDIR=str(tmp_path / "mpl"))
     run = subprocess.run([str(bin_dir / "bsp-planner"), "simulate", "--steps", "20", "-q"], cwd=work, env=env,
-                         capture_output=True, text=True, timeout=600)
+                         capture_output=True, text=True, timeout=600, check=False)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert "Traceback" not in run.stderr
     out = work / "experiments" / "out" / "default"
@@ -129,7 +129,7 @@ def test_the_installed_wheel_runs_the_shipped_default_from_an_empty_directory(ve
 
     # and the editable copy works from the installed package too
     init = subprocess.run([str(bin_dir / "bsp-planner"), "init", "mine"], cwd=work, env=env, capture_output=True,
-                          text=True, timeout=120)
+                          text=True, timeout=120, check=False)
     assert init.returncode == 0, init.stderr
     assert (work / "mine" / "experiments" / "default.toml").is_file()
     assert (work / "mine" / "datasets" / "nyc_taxi.csv").is_file()

@@ -154,8 +154,10 @@ def evaluate(
     oos = "yes" if not ag.train_range.overlaps(s.eval) else "no"
     console.print(f"agent trained on steps {ag.train_range} ({ag.meta.get('timesteps')} steps, seed {ag.meta.get('seed')}); out of sample: {oos}")
     if out is not None:
+        from .settings import shipped_relative  # a shipped agent as agents/default/dqn.zip, not this machine's path
+
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps({"agent": str(ag.path), "eval_range": s.eval.to_dict(), "mode": s.mode,
+        out.write_text(json.dumps({"agent": shipped_relative(ag.path), "eval_range": s.eval.to_dict(), "mode": s.mode,
                                    "forecasts": data.forecast_label, "out_of_sample": oos == "yes", "results": rows}, indent=2) + "\n")
         console.print(f"wrote {out}")
 
@@ -166,9 +168,9 @@ def info(agent: Annotated[Optional[Path], typer.Argument(help="Agent .zip (defau
     from rich.console import Console
 
     from ..planners.rl import default_agent_path
-    from .agent import read_metadata
+    from .agent import agent_file, read_metadata
 
-    path = agent if agent is not None else default_agent_path()
+    path = agent_file(agent) if agent is not None else default_agent_path()
     if not Path(path).is_file():
         from ..errors import InputError
 

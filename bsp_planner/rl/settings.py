@@ -175,8 +175,8 @@ class EnvSettings:
             )
 
     def to_dict(self) -> dict[str, Any]:
-        """Everything, with the file's own location as `env_file` (relative to the repository when
-        inside it, so an agent's metadata stays valid in another checkout)."""
+        """Everything, with the file's own location as `env_file` (relative to the package data when
+        shipped, so an agent's metadata stays valid in another installation)."""
         d = dataclasses.asdict(self)
         d.pop("path")
         d["train"] = self.train.to_dict()

@@ -68,7 +68,6 @@ def run(
     reconfigured as the planner decides; writes a run log, a chart and a summary to runs/<run-id>/."""
     from rich.console import Console
 
-    from ..errors import InputError
     from ..shipped import find_experiment
     from . import zk as Z
     from .coordinator import Coordinator, RunFailed, RunInterrupted, RunSettings, check_run_id, new_run_id
@@ -79,8 +78,9 @@ def run(
         rid = check_run_id(resume)
         from .run_store import RunStore
 
-        meta = RunStore(runs_dir, rid).read_meta()  # read only: the coordinator takes the run before writing
-        settings = RunSettings.from_dict(meta.get("settings", {}))
+        store = RunStore(runs_dir, rid)
+        meta = store.read_meta()  # read only: the coordinator takes the run before writing
+        settings = RunSettings.from_dict(meta["settings"], path=store.meta_path)
         if zookeeper:
             settings.zookeeper = zookeeper  # the server may have moved; everything else is the run's
         settings.zk_wait_s = zk_wait
@@ -212,6 +212,7 @@ def worker(
             stress_ng=stress_ng,
             session_timeout_s=session_timeout,
             zk_wait_s=zk_wait,
+            connect_timeout_s=min(30.0, zk_wait),
             step_timeout_s=_positive_seconds(step_timeout, "--step-timeout"),
         )
     )

@@ -79,8 +79,7 @@ class Coordinator:
         backend: Backend | None = None,
         say=None,
     ) -> None:
-        settings.validate()
-        self.settings = settings
+        self.settings = settings = settings.checked()
         self.store = RunStore(runs_dir, run_id)
         self.run_id = self.store.run_id
         self.run_dir = self.store.run_dir
@@ -370,9 +369,15 @@ class Coordinator:
         except RunFailed as exc:
             message = f"{exc}\nthe run stopped after step {len(records) - 1}; once the cause is fixed, continue it with {resume_hint}"
             raise RunFailed(message) from None
-        except BaseException as exc:
-            message = f"{type(exc).__name__}: {exc}"
-            raise
+        except InputError as exc:  # met mid-run (a malformed value in ZooKeeper, a refused pod): still resumable
+            message = f"{exc.message}; the run stopped after step {len(records) - 1}; once fixed, continue it with {resume_hint}"
+            raise InputError(message, path=exc.path, line=exc.line, field=exc.field) from None
+        except Exception as exc:  # not foreseen: say what and where it stopped rather than lose the run
+            message = (
+                f"unexpected {type(exc).__name__}: {exc}; the run stopped after step {len(records) - 1}; "
+                f"its steps so far are logged; continue it with {resume_hint}"
+            )
+            raise RunFailed(message) from exc
         finally:
             try:
                 self.backend.close()

@@ -1,11 +1,18 @@
-"""What a live run (and its resumption) needs, stored in run.json under ``settings`` (credentials never)."""
+"""What a live run (and its resumption) needs, stored in run.json under ``settings`` (credentials never).
+
+Read through the product's one settings loader (:mod:`bsp_planner.settings`): a run.json's settings and
+the settings a caller builds are coerced and range-checked the same way (NaN, infinity and non-positive
+timeouts refused, naming the field), and unknown keys are refused.
+"""
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
-from ..errors import InputError
+from ..settings import load_settings, setting
 from .zk import DEFAULT_HOSTS
 
 RECONFIGURE = ("recreate", "in-place", "auto")
@@ -15,37 +22,40 @@ DEFAULT_STEP_TIMEOUT_S = 600.0
 @dataclass
 class RunSettings:
     experiment: str
-    planner: str = "mpc"
-    mode: str = "perfect"
-    reconfigure: str | None = None  # None: the backend's default (local: recreate; kubernetes: auto or $BSP_PLANNER_K8S_RECONFIGURE)
-    overrides: list[str] = field(default_factory=list)
-    backend: str = "local"
-    zookeeper: str = DEFAULT_HOSTS
-    zk_root: str | None = None  # default: /bsp-planner/runs/<run-id>
-    zk_auth: str = "generated"  # generated (runs/<id>/zk-auth) | file:<path> | env
-    session_timeout_s: float = 10.0
-    zk_wait_s: float = 30.0  # bounded wait for an unreachable ZooKeeper, at start and during the run
-    worker_start_s: float = 60.0  # how long a (re)started worker may take to join
-    step_timeout_s: float = DEFAULT_STEP_TIMEOUT_S  # one superstep, from publishing it to every task's release
-    max_restarts: int = 3  # restarts of one task within one step before the run fails
-    stress_ng: str = "stress-ng"
-    cgroup_prefix: str = "bsp-planner"
-    cpu_weight: str = "guaranteed"  # local backend: the run group's weight, guaranteed | workers
-    keep_zk: bool = False  # leave the run's znodes after a finished run
-    kubernetes: dict = field(default_factory=dict)  # the kubernetes backend's options (namespace, image, ...)
+    planner: str = setting("mpc")
+    mode: str = setting("perfect", choices=("perfect", "forecast"))
+    # None: the backend's default (local: recreate; kubernetes: $BSP_PLANNER_K8S_RECONFIGURE, else auto)
+    reconfigure: str | None = setting(None, choices=RECONFIGURE)
+    overrides: list[str] = setting(default_factory=list)
+    backend: str = setting("local")
+    zookeeper: str = setting(DEFAULT_HOSTS)
+    zk_root: str | None = setting(None)  # default: /bsp-planner/runs/<run-id>
+    zk_auth: str = setting("generated")  # generated (runs/<id>/zk-auth) | file:<path> | env
+    session_timeout_s: float = setting(10.0, gt=0)
+    zk_wait_s: float = setting(30.0, gt=0)  # bounded wait for an unreachable ZooKeeper, at start and during the run
+    worker_start_s: float = setting(60.0, gt=0)  # how long a (re)started worker may take to join
+    step_timeout_s: float = setting(DEFAULT_STEP_TIMEOUT_S, gt=0)  # one superstep, from publishing it to every task's release
+    max_restarts: int = setting(3, ge=0)  # restarts of one task within one step before the run fails
+    stress_ng: str = setting("stress-ng")
+    cgroup_prefix: str = setting("bsp-planner")
+    cpu_weight: str = setting("guaranteed", choices=("guaranteed", "workers"))  # local backend: the run group's weight
+    keep_zk: bool = setting(False)  # leave the run's znodes after a finished run
+    # the kubernetes backend's options (namespace, image, ...), checked by that backend
+    kubernetes: Any = setting(default_factory=dict)
 
-    def validate(self) -> None:
-        if self.reconfigure is not None and self.reconfigure not in RECONFIGURE:
-            raise InputError(f"expected --reconfigure {' or '.join(RECONFIGURE)}, got {self.reconfigure!r}", field="--reconfigure")
-        if self.mode not in ("perfect", "forecast"):
-            raise InputError(f"expected --mode perfect or forecast, got {self.mode!r}", field="--mode")
-        flags = {"session_timeout_s": "--session-timeout", "zk_wait_s": "--zk-wait", "worker_start_s": "worker_start_s", "step_timeout_s": "--step-timeout"}
-        for name, flag in flags.items():
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not v > 0:
-                raise InputError(f"expected a positive, finite number of seconds, got {v!r}", field=flag)
+    def validate(self, path: str | Path | None = None) -> None:
+        """What the loader's per-field checks cannot say (it calls this once every field is in place)."""
+        if not isinstance(self.kubernetes, dict):
+            from ..errors import InputError
+
+            raise InputError(f"expected a table of kubernetes options, got {self.kubernetes!r}", path=path, field="kubernetes")
+
+    def checked(self) -> RunSettings:
+        """A copy with every field through the settings loader: a RunSettings built in code (the command
+        line, a benchmark) is checked exactly as one read from run.json; InputError names the field."""
+        return load_settings(RunSettings, {f.name: getattr(self, f.name) for f in dataclasses.fields(self)})
 
     @classmethod
-    def from_dict(cls, d: dict) -> RunSettings:
-        known = set(cls.__dataclass_fields__)
-        return cls(**{k: v for k, v in d.items() if k in known})
+    def from_dict(cls, d: dict, path: str | Path | None = None) -> RunSettings:
+        """The settings a run.json holds (`path`), checked."""
+        return load_settings(cls, d, path=path)
