@@ -35,9 +35,9 @@ def simulate(
     from .errors import InputError
     from .experiment import load_experiment
     from .outputs import check_output_dir
-    from .settings import apply_overrides as apply_settings_overrides
     from .report import comparison_rows, print_table, write_outputs
     from .scenario import build_scenario, check_strategies, run_strategy
+    from .settings import apply_overrides as apply_settings_overrides
     from .shipped import describe_experiment, find_experiment
 
     if experiment is not None and experiment_opt is not None and experiment != experiment_opt:
@@ -72,7 +72,14 @@ def simulate(
     t0 = time.perf_counter()
     scen = build_scenario(exp)
     results = []
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     jobs = [(m, s) for m in exp.modes for s in exp.strategies]
     with Progress(
