@@ -6,8 +6,9 @@ from ..errors import InputError
 from ..plugins import import_optional
 from .base import Allocator, CpuLevels, discount_weights, frame_time
 from .greedy import GreedyAllocator
+from .threshold import ThresholdAllocator
 
-ALLOCATORS: dict[str, type[Allocator]] = {"greedy": GreedyAllocator}
+ALLOCATORS: dict[str, type[Allocator]] = {"greedy": GreedyAllocator, "threshold": ThresholdAllocator}
 
 
 def make_allocator(name: str) -> Allocator:
@@ -18,4 +19,4 @@ def make_allocator(name: str) -> Allocator:
     return ALLOCATORS[name]()
 
 
-__all__ = ["Allocator", "CpuLevels", "GreedyAllocator", "discount_weights", "frame_time", "make_allocator", "ALLOCATORS"]
+__all__ = ["Allocator", "CpuLevels", "GreedyAllocator", "ThresholdAllocator", "discount_weights", "frame_time", "make_allocator", "ALLOCATORS"]
