@@ -178,7 +178,9 @@ def greedy_from(durations: np.ndarray, weights: np.ndarray, max_level: np.ndarra
             gain = np.bincount(flat, weights=saved.ravel(), minlength=f.size * n).reshape(f.size, n)
             count = np.bincount(flat, weights=(w > 0).ravel(), minlength=f.size * n).reshape(f.size, n)
             cand = (count > 0) & can
-            score = np.where(cand, np.nan_to_num(gain, nan=0.0, posinf=0.0, neginf=0.0), -np.inf)
+            if not np.isfinite(gain).all():  # infinite durations: no finite saving to rank by
+                gain = np.nan_to_num(gain, nan=0.0, posinf=0.0, neginf=0.0)
+            score = np.where(cand, gain, -np.inf)
             c = score.argmax(axis=1)
             got = cand[np.arange(f.size), c] & ~ok
             choice[got] = c[got]
@@ -205,10 +207,12 @@ def polish(durations: np.ndarray, weights: np.ndarray, max_level: np.ndarray, st
     r = int(budget_steps - start.sum(axis=1).min())
     if r <= 0:
         return start
+    if r + 1 >= n:  # every task is a candidate
+        return greedy_from(durations, weights, max_level, start, budget_steps)
     fb = np.arange(b)[:, None, None]
     cur = durations[fb, np.arange(n)[None, :, None], start[:, :, None], np.arange(k)[None, None, :]]  # (B, n, k)
-    m = min(n, r + 1)
-    top = np.argpartition(cur, n - m, axis=1)[:, n - m :, :] if m < n else np.broadcast_to(np.arange(n)[None, :, None], (b, n, k))
+    m = r + 1
+    top = np.argpartition(cur, n - m, axis=1)[:, n - m :, :]
     chosen = np.zeros((b, n), dtype=bool)
     chosen[np.arange(b)[:, None, None], top] = True
     width = int(chosen.sum(axis=1).max())
