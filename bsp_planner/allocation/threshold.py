@@ -56,8 +56,9 @@ def step_floors(d: np.ndarray, max_level: np.ndarray, budget_steps: int) -> np.n
 
 def levels_for_ratios(ratio: np.ndarray, tiebreak, budgets: list[int]) -> list[np.ndarray]:
     """ratio (F, n, L), non-increasing along L, -inf at the levels a task may not leave (its maximum
-    and above): R[i, l] = the threshold multiple task i meets at level l. tiebreak(frame) -> (n, L),
-    non-increasing along L: orders entries of equal ratio (computed only for frames with ties). For every budget b, returns the levels
+    and above): R[i, l] = the threshold multiple task i meets at level l. tiebreak(frame, entries) -> the
+    weighted frame time of the flat entries i * L + l, non-increasing along L: orders entries of equal
+    ratio (computed only where there are ties). For every budget b, returns the levels
     (F, n) that give the b steps to the entries (i, l) with the largest ratios (task i moves past level
     l), ties broken by the larger tiebreak, then the lower task index: the smallest multiple the budget
     allows, with every step spent."""
@@ -77,7 +78,7 @@ def levels_for_ratios(ratio: np.ndarray, tiebreak, budgets: list[int]) -> list[n
         # L, so the entries a task gets are its next levels).
         for fi in np.nonzero(spare > 0)[0]:
             tied = np.nonzero(flat[fi] == a[fi])[0]
-            order = np.argsort(-tiebreak(fi).reshape(-1)[tied], kind="stable")[: spare[fi]]
+            order = np.argsort(-tiebreak(fi, tied), kind="stable")[: spare[fi]]
             np.add.at(levels[fi], tied[order] // L, 1)
         out.append(levels)
     return out
@@ -117,7 +118,7 @@ def frame_ratios(durations: np.ndarray, weights: np.ndarray, max_level: np.ndarr
     """Steps 1 and 2 of the module docstring up to the ratios: durations (B, n, L, k), weights (B, k)
     -> (order (B,), R (B, n, L), tiebreak): R[j] belongs to frame order[j] (windows are grouped for the
     range maxima), -inf where a task may not leave a level; tiebreak(j) is each level's weighted frame
-    time (n, L) for R[j]'s frame."""
+    time of given (flat) entries of R[j]'s frame."""
     b, n, L, k = durations.shape
     support = weights > 0
     shared = durations.strides[0] == 0 or b == 1
@@ -141,31 +142,42 @@ def frame_ratios(durations: np.ndarray, weights: np.ndarray, max_level: np.ndarr
             o = order[:n_live]
             _RangeMax(np.ascontiguousarray(ratio.transpose(2, 0, 1))).query(starts[o], ends[o], R[:n_live])
         flat = table.reshape(n * L, k)
-        return order, R, lambda j: (flat @ weights[order[j]]).reshape(n, L)
+        return order, R, lambda j, idx: flat[idx] @ weights[order[j]]
     ratio = _ratio_tables(durations, step_floors(durations, max_level, budget_steps), max_level).astype(np.float32)
     R = np.where(support[:, None, None, :], ratio, -np.inf).max(axis=-1)
-    return np.arange(b), R, lambda j: np.einsum("nlk,k->nl", durations[j], weights[j])
+    return np.arange(b), R, lambda j, idx: durations[j].reshape(n * L, k)[idx] @ weights[j]
 
 
-def greedy_from(durations: np.ndarray, weights: np.ndarray, max_level: np.ndarray, start: np.ndarray, budget_steps: int) -> np.ndarray:
+def greedy_from(durations: np.ndarray, weights: np.ndarray, max_level: np.ndarray, start: np.ndarray, budget_steps,
+                tasks: np.ndarray | None = None, real: np.ndarray | None = None) -> np.ndarray:
     """The greedy rule (see greedy.py), one CPU step per frame and round, from a start configuration,
-    until each frame's budget is spent or no task can grow. durations (B, n, L, k); max_level (n,) or
-    (B, n); start (B, n)."""
-    b, n, L, k = durations.shape
-    max_level = np.broadcast_to(max_level, (b, n))
+    until each frame's budget is spent or no task can grow. durations (B, N, L, k); max_level (N,);
+    budget_steps: a number or one per frame. tasks (B, n): the tasks each frame works on (default all
+    N, in order), real (B, n): False for padding (never the slowest, never grows); start (B, n) and the
+    result are levels of those tasks."""
+    b, _, L, k = durations.shape
+    if tasks is None:
+        tasks = np.broadcast_to(np.arange(durations.shape[1])[None, :], (b, durations.shape[1]))
+    n = tasks.shape[1]
+    max_of = np.asarray(max_level)[tasks]
+    if real is not None:
+        max_of = np.where(real, max_of, 0)
     lvl = start.copy()
     left = budget_steps - lvl.sum(axis=1)
     alive = (left > 0) & (weights > 0).any(axis=1)
-    ni = np.arange(n)[None, :, None]
     ki = np.arange(k)[None, None, :]
     while alive.any():
         f = np.nonzero(alive)[0]
         fi = np.arange(f.size)[:, None]
         lv = lvl[f]
-        can = lv < max_level[f]
-        fb = f[:, None, None]
-        cur = durations[fb, ni, lv[:, :, None], ki]  # (F, n, k), gathered: a broadcast batch stays unexpanded
-        nxt = durations[fb, ni, np.minimum(lv + 1, L - 1)[:, :, None], ki]
+        can = lv < max_of[f]
+        fb, tb = f[:, None, None], tasks[f][:, :, None]
+        cur = durations[fb, tb, lv[:, :, None], ki]  # (F, n, k), gathered: a broadcast batch stays unexpanded
+        nxt = durations[fb, tb, np.minimum(lv + 1, L - 1)[:, :, None], ki]
+        if real is not None:
+            pad = ~real[f]
+            cur[pad] = -1.0
+            nxt[pad] = -1.0
         w = weights[f]
         # Stragglers among all tasks; where all of a frame's stragglers are at their maximum, among
         # the tasks that can still grow (as greedy.py does).
@@ -216,16 +228,14 @@ def polish(durations: np.ndarray, weights: np.ndarray, max_level: np.ndarray, st
     chosen = np.zeros((b, n), dtype=bool)
     chosen[np.arange(b)[:, None, None], top] = True
     width = int(chosen.sum(axis=1).max())
-    # Each frame's candidates in task order (keeps greedy's lower-index tie rule), padded with task -1.
+    # Each frame's candidates in task order (keeps greedy's lower-index tie rule), padded with others
+    # marked inert.
     order = np.argsort(~chosen, axis=1, kind="stable")[:, :width]
     real = np.take_along_axis(chosen, order, axis=1)
-    sub = durations[np.arange(b)[:, None], order]  # (B, width, L, k)
-    sub = np.where(real[:, :, None, None], sub, -1.0)  # inert: never the slowest, cannot grow
-    sub_max = np.where(real, max_level[order], 0)
     sub_start = np.where(real, np.take_along_axis(start, order, axis=1), 0)
     spare = budget_steps - start.sum(axis=1)
     # Each frame spends its own spare steps on its candidates.
-    lvl_sub = greedy_from(sub, weights, sub_max, sub_start, sub_start.sum(axis=1) + spare)
+    lvl_sub = greedy_from(durations, weights, max_level, sub_start, sub_start.sum(axis=1) + spare, order, real)
     out = start.copy()
     rows = np.nonzero(real)
     out[rows[0], order[rows]] = lvl_sub[rows]
