@@ -61,7 +61,7 @@ def quality(big: int, exact: bool) -> None:
     for mode in ("perfect", "forecast"):
         totals = {}
         for a in allocators:
-            exp = load_experiment(ROOT / "experiments" / "default.toml", ["strategies=mpc", f"modes={mode}", f"planner.allocator={a}"])
+            exp = load_experiment(ROOT / "bsp_planner" / "data" / "experiments" / "default.toml", ["strategies=mpc", f"modes={mode}", f"planner.allocator={a}"])
             totals[a] = run_strategy(build_scenario(exp), "mpc", mode).total_s
         gap = 100 * (totals["threshold"] / totals["greedy"] - 1)
         print(f"| default (8 tasks x 400 steps) | {mode} | {totals['greedy']:.3f} | {totals['threshold']:.3f} | {gap:+.3f}% |"

@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bsp_planner.allocation import CpuLevels, GreedyAllocator  # noqa: E402
-from bsp_planner.experiment import load_experiment  # noqa: E402
+from bsp_planner.experiment import PlannerSettings, load_experiment  # noqa: E402
 from bsp_planner.planners.base import ConfigTable, PlanningContext, make_planner  # noqa: E402
 from bsp_planner.scenario import build_scenario  # noqa: E402
 from bsp_planner.simulation import simulate  # noqa: E402
@@ -64,7 +64,7 @@ def default_experiment_wall() -> tuple[float, float]:
 
 def big_context(n_tasks: int, steps: int, horizon: int, seed: int = 0, allocator=None, budget_per_task_millicores: float = 1000.0):
     """n_tasks copies of the eight default tasks over shifted windows of their test series."""
-    exp = load_experiment(ROOT / "experiments" / "default.toml", [f"steps={steps + 600}", "modes=perfect", "strategies=floor"])
+    exp = load_experiment(ROOT / "bsp_planner" / "data" / "experiments" / "default.toml", [f"steps={steps + 600}", "modes=perfect", "strategies=floor"])
     scen = build_scenario(exp)
     base = scen.actual  # (8, L, steps+600)
     rng = np.random.default_rng(seed)
@@ -78,7 +78,7 @@ def big_context(n_tasks: int, steps: int, horizon: int, seed: int = 0, allocator
     ctx = PlanningContext(
         steps=steps, cpu=cpu, max_level=max_level, penalty_s=exp.penalty_s,
         configs=ConfigTable(predicted, allocator or GreedyAllocator(), max_level, cpu.budget_steps(n_tasks), 0.95),
-        horizon=horizon, mid_durations=actual.mean(axis=2),
+        mid_durations=actual.mean(axis=2), planner_settings=PlannerSettings(horizon=horizon),
     )
     return ctx, actual
 

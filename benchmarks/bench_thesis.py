@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SHIPPED = ROOT / "profiles" / "local-2core" / "profile.csv"
+SHIPPED = ROOT / "bsp_planner" / "data" / "profiles" / "local-2core" / "profile.csv"
 CPU_SCALE = 4.0
 STRATEGIES = ["exppo"] + [f"static:{k}" for k in range(1, 10)] + ["mpc"]
 
@@ -58,10 +58,10 @@ def write_scaled_profile(folder: Path) -> Path:
 
 def write_experiment(folder: Path, allocator: str) -> Path:
     profile = write_scaled_profile(folder / "profile")
-    default = (ROOT / "experiments" / "default.toml").read_text()
+    default = (ROOT / "bsp_planner" / "data" / "experiments" / "default.toml").read_text()
     exp = folder / "thesis-grid.toml"
     # The default experiment's settings with the thesis's grid and budget, and absolute paths.
-    text = default.replace('"../jobs/thesis-8.toml"', json.dumps(str(ROOT / "jobs" / "thesis-8.toml")))
+    text = default.replace('"../jobs/thesis-8.toml"', json.dumps(str(ROOT / "bsp_planner" / "data" / "jobs" / "thesis-8.toml")))
     text = text.replace('"../profiles/local-2core/profile.csv"', json.dumps(str(profile)))
     text = text.replace('output = "out/default"', f'output = {json.dumps(str(folder / "out"))}')
     exp.write_text(text)
@@ -73,7 +73,7 @@ def overrides(allocator: str) -> list[str]:
         "cpu.min_millicores": 1000, "cpu.step_millicores": 100, "cpu.max_millicores": 8000,
         "cpu.budget_millicores": 24000, "planner.allocator": allocator,
         # The default experiment's shipped LSTM forecasts (workloads, so independent of the profile).
-        "forecast.source": ROOT / "experiments" / "forecasts" / "default",
+        "forecast.source": ROOT / "bsp_planner" / "data" / "experiments" / "forecasts" / "default",
     }
     return [a for k, v in sets.items() for a in ("--set", f"{k}={v}")] + ["--strategies", ",".join(STRATEGIES)]
 

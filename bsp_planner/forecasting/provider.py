@@ -62,7 +62,16 @@ def forecast_matrix(
         out = np.empty((len(job_series.series), steps, horizon))
         for i, s in enumerate(job_series.series):
             history = job_series.history_workloads(i)
-            f = BASELINES[name](horizon=horizon, period=s.period_steps).fit(history[: s.n_train])
+            f = BASELINES[name](horizon=horizon, period=s.period_steps)
+            need = f._min_origin() + horizon
+            if s.n_train < need:
+                raise InputError(
+                    f"task '{s.task}': the training half of its series has {s.n_train} values but the {name} "
+                    f"forecaster needs at least {need} (its first forecast origin {f._min_origin()} + horizon {horizon})",
+                    path=s.source,
+                    field="forecast.horizon",
+                )
+            f = f.fit(history[: s.n_train])
             origins = s.n_train + start + np.arange(steps)
             out[i] = f.predict_median(history, origins)
         return out, name
