@@ -2,8 +2,8 @@
 
 The greedy allocator (thesis Algorithm 1) hands out one CPU step per round, so a frame of n tasks with a
 budget of ~15 n steps costs ~15 n rounds of O(n k) work: O(n^2 k). This allocator reaches a
-configuration of the same quality (measured: benchmarks/bench_allocators.py; tested:
-tests/test_threshold_allocator.py) in O(n L k) work with no loop over the budget:
+configuration of about the same quality (tests/test_threshold_allocator.py; measured in
+benchmarks/bench_allocators.py) with no loop over the budget:
 
 1. Per-step floors f_k: for every step k of the frame alone, the smallest slowest-task time any
    configuration within the budget reaches (the `floor` bound). Durations are non-increasing in CPU,
@@ -14,24 +14,29 @@ tests/test_threshold_allocator.py) in O(n L k) work with no loop over the budget
 2. One threshold for the frame: every weighted step aims at the same multiple a of its own floor
    (T_k = a f_k). Task i at level l meets that at every step iff R[i, l] = max_k d[i, l, k] / f_k <= a,
    and R is non-increasing in l, so the levels needed are #{l : R[i, l] > a}. The smallest feasible a
-   is again the (budget+1)-th largest entry of R (or max_i R[i, max_i]), found by np.partition: the
-   min-max of the frame in units of each step's floor.
-3. Budget left over (when tasks at their maximum bind) is handed out by the greedy rule, one step per
-   round, starting from that configuration: few rounds, since step 2 spends all but a few steps.
+   is the (budget+1)-th largest entry of R (levels at a task's maximum excluded): one np.partition.
+   Every step of the budget is spent: entries tied at a go by the larger weighted frame time, then
+   the lower task index.
+3. Polish: the same threshold for budget - r (r = 8), then the greedy rule spends the last r steps,
+   one per round, on the few tasks that can matter (each step's r+1 slowest); the better of the two
+   configurations (weighted frame time) is returned. Greedy's marginal view fixes most frames where
+   one common multiple of the floors is a poor fit.
 
-For MPC, whose windows all read one duration table (a broadcast, stride-0 batch), the floors are
-computed once and every window's R is the maximum of two precomputed range maxima (a sparse table
-over the horizon), so a decision costs O(n L h log h + windows x n L) instead of windows x n L h.
+Cost per frame: O(n L k) for the ratios and O(n L) for the selection, whatever the budget; the polish
+is O(r k (r + n)). For MPC, whose windows all read one duration table (a broadcast, stride-0 batch),
+the floors are computed once and every window's R is the maximum of two range maxima from a sparse
+table over the horizon, so a decision costs O(n L h log h + windows x n L) instead of windows x n L h;
+R is float32 (half the memory traffic; the ties it may add are broken like any others).
 
-Ties: np.partition picks values, not tasks, so ties between tasks are all resolved the same way
-(every task whose R exceeds a gets the level); results are deterministic.
+Not the thesis's algorithm: plans differ from greedy's (quality against greedy and the exact
+allocator: BENCHMARKS.md). `greedy` stays the default and is unchanged.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from .base import Allocator, frame_time
+from .base import Allocator
 
 
 def _kth_largest(values: np.ndarray, k: int, axis: int) -> np.ndarray:
@@ -242,6 +247,16 @@ def polish(durations: np.ndarray, weights: np.ndarray, max_level: np.ndarray, st
     return out
 
 
+def _frame_times(durations: np.ndarray, levels: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """base.frame_time for a batch, gathering from the one table when the batch is a broadcast."""
+    b, n = levels.shape
+    if durations.strides[0] == 0:
+        per_task = durations[0][np.arange(n)[None, :], levels]  # (B, n, k)
+    else:
+        per_task = durations[np.arange(b)[:, None], np.arange(n)[None, :], levels]
+    return (per_task.max(axis=1) * weights).sum(axis=1)
+
+
 class ThresholdAllocator(Allocator):
     name = "threshold"
     #: Steps of the budget the greedy rule spends last (see polish); the better of the two is kept.
@@ -263,7 +278,7 @@ class ThresholdAllocator(Allocator):
         levels[order], start[order] = levels_for_ratios(R, tiebreak, [budget_steps, budget_steps - r])
         if r > 0:
             polished = polish(durations, weights, max_level, start, budget_steps)
-            better = frame_time(durations, polished, weights) < frame_time(durations, levels, weights)
+            better = _frame_times(durations, polished, weights) < _frame_times(durations, levels, weights)
             levels = np.where(better[:, None], polished, levels)
         levels[~used] = 0
         return levels
