@@ -30,6 +30,9 @@ def simulate(
     out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Output folder (default: the experiment's).")] = None,
     set_: Annotated[Optional[list[str]], typer.Option("--set", help="Override any field: KEY=VALUE or SECTION.KEY=VALUE (repeatable).")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+    online: Annotated[bool, typer.Option("--online", help="Forecast before every step from the observed history (no forecast file).")] = False,
+    learn: Annotated[bool, typer.Option("--learn", help="The performance model learns from every measured step (learning.csv).")] = False,
+    true_profile: Annotated[Optional[Path], typer.Option("--true-profile", help="Profile the simulated tasks really follow (plan on the experiment's).")] = None,
     jobs: Annotated[int, typer.Option("--jobs", "-j", help="Run strategies and modes in this many processes (results identical to 1).")] = 1,
 ) -> None:
     """Compare reconfiguration strategies on a job in simulation (table, CSV/JSON/Markdown, chart)."""
@@ -64,11 +67,17 @@ def simulate(
         flagged.append(("--mode", "modes=" + ",".join(mode)))
     if actual is not None:
         flagged.append(("--actual", f"forecast.actual={actual.resolve()}"))
+    if online:
+        flagged.append(("--online", "online=true"))
+    if learn:
+        flagged.append(("--learn", "learn=true"))
+    if true_profile is not None:
+        flagged.append(("--true-profile", f"true_profile={true_profile.resolve()}"))
     exp = load_experiment(find_experiment(experiment if experiment is not None else experiment_opt))
     for flag, item in flagged:
         exp = apply_settings_overrides(exp, [item], flag=flag, validate=False)
     exp.validate()
-    check_strategies(exp.strategies)
+    check_strategies(exp.strategies, exp)
     check_jobs(jobs)
     out_dir = out if out is not None else exp.output_path
     check_output_dir(out_dir, "--out" if out is not None else "output")
