@@ -114,12 +114,12 @@ def check_observation(obs: StepObservation, step: int, task_names: list[str] | N
     for i, name in enumerate(names):
         if not (np.isfinite(d[i]) and d[i] > 0):
             raise InputError(
-                f"task '{name}', step {step}: measured duration {d[i]!r} s is not a finite positive number of seconds",
+                f"task '{name}', step {step}: measured duration {float(d[i])!r} s is not a finite positive number of seconds",
                 field="duration_s",
             )
         if not (np.isfinite(w[i]) and w[i] >= 0):
             raise InputError(
-                f"task '{name}', step {step}: reported workload {w[i]!r} is not a finite non-negative number",
+                f"task '{name}', step {step}: reported workload {float(w[i])!r} is not a finite non-negative number",
                 field="workload",
             )
 
