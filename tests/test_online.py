@@ -48,7 +48,9 @@ def test_online_forecasts_follow_what_was_observed_not_the_series():
 def test_lstm_online_equals_offline_predictions_from_the_same_history():
     pytest.importorskip("tensorflow")
     js = load_job_series(load_job(JOB))
-    steps, h, start = 6, 20, 3
+    # memcpy's series has a gap in its timestamps between test steps 275 and 276 (filled on the grid):
+    # forecasts made before, across and after it
+    steps, h, start = 6, 20, 272
     online = online_forecasts("lstm", js, start, h, base_dir=DATA / "experiments", job=load_job(JOB))
     got = step_by_step(online, js.workloads(start, steps))
     # offline: the same fitted models asked for all origins at once on the whole series
@@ -59,7 +61,7 @@ def test_lstm_online_equals_offline_predictions_from_the_same_history():
     for i, p in enumerate(ws.prepared):
         f = online._histories[i].forecaster
         want = p.predict_rows_median(f, p.n_train + start + np.arange(steps))
-        np.testing.assert_allclose(got[i], want, rtol=1e-12, atol=1e-12, err_msg=p.task)
+        assert np.array_equal(got[i], want), p.task
 
 
 def test_online_simulation_equals_offline_for_an_exact_forecaster(tmp_path, synthetic_profile):
