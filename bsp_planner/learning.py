@@ -3,14 +3,14 @@
 The profile's interpolated model is the prior. Each task carries one multiplicative correction c_i:
 its predicted duration at any (workload, CPU) is c_i times the profile's. After every step, each
 task's measured duration d and the profile's prediction p at the workload and CPU it really ran with
-give a residual r = log(d / p); the correction is the shrunk mean of the `window` most recent
-residuals,
+give a residual r = log(d / p); the correction is the mean of the `window` most recent residuals,
+shrunk towards the profile by how few measurements there are so far (k of them, all steps counted):
 
-    log c_i = sum(recent r) / (len(recent) + prior_weight),
+    log c_i = mean(recent r) * k / (k + prior_weight),
 
 so with no measurement c_i = 1 (the profile), after k consistent measurements the profile keeps
-weight prior_weight / (k + prior_weight), and a machine that drifts is followed within `window`
-steps. One number per task, readable in the report: "task x runs 1.38x slower than its profile".
+weight prior_weight / (k + prior_weight) (k = 1, prior_weight = 1: halfway), its weight fades as
+measurements accumulate, and a machine that drifts is followed within `window` steps. One number per task, readable in the report: "task x runs 1.38x slower than its profile".
 
 A measurement nothing should learn from is refused with the task and step named: a duration that is
 not a finite positive number, or one more than `max_ratio` times away from the model's prediction.
@@ -33,7 +33,7 @@ class LearningSettings:
     """The experiment's [learning] table."""
 
     window: int = setting(20, ge=1)  # steps of residuals the correction is fitted to
-    prior_weight: float = setting(1.0, ge=0)  # how many measurements the profile counts as
+    prior_weight: float = setting(1.0, ge=0)  # how many measurements the profile counts as (fades as they accumulate)
     max_ratio: float = setting(10.0, gt=1)  # a measurement this many times off the model is refused
 
 
@@ -44,6 +44,7 @@ class DurationCorrection:
         self.task_names = list(task_names)
         self.settings = settings or LearningSettings()
         self._residuals = [deque(maxlen=self.settings.window) for _ in task_names]
+        self.measurements = 0  # steps learned from so far
         self.factors = np.ones(len(task_names))  # (tasks,) current c_i
 
     def check(self, step: int, prior_s: np.ndarray, measured_s: np.ndarray) -> None:
@@ -66,10 +67,12 @@ class DurationCorrection:
         prior_s = np.asarray(prior_s, dtype=np.float64)
         measured_s = np.asarray(measured_s, dtype=np.float64)
         self.check(step, prior_s, measured_s)
-        w = self.settings.prior_weight
+        self.measurements += 1
+        k = self.measurements
+        shrink = k / (k + self.settings.prior_weight)
         for i, q in enumerate(self._residuals):
             q.append(float(np.log(measured_s[i] / prior_s[i])))
-            self.factors[i] = float(np.exp(sum(q) / (len(q) + w)))
+            self.factors[i] = float(np.exp(shrink * sum(q) / len(q)))
 
 
 class LearnedDurations:
