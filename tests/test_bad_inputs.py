@@ -80,6 +80,8 @@ def test_nan_in_an_experiment_file_names_the_file(tmp_path, synthetic_profile, m
 def test_duplicated_strategy_is_refused(experiment, monkeypatch, capsys, tmp_path):
     code, _, err = run_cli(["simulate", experiment, "-q", "--strategies", "mpc,floor,mpc"], monkeypatch, capsys)
     assert code == 2 and "'mpc' is listed more than once" in err and "strategies" in err
+    code, _, err = run_cli(["simulate", experiment, "-q", "--mode", "perfect", "--mode", "perfect"], monkeypatch, capsys)
+    assert code == 2 and "mode 'perfect' is listed more than once" in err and "field 'modes'" in err
     assert not (tmp_path / "out").exists()
 
 
