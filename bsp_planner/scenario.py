@@ -193,7 +193,7 @@ def step_predictions(scen: Scenario, mode: str) -> tuple[PlanningContext, StepPr
     kind, source = scen.step_sources[mode]
     if kind == "online":
         source = source.fresh()
-    model = LearnedDurations(scen.model, scen.task_names, exp.learning) if exp.learn else scen.model
+    model = LearnedDurations(scen.model, scen.task_names, exp.learning, exp.workload_range) if exp.learn else scen.model
     return ctx, StepPredictions(ctx.configs, (kind, source), model, exp.workload_range)
 
 
