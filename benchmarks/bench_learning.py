@@ -38,13 +38,15 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bsp_planner.experiment import apply_overrides  # noqa: E402
-from bsp_planner.experiment import load_experiment  # noqa: E402
-from bsp_planner.executors.simulated import SimulatedExecutor  # noqa: E402
-from bsp_planner.loop import StepObservation, run_loop  # noqa: E402
-from bsp_planner.planners.base import make_planner  # noqa: E402
-from bsp_planner.scenario import build_scenario, run_strategy, step_predictions  # noqa: E402
-from bsp_planner.shipped import find_experiment  # noqa: E402
+from bsp_planner.executors.simulated import SimulatedExecutor
+from bsp_planner.experiment import (
+    apply_overrides,
+    load_experiment,
+)
+from bsp_planner.loop import StepObservation, run_loop
+from bsp_planner.planners.base import make_planner
+from bsp_planner.scenario import build_scenario, run_strategy, step_predictions
+from bsp_planner.shipped import find_experiment
 
 
 def wrong_profile(src_csv: Path, folder: Path, factor_of) -> Path:

@@ -79,7 +79,7 @@ class OnlineForecasts:
             h.rows.append(float(v))
         self._observed += 1
 
-    def fresh(self) -> "OnlineForecasts":
+    def fresh(self) -> OnlineForecasts:
         """A copy with the seed history only (the fitted forecasters are shared: predicting keeps no state)."""
         out = OnlineForecasts(
             [
@@ -150,9 +150,9 @@ def _learned_histories(name, job_series, start, horizon, *, base_dir, job, say) 
     ws = Workspace.from_series(_job_stub(job_name, job_series), job_series, gaps=gaps, horizon=horizon)
     out = []
     for i, p in enumerate(ws.prepared):
-        f, how = obtain(
+        f, _how = obtain(
             ws, name, p, model_root=DEFAULT_MODEL_ROOT, on_mismatch="retrain", save=False,
-            say=lambda m, t=p.task: say(f"{t} · {name}: {m}"),
+            say=_prefixed(say, f"{p.task} · {name}: "),
         )
         seed = list(p.rows[: p.n_train + start])
         if p.filled:
@@ -160,3 +160,10 @@ def _learned_histories(name, job_series, start, horizon, *, base_dir, job, say) 
         else:
             out.append(_TaskHistory(p.task, f, seed))
     return out
+
+
+def _prefixed(say, prefix: str):
+    def inner(msg: str) -> None:
+        say(prefix + msg)
+
+    return inner

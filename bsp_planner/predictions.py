@@ -13,13 +13,14 @@ the first step (dp) needs every row at once and is refused.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from .allocation.base import Allocator
 from .errors import InputError
 from .learning import LearnedDurations
 from .loop import StepObservation
-from .online import OnlineForecasts
 from .performance import DurationModel
 from .planners.base import ConfigTable
 
@@ -62,9 +63,11 @@ class StepPredictions:
     workload_range: (low, high) forecasts are clipped to, as offline.
     """
 
-    def __init__(self, table, workloads: tuple[str, object], model: DurationModel | LearnedDurations, workload_range: tuple[float, float]) -> None:
+    def __init__(self, table: OnlineConfigTable, workloads: tuple[str, Any], model: DurationModel | LearnedDurations, workload_range: tuple[float, float]) -> None:
         self.table = table
         self.kind, self.source = workloads
+        if self.kind not in ("actual", "matrix", "online"):
+            raise ValueError(f"unknown source of workloads {self.kind!r}")
         self.model = model
         self.workload_range = workload_range
         self.horizon = table.horizon
@@ -73,12 +76,12 @@ class StepPredictions:
         """(tasks, H) workloads expected for steps t..t+H-1."""
         h = self.horizon
         if self.kind == "actual":
-            w = self.source  # type: ignore[assignment]
+            w = self.source
             idx = np.minimum(np.arange(t, t + h), w.shape[1] - 1)  # edge padding, never read past the last step
             return w[:, idx]
         if self.kind == "matrix":
-            return np.clip(self.source[:, t, :], *self.workload_range)  # type: ignore[index]
-        fc = self.source.forecast()  # type: ignore[union-attr]
+            return np.clip(self.source[:, t, :], *self.workload_range)
+        fc = self.source.forecast()
         return np.clip(fc, *self.workload_range)
 
     def before_step(self, step: int) -> None:
@@ -86,7 +89,7 @@ class StepPredictions:
 
     def after_step(self, step: int, levels: np.ndarray, observation: StepObservation) -> dict | None:
         if self.kind == "online":
-            self.source.observe(observation.workloads)  # type: ignore[union-attr]
+            self.source.observe(observation.workloads)
         if isinstance(self.model, LearnedDurations):
             w = np.clip(observation.workloads, *self.workload_range)
             return self.model.learn(step, w, levels, observation.duration_s)

@@ -6,8 +6,8 @@ context whose predicted durations come from perfect knowledge or from forecasts.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
@@ -15,21 +15,21 @@ from numpy.lib.stride_tricks import sliding_window_view
 from .allocation import make_allocator
 from .allocation.base import CpuLevels
 from .errors import InputError
+from .executors.simulated import SimulatedExecutor
 from .experiment import Experiment
 from .forecasting.files import read_trace
 from .forecasting.provider import forecast_matrix
 from .job import Job, load_job
-from .performance import DurationModel, PerformanceModel
-from .planners import BOUNDS
-from .planners.base import ConfigTable, PlanningContext, make_planner
-from .profiles import check_job_matches, load_profile, metadata_path
-from .series import JobSeries, load_job_series
-from .simulation import StrategyResult, simulate
-from .executors.simulated import SimulatedExecutor
 from .learning import LearnedDurations
 from .loop import run_loop
 from .online import online_forecasts
+from .performance import DurationModel, PerformanceModel
+from .planners import BOUNDS
+from .planners.base import ConfigTable, PlanningContext, make_planner
 from .predictions import OnlineConfigTable, StepPredictions, refuse_offline
+from .profiles import check_job_matches, load_profile, metadata_path
+from .series import JobSeries, load_job_series
+from .simulation import StrategyResult, simulate
 
 
 @dataclass
@@ -131,6 +131,7 @@ def _build(exp: Experiment) -> Scenario:
 
     def context(predicted: np.ndarray | tuple[int, int]) -> PlanningContext:
         p = exp.planner
+        configs: ConfigTable
         if isinstance(predicted, tuple):  # rows made step by step: (steps, H) -> an empty online table
             shape = (predicted[0], n, cpu.n_levels, predicted[1])
             configs = OnlineConfigTable(shape, make_allocator(p.allocator), max_level, budget_steps, p.discount)

@@ -7,6 +7,7 @@ import sys
 
 import numpy as np
 import pytest
+from synthetic import THESIS_TASKS, write_experiment
 
 from bsp_planner import cli
 from bsp_planner.errors import InputError
@@ -16,7 +17,6 @@ from bsp_planner.learning import DurationCorrection, LearningSettings
 from bsp_planner.loop import run_loop
 from bsp_planner.planners.base import make_planner
 from bsp_planner.scenario import build_scenario, run_strategy, step_predictions
-from synthetic import THESIS_TASKS, write_experiment
 
 # 40% off, both ways: half the tasks profiled 1.4x too slow, half 0.6x (too fast).
 FACTORS = {t: (1.4 if i % 2 == 0 else 0.6) for i, t in enumerate(THESIS_TASKS)}
@@ -43,7 +43,7 @@ def errors_by_step(result):
 @pytest.mark.parametrize("mode", ["perfect", "forecast"])
 def test_a_wrong_profile_converges_and_the_plan_catches_up(tmp_path, synthetic_profile, mode):
     wrong = scaled_profile(synthetic_profile, tmp_path / "wrong" / "profile.csv", FACTORS)
-    common = dict(steps=80, modes=[mode], strategies=["mpc"], penalty_s=0.3)
+    common = {"steps": 80, "modes": [mode], "strategies": ["mpc"], "penalty_s": 0.3}
     truth = build_scenario(load_experiment(write_experiment(tmp_path, synthetic_profile, **common)))
     learned = build_scenario(
         load_experiment(write_experiment(tmp_path, wrong, learn=True, true_profile=str(synthetic_profile), **common))

@@ -3,6 +3,7 @@ measurements naming the task and step, and plans step by step when predictions a
 
 import numpy as np
 import pytest
+from synthetic import write_experiment
 
 from bsp_planner.errors import InputError
 from bsp_planner.executors.simulated import SimulatedExecutor
@@ -11,7 +12,6 @@ from bsp_planner.loop import Executor, StepObservation, run_loop
 from bsp_planner.planners import PLANNERS
 from bsp_planner.planners.base import make_planner
 from bsp_planner.scenario import build_scenario, check_strategies, run_strategy
-from synthetic import write_experiment
 
 
 def reference_simulation(planner, ctx, actual):

@@ -3,6 +3,7 @@ the offline forecast matrix where they must, and `simulate --online` reads no fo
 
 import numpy as np
 import pytest
+from synthetic import DATA, write_experiment
 
 from bsp_planner.errors import InputError
 from bsp_planner.experiment import load_experiment
@@ -11,7 +12,6 @@ from bsp_planner.job import load_job
 from bsp_planner.online import online_forecasts
 from bsp_planner.scenario import build_scenario, run_strategy
 from bsp_planner.series import load_job_series
-from synthetic import DATA, write_experiment
 
 JOB = DATA / "jobs" / "thesis-8.toml"
 
@@ -65,7 +65,7 @@ def test_lstm_online_equals_offline_predictions_from_the_same_history():
 
 
 def test_online_simulation_equals_offline_for_an_exact_forecaster(tmp_path, synthetic_profile):
-    common = dict(steps=50, modes=["forecast"], strategies=["exppo", "static:3", "mpc", "floor"])
+    common = {"steps": 50, "modes": ["forecast"], "strategies": ["exppo", "static:3", "mpc", "floor"]}
     offline = build_scenario(load_experiment(write_experiment(tmp_path, synthetic_profile, **common)))
     online = build_scenario(load_experiment(write_experiment(tmp_path, synthetic_profile, online=True, **common)))
     assert online.forecast_label["forecast"] == "seasonal-naive (online)"
