@@ -68,7 +68,16 @@ class OnlineForecasts:
         self.label = label
         self._observed = 0  # rows appended by observe()
 
+    @classmethod
+    def seeded(cls, forecasters: list[Forecaster], histories: list[np.ndarray], horizon: int, label: str) -> "OnlineForecasts":
+        """From fitted forecasters and each task's history so far (1-D, workload scale, consecutive
+        steps): what a live run builds from the job's history file, or from nothing but a few steps."""
+        if len(forecasters) != len(histories):
+            raise ValueError(f"{len(forecasters)} forecasters for {len(histories)} histories")
+        return cls([_TaskHistory(f"#{i}", f, list(np.asarray(h, dtype=np.float64))) for i, (f, h) in enumerate(zip(forecasters, histories))], horizon, label)
+
     def forecast(self) -> np.ndarray:
+        """(tasks, H) the median forecasts for the next H steps."""
         return np.stack([h.forecast(self.horizon) for h in self._histories])
 
     def observe(self, workloads: np.ndarray) -> None:

@@ -9,7 +9,7 @@ from bsp_planner.errors import InputError
 from bsp_planner.experiment import load_experiment
 from bsp_planner.forecasting.provider import forecast_matrix
 from bsp_planner.job import load_job
-from bsp_planner.online import online_forecasts
+from bsp_planner.online import OnlineForecasts, online_forecasts
 from bsp_planner.scenario import build_scenario, run_strategy
 from bsp_planner.series import load_job_series
 
@@ -82,3 +82,14 @@ def test_online_refuses_a_folder_of_forecast_files(tmp_path, synthetic_profile):
     with pytest.raises(InputError, match="online forecasting needs a forecaster") as err:
         build_scenario(exp)
     assert err.value.field == "forecast.source"
+
+
+def test_seeded_from_a_live_history():
+    """A live run seeds the forecasters from whatever history it has, then grows it step by step."""
+    from bsp_planner.forecasting.baselines import PersistenceForecaster
+
+    fs = [PersistenceForecaster(horizon=3).fit(np.arange(10.0)) for _ in range(2)]
+    online = OnlineForecasts.seeded(fs, [np.array([5.0, 6.0]), np.array([7.0])], 3, "persistence (online)")
+    assert np.array_equal(online.forecast(), [[6.0] * 3, [7.0] * 3])
+    online.observe(np.array([9.0, 4.0]))
+    assert np.array_equal(online.forecast(), [[9.0] * 3, [4.0] * 3])
