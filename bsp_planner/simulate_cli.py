@@ -36,10 +36,10 @@ def simulate(
     from .errors import InputError
     from .experiment import load_experiment
     from .outputs import check_output_dir
-    from .settings import apply_overrides as apply_settings_overrides
     from .report import comparison_rows, print_table, write_outputs
     from .parallel_runs import check_jobs, run_pairs
     from .scenario import build_scenario, check_strategies
+    from .settings import apply_overrides as apply_settings_overrides
     from .shipped import describe_experiment, find_experiment
 
     if experiment is not None and experiment_opt is not None and experiment != experiment_opt:
@@ -74,7 +74,14 @@ def simulate(
     check_output_dir(out_dir, "--out" if out is not None else "output")
     t0 = time.perf_counter()
     scen = build_scenario(exp)
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     pairs = [(m, s) for m in exp.modes for s in exp.strategies]
     with Progress(

@@ -31,6 +31,8 @@ from .credentials import (
     load_credentials,
     parse_credentials,
     read_credentials_file,
+    run_credentials,
+    worker_auth_env,
     write_credentials_file,
 )
 from .schema import (
@@ -66,7 +68,7 @@ from .session import DEFAULT_HOSTS, ENV_HOSTS, LOCAL_HINT, POD_HINT, RECHECK_S, 
 
 __all__ = [
     "StepBarrier", "ENV_AUTH", "ENV_AUTH_FILE", "Credentials", "generate_credentials", "load_credentials",
-    "parse_credentials", "read_credentials_file", "write_credentials_file", "DEFAULT_PARENT", "FORMAT",
+    "parse_credentials", "read_credentials_file", "run_credentials", "worker_auth_env", "write_credentials_file", "DEFAULT_PARENT", "FORMAT",
     "MAX_DURATION_S", "MAX_VALUE_BYTES", "TASK_NAME", "MalformedValue", "RootHeld", "RunInfo", "RunPaths",
     "check_task_name", "checkpoint_value", "decode", "encode", "get_float", "get_int", "get_str", "member_value",
     "parse_checkpoint", "parse_member", "parse_result", "parse_run", "parse_step", "result_value", "run_value",
