@@ -216,16 +216,24 @@ def run_strategy(scen: Scenario, strategy: str, mode: str) -> StrategyResult:
         raise _with_path(exc, scen.experiment) from exc
 
 
+def offline_strategies(strategies: list[str]) -> list[str]:
+    """The strategies that plan the whole job before the first step (they need every prediction at once)."""
+    from .planners import PLANNERS
+
+    return [
+        s for s in strategies
+        if s not in BOUNDS and getattr(getattr(PLANNERS.get(s.partition(":")[0]), "__self__", None), "offline", False)
+    ]
+
+
 def check_strategies(strategies: list[str], exp: Experiment | None = None) -> None:
     """Fail before any work if a strategy name is unknown, or (with an experiment that plans step by
     step: online or learn) if a strategy can only plan the whole job before the first step."""
-    from .planners import PLANNERS
-
     for s in strategies:
         if s not in BOUNDS:
             make_planner(s)
     if exp is not None and (exp.online or exp.learn):
-        offline = [s for s in strategies if s not in BOUNDS and getattr(getattr(PLANNERS.get(s.partition(":")[0]), "__self__", None), "offline", False)]
+        offline = offline_strategies(strategies)
         if offline:
             why = "online = true" if exp.online else "learn = true"
             raise InputError(

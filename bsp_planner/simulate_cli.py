@@ -41,7 +41,7 @@ def simulate(
     from .outputs import check_output_dir
     from .report import comparison_rows, print_table, write_outputs
     from .parallel_runs import check_jobs, run_pairs
-    from .scenario import build_scenario, check_strategies
+    from .scenario import build_scenario, check_strategies, offline_strategies
     from .settings import apply_overrides as apply_settings_overrides
     from .shipped import describe_experiment, find_experiment
 
@@ -77,6 +77,13 @@ def simulate(
     for flag, item in flagged:
         exp = apply_settings_overrides(exp, [item], flag=flag, validate=False)
     exp.validate()
+    if (exp.online or exp.learn) and strategies is None and not any(item.startswith("strategies=") for _, item in flagged):
+        # The experiment's own list (not one the user just typed): leave out what cannot plan step by step.
+        left_out = offline_strategies(exp.strategies)
+        if left_out:
+            exp.strategies = [s for s in exp.strategies if s not in left_out]
+            console.print(f"[yellow]note[/]: {', '.join(left_out)} left out: planning step by step (online/learn), and "
+                          f"{'they plan' if len(left_out) > 1 else 'it plans'} the whole job before the first step")
     check_strategies(exp.strategies, exp)
     check_jobs(jobs)
     out_dir = out if out is not None else exp.output_path

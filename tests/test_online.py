@@ -93,3 +93,30 @@ def test_seeded_from_a_live_history():
     assert np.array_equal(online.forecast(), [[6.0] * 3, [7.0] * 3])
     online.observe(np.array([9.0, 4.0]))
     assert np.array_equal(online.forecast(), [[9.0] * 3, [4.0] * 3])
+
+
+def run_cli(args, monkeypatch, capsys):
+    import sys
+
+    from bsp_planner import cli
+
+    monkeypatch.setattr(sys, "argv", ["bsp-planner", *args])
+    code = 0
+    try:
+        cli.main()
+    except SystemExit as exc:
+        code = exc.code or 0
+    out = capsys.readouterr()
+    return code, " ".join(out.out.split()), " ".join(out.err.split())
+
+
+def test_simulate_online_leaves_out_the_experiments_offline_planners_but_refuses_named_ones(tmp_path, synthetic_profile, monkeypatch, capsys):
+    exp = write_experiment(tmp_path, synthetic_profile, steps=15, strategies=["mpc", "dp", "floor"])
+    code, out, err = run_cli(["simulate", str(exp), "-q", "--online"], monkeypatch, capsys)
+    assert code == 0, err
+    assert "dp left out" in out and "seasonal-naive (online)" in out
+    rows = (tmp_path / "out" / "comparison.csv").read_text().splitlines()
+    assert [r.split(",")[0] for r in rows[1:]] == ["mpc", "floor", "mpc", "floor"]
+    code, out, err = run_cli(["simulate", str(exp), "-q", "--online", "--strategies", "mpc,dp", "-o", str(tmp_path / "o2")], monkeypatch, capsys)
+    assert code == 2 and "strategy dp plans the whole job before the first step" in err, err
+    assert not (tmp_path / "o2").exists()
