@@ -1,10 +1,12 @@
 """The `threshold` allocator against `greedy`: MPC plan quality, and how a decision's cost grows.
 
-    .venv/bin/python benchmarks/bench_allocators.py [--only quality,tasks,horizon,budget] [--big 256]
+    .venv/bin/python benchmarks/bench_allocators.py [--only quality,frames,tasks,horizon,budget] [--big 256]
 
 * quality: MPC's total time (compute + checkpoints) on the default experiment (both modes) and on a
   --big-task job (perfect knowledge, 400 steps), greedy against threshold, and the default
   experiment's MPC with the exact allocator where --exact is given (slow: minutes).
+* frames: the weighted frame time of every MPC window (horizon 10) at every 5th step of the default
+  experiment, threshold against greedy.
 * tasks / horizon / budget: median MPC decision (wall and CPU of the decision alone) with the threshold
   allocator for n = 8..10,000 tasks (horizon 10), h = 5, 10, 20 (1,024 tasks), and budgets of
   500..1,500m per task (1,024 tasks; 5..25 CPU steps above the minimum per task).
@@ -76,6 +78,31 @@ def quality(big: int, exact: bool) -> None:
               + (" |" if exact else ""), flush=True)
 
 
+def frames(every: int = 5) -> None:
+    """Weighted frame time, threshold / greedy, over MPC's 55 windows at every `every`-th step."""
+    from bsp_planner.allocation import GreedyAllocator, ThresholdAllocator, discount_weights, frame_time
+    from bsp_planner.planners.mpc import horizon_frames
+
+    print("| mode | frames | threshold / greedy: mean | max | min | share of frames worse |")
+    print("|---|---|---|---|---|---|")
+    h = 10
+    starts, lengths = horizon_frames(h)
+    kk = np.arange(h)
+    inside = (kk >= starts[:, None]) & (kk < (starts + lengths)[:, None])
+    w = np.where(inside, discount_weights(h, 0.95)[np.clip(kk - starts[:, None], 0, h - 1)], 0.0)
+    for mode in ("perfect", "forecast"):
+        exp = load_experiment(ROOT / "bsp_planner" / "data" / "experiments" / "default.toml", ["strategies=mpc", f"modes={mode}"])
+        ctx = build_scenario(exp).contexts[mode]
+        ratios = []
+        for t in range(0, exp.steps - h + 1, every):
+            d = np.broadcast_to(ctx.configs.predicted[t, :, :, :h], (starts.size,) + ctx.configs.predicted.shape[1:3] + (h,))
+            g = frame_time(d, GreedyAllocator().allocate_batch(d, w, ctx.max_level, ctx.budget_steps), w)
+            th = frame_time(d, ThresholdAllocator().allocate_batch(d, w, ctx.max_level, ctx.budget_steps), w)
+            ratios.append(th / g)
+        r = np.concatenate(ratios)
+        print(f"| {mode} | {r.size} | {r.mean():.4f} | {r.max():.4f} | {r.min():.4f} | {100 * (r > 1 + 1e-12).mean():.1f}% |", flush=True)
+
+
 def growth(cases, steps: int) -> None:
     print("| tasks | horizon | budget per task | budget steps | median decision ms (wall) | median CPU ms | p90 CPU ms |")
     print("|---|---|---|---|---|---|---|")
@@ -90,7 +117,7 @@ def growth(cases, steps: int) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--only", default="quality,tasks,horizon,budget")
+    ap.add_argument("--only", default="quality,frames,tasks,horizon,budget")
     ap.add_argument("--big", type=int, default=256, help="tasks of the larger quality experiment (0: skip)")
     ap.add_argument("--exact", action="store_true", help="also MPC with the exact allocator on the default experiment")
     ap.add_argument("--tasks", default="8,64,256,1024,4096,10000")
@@ -100,6 +127,9 @@ def main() -> None:
           f"load average at start {os.getloadavg()[0]:.2f}", flush=True)
     if "quality" in only:
         quality(args.big, args.exact)
+        print()
+    if "frames" in only:
+        frames()
         print()
     cases = []
     if "tasks" in only:
