@@ -30,14 +30,19 @@ def simulate(
     out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Output folder (default: the experiment's).")] = None,
     set_: Annotated[Optional[list[str]], typer.Option("--set", help="Override any field: KEY=VALUE or SECTION.KEY=VALUE (repeatable).")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+    online: Annotated[bool, typer.Option("--online", help="Forecast before every step from the observed history (no forecast file).")] = False,
+    learn: Annotated[bool, typer.Option("--learn", help="The performance model learns from every measured step (learning.csv).")] = False,
+    true_profile: Annotated[Optional[Path], typer.Option("--true-profile", help="Profile the simulated tasks really follow (plan on the experiment's).")] = None,
+    jobs: Annotated[int, typer.Option("--jobs", "-j", help="Run strategies and modes in this many processes (results identical to 1).")] = 1,
 ) -> None:
     """Compare reconfiguration strategies on a job in simulation (table, CSV/JSON/Markdown, chart)."""
     from .errors import InputError
     from .experiment import load_experiment
     from .outputs import check_output_dir
-    from .settings import apply_overrides as apply_settings_overrides
     from .report import comparison_rows, print_table, write_outputs
-    from .scenario import build_scenario, check_strategies, run_strategy
+    from .parallel_runs import check_jobs, run_pairs
+    from .scenario import build_scenario, check_strategies, offline_strategies
+    from .settings import apply_overrides as apply_settings_overrides
     from .shipped import describe_experiment, find_experiment
 
     if experiment is not None and experiment_opt is not None and experiment != experiment_opt:
@@ -62,28 +67,49 @@ def simulate(
         flagged.append(("--mode", "modes=" + ",".join(mode)))
     if actual is not None:
         flagged.append(("--actual", f"forecast.actual={actual.resolve()}"))
+    if online:
+        flagged.append(("--online", "online=true"))
+    if learn:
+        flagged.append(("--learn", "learn=true"))
+    if true_profile is not None:
+        flagged.append(("--true-profile", f"true_profile={true_profile.resolve()}"))
     exp = load_experiment(find_experiment(experiment if experiment is not None else experiment_opt))
     for flag, item in flagged:
         exp = apply_settings_overrides(exp, [item], flag=flag, validate=False)
     exp.validate()
-    check_strategies(exp.strategies)
+    if (exp.online or exp.learn) and strategies is None and not any(item.startswith("strategies=") for _, item in flagged):
+        # The experiment's own list (not one the user just typed): leave out what cannot plan step by step.
+        left_out = offline_strategies(exp.strategies)
+        if left_out:
+            exp.strategies = [s for s in exp.strategies if s not in left_out]
+            console.print(f"[yellow]note[/]: {', '.join(left_out)} left out: planning step by step (online/learn), and "
+                          f"{'they plan' if len(left_out) > 1 else 'it plans'} the whole job before the first step")
+    check_strategies(exp.strategies, exp)
+    check_jobs(jobs)
     out_dir = out if out is not None else exp.output_path
     check_output_dir(out_dir, "--out" if out is not None else "output")
     t0 = time.perf_counter()
     scen = build_scenario(exp)
-    results = []
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
-    jobs = [(m, s) for m in exp.modes for s in exp.strategies]
+    pairs = [(m, s) for m in exp.modes for s in exp.strategies]
     with Progress(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
         console=console, disable=quiet, transient=True,
     ) as progress:
-        bar = progress.add_task("simulating", total=len(jobs))
-        for m, s in jobs:
-            progress.update(bar, description=f"{m:8s} {s}")
-            results.append(run_strategy(scen, s, m))
-            progress.advance(bar)
+        bar = progress.add_task("simulating", total=len(pairs))
+        results = run_pairs(
+            scen, pairs, jobs,
+            on_start=lambda m, s: progress.update(bar, description=f"{m:8s} {s}"),
+            on_done=lambda m, s: progress.advance(bar),
+        )
     elapsed = time.perf_counter() - t0
     meta = {
         # how the experiment and profile were named, never this machine's absolute paths

@@ -22,10 +22,10 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from synthetic import DATA, write_profile
 
 from bsp_planner import cli
 from bsp_planner.forecasting.files import write_forecasts, write_trace
-from synthetic import DATA, write_profile
 
 TASKS = ["affinity", "atomic"]
 PROPS = settings(
@@ -160,7 +160,9 @@ NUMBERS = st.one_of(
     st.sampled_from([0, 1, 2, 10, 50, 250, 2000, 10**9, 1e308, -1e-300]),
 )
 SCALARS = st.one_of(NUMBERS, st.booleans(), SAFE_TEXT, st.sampled_from(["mpc", "floor", "perfect", "linear", "clamp", "dp"]))
-VALUES = st.one_of(SCALARS, st.lists(SCALARS, max_size=3), st.dictionaries(st.sampled_from(["a", "start", "file"]), SCALARS, max_size=2))
+VALUES = st.one_of(
+    SCALARS, st.lists(SCALARS, max_size=3), st.dictionaries(st.sampled_from(["a", "start", "file"]), SCALARS, max_size=2)
+)
 
 EXPERIMENT_KEYS = [
     "job", "profile", "interpolation", "out_of_grid", "workload_range", "steps", "start", "penalty_s", "modes",
@@ -214,7 +216,10 @@ FLAGS = st.one_of(
     st.tuples(st.just("--penalty"), NUMBERS.map(str)),
     st.tuples(st.just("--steps"), st.integers(-3, 12).map(str)),
     st.tuples(st.just("--start"), st.integers(-3, 120).map(str)),
-    st.tuples(st.just("--strategies"), st.lists(st.sampled_from(["mpc", "floor", "dp", "static:2", "static:0", "exppo", "bogus", ""]), max_size=4).map(",".join)),
+    st.tuples(
+        st.just("--strategies"),
+        st.lists(st.sampled_from(["mpc", "floor", "dp", "static:2", "static:0", "exppo", "bogus", ""]), max_size=4).map(",".join),
+    ),
     st.tuples(st.just("--mode"), st.sampled_from(["perfect", "forecast", "both", ""])),
     st.tuples(st.just("--allocator"), st.sampled_from(["greedy", "exact", "magic"])),
     st.tuples(st.just("--forecasts"), st.sampled_from(["seasonal-naive", "persistence", "nowhere", ""])),
@@ -283,13 +288,22 @@ def mutate_csv(text: str, data) -> str:
     return "\n".join(lines) + "\n"
 
 
+def mutate_file(path: Path, data) -> None:
+    """mutate_csv, or a few raw bytes (maybe not UTF-8) spliced in somewhere."""
+    if data.draw(st.integers(0, 4)) == 0:
+        raw = path.read_bytes()
+        at = data.draw(st.integers(0, len(raw)))
+        path.write_bytes(raw[:at] + data.draw(st.binary(min_size=1, max_size=6)) + raw[at:])
+    else:
+        path.write_text(mutate_csv(path.read_text(), data))
+
+
 @PROPS
 @given(data=st.data())
 def test_mutated_profiles_and_their_metadata(world, data):
     folder = fresh(world)
     if data.draw(st.booleans()):
-        p = folder / "profile.csv"
-        p.write_text(mutate_csv(p.read_text(), data))
+        mutate_file(folder / "profile.csv", data)
     else:
         meta = '{"format": 1, "tasks": {"affinity": {"stressor": "affinity", "ops_per_unit": 10, "workers": 1}}}'
         meta = data.draw(st.sampled_from([meta, meta.replace("10", "11"), meta.replace("affinity\"}", "x\"}")]))
@@ -302,8 +316,7 @@ def test_mutated_profiles_and_their_metadata(world, data):
 @given(data=st.data(), forecaster=st.sampled_from(["seasonal-naive", "persistence"]))
 def test_mutated_series(world, data, forecaster):
     folder = fresh(world)
-    p = folder / "series.csv"
-    p.write_text(mutate_csv(p.read_text(), data))
+    mutate_file(folder / "series.csv", data)
     code, err = simulate(folder, "-q", "--strategies", "mpc,floor", "--forecasts", forecaster)
     check_outcome(folder, code, err)
 
@@ -316,8 +329,7 @@ def test_mutated_forecast_and_trace_files(world, data):
     write_forecasts(folder / "fc", TASKS, 10 + 40 * rng.random((2, 5, 10)))
     write_trace(folder / "trace", TASKS, 10 + 40 * rng.random((2, 5)))
     which = data.draw(st.sampled_from(["fc", "trace"]))
-    p = folder / which / f"{data.draw(st.sampled_from(TASKS))}.csv"
-    p.write_text(mutate_csv(p.read_text(), data))
+    mutate_file(folder / which / f"{data.draw(st.sampled_from(TASKS))}.csv", data)
     code, err = simulate(folder, "-q", "--strategies", "mpc,floor", "--forecasts", folder / "fc", "--actual", folder / "trace")
     check_outcome(folder, code, err)
 
@@ -326,9 +338,8 @@ def test_mutated_forecast_and_trace_files(world, data):
 @given(data=st.data())
 def test_forecast_commands_on_mutated_series_and_flags(world, data):
     folder = fresh(world)
-    p = folder / "series.csv"
     if data.draw(st.booleans()):
-        p.write_text(mutate_csv(p.read_text(), data))
+        mutate_file(folder / "series.csv", data)
     horizon = data.draw(st.sampled_from(["10", "5", "0", "-1", "500", "x"]))
     exp = folder / "exp.toml"
     if data.draw(st.booleans()):
@@ -349,9 +360,53 @@ def test_forecast_commands_on_mutated_series_and_flags(world, data):
 def test_profile_heatmap_on_mutated_profiles(world, data):
     folder = fresh(world)
     p = folder / "profile.csv"
-    p.write_text(mutate_csv(p.read_text(), data))
+    mutate_file(p, data)
     code, err = run_cli("profile", "heatmap", p, "--out-dir", folder / "out")
     if code == 0:
         shutil.rmtree(folder)
         return
     check_outcome(folder, code, err)
+
+
+ENV_KEYS = ["experiment", "overrides", "mode", "window", "actions", "episode_steps", "penalty_scale", "obs_scale",
+            "reward_scale", "obs_high", "typo", "train.start", "train.steps", "train.typo", "eval.start", "eval.steps",
+            "agent.algo", "agent.timesteps", "agent.gamma", "agent.net_arch", "agent.learning_rate", "agent.typo"]
+
+
+@PROPS
+@given(changes=st.lists(st.tuples(st.sampled_from(ENV_KEYS), VALUES), min_size=1, max_size=3),
+       overrides=st.lists(st.tuples(st.sampled_from(ENV_KEYS), SCALARS.map(str)).map("=".join), max_size=2))
+def test_mutated_rl_environment_files_and_env_set(tmp_path_factory, changes, overrides):
+    """The RL environment settings (what `rl train`/`rl evaluate` read first): every value through the
+    one loader, an InputError naming the file or flag and the field otherwise."""
+    from bsp_planner.errors import InputError
+    from bsp_planner.rl.settings import DEFAULT_ENV, EnvSettings, load_env_settings
+
+    folder = tmp_path_factory.mktemp("env")
+    text = "\n".join(line.split("#")[0].rstrip() for line in DEFAULT_ENV.read_text().splitlines()) + "\n"
+    for key, value in changes:
+        text = set_toml_key(text, key, value)
+    (folder / "env.toml").write_text(text)
+    try:
+        s = load_env_settings(folder / "env.toml", overrides)
+    except InputError as exc:
+        assert exc.field or exc.path, str(exc)
+        assert "env.toml" in str(exc) or exc.field, str(exc)
+        return
+    assert isinstance(s, EnvSettings) and s.episode_steps < s.train.steps
+    assert all(math.isfinite(v) and v > 0 for v in (s.penalty_scale, s.obs_high))
+
+
+@PROPS
+@given(values=st.dictionaries(st.sampled_from(["units", "epochs", "lags", "val_fraction", "init", "calendar", "l2",
+                                               "learning_rate", "window", "typo"]), VALUES, max_size=3))
+def test_lstm_settings_from_any_table(values):
+    from bsp_planner.errors import InputError
+    from bsp_planner.forecasting.lstm import LSTMSettings
+
+    try:
+        s = LSTMSettings.from_dict(values)
+    except InputError as exc:
+        assert exc.field and exc.field.startswith("lstm."), str(exc)
+        return
+    assert LSTMSettings.from_dict(s.to_dict()) == s  # what a saved model records reads back the same

@@ -39,10 +39,10 @@ def test_a_part_whose_module_is_absent_is_reported_not_raised():
 def test_every_shipped_part_resolves():
     assert set(PLANNERS.names()) >= {"exppo", "static", "dp", "mpc", "rl", "dqn"}
     assert BOUNDS.names() == ["floor", "optimum"]
-    assert {n: make_allocator(n).name for n in ALLOCATORS} == {"greedy": "greedy", "exact": "exact"}
+    assert {n: make_allocator(n).name for n in ALLOCATORS} == {"greedy": "greedy", "threshold": "threshold", "exact": "exact"}
     for name in ("exppo", "dp", "mpc", "static"):
         assert callable(PLANNERS.get(name))
-    with pytest.raises(InputError, match="unknown allocator 'magic'; known: exact, greedy"):
+    with pytest.raises(InputError, match="unknown allocator .magic.; known: exact, greedy"):
         make_allocator("magic")
 
 
@@ -68,3 +68,13 @@ def test_explicit_parameters_win_over_the_context(tmp_path):
     assert np.array_equal(typed.levels, bridged.levels)
     short = simulate(make_planner("mpc"), ctx, actual)
     assert not np.array_equal(short.actions, typed.actions) or short.total_s != typed.total_s
+
+
+def test_forecasters_are_one_registry_and_only_the_learned_take_settings():
+    from bsp_planner.forecasting.registry import FORECASTERS, default_settings, is_learned
+
+    assert list(FORECASTERS) == ["lstm", "lstm-thesis", "persistence", "seasonal-naive"]
+    assert [n for n in FORECASTERS if is_learned(n)] == ["lstm", "lstm-thesis"]
+    assert default_settings("persistence") == {} and default_settings("lstm")["units"] == 32
+    with pytest.raises(InputError, match="unknown forecaster 'arima'; known: lstm, lstm-thesis"):
+        is_learned("arima")
