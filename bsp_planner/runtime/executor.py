@@ -75,7 +75,9 @@ class LiveExecutor:
             "--stress-ng", s.stress_ng,
             "--session-timeout", f"{s.session_timeout_s:g}",
             "--zk-wait", f"{max(s.zk_wait_s * 4, 60):g}",
-            "--step-timeout", f"{s.step_timeout_s:g}",
+            # the coordinator enforces the step timeout; the worker's own (on its stress-ng, its barrier
+            # waits) is only a backstop for a worker left alone, so it must never fire first
+            "--step-timeout", f"{2 * s.step_timeout_s + 30:g}",
         )
         return WorkerLaunch(task=task, args=args, env=dict(self.worker_env), incarnation=k)
 
