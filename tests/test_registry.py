@@ -42,7 +42,7 @@ def test_every_shipped_part_resolves():
     assert {n: make_allocator(n).name for n in ALLOCATORS} == {"greedy": "greedy", "threshold": "threshold", "exact": "exact"}
     for name in ("exppo", "dp", "mpc", "static"):
         assert callable(PLANNERS.get(name))
-    with pytest.raises(InputError, match="unknown allocator 'magic'; known: exact, greedy"):
+    with pytest.raises(InputError, match="unknown allocator .magic.; known: exact, greedy"):
         make_allocator("magic")
 
 
