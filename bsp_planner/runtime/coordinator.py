@@ -54,6 +54,10 @@ DEFAULT_EXPERIMENT = data_path("experiments/live-default.toml")  # shipped (pack
 DEFAULT_RUNS_DIR = Path("runs")
 
 
+def _stopped_after(records: list[dict]) -> str:
+    return f"the run stopped after step {len(records) - 1}" if records else "the run stopped before its first step"
+
+
 class RunInterrupted(Exception):
     """The run stopped before its last step but can be resumed (ZooKeeper lost, Ctrl-C, a full disk)."""
 
@@ -137,7 +141,9 @@ class Coordinator:
         return Z.run_credentials(self.settings.zk_auth, self.run_dir / "zk-auth", may_create=not self.resume)
 
     def _worker_env(self) -> dict[str, str]:
-        return Z.worker_auth_env(self.settings.zk_auth, self.run_dir / "zk-auth", self.creds)
+        env = Z.worker_auth_env(self.settings.zk_auth, self.run_dir / "zk-auth", self.creds)
+        env["BSP_RUN_DIR"] = str(self.run_dir.resolve())  # {run_dir} of command tasks
+        return env
 
     @property
     def zk_root(self) -> str:
@@ -159,7 +165,7 @@ class Coordinator:
         s = self.session
         root = self.paths.root
         parent = root.rsplit("/", 1)[0]
-        tasks = [{"name": t.name, "stressor": t.stressor, "ops_per_unit": t.ops_per_unit, "workers": t.workers} for t in self.job.tasks]
+        tasks = [{"name": t.name, **t.identity()} for t in self.job.tasks]
         value = Z.run_value(self.run_id, self.job.name, tasks, self.exp.workload_range, self.exp.steps)
         try:
             if parent:
@@ -344,17 +350,17 @@ class Coordinator:
         except (Z.ZkUnavailable, TaskLost, KeyboardInterrupt, RunStoreUnwritable) as exc:
             status = "interrupted"
             why = "interrupted (Ctrl-C or SIGTERM)" if isinstance(exc, KeyboardInterrupt) else str(exc)
-            message = f"{why}; the run stopped after step {len(records) - 1}; continue it with {resume_hint}"
+            message = f"{why}; {_stopped_after(records)}; continue it with {resume_hint}"
             raise RunInterrupted(message, self.run_id) from None
         except RunFailed as exc:
-            message = f"{exc}\nthe run stopped after step {len(records) - 1}; once the cause is fixed, continue it with {resume_hint}"
+            message = f"{exc}\n{_stopped_after(records)}; once the cause is fixed, continue it with {resume_hint}"
             raise RunFailed(message) from None
         except InputError as exc:  # met mid-run (a malformed value in ZooKeeper, a refused pod): still resumable
-            message = f"{exc.message}; the run stopped after step {len(records) - 1}; once fixed, continue it with {resume_hint}"
+            message = f"{exc.message}; {_stopped_after(records)}; once fixed, continue it with {resume_hint}"
             raise InputError(message, path=exc.path, line=exc.line, field=exc.field) from None
         except Exception as exc:  # not foreseen: say what and where it stopped rather than lose the run
             message = (
-                f"unexpected {type(exc).__name__}: {exc}; the run stopped after step {len(records) - 1}; "
+                f"unexpected {type(exc).__name__}: {exc}; {_stopped_after(records)}; "
                 f"its steps so far are logged; continue it with {resume_hint}"
             )
             raise RunFailed(message) from exc

@@ -20,6 +20,11 @@ from .run_settings import RunSettings
 from .worker import EXIT_INPUT, EXIT_STRESS
 
 
+def worker_step_timeout_s(step_timeout_s: float) -> float:
+    """How long a worker lets one step's program run: well past the coordinator's step timeout."""
+    return 2 * step_timeout_s + 30
+
+
 class RunFailed(Exception):
     """The run cannot go on (a worker that fails again and again, a stressor that errors)."""
 
@@ -75,7 +80,9 @@ class LiveExecutor:
             "--stress-ng", s.stress_ng,
             "--session-timeout", f"{s.session_timeout_s:g}",
             "--zk-wait", f"{max(s.zk_wait_s * 4, 60):g}",
-            "--step-timeout", f"{s.step_timeout_s:g}",
+            # the worker's own limit is only a backstop: the coordinator's step timeout always fires first
+            # and names the tasks that did not report (one limit racing the other gave either message)
+            "--step-timeout", f"{worker_step_timeout_s(s.step_timeout_s):g}",
         )
         return WorkerLaunch(task=task, args=args, env=dict(self.worker_env), incarnation=k)
 
@@ -209,8 +216,10 @@ class LiveExecutor:
                 self._save_incarnations(self.incarnation)
                 missing_since.pop(task, None)
             if time.monotonic() > deadline:
+                late = [task for task in self.tasks if not s.exists(self.paths.result(task, t))]
+                who = f": task {', '.join(late)} did not report step {t}" if late else ""
                 raise RunFailed(
-                    f"step {t} did not finish within {self.settings.step_timeout_s:g} s (the step timeout: --step-timeout)"
+                    f"step {t} did not finish within {self.settings.step_timeout_s:g} s (the step timeout: --step-timeout){who}"
                 )
             return False
 
