@@ -120,6 +120,7 @@ class Job:
     path: Path | None = None
     description: str = ""
     extra: dict = field(default_factory=dict)
+    sync: str = "barrier"  # "barrier": our ZooKeeper barrier; "observe": the application syncs itself
 
     @property
     def task_names(self) -> list[str]:
@@ -163,12 +164,19 @@ class JobFile:
     name: str | None = None  # None: the file's stem
     description: str = ""
     workers: int = setting(1, ge=1)
+    sync: str = setting("barrier", choices=("barrier", "observe"))
     task: list[TaskSpec] = setting(default_factory=list)
 
     def validate(self, path: str | Path | None = None) -> None:
         if not self.task:
             raise InputError("the job has no tasks; add at least one [[task]] table", path=path, field="task")
         seen: set[str] = set()
+        if self.sync == "observe" and any(t.process is None for t in self.task):
+            raise InputError(
+                "sync = \"observe\" needs every task to be a `process` (the application synchronises itself; "
+                "our worker runs stressors and commands under our barrier)",
+                path=path, field="sync",
+            )
         for i, t in enumerate(self.task):
             if t.name in seen:
                 raise InputError(f"duplicate task name '{t.name}'", path=path, field=f"task[{i}].name")
@@ -238,7 +246,7 @@ def load_job(path: str | Path) -> Job:
         )
         for t in spec.task
     )
-    return Job(name=spec.name if spec.name is not None else path.stem, tasks=tasks, path=path, description=spec.description)
+    return Job(name=spec.name if spec.name is not None else path.stem, tasks=tasks, path=path, description=spec.description, sync=spec.sync)
 
 
 def _program(argv: list[str] | None, job_path: Path) -> tuple[str, ...] | None:

@@ -302,6 +302,8 @@ class Coordinator:
             s, self.session, self.paths, self.backend, self.tasks, self.cpu_of, self._worker_env(),
             self.store.incarnations(), lambda inc: self.store.write_meta(incarnations=dict(inc)),
             self._relock_if_lost, lambda text: self.say(text),
+            processes={t.name: t.process for t in self.job.tasks if t.process},
+            sync=self.job.sync, run_id=self.run_id, run_dir=str(self.run_dir.resolve()),
         )
         return planner, prepare_ms, current, records, runlog
 

@@ -192,10 +192,10 @@ def parse_run(path: str, v: dict) -> RunInfo:
         if not isinstance(t, dict):
             raise _bad(path, f"tasks[{i}]", "an object", t)
         name = get_str(path, t, "name", TASK_NAME)
-        command = t.get("command")
+        command = t.get("command", t.get("process"))
         if command is not None:
             if not (isinstance(command, list) and command and len(command) <= 4096 and all(isinstance(a, str) for a in command)):
-                raise _bad(path, f"tasks[{i}].command", "a list of strings (a program and its arguments)", command)
+                raise _bad(path, f"tasks[{i}].{'command' if 'command' in t else 'process'}", "a list of strings (a program and its arguments)", command)
             stressor = None
         else:
             stressor = get_str(path, t, "stressor")
@@ -203,7 +203,8 @@ def parse_run(path: str, v: dict) -> RunInfo:
                 raise _bad(path, f"tasks[{i}].stressor", "a stress-ng stressor", stressor)
         tasks[name] = {
             "stressor": stressor,
-            "command": command,
+            "command": t.get("command"),
+            "process": t.get("process"),
             "ops_per_unit": get_float(path, t, "ops_per_unit", 1e-12, 1e12) if command is None else 1.0,
             "workers": get_int(path, t, "workers", 1, 1024),
         }
