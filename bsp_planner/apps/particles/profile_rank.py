@@ -25,10 +25,10 @@ import subprocess
 import sys
 import tempfile
 import time
+import tomllib
 from datetime import datetime, timezone
 from pathlib import Path
 
-from ...job import load_job
 from ...profiles import PROFILE_COLUMNS
 from ...profiling.cgroups import MAX_SHARES, CpuQuotaGroup
 from ...profiling.local import cpu_model
@@ -55,6 +55,13 @@ def measure_in_group(workload: int, cpu_millicores: float, steps: int, timeout_s
         return [json.loads(line)["wall_s"] for line in reports.read_text().splitlines()]
 
 
+def _job_tasks(path: str) -> tuple[str, Path, list[dict]]:
+    """(name, path, [[task]] tables) of a job file: read directly, so this works whichever job fields the
+    installed bsp_planner.job knows."""
+    data = tomllib.loads(Path(path).read_text())
+    return data.get("name", Path(path).stem), Path(path), data["task"]
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bsp_planner.apps.particles.profile_rank", description=__doc__.split("\n\n")[0])
     p.add_argument("--job", required=True, action="append", help="job file(s) whose tasks get the rows")
@@ -68,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--job and --out: give one --out per --job")
     cpus = [float(c) for c in args.cpu.split(",")]
     workloads = [int(w) for w in args.workloads.split(",")]
-    jobs = [load_job(j) for j in args.job]
+    jobs = [_job_tasks(j) for j in args.job]
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
     load_start = os.getloadavg()[0]
     cells: list[tuple[int, float, float, list[float]]] = []
@@ -79,13 +86,13 @@ def main(argv: list[str] | None = None) -> int:
             cells.append((w, cpu, d, walls))
             print(f"{w:>6} particles {cpu:>6g}m: {d:.3f} s (steps {', '.join(f'{x:.3f}' for x in walls)})", flush=True)
     finished = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    for job, out in zip(jobs, args.out):
+    for (job_name, job_path, tasks), out in zip(jobs, args.out):
         out = Path(out)
         out.parent.mkdir(parents=True, exist_ok=True)
         lines = [",".join(PROFILE_COLUMNS)]
-        for t in job.tasks:
+        for t in tasks:
             for w, cpu, d, _ in cells:
-                lines.append(f"{t.name},{w},{cpu:g},{d:.6f},0")
+                lines.append(f"{t['name']},{w},{cpu:g},{d:.6f},0")
         out.write_text("\n".join(lines) + "\n")
         meta = {
             "format": 1,
@@ -95,9 +102,9 @@ def main(argv: list[str] | None = None) -> int:
             "kernel": os.uname().release,
             "backend": "local-cgroup (bsp_planner.apps.particles.profile_rank)",
             "cpu_shares": MAX_SHARES,
-            "job": {"name": job.name, "file": f"jobs/{Path(job.path).name}"},
+            "job": {"name": job_name, "file": f"jobs/{job_path.name}"},
             "grid": {"cpu_millicores": cpus, "workloads": workloads, "repeats": 1},
-            "tasks": {t.name: {"process": list(t.process) if getattr(t, "process", None) else None} for t in job.tasks},
+            "tasks": {t["name"]: {"process": t.get("process"), "workers": 1} for t in tasks},
             "physics": {"substeps": Physics.substeps, "neighbours": Physics.neighbours},
             "duration": (
                 "median wall seconds of one rank's superstep block (steps 2..N of a one-rank run of `workload` "
