@@ -66,8 +66,9 @@ def under_coordinator() -> bool:
     return bool(os.environ.get("BSP_RUN_ID"))
 
 
-def open_session(task_name: str, reports: str | Path | None = None):
-    """The session for this process: the run's (``task.join()``) under a coordinator, else a local one."""
+def open_session(task_name: str, reports: str | Path | None = None, steps: int | None = None):
+    """The session for this process: the run's (``task.join()``) under a coordinator, else a local one
+    that appends its reports to `reports` (JSON lines) and ends after `steps` steps."""
     if under_coordinator():
         from bsp_planner import task  # needs only kazoo
 
@@ -77,7 +78,7 @@ def open_session(task_name: str, reports: str | Path | None = None):
     except ImportError:
         task = None
     if task is not None and hasattr(task, "local_session"):
-        return task.local_session(task_name, reports=reports)
+        return task.local_session(task_name, reports_file=reports, steps=steps)
     return StandaloneSession(task_name, reports)
 
 

@@ -75,7 +75,7 @@ def run_rank(args: argparse.Namespace) -> int:
     ended = run_ended_errors()
     step = 0
     try:
-        with open_session(task_name, reports=args.reports) as session:
+        with open_session(task_name, reports=args.reports, steps=args.steps) as session:
             if session.first_step != 0:
                 # the particles live only in this process's memory: a resumed run cannot rebuild them
                 print(
