@@ -165,3 +165,39 @@ def test_shipped_particles_profiles_cover_every_task_of_their_job(n):
         d = p.duration_s
         assert (d[:, 1:] <= d[:, :-1] * 1.25 + 0.02).all()
         assert (d[1:, :] >= d[:-1, :] * 0.8 - 0.02).all()
+
+
+def _cgroups_problem():
+    from bsp_planner.profiling.cgroups import CgroupUnavailable, CpuQuotaGroup
+
+    try:
+        with CpuQuotaGroup("probe", millicores=500, prefix=f"bsp-planner-test-{os.getpid()}"):
+            pass
+    except CgroupUnavailable as exc:
+        return f"CPU-quota cgroups are not writable here (needs root or a delegated cgroup): {exc}"
+    return None
+
+
+def test_profiling_a_rank_under_real_cpu_quotas_writes_a_profile_where_less_cpu_is_slower(tmp_path):
+    problem = _cgroups_problem()
+    if problem:
+        pytest.skip(problem)
+    from bsp_planner.profiles import load_profile
+
+    job = data_dir() / "jobs" / "particles-3.toml"
+    out = tmp_path / "prof" / "profile.csv"
+    p = subprocess.run(
+        [sys.executable, "-m", "bsp_planner.apps.particles.profile_rank", "--job", str(job), "--out", str(out),
+         "--cpu", "200,1000", "--workloads", "1000,6000", "--measure-steps", "3",
+         "--cgroup-prefix", f"bsp-planner-test-{os.getpid()}"],
+        env=_env(), capture_output=True, text=True, timeout=300,
+    )
+    assert p.returncode == 0, p.stderr
+    profile = load_profile(out)
+    assert sorted(profile.tasks) == ["p0", "p1", "p2"]
+    d = profile.tasks["p0"].duration_s  # (workloads, cpus)
+    # 6000 particles: a 200m quota is 5x less CPU than 1000m; the quota, not the busy host, must show
+    assert d[1, 0] > 2.0 * d[1, 1]
+    assert d[1, 1] > d[0, 1]  # more particles take longer
+    meta = json.loads(out.with_name("profile.meta.json").read_text())
+    assert meta["grid"] == {"cpu_millicores": [200.0, 1000.0], "workloads": [1000, 6000], "repeats": 1}

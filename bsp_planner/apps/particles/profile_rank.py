@@ -30,12 +30,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from ...profiles import PROFILE_COLUMNS
-from ...profiling.cgroups import MAX_SHARES, CpuQuotaGroup
+from ...profiling.cgroups import DEFAULT_PREFIX, MAX_SHARES, CpuQuotaGroup
 from ...profiling.local import cpu_model
 from .model import Physics
 
 
-def measure_in_group(workload: int, cpu_millicores: float, steps: int, timeout_s: float) -> list[float]:
+def measure_in_group(workload: int, cpu_millicores: float, steps: int, timeout_s: float, prefix: str = DEFAULT_PREFIX) -> list[float]:
     """Wall seconds of each superstep block of a one-rank run of `workload` particles under the quota."""
     with tempfile.TemporaryDirectory(prefix="particles-profile-") as tmp:
         reports = Path(tmp) / "reports.jsonl"
@@ -45,7 +45,7 @@ def measure_in_group(workload: int, cpu_millicores: float, steps: int, timeout_s
             "--reports", str(reports),
         ]
         env = {k: v for k, v in os.environ.items() if not k.startswith("BSP_")}  # standalone, not a run
-        with CpuQuotaGroup(f"particles-{os.getpid()}-{time.monotonic_ns()}", millicores=cpu_millicores) as group:
+        with CpuQuotaGroup(f"particles-{os.getpid()}-{time.monotonic_ns()}", millicores=cpu_millicores, prefix=prefix) as group:
             group.set_weight(MAX_SHARES)
             proc = subprocess.run(
                 args, preexec_fn=group.preexec_fn, env=env, capture_output=True, timeout=timeout_s, check=False
@@ -70,6 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workloads", default="500,2500,10000,20000", help="particle counts")
     p.add_argument("--measure-steps", type=int, default=4, help="supersteps per run (the first is not timed)")
     p.add_argument("--timeout-s", type=float, default=120.0)
+    p.add_argument("--cgroup-prefix", default=DEFAULT_PREFIX, help="parent cgroup of the runs' groups")
     args = p.parse_args(argv)
     if len(args.job) != len(args.out):
         p.error("--job and --out: give one --out per --job")
@@ -81,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     cells: list[tuple[int, float, float, list[float]]] = []
     for cpu in cpus:
         for w in workloads:
-            walls = measure_in_group(w, cpu, args.measure_steps, args.timeout_s)
+            walls = measure_in_group(w, cpu, args.measure_steps, args.timeout_s, args.cgroup_prefix)
             d = statistics.median(walls[1:])
             cells.append((w, cpu, d, walls))
             print(f"{w:>6} particles {cpu:>6g}m: {d:.3f} s (steps {', '.join(f'{x:.3f}' for x in walls)})", flush=True)
