@@ -164,7 +164,7 @@ def test_the_run_continues_when_zookeeper_restarts_within_the_session_timeout(tm
     exp = tiny_experiment(tmp_path / "exp", steps=6)
     gate = StressGate(tmp_path / "gate")
     gate.hold(3)  # the server goes down while step 2 is certainly under way
-    coord = coordinator(tmp_path, exp, own_zk, creds_file, "zkbounce", session_timeout_s=10.0, zk_wait_s=20.0, stress_ng=str(gate.path))
+    coord = coordinator(tmp_path, exp, own_zk, creds_file, "zkbounce", session_timeout_s=10.0, zk_wait_s=120.0, stress_ng=str(gate.path))  # a JVM restart on a loaded machine
     th, out = in_thread(coord)
     gate.wait_held(3, alive=th.is_alive)
     own_zk.kill()
@@ -183,7 +183,7 @@ def test_zookeeper_gone_too_long_stops_the_run_cleanly_and_it_resumes(tmp_path, 
     exp = tiny_experiment(tmp_path / "exp", steps=5)
     gate = StressGate(tmp_path / "gate")
     gate.hold(3)  # the server goes for good while step 2 is under way: the run cannot have finished
-    coord = coordinator(tmp_path, exp, own_zk, creds_file, "zkgone", session_timeout_s=4.0, zk_wait_s=2.0, stress_ng=str(gate.path))
+    coord = coordinator(tmp_path, exp, own_zk, creds_file, "zkgone", session_timeout_s=4.0, zk_wait_s=10.0, stress_ng=str(gate.path))
     th, out = in_thread(coord)
     run_dir = tmp_path / "runs" / "zkgone"
     gate.wait_held(3, alive=th.is_alive)
@@ -191,7 +191,7 @@ def test_zookeeper_gone_too_long_stops_the_run_cleanly_and_it_resumes(tmp_path, 
     t0 = time.monotonic()
     th.join(60)
     assert isinstance(out.get("error"), RunInterrupted), out
-    assert time.monotonic() - t0 < 20
+    assert time.monotonic() - t0 < 60  # the bounded wait (10 s), not the step timeout
     assert "--resume zkgone" in str(out["error"])
     assert json.loads((run_dir / "run.json").read_text())["status"] == "interrupted"
     assert_nothing_left("zkgone")
@@ -231,7 +231,7 @@ def test_a_stopped_or_killed_coordinator_leaves_nothing_running_and_resume_finis
     try:
         gate.wait_held(3, alive=lambda: proc.poll() is None)
         proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=60)
+        _, err = proc.communicate(timeout=180)
     finally:
         proc.kill()
     assert proc.returncode == 3, err
