@@ -12,9 +12,9 @@ tests/test_greedy_equivalence.py), for before/after comparisons under the same c
 from __future__ import annotations
 
 import argparse
-import resource
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -32,7 +32,6 @@ from bsp_planner.experiment import PlannerSettings, load_experiment  # noqa: E40
 from bsp_planner.planners.base import ConfigTable, PlanningContext, make_planner  # noqa: E402
 from bsp_planner.scenario import build_scenario  # noqa: E402
 from bsp_planner.simulation import simulate  # noqa: E402
-
 
 REFERENCE = False
 
@@ -70,7 +69,7 @@ def big_context(n_tasks: int, steps: int, horizon: int, seed: int = 0):
     rng = np.random.default_rng(seed)
     idx = np.arange(n_tasks) % base.shape[0]
     shift = rng.integers(0, 600, n_tasks)
-    actual = np.stack([base[i, :, s : s + steps] for i, s in zip(idx, shift)])
+    actual = np.stack([base[i, :, s : s + steps] for i, s in zip(idx, shift, strict=True)])
     cpu = CpuLevels(exp.cpu.min_millicores, exp.cpu.step_millicores, exp.cpu.max_millicores, 1000.0 * n_tasks)
     max_level = np.full(n_tasks, cpu.n_levels - 1)
     padded = np.concatenate([actual, np.repeat(actual[:, :, -1:], horizon - 1, axis=2)], axis=2)

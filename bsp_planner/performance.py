@@ -41,7 +41,7 @@ class _TaskInterpolant:
     rgi: RegularGridInterpolator | None = None
 
     @classmethod
-    def build(cls, p: TaskProfile, method: str) -> "_TaskInterpolant":
+    def build(cls, p: TaskProfile, method: str) -> _TaskInterpolant:
         if method == "spline":
             kw, kc = min(3, len(p.workloads) - 1), min(3, len(p.cpu_millicores) - 1)
             s = RectBivariateSpline(p.workloads, p.cpu_millicores, p.duration_s, kx=kw, ky=kc, s=0)
@@ -117,7 +117,7 @@ class PerformanceModel:
             out = np.sum(np.asarray(bw @ ti.coef) * bc.toarray(), axis=1)
         return np.maximum(out, MIN_DURATION_S).reshape(shape)
 
-    def at_levels(self, cpu_levels_millicores: np.ndarray) -> "DurationModel":
+    def at_levels(self, cpu_levels_millicores: np.ndarray) -> DurationModel:
         return DurationModel(self, np.asarray(cpu_levels_millicores, dtype=np.float64))
 
 

@@ -118,7 +118,7 @@ def bar_chart(rows: list[dict], path: Path, labels: dict[str, str] | None = None
     per_mode = max(1, len(rows) // max(1, len(modes)))
     fig, axes = plt.subplots(1, len(modes), figsize=(len(modes) * max(5.0, 0.45 * per_mode + 2), 4.8), squeeze=False, sharey=True)
     totals = [r["total_s"] for r in rows]
-    for ax, mode in zip(axes[0], modes):
+    for ax, mode in zip(axes[0], modes, strict=True):
         sub = [r for r in rows if r["mode"] == mode]
         x = np.arange(len(sub))
         comp = np.array([r["compute_s"] for r in sub])
@@ -128,7 +128,7 @@ def bar_chart(rows: list[dict], path: Path, labels: dict[str, str] | None = None
         floor = [r["total_s"] for r in sub if r["strategy"] == "floor"]
         if floor:
             ax.axhline(floor[0], color="black", lw=0.8, ls="--", label="floor")
-        for xi, r in zip(x, sub):
+        for xi, r in zip(x, sub, strict=True):
             if r["vs_floor_pct"] is not None and r["strategy"] != "floor":
                 ax.text(xi, r["total_s"], f"+{r['vs_floor_pct']:.0f}%", ha="center", va="bottom", fontsize=7)
         ax.set_xticks(x, [r["strategy"] for r in sub], rotation=60, ha="right", fontsize=8)

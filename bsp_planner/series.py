@@ -180,7 +180,7 @@ class JobSeries:
     def workloads(self, start: int, steps: int, *, path: Path | None = None) -> np.ndarray:
         """Actual workloads of steps start..start+steps-1 of the test halves: (tasks, steps)."""
         self.check_length(start, steps, path=path)
-        return np.stack([sc.transform(s.test[start : start + steps]) for s, sc in zip(self.series, self.scalers)])
+        return np.stack([sc.transform(s.test[start : start + steps]) for s, sc in zip(self.series, self.scalers, strict=True)])
 
     def history_workloads(self, task_index: int) -> np.ndarray:
         """The whole scaled series of one task (train and test halves), for forecasters."""

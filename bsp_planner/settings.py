@@ -185,7 +185,7 @@ def _coerce(value: Any, tp: Any, from_text: bool) -> Any:
         if origin is tuple and args and args[-1] is not Ellipsis:
             if len(items) != len(args):
                 raise _Bad()
-            return tuple(_coerce(v, a, from_text) for v, a in zip(items, args))
+            return tuple(_coerce(v, a, from_text) for v, a in zip(items, args, strict=True))
         item_type = args[0] if args else Any
         out = [v if item_type is Any else _coerce(v, item_type, from_text) for v in items]
         return tuple(out) if origin is tuple else out

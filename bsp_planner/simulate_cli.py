@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -12,32 +12,32 @@ from rich.console import Console
 
 def simulate(
     experiment: Annotated[
-        Optional[Path],
+        Path | None,
         typer.Argument(help="Experiment file (TOML), or the name of a shipped one (default, large) [default: the shipped default].", show_default=False),
     ] = None,
     experiment_opt: Annotated[
-        Optional[Path], typer.Option("--experiment", "-e", help="The same as the argument.", show_default=False)
+        Path | None, typer.Option("--experiment", "-e", help="The same as the argument.", show_default=False)
     ] = None,
-    strategies: Annotated[Optional[str], typer.Option("--strategies", "-s", help="Comma-separated, e.g. 'exppo,static:3,dp,mpc,floor'.")] = None,
-    mode: Annotated[Optional[list[str]], typer.Option("--mode", "-m", help="perfect and/or forecast (repeatable).")] = None,
-    steps: Annotated[Optional[int], typer.Option(help="Supersteps to simulate.")] = None,
-    start: Annotated[Optional[int], typer.Option(help="First step, counted into the test half of the series.")] = None,
-    penalty: Annotated[Optional[float], typer.Option("--penalty", help="Checkpoint penalty C in seconds.")] = None,
-    budget: Annotated[Optional[float], typer.Option("--budget", help="CPU budget in millicores.")] = None,
-    allocator: Annotated[Optional[str], typer.Option(help="greedy or exact.")] = None,
-    forecasts: Annotated[Optional[str], typer.Option("--forecasts", help="Forecaster name or folder of forecast CSVs.")] = None,
-    actual: Annotated[Optional[Path], typer.Option("--actual", help="Folder of per-task CSVs to replay as actual workloads.")] = None,
-    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Output folder (default: the experiment's).")] = None,
-    set_: Annotated[Optional[list[str]], typer.Option("--set", help="Override any field: KEY=VALUE or SECTION.KEY=VALUE (repeatable).")] = None,
+    strategies: Annotated[str | None, typer.Option("--strategies", "-s", help="Comma-separated, e.g. 'exppo,static:3,dp,mpc,floor'.")] = None,
+    mode: Annotated[list[str] | None, typer.Option("--mode", "-m", help="perfect and/or forecast (repeatable).")] = None,
+    steps: Annotated[int | None, typer.Option(help="Supersteps to simulate.")] = None,
+    start: Annotated[int | None, typer.Option(help="First step, counted into the test half of the series.")] = None,
+    penalty: Annotated[float | None, typer.Option("--penalty", help="Checkpoint penalty C in seconds.")] = None,
+    budget: Annotated[float | None, typer.Option("--budget", help="CPU budget in millicores.")] = None,
+    allocator: Annotated[str | None, typer.Option(help="greedy or exact.")] = None,
+    forecasts: Annotated[str | None, typer.Option("--forecasts", help="Forecaster name or folder of forecast CSVs.")] = None,
+    actual: Annotated[Path | None, typer.Option("--actual", help="Folder of per-task CSVs to replay as actual workloads.")] = None,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Output folder (default: the experiment's).")] = None,
+    set_: Annotated[list[str] | None, typer.Option("--set", help="Override any field: KEY=VALUE or SECTION.KEY=VALUE (repeatable).")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
 ) -> None:
     """Compare reconfiguration strategies on a job in simulation (table, CSV/JSON/Markdown, chart)."""
     from .errors import InputError
     from .experiment import load_experiment
     from .outputs import check_output_dir
-    from .settings import apply_overrides as apply_settings_overrides
     from .report import comparison_rows, print_table, write_outputs
     from .scenario import build_scenario, check_strategies, run_strategy
+    from .settings import apply_overrides as apply_settings_overrides
     from .shipped import describe_experiment, find_experiment
 
     if experiment is not None and experiment_opt is not None and experiment != experiment_opt:
@@ -72,7 +72,14 @@ def simulate(
     t0 = time.perf_counter()
     scen = build_scenario(exp)
     results = []
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     jobs = [(m, s) for m in exp.modes for s in exp.strategies]
     with Progress(

@@ -16,6 +16,7 @@ from bsp_planner.errors import InputError, InputWarning
 from bsp_planner.forecasting.files import write_trace
 from bsp_planner.job import load_job
 from bsp_planner.profiles import load_profile, metadata_path
+
 from synthetic import DATA, THESIS_TASKS, write_experiment, write_profile
 
 FAST = ["-q", "--steps", "5", "--strategies", "mpc,floor", "--mode", "perfect"]

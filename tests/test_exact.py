@@ -172,6 +172,7 @@ def test_budget_that_leaves_no_configuration_is_refused():
 def test_budget_below_the_minimum_is_refused_in_an_experiment(tmp_path, synthetic_profile):
     from bsp_planner.experiment import load_experiment
     from bsp_planner.scenario import build_scenario
+
     from synthetic import write_experiment
 
     exp = load_experiment(write_experiment(tmp_path, synthetic_profile, cpu__budget_millicores=1000, planner__allocator="exact"))
@@ -216,8 +217,9 @@ def test_time_limit_raises_with_bound_and_gap_not_greedy():
 
 
 def test_solver_failure_raises(monkeypatch):
-    import bsp_planner.allocation.exact as exact
     from scipy.optimize import OptimizeResult
+
+    import bsp_planner.allocation.exact as exact
 
     def broken(*args, **kwargs):
         return OptimizeResult(status=4, message="HiGHS reported an error", x=None, fun=None,

@@ -20,14 +20,14 @@ import yaml
 
 pytest.importorskip("bsp_planner.runtime.backends", reason="the runtime backends package is not in this tree yet")
 
-from bsp_planner.errors import InputError  # noqa: E402
-from bsp_planner.k8s import names as N  # noqa: E402
-from bsp_planner.k8s.cluster import ROLE_RULES  # noqa: E402
-from bsp_planner.testing.fake_apiserver import FakeApiServer, rules_from_manifests  # noqa: E402
-from bsp_planner.runtime.backends import WorkerLaunch, make_backend  # noqa: E402
-from bsp_planner.runtime.backends.kubernetes import ConfigurationDoesNotFit, KubernetesBackend, PodLost  # noqa: E402
+from bsp_planner.errors import InputError
+from bsp_planner.k8s import names as N
+from bsp_planner.k8s.cluster import ROLE_RULES
+from bsp_planner.runtime.backends import WorkerLaunch, make_backend
+from bsp_planner.runtime.backends.kubernetes import ConfigurationDoesNotFit, KubernetesBackend, PodLost
+from bsp_planner.testing.fake_apiserver import FakeApiServer, rules_from_manifests
 
-from test_k8s_manifests import NODE_READER, load_all, render_base  # noqa: E402
+from test_k8s_manifests import NODE_READER, load_all, render_base
 
 NS = "bsp-planner"
 ARGS = ("worker", "--zookeeper", "127.0.0.1:2181", "--root", "/bsp-planner/runs/r1", "--task", "{t}",
@@ -275,7 +275,7 @@ def test_the_image_defaults_to_the_coordinators_own(api, monkeypatch):
     assert fresh.settings.image == "bsp-planner:dev"
     monkeypatch.delenv("BSP_PLANNER_POD")
     with pytest.raises(InputError, match="--image"):
-        backend(api, image=None).settings
+        _ = backend(api, image=None).settings  # the property raises
 
 
 def test_settings_come_from_the_environment_of_the_coordinator_job(api, monkeypatch):

@@ -19,12 +19,12 @@ pytest.importorskip("kubernetes", reason="the official kubernetes client is not 
 
 pytest.importorskip("bsp_planner.runtime.coordinator", reason="the live runtime is not in this tree yet")
 
-from bsp_planner.k8s import names as N  # noqa: E402
-from bsp_planner.testing.fake_apiserver import FakeApiServer  # noqa: E402
-from bsp_planner.runtime.backends.kubernetes import KubernetesBackend  # noqa: E402
-from bsp_planner.runtime.coordinator import Coordinator  # noqa: E402
+from bsp_planner.k8s import names as N
+from bsp_planner.runtime.backends.kubernetes import KubernetesBackend
+from bsp_planner.runtime.coordinator import Coordinator
+from bsp_planner.testing.fake_apiserver import FakeApiServer
 
-from zk_fixtures import creds_file, settings, tiny_experiment, zk_problem, zk_server  # noqa: E402,F401
+from zk_fixtures import settings, tiny_experiment, zk_problem
 
 _problem = zk_problem() or (None if shutil.which("stress-ng") else "stress-ng is not installed (apt-get install stress-ng)")
 pytestmark = pytest.mark.skipif(_problem is not None, reason=_problem or "")
@@ -63,7 +63,7 @@ def kubelet(tmp_path, secrets: dict[str, dict[str, str]]):
 
 
 @pytest.mark.parametrize("how", ["in-place", "recreate"])
-def test_a_live_run_through_the_kubernetes_backend(tmp_path, zk_server, creds_file, how):  # noqa: F811
+def test_a_live_run_through_the_kubernetes_backend(tmp_path, zk_server, creds_file, how):
     exp = tiny_experiment(tmp_path / "exp", steps=3)
     secrets = {SECRET: {"auth": creds_file.read_text().strip()}}
     with FakeApiServer(pod_runner=kubelet(tmp_path, secrets), delete_delay_s=5.0) as api:
@@ -93,7 +93,7 @@ def test_a_live_run_through_the_kubernetes_backend(tmp_path, zk_server, creds_fi
 
 
 @pytest.mark.parametrize("env_reconfigure, expected", [(None, "in-place"), ("recreate", "recreate")])
-def test_run_backend_kubernetes_on_the_command_line(tmp_path, zk_server, creds_file, monkeypatch, env_reconfigure, expected):  # noqa: F811
+def test_run_backend_kubernetes_on_the_command_line(tmp_path, zk_server, creds_file, monkeypatch, env_reconfigure, expected):
     """No --reconfigure: the backend's default applies ($BSP_PLANNER_K8S_RECONFIGURE, else auto, which is
     in place on a server that can resize pods), never a recreation forced by the command line."""
     import yaml

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("kubernetes", reason="the official kubernetes client is not installed (pip install 'bsp-planner[kubernetes]')")
-import yaml  # noqa: E402  (comes with the kubernetes client)
+import yaml
 
 from bsp_planner.errors import InputError
 from bsp_planner.k8s import manifests as M

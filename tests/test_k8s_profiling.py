@@ -25,12 +25,12 @@ from bsp_planner.job import Job, SeriesRef, Task
 from bsp_planner.k8s import measure
 from bsp_planner.k8s import names as N
 from bsp_planner.k8s.cluster import ROLE_RULES
-from bsp_planner.shipped import data_path
-from bsp_planner.testing.fake_apiserver import FakeApiServer, JobOutcome, rules_from_manifests
 from bsp_planner.profiles import load_profile, metadata_path
 from bsp_planner.profiling import runner as R
 from bsp_planner.profiling.kubernetes import KubernetesProfiler, cell_text, default_profile_id, run_grid_kubernetes
 from bsp_planner.profiling.local import RunResult
+from bsp_planner.shipped import data_path
+from bsp_planner.testing.fake_apiserver import FakeApiServer, JobOutcome, rules_from_manifests
 
 from test_k8s_manifests import render_base
 

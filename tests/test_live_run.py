@@ -20,19 +20,15 @@ import pytest
 from bsp_planner.errors import InputError
 from bsp_planner.runtime import zk as Z
 from bsp_planner.runtime.coordinator import Coordinator, RunInterrupted
-from zk_fixtures import (  # noqa: F401  (fixtures)
+
+from zk_fixtures import (
     PREFIX,
     StressGate,
     assert_nothing_left,
-    creds_file,
     needs_tasks,
-    own_zk,
-    reap_runs,
-    run_cgroups,
     run_processes,
     settings,
     tiny_experiment,
-    zk_server,
 )
 
 pytestmark = [needs_tasks, pytest.mark.usefixtures("reap_runs")]

@@ -135,6 +135,7 @@ def test_bad_inputs():
 
 def test_simulate_shows_optimum_and_runs_exact(tmp_path, synthetic_profile, monkeypatch, capsys):
     from bsp_planner import cli
+
     from synthetic import write_experiment
 
     exp = write_experiment(tmp_path, synthetic_profile, steps=16, planner__dp_max_segment=6)

@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 
 from bsp_planner import cli
 from bsp_planner.forecasting.files import write_forecasts, write_trace
+
 from synthetic import DATA, write_profile
 
 TASKS = ["affinity", "atomic"]

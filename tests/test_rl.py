@@ -260,7 +260,7 @@ def test_sb3_vectorised_environments(train_data):
     for _ in range(train_data.settings.episode_steps + 5):  # across an automatic reset
         obs, rewards, dones, infos = venv.step(np.array([0, 1, 3]))
         ended += int(dones.sum())
-        for done, info in zip(dones, infos):
+        for done, info in zip(dones, infos, strict=True):
             if done:  # truncated, not terminated: the job goes on after the segment
                 assert info["TimeLimit.truncated"] and info["terminal_observation"].shape == (4, 6)
     assert obs.shape == (3, 4, 6) and rewards.shape == (3,)

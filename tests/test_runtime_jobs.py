@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from bsp_planner.experiment import load_experiment
@@ -63,6 +61,7 @@ def test_a_job_whose_tasks_differ_from_the_profiled_ones_is_refused(tmp_path):
 
     from bsp_planner.errors import InputError
     from bsp_planner.runtime.coordinator import Coordinator, RunSettings
+
     from zk_fixtures import tiny_experiment
 
     exp = tiny_experiment(tmp_path / "exp")

@@ -11,7 +11,8 @@ import pytest
 
 from bsp_planner.errors import InputError
 from bsp_planner.runtime import zk as Z
-from zk_fixtures import creds_file, needs_zk, own_zk, zk_server  # noqa: F401  (fixtures)
+
+from zk_fixtures import needs_zk
 
 pytestmark = needs_zk
 

@@ -10,6 +10,7 @@ import pytest
 from bsp_planner import cli
 from bsp_planner.experiment import load_experiment
 from bsp_planner.scenario import build_scenario, run_strategy
+
 from synthetic import DATA, THESIS_TASKS, write_experiment, write_profile
 
 
@@ -128,7 +129,7 @@ def test_profile_bad_values(tmp_path, monkeypatch, capsys, line, field):
 
 def test_profile_missing_grid_cell(tmp_path, monkeypatch, capsys):
     prof = write_profile(tmp_path / "p" / "profile.csv")
-    lines = [l for l in profile_rows(prof) if not l.startswith("cap,30,750,")]
+    lines = [line for line in profile_rows(prof) if not line.startswith("cap,30,750,")]
     prof.write_text("\n".join(lines) + "\n")
     exp = write_experiment(tmp_path, prof)
     expect_error(tmp_path, exp, monkeypatch, capsys, "profile.csv", "cap", "workload 30, 750m")

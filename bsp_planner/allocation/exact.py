@@ -50,7 +50,6 @@ from .base import Allocator, frame_time
 from .greedy import GreedyAllocator
 
 
-
 def _quiet_highs_options() -> None:
     """Options beyond scipy's documented five are handed to HiGHS verbatim, with a warning we expect.
     A filter (re-)installed before each solve, not warnings.catch_warnings: that is not thread-safe,
@@ -320,11 +319,17 @@ def build_threshold_model(d, w, lo, hi, budget, floor_k) -> _Model:
     not_last[yoff[1:][ny_i > 0] - 1] = False
     a = idx[not_last]
     rr, cc, vv, m = _pairs(r, a, a + 1)
-    R.append(rr); Cc.append(cc); V.append(vv); r += m
+    R.append(rr)
+    Cc.append(cc)
+    V.append(vv)
+    r += m
     n_ge = r
     # budget
     budget_row = r
-    R.append(np.full(ny, r)); Cc.append(idx); V.append(np.ones(ny)); r += 1
+    R.append(np.full(ny, r))
+    Cc.append(idx)
+    V.append(np.ones(ny))
+    r += 1
     top = d[ar, lo, :].max(axis=0)  # (k,)
     bottom = np.maximum(floor_k, d[ar, hi, :].max(axis=0))
     constant = float(np.dot(w, top))
@@ -350,7 +355,10 @@ def build_threshold_model(d, w, lo, hi, budget, floor_k) -> _Model:
     # v chains within a step
     chain = ~first_of_step
     rr, cc, vv, m = _pairs(r, vid[np.nonzero(chain)[0] - 1], vid[chain])
-    R.append(rr); Cc.append(cc); V.append(vv); r += m
+    R.append(rr)
+    Cc.append(cc)
+    V.append(vv)
+    r += m
     # links: need_i(T) per threshold; keep rows where need increases along the step's thresholds
     if nv:
         dk = d[:, :, Tk]  # (n, L, nv)
@@ -360,7 +368,10 @@ def build_threshold_model(d, w, lo, hi, budget, floor_k) -> _Model:
         ii, tt = np.nonzero(need > prev_need)
         yidx = yoff[ii] + need[ii, tt] - lo[ii] - 1
         rr, cc, vv, m = _pairs(r, yidx, vid[tt])
-        R.append(rr); Cc.append(cc); V.append(vv); r += m
+        R.append(rr)
+        Cc.append(cc)
+        V.append(vv)
+        r += m
     A = csr_array((np.concatenate(V), (np.concatenate(R), np.concatenate(Cc))), shape=(r, ny + nv))
     row_lo = np.zeros(r)
     row_hi = np.full(r, np.inf)
@@ -782,7 +793,7 @@ class ExactAllocator(Allocator):
                 greedy = self._greedy.allocate_batch(durations[idx][:, :, :, :j], weights[idx], max_level, budget_steps)
             else:
                 greedy = [None] * len(todo)
-            greedy_of = dict(zip(todo, greedy))
+            greedy_of = dict(zip(todo, greedy, strict=True))
             # Shorter frames first: a batch often holds the sub-frames of its longer frames (MPC's
             # windows, padded rows), whose solutions then bound and seed the longer ones.
             by_len: dict[int, list[int]] = {}
@@ -815,7 +826,7 @@ class ExactAllocator(Allocator):
                         sols = list(ex.map(run, jobs))
                 else:
                     sols = [run(job) for job in jobs]
-                for (f, g, _, _), sol in zip(jobs, sols):
+                for (f, g, _, _), sol in zip(jobs, sols, strict=True):
                     out[f] = sol.levels
                     self._note(sol, None if g is None else frame_time(durations[f][:, :, :j], g, weights[f]))
                     self._remember(sol.levels)

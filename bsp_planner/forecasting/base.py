@@ -32,7 +32,7 @@ class Forecaster(ABC):
         return self.quantiles.index(0.5)
 
     @abstractmethod
-    def fit(self, history: np.ndarray) -> "Forecaster":
+    def fit(self, history: np.ndarray) -> Forecaster:
         """Learn from a training history (n,)."""
 
     @abstractmethod

@@ -15,7 +15,7 @@ from .base import PointForecaster
 class _ResidualQuantiles(PointForecaster):
     """Point forecast + empirical error quantiles per lead time, measured on the training history."""
 
-    def fit(self, history: np.ndarray) -> "_ResidualQuantiles":
+    def fit(self, history: np.ndarray) -> _ResidualQuantiles:
         history = np.asarray(history, dtype=np.float64)
         first = self._min_origin()
         origins = np.arange(first, len(history) - self.horizon + 1)

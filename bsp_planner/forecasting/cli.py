@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import numpy as np
 import typer
@@ -28,14 +28,14 @@ app = typer.Typer(
 console = Console()
 
 ExperimentOpt = Annotated[
-    Optional[Path],
+    Path | None,
     typer.Option("--experiment", "-e", help="Experiment file (or a shipped experiment's name) for the job, workload range, start, steps and H [default: the shipped default]."),
 ]
-JobOpt = Annotated[Optional[Path], typer.Option("--job", help="Job file (instead of the experiment's job).")]
-TaskOpt = Annotated[Optional[list[str]], typer.Option("--task", "-t", help="Only this task (repeatable).")]
-HorizonOpt = Annotated[Optional[int], typer.Option("--horizon", "-H", help="Steps ahead to forecast [default: the experiment's forecast.horizon].")]
+JobOpt = Annotated[Path | None, typer.Option("--job", help="Job file (instead of the experiment's job).")]
+TaskOpt = Annotated[list[str] | None, typer.Option("--task", "-t", help="Only this task (repeatable).")]
+HorizonOpt = Annotated[int | None, typer.Option("--horizon", "-H", help="Steps ahead to forecast [default: the experiment's forecast.horizon].")]
 GapsOpt = Annotated[
-    Optional[str],
+    str | None,
     typer.Option(
         "--gaps",
         help="Gaps in a series' timestamps: error (refuse), fill (interpolate on the regular grid) or ignore (rows as "
@@ -44,11 +44,11 @@ GapsOpt = Annotated[
     ),
 ]
 SetOpt = Annotated[
-    Optional[list[str]],
+    list[str] | None,
     typer.Option("--set", help="A forecaster setting, KEY=VALUE or FORECASTER.KEY=VALUE, e.g. --set units=64 (repeatable)."),
 ]
 ModelsOpt = Annotated[
-    Optional[Path],
+    Path | None,
     typer.Option("--models", help="Where models are saved: <models>/<job>/<forecaster>/<task>.keras [default: the shipped models].", show_default=False),
 ]
 RetrainOpt = Annotated[bool, typer.Option("--retrain", help="Train anew even if a saved model matches.")]
@@ -192,7 +192,7 @@ def train(
 @app.command()
 def evaluate(
     forecaster: Annotated[
-        Optional[list[str]], typer.Option("--forecaster", "-f", help="Forecasters to compare (repeatable) [default: all].")
+        list[str] | None, typer.Option("--forecaster", "-f", help="Forecasters to compare (repeatable) [default: all].")
     ] = None,
     experiment: ExperimentOpt = None,
     job: JobOpt = None,
@@ -207,10 +207,9 @@ def evaluate(
     ),
 ) -> None:
     """RMSE per lead time on the test halves, every forecaster side by side, and 80% interval coverage."""
+    from ..outputs import check_output_dir
     from .pipeline import evaluate as run_evaluation
     from .pipeline import plot_evaluation
-
-    from ..outputs import check_output_dir
 
     names = list(forecaster or FORECASTERS)
     check_output_dir(out, "--out")  # before any training
@@ -281,12 +280,12 @@ def predict(
     horizon: HorizonOpt = None,
     gaps: GapsOpt = None,
     settings: SetOpt = None,
-    start: Annotated[Optional[int], typer.Option("--start", help="First step [default: the experiment's].")] = None,
-    steps: Annotated[Optional[int], typer.Option("--steps", help="Steps [default: the experiment's].")] = None,
+    start: Annotated[int | None, typer.Option("--start", help="First step [default: the experiment's].")] = None,
+    steps: Annotated[int | None, typer.Option("--steps", help="Steps [default: the experiment's].")] = None,
     models: ModelsOpt = None,
     retrain: RetrainOpt = False,
     out: Annotated[
-        Optional[Path],
+        Path | None,
         typer.Option("--out", "-o", help="Folder for <task>.csv + forecasts.json [default: experiments/forecasts/<experiment>/ for lstm, .../<experiment>-<forecaster>/ otherwise]."),
     ] = None,
 ) -> None:

@@ -31,7 +31,7 @@ def write_forecasts(folder: str | Path, task_names: list[str], matrix: np.ndarra
     if matrix.ndim != 3 or matrix.shape[0] != len(task_names):
         raise ValueError(f"expected (tasks={len(task_names)}, steps, H), got {matrix.shape}")
     horizon = matrix.shape[2]
-    for name, rows in zip(task_names, matrix):
+    for name, rows in zip(task_names, matrix, strict=True):
         tmp = folder / f".{name}.csv.tmp"
         with tmp.open("w", newline="") as fh:
             w = csv.writer(fh)
@@ -69,7 +69,7 @@ def _read_numeric_csv(path: Path, expected_header: list[str] | None, what: str) 
             if len(row) != len(header):
                 raise InputError(f"expected {len(header)} columns, got {len(row)}", path=path, line=lineno)
             values = []
-            for col, text in zip(header, row):
+            for col, text in zip(header, row, strict=True):
                 try:
                     v = float(text)
                 except ValueError as exc:
@@ -112,7 +112,7 @@ def read_forecasts(folder: str | Path, task_names: list[str], steps: int, horizo
 def write_trace(folder: str | Path, task_names: list[str], workloads: np.ndarray) -> None:
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    for name, series in zip(task_names, np.asarray(workloads)):
+    for name, series in zip(task_names, np.asarray(workloads), strict=True):
         with (folder / f"{name}.csv").open("w", newline="") as fh:
             w = csv.writer(fh)
             w.writerow(["workload"])

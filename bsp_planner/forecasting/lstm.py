@@ -37,9 +37,9 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -193,7 +193,7 @@ class _KerasForecaster(PointForecaster):
         return keras_path
 
     @classmethod
-    def load(cls, folder: str | Path, task: str, expect: dict | None = None, keras_engine: bool = False) -> "_KerasForecaster":
+    def load(cls, folder: str | Path, task: str, expect: dict | None = None, keras_engine: bool = False) -> _KerasForecaster:
         """Load a saved model; with `expect` (a spec()), refuse one whose settings differ.
 
         Forecasts run in NumPy from <task>.npz when it is there (no TensorFlow import: a `predict`
@@ -483,7 +483,7 @@ class LSTMForecaster(_KerasForecaster):
             bias[h] = ym - mu @ coef
         return kernel, bias
 
-    def fit(self, history: np.ndarray) -> "LSTMForecaster":
+    def fit(self, history: np.ndarray) -> LSTMForecaster:
         from .keras_setup import seed_everything
 
         w = np.asarray(history, dtype=np.float64)
@@ -602,7 +602,7 @@ class ThesisLSTMForecaster(_KerasForecaster):
         out = k.layers.Dense(self.horizon, name="next_differences")(x)
         return k.Model(inp, out, name="lstm_thesis")
 
-    def fit(self, history: np.ndarray) -> "ThesisLSTMForecaster":
+    def fit(self, history: np.ndarray) -> ThesisLSTMForecaster:
         from .keras_setup import seed_everything
 
         w = np.asarray(history, dtype=np.float64)

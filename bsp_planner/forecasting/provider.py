@@ -109,7 +109,14 @@ def shipped_folders(base_dir: Path | None, name: str | None) -> list[tuple[Path,
 
 
 def _learned(name, job_series, start, steps, horizon, *, base_dir, gaps, job, say):
-    from .pipeline import DEFAULT_MODEL_ROOT, Workspace, describe_differences, forecast_experiment, inputs_digest, request_inputs
+    from .pipeline import (
+        DEFAULT_MODEL_ROOT,
+        Workspace,
+        describe_differences,
+        forecast_experiment,
+        inputs_digest,
+        request_inputs,
+    )
 
     shipped = shipped_folders(base_dir, name)
     # Folders made for this job's tasks (by any forecaster) say which job it is and how its gaps were

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from ..errors import InputError
 from .base import DEFAULT_QUANTILES, Forecaster

@@ -12,8 +12,8 @@ them), so it runs the same on objects from the client, from the fake API server 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Callable, Iterable, Mapping
 
 from .names import cpu_millicores
 

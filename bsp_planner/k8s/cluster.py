@@ -15,8 +15,8 @@ access, which the base Role (namespaced) does not give: :meth:`Cluster.list_node
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from ..errors import InputError
 from . import names as n

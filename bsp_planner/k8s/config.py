@@ -92,7 +92,7 @@ def _read(path: Path) -> str | None:
         return None
 
 
-def resolve_image(image: str | None, own_pod_image: "callable | None" = None) -> str:
+def resolve_image(image: str | None, own_pod_image: callable | None = None) -> str:
     """The image for worker and profiler pods (see the module's docstring)."""
     if image:
         return image

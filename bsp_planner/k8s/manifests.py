@@ -12,8 +12,8 @@ the quota of the running container without a restart.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from . import names as n
 

@@ -11,8 +11,9 @@ allocator gives for the next j steps, from the forecast made before this step.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -152,7 +153,7 @@ class Planner(ABC):
         self.params = params
 
     @classmethod
-    def from_spec(cls, arg: str | None, settings: Any = None) -> "Planner":
+    def from_spec(cls, arg: str | None, settings: Any = None) -> Planner:
         """The registry's factory: 'name:arg' and the experiment's [planner] settings (None: defaults)."""
         params = cls.params_type.from_settings(settings) if cls.params_type is not None and settings is not None else None
         return cls(arg, params)

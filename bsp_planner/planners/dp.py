@@ -20,7 +20,7 @@ class DpParams:
     max_segment: int = 40  # steps; segments are also never longer than the forecast horizon
 
     @classmethod
-    def from_settings(cls, s) -> "DpParams":
+    def from_settings(cls, s) -> DpParams:
         return cls() if s is None else cls(max_segment=s.dp_max_segment)
 
 

@@ -29,7 +29,7 @@ class MpcParams:
     length_punishment: float = 1.0  # a window of j steps is weighted by this ** j
 
     @classmethod
-    def from_settings(cls, s) -> "MpcParams":
+    def from_settings(cls, s) -> MpcParams:
         return cls() if s is None else cls(horizon=s.horizon, length_punishment=s.length_punishment)
 
 

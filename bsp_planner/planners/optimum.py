@@ -272,7 +272,7 @@ class OptimumParams:
     max_segment: int = 40  # steps; no segment of the plan is longer
 
     @classmethod
-    def from_settings(cls, s) -> "OptimumParams":
+    def from_settings(cls, s) -> OptimumParams:
         return cls() if s is None else cls(max_segment=s.optimum_max_segment)
 
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Callable
 
 from ..errors import InputError
 from ..job import Task

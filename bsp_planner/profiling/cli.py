@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -24,7 +23,7 @@ _CPU_HELP = "CPU limits in millicores, comma-separated (1000 = one CPU)."
 _W_HELP = "Workload sizes, comma-separated (bogo-ops = ops_per_unit x workload)."
 
 
-def _task_list(text: Optional[str]) -> list[str] | None:
+def _task_list(text: str | None) -> list[str] | None:
     if text is None:
         return None
     names = [n.strip() for n in text.split(",")]
@@ -43,7 +42,7 @@ def run(
     workloads: str = typer.Option("10,20,30,40,50", "--workloads", help=_W_HELP),
     repeats: int = typer.Option(2, "--repeats", help="Runs per (task, workload, CPU) cell."),
     timeout: float = typer.Option(60.0, "--timeout", help="Seconds before a run is killed and logged as failed."),
-    tasks: Optional[str] = typer.Option(None, "--tasks", help="Only these tasks, comma-separated (default: all)."),
+    tasks: str | None = typer.Option(None, "--tasks", help="Only these tasks, comma-separated (default: all)."),
     stress_ng: str = typer.Option("stress-ng", "--stress-ng", help="The stress-ng executable."),
     cgroup_prefix: str = typer.Option("bsp-planner", "--cgroup-prefix", help="Parent cgroup for the runs' groups."),
     cpu_shares: int = typer.Option(
@@ -53,13 +52,13 @@ def run(
     ),
     backend: str = typer.Option("local", "--backend", help="local (cgroup quotas on this host) or kubernetes (one Job per run)."),
     parallel: int = typer.Option(4, "--parallel", help="kubernetes: Jobs running at once."),
-    namespace: Optional[str] = typer.Option(None, "--namespace", help="kubernetes: the namespace (default: the kubeconfig context's, else bsp-planner)."),
-    image: Optional[str] = typer.Option(None, "--image", help="kubernetes: the image of the Jobs (default $BSP_PLANNER_IMAGE)."),
-    kubeconfig: Optional[Path] = typer.Option(None, "--kubeconfig", help="kubernetes: kubeconfig file (default $KUBECONFIG; in-cluster config inside a pod)."),
-    context: Optional[str] = typer.Option(None, "--context", help="kubernetes: kubeconfig context."),
-    node_selector: Optional[str] = typer.Option(None, "--node-selector", help="kubernetes: key=value[,key=value] for the Jobs' pods."),
+    namespace: str | None = typer.Option(None, "--namespace", help="kubernetes: the namespace (default: the kubeconfig context's, else bsp-planner)."),
+    image: str | None = typer.Option(None, "--image", help="kubernetes: the image of the Jobs (default $BSP_PLANNER_IMAGE)."),
+    kubeconfig: Path | None = typer.Option(None, "--kubeconfig", help="kubernetes: kubeconfig file (default $KUBECONFIG; in-cluster config inside a pod)."),
+    context: str | None = typer.Option(None, "--context", help="kubernetes: kubeconfig context."),
+    node_selector: str | None = typer.Option(None, "--node-selector", help="kubernetes: key=value[,key=value] for the Jobs' pods."),
     startup_timeout: float = typer.Option(300.0, "--startup-timeout", help="kubernetes: seconds a Job may take to start (scheduling, image pull)."),
-    profile_id: Optional[str] = typer.Option(None, "--profile-id", help="kubernetes: label of the Jobs (default: derived from --out)."),
+    profile_id: str | None = typer.Option(None, "--profile-id", help="kubernetes: label of the Jobs (default: derived from --out)."),
 ) -> None:
     """Run every task's stressor at every (CPU, workload) cell, REPEATS times; resumable."""
     from rich.console import Console
@@ -97,7 +96,7 @@ def run(
             console.print(
                 f"[yellow]interrupted[/]: every finished run is in {out}; run the same command again to resume"
             )
-            raise typer.Exit(130)
+            raise typer.Exit(130) from None
     console.print(
         f"{report.measured} run(s) measured, {report.skipped} already in {out}, "
         f"{len(report.failures)} failed, in {report.wall_s:.0f} s; metadata in {metadata_path(out)}"
@@ -122,7 +121,7 @@ def calibrate(
     target_s: float = typer.Option(0.3, "--target-s", help="Seconds one run should take at --cpu and --workload."),
     cpu: float = typer.Option(2000, "--cpu", help="CPU limit (millicores) of the calibration runs: the grid's top level."),
     workload: float = typer.Option(10, "--workload", help="Workload of the calibration runs: the grid's lowest."),
-    tasks: Optional[str] = typer.Option(None, "--tasks", help="Only these tasks, comma-separated (default: all)."),
+    tasks: str | None = typer.Option(None, "--tasks", help="Only these tasks, comma-separated (default: all)."),
     checks: int = typer.Option(3, "--checks", help="Verification runs per task (their median counts)."),
     scaling: bool = typer.Option(True, "--scaling/--no-scaling", help="Also time CPU/2 and 2 x workload."),
     timeout: float = typer.Option(60.0, "--timeout", help="Seconds before a run is killed."),
@@ -184,16 +183,15 @@ def calibrate(
 @app.command("heatmap")
 def heatmap(
     profile: Path = typer.Argument(..., help="A profile CSV."),
-    out_dir: Optional[Path] = typer.Option(None, "--out-dir", help="Where the PNGs go (default: heatmaps/ beside the profile)."),
+    out_dir: Path | None = typer.Option(None, "--out-dir", help="Where the PNGs go (default: heatmaps/ beside the profile)."),
 ) -> None:
     """One PNG heatmap per task: mean duration over workload x CPU limit."""
     from rich.console import Console
     from rich.table import Table
 
+    from ..outputs import check_output_dir
     from ..profiles import load_profile
     from .heatmap import scaling_exponents, write_heatmaps
-
-    from ..outputs import check_output_dir
 
     prof = load_profile(profile)
     out_dir = out_dir or profile.parent / "heatmaps"
@@ -201,7 +199,7 @@ def heatmap(
     paths = write_heatmaps(prof, out_dir)
     table = Table("task", "min s", "max s", "cpu exponent", "workload exponent", "png",
                   title="duration ~ workload^b x cpu^-a (1 and 1 = ideal)")
-    for p, (name, tp) in zip(paths, prof.tasks.items()):
+    for p, (name, tp) in zip(paths, prof.tasks.items(), strict=True):
         a, b = scaling_exponents(tp)
         table.add_row(name, f"{tp.duration_s.min():.2f}", f"{tp.duration_s.max():.2f}", f"{a:.2f}", f"{b:.2f}", str(p))
     Console().print(table)

@@ -49,7 +49,7 @@ def plot_task(tp: TaskProfile, path: Path, *, title: str = "", note: str = "") -
         cbar.ax.yaxis.set_major_locator(FixedLocator(ticks))
         cbar.ax.yaxis.set_minor_locator(NullLocator())
         cbar.ax.set_yticklabels([f"{t:g}" if t in nice else f"{t:.2f}" for t in ticks])
-    cbar.set_label("duration (s, mean of %d repeat%s, log scale)" % (tp.repeats, "" if tp.repeats == 1 else "s"))
+    cbar.set_label(f"duration (s, mean of {tp.repeats} repeat{'' if tp.repeats == 1 else 's'}, log scale)")
     ax.set_title(title or tp.task)
     if note:
         fig.text(0.01, 0.01, note, fontsize=7, color="0.35", ha="left", va="bottom")

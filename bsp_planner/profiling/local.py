@@ -25,7 +25,15 @@ from pathlib import Path
 
 from ..errors import InputError
 from ..job import Task
-from .cgroups import DEFAULT_PREFIX, MAX_SHARES, CpuQuotaGroup, Hierarchy, detect_hierarchy, quota_us, remove_stale_groups
+from .cgroups import (
+    DEFAULT_PREFIX,
+    MAX_SHARES,
+    CpuQuotaGroup,
+    Hierarchy,
+    detect_hierarchy,
+    quota_us,
+    remove_stale_groups,
+)
 
 STRESS_NG_INSTALL = "apt-get install stress-ng"
 SCRATCH_TMPFS = "/dev/shm"

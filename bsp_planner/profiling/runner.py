@@ -24,16 +24,17 @@ import platform
 import socket
 import time
 import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Callable, Protocol, Sequence
+from typing import Protocol
 
 from ..errors import InputError, InputWarning
 from ..job import Job, Task
 from ..outputs import check_output_file
 from ..profiles import PROFILE_COLUMNS, metadata_path, read_metadata, read_profile_rows
-from .cgroups import MIN_QUOTA_US, CFS_PERIOD_US
+from .cgroups import CFS_PERIOD_US, MIN_QUOTA_US
 from .local import RunResult, cpu_model
 
 DEFAULT_CPU_MILLICORES = (250, 500, 750, 1000, 1500, 2000)
@@ -209,7 +210,7 @@ def load_avg_1m() -> float | None:
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).astimezone().isoformat(timespec="seconds")
+    return datetime.now(UTC).astimezone().isoformat(timespec="seconds")
 
 
 def _write_json(path: Path, data: dict) -> None:

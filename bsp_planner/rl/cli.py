@@ -12,18 +12,18 @@ torch, stable-baselines3 and gymnasium are imported inside the commands only.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
 app = typer.Typer(help="Reinforcement-learning planners: train and evaluate agents (DQN, PPO, A2C).", no_args_is_help=True)
 
-EnvArg = Annotated[Optional[Path], typer.Argument(help="Environment file (TOML); default envs/default.toml.")]
-SetOpt = Annotated[Optional[list[str]], typer.Option("--set", help="Experiment override KEY=VALUE (repeatable), e.g. forecast.source=persistence (paths relative to the experiment file).")]
-EnvSetOpt = Annotated[Optional[list[str]], typer.Option("--env-set", help="Environment override KEY=VALUE (repeatable), e.g. window=8, agent.gamma=0.9.")]
+EnvArg = Annotated[Path | None, typer.Argument(help="Environment file (TOML); default envs/default.toml.")]
+SetOpt = Annotated[list[str] | None, typer.Option("--set", help="Experiment override KEY=VALUE (repeatable), e.g. forecast.source=persistence (paths relative to the experiment file).")]
+EnvSetOpt = Annotated[list[str] | None, typer.Option("--env-set", help="Environment override KEY=VALUE (repeatable), e.g. window=8, agent.gamma=0.9.")]
 
 
-def _settings(env: Optional[Path], env_set: Optional[list[str]], extra: list[str]):
+def _settings(env: Path | None, env_set: list[str] | None, extra: list[str]):
     from .settings import load_env_settings
 
     return load_env_settings(env, list(env_set or []) + extra)
@@ -32,16 +32,16 @@ def _settings(env: Optional[Path], env_set: Optional[list[str]], extra: list[str
 @app.command("train")
 def train(
     env: EnvArg = None,
-    algo: Annotated[Optional[str], typer.Option("--algo", help="dqn (default), ppo or a2c.")] = None,
-    timesteps: Annotated[Optional[int], typer.Option("--timesteps", "-n", help="Environment steps to train for.")] = None,
-    seed: Annotated[Optional[int], typer.Option("--seed", help="Seed of the learner and the environment.")] = None,
-    train_range: Annotated[Optional[str], typer.Option("--train-range", help="Steps to learn on, START:END (end exclusive).")] = None,
-    eval_range: Annotated[Optional[str], typer.Option("--eval-range", help="Held-out steps to evaluate on, START:END.")] = None,
+    algo: Annotated[str | None, typer.Option("--algo", help="dqn (default), ppo or a2c.")] = None,
+    timesteps: Annotated[int | None, typer.Option("--timesteps", "-n", help="Environment steps to train for.")] = None,
+    seed: Annotated[int | None, typer.Option("--seed", help="Seed of the learner and the environment.")] = None,
+    train_range: Annotated[str | None, typer.Option("--train-range", help="Steps to learn on, START:END (end exclusive).")] = None,
+    eval_range: Annotated[str | None, typer.Option("--eval-range", help="Held-out steps to evaluate on, START:END.")] = None,
     strict: Annotated[bool, typer.Option("--strict", help="Refuse a training range that overlaps the evaluation range.")] = False,
-    agent: Annotated[Optional[Path], typer.Option("--agent", help="Where to save the agent (default agents/<env>/<algo>.zip).")] = None,
-    run_dir: Annotated[Optional[Path], typer.Option("--run-dir", help="Logs, checkpoints, plot (default out/rl/<env>-<algo>).")] = None,
-    eval_every: Annotated[Optional[int], typer.Option("--eval-every", help="Evaluate on the held-out range every N steps.")] = None,
-    checkpoint_every: Annotated[Optional[int], typer.Option("--checkpoint-every", help="Save a checkpoint every N steps.")] = None,
+    agent: Annotated[Path | None, typer.Option("--agent", help="Where to save the agent (default agents/<env>/<algo>.zip).")] = None,
+    run_dir: Annotated[Path | None, typer.Option("--run-dir", help="Logs, checkpoints, plot (default out/rl/<env>-<algo>).")] = None,
+    eval_every: Annotated[int | None, typer.Option("--eval-every", help="Evaluate on the held-out range every N steps.")] = None,
+    checkpoint_every: Annotated[int | None, typer.Option("--checkpoint-every", help="Save a checkpoint every N steps.")] = None,
     set_: SetOpt = None,
     env_set: EnvSetOpt = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
@@ -66,7 +66,14 @@ def train(
     agent_path = agent if agent is not None else (DEFAULT_AGENT_DIR.parent / s.name / f"{a.algo}.zip")
     out = run_dir if run_dir is not None else Path("out") / "rl" / f"{s.name}-{a.algo}"
 
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     from .train import train_agent
 
@@ -112,12 +119,12 @@ def _print_comparison(console, rows: dict[str, dict], title: str) -> None:
 
 @app.command("evaluate")
 def evaluate(
-    agent: Annotated[Optional[Path], typer.Option("--agent", help="Agent .zip (default: the shipped DQN agent).")] = None,
-    env: Annotated[Optional[Path], typer.Option("--env", help="Environment file (default: the one the agent was trained with).")] = None,
+    agent: Annotated[Path | None, typer.Option("--agent", help="Agent .zip (default: the shipped DQN agent).")] = None,
+    env: Annotated[Path | None, typer.Option("--env", help="Environment file (default: the one the agent was trained with).")] = None,
     strategies: Annotated[str, typer.Option("--strategies", "-s", help="Planners to compare with, comma-separated.")] = "mpc",
-    eval_range: Annotated[Optional[str], typer.Option("--eval-range", help="Steps to evaluate on, START:END.")] = None,
+    eval_range: Annotated[str | None, typer.Option("--eval-range", help="Steps to evaluate on, START:END.")] = None,
     strict: Annotated[bool, typer.Option("--strict", help="Refuse steps the agent was trained on.")] = False,
-    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Write the results as JSON here.")] = None,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Write the results as JSON here.")] = None,
     set_: SetOpt = None,
     env_set: EnvSetOpt = None,
 ) -> None:
@@ -126,12 +133,11 @@ def evaluate(
 
     from rich.console import Console
 
+    from ..outputs import check_output_file
     from ..planners.rl import default_agent_path
     from .agent import load_agent
     from .settings import StepRange, apply_env_overrides, load_env_settings
     from .train import evaluate_agent
-
-    from ..outputs import check_output_file
 
     console = Console()
     if out is not None:
@@ -163,7 +169,7 @@ def evaluate(
 
 
 @app.command("info")
-def info(agent: Annotated[Optional[Path], typer.Argument(help="Agent .zip (default: the shipped DQN agent).")] = None) -> None:
+def info(agent: Annotated[Path | None, typer.Argument(help="Agent .zip (default: the shipped DQN agent).")] = None) -> None:
     """What an agent expects and how it was trained (its metadata), without loading the model."""
     from rich.console import Console
 

@@ -61,7 +61,7 @@ class StepRange:
         """One past the last step."""
         return self.start + self.steps
 
-    def overlaps(self, other: "StepRange") -> bool:
+    def overlaps(self, other: StepRange) -> bool:
         return self.start < other.end and other.start < self.end
 
     def __str__(self) -> str:
@@ -71,7 +71,7 @@ class StepRange:
         return {"start": self.start, "steps": self.steps}
 
     @classmethod
-    def parse(cls, text: str, what: str) -> "StepRange":
+    def parse(cls, text: str, what: str) -> StepRange:
         """'400:1000' (end exclusive) or '400+600' (start + steps)."""
         try:
             if "+" in text:

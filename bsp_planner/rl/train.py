@@ -17,7 +17,7 @@ import json
 import platform
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -255,7 +255,7 @@ def train_agent(
         "build_seconds": round(build_s, 1),
         "eval": final,
         "baseline": {compare: ref.to_dict()} if ref else {},
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "versions": _versions(),
     }
     path = save_agent(model, run_dir / "agent.zip", meta)
@@ -293,7 +293,8 @@ def _write_evals(path: Path, evals: list[dict]) -> None:
 
 def _monitor_episodes(folder: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(timesteps at episode end, episode reward, episode length) from Monitor CSVs."""
-    ts, rs, ls = [], [], []
+    rs: list[float] = []
+    ls: list[int] = []
     for f in sorted(folder.glob("*.monitor.csv")):
         rows = f.read_text().splitlines()[2:]
         for line in rows:

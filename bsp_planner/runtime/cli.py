@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -26,7 +25,7 @@ _HOSTS_HELP = "ZooKeeper connection string host:port[,host:port...] (default $BS
 _AUTH_HELP = "File holding user:password for the run's digest ACL (mode 600); or set $BSP_PLANNER_ZK_AUTH_FILE / $BSP_PLANNER_ZK_AUTH."
 
 
-def _hosts(value: Optional[str]) -> str:
+def _hosts(value: str | None) -> str:
     from .zk import DEFAULT_HOSTS, ENV_HOSTS
 
     return value or os.environ.get(ENV_HOSTS) or DEFAULT_HOSTS
@@ -34,35 +33,35 @@ def _hosts(value: Optional[str]) -> str:
 
 def run(
     experiment: Path = typer.Option(Path("live-default"), "--experiment", "-e", help="Experiment file (TOML), or a shipped experiment's name: job, profile, CPU levels, planner settings."),
-    job: Optional[Path] = typer.Option(None, "--job", help="Job file, instead of the experiment's."),
+    job: Path | None = typer.Option(None, "--job", help="Job file, instead of the experiment's."),
     planner: str = typer.Option("mpc", "--planner", "-p", help="mpc, static:K, exppo, dp, dqn..., as in simulate."),
     mode: str = typer.Option("perfect", "--mode", "-m", help="perfect or forecast: what the planner is told."),
-    reconfigure: Optional[str] = typer.Option(None, "--reconfigure", help="recreate (checkpoint, stop, start under the new quota), in-place (rewrite the quota; Kubernetes 1.33+), or auto (in place where the backend can). Default: the backend's (local: recreate; kubernetes: $BSP_PLANNER_K8S_RECONFIGURE, else auto)."),
+    reconfigure: str | None = typer.Option(None, "--reconfigure", help="recreate (checkpoint, stop, start under the new quota), in-place (rewrite the quota; Kubernetes 1.33+), or auto (in place where the backend can). Default: the backend's (local: recreate; kubernetes: $BSP_PLANNER_K8S_RECONFIGURE, else auto)."),
     backend: str = typer.Option("local", "--backend", help="Where tasks run: local (processes under cgroup CPU quotas) or kubernetes (one pod per task)."),
-    steps: Optional[int] = typer.Option(None, "--steps", help="Supersteps to run (default: the experiment's)."),
-    set_: Optional[list[str]] = typer.Option(None, "--set", help="Override an experiment field: KEY=VALUE or SECTION.KEY=VALUE (repeatable)."),
-    zookeeper: Optional[str] = typer.Option(None, "--zookeeper", help=_HOSTS_HELP),
-    zk_root: Optional[str] = typer.Option(None, "--zk-root", help="The run's znode (default /bsp-planner/runs/<run-id>)."),
-    zk_auth_file: Optional[Path] = typer.Option(None, "--zk-auth-file", help=_AUTH_HELP),
+    steps: int | None = typer.Option(None, "--steps", help="Supersteps to run (default: the experiment's)."),
+    set_: list[str] | None = typer.Option(None, "--set", help="Override an experiment field: KEY=VALUE or SECTION.KEY=VALUE (repeatable)."),
+    zookeeper: str | None = typer.Option(None, "--zookeeper", help=_HOSTS_HELP),
+    zk_root: str | None = typer.Option(None, "--zk-root", help="The run's znode (default /bsp-planner/runs/<run-id>)."),
+    zk_auth_file: Path | None = typer.Option(None, "--zk-auth-file", help=_AUTH_HELP),
     zk_wait: float = typer.Option(30.0, "--zk-wait", help="Seconds to wait for an unreachable ZooKeeper before giving up (at start and mid-run)."),
     session_timeout: float = typer.Option(10.0, "--session-timeout", help="ZooKeeper session timeout in seconds."),
-    step_timeout: Optional[float] = typer.Option(None, "--step-timeout", help="Seconds one superstep may take, from publishing it to every task's release, before the run stops (default 600; on --resume, the run's own unless given)."),
-    run_id: Optional[str] = typer.Option(None, "--run-id", help="Name of the run folder runs/<run-id> (default: live-<date>-<time>-<hex>)."),
+    step_timeout: float | None = typer.Option(None, "--step-timeout", help="Seconds one superstep may take, from publishing it to every task's release, before the run stops (default 600; on --resume, the run's own unless given)."),
+    run_id: str | None = typer.Option(None, "--run-id", help="Name of the run folder runs/<run-id> (default: live-<date>-<time>-<hex>)."),
     runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="Where run folders go."),
-    resume: Optional[str] = typer.Option(None, "--resume", help="Continue this run from its last completed step, with the same plan."),
+    resume: str | None = typer.Option(None, "--resume", help="Continue this run from its last completed step, with the same plan."),
     keep_zk: bool = typer.Option(False, "--keep-zk", help="Keep the run's znodes when it finishes."),
     stress_ng: str = typer.Option("stress-ng", "--stress-ng", help="The stress-ng executable."),
     cgroup_prefix: str = typer.Option("bsp-planner", "--cgroup-prefix", help="Name start of the run's cgroup (<prefix>.live.<run-id>)."),
     cpu_weight: str = typer.Option("guaranteed", "--cpu-weight", help="Local backend: the run group's weight against other processes: guaranteed (tasks get their CPU ahead of other work; quotas still cap each task) or workers (as the profiler weighs its runs)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No per-step lines."),
-    namespace: Optional[str] = typer.Option(None, "--namespace", help="kubernetes: the namespace (default: the pod's own, the kubeconfig context's, else bsp-planner)."),
-    image: Optional[str] = typer.Option(None, "--image", help="kubernetes: the workers' image (default $BSP_PLANNER_IMAGE, or the coordinator pod's own)."),
-    kubeconfig: Optional[Path] = typer.Option(None, "--kubeconfig", help="kubernetes: kubeconfig file (default $KUBECONFIG; in-cluster config inside a pod)."),
-    context: Optional[str] = typer.Option(None, "--context", help="kubernetes: kubeconfig context."),
-    zk_auth_secret: Optional[str] = typer.Option(None, "--zk-auth-secret", help="kubernetes: Secret (key `auth`) the worker pods read the ZooKeeper credentials from."),
-    worker_zookeeper: Optional[str] = typer.Option(None, "--worker-zookeeper", help="kubernetes: ZooKeeper as the pods reach it (default zookeeper.<namespace>.svc:2181)."),
-    pending_timeout: Optional[float] = typer.Option(None, "--pending-timeout", help="kubernetes: seconds a pod may stay Pending before the run stops, resumable (default 120)."),
-    node_selector: Optional[str] = typer.Option(None, "--node-selector", help="kubernetes: key=value[,key=value] for the worker pods."),
+    namespace: str | None = typer.Option(None, "--namespace", help="kubernetes: the namespace (default: the pod's own, the kubeconfig context's, else bsp-planner)."),
+    image: str | None = typer.Option(None, "--image", help="kubernetes: the workers' image (default $BSP_PLANNER_IMAGE, or the coordinator pod's own)."),
+    kubeconfig: Path | None = typer.Option(None, "--kubeconfig", help="kubernetes: kubeconfig file (default $KUBECONFIG; in-cluster config inside a pod)."),
+    context: str | None = typer.Option(None, "--context", help="kubernetes: kubeconfig context."),
+    zk_auth_secret: str | None = typer.Option(None, "--zk-auth-secret", help="kubernetes: Secret (key `auth`) the worker pods read the ZooKeeper credentials from."),
+    worker_zookeeper: str | None = typer.Option(None, "--worker-zookeeper", help="kubernetes: ZooKeeper as the pods reach it (default zookeeper.<namespace>.svc:2181)."),
+    pending_timeout: float | None = typer.Option(None, "--pending-timeout", help="kubernetes: seconds a pod may stay Pending before the run stops, resumable (default 120)."),
+    node_selector: str | None = typer.Option(None, "--node-selector", help="kubernetes: key=value[,key=value] for the worker pods."),
 ) -> None:
     """Run a job live: real tasks under CPU limits, synchronised superstep by superstep through ZooKeeper,
     reconfigured as the planner decides; writes a run log, a chart and a summary to runs/<run-id>/."""
@@ -146,11 +145,11 @@ def run(
     except RunInterrupted as exc:
         err.print(f"[yellow]stopped[/]: {exc}", highlight=False)
         _show(console, coord)
-        raise typer.Exit(3)
+        raise typer.Exit(3) from None
     except RunFailed as exc:
         err.print(f"[bold red]run failed[/]: {exc}", highlight=False)
         _show(console, coord)
-        raise typer.Exit(1)
+        raise typer.Exit(1) from None
     finally:
         signal.signal(signal.SIGTERM, previous)
     _show(console, coord)
@@ -184,11 +183,11 @@ def _show(console, coord) -> None:
 
 
 def worker(
-    zookeeper: Optional[str] = typer.Option(None, "--zookeeper", help=_HOSTS_HELP),
+    zookeeper: str | None = typer.Option(None, "--zookeeper", help=_HOSTS_HELP),
     root: str = typer.Option(..., "--root", help="The run's znode."),
     task: str = typer.Option(..., "--task", help="This worker's task name."),
     incarnation: int = typer.Option(0, "--incarnation", help="How many times this task was started before (set by the coordinator)."),
-    zk_auth_file: Optional[Path] = typer.Option(None, "--zk-auth-file", help=_AUTH_HELP),
+    zk_auth_file: Path | None = typer.Option(None, "--zk-auth-file", help=_AUTH_HELP),
     stress_ng: str = typer.Option("stress-ng", "--stress-ng", help="The stress-ng executable."),
     session_timeout: float = typer.Option(10.0, "--session-timeout", help="ZooKeeper session timeout in seconds."),
     zk_wait: float = typer.Option(120.0, "--zk-wait", help="Seconds ZooKeeper may stay unreachable before the worker gives up."),
@@ -220,7 +219,7 @@ def worker(
     raise typer.Exit(code)
 
 
-def _server(data_dir: Path, port: Optional[int]):
+def _server(data_dir: Path, port: int | None):
     from .zkserver import LocalZooKeeper
 
     cfg = data_dir / "zoo.cfg"

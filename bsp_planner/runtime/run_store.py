@@ -13,7 +13,7 @@ import json
 import re
 import secrets
 import shutil
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from ..errors import InputError
@@ -38,7 +38,7 @@ def check_run_id(run_id: str) -> str:
 
 
 def now_iso() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 def unwritable(path: Path, exc: OSError) -> RunStoreUnwritable:

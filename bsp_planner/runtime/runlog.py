@@ -182,7 +182,7 @@ def step_chart(records: list[dict], path: Path, title: str = "", penalty_s: floa
     ax1.plot(steps, pred, "o-", ms=3, color="#4C72B0", label="predicted (model, slowest task)")
     ax1.plot(steps, meas, "s-", ms=3, color="#C44E52", label="measured (step wall time)")
     ax1.plot(steps, slow, ".", ms=4, color="#8172B2", alpha=0.7, label="measured slowest task")
-    for s, ch in zip(steps, changed):
+    for s, ch in zip(steps, changed, strict=True):
         if ch:
             ax1.axvline(s - 0.5, color="#DD8452", lw=0.8, alpha=0.6)
     ax1.set_ylabel("step time (s)")

@@ -33,10 +33,10 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Callable
 from urllib.parse import parse_qs, urlparse
 
 from ..k8s.binpack import pod_cpu_request
@@ -58,7 +58,7 @@ RESOURCE_LIST = [
 
 
 def now_iso() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass
@@ -334,7 +334,7 @@ class FakeApiServer:
                 del self._resize_at[key]
                 continue
             if now >= at:
-                for c, cs in zip(pod["spec"]["containers"], pod["status"].get("containerStatuses") or []):
+                for c, cs in zip(pod["spec"]["containers"], pod["status"].get("containerStatuses") or [], strict=False):
                     cs["resources"] = copy.deepcopy(c.get("resources") or {})
                 pod["status"]["conditions"] = [c for c in pod["status"]["conditions"] if not c["type"].startswith("PodResize")]
                 del self._resize_at[key]

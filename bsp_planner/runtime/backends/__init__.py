@@ -58,7 +58,7 @@ class Backend(ABC):
     @abstractmethod
     def capabilities(self) -> Capabilities: ...
 
-    def check(self, job, millicores_max: float, budget_millicores: float, path=None) -> None:
+    def check(self, job, millicores_max: float, budget_millicores: float, path=None) -> None:  # noqa: B027  (optional hook)
         """Fail before anything starts if the platform cannot run this job (InputError)."""
 
     def check_configuration(self, millicores: dict[str, float]) -> dict[str, str]:
@@ -92,7 +92,7 @@ class Backend(ABC):
     def log_tail(self, task: str, limit: int = 2000) -> str:
         return ""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027  (optional hook: a backend that holds nothing has nothing to release)
         """Stop every task still running and release everything."""
 
     def info(self) -> dict:

@@ -6,7 +6,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ...errors import InputError
 from .credentials import Credentials
