@@ -129,7 +129,10 @@ def bench_quality(path, overrides, every: int = 5) -> None:
     print(f"**Greedy vs exact configurations**, {exp.name} ({n} tasks x {m} steps x {L} levels, budget "
           f"{ctx.budget_steps} steps), perfect knowledge, discount {exp.planner.discount}, frames at every "
           f"{every}th step: how much longer greedy's frame is than the exact one\n")
-    print("| frame length | frames | mean % | p90 % | max % | greedy optimal | exact s per frame (CPU) |\n|---|---|---|---|---|---|---|")
+    print(
+        "| frame length | frames | mean % | p90 % | max % | greedy optimal | exact s per frame (CPU) |\n"
+        "|---|---|---|---|---|---|---|"
+    )
     for j in (1, 2, 3, 5, 10, 20, 40):
         ts = np.arange(0, m - j + 1, every)
         d = np.stack([actual[:, :, t : t + j] for t in ts])
@@ -177,7 +180,10 @@ def bench_strategies(path, overrides, full: bool, exact_too: tuple[str, ...]) ->
         print(f"| {s} | " + " | ".join(cells) + " |")
     slow = [(k, v) for k, v in timing.items() if v > 5]
     if slow:
-        print("\nslowest runs: " + ", ".join(f"{a}/{md}/{s} {v:.0f} s" for (a, md, s), v in sorted(slow, key=lambda x: -x[1])[:6]))
+        print(
+            "\nslowest runs: "
+            + ", ".join(f"{a}/{md}/{s} {v:.0f} s" for (a, md, s), v in sorted(slow, key=lambda x: -x[1])[:6])
+        )
     print()
 
 

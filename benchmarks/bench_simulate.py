@@ -63,7 +63,10 @@ def default_experiment_wall() -> tuple[float, float]:
 
 def big_context(n_tasks: int, steps: int, horizon: int, seed: int = 0):
     """n_tasks copies of the eight default tasks over shifted windows of their test series."""
-    exp = load_experiment(ROOT / "bsp_planner" / "data" / "experiments" / "default.toml", [f"steps={steps + 600}", "modes=perfect", "strategies=floor"])
+    exp = load_experiment(
+        ROOT / "bsp_planner" / "data" / "experiments" / "default.toml",
+        [f"steps={steps + 600}", "modes=perfect", "strategies=floor"],
+    )
     scen = build_scenario(exp)
     base = scen.actual  # (8, L, steps+600)
     rng = np.random.default_rng(seed)

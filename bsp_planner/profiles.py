@@ -112,7 +112,14 @@ def read_profile_rows(path: str | Path) -> list[dict]:
             if repeat != int(repeat) or repeat < 0:
                 raise InputError(f"expected a whole repeat number, got {row[4]!r}", path=path, line=lineno, field="repeat")
             rows.append(
-                {"task": task, "workload": workload, "cpu_millicores": cpu, "duration_s": duration, "repeat": int(repeat), "line": lineno}
+                {
+                    "task": task,
+                    "workload": workload,
+                    "cpu_millicores": cpu,
+                    "duration_s": duration,
+                    "repeat": int(repeat),
+                    "line": lineno,
+                }
             )
     if not rows:
         raise InputError("the profile has no rows", path=path)

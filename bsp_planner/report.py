@@ -72,7 +72,9 @@ def steps_csv(results: list[StrategyResult], task_names: list[str], cpu_of_level
     return buf.getvalue()
 
 
-def write_outputs(out_dir: Path, results: list[StrategyResult], meta: dict, task_names: list[str], cpu_of_level) -> dict[str, Path]:
+def write_outputs(
+    out_dir: Path, results: list[StrategyResult], meta: dict, task_names: list[str], cpu_of_level
+) -> dict[str, Path]:
     """Write comparison.{csv,json,md}, steps.csv and comparison.png into out_dir; returns their paths.
 
     All of them are written into a temporary folder first and moved into out_dir together, only when
@@ -80,7 +82,13 @@ def write_outputs(out_dir: Path, results: list[StrategyResult], meta: dict, task
     from .outputs import staged_outputs
 
     rows = comparison_rows(results)
-    names = {"csv": "comparison.csv", "json": "comparison.json", "md": "comparison.md", "steps": "steps.csv", "chart": "comparison.png"}
+    names = {
+        "csv": "comparison.csv",
+        "json": "comparison.json",
+        "md": "comparison.md",
+        "steps": "steps.csv",
+        "chart": "comparison.png",
+    }
     with staged_outputs(out_dir) as stage:
         tmp = {k: stage / v for k, v in names.items()}
         tmp["csv"].write_text(to_csv(rows), newline="")

@@ -119,7 +119,9 @@ def _coerce(value: Any, tp: Any, from_text: bool) -> Any:
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
     if origin in (typing.Union, types.UnionType):
-        if type(None) in args and (value is None or (from_text and isinstance(value, str) and value.strip().lower() in ("", "none"))):
+        if type(None) in args and (
+            value is None or (from_text and isinstance(value, str) and value.strip().lower() in ("", "none"))
+        ):
             return None
         # A literal string alternative ("auto") first, so it is never read as a number.
         ordered = sorted((a for a in args if a is not type(None)), key=lambda a: typing.get_origin(a) is not Literal)

@@ -13,22 +13,35 @@ from rich.console import Console
 def simulate(
     experiment: Annotated[
         Path | None,
-        typer.Argument(help="Experiment file (TOML), or the name of a shipped one (default, large) [default: the shipped default].", show_default=False),
+        typer.Argument(
+            help="Experiment file (TOML), or the name of a shipped one (default, large) [default: the shipped default].",
+            show_default=False,
+        ),
     ] = None,
     experiment_opt: Annotated[
         Path | None, typer.Option("--experiment", "-e", help="The same as the argument.", show_default=False)
     ] = None,
-    strategies: Annotated[str | None, typer.Option("--strategies", "-s", help="Comma-separated, e.g. 'exppo,static:3,dp,mpc,floor'.")] = None,
-    mode: Annotated[list[str] | None, typer.Option("--mode", "-m", help="perfect and/or forecast (repeatable).")] = None,
+    strategies: Annotated[
+        str | None, typer.Option("--strategies", "-s", help="Comma-separated, e.g. 'exppo,static:3,dp,mpc,floor'.")
+    ] = None,
+    mode: Annotated[
+        list[str] | None, typer.Option("--mode", "-m", help="perfect and/or forecast (repeatable).")
+    ] = None,
     steps: Annotated[int | None, typer.Option(help="Supersteps to simulate.")] = None,
     start: Annotated[int | None, typer.Option(help="First step, counted into the test half of the series.")] = None,
     penalty: Annotated[float | None, typer.Option("--penalty", help="Checkpoint penalty C in seconds.")] = None,
     budget: Annotated[float | None, typer.Option("--budget", help="CPU budget in millicores.")] = None,
     allocator: Annotated[str | None, typer.Option(help="greedy or exact.")] = None,
-    forecasts: Annotated[str | None, typer.Option("--forecasts", help="Forecaster name or folder of forecast CSVs.")] = None,
-    actual: Annotated[Path | None, typer.Option("--actual", help="Folder of per-task CSVs to replay as actual workloads.")] = None,
+    forecasts: Annotated[
+        str | None, typer.Option("--forecasts", help="Forecaster name or folder of forecast CSVs.")
+    ] = None,
+    actual: Annotated[
+        Path | None, typer.Option("--actual", help="Folder of per-task CSVs to replay as actual workloads.")
+    ] = None,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Output folder (default: the experiment's).")] = None,
-    set_: Annotated[list[str] | None, typer.Option("--set", help="Override any field: KEY=VALUE or SECTION.KEY=VALUE (repeatable).")] = None,
+    set_: Annotated[
+        list[str] | None, typer.Option("--set", help="Override any field: KEY=VALUE or SECTION.KEY=VALUE (repeatable).")
+    ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
 ) -> None:
     """Compare reconfiguration strategies on a job in simulation (table, CSV/JSON/Markdown, chart)."""
@@ -41,7 +54,9 @@ def simulate(
     from .shipped import describe_experiment, find_experiment
 
     if experiment is not None and experiment_opt is not None and experiment != experiment_opt:
-        raise InputError(f"two experiments given ({experiment} and --experiment {experiment_opt}); give one", field="--experiment")
+        raise InputError(
+            f"two experiments given ({experiment} and --experiment {experiment_opt}); give one", field="--experiment"
+        )
 
     console = Console()
     # Every flag is an override, applied and checked by the same settings loader as the file; an
@@ -108,9 +123,15 @@ def simulate(
     paths = write_outputs(out_dir, results, meta, scen.task_names, scen.cpu.to_millicores)
     rows = comparison_rows(results)
     for m in exp.modes:
-        print_table([r for r in rows if r["mode"] == m], console, title=f"{exp.name} · {m} mode · predictions: {scen.forecast_label[m]}")
+        print_table(
+            [r for r in rows if r["mode"] == m],
+            console,
+            title=f"{exp.name} · {m} mode · predictions: {scen.forecast_label[m]}",
+        )
     console.print(
         f"{len(scen.task_names)} tasks x {exp.steps} steps, penalty {exp.penalty_s:g} s, budget "
         f"{exp.cpu.budget_millicores:g}m; {len(results)} runs in {elapsed:.1f} s"
     )
-    console.print(f"wrote {paths['md']}, {paths['csv'].name}, {paths['json'].name}, {paths['steps'].name}, chart {paths['chart']}")
+    console.print(
+        f"wrote {paths['md']}, {paths['csv'].name}, {paths['json'].name}, {paths['steps'].name}, chart {paths['chart']}"
+    )

@@ -58,7 +58,9 @@ def test_differencing_inverts_exactly(lag):
     back = undifference(x[:lag], d, lag)
     np.testing.assert_allclose(back, x[lag:], rtol=0, atol=1e-9)
     # batched: forward from any known stretch
-    np.testing.assert_allclose(undifference(x[None, 50 : 50 + lag], d[None, 50 : 50 + 30], lag)[0], x[50 + lag : 80 + lag], atol=1e-9)
+    np.testing.assert_allclose(
+        undifference(x[None, 50 : 50 + lag], d[None, 50 : 50 + 30], lag)[0], x[50 + lag : 80 + lag], atol=1e-9
+    )
 
 
 def test_scaling_to_minus_one_one_inverts_exactly():
@@ -357,7 +359,22 @@ def test_cli_evaluate_refuses_gaps_then_compares_forecasters(small_job):
     r = CliRunner().invoke(app, ["forecast", "evaluate", "-e", str(small_job / "exp.toml"), "-f", "persistence"])
     assert isinstance(r.exception, InputError) and "--gaps fill" in str(r.exception) and "beta" in str(r.exception)
     out = small_job / "ev"
-    r = _run(["forecast", "evaluate", "-e", str(small_job / "exp.toml"), "-f", "persistence", "-f", "seasonal-naive", "--gaps", "fill", "-o", str(out)])
+    r = _run(
+        [
+            "forecast",
+            "evaluate",
+            "-e",
+            str(small_job / "exp.toml"),
+            "-f",
+            "persistence",
+            "-f",
+            "seasonal-naive",
+            "--gaps",
+            "fill",
+            "-o",
+            str(out),
+        ]
+    )
     assert r.exit_code == 0, r.output
     assert "seasonal-naive" in r.output and "all tasks" in r.output
     data = json.loads((out / "evaluation.json").read_text())
@@ -372,7 +389,20 @@ def test_cli_predict_writes_what_simulate_reads(small_job):
     from bsp_planner.job import load_job
     from bsp_planner.series import load_job_series
 
-    r = _run(["forecast", "predict", "-e", str(small_job / "exp.toml"), "-f", "seasonal-naive", "--gaps", "ignore", "-o", str(small_job / "fc")])
+    r = _run(
+        [
+            "forecast",
+            "predict",
+            "-e",
+            str(small_job / "exp.toml"),
+            "-f",
+            "seasonal-naive",
+            "--gaps",
+            "ignore",
+            "-o",
+            str(small_job / "fc"),
+        ]
+    )
     assert r.exit_code == 0, r.output
     meta = read_forecast_metadata(small_job / "fc")
     assert meta["forecaster"] == "seasonal-naive" and meta["inputs"]["steps"] == 50 and meta["inputs"]["start"] == 5
@@ -404,7 +434,12 @@ def test_provider_uses_shipped_forecasts_only_when_their_digest_matches(small_jo
     ws = Workspace.from_series(job, js, gaps="fill", horizon=H)
     inputs = request_inputs(ws, "lstm", 0, 50)
     shipped = small_job / "forecasts" / "default"
-    write_forecasts(shipped, job.task_names, np.full((2, 50, H), 33.0), {"forecaster": "lstm", "digest": inputs_digest(inputs), "inputs": inputs})
+    write_forecasts(
+        shipped,
+        job.task_names,
+        np.full((2, 50, H), 33.0),
+        {"forecaster": "lstm", "digest": inputs_digest(inputs), "inputs": inputs},
+    )
     fc, label = provider.forecast_matrix("lstm", js, 0, 50, H, base_dir=small_job)
     assert np.all(fc == 33.0) and "shipped forecasts default/" in label
     fc, label = provider.forecast_matrix("default", js, 0, 50, H, base_dir=small_job)  # "default" is the lstm
@@ -414,7 +449,10 @@ def test_provider_uses_shipped_forecasts_only_when_their_digest_matches(small_jo
 
     def fake(ws_, name, start, steps, **kw):
         calls.append((name, start, steps, ws_.gaps))
-        return np.full((2, steps, H), 21.0), {"digest": inputs_digest(request_inputs(ws_, name, start, steps)), "models": {"alpha": "trained", "beta": "trained"}}
+        return np.full((2, steps, H), 21.0), {
+            "digest": inputs_digest(request_inputs(ws_, name, start, steps)),
+            "models": {"alpha": "trained", "beta": "trained"},
+        }
 
     monkeypatch.setattr(pipeline, "forecast_experiment", fake)
     messages = []

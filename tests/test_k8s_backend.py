@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("kubernetes", reason="the official kubernetes client is not installed (pip install 'bsp-planner[kubernetes]')")
+pytest.importorskip(
+    "kubernetes", reason="the official kubernetes client is not installed (pip install 'bsp-planner[kubernetes]')"
+)
 import yaml
 
 pytest.importorskip("bsp_planner.runtime.backends", reason="the runtime backends package is not in this tree yet")
@@ -162,9 +164,14 @@ def test_a_configuration_that_does_not_fit_is_refused_before_any_pod_is_touched(
     b.wait_running()
     calls = len(api.calls)
     # node-a: 4 CPUs, 1 for coredns, 2 for ours; node-b: 2 CPUs
-    with pytest.raises(ConfigurationDoesNotFit, match=r"task 'affinity' asks for 3500m of CPU but no node has more than 2000m free"):
+    with pytest.raises(
+        ConfigurationDoesNotFit, match=r"task 'affinity' asks for 3500m of CPU but no node has more than 2000m free"
+    ):
         b.check_configuration({"affinity": 3500, "atomic": 2000})
-    with pytest.raises(ConfigurationDoesNotFit, match=r"fit the free CPU in total \(5000m\) but cannot be split over the nodes \(node-a: .*node-b: "):
+    with pytest.raises(
+        ConfigurationDoesNotFit,
+        match=r"fit the free CPU in total \(5000m\) but cannot be split over the nodes \(node-a: .*node-b: ",
+    ):
         b.check_configuration({"affinity": 2500, "atomic": 2500})
     later = api.calls[calls:]
     assert {(c.verb, c.resource) for c in later} <= {("list", "nodes"), ("list", "pods"), ("get", "pods")}
@@ -220,7 +227,10 @@ def test_a_pod_pending_past_the_timeout_stops_the_run_with_the_scheduler_message
     st = b.poll_task("huge")
     assert st.alive is True and "Insufficient cpu" in st.detail
     time.sleep(0.25)
-    with pytest.raises(PodLost, match=r"still pending after \d+ s \(unschedulable: 0/2 nodes are available: 2 Insufficient cpu.\).*resumed"):
+    with pytest.raises(
+        PodLost,
+        match=r"still pending after \d+ s \(unschedulable: 0/2 nodes are available: 2 Insufficient cpu.\).*resumed",
+    ):
         b.poll_task("huge")
 
 
@@ -400,9 +410,30 @@ def test_run_on_an_unreachable_cluster_is_a_clear_error_and_leaves_no_run(tmp_pa
     url, kubeconfig = _unreachable_kubeconfig(tmp_path)
     exp = tiny_experiment(tmp_path / "exp", steps=3)
     out = subprocess.run(
-        [sys.executable, "-m", "bsp_planner.cli", "run", "--backend", "kubernetes", "-e", str(exp), "--kubeconfig", str(kubeconfig),
-         "--namespace", NS, "--image", "bsp-planner:dev", "--runs-dir", str(tmp_path / "runs"), "--run-id", "nocluster", "-q"],
-        capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "bsp_planner.cli",
+            "run",
+            "--backend",
+            "kubernetes",
+            "-e",
+            str(exp),
+            "--kubeconfig",
+            str(kubeconfig),
+            "--namespace",
+            NS,
+            "--image",
+            "bsp-planner:dev",
+            "--runs-dir",
+            str(tmp_path / "runs"),
+            "--run-id",
+            "nocluster",
+            "-q",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     err = " ".join(out.stderr.split())
     assert out.returncode == 2, out.stdout + out.stderr

@@ -88,7 +88,9 @@ def test_the_profiler_measures_a_grid_as_jobs_under_real_cpu_limits(cluster, tmp
 def _port_forward(kubeconfig: str):
     """`kubectl port-forward` to the cluster's ZooKeeper, for a coordinator outside the cluster."""
     if shutil.which("kubectl") is None:
-        pytest.skip("kubectl is not installed (the coordinator outside the cluster reaches ZooKeeper through kubectl port-forward)")
+        pytest.skip(
+            "kubectl is not installed (the coordinator outside the cluster reaches ZooKeeper through kubectl port-forward)"
+        )
     proc = subprocess.Popen(["kubectl", "--kubeconfig", kubeconfig, "-n", NS, "port-forward", "svc/zookeeper", ":2181"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 30

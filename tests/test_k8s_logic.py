@@ -18,7 +18,10 @@ def node(name, cpu, *, taints=None, unschedulable=False, ready="True", labels=No
 
 
 def pod(name, node_name, *cpus, phase="Running", ns="other", labels=None, init=(), overhead=None):
-    spec = {"nodeName": node_name, "containers": [{"name": f"c{i}", "resources": {"requests": {"cpu": c}}} for i, c in enumerate(cpus)]}
+    spec = {
+        "nodeName": node_name,
+        "containers": [{"name": f"c{i}", "resources": {"requests": {"cpu": c}}} for i, c in enumerate(cpus)],
+    }
     if init:
         spec["initContainers"] = list(init)
     if overhead:
@@ -43,7 +46,12 @@ def test_node_capacities_count_bound_unfinished_pods_and_mark_unusable_nodes():
              node("f", "8", taints=[{"key": "k", "effect": "PreferNoSchedule"}])]
     pods = [pod("x", "a", "1"), pod("y", "a", "500m"), pod("done", "a", "2", phase="Succeeded"),
             pod("unbound", "", "3", phase="Pending"), pod("mine", "a", "1", ns="bsp", labels={"bsp-planner.io/run": "r"})]
-    caps = {c.name: c for c in node_capacities(nodes, pods, node_selector={"pool": "x"}, movable=lambda p: p["metadata"]["name"] == "mine")}
+    caps = {
+        c.name: c
+        for c in node_capacities(
+            nodes, pods, node_selector={"pool": "x"}, movable=lambda p: p["metadata"]["name"] == "mine"
+        )
+    }
     assert caps["a"].requested_m == 1500 and caps["a"].free_m == 2500
     assert caps["b"].unschedulable.startswith("tainted")
     assert caps["c"].unschedulable == "cordoned"
@@ -168,7 +176,11 @@ def test_pod_states_tell_pending_running_lost_and_exited_apart():
     assert unsched.waiting == "unschedulable: 0/3 nodes are available: 3 Insufficient cpu." and not unsched.fatal_waiting
     pull = pod_state(status_pod("Pending", cstate={"waiting": {"reason": "ErrImageNeverPull", "message": "image not present"}}))
     assert pull.fatal_waiting and "ErrImageNeverPull" in pull.waiting
-    secret = pod_state(status_pod("Pending", cstate={"waiting": {"reason": "CreateContainerConfigError", "message": 'secret "x" not found'}}))
+    secret = pod_state(
+        status_pod(
+            "Pending", cstate={"waiting": {"reason": "CreateContainerConfigError", "message": 'secret "x" not found'}}
+        )
+    )
     assert secret.fatal_waiting
     running = pod_state(status_pod("Running", cstate={"running": {}}, actual="500m"))
     assert running.running and running.problem is None and running.actual_cpu_m == 500
@@ -193,4 +205,6 @@ def test_a_resize_is_done_when_the_kubelet_reports_the_new_limit():
     infeasible = pod_state(status_pod("Running", cstate={"running": {}}, limits="64", actual="500m",
                                       conds=[{"type": "PodResizePending", "status": "True", "reason": "Infeasible",
                                               "message": "Node didn't have enough capacity"}]))
-    assert infeasible.resize_infeasible == "Node didn't have enough capacity" and infeasible.resize.startswith("pending: Infeasible")
+    assert infeasible.resize_infeasible == "Node didn't have enough capacity" and infeasible.resize.startswith(
+        "pending: Infeasible"
+    )

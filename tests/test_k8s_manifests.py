@@ -16,7 +16,9 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("kubernetes", reason="the official kubernetes client is not installed (pip install 'bsp-planner[kubernetes]')")
+pytest.importorskip(
+    "kubernetes", reason="the official kubernetes client is not installed (pip install 'bsp-planner[kubernetes]')"
+)
 import yaml
 
 from bsp_planner.errors import InputError
@@ -287,7 +289,9 @@ def test_the_coordinator_runs_as_the_image_user(base):
     assert spec["securityContext"]["runAsUser"] == M.RUN_AS_USER
 
 
-@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed (the base is then checked from its files only)")
+@pytest.mark.skipif(
+    shutil.which("kubectl") is None, reason="kubectl is not installed (the base is then checked from its files only)"
+)
 def test_kubectl_kustomize_renders_the_same(base):
     out = subprocess.run(["kubectl", "kustomize", str(BASE)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr

@@ -19,7 +19,9 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("kubernetes", reason="the official kubernetes client is not installed (pip install 'bsp-planner[kubernetes]')")
+pytest.importorskip(
+    "kubernetes", reason="the official kubernetes client is not installed (pip install 'bsp-planner[kubernetes]')"
+)
 
 from bsp_planner.job import Job, SeriesRef, Task
 from bsp_planner.k8s import measure
@@ -58,7 +60,13 @@ def ok_runner(delay_s: float = 0.0, fail_stressor: str | None = None):
         if stressor == fail_stressor:
             msg = {"duration_s": None, "exit_code": 1, "reason": f"exit code 1: stress-ng: unknown stressor {stressor}"}
             return JobOutcome(1, json.dumps(msg), delay_s)
-        msg = {"duration_s": synthetic_duration(ops, cpu), "exit_code": 0, "reason": "", "node": "node-a", "cpu_model": "Fake CPU @ 3GHz"}
+        msg = {
+            "duration_s": synthetic_duration(ops, cpu),
+            "exit_code": 0,
+            "reason": "",
+            "node": "node-a",
+            "cpu_model": "Fake CPU @ 3GHz",
+        }
         return JobOutcome(0, json.dumps(msg), delay_s)
 
     return run
@@ -267,7 +275,9 @@ def test_bad_settings_are_refused(api):
 
 
 # -- the measurement inside the container ------------------------------------------------------------
-needs_stress_ng = pytest.mark.skipif(shutil.which("stress-ng") is None, reason="stress-ng is not installed (apt-get install stress-ng)")
+needs_stress_ng = pytest.mark.skipif(
+    shutil.which("stress-ng") is None, reason="stress-ng is not installed (apt-get install stress-ng)"
+)
 
 
 @needs_stress_ng
@@ -330,7 +340,9 @@ def test_profile_run_backend_kubernetes_on_the_command_line(api, tmp_path):
     from bsp_planner.cli import app
 
     if "--parallel" not in CliRunner().invoke(app, ["profile", "run", "--help"], env={"COLUMNS": "200"}).output:
-        pytest.skip("`bsp-planner profile run` has no --backend kubernetes yet (the hook in profiling/cli.py, docs/kubernetes.md)")
+        pytest.skip(
+            "`bsp-planner profile run` has no --backend kubernetes yet (the hook in profiling/cli.py, docs/kubernetes.md)"
+        )
     env = {"KUBECONFIG": str(_kubeconfig_for(api, tmp_path / "kubeconfig")), "BSP_PLANNER_IMAGE": "bsp-planner:dev"}
     out = tmp_path / "p" / "profile.csv"
     args = ["profile", "run", "--backend", "kubernetes", "--job", str(data_path("jobs/thesis-8.toml")),

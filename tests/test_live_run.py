@@ -159,7 +159,9 @@ def test_the_run_continues_when_zookeeper_restarts_within_the_session_timeout(tm
     exp = tiny_experiment(tmp_path / "exp", steps=6)
     gate = StressGate(tmp_path / "gate")
     gate.hold(3)  # the server goes down while step 2 is certainly under way
-    coord = coordinator(tmp_path, exp, own_zk, creds_file, "zkbounce", session_timeout_s=10.0, zk_wait_s=20.0, stress_ng=str(gate.path))
+    coord = coordinator(
+        tmp_path, exp, own_zk, creds_file, "zkbounce", session_timeout_s=10.0, zk_wait_s=20.0, stress_ng=str(gate.path)
+    )
     th, out = in_thread(coord)
     gate.wait_held(3, alive=th.is_alive)
     own_zk.kill()
@@ -178,7 +180,9 @@ def test_zookeeper_gone_too_long_stops_the_run_cleanly_and_it_resumes(tmp_path, 
     exp = tiny_experiment(tmp_path / "exp", steps=5)
     gate = StressGate(tmp_path / "gate")
     gate.hold(3)  # the server goes for good while step 2 is under way: the run cannot have finished
-    coord = coordinator(tmp_path, exp, own_zk, creds_file, "zkgone", session_timeout_s=4.0, zk_wait_s=2.0, stress_ng=str(gate.path))
+    coord = coordinator(
+        tmp_path, exp, own_zk, creds_file, "zkgone", session_timeout_s=4.0, zk_wait_s=2.0, stress_ng=str(gate.path)
+    )
     th, out = in_thread(coord)
     run_dir = tmp_path / "runs" / "zkgone"
     gate.wait_held(3, alive=th.is_alive)
@@ -202,12 +206,16 @@ def test_zookeeper_gone_too_long_stops_the_run_cleanly_and_it_resumes(tmp_path, 
 
 def cli(*args, env=None, timeout=120) -> subprocess.CompletedProcess:
     """The command line, its output with line wrapping undone (rich wraps errors at the terminal width)."""
-    out = subprocess.run([sys.executable, "-m", "bsp_planner.cli", *args], capture_output=True, text=True, timeout=timeout, env=env)
+    out = subprocess.run(
+        [sys.executable, "-m", "bsp_planner.cli", *args], capture_output=True, text=True, timeout=timeout, env=env
+    )
     out.stdout, out.stderr = " ".join(out.stdout.split()), " ".join(out.stderr.split())
     return out
 
 
-def test_a_stopped_or_killed_coordinator_leaves_nothing_running_and_resume_finishes_the_same_plan(tmp_path, zk_server, creds_file):
+def test_a_stopped_or_killed_coordinator_leaves_nothing_running_and_resume_finishes_the_same_plan(
+    tmp_path, zk_server, creds_file
+):
     exp = tiny_experiment(tmp_path / "exp", steps=7)
     runs = tmp_path / "runs"
     common = ["--runs-dir", str(runs), "--zookeeper", zk_server.hosts, "--cgroup-prefix", PREFIX, "-q"]
@@ -215,14 +223,30 @@ def test_a_stopped_or_killed_coordinator_leaves_nothing_running_and_resume_finis
     gate = StressGate(tmp_path / "gate")
 
     def start(*args) -> subprocess.Popen:
-        return subprocess.Popen([sys.executable, "-m", "bsp_planner.cli", "run", *args, *common], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        return subprocess.Popen(
+            [sys.executable, "-m", "bsp_planner.cli", "run", *args, *common],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
 
     def logged() -> int:
         return len(log.read_text().splitlines())
 
     # SIGTERM (kill, a deleted pod) while step 2 is held: a clean stop, exit code 3, nothing left, not even a cgroup
     gate.hold(3)
-    proc = start("-e", str(exp), "--planner", "mpc", "--run-id", "killc", "--zk-auth-file", str(creds_file), "--stress-ng", str(gate.path))
+    proc = start(
+        "-e",
+        str(exp),
+        "--planner",
+        "mpc",
+        "--run-id",
+        "killc",
+        "--zk-auth-file",
+        str(creds_file),
+        "--stress-ng",
+        str(gate.path),
+    )
     try:
         gate.wait_held(3, alive=lambda: proc.poll() is None)
         proc.send_signal(signal.SIGTERM)

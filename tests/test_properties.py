@@ -161,7 +161,11 @@ NUMBERS = st.one_of(
     st.sampled_from([0, 1, 2, 10, 50, 250, 2000, 10**9, 1e308, -1e-300]),
 )
 SCALARS = st.one_of(NUMBERS, st.booleans(), SAFE_TEXT, st.sampled_from(["mpc", "floor", "perfect", "linear", "clamp", "dp"]))
-VALUES = st.one_of(SCALARS, st.lists(SCALARS, max_size=3), st.dictionaries(st.sampled_from(["a", "start", "file"]), SCALARS, max_size=2))
+VALUES = st.one_of(
+    SCALARS,
+    st.lists(SCALARS, max_size=3),
+    st.dictionaries(st.sampled_from(["a", "start", "file"]), SCALARS, max_size=2),
+)
 
 EXPERIMENT_KEYS = [
     "job", "profile", "interpolation", "out_of_grid", "workload_range", "steps", "start", "penalty_s", "modes",
@@ -215,11 +219,18 @@ FLAGS = st.one_of(
     st.tuples(st.just("--penalty"), NUMBERS.map(str)),
     st.tuples(st.just("--steps"), st.integers(-3, 12).map(str)),
     st.tuples(st.just("--start"), st.integers(-3, 120).map(str)),
-    st.tuples(st.just("--strategies"), st.lists(st.sampled_from(["mpc", "floor", "dp", "static:2", "static:0", "exppo", "bogus", ""]), max_size=4).map(",".join)),
+    st.tuples(
+        st.just("--strategies"),
+        st.lists(st.sampled_from(["mpc", "floor", "dp", "static:2", "static:0", "exppo", "bogus", ""]), max_size=4).map(
+            ",".join
+        ),
+    ),
     st.tuples(st.just("--mode"), st.sampled_from(["perfect", "forecast", "both", ""])),
     st.tuples(st.just("--allocator"), st.sampled_from(["greedy", "exact", "magic"])),
     st.tuples(st.just("--forecasts"), st.sampled_from(["seasonal-naive", "persistence", "nowhere", ""])),
-    st.tuples(st.just("--set"), st.tuples(st.sampled_from(EXPERIMENT_KEYS + ["", "a.b.c"]), SCALARS.map(str)).map("=".join)),
+    st.tuples(
+        st.just("--set"), st.tuples(st.sampled_from(EXPERIMENT_KEYS + ["", "a.b.c"]), SCALARS.map(str)).map("=".join)
+    ),
     st.tuples(st.just("--set"), SAFE_TEXT),
 )
 

@@ -347,7 +347,9 @@ def test_cli_train_then_simulate_end_to_end(tmp_path, monkeypatch, capsys):
     # the same run as the training's held-out evaluation (steps 0..99 are the experiment's steps)
     assert results["dqn"]["total_s"] == pytest.approx(meta["eval"]["total_s"], abs=1e-3)
 
-    code, out, err = run_cli(["rl", "evaluate", "--agent", str(agent), "--strict", "-o", str(tmp_path / "ev.json")], monkeypatch, capsys)
+    code, out, err = run_cli(
+        ["rl", "evaluate", "--agent", str(agent), "--strict", "-o", str(tmp_path / "ev.json")], monkeypatch, capsys
+    )
     assert code == 0, err
     ev = json.loads((tmp_path / "ev.json").read_text())
     assert ev["out_of_sample"] and ev["results"]["dqn"]["total_s"] == pytest.approx(meta["eval"]["total_s"], abs=1e-3)
@@ -414,7 +416,9 @@ def test_overlapping_ranges_with_strict(tmp_path, monkeypatch, capsys, tiny_agen
     assert code == 2 and "50..249 overlaps the evaluation range 0..99" in err
     assert not (tmp_path / "a.zip").exists()
     agent, env_file = tiny_agent
-    code, out, err = run_cli(["rl", "evaluate", "--agent", str(agent), "--eval-range", "150:250", "--strict"], monkeypatch, capsys)
+    code, out, err = run_cli(
+        ["rl", "evaluate", "--agent", str(agent), "--eval-range", "150:250", "--strict"], monkeypatch, capsys
+    )
     assert code == 2 and "100..299" in err and "not out of sample" in err
 
 

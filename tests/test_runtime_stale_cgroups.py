@@ -76,7 +76,10 @@ def test_a_killed_profilers_cgroup_is_removed_by_the_next_profile_run(tmp_path):
             pass
 
 
-@pytest.mark.parametrize("name, pid", [("a-123-456", 123), ("check-77", 77), ("g88-3", 88), ("my-task-name-9-10", 9), ("other", None), ("a-b", None)])
+@pytest.mark.parametrize(
+    "name, pid",
+    [("a-123-456", 123), ("check-77", 77), ("g88-3", 88), ("my-task-name-9-10", 9), ("other", None), ("a-b", None)],
+)
 def test_only_groups_named_by_a_runner_carry_an_owner(name, pid):
     from bsp_planner.profiling.cgroups import owner_pid
 

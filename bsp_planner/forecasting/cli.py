@@ -29,11 +29,19 @@ console = Console()
 
 ExperimentOpt = Annotated[
     Path | None,
-    typer.Option("--experiment", "-e", help="Experiment file (or a shipped experiment's name) for the job, workload range, start, steps and H [default: the shipped default]."),
+    typer.Option(
+        "--experiment",
+        "-e",
+        help="Experiment file (or a shipped experiment's name) for the job, workload range, start, steps and H "
+            "[default: the shipped default].",
+    ),
 ]
 JobOpt = Annotated[Path | None, typer.Option("--job", help="Job file (instead of the experiment's job).")]
 TaskOpt = Annotated[list[str] | None, typer.Option("--task", "-t", help="Only this task (repeatable).")]
-HorizonOpt = Annotated[int | None, typer.Option("--horizon", "-H", help="Steps ahead to forecast [default: the experiment's forecast.horizon].")]
+HorizonOpt = Annotated[
+    int | None,
+    typer.Option("--horizon", "-H", help="Steps ahead to forecast [default: the experiment's forecast.horizon]."),
+]
 GapsOpt = Annotated[
     str | None,
     typer.Option(
@@ -49,7 +57,11 @@ SetOpt = Annotated[
 ]
 ModelsOpt = Annotated[
     Path | None,
-    typer.Option("--models", help="Where models are saved: <models>/<job>/<forecaster>/<task>.keras [default: the shipped models].", show_default=False),
+    typer.Option(
+        "--models",
+        help="Where models are saved: <models>/<job>/<forecaster>/<task>.keras [default: the shipped models].",
+        show_default=False,
+    ),
 ]
 RetrainOpt = Annotated[bool, typer.Option("--retrain", help="Train anew even if a saved model matches.")]
 
@@ -142,7 +154,9 @@ def _shipped_gap_policy(exp, job_path: Path) -> str:
 
 @app.command()
 def train(
-    forecaster: Annotated[list[str], typer.Option("--forecaster", "-f", help="lstm or lstm-thesis (repeatable).")] = [DEFAULT_FORECASTER],  # noqa: B006
+    forecaster: Annotated[list[str], typer.Option("--forecaster", "-f", help="lstm or lstm-thesis (repeatable).")] = [  # noqa: B006  (typer needs a list; only read)
+        DEFAULT_FORECASTER
+    ],
     experiment: ExperimentOpt = None,
     job: JobOpt = None,
     task: TaskOpt = None,
@@ -229,7 +243,9 @@ def evaluate(
             for t, s in ev.scores[n].items():
                 for h, v in enumerate(s.rmse, start=1):
                     fh.write(f"{n},{t},{h},{v:.4f}\n")
-    png = plot_evaluation(ev, out / "rmse_by_lead.png", title=f"Forecast error against lead time · job {ws.job.name} (test halves)")
+    png = plot_evaluation(
+        ev, out / "rmse_by_lead.png", title=f"Forecast error against lead time · job {ws.job.name} (test halves)"
+    )
     console.print(f"wrote {out / 'evaluation.json'}, {out / 'rmse_by_lead.csv'} and {png}")
 
 
@@ -257,7 +273,11 @@ def print_evaluation(ev, job_name: str) -> None:
     t.add_row(
         "all tasks",
         *[
-            (f"[bold]{overall[n]:.3f} · {ev.overall_coverage(n):.1%}[/]" if overall[n] == best else f"{overall[n]:.3f} · {ev.overall_coverage(n):.1%}")
+            (
+                f"[bold]{overall[n]:.3f} · {ev.overall_coverage(n):.1%}[/]"
+                if overall[n] == best
+                else f"{overall[n]:.3f} · {ev.overall_coverage(n):.1%}"
+            )
             for n in names
         ],
     )
@@ -274,7 +294,9 @@ def print_evaluation(ev, job_name: str) -> None:
 
 @app.command()
 def predict(
-    forecaster: Annotated[str, typer.Option("--forecaster", "-f", help="Which forecaster makes them.")] = DEFAULT_FORECASTER,
+    forecaster: Annotated[
+        str, typer.Option("--forecaster", "-f", help="Which forecaster makes them.")
+    ] = DEFAULT_FORECASTER,
     experiment: ExperimentOpt = None,
     job: JobOpt = None,
     horizon: HorizonOpt = None,
@@ -286,7 +308,12 @@ def predict(
     retrain: RetrainOpt = False,
     out: Annotated[
         Path | None,
-        typer.Option("--out", "-o", help="Folder for <task>.csv + forecasts.json [default: experiments/forecasts/<experiment>/ for lstm, .../<experiment>-<forecaster>/ otherwise]."),
+        typer.Option(
+            "--out",
+            "-o",
+            help="Folder for <task>.csv + forecasts.json [default: experiments/forecasts/<experiment>/ for lstm, "
+                ".../<experiment>-<forecaster>/ otherwise].",
+        ),
     ] = None,
 ) -> None:
     """Write the forecast matrices of an experiment's steps (row t: the next H values predicted before step t)."""
@@ -304,7 +331,9 @@ def predict(
     t0 = time.perf_counter()
     matrix, meta = forecast_experiment(ws, forecaster, start, steps, model_root=_models(models), retrain=retrain, say=_say)
     meta["experiment"] = exp.name
-    write_forecasts(out, ws.job.task_names if len(ws.prepared) == len(ws.job.tasks) else [p.task for p in ws.prepared], matrix, meta)
+    write_forecasts(
+        out, ws.job.task_names if len(ws.prepared) == len(ws.job.tasks) else [p.task for p in ws.prepared], matrix, meta
+    )
     console.print(
         f"wrote {forecaster} forecasts for steps {start}..{start + steps - 1} (H = {ws.horizon}) of {len(ws.prepared)} tasks "
         f"to {out} in {time.perf_counter() - t0:.1f} s · digest {meta['digest']}"

@@ -143,7 +143,11 @@ def read_trace(
         bad = np.nonzero((values < 0) | (values < lo - 1e-9) | (values > hi + 1e-9))[0]
         if bad.size:
             k = int(bad[0])
-            want = "a workload >= 0" if values[k] < 0 else f"a workload inside the profile's grid [{lo:g}, {hi:g}] (out_of_grid is 'error')"
+            want = (
+                "a workload >= 0"
+                if values[k] < 0
+                else f"a workload inside the profile's grid [{lo:g}, {hi:g}] (out_of_grid is 'error')"
+            )
             raise InputError(f"expected {want}, got {values[k]:g}", path=path, line=start + k + 2, field="workload")
         out[i] = values
     return out

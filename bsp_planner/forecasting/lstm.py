@@ -525,7 +525,10 @@ class LSTMForecaster(_KerasForecaster):
             def on_epoch_end(self, epoch, logs=None):
                 logs = logs or {}
                 if (epoch + 1) % 10 == 0:
-                    say(f"epoch {epoch + 1}: loss {logs.get('loss', float('nan')):.4f}, val {logs.get('val_loss', float('nan')):.4f}")
+                    say(
+                        f"epoch {epoch + 1}: loss {logs.get('loss', float('nan')):.4f}, val "
+                        f"{logs.get('val_loss', float('nan')):.4f}"
+                    )
 
         stop = k.callbacks.EarlyStopping(monitor="val_loss", patience=s.patience, restore_best_weights=True)
         ys = (lambda y: y.astype(np.float32)) if K == 1 else (lambda y: [y.astype(np.float32)] * K)
@@ -621,7 +624,12 @@ class ThesisLSTMForecaster(_KerasForecaster):
         self._compile(self.model, s.learning_rate)
         start = time.perf_counter()
         hist = self.model.fit(
-            X[:, :, None].astype(np.float32), Y.astype(np.float32), epochs=s.epochs, batch_size=s.batch_size, shuffle=True, verbose=0
+            X[:, :, None].astype(np.float32),
+            Y.astype(np.float32),
+            epochs=s.epochs,
+            batch_size=s.batch_size,
+            shuffle=True,
+            verbose=0,
         )
         self._freeze()
         # Quantiles from its own errors on the training half (it keeps no validation tail).

@@ -293,7 +293,14 @@ def evaluate(
         for n in names:
             t0 = time.perf_counter()
             prefix = f"[{i + 1}/{len(ws.prepared)}] {p.task} · {n}"
-            f, got = obtain(ws, n, p, model_root=model_root, retrain=retrain, say=(lambda m, pf=prefix: say(pf, m)) if say else _quiet)
+            f, got = obtain(
+                ws,
+                n,
+                p,
+                model_root=model_root,
+                retrain=retrain,
+                say=(lambda m, pf=prefix: say(pf, m)) if say else _quiet,
+            )
             score, _ = score_task(f, p, ws.horizon)
             scores[n][p.task] = score
             how[n][p.task] = got
@@ -315,7 +322,12 @@ def plot_evaluation(ev: Evaluation, path: Path, title: str = "") -> Path:
     cols = 3
     rows = int(np.ceil(n_panels / cols))
     fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.1 * rows), squeeze=False)
-    styles = {"lstm": ("C0", "-", "o"), "lstm-thesis": ("C3", "--", "s"), "persistence": ("C7", ":", "^"), "seasonal-naive": ("C2", "-.", "v")}
+    styles = {
+        "lstm": ("C0", "-", "o"),
+        "lstm-thesis": ("C3", "--", "s"),
+        "persistence": ("C7", ":", "^"),
+        "seasonal-naive": ("C2", "-.", "v"),
+    }
     for k, ax in enumerate(axes.flat):
         if k >= n_panels:
             ax.axis("off")

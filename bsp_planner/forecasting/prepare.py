@@ -174,7 +174,8 @@ def prepare_task(
         more = f" and {len(found) - 5} more" if len(found) > 5 else ""
         raise InputError(
             f"task '{ts.task}': {len(found)} gap(s) in the timestamps larger than the sampling interval "
-            f"({_duration(interval)}), before data row{'s' if len(found) > 1 else ''} {where}{more}. Fill them by linear interpolation "
+            f"({_duration(interval)}), before data row{'s' if len(found) > 1 else ''} {where}{more}. Fill them by "
+            "linear interpolation "
             "with `--gaps fill` (or treat the rows as consecutive steps, as simulate does, with "
             "`--gaps ignore`)",
             path=ts.source,

@@ -121,7 +121,11 @@ def _learned(name, job_series, start, steps, horizon, *, base_dir, gaps, job, sa
     shipped = shipped_folders(base_dir, name)
     # Folders made for this job's tasks (by any forecaster) say which job it is and how its gaps were
     # treated when nobody says otherwise.
-    related = [m for _, m in shipped_folders(base_dir, None) if [t.get("task") for t in m["inputs"].get("tasks", [])] == job_series.task_names]
+    related = [
+        m
+        for _, m in shipped_folders(base_dir, None)
+        if [t.get("task") for t in m["inputs"].get("tasks", [])] == job_series.task_names
+    ]
     if gaps is not None:
         policies = [gaps]
     else:

@@ -67,7 +67,10 @@ def main(argv: list[str] | None = None) -> int:
         elif flag == "--out" and argv:
             out = argv.pop(0)
         else:
-            print(f"usage: python -m bsp_planner.k8s.measure [--timeout S] [--out FILE] -- COMMAND...; got {flag!r}", file=sys.stderr)
+            print(
+                f"usage: python -m bsp_planner.k8s.measure [--timeout S] [--out FILE] -- COMMAND...; got {flag!r}",
+                file=sys.stderr,
+            )
             return 2
     command = argv[1:]
     if not command:

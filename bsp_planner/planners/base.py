@@ -35,7 +35,9 @@ class ConfigTable:
     predicted (undiscounted) time over that frame.
     """
 
-    def __init__(self, predicted: np.ndarray, allocator: Allocator, max_level: np.ndarray, budget_steps: int, discount: float) -> None:
+    def __init__(
+        self, predicted: np.ndarray, allocator: Allocator, max_level: np.ndarray, budget_steps: int, discount: float
+    ) -> None:
         self.predicted = predicted
         self.allocator = allocator
         self.max_level = np.asarray(max_level)

@@ -46,19 +46,34 @@ def run(
     stress_ng: str = typer.Option("stress-ng", "--stress-ng", help="The stress-ng executable."),
     cgroup_prefix: str = typer.Option("bsp-planner", "--cgroup-prefix", help="Parent cgroup for the runs' groups."),
     cpu_shares: int = typer.Option(
-        262144, "--cpu-shares",
+        262144,
+        "--cpu-shares",
         help="CPU weight of the runs' groups (v1 cpu.shares; 0 = kernel default). High, so other load on "
         "the host does not stand in for the quota.",
     ),
-    backend: str = typer.Option("local", "--backend", help="local (cgroup quotas on this host) or kubernetes (one Job per run)."),
+    backend: str = typer.Option(
+        "local", "--backend", help="local (cgroup quotas on this host) or kubernetes (one Job per run)."
+    ),
     parallel: int = typer.Option(4, "--parallel", help="kubernetes: Jobs running at once."),
-    namespace: str | None = typer.Option(None, "--namespace", help="kubernetes: the namespace (default: the kubeconfig context's, else bsp-planner)."),
-    image: str | None = typer.Option(None, "--image", help="kubernetes: the image of the Jobs (default $BSP_PLANNER_IMAGE)."),
-    kubeconfig: Path | None = typer.Option(None, "--kubeconfig", help="kubernetes: kubeconfig file (default $KUBECONFIG; in-cluster config inside a pod)."),
+    namespace: str | None = typer.Option(
+        None, "--namespace", help="kubernetes: the namespace (default: the kubeconfig context's, else bsp-planner)."
+    ),
+    image: str | None = typer.Option(
+        None, "--image", help="kubernetes: the image of the Jobs (default $BSP_PLANNER_IMAGE)."
+    ),
+    kubeconfig: Path | None = typer.Option(
+        None, "--kubeconfig", help="kubernetes: kubeconfig file (default $KUBECONFIG; in-cluster config inside a pod)."
+    ),
     context: str | None = typer.Option(None, "--context", help="kubernetes: kubeconfig context."),
-    node_selector: str | None = typer.Option(None, "--node-selector", help="kubernetes: key=value[,key=value] for the Jobs' pods."),
-    startup_timeout: float = typer.Option(300.0, "--startup-timeout", help="kubernetes: seconds a Job may take to start (scheduling, image pull)."),
-    profile_id: str | None = typer.Option(None, "--profile-id", help="kubernetes: label of the Jobs (default: derived from --out)."),
+    node_selector: str | None = typer.Option(
+        None, "--node-selector", help="kubernetes: key=value[,key=value] for the Jobs' pods."
+    ),
+    startup_timeout: float = typer.Option(
+        300.0, "--startup-timeout", help="kubernetes: seconds a Job may take to start (scheduling, image pull)."
+    ),
+    profile_id: str | None = typer.Option(
+        None, "--profile-id", help="kubernetes: label of the Jobs (default: derived from --out)."
+    ),
 ) -> None:
     """Run every task's stressor at every (CPU, workload) cell, REPEATS times; resumable."""
     from rich.console import Console

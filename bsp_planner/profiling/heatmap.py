@@ -71,7 +71,10 @@ def write_heatmaps(profile: Profile, out_dir: Path) -> list[Path]:
         alpha, beta = scaling_exponents(tp)
         title = f"{name}"
         if tm:
-            title += f"  (stress-ng --{tm.get('stressor', name)} x{tm.get('workers', '?')}, {tm.get('ops_per_unit', '?')} ops/unit)"
+            title += (
+                f"  (stress-ng --{tm.get('stressor', name)} x{tm.get('workers', '?')}, "
+                f"{tm.get('ops_per_unit', '?')} ops/unit)"
+            )
         note = f"{profile.path.name if profile.path else ''}  {host}  fit: t ~ workload^{beta:.2f} * cpu^-{alpha:.2f}"
         paths.append(plot_task(tp, out_dir / f"{name}.png", title=title, note=note.strip()))
     return paths

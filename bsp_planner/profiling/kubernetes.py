@@ -270,7 +270,12 @@ class KubernetesProfiler:
             if report and report.get("reason"):
                 return RunResult(None, report["reason"])
             st = pod_state(pod, N.COMPONENT_PROFILER) if pod else None
-            return RunResult(None, (st.problem if st and st.problem else None) or (conds.get("Failed") or {}).get("message") or "the Job failed")
+            return RunResult(
+                None,
+                (st.problem if st and st.problem else None)
+                or (conds.get("Failed") or {}).get("message")
+                or "the Job failed",
+            )
         if pod is not None:
             st = pod_state(pod, N.COMPONENT_PROFILER)
             if st.phase == "Pending" and (st.fatal_waiting or waited_s > self.startup_timeout_s):

@@ -478,7 +478,9 @@ def _merge_meta(meta: dict, job: Job, tasks: list[Task], grid: Grid, host: dict,
     meta["tasks"] = task_meta
     meta["ops_per_unit"] = {k: v["ops_per_unit"] for k, v in task_meta.items()}
     meta["workers"] = {k: v["workers"] for k, v in task_meta.items()}
-    meta["duration"] = "wall-clock seconds of the stress-ng process, in its own cgroup with a CFS quota of cpu_millicores * 100 us per 100000 us"
+    meta["duration"] = (
+        "wall-clock seconds of the stress-ng process, in its own cgroup with a CFS quota of cpu_millicores * 100 us per 100000 us"
+    )
     return meta
 
 

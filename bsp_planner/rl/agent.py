@@ -159,7 +159,10 @@ def load_agent(path: str | Path) -> Agent:
     import zipfile
 
     if not zipfile.is_zipfile(path):
-        raise InputError(f"not a readable {meta['algo'].upper()} agent: the file is not a zip archive (corrupt or truncated?)", path=path)
+        raise InputError(
+            f"not a readable {meta['algo'].upper()} agent: the file is not a zip archive (corrupt or truncated?)",
+            path=path,
+        )
     try:
         # Schedules are only needed to keep training; constants keep loading independent of pickles.
         custom = {"learning_rate": 0.0, "lr_schedule": lambda _: 0.0, "exploration_schedule": lambda _: 0.0,

@@ -19,8 +19,18 @@ import typer
 app = typer.Typer(help="Reinforcement-learning planners: train and evaluate agents (DQN, PPO, A2C).", no_args_is_help=True)
 
 EnvArg = Annotated[Path | None, typer.Argument(help="Environment file (TOML); default envs/default.toml.")]
-SetOpt = Annotated[list[str] | None, typer.Option("--set", help="Experiment override KEY=VALUE (repeatable), e.g. forecast.source=persistence (paths relative to the experiment file).")]
-EnvSetOpt = Annotated[list[str] | None, typer.Option("--env-set", help="Environment override KEY=VALUE (repeatable), e.g. window=8, agent.gamma=0.9.")]
+SetOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--set",
+        help="Experiment override KEY=VALUE (repeatable), e.g. forecast.source=persistence (paths relative to the "
+            "experiment file).",
+    ),
+]
+EnvSetOpt = Annotated[
+    list[str] | None,
+    typer.Option("--env-set", help="Environment override KEY=VALUE (repeatable), e.g. window=8, agent.gamma=0.9."),
+]
 
 
 def _settings(env: Path | None, env_set: list[str] | None, extra: list[str]):
@@ -35,13 +45,27 @@ def train(
     algo: Annotated[str | None, typer.Option("--algo", help="dqn (default), ppo or a2c.")] = None,
     timesteps: Annotated[int | None, typer.Option("--timesteps", "-n", help="Environment steps to train for.")] = None,
     seed: Annotated[int | None, typer.Option("--seed", help="Seed of the learner and the environment.")] = None,
-    train_range: Annotated[str | None, typer.Option("--train-range", help="Steps to learn on, START:END (end exclusive).")] = None,
-    eval_range: Annotated[str | None, typer.Option("--eval-range", help="Held-out steps to evaluate on, START:END.")] = None,
-    strict: Annotated[bool, typer.Option("--strict", help="Refuse a training range that overlaps the evaluation range.")] = False,
-    agent: Annotated[Path | None, typer.Option("--agent", help="Where to save the agent (default agents/<env>/<algo>.zip).")] = None,
-    run_dir: Annotated[Path | None, typer.Option("--run-dir", help="Logs, checkpoints, plot (default out/rl/<env>-<algo>).")] = None,
-    eval_every: Annotated[int | None, typer.Option("--eval-every", help="Evaluate on the held-out range every N steps.")] = None,
-    checkpoint_every: Annotated[int | None, typer.Option("--checkpoint-every", help="Save a checkpoint every N steps.")] = None,
+    train_range: Annotated[
+        str | None, typer.Option("--train-range", help="Steps to learn on, START:END (end exclusive).")
+    ] = None,
+    eval_range: Annotated[
+        str | None, typer.Option("--eval-range", help="Held-out steps to evaluate on, START:END.")
+    ] = None,
+    strict: Annotated[
+        bool, typer.Option("--strict", help="Refuse a training range that overlaps the evaluation range.")
+    ] = False,
+    agent: Annotated[
+        Path | None, typer.Option("--agent", help="Where to save the agent (default agents/<env>/<algo>.zip).")
+    ] = None,
+    run_dir: Annotated[
+        Path | None, typer.Option("--run-dir", help="Logs, checkpoints, plot (default out/rl/<env>-<algo>).")
+    ] = None,
+    eval_every: Annotated[
+        int | None, typer.Option("--eval-every", help="Evaluate on the held-out range every N steps.")
+    ] = None,
+    checkpoint_every: Annotated[
+        int | None, typer.Option("--checkpoint-every", help="Save a checkpoint every N steps.")
+    ] = None,
     set_: SetOpt = None,
     env_set: EnvSetOpt = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
@@ -101,7 +125,11 @@ def train(
             console.print(f"interrupted: no agent saved; checkpoints so far are in {out / 'checkpoints'}")
             raise typer.Exit(130) from None
     m = result.meta
-    _print_comparison(console, {a.algo: m["eval"], **m["baseline"]}, f"held-out steps {s.eval} · {s.mode} mode · {m['eval_forecasts']}")
+    _print_comparison(
+        console,
+        {a.algo: m["eval"], **m["baseline"]},
+        f"held-out steps {s.eval} · {s.mode} mode · {m['eval_forecasts']}",
+    )
     console.print(f"trained in {m['train_seconds']:.0f} s; agent {result.agent_path} (+ .json)")
     console.print(f"logs {out}: eval.csv, learning_curve.png, tb/ (tensorboard --logdir {out / 'tb'}), checkpoints/")
 
@@ -120,8 +148,12 @@ def _print_comparison(console, rows: dict[str, dict], title: str) -> None:
 @app.command("evaluate")
 def evaluate(
     agent: Annotated[Path | None, typer.Option("--agent", help="Agent .zip (default: the shipped DQN agent).")] = None,
-    env: Annotated[Path | None, typer.Option("--env", help="Environment file (default: the one the agent was trained with).")] = None,
-    strategies: Annotated[str, typer.Option("--strategies", "-s", help="Planners to compare with, comma-separated.")] = "mpc",
+    env: Annotated[
+        Path | None, typer.Option("--env", help="Environment file (default: the one the agent was trained with).")
+    ] = None,
+    strategies: Annotated[
+        str, typer.Option("--strategies", "-s", help="Planners to compare with, comma-separated.")
+    ] = "mpc",
     eval_range: Annotated[str | None, typer.Option("--eval-range", help="Steps to evaluate on, START:END.")] = None,
     strict: Annotated[bool, typer.Option("--strict", help="Refuse steps the agent was trained on.")] = False,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Write the results as JSON here.")] = None,
@@ -158,13 +190,28 @@ def evaluate(
     rows = {k: v.to_dict() for k, v in runs.items()}
     _print_comparison(console, rows, f"{ag.path.name} · steps {s.eval} · {s.mode} mode · {data.forecast_label}")
     oos = "yes" if not ag.train_range.overlaps(s.eval) else "no"
-    console.print(f"agent trained on steps {ag.train_range} ({ag.meta.get('timesteps')} steps, seed {ag.meta.get('seed')}); out of sample: {oos}")
+    console.print(
+        f"agent trained on steps {ag.train_range} ({ag.meta.get('timesteps')} steps, seed {ag.meta.get('seed')}); out "
+        f"of sample: {oos}"
+    )
     if out is not None:
         from .settings import shipped_relative  # a shipped agent as agents/default/dqn.zip, not this machine's path
 
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps({"agent": shipped_relative(ag.path), "eval_range": s.eval.to_dict(), "mode": s.mode,
-                                   "forecasts": data.forecast_label, "out_of_sample": oos == "yes", "results": rows}, indent=2) + "\n")
+        out.write_text(
+            json.dumps(
+                {
+                    "agent": shipped_relative(ag.path),
+                    "eval_range": s.eval.to_dict(),
+                    "mode": s.mode,
+                    "forecasts": data.forecast_label,
+                    "out_of_sample": oos == "yes",
+                    "results": rows,
+                },
+                indent=2,
+            )
+            + "\n"
+        )
         console.print(f"wrote {out}")
 
 
@@ -191,7 +238,10 @@ def info(agent: Annotated[Path | None, typer.Argument(help="Agent .zip (default:
     if m.get("eval"):
         ev = m["eval"]
         r = m["eval_range"]
-        line = f"held-out steps {r['start']}..{r['start'] + r['steps'] - 1}: {ev['total_s']} s, {ev['reconfigurations']} reconfigurations"
+        line = (
+            f"held-out steps {r['start']}..{r['start'] + r['steps'] - 1}: {ev['total_s']} s, "
+            f"{ev['reconfigurations']} reconfigurations"
+        )
         for k, b in (m.get("baseline") or {}).items():
             line += f"; {k} {b['total_s']} s, {b['reconfigurations']}"
         console.print(line)

@@ -357,7 +357,12 @@ def evaluate_agent(agent, s: EnvSettings, strategies: list[str], *, extra_overri
             path=agent.path,
         )
     agent.check_shape(s.window, s.actions, f"the environment {s.name!r}")
-    data = build_data(s, "eval", extra_overrides=extra_overrides, scales=(agent.obs_scale, float(agent.meta.get("reward_scale", agent.obs_scale))))
+    data = build_data(
+        s,
+        "eval",
+        extra_overrides=extra_overrides,
+        scales=(agent.obs_scale, float(agent.meta.get("reward_scale", agent.obs_scale))),
+    )
     planner = RlPlanner(str(agent.path), name=agent.algo)
     r = simulate(planner, data.ctx, data.actual, s.mode)
     out = {agent.algo: PolicyRun(r.total_s, r.compute_s, r.checkpoints, r.actions)}

@@ -19,10 +19,15 @@ import typer
 
 from .zkserver import DEFAULT_DATA_DIR, DEFAULT_PORT
 
-zk_app = typer.Typer(help="A local ZooKeeper server for live runs (Debian's zookeeper package, or ZOOKEEPER_HOME).", no_args_is_help=True)
+zk_app = typer.Typer(
+    help="A local ZooKeeper server for live runs (Debian's zookeeper package, or ZOOKEEPER_HOME).", no_args_is_help=True
+)
 
 _HOSTS_HELP = "ZooKeeper connection string host:port[,host:port...] (default $BSP_PLANNER_ZOOKEEPER or 127.0.0.1:2181)."
-_AUTH_HELP = "File holding user:password for the run's digest ACL (mode 600); or set $BSP_PLANNER_ZK_AUTH_FILE / $BSP_PLANNER_ZK_AUTH."
+_AUTH_HELP = (
+    "File holding user:password for the run's digest ACL (mode 600); or set $BSP_PLANNER_ZK_AUTH_FILE / "
+    "$BSP_PLANNER_ZK_AUTH."
+)
 
 
 def _hosts(value: str | None) -> str:
@@ -32,36 +37,95 @@ def _hosts(value: str | None) -> str:
 
 
 def run(
-    experiment: Path = typer.Option(Path("live-default"), "--experiment", "-e", help="Experiment file (TOML), or a shipped experiment's name: job, profile, CPU levels, planner settings."),
+    experiment: Path = typer.Option(
+        Path("live-default"),
+        "--experiment",
+        "-e",
+        help="Experiment file (TOML), or a shipped experiment's name: job, profile, CPU levels, planner settings.",
+    ),
     job: Path | None = typer.Option(None, "--job", help="Job file, instead of the experiment's."),
     planner: str = typer.Option("mpc", "--planner", "-p", help="mpc, static:K, exppo, dp, dqn..., as in simulate."),
     mode: str = typer.Option("perfect", "--mode", "-m", help="perfect or forecast: what the planner is told."),
-    reconfigure: str | None = typer.Option(None, "--reconfigure", help="recreate (checkpoint, stop, start under the new quota), in-place (rewrite the quota; Kubernetes 1.33+), or auto (in place where the backend can). Default: the backend's (local: recreate; kubernetes: $BSP_PLANNER_K8S_RECONFIGURE, else auto)."),
-    backend: str = typer.Option("local", "--backend", help="Where tasks run: local (processes under cgroup CPU quotas) or kubernetes (one pod per task)."),
+    reconfigure: str | None = typer.Option(
+        None,
+        "--reconfigure",
+        help="recreate (checkpoint, stop, start under the new quota), in-place (rewrite the quota; Kubernetes 1.33+), "
+            "or auto (in place where the backend can). Default: the backend's (local: recreate; kubernetes: "
+            "$BSP_PLANNER_K8S_RECONFIGURE, else auto).",
+    ),
+    backend: str = typer.Option(
+        "local",
+        "--backend",
+        help="Where tasks run: local (processes under cgroup CPU quotas) or kubernetes (one pod per task).",
+    ),
     steps: int | None = typer.Option(None, "--steps", help="Supersteps to run (default: the experiment's)."),
-    set_: list[str] | None = typer.Option(None, "--set", help="Override an experiment field: KEY=VALUE or SECTION.KEY=VALUE (repeatable)."),
+    set_: list[str] | None = typer.Option(
+        None, "--set", help="Override an experiment field: KEY=VALUE or SECTION.KEY=VALUE (repeatable)."
+    ),
     zookeeper: str | None = typer.Option(None, "--zookeeper", help=_HOSTS_HELP),
     zk_root: str | None = typer.Option(None, "--zk-root", help="The run's znode (default /bsp-planner/runs/<run-id>)."),
     zk_auth_file: Path | None = typer.Option(None, "--zk-auth-file", help=_AUTH_HELP),
-    zk_wait: float = typer.Option(30.0, "--zk-wait", help="Seconds to wait for an unreachable ZooKeeper before giving up (at start and mid-run)."),
+    zk_wait: float = typer.Option(
+        30.0, "--zk-wait", help="Seconds to wait for an unreachable ZooKeeper before giving up (at start and mid-run)."
+    ),
     session_timeout: float = typer.Option(10.0, "--session-timeout", help="ZooKeeper session timeout in seconds."),
-    step_timeout: float | None = typer.Option(None, "--step-timeout", help="Seconds one superstep may take, from publishing it to every task's release, before the run stops (default 600; on --resume, the run's own unless given)."),
-    run_id: str | None = typer.Option(None, "--run-id", help="Name of the run folder runs/<run-id> (default: live-<date>-<time>-<hex>)."),
+    step_timeout: float | None = typer.Option(
+        None,
+        "--step-timeout",
+        help="Seconds one superstep may take, from publishing it to every task's release, before the run stops "
+            "(default 600; on --resume, the run's own unless given).",
+    ),
+    run_id: str | None = typer.Option(
+        None, "--run-id", help="Name of the run folder runs/<run-id> (default: live-<date>-<time>-<hex>)."
+    ),
     runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="Where run folders go."),
-    resume: str | None = typer.Option(None, "--resume", help="Continue this run from its last completed step, with the same plan."),
+    resume: str | None = typer.Option(
+        None, "--resume", help="Continue this run from its last completed step, with the same plan."
+    ),
     keep_zk: bool = typer.Option(False, "--keep-zk", help="Keep the run's znodes when it finishes."),
     stress_ng: str = typer.Option("stress-ng", "--stress-ng", help="The stress-ng executable."),
-    cgroup_prefix: str = typer.Option("bsp-planner", "--cgroup-prefix", help="Name start of the run's cgroup (<prefix>.live.<run-id>)."),
-    cpu_weight: str = typer.Option("guaranteed", "--cpu-weight", help="Local backend: the run group's weight against other processes: guaranteed (tasks get their CPU ahead of other work; quotas still cap each task) or workers (as the profiler weighs its runs)."),
+    cgroup_prefix: str = typer.Option(
+        "bsp-planner", "--cgroup-prefix", help="Name start of the run's cgroup (<prefix>.live.<run-id>)."
+    ),
+    cpu_weight: str = typer.Option(
+        "guaranteed",
+        "--cpu-weight",
+        help="Local backend: the run group's weight against other processes: guaranteed (tasks get their CPU ahead of "
+            "other work; quotas still cap each task) or workers (as the profiler weighs its runs).",
+    ),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No per-step lines."),
-    namespace: str | None = typer.Option(None, "--namespace", help="kubernetes: the namespace (default: the pod's own, the kubeconfig context's, else bsp-planner)."),
-    image: str | None = typer.Option(None, "--image", help="kubernetes: the workers' image (default $BSP_PLANNER_IMAGE, or the coordinator pod's own)."),
-    kubeconfig: Path | None = typer.Option(None, "--kubeconfig", help="kubernetes: kubeconfig file (default $KUBECONFIG; in-cluster config inside a pod)."),
+    namespace: str | None = typer.Option(
+        None,
+        "--namespace",
+        help="kubernetes: the namespace (default: the pod's own, the kubeconfig context's, else bsp-planner).",
+    ),
+    image: str | None = typer.Option(
+        None,
+        "--image",
+        help="kubernetes: the workers' image (default $BSP_PLANNER_IMAGE, or the coordinator pod's own).",
+    ),
+    kubeconfig: Path | None = typer.Option(
+        None, "--kubeconfig", help="kubernetes: kubeconfig file (default $KUBECONFIG; in-cluster config inside a pod)."
+    ),
     context: str | None = typer.Option(None, "--context", help="kubernetes: kubeconfig context."),
-    zk_auth_secret: str | None = typer.Option(None, "--zk-auth-secret", help="kubernetes: Secret (key `auth`) the worker pods read the ZooKeeper credentials from."),
-    worker_zookeeper: str | None = typer.Option(None, "--worker-zookeeper", help="kubernetes: ZooKeeper as the pods reach it (default zookeeper.<namespace>.svc:2181)."),
-    pending_timeout: float | None = typer.Option(None, "--pending-timeout", help="kubernetes: seconds a pod may stay Pending before the run stops, resumable (default 120)."),
-    node_selector: str | None = typer.Option(None, "--node-selector", help="kubernetes: key=value[,key=value] for the worker pods."),
+    zk_auth_secret: str | None = typer.Option(
+        None,
+        "--zk-auth-secret",
+        help="kubernetes: Secret (key `auth`) the worker pods read the ZooKeeper credentials from.",
+    ),
+    worker_zookeeper: str | None = typer.Option(
+        None,
+        "--worker-zookeeper",
+        help="kubernetes: ZooKeeper as the pods reach it (default zookeeper.<namespace>.svc:2181).",
+    ),
+    pending_timeout: float | None = typer.Option(
+        None,
+        "--pending-timeout",
+        help="kubernetes: seconds a pod may stay Pending before the run stops, resumable (default 120).",
+    ),
+    node_selector: str | None = typer.Option(
+        None, "--node-selector", help="kubernetes: key=value[,key=value] for the worker pods."
+    ),
 ) -> None:
     """Run a job live: real tasks under CPU limits, synchronised superstep by superstep through ZooKeeper,
     reconfigured as the planner decides; writes a run log, a chart and a summary to runs/<run-id>/."""
@@ -133,7 +197,10 @@ def run(
     say = (lambda text: None) if quiet else (lambda text: console.print(text, highlight=False))
     coord = Coordinator(settings, rid, runs_dir, resume=resume is not None, say=say)
     how = settings.reconfigure or "the backend's default"
-    console.print(f"run {rid}: planner {settings.planner}, {settings.mode} mode, reconfigure {how}, ZooKeeper {settings.zookeeper}", highlight=False)
+    console.print(
+        f"run {rid}: planner {settings.planner}, {settings.mode} mode, reconfigure {how}, ZooKeeper {settings.zookeeper}",
+        highlight=False,
+    )
     import signal
 
     def on_term(signum, frame):  # `kill`, a deleted pod: stop as cleanly as on Ctrl-C (resumable)
@@ -175,8 +242,10 @@ def _show(console, coord) -> None:
     print_table(sm["rows"], console, title=f"{coord.run_id}: live vs simulated, {sm['steps_done']} of {sm['steps']} steps")
     console.print(
         f"total: live {sm['live_total_s']:.2f} s, simulated {sm['simulated_total_s']:.2f} s ({sm['total_error_pct']:+.1f}%); "
-        f"with measured reconfiguration cost {sm['simulated_total_measured_penalty_s']:.2f} s ({sm['total_error_measured_penalty_pct']:+.1f}%); "
-        f"per-step error mean |.| {sm['step_error_pct']['mean_abs']:.1f}%; barrier overhead mean {1e3 * sm['barrier_s']['mean']:.1f} ms; "
+        f"with measured reconfiguration cost {sm['simulated_total_measured_penalty_s']:.2f} s "
+        f"({sm['total_error_measured_penalty_pct']:+.1f}%); "
+        f"per-step error mean |.| {sm['step_error_pct']['mean_abs']:.1f}%; barrier overhead mean "
+        f"{1e3 * sm['barrier_s']['mean']:.1f} ms; "
         f"{sm['reconfigurations']} reconfiguration(s), mean {sm['reconfig_s_mean']:.3f} s",
         highlight=False,
     )
@@ -186,12 +255,18 @@ def worker(
     zookeeper: str | None = typer.Option(None, "--zookeeper", help=_HOSTS_HELP),
     root: str = typer.Option(..., "--root", help="The run's znode."),
     task: str = typer.Option(..., "--task", help="This worker's task name."),
-    incarnation: int = typer.Option(0, "--incarnation", help="How many times this task was started before (set by the coordinator)."),
+    incarnation: int = typer.Option(
+        0, "--incarnation", help="How many times this task was started before (set by the coordinator)."
+    ),
     zk_auth_file: Path | None = typer.Option(None, "--zk-auth-file", help=_AUTH_HELP),
     stress_ng: str = typer.Option("stress-ng", "--stress-ng", help="The stress-ng executable."),
     session_timeout: float = typer.Option(10.0, "--session-timeout", help="ZooKeeper session timeout in seconds."),
-    zk_wait: float = typer.Option(120.0, "--zk-wait", help="Seconds ZooKeeper may stay unreachable before the worker gives up."),
-    step_timeout: float = typer.Option(3600.0, "--step-timeout", help="Seconds one step (its barriers and its stress-ng) may take."),
+    zk_wait: float = typer.Option(
+        120.0, "--zk-wait", help="Seconds ZooKeeper may stay unreachable before the worker gives up."
+    ),
+    step_timeout: float = typer.Option(
+        3600.0, "--step-timeout", help="Seconds one step (its barriers and its stress-ng) may take."
+    ),
 ) -> None:
     """One task of a live run (started by a backend; also a Kubernetes container's command)."""
     from ..errors import InputError
@@ -200,7 +275,10 @@ def worker(
 
     creds = Z.load_credentials(zk_auth_file)
     if creds is None:
-        raise InputError(f"no ZooKeeper credentials: set ${Z.ENV_AUTH_FILE} (a file holding user:password) or ${Z.ENV_AUTH}", field="zk-auth")
+        raise InputError(
+            f"no ZooKeeper credentials: set ${Z.ENV_AUTH_FILE} (a file holding user:password) or ${Z.ENV_AUTH}",
+            field="zk-auth",
+        )
     code = main(
         WorkerConfig(
             hosts=_hosts(zookeeper),
@@ -233,7 +311,9 @@ def _server(data_dir: Path, port: int | None):
 @zk_app.command("start")
 def zk_start(
     port: int = typer.Option(DEFAULT_PORT, "--port", help="Client port on 127.0.0.1."),
-    data_dir: Path = typer.Option(DEFAULT_DATA_DIR, "--data-dir", help="Folder for zoo.cfg, the data, server.log and server.pid."),
+    data_dir: Path = typer.Option(
+        DEFAULT_DATA_DIR, "--data-dir", help="Folder for zoo.cfg, the data, server.log and server.pid."
+    ),
     wait: float = typer.Option(60.0, "--wait", help="Seconds to wait for the server to answer."),
 ) -> None:
     """Start a standalone ZooKeeper on 127.0.0.1 in the background."""

@@ -63,7 +63,9 @@ class RunInterrupted(Exception):
 
 
 class LiveResult:
-    def __init__(self, run_id: str, run_dir: Path, status: str, records: list[dict], summary: dict, paths: dict[str, Path]) -> None:
+    def __init__(
+        self, run_id: str, run_dir: Path, status: str, records: list[dict], summary: dict, paths: dict[str, Path]
+    ) -> None:
         self.run_id, self.run_dir, self.status = run_id, run_dir, status
         self.records, self.summary, self.paths = records, summary, paths
 
@@ -147,7 +149,9 @@ class Coordinator:
         if kind == "env":
             creds = Z.load_credentials(None)
             if creds is None:
-                raise InputError(f"this run takes its ZooKeeper credentials from ${Z.ENV_AUTH}, which is not set", field="zk-auth")
+                raise InputError(
+                    f"this run takes its ZooKeeper credentials from ${Z.ENV_AUTH}, which is not set", field="zk-auth"
+                )
             return creds
         raise InputError(f"unknown credentials source {kind!r}", field="zk-auth")
 
@@ -167,7 +171,11 @@ class Coordinator:
     def _connect(self) -> None:
         s = self.settings
         self.session = Z.ZkSession(
-            s.zookeeper, self.creds, session_timeout_s=s.session_timeout_s, connect_timeout_s=s.zk_wait_s, op_deadline_s=s.zk_wait_s
+            s.zookeeper,
+            self.creds,
+            session_timeout_s=s.session_timeout_s,
+            connect_timeout_s=s.zk_wait_s,
+            op_deadline_s=s.zk_wait_s,
         ).start()
         self.session.add_listener(lambda st: setattr(self, "_lock_lost", True) if st == "LOST" else None)
 
@@ -179,7 +187,10 @@ class Coordinator:
         s = self.session
         root = self.paths.root
         parent = root.rsplit("/", 1)[0]
-        tasks = [{"name": t.name, "stressor": t.stressor, "ops_per_unit": t.ops_per_unit, "workers": t.workers} for t in self.job.tasks]
+        tasks = [
+            {"name": t.name, "stressor": t.stressor, "ops_per_unit": t.ops_per_unit, "workers": t.workers}
+            for t in self.job.tasks
+        ]
         value = Z.run_value(self.run_id, self.job.name, tasks, self.exp.workload_range, self.exp.steps)
         try:
             if parent:
@@ -207,7 +218,10 @@ class Coordinator:
             if not self.resume:
                 holders = self.lock.holders()
                 live = f", coordinated now by {holders[0].describe()}" if holders else ""
-                raise Z.RootHeld(f"{root} already holds run {self.run_id!r}{live}; continue it with --resume {self.run_id}", field="--zk-root")
+                raise Z.RootHeld(
+                    f"{root} already holds run {self.run_id!r}{live}; continue it with --resume {self.run_id}",
+                    field="--zk-root",
+                )
             if [info.tasks.get(t) is not None for t in self.tasks] != [True] * len(self.tasks):
                 raise Z.RootHeld(f"{root} holds run {self.run_id!r} with other tasks than this job", field="--zk-root")
         # the one coordinator: a live one refuses us here, before anything of the run was touched
@@ -229,7 +243,11 @@ class Coordinator:
                 s.set(cp_path, Z.checkpoint_value(logged_steps - 1, self.store.incarnations().get(t, 0)))
                 rebuilt.append(t)
         if rebuilt:
-            what = "has no state of this run" if self._created_root else f"has checkpoints behind the run log for {', '.join(rebuilt)}"
+            what = (
+                "has no state of this run"
+                if self._created_root
+                else f"has checkpoints behind the run log for {', '.join(rebuilt)}"
+            )
             note = (
                 f"ZooKeeper {s.hosts} {what} (the server lost its data, or it is another server); "
                 f"rebuilt the tasks' checkpoints from the run log: continuing at step {logged_steps}"
@@ -260,7 +278,8 @@ class Coordinator:
             changed = [k for k, v in self.inputs["sha256"].items() if before.get(k) not in (None, v)]
             if changed:
                 raise InputError(
-                    f"the {', '.join(changed)} changed since run {self.run_id} started; a resumed run must plan from the same inputs",
+                    f"the {', '.join(changed)} changed since run {self.run_id} started; a resumed run must plan from "
+                    "the same inputs",
                     field="--resume",
                 )
         records = RunLog.load(self.run_dir) if self.resume else []
@@ -282,7 +301,10 @@ class Coordinator:
         if s.reconfigure == "auto":  # in place where the backend can (Kubernetes 1.33+), else recreation
             s.reconfigure = "in-place" if caps.in_place else "recreate"
         if s.reconfigure == "in-place" and not caps.in_place:
-            raise InputError(f"the {self.backend.name} backend cannot resize a task in place; use --reconfigure recreate", field="--reconfigure")
+            raise InputError(
+                f"the {self.backend.name} backend cannot resize a task in place; use --reconfigure recreate",
+                field="--reconfigure",
+            )
         c = self.exp.cpu
         self.backend.check(self.job, max(c.max_millicores, c.exppo_max_millicores or 0), c.budget_millicores, path=self.exp.path)
         self._connect()
@@ -348,7 +370,9 @@ class Coordinator:
             planner, prepare_ms, current, records, runlog = self._prepare()
         except RunStoreUnwritable as exc:
             self._abandon(exc)
-            raise RunInterrupted(f"{exc}; nothing ran; free some space and `bsp-planner run --resume {self.run_id}`", self.run_id) from None
+            raise RunInterrupted(
+                f"{exc}; nothing ran; free some space and `bsp-planner run --resume {self.run_id}`", self.run_id
+            ) from None
         except BaseException as exc:
             self._abandon(exc)
             raise
@@ -367,7 +391,10 @@ class Coordinator:
             message = f"{why}; the run stopped after step {len(records) - 1}; continue it with {resume_hint}"
             raise RunInterrupted(message, self.run_id) from None
         except RunFailed as exc:
-            message = f"{exc}\nthe run stopped after step {len(records) - 1}; once the cause is fixed, continue it with {resume_hint}"
+            message = (
+                f"{exc}\nthe run stopped after step {len(records) - 1}; once the cause is fixed, continue it "
+                f"with {resume_hint}"
+            )
             raise RunFailed(message) from None
         except InputError as exc:  # met mid-run (a malformed value in ZooKeeper, a refused pod): still resumable
             message = f"{exc.message}; the run stopped after step {len(records) - 1}; once fixed, continue it with {resume_hint}"

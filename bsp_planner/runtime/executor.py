@@ -108,7 +108,9 @@ class LiveExecutor:
             for t in pending:
                 st = self.backend.poll_task(t)
                 if st.alive is False:
-                    raise RunFailed(f"task {t}'s worker exited with code {st.exit_code} while starting:\n{self.backend.log_tail(t)}")
+                    raise RunFailed(
+                        f"task {t}'s worker exited with code {st.exit_code} while starting:\n{self.backend.log_tail(t)}"
+                    )
             if time.monotonic() > deadline:
                 raise RunFailed(f"worker(s) {', '.join(sorted(pending))} did not join within {self.settings.worker_start_s:g} s")
             return False
@@ -155,7 +157,9 @@ class LiveExecutor:
 
         s = self.session
         barrier = Z.StepBarrier(s, self.paths, t, self.tasks)
-        ops = barrier.setup_ops() + [("create", self.paths.step(task, t), Z.step_value(t, workloads[i])) for i, task in enumerate(self.tasks)]
+        ops = barrier.setup_ops() + [
+            ("create", self.paths.step(task, t), Z.step_value(t, workloads[i])) for i, task in enumerate(self.tasks)
+        ]
         results = s.commit(ops)
         if not any(isinstance(r, Exception) for r in results):
             return True
@@ -168,7 +172,9 @@ class LiveExecutor:
             if v is None:
                 s.create(path, Z.step_value(t, workloads[i]))
             elif got is None or got != float(workloads[i]):
-                raise Z.MalformedValue(f"{path} holds workload {got!r}, the run's series says {float(workloads[i])!r}", field=path)
+                raise Z.MalformedValue(
+                    f"{path} holds workload {got!r}, the run's series says {float(workloads[i])!r}", field=path
+                )
         return False
 
     def wait_step(self, t: int) -> StepOutcome:
@@ -198,11 +204,14 @@ class LiveExecutor:
                 if not dead:
                     continue
                 if st.exit_code in (EXIT_INPUT, EXIT_STRESS):
-                    raise RunFailed(f"task {task}'s worker failed in step {t} (exit code {st.exit_code}):\n{self.backend.log_tail(task)}")
+                    raise RunFailed(
+                        f"task {task}'s worker failed in step {t} (exit code {st.exit_code}):\n{self.backend.log_tail(task)}"
+                    )
                 restarts[task] = restarts.get(task, 0) + 1
                 if restarts[task] > self.settings.max_restarts:
                     raise RunFailed(
-                        f"task {task}'s worker died {restarts[task]} times in step {t}; its log ends with:\n{self.backend.log_tail(task)}"
+                        f"task {task}'s worker died {restarts[task]} times in step {t}; its log ends "
+                        f"with:\n{self.backend.log_tail(task)}"
                     )
                 self.say(f"step {t}: task {task}'s worker is gone (exit code {st.exit_code}); restarting it from its checkpoint")
                 self.backend.start_task(self._launch(task), self.cpu_of(self.levels_now[task]))

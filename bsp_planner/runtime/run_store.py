@@ -70,7 +70,9 @@ class RunStore:
                 field="--run-id",
             ) from None
         except OSError as exc:
-            raise InputError(f"cannot create the run folder {self.run_dir}: {exc.strerror}", path=self.run_dir, field="--runs-dir") from None
+            raise InputError(
+                f"cannot create the run folder {self.run_dir}: {exc.strerror}", path=self.run_dir, field="--runs-dir"
+            ) from None
         self.claimed = True
 
     def discard(self) -> None:
@@ -83,7 +85,9 @@ class RunStore:
     def read_meta(self) -> dict:
         """run.json of a run to resume, checked to be resumable; nothing is written."""
         if not self.meta_path.is_file():
-            raise InputError(f"no run {self.run_id!r} in {self.runs_dir} (run.json missing)", path=self.meta_path, field="--resume")
+            raise InputError(
+                f"no run {self.run_id!r} in {self.runs_dir} (run.json missing)", path=self.meta_path, field="--resume"
+            )
         try:
             meta = json.loads(self.meta_path.read_text())
         except (OSError, ValueError) as exc:

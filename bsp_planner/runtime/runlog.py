@@ -119,7 +119,21 @@ class RunLog:
                 os.fsync(fh.fileno())
 
 
-def step_record(run, t, action, levels, reconfigured, reconfig_s, decision_ms, wall_s, publish_s, released_at, res, restarts, resumed) -> dict:
+def step_record(
+    run,
+    t,
+    action,
+    levels,
+    reconfigured,
+    reconfig_s,
+    decision_ms,
+    wall_s,
+    publish_s,
+    released_at,
+    res,
+    restarts,
+    resumed,
+) -> dict:
     """One step's record (see the module docstring); `run` is the coordinator (scen, ctx, tasks, cpu_of)."""
     scen = run.scen
     n = len(run.tasks)
@@ -192,7 +206,13 @@ def step_chart(records: list[dict], path: Path, title: str = "", penalty_s: floa
     if changed.any():
         ax1.plot([], [], color="#DD8452", lw=0.8, label="reconfiguration")
         ax1.legend(fontsize=8, loc="best", framealpha=0.6)
-    ax2.plot(steps, np.cumsum(pred + penalty_s * changed), "-", color="#4C72B0", label=f"simulated (model + {penalty_s:g} s per reconfiguration)")
+    ax2.plot(
+        steps,
+        np.cumsum(pred + penalty_s * changed),
+        "-",
+        color="#4C72B0",
+        label=f"simulated (model + {penalty_s:g} s per reconfiguration)",
+    )
     ax2.plot(steps, np.cumsum(meas + reconf), "-", color="#C44E52", label="measured (steps + reconfigurations)")
     ax2.set_xlabel("superstep")
     ax2.set_ylabel("cumulative time (s)")

@@ -63,7 +63,9 @@ def write_summary(run, records: list[dict], prepare_ms: float) -> tuple[dict, di
         "simulated_total_s": round(sim.total_s, 4),
         "simulated_total_measured_penalty_s": round(sim_measured_penalty, 4),
         "total_error_pct": round(100 * (live_total / sim.total_s - 1), 2) if sim.total_s else None,
-        "total_error_measured_penalty_pct": round(100 * (live_total / sim_measured_penalty - 1), 2) if sim_measured_penalty else None,
+        "total_error_measured_penalty_pct": round(100 * (live_total / sim_measured_penalty - 1), 2)
+        if sim_measured_penalty
+        else None,
         "compute_error_pct": round(100 * (step_s.sum() / pred.sum() - 1), 2),
         "step_error_pct": {
             "mean": round(100 * float(err.mean()), 2),
@@ -71,7 +73,11 @@ def write_summary(run, records: list[dict], prepare_ms: float) -> tuple[dict, di
             "max_abs": round(100 * float(np.abs(err).max()), 2),
         },
         "slowest_task_error_pct_mean": round(100 * float(((slow - pred) / pred).mean()), 2),
-        "barrier_s": {"mean": round(float(barrier.mean()), 5), "p95": round(float(np.percentile(barrier, 95)), 5), "max": round(float(barrier.max()), 5)},
+        "barrier_s": {
+            "mean": round(float(barrier.mean()), 5),
+            "p95": round(float(np.percentile(barrier, 95)), 5),
+            "max": round(float(barrier.max()), 5),
+        },
         "sync_s": {"mean": round(float(sync.mean()), 5), "p95": round(float(np.percentile(sync, 95)), 5)},
         "reconfigurations": int(reconf.sum()),
         "reconfig_s_mean": round(measured_penalty, 4),
@@ -100,7 +106,8 @@ def write_summary(run, records: list[dict], prepare_ms: float) -> tuple[dict, di
         f"-> {summary['total_error_measured_penalty_pct']:+.2f}%",
         f"- per-step error (measured step vs predicted): mean {summary['step_error_pct']['mean']:+.2f}%, "
         f"mean |.| {summary['step_error_pct']['mean_abs']:.2f}%, max |.| {summary['step_error_pct']['max_abs']:.2f}%",
-        f"- barrier overhead (last task's report to release): mean {1e3 * barrier.mean():.1f} ms, p95 {1e3 * np.percentile(barrier, 95):.1f} ms",
+        f"- barrier overhead (last task's report to release): mean {1e3 * barrier.mean():.1f} ms, p95 "
+        f"{1e3 * np.percentile(barrier, 95):.1f} ms",
         f"- reconfigurations: {int(reconf.sum())}, mean real cost {measured_penalty:.3f} s ({run.settings.reconfigure})",
         f"- worker restarts: {summary['restarts']}",
         "",

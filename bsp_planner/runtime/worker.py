@@ -174,11 +174,16 @@ class Worker:
         info = self._read_run()
         spec = info.tasks.get(self.task_name)
         if spec is None:
-            raise InputError(f"the run at {cfg.root} has no task {self.task_name!r} (it has {', '.join(info.tasks)})", field="--task")
+            raise InputError(
+                f"the run at {cfg.root} has no task {self.task_name!r} (it has {', '.join(info.tasks)})", field="--task"
+            )
         task = Task(self.task_name, spec["stressor"], spec["ops_per_unit"], SeriesRef(Path("-")), spec["workers"])
         stress_ng = shutil.which(cfg.stress_ng)
         if not stress_ng:
-            raise InputError(f"stress-ng not found (looked for {cfg.stress_ng!r}); install it: `apt-get install stress-ng`", field="--stress-ng")
+            raise InputError(
+                f"stress-ng not found (looked for {cfg.stress_ng!r}); install it: `apt-get install stress-ng`",
+                field="--stress-ng",
+            )
 
         # restore
         cp_path = self.paths.checkpoint(self.task_name)

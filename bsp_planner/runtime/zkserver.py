@@ -222,7 +222,9 @@ class LocalZooKeeper:
                 return self._proc.pid
             time.sleep(0.1)
         self.stop()
-        raise InputError(f"the ZooKeeper server did not answer on {self.hosts} within {wait_s:g} s; see {self.log_path}", field="zk")
+        raise InputError(
+            f"the ZooKeeper server did not answer on {self.hosts} within {wait_s:g} s; see {self.log_path}", field="zk"
+        )
 
     def stop(self, timeout_s: float = 15.0, sig: int = signal.SIGTERM) -> bool:
         """Stop the server (SIGTERM, then SIGKILL after timeout_s); False if none was running."""

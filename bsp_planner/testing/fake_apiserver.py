@@ -365,7 +365,9 @@ class FakeApiServer:
         meta = template.setdefault("metadata", {})
         meta["name"] = name
         meta["namespace"] = ns
-        meta.setdefault("labels", {}).update({"job-name": job["metadata"]["name"], "batch.kubernetes.io/job-name": job["metadata"]["name"]})
+        meta.setdefault("labels", {}).update(
+            {"job-name": job["metadata"]["name"], "batch.kubernetes.io/job-name": job["metadata"]["name"]}
+        )
         pod = {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": template["spec"], "status": {"phase": "Pending"}}
         self._stamp(pod)
         self.state.pods[(ns, name)] = pod
@@ -529,14 +531,26 @@ class _Handler(BaseHTTPRequestHandler):
         if method == "GET":
             verb = "watch" if q.get("watch") in ("true", "1") else ("get" if name else "list")
         else:
-            verb = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete" if name else "deletecollection"}[method]
+            verb = {
+                "POST": "create",
+                "PUT": "update",
+                "PATCH": "patch",
+                "DELETE": "delete" if name else "deletecollection",
+            }[method]
         call = Call(verb, group, full, ns, name)
         with fake.lock:
             fake.calls.append(call)
             if fake.rules is not None and not any(r.allows(verb, group, full, ns) for r in fake.rules):
                 call.status = 403
                 scope = f' in the namespace "{ns}"' if ns else " at the cluster scope"
-                return self._send(403, _status(403, "Forbidden", f'{full} is forbidden: User cannot {verb} resource "{full}" in API group "{group}"{scope}'))
+                return self._send(
+                    403,
+                    _status(
+                        403,
+                        "Forbidden",
+                        f'{full} is forbidden: User cannot {verb} resource "{full}" in API group "{group}"{scope}',
+                    ),
+                )
             try:
                 fake._advance()
                 code, out = self._serve(method, verb, group, resource, ns, name, sub, q, body)
@@ -624,16 +638,32 @@ class _Handler(BaseHTTPRequestHandler):
             room = fake._node_free(obj["spec"]["nodeName"], skip=(ns, name))  # alloc - the other pods
             alloc = cpu_millicores(fake.state.nodes[obj["spec"]["nodeName"]]["status"]["allocatable"]["cpu"])
             if pod_cpu_request(obj) > alloc:
-                obj["status"]["conditions"] = [c for c in obj["status"]["conditions"] if not c["type"].startswith("PodResize")] + [
-                    {"type": "PodResizePending", "status": "True", "reason": "Infeasible",
-                     "message": f"Node didn't have enough capacity: cpu, requested: {pod_cpu_request(obj):.0f}, capacity: {alloc:.0f}"}]
+                obj["status"]["conditions"] = [
+                    c for c in obj["status"]["conditions"] if not c["type"].startswith("PodResize")
+                ] + [
+                    {
+                        "type": "PodResizePending",
+                        "status": "True",
+                        "reason": "Infeasible",
+                        "message": f"Node didn't have enough capacity: cpu, requested: {pod_cpu_request(obj):.0f}, "
+                                   f"capacity: {alloc:.0f}",
+                    }
+                ]
             elif pod_cpu_request(obj) > room + 1e-6:
-                obj["status"]["conditions"] = [c for c in obj["status"]["conditions"] if not c["type"].startswith("PodResize")] + [
-                    {"type": "PodResizePending", "status": "True", "reason": "Deferred",
-                     "message": "Node didn't have enough resource: cpu"}]
+                obj["status"]["conditions"] = [
+                    c for c in obj["status"]["conditions"] if not c["type"].startswith("PodResize")
+                ] + [
+                    {
+                        "type": "PodResizePending",
+                        "status": "True",
+                        "reason": "Deferred",
+                        "message": "Node didn't have enough resource: cpu",
+                    }
+                ]
             else:
-                obj["status"]["conditions"] = [c for c in obj["status"]["conditions"] if not c["type"].startswith("PodResize")] + [
-                    {"type": "PodResizeInProgress", "status": "True"}]
+                obj["status"]["conditions"] = [
+                    c for c in obj["status"]["conditions"] if not c["type"].startswith("PodResize")
+                ] + [{"type": "PodResizeInProgress", "status": "True"}]
                 fake._resize_at[(ns, name)] = time.monotonic() + fake.resize_delay_s
                 fake._advance()
             return 200, obj
@@ -672,5 +702,12 @@ def rules_from_manifests(docs: list[dict], namespace: str, service_account: str)
             continue
         scope = None if b["kind"] == "ClusterRoleBinding" else b["metadata"].get("namespace", namespace)
         for r in role.get("rules") or []:
-            out.append(Rule(tuple(r.get("apiGroups") or [""]), tuple(r.get("resources") or []), tuple(r.get("verbs") or []), scope))
+            out.append(
+                Rule(
+                    tuple(r.get("apiGroups") or [""]),
+                    tuple(r.get("resources") or []),
+                    tuple(r.get("verbs") or []),
+                    scope,
+                )
+            )
     return out

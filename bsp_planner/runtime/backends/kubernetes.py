@@ -284,7 +284,9 @@ class KubernetesBackend(Backend):
             try:
                 plan = self._fit(millicores, plan, nodes)
             except DoesNotFit as exc:
-                raise ConfigurationDoesNotFit(f"the configuration does not fit the cluster: {exc}", field="configuration") from None
+                raise ConfigurationDoesNotFit(
+                    f"the configuration does not fit the cluster: {exc}", field="configuration"
+                ) from None
         for task, how in plan.items():
             if task in self.tasks:
                 self.tasks[task].plan = how

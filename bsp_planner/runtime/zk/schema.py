@@ -51,7 +51,9 @@ def _no_constant(name: str):
 
 
 def _bad(path: str, key: str, expected: str, got: Any) -> MalformedValue:
-    return MalformedValue(f"malformed value in ZooKeeper at {path}: field '{key}': expected {expected}, got {got!r}"[:400], field=path)
+    return MalformedValue(
+        f"malformed value in ZooKeeper at {path}: field '{key}': expected {expected}, got {got!r}"[:400], field=path
+    )
 
 
 def get_int(path: str, v: dict, key: str, lo: int | None = None, hi: int | None = None, default: Any = ...) -> int:
@@ -201,7 +203,12 @@ def parse_run(path: str, v: dict) -> RunInfo:
             "workers": get_int(path, t, "workers", 1, 1024),
         }
     wr = v.get("workload_range")
-    if not (isinstance(wr, list) and len(wr) == 2 and all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in wr) and 0 <= wr[0] < wr[1]):
+    if not (
+        isinstance(wr, list)
+        and len(wr) == 2
+        and all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in wr)
+        and 0 <= wr[0] < wr[1]
+    ):
         raise _bad(path, "workload_range", "[low, high] with 0 <= low < high", wr)
     steps = get_int(path, v, "steps", 1, 10**9)
     return RunInfo(run_id, job, tasks, (float(wr[0]), float(wr[1])), steps)

@@ -20,7 +20,10 @@ RECHECK_S = 1.0  # a wait re-reads its node at least this often, whatever the wa
 log = logging.getLogger("bsp_planner.runtime")
 
 #: what to do about an unreachable ZooKeeper, on this machine and from a pod
-LOCAL_HINT = "start a local server with `bsp-planner zk start` or point --zookeeper (or $BSP_PLANNER_ZOOKEEPER) at a running ensemble"
+LOCAL_HINT = (
+    "start a local server with `bsp-planner zk start` or point --zookeeper (or $BSP_PLANNER_ZOOKEEPER) at a "
+    "running ensemble"
+)
 POD_HINT = (
     "this worker runs in a Kubernetes pod, which reaches ZooKeeper at the address the coordinator passed with "
     "--worker-zookeeper (default zookeeper.<namespace>.svc:2181): deploy the ZooKeeper of jobs/k8s in the run's "
@@ -169,7 +172,8 @@ class ZkSession:
             except (ConnectionLoss, SessionExpiredError, OperationTimeoutError, KazooTimeoutError) as exc:
                 if time.monotonic() > deadline:
                     raise ZkUnavailable(
-                        f"lost ZooKeeper at {self.hosts} for more than {self.op_deadline_s if deadline_s is None else deadline_s:g} s "
+                        f"lost ZooKeeper at {self.hosts} for more than "
+                        f"{self.op_deadline_s if deadline_s is None else deadline_s:g} s "
                         f"({type(exc).__name__})",
                         field="--zookeeper",
                     ) from None
@@ -180,7 +184,11 @@ class ZkSession:
         """A kazoo call with a timeout: the client's `*_async` twin where there is one."""
         name = getattr(fn, "__name__", "")
         owner = getattr(fn, "__self__", None)
-        if owner is self.client and name in ("create", "exists", "get", "get_children", "set", "delete") and not kwargs.get("recursive"):
+        if (
+            owner is self.client
+            and name in ("create", "exists", "get", "get_children", "set", "delete")
+            and not kwargs.get("recursive")
+        ):
             return getattr(self.client, f"{name}_async")(*args, **kwargs).get(timeout=timeout_s)
         return fn(*args, **kwargs)
 
