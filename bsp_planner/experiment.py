@@ -136,13 +136,15 @@ def apply_overrides(exp: Experiment, overrides: list[str]) -> Experiment:
 
 def validate(exp: Experiment) -> None:
     p = exp.path
-    twice = sorted({s for s in exp.strategies if exp.strategies.count(s) > 1})
-    if twice:
-        raise InputError(
-            f"strategy {', '.join(repr(s) for s in twice)} is listed more than once; list each strategy once",
-            path=p,
-            field="strategies",
-        )
+    for fname, what in (("strategies", "strategy"), ("modes", "mode")):
+        items = getattr(exp, fname)
+        twice = sorted({s for s in items if items.count(s) > 1})
+        if twice:  # it would run twice and write two identical rows
+            raise InputError(
+                f"{what} {', '.join(repr(s) for s in twice)} is listed more than once; list each {what} once",
+                path=p,
+                field=fname,
+            )
     c = exp.cpu
     if not c.max_millicores >= c.min_millicores:
         raise InputError(

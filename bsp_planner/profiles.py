@@ -170,9 +170,11 @@ def load_profile(path: str | Path) -> Profile:
     return Profile(path=path, tasks=tasks, metadata=read_metadata(path))
 
 
-#: A duration at a higher CPU limit more than this many times the duration at a lower one is no
-#: measurement noise: the profile is broken (a run disturbed, rows of another task or job).
+#: A duration at a higher CPU limit more than this many times (and this many seconds above) the
+#: duration at a lower one is no measurement noise: the profile is broken (a run disturbed, rows of
+#: another task or job). The absolute margin spares runs so short that process start-up dominates.
 INVERSION_FACTOR = 2.0
+INVERSION_MIN_S = 0.1
 
 
 def warn_non_monotone(tasks: dict[str, TaskProfile], path: Path | None) -> None:
@@ -181,6 +183,7 @@ def warn_non_monotone(tasks: dict[str, TaskProfile], path: Path | None) -> None:
         d = p.duration_s  # (W, C), CPU ascending
         best_so_far = np.minimum.accumulate(d, axis=1)  # the fastest at this CPU or less
         ratio = d[:, 1:] / best_so_far[:, :-1]
+        ratio[d[:, 1:] - best_so_far[:, :-1] <= INVERSION_MIN_S] = 0.0
         w, c = np.unravel_index(np.argmax(ratio), ratio.shape)
         if ratio[w, c] > INVERSION_FACTOR:
             warnings.warn(

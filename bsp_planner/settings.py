@@ -119,9 +119,8 @@ def _coerce(value: Any, tp: Any, from_text: bool) -> Any:
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
     if origin in (typing.Union, types.UnionType):
-        if type(None) in args and (
-            value is None or (from_text and isinstance(value, str) and value.strip().lower() in ("", "none"))
-        ):
+        spelled_none = from_text and isinstance(value, str) and value.strip().lower() in ("", "none")
+        if type(None) in args and (value is None or spelled_none):
             return None
         # A literal string alternative ("auto") first, so it is never read as a number.
         ordered = sorted((a for a in args if a is not type(None)), key=lambda a: typing.get_origin(a) is not Literal)
@@ -261,16 +260,16 @@ def _build(cls: type[T], data: Any, base: T | None, prefix: str, path: str | Pat
     if missing:
         raise InputError(f"missing required setting '{missing[0]}'", path=path, field=f"{prefix}{missing[0]}")
     if base is not None:
-        return dataclasses.replace(base, **values)
+        return dataclasses.replace(base, **values)  # type: ignore[type-var]
     return cls(**values)
 
 
 def _value(tp: Any, raw: Any, current: Any, f: dataclasses.Field, where: str, path: str | Path | None, from_text: bool) -> Any:
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return _build(tp, raw, current, f"{where}.", path, from_text)
-    if origin is list and args and dataclasses.is_dataclass(args[0]):
+    if origin is list and args and isinstance(args[0], type) and dataclasses.is_dataclass(args[0]):
         if not isinstance(raw, list):
             raise InputError(f"expected an array of [[{where}]] tables, got {raw!r}", path=path, field=where)
         out = [_build(args[0], item, None, f"{where}[{i}].", path, from_text) for i, item in enumerate(raw)]
@@ -311,7 +310,7 @@ def read_toml(path: str | Path, what: str) -> dict:
 def load_settings_file(cls: type[T], path: str | Path, what: str, init: dict[str, Any] | None = None) -> T:
     """Read a TOML settings file into cls. `init`: internal fields to set first (the file's path, name)."""
     data = read_toml(path, what)
-    base = dataclasses.replace(cls(), **init) if init else cls()
+    base = dataclasses.replace(cls(), **init) if init else cls()  # type: ignore[type-var]
     return load_settings(cls, data, path=path, base=base)
 
 

@@ -43,13 +43,18 @@ def simulate(
         list[str] | None, typer.Option("--set", help="Override any field: KEY=VALUE or SECTION.KEY=VALUE (repeatable).")
     ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+    jobs: Annotated[
+        int,
+        typer.Option("--jobs", "-j", help="Run strategies and modes in this many processes (results identical to 1)."),
+    ] = 1,
 ) -> None:
     """Compare reconfiguration strategies on a job in simulation (table, CSV/JSON/Markdown, chart)."""
     from .errors import InputError
     from .experiment import load_experiment
     from .outputs import check_output_dir
+    from .parallel_runs import check_jobs, run_pairs
     from .report import comparison_rows, print_table, write_outputs
-    from .scenario import build_scenario, check_strategies, run_strategy
+    from .scenario import build_scenario, check_strategies
     from .settings import apply_overrides as apply_settings_overrides
     from .shipped import describe_experiment, find_experiment
 
@@ -82,11 +87,11 @@ def simulate(
         exp = apply_settings_overrides(exp, [item], flag=flag, validate=False)
     exp.validate()
     check_strategies(exp.strategies)
+    check_jobs(jobs)
     out_dir = out if out is not None else exp.output_path
     check_output_dir(out_dir, "--out" if out is not None else "output")
     t0 = time.perf_counter()
     scen = build_scenario(exp)
-    results = []
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -96,16 +101,17 @@ def simulate(
         TimeRemainingColumn,
     )
 
-    jobs = [(m, s) for m in exp.modes for s in exp.strategies]
+    pairs = [(m, s) for m in exp.modes for s in exp.strategies]
     with Progress(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
         console=console, disable=quiet, transient=True,
     ) as progress:
-        bar = progress.add_task("simulating", total=len(jobs))
-        for m, s in jobs:
-            progress.update(bar, description=f"{m:8s} {s}")
-            results.append(run_strategy(scen, s, m))
-            progress.advance(bar)
+        bar = progress.add_task("simulating", total=len(pairs))
+        results = run_pairs(
+            scen, pairs, jobs,
+            on_start=lambda m, s: progress.update(bar, description=f"{m:8s} {s}"),
+            on_done=lambda m, s: progress.advance(bar),
+        )
     elapsed = time.perf_counter() - t0
     meta = {
         # how the experiment and profile were named, never this machine's absolute paths

@@ -81,6 +81,8 @@ def test_nan_in_an_experiment_file_names_the_file(tmp_path, synthetic_profile, m
 def test_duplicated_strategy_is_refused(experiment, monkeypatch, capsys, tmp_path):
     code, _, err = run_cli(["simulate", experiment, "-q", "--strategies", "mpc,floor,mpc"], monkeypatch, capsys)
     assert code == 2 and "'mpc' is listed more than once" in err and "strategies" in err
+    code, _, err = run_cli(["simulate", experiment, "-q", "--mode", "perfect", "--mode", "perfect"], monkeypatch, capsys)
+    assert code == 2 and "mode 'perfect' is listed more than once" in err and "field 'modes'" in err
     assert not (tmp_path / "out").exists()
 
 
@@ -283,3 +285,13 @@ def test_a_new_output_folder_appears_whole(tmp_path, experiment, monkeypatch, ca
     assert sorted(p.name for p in (tmp_path / "new" / "deep").iterdir()) == [
         "comparison.csv", "comparison.json", "comparison.md", "comparison.png", "steps.csv"
     ]
+
+
+def test_forecaster_settings_from_the_command_line_are_checked_before_any_work(monkeypatch, capsys):
+    code, out, err = run_cli(["forecast", "train", "-f", "lstm", "--set", "units=abc"], monkeypatch, capsys)
+    assert code == 2 and "field 'lstm.units'" in err and "expected int" in err and "--set" in err
+    assert "training" not in out + err
+    code, _, err = run_cli(["forecast", "train", "-f", "lstm", "--set", "lstm.val_fraction=nan"], monkeypatch, capsys)
+    assert code == 2 and "lstm.val_fraction" in err and "finite" in err
+    code, _, err = run_cli(["forecast", "evaluate", "-f", "persistence", "--set", "persistence.x=1"], monkeypatch, capsys)
+    assert code == 2 and "takes no settings" in err

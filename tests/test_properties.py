@@ -162,9 +162,7 @@ NUMBERS = st.one_of(
 )
 SCALARS = st.one_of(NUMBERS, st.booleans(), SAFE_TEXT, st.sampled_from(["mpc", "floor", "perfect", "linear", "clamp", "dp"]))
 VALUES = st.one_of(
-    SCALARS,
-    st.lists(SCALARS, max_size=3),
-    st.dictionaries(st.sampled_from(["a", "start", "file"]), SCALARS, max_size=2),
+    SCALARS, st.lists(SCALARS, max_size=3), st.dictionaries(st.sampled_from(["a", "start", "file"]), SCALARS, max_size=2)
 )
 
 EXPERIMENT_KEYS = [
@@ -221,16 +219,12 @@ FLAGS = st.one_of(
     st.tuples(st.just("--start"), st.integers(-3, 120).map(str)),
     st.tuples(
         st.just("--strategies"),
-        st.lists(st.sampled_from(["mpc", "floor", "dp", "static:2", "static:0", "exppo", "bogus", ""]), max_size=4).map(
-            ",".join
-        ),
+        st.lists(st.sampled_from(["mpc", "floor", "dp", "static:2", "static:0", "exppo", "bogus", ""]), max_size=4).map(",".join),
     ),
     st.tuples(st.just("--mode"), st.sampled_from(["perfect", "forecast", "both", ""])),
     st.tuples(st.just("--allocator"), st.sampled_from(["greedy", "exact", "magic"])),
     st.tuples(st.just("--forecasts"), st.sampled_from(["seasonal-naive", "persistence", "nowhere", ""])),
-    st.tuples(
-        st.just("--set"), st.tuples(st.sampled_from(EXPERIMENT_KEYS + ["", "a.b.c"]), SCALARS.map(str)).map("=".join)
-    ),
+    st.tuples(st.just("--set"), st.tuples(st.sampled_from(EXPERIMENT_KEYS + ["", "a.b.c"]), SCALARS.map(str)).map("=".join)),
     st.tuples(st.just("--set"), SAFE_TEXT),
 )
 
@@ -367,3 +361,47 @@ def test_profile_heatmap_on_mutated_profiles(world, data):
         shutil.rmtree(folder)
         return
     check_outcome(folder, code, err)
+
+
+ENV_KEYS = ["experiment", "overrides", "mode", "window", "actions", "episode_steps", "penalty_scale", "obs_scale",
+            "reward_scale", "obs_high", "typo", "train.start", "train.steps", "train.typo", "eval.start", "eval.steps",
+            "agent.algo", "agent.timesteps", "agent.gamma", "agent.net_arch", "agent.learning_rate", "agent.typo"]
+
+
+@PROPS
+@given(changes=st.lists(st.tuples(st.sampled_from(ENV_KEYS), VALUES), min_size=1, max_size=3),
+       overrides=st.lists(st.tuples(st.sampled_from(ENV_KEYS), SCALARS.map(str)).map("=".join), max_size=2))
+def test_mutated_rl_environment_files_and_env_set(tmp_path_factory, changes, overrides):
+    """The RL environment settings (what `rl train`/`rl evaluate` read first): every value through the
+    one loader, an InputError naming the file or flag and the field otherwise."""
+    from bsp_planner.errors import InputError
+    from bsp_planner.rl.settings import DEFAULT_ENV, EnvSettings, load_env_settings
+
+    folder = tmp_path_factory.mktemp("env")
+    text = "\n".join(line.split("#")[0].rstrip() for line in DEFAULT_ENV.read_text().splitlines()) + "\n"
+    for key, value in changes:
+        text = set_toml_key(text, key, value)
+    (folder / "env.toml").write_text(text)
+    try:
+        s = load_env_settings(folder / "env.toml", overrides)
+    except InputError as exc:
+        assert exc.field or exc.path, str(exc)
+        assert "env.toml" in str(exc) or exc.field, str(exc)
+        return
+    assert isinstance(s, EnvSettings) and s.episode_steps < s.train.steps
+    assert all(math.isfinite(v) and v > 0 for v in (s.penalty_scale, s.obs_high))
+
+
+@PROPS
+@given(values=st.dictionaries(st.sampled_from(["units", "epochs", "lags", "val_fraction", "init", "calendar", "l2",
+                                               "learning_rate", "window", "typo"]), VALUES, max_size=3))
+def test_lstm_settings_from_any_table(values):
+    from bsp_planner.errors import InputError
+    from bsp_planner.forecasting.lstm import LSTMSettings
+
+    try:
+        s = LSTMSettings.from_dict(values)
+    except InputError as exc:
+        assert exc.field and exc.field.startswith("lstm."), str(exc)
+        return
+    assert LSTMSettings.from_dict(s.to_dict()) == s  # what a saved model records reads back the same

@@ -68,3 +68,13 @@ def test_explicit_parameters_win_over_the_context(tmp_path):
     assert np.array_equal(typed.levels, bridged.levels)
     short = simulate(make_planner("mpc"), ctx, actual)
     assert not np.array_equal(short.actions, typed.actions) or short.total_s != typed.total_s
+
+
+def test_forecasters_are_one_registry_and_only_the_learned_take_settings():
+    from bsp_planner.forecasting.registry import FORECASTERS, default_settings, is_learned
+
+    assert list(FORECASTERS) == ["lstm", "lstm-thesis", "persistence", "seasonal-naive"]
+    assert [n for n in FORECASTERS if is_learned(n)] == ["lstm", "lstm-thesis"]
+    assert default_settings("persistence") == {} and default_settings("lstm")["units"] == 32
+    with pytest.raises(InputError, match="unknown forecaster 'arima'; known: lstm, lstm-thesis"):
+        is_learned("arima")

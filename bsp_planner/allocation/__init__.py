@@ -9,9 +9,11 @@ from __future__ import annotations
 from ..registry import Registry
 from .base import Allocator, CpuLevels, discount_weights, frame_time
 from .greedy import GreedyAllocator
+from .threshold import ThresholdAllocator
 
 ALLOCATORS: Registry = Registry("allocator", field="planner.allocator")
 ALLOCATORS.register("greedy", GreedyAllocator)
+ALLOCATORS.register("threshold", ThresholdAllocator)
 ALLOCATORS.register("exact", "bsp_planner.allocation.exact:ExactAllocator")
 
 
@@ -19,4 +21,13 @@ def make_allocator(name: str) -> Allocator:
     return ALLOCATORS.get(name)()
 
 
-__all__ = ["Allocator", "CpuLevels", "GreedyAllocator", "discount_weights", "frame_time", "make_allocator", "ALLOCATORS"]
+__all__ = [
+    "Allocator",
+    "CpuLevels",
+    "GreedyAllocator",
+    "ThresholdAllocator",
+    "discount_weights",
+    "frame_time",
+    "make_allocator",
+    "ALLOCATORS",
+]

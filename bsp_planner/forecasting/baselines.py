@@ -59,4 +59,3 @@ class SeasonalNaiveForecaster(_ResidualQuantiles):
         return series[origins[:, None] + h[None, :] - back[None, :]]
 
 
-BASELINES = {c.name: c for c in (PersistenceForecaster, SeasonalNaiveForecaster)}

@@ -85,7 +85,7 @@ def read_forecasts(folder: str | Path, task_names: list[str], steps: int, horizo
     """Rows start..start+steps-1 of each task's forecast file, first `horizon` columns: (tasks, steps, H)."""
     folder = Path(folder)
     if not folder.is_dir():
-        raise InputError("forecast folder not found", path=folder)
+        raise InputError("forecast folder not found", path=folder, field="forecast.source")
     out = np.empty((len(task_names), steps, horizon))
     for i, name in enumerate(task_names):
         path = folder / f"{name}.csv"
@@ -127,7 +127,7 @@ def read_trace(
     the file and line."""
     folder = Path(folder)
     if not folder.is_dir():
-        raise InputError("trace folder not found", path=folder)
+        raise InputError("trace folder not found (--actual)", path=folder, field="forecast.actual")
     out = np.empty((len(task_names), steps))
     for i, name in enumerate(task_names):
         path = folder / f"{name}.csv"

@@ -116,6 +116,7 @@ class _KerasForecaster(PointForecaster):
     """What both LSTMs share: settings, the calendar of the series, residual quantiles, save/load."""
 
     settings_type: type = LSTMSettings
+    learned = True
 
     def __init__(
         self,
@@ -661,4 +662,3 @@ class ThesisLSTMForecaster(_KerasForecaster):
         return 2
 
 
-LSTMS = {c.name: c for c in (LSTMForecaster, ThesisLSTMForecaster)}

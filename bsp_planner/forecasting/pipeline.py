@@ -24,9 +24,9 @@ from ..job import Job, load_job
 from ..series import JobSeries, load_job_series
 from ..shipped import data_path
 from .base import DEFAULT_QUANTILES, Forecaster
-from .lstm import LSTMS, _digest, spec_differences
+from .lstm import _digest, spec_differences
 from .prepare import PreparedSeries, prepare_job
-from .registry import FORECASTER_VERSION, check_name, default_settings, is_learned, make_forecaster
+from .registry import FORECASTER_VERSION, FORECASTERS, check_name, default_settings, is_learned, make_forecaster
 
 Say = Callable[[str], None]
 DEFAULT_MODEL_ROOT = data_path("models")  # the shipped models (package data)
@@ -86,7 +86,7 @@ class Workspace:
         if over and not is_learned(name):
             raise InputError(f"the {name} forecaster takes no settings", field="settings")
         if is_learned(name):
-            full = LSTMS[name].settings_type.from_dict({**full, **over}).to_dict()
+            full = FORECASTERS.get(name).settings_type.from_dict({**full, **over}).to_dict()
         return full
 
     def data_identity(self, p: PreparedSeries) -> dict:
@@ -150,7 +150,7 @@ def obtain(
     check_name(name)
     if not is_learned(name):
         return train_one(ws, name, p, say), "fitted"
-    cls = LSTMS[name]
+    cls = FORECASTERS.get(name)
     folder = model_folder(model_root, ws.job.name, name) if model_root is not None else None
     expect = make_forecaster(name, p, ws.horizon, quantiles=ws.quantiles, settings=ws.settings.get(name)).spec()
     identity = ws.data_identity(p)

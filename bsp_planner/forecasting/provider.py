@@ -21,7 +21,6 @@ import numpy as np
 
 from ..errors import InputError
 from ..series import JobSeries
-from .baselines import BASELINES
 from .files import FORECAST_META, read_forecast_metadata, read_forecasts, write_forecasts
 from .registry import DEFAULT_FORECASTER, FORECASTERS
 
@@ -58,11 +57,11 @@ def forecast_matrix(
     """
     job_series.check_length(start, steps)
     name = ALIASES.get(source, source)
-    if name in BASELINES and gaps is None:
+    if name in FORECASTERS and not FORECASTERS.get(name).learned and gaps is None:
         out = np.empty((len(job_series.series), steps, horizon))
         for i, s in enumerate(job_series.series):
             history = job_series.history_workloads(i)
-            f = BASELINES[name](horizon=horizon, period=s.period_steps)
+            f = FORECASTERS.get(name)(horizon=horizon, period=s.period_steps)
             need = f._min_origin() + horizon
             if s.n_train < need:
                 raise InputError(

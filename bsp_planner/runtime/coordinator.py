@@ -136,32 +136,10 @@ class Coordinator:
         return float(self.scen.cpu.to_millicores(level))
 
     def _credentials(self) -> Z.Credentials:
-        kind = self.settings.zk_auth
-        if kind == "generated":
-            path = self.run_dir / "zk-auth"
-            if path.is_file():
-                return Z.read_credentials_file(path)
-            if self.resume:
-                raise InputError(f"the run's credentials file {path} is missing", path=path, field="zk-auth")
-            return Z.read_credentials_file(Z.write_credentials_file(path, Z.generate_credentials()))
-        if kind.startswith("file:"):
-            return Z.read_credentials_file(kind[5:])
-        if kind == "env":
-            creds = Z.load_credentials(None)
-            if creds is None:
-                raise InputError(
-                    f"this run takes its ZooKeeper credentials from ${Z.ENV_AUTH}, which is not set", field="zk-auth"
-                )
-            return creds
-        raise InputError(f"unknown credentials source {kind!r}", field="zk-auth")
+        return Z.run_credentials(self.settings.zk_auth, self.run_dir / "zk-auth", may_create=not self.resume)
 
     def _worker_env(self) -> dict[str, str]:
-        kind = self.settings.zk_auth
-        if kind == "generated":
-            return {Z.ENV_AUTH_FILE: str((self.run_dir / "zk-auth").resolve())}
-        if kind.startswith("file:"):
-            return {Z.ENV_AUTH_FILE: str(Path(kind[5:]).resolve())}
-        return {Z.ENV_AUTH: f"{self.creds.user}:{self.creds.password}"}
+        return Z.worker_auth_env(self.settings.zk_auth, self.run_dir / "zk-auth", self.creds)
 
     @property
     def zk_root(self) -> str:

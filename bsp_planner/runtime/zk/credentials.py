@@ -90,3 +90,32 @@ def write_credentials_file(path: Path, creds: Credentials) -> Path:
     os.chmod(path, 0o600)
     return path
 
+
+
+def run_credentials(source: str, generated_file: Path, may_create: bool) -> Credentials:
+    """A run's credentials from its source: ``generated`` (kept in `generated_file`, made on a new run),
+    ``file:<path>``, or ``env`` ($BSP_PLANNER_ZK_AUTH)."""
+    if source == "generated":
+        if generated_file.is_file():
+            return read_credentials_file(generated_file)
+        if not may_create:
+            raise InputError(f"the run's credentials file {generated_file} is missing", path=generated_file, field="zk-auth")
+        return read_credentials_file(write_credentials_file(generated_file, generate_credentials()))
+    if source.startswith("file:"):
+        return read_credentials_file(source[5:])
+    if source == "env":
+        creds = load_credentials(None)
+        if creds is None:
+            raise InputError(f"this run takes its ZooKeeper credentials from ${ENV_AUTH}, which is not set", field="zk-auth")
+        return creds
+    raise InputError(f"unknown credentials source {source!r}", field="zk-auth")
+
+
+def worker_auth_env(source: str, generated_file: Path, creds: Credentials) -> dict[str, str]:
+    """How a worker gets the run's credentials: the environment variable naming the file, or holding
+    them (never its command line)."""
+    if source == "generated":
+        return {ENV_AUTH_FILE: str(generated_file.resolve())}
+    if source.startswith("file:"):
+        return {ENV_AUTH_FILE: str(Path(source[5:]).resolve())}
+    return {ENV_AUTH: f"{creds.user}:{creds.password}"}
