@@ -242,6 +242,7 @@ def trained(tmp_path_factory):
     return ws, p, f, root
 
 
+@pytest.mark.slow
 def test_lstm_fits_a_seasonal_series_better_than_persistence(trained):
     ws, p, f, _ = trained
     o = np.arange(p.n_train, len(p.rows) - H + 1)
@@ -252,6 +253,7 @@ def test_lstm_fits_a_seasonal_series_better_than_persistence(trained):
     assert lstm < 0.5 * base, (lstm, base)
 
 
+@pytest.mark.slow
 def test_lstm_does_not_peek_and_its_quantiles_are_ordered(trained):
     ws, p, f, _ = trained
     origins = np.array([320, 333, 460, 590])
@@ -263,6 +265,7 @@ def test_lstm_does_not_peek_and_its_quantiles_are_ordered(trained):
     assert np.all(q[2] - q[0] > 0)  # a real interval, not a point
 
 
+@pytest.mark.slow
 def test_saved_model_reloads_identically_and_mismatched_settings_are_refused(trained):
     from bsp_planner.forecasting.pipeline import obtain
 
@@ -285,6 +288,7 @@ def test_saved_model_reloads_identically_and_mismatched_settings_are_refused(tra
         obtain(ws2, "lstm", p2, model_root=root)
 
 
+@pytest.mark.slow
 def test_training_is_seeded_and_repeatable(trained):
     from bsp_planner.forecasting.pipeline import train_one
 
@@ -294,6 +298,7 @@ def test_training_is_seeded_and_repeatable(trained):
     np.testing.assert_array_equal(again.predict_median(p.grid, o), f.predict_median(p.grid, o))
 
 
+@pytest.mark.slow
 def test_thesis_lstm_follows_its_recipe():
     from bsp_planner.forecasting.pipeline import train_one
 

@@ -29,7 +29,7 @@ from bsp_planner.testing.fake_apiserver import FakeApiServer
 from zk_fixtures import settings, tiny_experiment, zk_problem
 
 _problem = zk_problem() or (None if shutil.which("stress-ng") else "stress-ng is not installed (apt-get install stress-ng)")
-pytestmark = pytest.mark.skipif(_problem is not None, reason=_problem or "")
+pytestmark = [pytest.mark.skipif(_problem is not None, reason=_problem or ""), pytest.mark.slow]  # live runs
 
 NS = "bsp-planner"
 SECRET = "bsp-planner-zk-auth"

@@ -31,7 +31,7 @@ from zk_fixtures import (
     tiny_experiment,
 )
 
-pytestmark = [needs_tasks, pytest.mark.usefixtures("reap_runs")]
+pytestmark = [needs_tasks, pytest.mark.usefixtures("reap_runs"), pytest.mark.slow]  # live runs
 
 
 def coordinator(tmp_path, exp, zk, creds, run_id, resume=False, **kw) -> Coordinator:

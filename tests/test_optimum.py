@@ -133,6 +133,7 @@ def test_bad_inputs():
         optimum_plan(actual, np.full(2, 2), -1, 1.0, 5)
 
 
+@pytest.mark.slow
 def test_simulate_shows_optimum_and_runs_exact(tmp_path, synthetic_profile, monkeypatch, capsys):
     from bsp_planner import cli
 

@@ -199,6 +199,7 @@ def test_the_world_itself_is_valid(world):
     shutil.rmtree(folder)
 
 
+@pytest.mark.slow
 @PROPS
 @given(changes=st.lists(st.tuples(st.sampled_from(EXPERIMENT_KEYS), VALUES), min_size=1, max_size=3))
 def test_mutated_experiment_files(world, changes):
@@ -244,6 +245,7 @@ JOB_KEYS = ["name", "workers", "typo", "task.name", "task.stressor", "task.ops_p
             "task.series.first_row", "task.series.last_row", "task.series.file", "task.series.typo"]
 
 
+@pytest.mark.slow
 @PROPS
 @given(changes=st.lists(st.tuples(st.sampled_from(JOB_KEYS), st.integers(0, 1), VALUES), min_size=1, max_size=3))
 def test_mutated_job_files(world, changes):
@@ -289,6 +291,7 @@ def mutate_csv(text: str, data) -> str:
     return "\n".join(lines) + "\n"
 
 
+@pytest.mark.slow
 @PROPS
 @given(data=st.data())
 def test_mutated_profiles_and_their_metadata(world, data):
@@ -304,6 +307,7 @@ def test_mutated_profiles_and_their_metadata(world, data):
     check_outcome(folder, code, err)
 
 
+@pytest.mark.slow
 @PROPS
 @given(data=st.data(), forecaster=st.sampled_from(["seasonal-naive", "persistence"]))
 def test_mutated_series(world, data, forecaster):
@@ -314,6 +318,7 @@ def test_mutated_series(world, data, forecaster):
     check_outcome(folder, code, err)
 
 
+@pytest.mark.slow
 @PROPS
 @given(data=st.data())
 def test_mutated_forecast_and_trace_files(world, data):
@@ -328,6 +333,7 @@ def test_mutated_forecast_and_trace_files(world, data):
     check_outcome(folder, code, err)
 
 
+@pytest.mark.slow
 @settings(PROPS, max_examples=10)
 @given(data=st.data())
 def test_forecast_commands_on_mutated_series_and_flags(world, data):

@@ -278,6 +278,7 @@ def train(env_file, tmp, *extra, timesteps=3000):
     return train_agent(s, tmp / "run", tmp / "agent" / "dqn.zip", plot=False, tensorboard=False, checkpoints=False, compare=None)
 
 
+@pytest.mark.slow
 def test_huge_penalty_agent_learns_never_to_reconfigure(tmp_path):
     env_file = write_setup(tmp_path / "setup", penalty_s=1000.0)
     result = train(env_file, tmp_path, timesteps=3000)
@@ -291,6 +292,7 @@ def test_huge_penalty_agent_learns_never_to_reconfigure(tmp_path):
     assert result.evals[-1]["reconfigurations"] == 0  # and on the held-out steps
 
 
+@pytest.mark.slow
 def test_free_reconfiguration_agent_learns_to_follow_the_workload(tmp_path):
     # Perfect predictions and no penalty: a1's configuration is the best for every step, so an agent
     # that learned anything reconfigures often and beats keeping its first configuration.
@@ -308,6 +310,7 @@ def test_free_reconfiguration_agent_learns_to_follow_the_workload(tmp_path):
     assert learned.total_s < keep.total_s - 0.5 * (keep.total_s - always_a1.total_s)
 
 
+@pytest.mark.slow
 def test_training_is_deterministic_under_a_seed(tmp_path):
     env_file = write_setup(tmp_path / "setup")
     a = train(env_file, tmp_path / "a", timesteps=1200)
@@ -319,6 +322,7 @@ def test_training_is_deterministic_under_a_seed(tmp_path):
     assert za.read("policy.pth") == zb.read("policy.pth")
 
 
+@pytest.mark.slow
 def test_cli_train_then_simulate_end_to_end(tmp_path, monkeypatch, capsys):
     env_file = write_setup(tmp_path / "setup")
     agent = tmp_path / "agents" / "dqn.zip"

@@ -35,7 +35,7 @@ from zk_fixtures import (
     write_profile,
 )
 
-pytestmark = [needs_tasks, pytest.mark.usefixtures("reap_runs")]
+pytestmark = [needs_tasks, pytest.mark.usefixtures("reap_runs"), pytest.mark.slow]  # live runs
 
 
 def coordinator(tmp_path, exp, zk, creds, run_id, resume=False, runs="runs", say=None, **kw) -> Coordinator:
