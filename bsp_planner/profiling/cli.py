@@ -11,10 +11,18 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from ..shipped import data_path
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
+
+    from .calibrate import Calibration
+    from .runner import Failure
 
 app = typer.Typer(help="Measure task durations over a grid of CPU limits x workload sizes.", no_args_is_help=True)
 
@@ -91,12 +99,17 @@ def run(
         from .kubernetes import KubernetesProfiler, default_profile_id, run_grid_kubernetes
 
         profiler = KubernetesProfiler(
-            namespace=namespace, kubeconfig=str(kubeconfig) if kubeconfig else None, context=context, image=image,
-            node_selector=parse_node_selector(node_selector or ""), parallelism=parallel,
-            startup_timeout_s=startup_timeout, profile_id=profile_id or default_profile_id(out),
+            namespace=namespace,
+            kubeconfig=str(kubeconfig) if kubeconfig else None,
+            context=context,
+            image=image,
+            node_selector=parse_node_selector(node_selector or ""),
+            parallelism=parallel,
+            startup_timeout_s=startup_timeout,
+            profile_id=profile_id or default_profile_id(out),
         )
         measure = lambda: run_grid_kubernetes(the_job, out, grid, profiler, tasks=_task_list(tasks), timeout_s=timeout)  # noqa: E731
-        runs_on = contextlib.nullcontext()
+        runs_on: contextlib.AbstractContextManager[object] = contextlib.nullcontext()
     elif backend == "local":
         runs_on = LocalBackend(stress_ng=stress_ng, prefix=cgroup_prefix, cpu_shares=cpu_shares or None)
         measure = lambda: run_grid(the_job, out, grid, runs_on, tasks=_task_list(tasks), timeout_s=timeout)  # noqa: E731
@@ -117,17 +130,21 @@ def run(
         f"{len(report.failures)} failed, in {report.wall_s:.0f} s; metadata in {metadata_path(out)}"
     )
     if report.failures:
-        from rich.table import Table
-
-        table = Table("task", "workload", "cpu (m)", "repeat", "reason", title="failed runs")
-        for f in report.failures:
-            table.add_row(f.task, f"{f.workload:g}", f"{f.cpu_millicores:g}", str(f.repeat), f.reason)
-        console.print(table)
-        console.print(
-            f"[red]{len(report.failures)} run(s) failed[/] (logged in {failures_path(out)}); "
-            "the profile is incomplete: run the same command again to retry them"
-        )
+        _print_failures(console, report.failures, failures_path(out))
         raise typer.Exit(1)
+
+
+def _print_failures(console: Console, failures: list[Failure], log: Path) -> None:
+    from rich.table import Table
+
+    table = Table("task", "workload", "cpu (m)", "repeat", "reason", title="failed runs")
+    for f in failures:
+        table.add_row(f.task, f"{f.workload:g}", f"{f.cpu_millicores:g}", str(f.repeat), f.reason)
+    console.print(table)
+    console.print(
+        f"[red]{len(failures)} run(s) failed[/] (logged in {log}); "
+        "the profile is incomplete: run the same command again to retry them"
+    )
 
 
 @app.command("calibrate")
@@ -147,7 +164,6 @@ def calibrate(
 ) -> None:
     """Suggest ops_per_unit per task so one run at CPU and WORKLOAD takes about TARGET_S seconds."""
     from rich.console import Console
-    from rich.table import Table
 
     from ..errors import InputError
     from ..job import load_job
@@ -166,7 +182,7 @@ def calibrate(
     console = Console()
     the_job = load_job(job)
     selected = select_tasks(the_job, _task_list(tasks))
-    results = []
+    results: list[Calibration] = []
     with LocalBackend(stress_ng=stress_ng, prefix=cgroup_prefix, cpu_shares=cpu_shares or None) as backend:
         backend.check(selected, the_job.path)
         for t in selected:
@@ -178,21 +194,40 @@ def calibrate(
                         log=console.print if verbose else None,
                     )
                 )
-    table = Table("task", "ops_per_unit now", "s now", "suggested", "s (median)", "t(cpu/2)/t", "t(2w)/t", "runs",
-                  title=f"one run at {cpu:g}m, workload {workload:g}; target {target_s:g} s")
-    for r in results:
-        table.add_row(
-            r.task, f"{r.old_ops_per_unit:g}", f"{r.old_duration_s:.3f}" if r.old_duration_s else "failed",
-            f"{r.ops_per_unit:g}", f"{r.duration_s:.3f}",
-            f"{r.cpu_ratio:.2f}" if r.cpu_ratio else "-", f"{r.workload_ratio:.2f}" if r.workload_ratio else "-",
-            str(r.runs),
-        )
-    console.print(table)
+    console.print(_calibration_table(results, cpu, workload, target_s))
     if scaling:
         console.print("ratios near 2 mean the stressor uses its whole CPU quota and costs ops linearly")
     console.print(f"\nops_per_unit values for {job}:")
     for r in results:
         console.print(f"  {r.task}: ops_per_unit = {r.ops_per_unit:g}", highlight=False)
+
+
+def _calibration_table(results: list[Calibration], cpu: float, workload: float, target_s: float) -> Table:
+    from rich.table import Table
+
+    table = Table(
+        "task",
+        "ops_per_unit now",
+        "s now",
+        "suggested",
+        "s (median)",
+        "t(cpu/2)/t",
+        "t(2w)/t",
+        "runs",
+        title=f"one run at {cpu:g}m, workload {workload:g}; target {target_s:g} s",
+    )
+    for r in results:
+        table.add_row(
+            r.task,
+            f"{r.old_ops_per_unit:g}",
+            f"{r.old_duration_s:.3f}" if r.old_duration_s else "failed",
+            f"{r.ops_per_unit:g}",
+            f"{r.duration_s:.3f}",
+            f"{r.cpu_ratio:.2f}" if r.cpu_ratio else "-",
+            f"{r.workload_ratio:.2f}" if r.workload_ratio else "-",
+            str(r.runs),
+        )
+    return table
 
 
 @app.command("heatmap")

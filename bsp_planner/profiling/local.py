@@ -20,6 +20,7 @@ import signal
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -159,7 +160,7 @@ class LocalBackend:
             self._stressors = set(out.stdout.split())
         return self._stressors
 
-    def check(self, tasks: list[Task] | tuple[Task, ...], job_path: Path | None = None) -> None:
+    def check(self, tasks: Sequence[Task], job_path: Path | None = None) -> None:
         """Fail early, with what to do: stress-ng missing, a stressor it lacks, no cgroup permission."""
         self.stress_ng_path()
         installed = self.installed_stressors()
