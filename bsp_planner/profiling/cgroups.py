@@ -198,8 +198,8 @@ class CpuQuotaGroup:
             q = int((self.path / "cpu.cfs_quota_us").read_text())
             p = int((self.path / "cpu.cfs_period_us").read_text())
             return q, p
-        q, p = (self.path / "cpu.max").read_text().split()
-        return (-1 if q == "max" else int(q)), int(p)
+        q_text, p_text = (self.path / "cpu.max").read_text().split()
+        return (-1 if q_text == "max" else int(q_text)), int(p_text)
 
     def add_pid(self, pid: int) -> None:
         """Move a running process (and, on v1, only that thread group) into the group."""

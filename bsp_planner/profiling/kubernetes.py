@@ -115,30 +115,38 @@ class KubernetesProfiler:
     def __enter__(self) -> KubernetesProfiler:
         return self
 
+    @property
+    def _cluster(self) -> Cluster:
+        """The cluster: the one given, or the one __post_init__ connected to."""
+        assert self.cluster is not None
+        return self.cluster
+
     def __exit__(self, *exc) -> None:
         self.close()
 
     @property
     def settings(self) -> M.PodSettings:
         if self._settings is None:
-            image = resolve_image(self.image, self.cluster.pod_image)
-            self._settings = M.PodSettings(self.namespace, image, self.image_pull_policy, self.memory, dict(self.node_selector))
+            image = resolve_image(self.image, self._cluster.pod_image)
+            self._settings = M.PodSettings(
+                self._cluster.namespace, image, self.image_pull_policy, self.memory, dict(self.node_selector)
+            )
         return self._settings
 
     # -- the runner's backend ----------------------------------------------------------------------
     def check(self, tasks: Sequence[Task], job_path: Path | None = None) -> None:
         """The namespace answers with the Role's rights and the image is known. (Whether the image's
         stress-ng has a stressor shows in that task's first run: a failed cell, with the reason.)"""
-        self.cluster.list_jobs(M.profile_selector(self.profile_id))
+        self._cluster.list_jobs(M.profile_selector(self.profile_id))
         self.settings  # noqa: B018
 
     def info(self) -> dict:
-        caps = self.cluster.capabilities()
+        caps = self._cluster.capabilities()
         return {
             "backend": self.name,
             "kubernetes": {
                 "server_version": caps.git_version,
-                "where": self.cluster.conn.where,
+                "where": self._cluster.conn.where,
                 "namespace": self.namespace,
                 "image": self.settings.image,
                 "parallelism": self.parallelism,
@@ -172,7 +180,7 @@ class KubernetesProfiler:
         if cell in self._ahead:
             self._ahead.remove(cell)
         result, job = self._done.pop(cell)
-        self.cluster.delete_job(job)  # only now: a killed session leaves it for the next to collect
+        self._cluster.delete_job(job)  # only now: a killed session leaves it for the next to collect
         return result
 
     def close(self) -> None:
@@ -180,7 +188,7 @@ class KubernetesProfiler:
         ones not handed to the runner yet stay, for the next session to read."""
         for a in list(self._active.values()):
             try:
-                self.cluster.delete_job(a.job)
+                self._cluster.delete_job(a.job)
             except Exception:
                 pass
         self._active.clear()
@@ -193,9 +201,9 @@ class KubernetesProfiler:
         return M.profile_job(self.settings, self.profile_id, cell_id(cell), cell_text(cell), task.name, cpu,
                              command, timeout_s, self.startup_timeout_s)
 
-    def _existing(self) -> dict[str, dict]:
-        """This profile's Jobs in the cluster, by cell id."""
-        jobs = self.cluster.list_jobs(M.profile_selector(self.profile_id))
+    def _existing(self) -> dict[str | None, dict]:
+        """This profile's Jobs in the cluster, by cell id (None: a Job without one)."""
+        jobs = self._cluster.list_jobs(M.profile_selector(self.profile_id))
         return {(j["metadata"].get("labels") or {}).get(N.LABEL_CELL): j for j in jobs}
 
     def _adopt(self) -> None:
@@ -207,7 +215,7 @@ class KubernetesProfiler:
             if cid in wanted:
                 self._active[wanted[cid]] = _Active(wanted[cid], job["metadata"]["name"], self.clock())
             else:
-                self.cluster.delete_job(job["metadata"]["name"])
+                self._cluster.delete_job(job["metadata"]["name"])
 
     def _fill(self, head: R.Cell, timeout_s: float) -> None:
         todo = [head] + [c for c in self._ahead if c != head]
@@ -218,10 +226,10 @@ class KubernetesProfiler:
                 continue
             body = self.job_body(self._tasks[cell[0]], cell, timeout_s)
             name = body["metadata"]["name"]
-            if self.cluster.create_job(body) is None:  # a stale Job of that name: start afresh
-                self.cluster.delete_job(name)
+            if self._cluster.create_job(body) is None:  # a stale Job of that name: start afresh
+                self._cluster.delete_job(name)
                 self._wait_job_gone(cell)
-                self.cluster.create_job(body)
+                self._cluster.create_job(body)
             self.jobs_created += 1
             self._active[cell] = _Active(cell, name, self.clock())
 
@@ -235,8 +243,8 @@ class KubernetesProfiler:
         if not self._active:
             return False
         jobs = self._existing()
-        pods: dict[str, list[dict]] = {}
-        for p in self.cluster.list_pods(M.profile_selector(self.profile_id)):
+        pods: dict[str | None, list[dict]] = {}
+        for p in self._cluster.list_pods(M.profile_selector(self.profile_id)):
             pods.setdefault((p["metadata"].get("labels") or {}).get(N.LABEL_CELL), []).append(p)
         ended = []
         now = self.clock()
