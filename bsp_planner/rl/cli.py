@@ -12,9 +12,15 @@ torch, stable-baselines3 and gymnasium are imported inside the commands only.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from .settings import EnvSettings
+    from .train import TrainResult
 
 app = typer.Typer(help="Reinforcement-learning planners: train and evaluate agents (DQN, PPO, A2C).", no_args_is_help=True)
 
@@ -76,11 +82,14 @@ def train(
     from .settings import DEFAULT_AGENT_DIR, StepRange
 
     console = Console()
-    extra = []
-    for key, value in (("agent.algo", algo), ("agent.timesteps", timesteps), ("agent.seed", seed),
-                       ("agent.eval_every", eval_every), ("agent.checkpoint_every", checkpoint_every)):
-        if value is not None:
-            extra.append(f"{key}={value}")
+    flags = {
+        "agent.algo": algo,
+        "agent.timesteps": timesteps,
+        "agent.seed": seed,
+        "agent.eval_every": eval_every,
+        "agent.checkpoint_every": checkpoint_every,
+    }
+    extra = [f"{key}={value}" for key, value in flags.items() if value is not None]
     for key, text in (("train", train_range), ("eval", eval_range)):
         if text is not None:
             r = StepRange.parse(text, f"--{key}-range")
@@ -89,7 +98,25 @@ def train(
     a = s.agent
     agent_path = agent if agent is not None else (DEFAULT_AGENT_DIR.parent / s.name / f"{a.algo}.zip")
     out = run_dir if run_dir is not None else Path("out") / "rl" / f"{s.name}-{a.algo}"
+    console.print(
+        f"training {a.algo.upper()} for {a.timesteps} steps on steps {s.train} ({s.mode} mode; window {s.window}, "
+        f"actions a0..a{s.horizon_actions}, seed {a.seed}); held-out evaluation on steps {s.eval}"
+    )
+    result = _train_with_progress(console, s, out, agent_path, strict, list(set_ or []), quiet)
+    m = result.meta
+    _print_comparison(
+        console,
+        {a.algo: m["eval"], **m["baseline"]},
+        f"held-out steps {s.eval} · {s.mode} mode · {m['eval_forecasts']}",
+    )
+    console.print(f"trained in {m['train_seconds']:.0f} s; agent {result.agent_path} (+ .json)")
+    console.print(f"logs {out}: eval.csv, learning_curve.png, tb/ (tensorboard --logdir {out / 'tb'}), checkpoints/")
 
+
+def _train_with_progress(
+    console: Console, s: EnvSettings, out: Path, agent_path: Path, strict: bool, overrides: list[str], quiet: bool
+) -> TrainResult:
+    """train_agent with a progress bar showing the latest held-out evaluation; Ctrl-C says what is kept."""
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -101,10 +128,7 @@ def train(
 
     from .train import train_agent
 
-    console.print(
-        f"training {a.algo.upper()} for {a.timesteps} steps on steps {s.train} ({s.mode} mode; window {s.window}, "
-        f"actions a0..a{s.horizon_actions}, seed {a.seed}); held-out evaluation on steps {s.eval}"
-    )
+    a = s.agent
     with Progress(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
         TextColumn("{task.fields[last]}"), console=console, disable=quiet, transient=False,
@@ -116,25 +140,22 @@ def train(
             progress.update(bar, completed=min(n, a.timesteps), last=text)
 
         try:
-            result = train_agent(
-                s, out, agent_path, strict=strict, extra_overrides=list(set_ or []), progress=tick,
+            return train_agent(
+                s,
+                out,
+                agent_path,
+                strict=strict,
+                extra_overrides=overrides,
+                progress=tick,
                 warn=lambda m: console.print(f"[yellow]warning:[/] {m}"),
             )
         except KeyboardInterrupt:
             progress.stop()
             console.print(f"interrupted: no agent saved; checkpoints so far are in {out / 'checkpoints'}")
             raise typer.Exit(130) from None
-    m = result.meta
-    _print_comparison(
-        console,
-        {a.algo: m["eval"], **m["baseline"]},
-        f"held-out steps {s.eval} · {s.mode} mode · {m['eval_forecasts']}",
-    )
-    console.print(f"trained in {m['train_seconds']:.0f} s; agent {result.agent_path} (+ .json)")
-    console.print(f"logs {out}: eval.csv, learning_curve.png, tb/ (tensorboard --logdir {out / 'tb'}), checkpoints/")
 
 
-def _print_comparison(console, rows: dict[str, dict], title: str) -> None:
+def _print_comparison(console: Console, rows: dict[str, dict], title: str) -> None:
     from rich.table import Table
 
     table = Table(title=title)
@@ -191,27 +212,22 @@ def evaluate(
     _print_comparison(console, rows, f"{ag.path.name} · steps {s.eval} · {s.mode} mode · {data.forecast_label}")
     oos = "yes" if not ag.train_range.overlaps(s.eval) else "no"
     console.print(
-        f"agent trained on steps {ag.train_range} ({ag.meta.get('timesteps')} steps, seed {ag.meta.get('seed')}); out "
-        f"of sample: {oos}"
+        f"agent trained on steps {ag.train_range} ({ag.meta.get('timesteps')} steps, seed {ag.meta.get('seed')}); "
+        f"out of sample: {oos}"
     )
     if out is not None:
         from .settings import shipped_relative  # a shipped agent as agents/default/dqn.zip, not this machine's path
 
+        results = {
+            "agent": shipped_relative(ag.path),
+            "eval_range": s.eval.to_dict(),
+            "mode": s.mode,
+            "forecasts": data.forecast_label,
+            "out_of_sample": oos == "yes",
+            "results": rows,
+        }
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(
-            json.dumps(
-                {
-                    "agent": shipped_relative(ag.path),
-                    "eval_range": s.eval.to_dict(),
-                    "mode": s.mode,
-                    "forecasts": data.forecast_label,
-                    "out_of_sample": oos == "yes",
-                    "results": rows,
-                },
-                indent=2,
-            )
-            + "\n"
-        )
+        out.write_text(json.dumps(results, indent=2) + "\n")
         console.print(f"wrote {out}")
 
 
