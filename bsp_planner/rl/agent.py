@@ -11,17 +11,21 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import InputError
 from ..shipped import data_path
 from .settings import ALGOS, EnvSettings, StepRange, settings_from_dict
+
+if TYPE_CHECKING:
+    from stable_baselines3.common.base_class import BaseAlgorithm
 
 FORMAT = 1
 
 
 @dataclass
 class Agent:
-    model: object  # a stable_baselines3 BaseAlgorithm
+    model: BaseAlgorithm
     meta: dict
     path: Path
 
