@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Literal
 
 from .names import cpu_millicores
 
@@ -104,7 +105,7 @@ def node_capacities(
     return sorted(out, key=lambda c: c.name)
 
 
-def _search(items: list[tuple[str, float]], free: dict[str, float]) -> dict[str, str] | None | bool:
+def _search(items: list[tuple[str, float]], free: dict[str, float]) -> dict[str, str] | None | Literal[False]:
     """Exact placement by depth-first search (largest task first; nodes with equal free CPU are
     interchangeable, so only one of them is tried). None: none exists; False: gave up."""
     steps = 0

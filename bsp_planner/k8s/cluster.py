@@ -17,6 +17,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from ..errors import InputError
 from . import names as n
@@ -140,7 +141,7 @@ class Cluster:
 
     def delete_pod(self, name: str, grace_s: int | None = None) -> bool:
         """True if there was a pod to delete."""
-        kw = {} if grace_s is None else {"grace_period_seconds": int(grace_s)}
+        kw: dict[str, Any] = {} if grace_s is None else {"grace_period_seconds": int(grace_s)}
         found = self._call(f"delete pod {name}", self.core.delete_namespaced_pod, name, self.namespace,
                            missing_ok=True, **kw)
         return found is not None

@@ -22,6 +22,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from ..profiling.local import cpu_model
 
@@ -30,7 +31,7 @@ MAX_MESSAGE = 4096  # the kubelet keeps at most this many bytes of a termination
 
 
 def measure(args: list[str], timeout_s: float) -> dict:
-    result = {"duration_s": None, "exit_code": None, "reason": "", "node": os.environ.get("BSP_PLANNER_NODE", ""),
+    result: dict[str, Any] = {"duration_s": None, "exit_code": None, "reason": "", "node": os.environ.get("BSP_PLANNER_NODE", ""),
               "cpu_model": cpu_model()}
     try:
         start = time.perf_counter()

@@ -37,10 +37,22 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Protocol
 from urllib.parse import parse_qs, urlparse
 
 from ..k8s.binpack import pod_cpu_request
 from ..k8s.names import cpu_millicores
+
+
+class PodProcess(Protocol):
+    """What pod_runner returns for a pod's container: a Popen-like process."""
+
+    def poll(self) -> int | None: ...
+
+    def terminate(self) -> None: ...
+
+    def kill(self) -> None: ...
+
 
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 
@@ -120,7 +132,7 @@ class FakeApiServer:
         delete_delay_s: float = 0.0,
         resize_delay_s: float = 0.0,
         job_runner: Callable[[dict], JobOutcome] | None = None,
-        pod_runner: Callable[[dict], object] | None = None,
+        pod_runner: Callable[[dict], PodProcess] | None = None,
     ) -> None:
         self.version = version
         m = re.match(r"v(\d+)\.(\d+)", version)
@@ -132,7 +144,7 @@ class FakeApiServer:
         self.resize_delay_s = resize_delay_s
         self.job_runner = job_runner
         self.pod_runner = pod_runner
-        self._procs: dict[tuple[str, str], object] = {}
+        self._procs: dict[tuple[str, str], PodProcess] = {}
         self.state = FakeState()
         self.calls: list[Call] = []
         self.lock = threading.RLock()
@@ -219,7 +231,7 @@ class FakeApiServer:
     def add_foreign_pod(self, namespace: str, name: str, node: str, cpu: str) -> None:
         """A pod of someone else, bound to `node` and holding `cpu` there."""
         with self.lock:
-            pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace},
+            pod: dict[str, Any] = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace},
                    "spec": {"containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": cpu}}}]}}
             self._stamp(pod)
             pod["spec"]["nodeName"] = node
@@ -375,7 +387,7 @@ class FakeApiServer:
         job["status"] = {"active": 1}
 
 
-def _terminate(proc, kill: bool = False) -> None:
+def _terminate(proc: PodProcess, kill: bool = False) -> None:
     """SIGTERM (the pod's grace period), or SIGKILL once it is over."""
     if proc.poll() is None:
         try:
@@ -420,7 +432,7 @@ def _match_fields(obj: dict, selector: str | None) -> bool:
         neg = "!=" in part
         k, v = part.split("!=" if neg else "=", 1)
         path = k.strip().split(".")
-        cur = obj
+        cur: Any = obj
         for p in path:
             cur = (cur or {}).get(p) if isinstance(cur, dict) else None
         if (str(cur) == v.strip()) == neg:
