@@ -83,7 +83,7 @@ class Registry(Generic[T]):
                     field=self.field,
                 ) from None
             self._entries[name] = entry
-        return entry  # type: ignore[return-value]
+        return entry
 
     def installed(self) -> Iterator[tuple[str, T]]:
         """(name, factory) for every part whose module is installed, in registration order."""

@@ -76,7 +76,8 @@ class Allocator(ABC):
 
     def allocate(self, durations: np.ndarray, weights: np.ndarray, max_level: np.ndarray, budget_steps: int) -> np.ndarray:
         """One frame: durations (tasks, levels, k), weights (k,) -> level indices (tasks,)."""
-        return self.allocate_batch(durations[None], np.asarray(weights)[None], max_level, budget_steps)[0]
+        levels: np.ndarray = self.allocate_batch(durations[None], np.asarray(weights)[None], max_level, budget_steps)[0]
+        return levels
 
 
 def frame_time(durations: np.ndarray, levels: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
@@ -87,4 +88,5 @@ def frame_time(durations: np.ndarray, levels: np.ndarray, weights: np.ndarray | 
     slowest = per_task.max(axis=-2)
     if weights is not None:
         slowest = slowest * weights
-    return slowest.sum(axis=-1)
+    total: np.ndarray = slowest.sum(axis=-1)
+    return total

@@ -10,9 +10,16 @@ To add a planner: write its module and add one line here.
 
 from __future__ import annotations
 
-from ..registry import Registry
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-PLANNERS: Registry = Registry("strategy", field="strategies")
+from ..registry import Registry
+from .base import PlannerFactory
+
+if TYPE_CHECKING:
+    from ..simulation import StrategyResult
+
+PLANNERS: Registry[PlannerFactory] = Registry("strategy", field="strategies")
 PLANNERS.register("exppo", "bsp_planner.planners.exppo:ExppoPlanner.from_spec")
 PLANNERS.register("static", "bsp_planner.planners.static:StaticWindowPlanner.from_spec")
 PLANNERS.register("dp", "bsp_planner.planners.dp:DpPlanner.from_spec")
@@ -21,6 +28,6 @@ PLANNERS.register("rl", "bsp_planner.planners.rl:rl_planner")
 PLANNERS.register("dqn", "bsp_planner.planners.rl:dqn_planner")
 
 #: Rows of the comparison computed from the actual durations, not by a planner.
-BOUNDS: Registry = Registry("bound", field="strategies")
+BOUNDS: Registry[Callable[..., StrategyResult]] = Registry("bound", field="strategies")
 BOUNDS.register("floor", "bsp_planner.simulation:floor_result")
 BOUNDS.register("optimum", "bsp_planner.planners.optimum:optimum_result")

@@ -49,7 +49,7 @@ class ConfigTable:
 
     @property
     def horizon(self) -> int:
-        return self.predicted.shape[3]
+        return int(self.predicted.shape[3])
 
     def _check(self, j: int) -> None:
         if j > self.horizon:
@@ -91,7 +91,8 @@ class ConfigTable:
     def levels(self, t: int, j: int) -> np.ndarray:
         if self._cfg[t, j - 1, 0] < 0:
             self.ensure_row(t, j)
-        return self._cfg[t, j - 1]
+        levels: np.ndarray = self._cfg[t, j - 1]
+        return levels
 
     def row(self, t: int, jmax: int) -> tuple[np.ndarray, np.ndarray]:
         """(configs (jmax, tasks), window times (jmax,)) for j = 1..jmax at step t."""
@@ -124,7 +125,7 @@ class PlanningContext:
     # The experiment's [planner] settings, only for planners made without their own parameters
     # (make_planner(spec) with no settings, as the live coordinator still does); None: the defaults.
     planner_settings: Any = None
-    extras: dict = field(default_factory=dict)
+    extras: dict[str, Any] = field(default_factory=dict)
 
     @property
     def n_tasks(self) -> int:
@@ -180,4 +181,5 @@ def make_planner(spec: str, settings: Any = None) -> Planner:
 
     name, _, arg = spec.partition(":")
     factory = PLANNERS.get(name, hint=f" (and the bounds {', '.join(BOUNDS.names())})")
-    return factory(arg or None, settings)
+    planner: Planner = factory(arg or None, settings)
+    return planner
