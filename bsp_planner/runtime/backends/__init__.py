@@ -52,8 +52,10 @@ class Backend(ABC):
     worker may still be starting: the coordinator waits for its ZooKeeper membership."""
 
     name = "backend"
-    #: how a run reconfigures when --reconfigure is not given (recreate, in-place or auto)
-    default_reconfigure = "recreate"
+    @property
+    def default_reconfigure(self) -> str:
+        """How a run reconfigures when --reconfigure is not given (recreate, in-place or auto)."""
+        return "recreate"
 
     @abstractmethod
     def capabilities(self) -> Capabilities: ...
@@ -110,7 +112,7 @@ def make_backend(name: str, **kwargs) -> Backend:
     kwargs.pop("cpu_weight", None)  # a local cgroup matter
     if name in ("kubernetes", "k8s"):
         try:
-            from .kubernetes import KubernetesBackend  # type: ignore[import-not-found]
+            from .kubernetes import KubernetesBackend
         except ImportError:
             raise InputError("the kubernetes backend is not part of this installation yet", field="--backend") from None
         return KubernetesBackend(**kwargs)

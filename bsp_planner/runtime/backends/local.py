@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from ...errors import InputError
@@ -33,6 +34,7 @@ GROUP_INFIX = ".live."  # a run's parent group: <cgroup-prefix>.live.<run-id>
 CPU_WEIGHTS = ("guaranteed", "workers")
 MAX_SHARES = 262_144
 
+_prctl: Callable[..., int] | None
 try:
     _prctl = ctypes.CDLL(None, use_errno=True).prctl
 except (OSError, AttributeError):  # not Linux/glibc: no parent-death signal, the stop path still cleans up
