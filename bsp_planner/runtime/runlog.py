@@ -87,7 +87,7 @@ class RunLog:
         path = Path(run_dir) / "steps.jsonl"
         if not path.is_file():
             return []
-        records = []
+        records: list[dict] = []
         for line in path.read_text().splitlines():
             try:
                 rec = json.loads(line)

@@ -109,11 +109,17 @@ class Worker:
             except (ProcessLookupError, PermissionError):
                 pass
 
+    @property
+    def _live_session(self) -> Z.ZkSession:
+        """The ZooKeeper session, once run() has opened it."""
+        assert self.session is not None
+        return self.session
+
     # -- membership --------------------------------------------------------------------------------
     def _register(self) -> None:
         from kazoo.exceptions import NoNodeError
 
-        s = self.session
+        s = self._live_session
         path = self.paths.member(self.task_name)
         value = Z.member_value(self.cfg.incarnation, os.getpid(), socket.gethostname(), self.next_step)
         for _ in range(20):
@@ -214,7 +220,7 @@ class Worker:
             t += 1
 
     def _read_run(self) -> Z.RunInfo:
-        s = self.session
+        s = self._live_session
         root = self.cfg.root
         v = s.get(root)
         if v is None:
@@ -222,7 +228,7 @@ class Worker:
         return Z.parse_run(root, v)
 
     def _wait_step(self, t: int, info: Z.RunInfo) -> float | None | bool:
-        s = self.session
+        s = self._live_session
         path = self.paths.step(self.task_name, t)
 
         def check(watch):
@@ -263,7 +269,7 @@ class Worker:
         """The result and the checkpoint, in one transaction: both or neither."""
         from kazoo.exceptions import NodeExistsError
 
-        s = self.session
+        s = self._live_session
         value = Z.result_value(t, duration, enter_wait, self.cfg.incarnation, time.time())
         results = s.commit([("create", result_path, value), ("set", cp_path, Z.checkpoint_value(t, self.cfg.incarnation))])
         failed = [r for r in results if isinstance(r, Exception)]

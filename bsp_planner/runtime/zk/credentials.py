@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import secrets
 import stat
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -65,15 +66,15 @@ def read_credentials_file(path: str | Path) -> Credentials:
     return parse_credentials(path.read_text(), str(path))
 
 
-def load_credentials(file: str | Path | None = None, env: dict | None = None) -> Credentials | None:
+def load_credentials(file: str | Path | None = None, env: Mapping[str, str] | None = None) -> Credentials | None:
     """From --zk-auth-file, else $BSP_PLANNER_ZK_AUTH_FILE, else $BSP_PLANNER_ZK_AUTH; None if none."""
-    env = os.environ if env is None else env
+    environ = os.environ if env is None else env
     if file is not None:
         return read_credentials_file(file)
-    if env.get(ENV_AUTH_FILE):
-        return read_credentials_file(env[ENV_AUTH_FILE])
-    if env.get(ENV_AUTH):
-        return parse_credentials(env[ENV_AUTH], f"${ENV_AUTH}")
+    if environ.get(ENV_AUTH_FILE):
+        return read_credentials_file(environ[ENV_AUTH_FILE])
+    if environ.get(ENV_AUTH):
+        return parse_credentials(environ[ENV_AUTH], f"${ENV_AUTH}")
     return None
 
 
