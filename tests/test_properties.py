@@ -356,6 +356,7 @@ def test_forecast_commands_on_mutated_series_and_flags(world, data):
     check_outcome(folder, code, err)
 
 
+@pytest.mark.slow
 @settings(PROPS, max_examples=10)
 @given(data=st.data())
 def test_profile_heatmap_on_mutated_profiles(world, data):
