@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import InputError
+from .errors import InputError, open_text
 from .job import Job, SeriesRef
 
 SECONDS_PER_DAY = 86_400
@@ -32,7 +32,7 @@ def read_series_csv(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
         raise InputError("series file not found", path=path)
     stamps: list[np.datetime64] = []
     values: list[float] = []
-    with path.open(newline="") as fh:
+    with open_text(path, "series") as fh:
         reader = csv.reader(fh)
         header = next(reader, None)
         if header is None or [h.strip() for h in header[:2]] != ["timestamp", "value"]:
