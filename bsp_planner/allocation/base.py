@@ -6,6 +6,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from ..errors import InputError
 
@@ -52,7 +53,7 @@ class CpuLevels:
             )
         return int(np.floor(spare / self.step_millicores + 1e-9))
 
-    def to_millicores(self, levels: np.ndarray) -> np.ndarray:
+    def to_millicores(self, levels: npt.ArrayLike) -> np.ndarray:
         return self.min_millicores + self.step_millicores * np.asarray(levels)
 
 

@@ -64,7 +64,9 @@ class RunInterrupted(Exception):
 
 
 class LiveResult:
-    def __init__(self, run_id: str, run_dir: Path, status: str, records: list[dict], summary: dict, paths: dict[str, Path]) -> None:
+    def __init__(
+        self, run_id: str, run_dir: Path, status: str, records: list[dict], summary: dict, paths: dict[str, Path]
+    ) -> None:
         self.run_id, self.run_dir, self.status = run_id, run_dir, status
         self.records, self.summary, self.paths = records, summary, paths
 
@@ -113,6 +115,7 @@ class Coordinator:
         make_planner(s.planner)  # an unknown planner fails before anything starts
         overrides = list(s.overrides) + [f"strategies={s.planner}", f"modes={s.mode}"]
         exp = load_experiment(find_experiment(s.experiment), overrides)
+        assert exp.path is not None  # read from a file, never built in memory
         source_profile = str(exp.profile_path)
         check_profile_matches(exp)
         fit_profile(exp, self.run_dir, write=not self.resume, say=self.say)
@@ -148,7 +151,11 @@ class Coordinator:
     def _connect(self) -> None:
         s = self.settings
         self.session = Z.ZkSession(
-            s.zookeeper, self.creds, session_timeout_s=s.session_timeout_s, connect_timeout_s=s.zk_wait_s, op_deadline_s=s.zk_wait_s
+            s.zookeeper,
+            self.creds,
+            session_timeout_s=s.session_timeout_s,
+            connect_timeout_s=s.zk_wait_s,
+            op_deadline_s=s.zk_wait_s,
         ).start()
         self.session.add_listener(lambda st: setattr(self, "_lock_lost", True) if st == "LOST" else None)
 
@@ -156,7 +163,11 @@ class Coordinator:
         """Create the run's root (or find our own, on resume), take the coordinator lock, and make sure
         the tasks' checkpoints are not behind the run log (a server that lost its data)."""
         s = self.session
-        tasks = [{"name": t.name, "stressor": t.stressor, "ops_per_unit": t.ops_per_unit, "workers": t.workers} for t in self.job.tasks]
+        assert s is not None  # run() opened it
+        tasks = [
+            {"name": t.name, "stressor": t.stressor, "ops_per_unit": t.ops_per_unit, "workers": t.workers}
+            for t in self.job.tasks
+        ]
         value = Z.run_value(self.run_id, self.job.name, tasks, self.exp.workload_range, self.exp.steps)
         self.lock = RunLock(s, self.paths.lock, self.run_id, self.instance)
         self._created_root = claim_root(s, self.paths, self.creds, value, self.run_id, self.tasks, self.resume, self.lock)
@@ -165,7 +176,11 @@ class Coordinator:
         self._lock_lost = False
         rebuilt = prepare_tree(s, self.paths, self.tasks, logged_steps, self.store.incarnations())
         if rebuilt:
-            what = "has no state of this run" if self._created_root else f"has checkpoints behind the run log for {', '.join(rebuilt)}"
+            what = (
+                "has no state of this run"
+                if self._created_root
+                else f"has checkpoints behind the run log for {', '.join(rebuilt)}"
+            )
             note = (
                 f"ZooKeeper {s.hosts} {what} (the server lost its data, or it is another server); "
                 f"rebuilt the tasks' checkpoints from the run log: continuing at step {logged_steps}"
@@ -174,7 +189,7 @@ class Coordinator:
             self.zk_state_note = note
 
     def _relock_if_lost(self) -> None:
-        if self._lock_lost and self.session.connected:
+        if self._lock_lost and self.session is not None and self.session.connected:
             self.say("ZooKeeper session expired and was renewed; taking the coordinator lock again")
             self.lock = RunLock(self.session, self.paths.lock, self.run_id, self.instance)
             self.lock.acquire(self.settings.session_timeout_s * 1.5 + 5, ended_instance=None)
@@ -196,7 +211,8 @@ class Coordinator:
             changed = [k for k, v in self.inputs["sha256"].items() if before.get(k) not in (None, v)]
             if changed:
                 raise InputError(
-                    f"the {', '.join(changed)} changed since run {self.run_id} started; a resumed run must plan from the same inputs",
+                    f"the {', '.join(changed)} changed since run {self.run_id} started; a resumed run must plan from "
+                    "the same inputs",
                     field="--resume",
                 )
         records = RunLog.load(self.run_dir) if self.resume else []
@@ -218,7 +234,10 @@ class Coordinator:
         if s.reconfigure == "auto":  # in place where the backend can (Kubernetes 1.33+), else recreation
             s.reconfigure = "in-place" if caps.in_place else "recreate"
         if s.reconfigure == "in-place" and not caps.in_place:
-            raise InputError(f"the {self.backend.name} backend cannot resize a task in place; use --reconfigure recreate", field="--reconfigure")
+            raise InputError(
+                f"the {self.backend.name} backend cannot resize a task in place; use --reconfigure recreate",
+                field="--reconfigure",
+            )
         c = self.exp.cpu
         self.backend.check(self.job, max(c.max_millicores, c.exppo_max_millicores or 0), c.budget_millicores, path=self.exp.path)
         self._connect()
@@ -284,7 +303,9 @@ class Coordinator:
             planner, prepare_ms, current, records, runlog = self._prepare()
         except RunStoreUnwritable as exc:
             self._abandon(exc)
-            raise RunInterrupted(f"{exc}; nothing ran; free some space and `bsp-planner run --resume {self.run_id}`", self.run_id) from None
+            raise RunInterrupted(
+                f"{exc}; nothing ran; free some space and `bsp-planner run --resume {self.run_id}`", self.run_id
+            ) from None
         except BaseException as exc:
             self._abandon(exc)
             raise
@@ -293,6 +314,7 @@ class Coordinator:
         try:
             self.store.write_meta(status="running")
             self._loop(planner, records, current, runlog)
+            assert self.executor is not None and self.session is not None  # set up by _prepare
             self.executor.finish(self.exp.steps)
             if not self.settings.keep_zk:
                 self.session.delete_tree(self.paths.root)
@@ -303,7 +325,10 @@ class Coordinator:
             message = f"{why}; the run stopped after step {len(records) - 1}; continue it with {resume_hint}"
             raise RunInterrupted(message, self.run_id) from None
         except RunFailed as exc:
-            message = f"{exc}\nthe run stopped after step {len(records) - 1}; once the cause is fixed, continue it with {resume_hint}"
+            message = (
+                f"{exc}\nthe run stopped after step {len(records) - 1}; once the cause is fixed, continue it "
+                f"with {resume_hint}"
+            )
             raise RunFailed(message) from None
         except InputError as exc:  # met mid-run (a malformed value in ZooKeeper, a refused pod): still resumable
             message = f"{exc.message}; the run stopped after step {len(records) - 1}; once fixed, continue it with {resume_hint}"
@@ -315,6 +340,7 @@ class Coordinator:
             )
             raise RunFailed(message) from exc
         finally:
+            assert self.backend is not None and self.session is not None  # set up by _prepare
             try:
                 self.backend.close()
             finally:
@@ -352,6 +378,7 @@ class Coordinator:
 
     def _loop(self, planner, records: list[dict], current: np.ndarray | None, runlog: RunLog) -> None:
         ex = self.executor
+        assert ex is not None  # set up by _prepare
         n = len(self.tasks)
         first = len(records)
         for t in range(first, self.exp.steps):
