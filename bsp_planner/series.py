@@ -201,6 +201,16 @@ class JobSeries:
 
 
 def load_job_series(job: Job, workload_range: tuple[float, float] = (10.0, 50.0)) -> JobSeries:
-    series = tuple(load_task_series(t.name, t.series) for t in job.tasks)
+    refs = []
+    for t in job.tasks:
+        if t.series is None:
+            raise InputError(
+                f"task '{t.name}' has no series (its workloads are the ones it reports as it runs): this needs "
+                "one `series = { file = ... }` per task (a history of its workloads, e.g. from an earlier run)",
+                path=job.path,
+                field=f"{t.name}.series",
+            )
+        refs.append((t.name, t.series))
+    series = tuple(load_task_series(name, ref) for name, ref in refs)
     scalers = tuple(WorkloadScaler.fit(s.train, *workload_range, source=s.source) for s in series)
     return JobSeries(series=series, scalers=scalers)

@@ -127,8 +127,10 @@ def simulate(
     }
     paths = write_outputs(out_dir, results, meta, scen.task_names, scen.cpu.to_millicores)
     _print_summary(console, exp, scen, results, elapsed)
+    learned = f", {paths['learning'].name}" if "learning" in paths else ""
     console.print(
-        f"wrote {paths['md']}, {paths['csv'].name}, {paths['json'].name}, {paths['steps'].name}, chart {paths['chart']}"
+        f"wrote {paths['md']}, {paths['csv'].name}, {paths['json'].name}, {paths['steps'].name}{learned}, "
+        f"chart {paths['chart']}"
     )
 
 
