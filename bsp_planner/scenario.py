@@ -21,6 +21,7 @@ from .forecasting.provider import forecast_matrix
 from .job import Job, load_job
 from .performance import DurationModel, PerformanceModel
 from .planners.base import ConfigTable, PlanningContext, make_planner
+from .planners.observed import attach as attach_observations
 from .plugins import import_optional
 from .profiles import load_profile
 from .series import JobSeries, load_job_series
@@ -134,6 +135,7 @@ def _build(exp: Experiment) -> Scenario:
             padded = np.concatenate([actual, np.repeat(actual[:, :, -1:], h - 1, axis=2)], axis=2)
             predicted = sliding_window_view(padded, h, axis=2).transpose(2, 0, 1, 3)  # (steps, n, L, h), a view
             scen.forecast_label[mode] = "perfect knowledge"
+            fc = None
         else:
             fc, label = forecast_matrix(
                 exp.forecast.source, job_series, exp.start, exp.steps, exp.forecast.horizon, base_dir=exp.resolve(".")
@@ -142,6 +144,7 @@ def _build(exp: Experiment) -> Scenario:
             predicted = dm.durations(fc).transpose(2, 0, 1, 3)  # (steps, n, L, H)
             scen.forecast_label[mode] = label
         scen.contexts[mode] = context(predicted)
+        attach_observations(scen.contexts[mode], actual_w, fc, dm.durations, exp.workload_range)
     return scen
 
 

@@ -2,7 +2,8 @@
 
 Sources:
 
-- ``persistence``, ``seasonal-naive``: computed on the spot (no training);
+- ``persistence``, ``seasonal-naive``, ``seasonal-naive-weekly``, ``mstl``: fitted on the training half
+  and computed on the spot (no saved model);
 - ``lstm`` (also ``default``: the default forecaster) and ``lstm-thesis``: the shipped forecasts when a
   folder under ``<experiment dir>/forecasts/`` was made from exactly this request (its
   ``forecasts.json`` digest covers the series, the split, start/steps/H, the gap policy and the
@@ -21,9 +22,8 @@ import numpy as np
 
 from ..errors import InputError
 from ..series import JobSeries
-from .baselines import BASELINES
 from .files import FORECAST_META, read_forecast_metadata, read_forecasts, write_forecasts
-from .registry import DEFAULT_FORECASTER, FORECASTERS
+from .registry import DEFAULT_FORECASTER, FITTED, FORECASTERS
 
 ALIASES = {"default": DEFAULT_FORECASTER}
 
@@ -58,11 +58,11 @@ def forecast_matrix(
     """
     job_series.check_length(start, steps)
     name = ALIASES.get(source, source)
-    if name in BASELINES and gaps is None:
+    if name in FITTED and gaps is None:
         out = np.empty((len(job_series.series), steps, horizon))
         for i, s in enumerate(job_series.series):
             history = job_series.history_workloads(i)
-            f = BASELINES[name](horizon=horizon, period=s.period_steps).fit(history[: s.n_train])
+            f = FITTED[name](horizon=horizon, period=s.period_steps).fit(history[: s.n_train])
             origins = s.n_train + start + np.arange(steps)
             out[i] = f.predict_median(history, origins)
         return out, name

@@ -9,9 +9,12 @@ from .base import DEFAULT_QUANTILES, Forecaster
 from .baselines import BASELINES
 from .lstm import LSTMS
 from .prepare import PreparedSeries
+from .statistical import STATISTICAL
 
 DEFAULT_FORECASTER = "lstm"
-FORECASTERS = ("lstm", "lstm-thesis", "persistence", "seasonal-naive")
+FORECASTERS = ("lstm", "lstm-thesis", "persistence", "seasonal-naive", "seasonal-naive-weekly", "mstl")
+# Forecasters fitted on the spot (no saved model): the baselines and the statistical model.
+FITTED = {**BASELINES, **STATISTICAL}
 # Bump when a change to a forecaster's code changes what it predicts: shipped forecasts and saved
 # models made by an older version are then stale.
 FORECASTER_VERSION = 1
@@ -28,10 +31,9 @@ def is_learned(name: str) -> bool:
 
 
 def default_settings(name: str) -> dict:
-    """A forecaster's settings with every default filled in ({} for the baselines)."""
-    if not is_learned(name):
-        return {}
-    return LSTMS[name].settings_type().to_dict()
+    """A forecaster's settings with every default filled in ({} for one without settings)."""
+    cls = LSTMS[name] if is_learned(name) else FITTED[name]
+    return cls.settings_type().to_dict()
 
 
 def make_forecaster(
@@ -44,10 +46,9 @@ def make_forecaster(
     progress: Callable[[str], None] | None = None,
 ) -> Forecaster:
     check_name(name)
-    if name in BASELINES:
-        if settings:
-            raise InputError(f"the {name} forecaster takes no settings, got {', '.join(settings)}", field="settings")
-        return BASELINES[name](horizon=horizon, quantiles=quantiles, period=p.period)
+    if name in FITTED:
+        cls = FITTED[name]
+        return cls(horizon=horizon, quantiles=quantiles, period=p.period, settings=cls.settings_type.from_dict(settings or {}))
     cls = LSTMS[name]
     return cls(
         horizon=horizon,

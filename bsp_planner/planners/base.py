@@ -186,5 +186,5 @@ def _load_builtin() -> None:
     from ..plugins import import_optional
     from . import dp, exppo, mpc, static  # noqa: F401  (registration side effects)
 
-    for optional in ("optimum", "rl"):
+    for optional in ("optimum", "rl", "reactive", "risk"):
         import_optional(f"{__package__}.{optional}")
