@@ -75,6 +75,7 @@ class LSTMSettings:
     l2: float = 0.0
     ensemble: int = 1  # independent LSTM branches trained side by side, forecasts averaged
     freeze_linear: bool = False  # keep the ridge-fitted seasonal part fixed while the LSTM trains
+    statistical: bool = True  # the `mstl` forecast (fitted on the training half) as an input ahead
     interval_window: int = 240  # recent forecasts whose errors set the quantiles (0: validation errors only)
     interval_gamma: float = 0.01  # adaptive-conformal step for the quantile levels (0: fixed levels)
     seed: int = 0
@@ -381,12 +382,17 @@ class LSTMForecaster(_KerasForecaster):
 
     def min_history(self, lags: tuple[int, ...] | None = None) -> int:
         """Training steps needed: the window, the longest lag, H, and room for a validation tail."""
-        lags = lags or (1,)
-        first = self.window + self.period * max(lags)
+        first = self._first_origin(lags or (1,))
         return first + self.horizon + max(4 * self.horizon, 2 * self.horizon + 10)
 
     def _min_origin(self) -> int:
-        return self.window + self.period * max(self.lags_)
+        return self._first_origin(self.lags_)
+
+    def _first_origin(self, lags: tuple[int, ...]) -> int:
+        first = self.window + self.period * max(lags)
+        if self.settings.statistical:  # the MSTL input needs two days before its first forecast
+            first = max(first, 2 * self.period, 2 * self.horizon)
+        return first
 
     def _weekly(self) -> bool:
         return bool(self.settings.calendar and self.interval_s and self.weekly_)
@@ -423,8 +429,23 @@ class LSTMForecaster(_KerasForecaster):
             back = np.where(future, seasonal_back(np.maximum(h, 0), P, k), P * k)
             src = tau - back
             feats.append(u[src] - anchor)
+        if self.settings.statistical:
+            feats.append(self._statistical(u, o[:, 0], tau.shape) - anchor)
         feats += self._calendar(tau)
         return np.stack(feats, axis=-1)
+
+    def _statistical(self, u: np.ndarray, origins: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
+        """(len(origins), window + H): the MSTL forecasts made at each origin (statistical.py) at the
+        future positions, on the u scale; 0 at the past positions. The MSTL model is fitted on the
+        training half (the first fit_length_ values of any series given here), again after a load."""
+        from .statistical import MSTLForecaster
+
+        w = self._from_u(u)
+        if getattr(self, "mstl_", None) is None:
+            self.mstl_ = MSTLForecaster(horizon=self.horizon, period=self.period).fit(w[: self.fit_length_])
+        out = np.zeros(shape)
+        out[:, self.window :] = self._to_u(self.mstl_._point(w, origins))
+        return out
 
     def targets(self, u: np.ndarray, origins: np.ndarray) -> np.ndarray:
         o = np.asarray(origins, dtype=np.int64)
@@ -513,6 +534,8 @@ class LSTMForecaster(_KerasForecaster):
         span_s = len(w) * (self.interval_s or 0)
         self.weekly_ = bool(self.interval_s) and span_s >= 2 * SECONDS_PER_WEEK and self.period > 1
         u = self._to_u(w)
+        self.fit_length_ = len(w)
+        self.mstl_ = None
         origins = np.arange(self._min_origin(), len(u) - self.horizon + 1)
         n_val = max(2 * self.horizon, int(round(len(origins) * s.val_fraction)))
         val_o = origins[-n_val:]

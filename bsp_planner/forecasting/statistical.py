@@ -8,8 +8,9 @@ or the 336-step week of a half-hourly series; MSTL removes those seasons first.
 How a forecast at origin o is made, using only values before o:
 
 * the decomposition is refitted every ``refit_every`` steps (a day by default) on at most ``window``
-  steps before the refit point r <= o (statsforecast's `mstl`); between refits each seasonal
-  component continues as its last observed season;
+  steps before the refit point r <= o (statsforecast's `mstl`), with the seasons of which it holds
+  two (early origins see only the day); between refits each seasonal component continues as its
+  last observed season;
 * the seasonally adjusted series up to o goes through the ETS model fitted once on the training half
   (its parameters kept; statsforecast's `forward`), which forecasts the next H values;
 * the forecast is that plus the seasonal components at the target steps.
@@ -104,9 +105,10 @@ class MSTLForecaster(PointForecaster):
         return self.settings.window or 6 * longest
 
     def _min_origin(self) -> int:
-        # two of the longest season (what the decomposition needs), and room for the ETS model
+        # two of the shortest season (a decomposition keeps the seasons it has two of), and room for
+        # the ETS model
         seasons = getattr(self, "seasons_", (self.period,))  # before fit: the daily season's need
-        return max(2 * max(seasons, default=1), 2 * self.horizon)
+        return max(2 * min(seasons, default=1), 2 * self.horizon)
 
     def fit(self, history: np.ndarray) -> "MSTLForecaster":
         from statsforecast.models import MSTL, AutoETS
@@ -155,9 +157,10 @@ class MSTLForecaster(PointForecaster):
         length = r - a
         ahead = self.refit_every + self.horizon
         total = np.zeros(length + ahead)
-        if self.seasons_:
-            parts = mstl(series[a:r], period=list(self.seasons_))
-            for s in self.seasons_:
+        seasons = [s for s in self.seasons_ if 2 * s <= length]  # early origins: the seasons with room
+        if seasons:
+            parts = mstl(series[a:r], period=seasons)
+            for s in seasons:
                 comp = parts[f"seasonal{s}"].to_numpy() if f"seasonal{s}" in parts else parts["seasonal"].to_numpy()
                 tail = comp[length - s + (np.arange(ahead) % s)]
                 total += np.concatenate([comp, tail])
