@@ -71,10 +71,12 @@ class LSTMSettings:
     val_fraction: float = 0.2
     calendar: bool = True
     level: bool = False  # the last value's level as an input too (not only changes)
-    init: str = "linear"  # output layer starts as a ridge fit on the seasonal inputs ("linear") or at zero ("zero")
+    # output layer starts as the MSTL forecast ("statistical", with statistical = true), a ridge fit
+    # on the seasonal inputs ("linear") or at zero ("zero")
+    init: str = "statistical"
     l2: float = 0.0
     ensemble: int = 1  # independent LSTM branches trained side by side, forecasts averaged
-    freeze_linear: bool = False  # keep the ridge-fitted seasonal part fixed while the LSTM trains
+    freeze_linear: bool = True  # keep the starting seasonal/statistical part fixed while the LSTM trains
     statistical: bool = True  # the `mstl` forecast (fitted on the training half) as an input ahead
     interval_window: int = 240  # recent forecasts whose errors set the quantiles (0: validation errors only)
     interval_gamma: float = 0.01  # adaptive-conformal step for the quantile levels (0: fixed levels)
@@ -500,7 +502,9 @@ class LSTMForecaster(_KerasForecaster):
         F = X.shape[-1]
         kernel = np.zeros((H, F), dtype=np.float32)
         bias = np.zeros(H, dtype=np.float32)
-        if self.settings.init != "linear":
+        if self.settings.init == "statistical" and self.settings.statistical:
+            return self._statistical_init(X, Y, kernel, bias)
+        if self.settings.init not in ("linear", "statistical"):
             return kernel, bias
         lam = 1e-3 * len(X)
         for h in range(H):
@@ -512,6 +516,23 @@ class LSTMForecaster(_KerasForecaster):
             coef = np.linalg.solve(Ac.T @ Ac + lam * np.eye(len(keep)), Ac.T @ (Y[:, h] - ym))
             kernel[h, keep] = coef
             bias[h] = ym - mu @ coef
+        return kernel, bias
+
+    def _statistical_init(self, X, Y, kernel, bias):
+        """The forecast starts as a blend, per lead time, of the MSTL forecast and the longest
+        seasonal lag (last week's value where the series has a week): weights alpha and 1 - alpha,
+        alpha from {0, 0.25, .., 1} by the least squared error on X, Y (the validation tail)."""
+        W = self.window
+        col_stat = 2 + int(self.settings.level) + len(self.lags_)
+        col_lag = 2 + int(self.settings.level) + int(np.argmax(self.lags_))
+        alphas = np.linspace(0.0, 1.0, 5)
+        self.blend_ = []
+        for h in range(self.horizon):
+            a, b = X[:, W + h, col_stat], X[:, W + h, col_lag]
+            err = [np.mean((al * a + (1 - al) * b - Y[:, h]) ** 2) for al in alphas]
+            al = float(alphas[int(np.argmin(err))])
+            kernel[h, col_stat], kernel[h, col_lag] = al, 1.0 - al
+            self.blend_.append(al)
         return kernel, bias
 
     def fit(self, history: np.ndarray) -> "LSTMForecaster":
@@ -536,6 +557,7 @@ class LSTMForecaster(_KerasForecaster):
         u = self._to_u(w)
         self.fit_length_ = len(w)
         self.mstl_ = None
+        self.blend_ = None
         origins = np.arange(self._min_origin(), len(u) - self.horizon + 1)
         n_val = max(2 * self.horizon, int(round(len(origins) * s.val_fraction)))
         val_o = origins[-n_val:]
@@ -547,7 +569,10 @@ class LSTMForecaster(_KerasForecaster):
         k = _keras()
         trainer, self.model = self.build(X_tr.shape[-1])
         K = max(1, s.ensemble)
-        trainer.get_layer("seasonal_linear").set_weights(list(self._linear_init(X_tr, Y_tr)))
+        if s.init == "statistical" and s.statistical:  # the blend is chosen on the validation tail
+            trainer.get_layer("seasonal_linear").set_weights(list(self._linear_init(X_va, Y_va)))
+        else:
+            trainer.get_layer("seasonal_linear").set_weights(list(self._linear_init(X_tr, Y_tr)))
         self._compile(trainer, s.learning_rate)
         initial = trainer.get_weights()
         initial_val = float(np.mean((self._predict(X_va) - Y_va) ** 2))
@@ -591,6 +616,7 @@ class LSTMForecaster(_KerasForecaster):
             "train_origins": int(len(train_o)),
             "val_origins": int(len(val_o)),
             "lags": list(self.lags_),
+            "statistical_blend": getattr(self, "blend_", None),
             "window": self.window,
             "train_seconds": round(time.perf_counter() - start, 2),
             "history_digest": _digest(w),
