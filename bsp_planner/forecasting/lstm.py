@@ -444,7 +444,7 @@ class LSTMForecaster(_KerasForecaster):
 
         w = self._from_u(u)
         if getattr(self, "mstl_", None) is None:
-            self.mstl_ = MSTLForecaster(horizon=self.horizon, period=self.period).fit(w[: self.fit_length_])
+            self.mstl_ = MSTLForecaster(horizon=self.horizon, period=self.period).fit(w[: self.fit_length_], errors=False)
         out = np.zeros(shape)
         out[:, self.window :] = self._to_u(self.mstl_._point(w, origins))
         return out

@@ -110,7 +110,9 @@ class MSTLForecaster(PointForecaster):
         seasons = getattr(self, "seasons_", (self.period,))  # before fit: the daily season's need
         return max(2 * min(seasons, default=1), 2 * self.horizon)
 
-    def fit(self, history: np.ndarray) -> "MSTLForecaster":
+    def fit(self, history: np.ndarray, *, errors: bool = True) -> "MSTLForecaster":
+        """Fit on a training history; errors=False skips measuring its own errors there (no
+        quantiles: for use as another model's input, where only the point forecasts are read)."""
         from statsforecast.models import MSTL, AutoETS
 
         w = np.asarray(history, dtype=np.float64)
@@ -129,18 +131,17 @@ class MSTLForecaster(PointForecaster):
             self.trend_ = AutoETS(model="ZZN").fit(w)
         self._decompositions.clear()
         self._forecasts.clear()
+        self.fit_length_ = len(w)
+        self.info = {"seasons_steps": list(self.seasons_), "trend_model": str(self.trend_.model_.get("method", ""))}
+        if not errors:
+            return self
         origins = np.arange(first, len(w) - self.horizon + 1)
         point = self._point(w, origins)
         truth = w[origins[:, None] + np.arange(self.horizon)[None, :]]
-        errors = truth - point
-        self.error_quantiles_ = np.quantile(errors, self.quantiles, axis=0)
+        errs = truth - point
+        self.error_quantiles_ = np.quantile(errs, self.quantiles, axis=0)
         self.error_quantiles_[self.median_index] = 0.0
-        self.fit_length_ = len(w)
-        self.info = {
-            "seasons_steps": list(self.seasons_),
-            "trend_model": str(self.trend_.model_.get("method", "")),
-            "train_rmse": float(np.sqrt(np.mean(errors**2))),
-        }
+        self.info["train_rmse"] = float(np.sqrt(np.mean(errs**2)))
         return self
 
     # -- forecasting ---------------------------------------------------------------------------------
