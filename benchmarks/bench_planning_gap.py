@@ -5,10 +5,10 @@
 For each setting (the default experiment at penalties 0.1, 0.3 and 1.0 s on steps 0..399, and at
 0.3 s on steps 400..799) it simulates every strategy in forecast mode and the `optimum` bound, and
 reports each strategy's total seconds and its distance above `optimum`; the best non-oracle strategy
-(neither `optimum` nor `floor`) is the figure the goal is about (within 3% of optimum). Settings are
-appended to the JSON file as they finish and skipped when already there (resume after an
-interruption; --fresh to start over). The DQN agent was trained on steps 400..999, so on steps
-400..799 it plays in sample: its row there is not an out-of-sample figure.
+(neither `optimum` nor `floor`) is the figure the goal is about (within 3% of optimum). Results are
+written to the JSON file after every strategy, and strategies already there are skipped (resume
+after an interruption; --fresh to start over). The DQN agent was trained on steps 400..999, so on
+steps 400..799 it plays in sample: its row there is not an out-of-sample figure.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ SETTINGS = [
 NON_ORACLE_EXCLUDED = {"optimum", "floor"}
 
 
-def run_setting(setting: dict, strategies: list[str], forecasts: str | None, experiment: Path) -> dict:
+def run_setting(setting: dict, strategies: list[str], forecasts: str | None, experiment: Path, rows: dict, save) -> dict:
     import warnings
 
     from bsp_planner.experiment import apply_overrides, load_experiment
@@ -47,8 +47,9 @@ def run_setting(setting: dict, strategies: list[str], forecasts: str | None, exp
     apply_overrides(exp, overrides)
     t0 = time.perf_counter()
     scen = build_scenario(exp)
-    rows = {}
     for s in [*strategies, "optimum"]:
+        if s in rows:
+            continue  # measured in an earlier run
         t1 = time.perf_counter()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # dqn warns when the penalty differs from its training one
@@ -60,6 +61,7 @@ def run_setting(setting: dict, strategies: list[str], forecasts: str | None, exp
             "seconds": round(time.perf_counter() - t1, 2),
         }
         print(f"  {s:14s} {r.total_s:9.2f} s  ({r.checkpoints} checkpoints)", flush=True)
+        save({**setting, "forecasts": scen.forecast_label["forecast"], "rows": rows})
     opt = rows["optimum"]["total_s"]
     for v in rows.values():
         v["vs_optimum_pct"] = round(100.0 * (v["total_s"] / opt - 1.0), 2)
@@ -77,7 +79,7 @@ def run_setting(setting: dict, strategies: list[str], forecasts: str | None, exp
 
 def markdown(report: dict) -> str:
     settings = report["settings"]
-    names = list(settings[0]["rows"])
+    names = list(dict.fromkeys(n for s in settings for n in s["rows"]))
     head = "| strategy | " + " | ".join(s["name"] for s in settings) + " |"
     lines = [head, "|---" * (len(settings) + 1) + "|"]
     for n in names:
@@ -111,18 +113,22 @@ def main() -> None:
     done = {s["name"]: s for s in report.get("settings", [])}
     wanted = SETTINGS if args.only is None else [SETTINGS[int(i)] for i in args.only.split(",")]
     strategies = [s for s in args.strategies.split(",") if s]
+    def save(res: dict) -> None:  # after every strategy: an interrupted run resumes where it stopped
+        done[res["name"]] = res
+        report["settings"] = [done[s["name"]] for s in SETTINGS if s["name"] in done]
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(report, indent=2) + "\n")
+
     for setting in wanted:
-        if setting["name"] in done:
+        rows = dict(done.get(setting["name"], {}).get("rows", {}))
+        if all(s in rows for s in [*strategies, "optimum"]):
             print(f"{setting['name']}: already measured (--fresh to redo)")
             continue
         print(f"{setting['name']}:", flush=True)
         load0 = os.getloadavg()[0]
-        res = run_setting(setting, strategies, args.forecasts, Path(args.experiment))
+        res = run_setting(setting, strategies, args.forecasts, Path(args.experiment), rows, save)
         res["load_before"] = round(load0, 2)
-        done[setting["name"]] = res
-        report["settings"] = [done[s["name"]] for s in SETTINGS if s["name"] in done]
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(report, indent=2) + "\n")  # after every setting: resumable
+        save(res)
         print(f"  best non-oracle: {res['best_non_oracle']} {res['best_vs_optimum_pct']:+.2f}% above optimum", flush=True)
     if report.get("settings"):
         print(markdown(report))
