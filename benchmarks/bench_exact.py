@@ -97,7 +97,7 @@ def bench_mpc(path, overrides, steps: int = 60) -> None:
         wall, cpu = time.perf_counter() - w0, time.process_time() - c0
         d = r.decision_ms
         rows.append((label, np.median(d), pct(d, 90), d.max(), 1e3 * cpu / steps, alloc.stats.milps / steps))
-    print(f"**MPC with the exact allocator**, {n} tasks, horizon {ctx.horizon} (55 frames per step), forecast mode "
+    print(f"**MPC with the exact allocator**, {n} tasks, horizon {exp.planner.horizon} (55 frames per step), forecast mode "
           f"({scen.forecast_label['forecast']}), first {steps} steps, decision time per step:\n")
     print("| allocator cache | median ms | p90 ms | max ms | CPU ms per step | MILPs per step |\n|---|---|---|---|---|---|")
     for label, med, p90, mx, cpu, mil in rows:
@@ -110,7 +110,7 @@ def bench_optimum(path, overrides) -> None:
     ctx = scen.contexts["perfect"]
     max_level = np.maximum(ctx.max_level, ctx.exppo_max_level)
     w0, c0 = time.perf_counter(), time.process_time()
-    plan = optimum_plan(scen.actual, max_level, ctx.budget_steps, ctx.penalty_s, ctx.optimum_max_segment)
+    plan = optimum_plan(scen.actual, max_level, ctx.budget_steps, ctx.penalty_s, exp.planner.optimum_max_segment)
     wall, cpu = time.perf_counter() - w0, time.process_time() - c0
     st = plan.stats
     n, L, m = scen.actual.shape
@@ -185,8 +185,8 @@ def bench_strategies(path, overrides, full: bool, exact_too: tuple[str, ...]) ->
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", default="frame,mpc,optimum,quality,strategies")
-    ap.add_argument("--experiment", default=str(ROOT / "experiments" / "default.toml"))
-    ap.add_argument("--large", default=str(ROOT / "experiments" / "large.toml"))
+    ap.add_argument("--experiment", default=str(ROOT / "bsp_planner" / "data" / "experiments" / "default.toml"))
+    ap.add_argument("--large", default=str(ROOT / "bsp_planner" / "data" / "experiments" / "large.toml"))
     ap.add_argument("--set", action="append", default=[], help="override, e.g. profile=/tmp/synth/profile.csv")
     ap.add_argument("--full", action="store_true", help="also dp with the exact allocator (slow)")
     args = ap.parse_args()

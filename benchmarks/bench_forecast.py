@@ -55,7 +55,7 @@ def _compare_with_shipped(folder: Path) -> dict:
 
     from bsp_planner.forecasting.files import read_forecast_metadata, read_forecasts
 
-    shipped = ROOT / "experiments" / "forecasts" / "default"
+    shipped = ROOT / "bsp_planner" / "data" / "experiments" / "forecasts" / "default"
     a, b = read_forecast_metadata(folder), read_forecast_metadata(shipped)
     if not b or a.get("digest") != b.get("digest"):
         return {"comparable": False}
@@ -68,7 +68,7 @@ def _compare_with_shipped(folder: Path) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--gaps", default=None, help="gap policy to pass on (default: the experiment's)")
-    ap.add_argument("--experiment", default=str(ROOT / "experiments" / "default.toml"))
+    ap.add_argument("--experiment", default=str(ROOT / "bsp_planner" / "data" / "experiments" / "default.toml"))
     ap.add_argument("--out", default=str(ROOT / "out" / "bench_forecast.json"))
     args = ap.parse_args()
     extra = ["-e", args.experiment] + (["--gaps", args.gaps] if args.gaps else [])

@@ -192,7 +192,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("section", choices=["barrier", "live", "reconfig", "all"])
     ap.add_argument("--steps", type=int, default=20, help="steps of the live run (and of each barrier run)")
-    ap.add_argument("--experiment", type=Path, default=ROOT / "experiments" / "live-default.toml")
+    ap.add_argument("--experiment", type=Path, default=ROOT / "bsp_planner" / "data" / "experiments" / "live-default.toml")
     ap.add_argument("--planner", default="mpc")
     ap.add_argument("--reconfigure", default="in-place")
     ap.add_argument("--per-process", type=int, default=1, help="barrier participants per process")

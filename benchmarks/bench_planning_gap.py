@@ -94,7 +94,7 @@ def markdown(report: dict) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--experiment", default=str(ROOT / "experiments" / "default.toml"))
+    ap.add_argument("--experiment", default=str(ROOT / "bsp_planner" / "data" / "experiments" / "default.toml"))
     ap.add_argument("--forecasts", default=None, help="forecast source (default: the experiment's)")
     ap.add_argument("--strategies", default=",".join(STRATEGIES))
     ap.add_argument("--only", default=None, help="comma-separated setting indices (0-3)")

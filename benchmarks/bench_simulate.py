@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bsp_planner.allocation import CpuLevels, GreedyAllocator  # noqa: E402
-from bsp_planner.experiment import load_experiment  # noqa: E402
+from bsp_planner.experiment import PlannerSettings, load_experiment  # noqa: E402
 from bsp_planner.planners.base import ConfigTable, PlanningContext, make_planner  # noqa: E402
 from bsp_planner.scenario import build_scenario  # noqa: E402
 from bsp_planner.simulation import simulate  # noqa: E402
@@ -62,23 +62,23 @@ def default_experiment_wall() -> tuple[float, float]:
     return time.perf_counter() - t0, _child_cpu() - c0
 
 
-def big_context(n_tasks: int, steps: int, horizon: int, seed: int = 0):
+def big_context(n_tasks: int, steps: int, horizon: int, seed: int = 0, allocator=None, budget_per_task_millicores: float = 1000.0):
     """n_tasks copies of the eight default tasks over shifted windows of their test series."""
-    exp = load_experiment(ROOT / "experiments" / "default.toml", [f"steps={steps + 600}", "modes=perfect", "strategies=floor"])
+    exp = load_experiment(ROOT / "bsp_planner" / "data" / "experiments" / "default.toml", [f"steps={steps + 600}", "modes=perfect", "strategies=floor"])
     scen = build_scenario(exp)
     base = scen.actual  # (8, L, steps+600)
     rng = np.random.default_rng(seed)
     idx = np.arange(n_tasks) % base.shape[0]
     shift = rng.integers(0, 600, n_tasks)
     actual = np.stack([base[i, :, s : s + steps] for i, s in zip(idx, shift)])
-    cpu = CpuLevels(exp.cpu.min_millicores, exp.cpu.step_millicores, exp.cpu.max_millicores, 1000.0 * n_tasks)
+    cpu = CpuLevels(exp.cpu.min_millicores, exp.cpu.step_millicores, exp.cpu.max_millicores, budget_per_task_millicores * n_tasks)
     max_level = np.full(n_tasks, cpu.n_levels - 1)
     padded = np.concatenate([actual, np.repeat(actual[:, :, -1:], horizon - 1, axis=2)], axis=2)
     predicted = sliding_window_view(padded, horizon, axis=2).transpose(2, 0, 1, 3)
     ctx = PlanningContext(
         steps=steps, cpu=cpu, max_level=max_level, penalty_s=exp.penalty_s,
-        configs=ConfigTable(predicted, GreedyAllocator(), max_level, cpu.budget_steps(n_tasks), 0.95),
-        horizon=horizon, mid_durations=actual.mean(axis=2),
+        configs=ConfigTable(predicted, allocator or GreedyAllocator(), max_level, cpu.budget_steps(n_tasks), 0.95),
+        mid_durations=actual.mean(axis=2), planner_settings=PlannerSettings(horizon=horizon),
     )
     return ctx, actual
 

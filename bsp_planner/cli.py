@@ -7,12 +7,14 @@ heavy imports (TensorFlow, torch, kazoo) inside its commands, so `bsp-planner --
 from __future__ import annotations
 
 import sys
+import warnings
+from typing import Callable
 
 import typer
 from rich.console import Console
 
-from .errors import InputError
-from .plugins import import_optional
+from .errors import InputError, InputWarning
+from .registry import NotInstalled, Registry, resolve
 
 app = typer.Typer(
     name="bsp-planner",
@@ -21,33 +23,58 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-err_console = Console(stderr=True)
+err_console = Console(stderr=True, soft_wrap=True)  # a path in a message is never cut in two
+
+
+Attach = Callable[[typer.Typer, str], None]
+
+
+def _group(spec: str) -> Attach:
+    """A typer app ('module:app') as the command group `bsp-planner NAME ...`."""
+    return lambda app, name: app.add_typer(resolve(spec), name=name)
+
+
+def _command(spec: str) -> Attach:
+    """A function ('module:function') as the command `bsp-planner NAME`."""
+    return lambda app, name: app.command(name)(resolve(spec))
+
+
+def _commands(spec: str) -> Attach:
+    """A module's `register(app)` ('module:register') adding several top-level commands."""
+    return lambda app, name: resolve(spec)(app)
+
+
+#: Every command group, one line each; a part absent from the installation is left out.
+COMMANDS: Registry[Attach] = Registry("command group")
+COMMANDS.register("profile", _group("bsp_planner.profiling.cli:app"))
+COMMANDS.register("simulate", _command("bsp_planner.simulate_cli:simulate"))
+COMMANDS.register("init", _command("bsp_planner.init_cli:init"))
+COMMANDS.register("forecast", _group("bsp_planner.forecasting.cli:app"))
+COMMANDS.register("rl", _group("bsp_planner.rl.cli:app"))
+COMMANDS.register("runtime", _commands("bsp_planner.runtime.cli:register"))  # run, worker, zk
 
 
 def _register() -> None:
-    from .profiling.cli import app as profile_app
-    from .simulate_cli import simulate
-
-    app.add_typer(profile_app, name="profile")
-    app.command("simulate")(simulate)
-    for module, name in (
-        ("bsp_planner.forecasting.cli", "forecast"),
-        ("bsp_planner.rl.cli", "rl"),
-        ("bsp_planner.runtime.cli", "runtime"),
-    ):
-        mod = import_optional(module)
-        if mod is None:
+    for name in COMMANDS:
+        try:
+            COMMANDS.get(name)(app, name)
+        except NotInstalled:
             continue  # that part of the product is not there
-        if hasattr(mod, "register"):
-            mod.register(app)
-        else:
-            app.add_typer(mod.app, name=name)
 
 
 _register()
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None, _default=warnings.showwarning) -> None:
+    """Warnings about inputs read as plain text, like errors; any other warning as Python shows it."""
+    if issubclass(category, InputWarning):
+        err_console.print(f"[bold yellow]warning:[/] {message}", highlight=False)
+    else:
+        _default(message, category, filename, lineno, file, line)
+
+
 def main() -> None:
+    warnings.showwarning = _show_warning
     try:
         app()
     except InputError as exc:

@@ -29,3 +29,7 @@ class InputError(ValueError):
             where.append(f"field '{field}'")
         prefix = ": ".join([", ".join(where)]) if where else ""
         super().__init__(f"{prefix}: {message}" if prefix else message)
+
+
+class InputWarning(UserWarning):
+    """An input that can be used but is probably not what was meant (the CLI prints it as a warning)."""

@@ -17,11 +17,11 @@ included; `last_row` may be left out to mean "to the end of the file".
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import InputError
+from .settings import load_settings, read_toml, setting
 from .stressors import KNOWN_STRESSORS
 
 
@@ -76,81 +76,73 @@ class Job:
         )
 
 
-def _require(table: dict, key: str, kind, path: Path, where: str):
-    if key not in table:
-        raise InputError(f"missing required field in {where}", path=path, field=key)
-    value = table[key]
-    if kind is float and isinstance(value, int) and not isinstance(value, bool):
-        value = float(value)
-    if not isinstance(value, kind) or isinstance(value, bool):
-        raise InputError(
-            f"expected {kind.__name__} in {where}, got {value!r}", path=path, field=key
-        )
-    return value
+@dataclass
+class SeriesSpec:
+    """A task's `series = {file, first_row, last_row}` table as written in the job file."""
+
+    file: str = setting()
+    first_row: int = setting(0, ge=0)
+    last_row: int | None = setting(None, ge=0)
+
+
+@dataclass
+class TaskSpec:
+    """One `[[task]]` table as written in the job file."""
+
+    name: str = setting()
+    stressor: str = setting()
+    ops_per_unit: float = setting(gt=0)
+    series: SeriesSpec = setting()
+    workers: int | None = setting(None, ge=1)  # None: the job's `workers`
+
+
+@dataclass
+class JobFile:
+    """A job file's top level; every key of it and of its `[[task]]` tables is checked."""
+
+    name: str | None = None  # None: the file's stem
+    description: str = ""
+    workers: int = setting(1, ge=1)
+    task: list[TaskSpec] = setting(default_factory=list)
+
+    def validate(self, path: str | Path | None = None) -> None:
+        if not self.task:
+            raise InputError("the job has no tasks; add at least one [[task]] table", path=path, field="task")
+        seen: set[str] = set()
+        for i, t in enumerate(self.task):
+            if t.name in seen:
+                raise InputError(f"duplicate task name '{t.name}'", path=path, field=f"task[{i}].name")
+            seen.add(t.name)
+            if t.stressor not in KNOWN_STRESSORS:
+                raise InputError(
+                    f"unknown stress-ng stressor '{t.stressor}' in task '{t.name}' "
+                    "(see `stress-ng --stressors` for the names)",
+                    path=path,
+                    field=f"task[{i}].stressor",
+                )
+            first, last = t.series.first_row, t.series.last_row
+            if last is not None and last < first:
+                raise InputError(
+                    f"expected 0 <= first_row <= last_row in task '{t.name}', got {first!r}..{last!r}",
+                    path=path,
+                    field=f"task[{i}].series",
+                )
 
 
 def load_job(path: str | Path) -> Job:
     """Read and validate a job file; every problem is an InputError naming the file and field."""
     path = Path(path)
-    if not path.is_file():
-        raise InputError("job file not found", path=path)
-    try:
-        data = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as exc:
-        raise InputError(f"not valid TOML: {exc}", path=path) from exc
-    name = data.get("name", path.stem)
-    workers = data.get("workers", 1)
-    if not isinstance(workers, int) or workers < 1:
-        raise InputError(f"expected a positive integer, got {workers!r}", path=path, field="workers")
-    raw_tasks = data.get("task", [])
-    if not isinstance(raw_tasks, list) or not raw_tasks:
-        raise InputError("the job has no tasks; add at least one [[task]] table", path=path, field="task")
-    tasks: list[Task] = []
-    seen: set[str] = set()
-    for i, t in enumerate(raw_tasks):
-        where = f"task #{i + 1}"
-        tname = _require(t, "name", str, path, where)
-        where = f"task '{tname}'"
-        if tname in seen:
-            raise InputError(f"duplicate task name '{tname}'", path=path, field=f"task[{i}].name")
-        seen.add(tname)
-        stressor = _require(t, "stressor", str, path, where)
-        if stressor not in KNOWN_STRESSORS:
-            raise InputError(
-                f"unknown stress-ng stressor '{stressor}' in {where} "
-                "(see `stress-ng --stressors` for the names)",
-                path=path,
-                field=f"task[{i}].stressor",
-            )
-        ops = _require(t, "ops_per_unit", float, path, where)
-        if not ops > 0:
-            raise InputError(f"expected ops_per_unit > 0 in {where}", path=path, field=f"task[{i}].ops_per_unit")
-        s = t.get("series")
-        if not isinstance(s, dict):
-            raise InputError(
-                f"expected a table {{file, first_row, last_row}} in {where}",
-                path=path,
-                field=f"task[{i}].series",
-            )
-        sfile = _require(s, "file", str, path, f"{where}.series")
-        first = s.get("first_row", 0)
-        last = s.get("last_row")
-        if not isinstance(first, int) or first < 0 or (last is not None and (not isinstance(last, int) or last < first)):
-            raise InputError(
-                f"expected 0 <= first_row <= last_row in {where}, got {first!r}..{last!r}",
-                path=path,
-                field=f"task[{i}].series",
-            )
-        tworkers = t.get("workers", workers)
-        if not isinstance(tworkers, int) or tworkers < 1:
-            raise InputError(f"expected a positive integer in {where}", path=path, field=f"task[{i}].workers")
-        tasks.append(
-            Task(
-                name=tname,
-                stressor=stressor,
-                ops_per_unit=ops,
-                series=SeriesRef(file=(path.parent / sfile).resolve(), first_row=first, last_row=last),
-                workers=tworkers,
-            )
+    spec = load_settings(JobFile, read_toml(path, "job"), path=path)
+    tasks = tuple(
+        Task(
+            name=t.name,
+            stressor=t.stressor,
+            ops_per_unit=t.ops_per_unit,
+            series=SeriesRef(
+                file=(path.parent / t.series.file).resolve(), first_row=t.series.first_row, last_row=t.series.last_row
+            ),
+            workers=t.workers if t.workers is not None else spec.workers,
         )
-    return Job(name=name, tasks=tuple(tasks), path=path, description=data.get("description", ""))
+        for t in spec.task
+    )
+    return Job(name=spec.name if spec.name is not None else path.stem, tasks=tasks, path=path, description=spec.description)

@@ -10,13 +10,14 @@ from __future__ import annotations
 import csv
 import json
 import math
+import warnings
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from .errors import InputError
+from .errors import InputError, InputWarning
 
 PROFILE_COLUMNS = ("task", "workload", "cpu_millicores", "duration_s", "repeat")
 
@@ -158,6 +159,69 @@ def load_profile(path: str | Path) -> Profile:
         counts = {len(v) for v in grid.values()}
         mean = np.array([[np.mean(grid[(w, c)]) for c in cpus] for w in workloads])
         tasks[task] = TaskProfile(task, workloads, cpus, mean, repeats=min(counts))
-    meta_file = metadata_path(path)
-    metadata = json.loads(meta_file.read_text()) if meta_file.is_file() else {}
-    return Profile(path=path, tasks=tasks, metadata=metadata)
+    warn_non_monotone(tasks, path)
+    return Profile(path=path, tasks=tasks, metadata=read_metadata(path))
+
+
+#: A duration at a higher CPU limit more than this many times (and this many seconds above) the
+#: duration at a lower one is no measurement noise: the profile is broken (a run disturbed, rows of
+#: another task or job). The absolute margin spares runs so short that process start-up dominates.
+INVERSION_FACTOR = 2.0
+INVERSION_MIN_S = 0.1
+
+
+def warn_non_monotone(tasks: dict[str, TaskProfile], path: Path | None) -> None:
+    """Warn about grossly non-monotone durations: more CPU should never make a run much slower."""
+    for task, p in tasks.items():
+        d = p.duration_s  # (W, C), CPU ascending
+        best_so_far = np.minimum.accumulate(d, axis=1)  # the fastest at this CPU or less
+        ratio = d[:, 1:] / best_so_far[:, :-1]
+        ratio[d[:, 1:] - best_so_far[:, :-1] <= INVERSION_MIN_S] = 0.0
+        w, c = np.unravel_index(np.argmax(ratio), ratio.shape)
+        if ratio[w, c] > INVERSION_FACTOR:
+            warnings.warn(
+                f"{path}: task '{task}' at workload {p.workloads[w]:g} takes {d[w, c + 1]:.3g} s at "
+                f"{p.cpu_millicores[c + 1]:g}m but {best_so_far[w, c]:.3g} s with less CPU "
+                f"({ratio[w, c]:.1f}x slower with more CPU); re-measure those cells",
+                InputWarning,
+                stacklevel=3,
+            )
+
+
+def read_metadata(profile_path: str | Path) -> dict:
+    """The profile's `<stem>.meta.json` ({} if there is none); a damaged one is an InputError."""
+    meta_file = metadata_path(profile_path)
+    if not meta_file.is_file():
+        return {}
+    try:
+        meta = json.loads(meta_file.read_text())
+    except (ValueError, OSError) as exc:
+        raise InputError(
+            f"the profile's metadata is not readable JSON ({exc}); restore it or delete it", path=meta_file
+        ) from None
+    if not isinstance(meta, dict):
+        raise InputError("expected a JSON object in the profile's metadata", path=meta_file)
+    return meta
+
+
+def check_job_matches(metadata: dict, job, meta_path: str | Path | None) -> None:
+    """Refuse a job whose tasks differ (stressor, ops per unit, workers) from what the profile timed:
+    its durations would be predictions for something else."""
+    measured = metadata.get("tasks", {})
+    if not isinstance(measured, dict):
+        raise InputError("expected 'tasks' to be a table of the profiled tasks", path=meta_path, field="tasks")
+    for i, t in enumerate(job.tasks):
+        m = measured.get(t.name)
+        if not isinstance(m, dict):
+            continue
+        mine = {"stressor": t.stressor, "ops_per_unit": t.ops_per_unit, "workers": t.workers}
+        theirs = {k: m.get(k) for k in mine}
+        diff = [k for k in mine if theirs[k] is not None and theirs[k] != mine[k]]
+        if diff:
+            raise InputError(
+                f"task {t.name!r} has " + ", ".join(f"{k}={mine[k]!r}" for k in diff) + " in the job but the profile "
+                f"({meta_path}) timed it with " + ", ".join(f"{k}={theirs[k]!r}" for k in diff) + "; re-measure the "
+                "profile for this job (`bsp-planner profile run`) or make the task the profiled one",
+                path=job.path,
+                field=f"task[{i}].{diff[0]}",
+            )

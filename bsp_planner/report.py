@@ -36,13 +36,6 @@ def comparison_rows(results: list[StrategyResult]) -> list[dict]:
     return rows
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w", newline="") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
-
-
 def to_markdown(rows: list[dict], title: str = "") -> str:
     lines = [f"## {title}", ""] if title else []
     lines.append("| " + " | ".join(COLUMNS) + " |")
@@ -80,28 +73,28 @@ def steps_csv(results: list[StrategyResult], task_names: list[str], cpu_of_level
 
 
 def write_outputs(out_dir: Path, results: list[StrategyResult], meta: dict, task_names: list[str], cpu_of_level) -> dict[str, Path]:
-    """Write comparison.{csv,json,md}, steps.csv and comparison.png into out_dir; returns their paths."""
-    out_dir.mkdir(parents=True, exist_ok=True)
+    """Write comparison.{csv,json,md}, steps.csv and comparison.png into out_dir; returns their paths.
+
+    All of them are written into a temporary folder first and moved into out_dir together, only when
+    every one succeeded: a failure (NaN totals in the chart, a full disk) leaves out_dir as it was."""
+    from .outputs import staged_outputs
+
     rows = comparison_rows(results)
-    paths = {
-        "csv": out_dir / "comparison.csv",
-        "json": out_dir / "comparison.json",
-        "md": out_dir / "comparison.md",
-        "steps": out_dir / "steps.csv",
-        "chart": out_dir / "comparison.png",
-    }
-    _atomic_write(paths["csv"], to_csv(rows))
-    _atomic_write(paths["json"], json.dumps({"meta": meta, "results": rows}, indent=2, default=_json_default) + "\n")
-    header = [f"# Simulation: {meta.get('experiment', '')}", ""]
-    for k in ("job", "profile", "steps", "penalty_s", "budget_millicores"):
-        if k in meta:
-            header.append(f"- {k}: {meta[k]}")
-    for mode, label in meta.get("forecasts", {}).items():
-        header.append(f"- {mode} mode predictions: {label}")
-    _atomic_write(paths["md"], "\n".join(header) + "\n\n" + to_markdown(rows))
-    _atomic_write(paths["steps"], steps_csv(results, task_names, cpu_of_level))
-    bar_chart(rows, paths["chart"], meta.get("forecasts", {}))
-    return paths
+    names = {"csv": "comparison.csv", "json": "comparison.json", "md": "comparison.md", "steps": "steps.csv", "chart": "comparison.png"}
+    with staged_outputs(out_dir) as stage:
+        tmp = {k: stage / v for k, v in names.items()}
+        tmp["csv"].write_text(to_csv(rows), newline="")
+        tmp["json"].write_text(json.dumps({"meta": meta, "results": rows}, indent=2, default=_json_default) + "\n")
+        header = [f"# Simulation: {meta.get('experiment', '')}", ""]
+        for k in ("job", "profile", "steps", "penalty_s", "budget_millicores"):
+            if k in meta:
+                header.append(f"- {k}: {meta[k]}")
+        for mode, label in meta.get("forecasts", {}).items():
+            header.append(f"- {mode} mode predictions: {label}")
+        tmp["md"].write_text("\n".join(header) + "\n\n" + to_markdown(rows))
+        tmp["steps"].write_text(steps_csv(results, task_names, cpu_of_level), newline="")
+        bar_chart(rows, tmp["chart"], meta.get("forecasts", {}))
+    return {k: out_dir / v for k, v in names.items()}
 
 
 def _json_default(o):

@@ -7,7 +7,6 @@ context whose predicted durations come from perfect knowledge or from forecasts.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
@@ -20,17 +19,12 @@ from .forecasting.files import read_trace
 from .forecasting.provider import forecast_matrix
 from .job import Job, load_job
 from .performance import DurationModel, PerformanceModel
+from .planners import BOUNDS
 from .planners.base import ConfigTable, PlanningContext, make_planner
 from .planners.observed import attach as attach_observations
-from .plugins import import_optional
-from .profiles import load_profile
+from .profiles import check_job_matches, load_profile, metadata_path
 from .series import JobSeries, load_job_series
-from .simulation import StrategyResult, floor_result, simulate
-
-#: Bounds are rows of the comparison computed from the actual durations, not planners.
-BOUNDS: dict[str, Callable[[PlanningContext, np.ndarray, str], StrategyResult]] = {"floor": floor_result}
-if (_optimum := import_optional("bsp_planner.planners.optimum")) is not None:
-    BOUNDS["optimum"] = _optimum.optimum_result  # the optimal plan with perfect knowledge (exact MILPs)
+from .simulation import StrategyResult, simulate
 
 
 @dataclass
@@ -71,8 +65,12 @@ def build_scenario(exp: Experiment) -> Scenario:
 
 
 def _build(exp: Experiment) -> Scenario:
+    for fname, p, what in (("job", exp.job_path, "job"), ("profile", exp.profile_path, "profile")):
+        if not p.is_file():
+            raise InputError(f"{what} file {str(p)!r} not found (or not a file)", path=exp.path, field=fname)
     job = load_job(exp.job_path)
     profile = load_profile(exp.profile_path)
+    check_job_matches(profile.metadata, job, metadata_path(exp.profile_path))
     model = PerformanceModel(profile, job.task_names, exp.interpolation, exp.out_of_grid)
     c = exp.cpu
     top = max(c.max_millicores, c.exppo_max_millicores or c.max_millicores)
@@ -101,7 +99,8 @@ def _build(exp: Experiment) -> Scenario:
     exppo_max = np.full(n, cpu.level_of(c.exppo_max_millicores)) if c.exppo_max_millicores else max_level
     job_series = load_job_series(job, exp.workload_range)
     if exp.forecast.actual:
-        actual_w = read_trace(exp.resolve(exp.forecast.actual), job.task_names, exp.steps, exp.start)
+        grid = profile.workload_range if exp.out_of_grid == "error" else None
+        actual_w = read_trace(exp.resolve(exp.forecast.actual), job.task_names, exp.steps, exp.start, valid_range=grid)
         actual_w = np.clip(actual_w, *exp.workload_range)
     else:
         actual_w = job_series.workloads(exp.start, exp.steps, path=exp.path)
@@ -118,12 +117,9 @@ def _build(exp: Experiment) -> Scenario:
             penalty_s=exp.penalty_s,
             configs=ConfigTable(predicted, make_allocator(p.allocator), max_level, budget_steps, p.discount),
             discount=p.discount,
-            horizon=p.horizon,
-            length_punishment=p.length_punishment,
-            dp_max_segment=p.dp_max_segment,
-            optimum_max_segment=p.optimum_max_segment,
             mid_durations=dm.durations(mid[:, None])[:, :, 0],
             exppo_max_level=exppo_max,
+            planner_settings=p,
         )
 
     for mode in exp.modes:
@@ -150,9 +146,10 @@ def _build(exp: Experiment) -> Scenario:
 
 def run_strategy(scen: Scenario, strategy: str, mode: str) -> StrategyResult:
     ctx = scen.contexts[mode]
+    settings = scen.experiment.planner
     if strategy in BOUNDS:
-        return BOUNDS[strategy](ctx, scen.actual, mode)
-    planner = make_planner(strategy)
+        return BOUNDS.get(strategy)(ctx, scen.actual, mode, settings)
+    planner = make_planner(strategy, settings)
     try:
         return simulate(planner, ctx, scen.actual, mode)
     except InputError as exc:

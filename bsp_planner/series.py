@@ -19,6 +19,7 @@ from .errors import InputError
 from .job import Job, SeriesRef
 
 SECONDS_PER_DAY = 86_400
+MIN_ROWS = 4  # two to scale on (a range needs two values), two to replay
 
 
 def read_series_csv(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
@@ -106,11 +107,24 @@ class TaskSeries:
 def load_task_series(task: str, ref: SeriesRef) -> TaskSeries:
     stamps, values = read_series_csv(ref.file)
     last = len(values) - 1 if ref.last_row is None else ref.last_row
+    if ref.first_row >= len(values):
+        raise InputError(
+            f"task '{task}' starts at row {ref.first_row} but the file has rows 0..{len(values) - 1}",
+            path=ref.file,
+            field="first_row",
+        )
     if last >= len(values):
         raise InputError(
             f"task '{task}' asks for rows {ref.first_row}..{last} but the file has rows 0..{len(values) - 1}",
             path=ref.file,
             field="last_row",
+        )
+    if last - ref.first_row + 1 < MIN_ROWS:
+        raise InputError(
+            f"task '{task}' takes rows {ref.first_row}..{last}, {last - ref.first_row + 1} row(s); a series needs at "
+            f"least {MIN_ROWS} (half to fit the workload scale on, half to replay)",
+            path=ref.file,
+            field="first_row",
         )
     sl = slice(ref.first_row, last + 1)
     return TaskSeries(task=task, timestamps=stamps[sl], values=values[sl], source=ref.file, first_row=ref.first_row)

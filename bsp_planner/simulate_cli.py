@@ -9,11 +9,15 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
-DEFAULT_EXPERIMENT = Path("experiments/default.toml")
-
 
 def simulate(
-    experiment: Annotated[Path, typer.Argument(help="Experiment file (TOML).")] = DEFAULT_EXPERIMENT,
+    experiment: Annotated[
+        Optional[Path],
+        typer.Argument(help="Experiment file (TOML), or the name of a shipped one (default, large) [default: the shipped default].", show_default=False),
+    ] = None,
+    experiment_opt: Annotated[
+        Optional[Path], typer.Option("--experiment", "-e", help="The same as the argument.", show_default=False)
+    ] = None,
     strategies: Annotated[Optional[str], typer.Option("--strategies", "-s", help="Comma-separated, e.g. 'exppo,static:3,dp,mpc,floor'.")] = None,
     mode: Annotated[Optional[list[str]], typer.Option("--mode", "-m", help="perfect and/or forecast (repeatable).")] = None,
     steps: Annotated[Optional[int], typer.Option(help="Supersteps to simulate.")] = None,
@@ -26,53 +30,76 @@ def simulate(
     out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Output folder (default: the experiment's).")] = None,
     set_: Annotated[Optional[list[str]], typer.Option("--set", help="Override any field: KEY=VALUE or SECTION.KEY=VALUE (repeatable).")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+    jobs: Annotated[int, typer.Option("--jobs", "-j", help="Run strategies and modes in this many processes (results identical to 1).")] = 1,
 ) -> None:
     """Compare reconfiguration strategies on a job in simulation (table, CSV/JSON/Markdown, chart)."""
-    from .experiment import apply_overrides, load_experiment
+    from .errors import InputError
+    from .experiment import load_experiment
+    from .outputs import check_output_dir
     from .report import comparison_rows, print_table, write_outputs
-    from .scenario import build_scenario, check_strategies, run_strategy
+    from .parallel_runs import check_jobs, run_pairs
+    from .scenario import build_scenario, check_strategies
+    from .settings import apply_overrides as apply_settings_overrides
+    from .shipped import describe_experiment, find_experiment
+
+    if experiment is not None and experiment_opt is not None and experiment != experiment_opt:
+        raise InputError(f"two experiments given ({experiment} and --experiment {experiment_opt}); give one", field="--experiment")
 
     console = Console()
-    overrides = list(set_ or [])
-    for key, value in (
-        ("strategies", strategies),
-        ("steps", steps),
-        ("start", start),
-        ("penalty_s", penalty),
-        ("cpu.budget_millicores", budget),
-        ("planner.allocator", allocator),
-        ("forecast.source", forecasts),
+    # Every flag is an override, applied and checked by the same settings loader as the file; an
+    # error names the flag it came from.
+    flagged: list[tuple[str, str]] = [("--set", item) for item in set_ or []]
+    for flag, key, value in (
+        ("--strategies", "strategies", strategies),
+        ("--steps", "steps", steps),
+        ("--start", "start", start),
+        ("--penalty", "penalty_s", penalty),
+        ("--budget", "cpu.budget_millicores", budget),
+        ("--allocator", "planner.allocator", allocator),
+        ("--forecasts", "forecast.source", forecasts),
     ):
         if value is not None:
-            overrides.append(f"{key}={value}")
+            flagged.append((flag, f"{key}={value}"))
     if mode:
-        overrides.append("modes=" + ",".join(mode))
+        flagged.append(("--mode", "modes=" + ",".join(mode)))
     if actual is not None:
-        overrides.append(f"forecast.actual={actual.resolve()}")
-    exp = load_experiment(experiment)
-    apply_overrides(exp, overrides)
+        flagged.append(("--actual", f"forecast.actual={actual.resolve()}"))
+    exp = load_experiment(find_experiment(experiment if experiment is not None else experiment_opt))
+    for flag, item in flagged:
+        exp = apply_settings_overrides(exp, [item], flag=flag, validate=False)
+    exp.validate()
     check_strategies(exp.strategies)
+    check_jobs(jobs)
+    out_dir = out if out is not None else exp.output_path
+    check_output_dir(out_dir, "--out" if out is not None else "output")
     t0 = time.perf_counter()
     scen = build_scenario(exp)
-    results = []
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
-    jobs = [(m, s) for m in exp.modes for s in exp.strategies]
+    pairs = [(m, s) for m in exp.modes for s in exp.strategies]
     with Progress(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
         console=console, disable=quiet, transient=True,
     ) as progress:
-        bar = progress.add_task("simulating", total=len(jobs))
-        for m, s in jobs:
-            progress.update(bar, description=f"{m:8s} {s}")
-            results.append(run_strategy(scen, s, m))
-            progress.advance(bar)
+        bar = progress.add_task("simulating", total=len(pairs))
+        results = run_pairs(
+            scen, pairs, jobs,
+            on_start=lambda m, s: progress.update(bar, description=f"{m:8s} {s}"),
+            on_done=lambda m, s: progress.advance(bar),
+        )
     elapsed = time.perf_counter() - t0
-    out_dir = out if out is not None else exp.output_path
     meta = {
-        "experiment": str(exp.path),
+        # how the experiment and profile were named, never this machine's absolute paths
+        "experiment": describe_experiment(exp.path, out_dir),
         "job": scen.job.name,
-        "profile": str(exp.profile_path),
+        "profile": exp.profile,
         "steps": exp.steps,
         "start": exp.start,
         "penalty_s": exp.penalty_s,

@@ -93,8 +93,9 @@ def simulate(planner: Planner, ctx: PlanningContext, actual: np.ndarray, mode: s
     )
 
 
-def floor_result(ctx: PlanningContext, actual: np.ndarray, mode: str) -> StrategyResult:
-    """The per-step lower bound (min-max over all configurations, no reconfiguration cost)."""
+def floor_result(ctx: PlanningContext, actual: np.ndarray, mode: str, settings=None) -> StrategyResult:
+    """The per-step lower bound (min-max over all configurations, no reconfiguration cost); it has no
+    parameters (settings: accepted like every bound's, unused)."""
     t0 = time.perf_counter()
     max_level = ctx.max_level if ctx.exppo_max_level is None else np.maximum(ctx.max_level, ctx.exppo_max_level)
     levels, times = floor_levels(actual, max_level, ctx.budget_steps)

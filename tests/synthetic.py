@@ -7,7 +7,9 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
+from bsp_planner.shipped import data_dir
+
+DATA = data_dir()  # the shipped defaults (package data)
 THESIS_TASKS = ["affinity", "atomic", "bsearch", "cap", "chmod", "memcpy", "vecmath", "zero"]
 WORKLOADS = [10, 20, 30, 40, 50]
 CPUS = [250, 500, 750, 1000, 1500, 2000]
@@ -33,7 +35,7 @@ def write_profile(path: Path, tasks=THESIS_TASKS, workloads=WORKLOADS, cpus=CPUS
 def write_experiment(folder: Path, profile: Path, **fields) -> Path:
     """An experiment file on the shipped thesis-8 job with a given profile; fields override defaults."""
     settings = {
-        "job": str(ROOT / "jobs" / "thesis-8.toml"),
+        "job": str(DATA / "jobs" / "thesis-8.toml"),
         "profile": str(profile),
         "steps": 60,
         "penalty_s": 1.0,

@@ -3,6 +3,8 @@ synthetic jobs whose answer is known."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
@@ -34,7 +36,7 @@ def forecast_context(actual_w: np.ndarray, forecast_w: np.ndarray, *, penalty: f
         max_level=max_level,
         penalty_s=penalty,
         configs=ConfigTable(predicted, GreedyAllocator(), max_level, budget_steps, 0.95),
-        horizon=horizon,
+        planner_settings=SimpleNamespace(horizon=horizon, length_punishment=1.0),
         mid_durations=durations(np.full((n, 1), 30.0))[:, :, 0],
     )
     attach(ctx, actual_w, forecast_w, durations, RANGE)

@@ -1,6 +1,6 @@
 """The kubernetes live backend's reconcile logic, against FakeApiServer.
 
-FakeApiServer (bsp_planner/k8s/fake_apiserver.py) is an in-process HTTP server on 127.0.0.1 that speaks
+FakeApiServer (bsp_planner/testing/fake_apiserver.py) is an in-process HTTP server on 127.0.0.1 that speaks
 enough of the Kubernetes REST API for these calls; the real `kubernetes` client talks to it. It is used
 here FOR LOGIC TESTS ONLY: it schedules, resizes and evicts by simple rules, and nothing here says the
 backend works on a real cluster (that is tests/test_k8s_e2e.py, marked k8s). What it does check like a
@@ -23,7 +23,7 @@ pytest.importorskip("bsp_planner.runtime.backends", reason="the runtime backends
 from bsp_planner.errors import InputError  # noqa: E402
 from bsp_planner.k8s import names as N  # noqa: E402
 from bsp_planner.k8s.cluster import ROLE_RULES  # noqa: E402
-from bsp_planner.k8s.fake_apiserver import FakeApiServer, rules_from_manifests  # noqa: E402
+from bsp_planner.testing.fake_apiserver import FakeApiServer, rules_from_manifests  # noqa: E402
 from bsp_planner.runtime.backends import WorkerLaunch, make_backend  # noqa: E402
 from bsp_planner.runtime.backends.kubernetes import ConfigurationDoesNotFit, KubernetesBackend, PodLost  # noqa: E402
 
@@ -43,7 +43,7 @@ def backend(api: FakeApiServer, **kw) -> KubernetesBackend:
     kw.setdefault("image", "bsp-planner:dev")
     kw.setdefault("poll_s", 0.005)
     kw.setdefault("namespace", NS)
-    return KubernetesBackend("r1", host=api.url, **kw)
+    return KubernetesBackend("r1", kubeconfig=api.kubeconfig, **kw)
 
 
 @pytest.fixture
@@ -259,7 +259,7 @@ def test_a_pod_deleted_by_someone_else_stops_the_run(api):
 def test_cleanup_removes_only_this_runs_leftover_pods(api):
     earlier = backend(api)
     earlier.start_task(launch("affinity"), 500)
-    other = KubernetesBackend("r2", host=api.url, image="x", namespace=NS, poll_s=0.005)
+    other = KubernetesBackend("r2", kubeconfig=api.kubeconfig, image="x", namespace=NS, poll_s=0.005)
     other.start_task(launch("affinity"), 500)
     resumed = backend(api)  # a new coordinator of run r1 after a crash
     assert resumed.cleanup_stale() == [N.pod_name("r1", "affinity")]
@@ -282,12 +282,12 @@ def test_settings_come_from_the_environment_of_the_coordinator_job(api, monkeypa
     for k, v in {"NAMESPACE": "elsewhere", "RECONFIGURE": "recreate", "WORKER_ZOOKEEPER": "zookeeper:2181",
                  "ZK_AUTH_SECRET": "s", "PENDING_TIMEOUT": "7", "NODE_SELECTOR": "pool=bsp"}.items():
         monkeypatch.setenv(f"BSP_PLANNER_K8S_{k}", v)
-    b = KubernetesBackend("r1", host=api.url, image="i")
+    b = KubernetesBackend("r1", kubeconfig=api.kubeconfig, image="i")
     assert (b.namespace, b.mode, b.worker_zk_hosts, b.zk_auth_secret, b.pending_timeout_s, b.node_selector) == (
         "elsewhere", "recreate", "zookeeper:2181", "s", 7.0, {"pool": "bsp"})
     monkeypatch.setenv("BSP_PLANNER_K8S_NODE_SELECTOR", "nonsense")
     with pytest.raises(InputError, match="key=value"):
-        KubernetesBackend("r1", host=api.url, image="i")
+        KubernetesBackend("r1", kubeconfig=api.kubeconfig, image="i")
 
 
 def test_the_fit_check_is_skipped_with_a_warning_when_nodes_cannot_be_read():
@@ -360,3 +360,52 @@ def _job():
     from bsp_planner.job import Job, SeriesRef, Task
 
     return Job("j", tuple(Task(t, "cpu", 1.0, SeriesRef(Path("-"))) for t in ("affinity", "atomic")))
+
+
+# -- an unreachable cluster ----------------------------------------------------------------------------
+def _unreachable_kubeconfig(tmp_path) -> tuple[str, Path]:
+    """A kubeconfig whose server is a closed loopback port (nothing listens: connection refused)."""
+    from bsp_planner.runtime.zkserver import free_port
+
+    url = f"http://127.0.0.1:{free_port()}"
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "gone",
+        "clusters": [{"name": "gone", "cluster": {"server": url}}], "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "gone", "context": {"cluster": "gone", "user": "u"}}]}))
+    return url, kubeconfig
+
+
+def test_an_unreachable_api_server_names_the_server_and_how_to_point_at_another(tmp_path):
+    from bsp_planner.k8s.cluster import Cluster, KubernetesError
+    from bsp_planner.k8s.config import connect
+
+    url, kubeconfig = _unreachable_kubeconfig(tmp_path)
+    cluster = Cluster(connect(NS, kubeconfig=str(kubeconfig)), request_timeout_s=5)
+    with pytest.raises(KubernetesError) as info:
+        cluster.capabilities()
+    text = str(info.value)
+    assert f"cannot reach the Kubernetes API server at {url} (kubeconfig {kubeconfig} context gone)" in text
+    assert "--kubeconfig" in text and "--context" in text and "KUBECONFIG" in text
+    with pytest.raises(KubernetesError, match="cannot reach the Kubernetes API server"):
+        cluster.list_nodes()  # the optional reads too
+
+
+def test_run_on_an_unreachable_cluster_is_a_clear_error_and_leaves_no_run(tmp_path):
+    import subprocess
+    import sys
+
+    from zk_fixtures import tiny_experiment
+
+    url, kubeconfig = _unreachable_kubeconfig(tmp_path)
+    exp = tiny_experiment(tmp_path / "exp", steps=3)
+    out = subprocess.run(
+        [sys.executable, "-m", "bsp_planner.cli", "run", "--backend", "kubernetes", "-e", str(exp), "--kubeconfig", str(kubeconfig),
+         "--namespace", NS, "--image", "bsp-planner:dev", "--runs-dir", str(tmp_path / "runs"), "--run-id", "nocluster", "-q"],
+        capture_output=True, text=True, timeout=120,
+    )
+    err = " ".join(out.stderr.split())
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert f"cannot reach the Kubernetes API server at {url} (kubeconfig {kubeconfig} context gone)" in err
+    assert "--kubeconfig" in err and "Traceback" not in out.stderr
+    assert not (tmp_path / "runs" / "nocluster").exists()

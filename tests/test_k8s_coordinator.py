@@ -20,7 +20,7 @@ pytest.importorskip("kubernetes", reason="the official kubernetes client is not 
 pytest.importorskip("bsp_planner.runtime.coordinator", reason="the live runtime is not in this tree yet")
 
 from bsp_planner.k8s import names as N  # noqa: E402
-from bsp_planner.k8s.fake_apiserver import FakeApiServer  # noqa: E402
+from bsp_planner.testing.fake_apiserver import FakeApiServer  # noqa: E402
 from bsp_planner.runtime.backends.kubernetes import KubernetesBackend  # noqa: E402
 from bsp_planner.runtime.coordinator import Coordinator  # noqa: E402
 
@@ -69,7 +69,7 @@ def test_a_live_run_through_the_kubernetes_backend(tmp_path, zk_server, creds_fi
     with FakeApiServer(pod_runner=kubelet(tmp_path, secrets), delete_delay_s=5.0) as api:
         api.add_node("node-a", "4")
         backend = KubernetesBackend(
-            f"k8s-{how}", host=api.url, namespace=NS, image="bsp-planner:dev", reconfigure="auto",
+            f"k8s-{how}", kubeconfig=api.kubeconfig, namespace=NS, image="bsp-planner:dev", reconfigure="auto",
             worker_zk_hosts=zk_server.hosts, zk_auth_secret=SECRET, poll_s=0.02, log_dir=tmp_path / "logs",
         )
         coord = Coordinator(settings(exp, zk_server, creds_file, planner="static:1", reconfigure=how),
@@ -92,7 +92,10 @@ def test_a_live_run_through_the_kubernetes_backend(tmp_path, zk_server, creds_fi
     assert "joined at step 0" in pod_log
 
 
-def test_run_backend_kubernetes_on_the_command_line(tmp_path, zk_server, creds_file):  # noqa: F811
+@pytest.mark.parametrize("env_reconfigure, expected", [(None, "in-place"), ("recreate", "recreate")])
+def test_run_backend_kubernetes_on_the_command_line(tmp_path, zk_server, creds_file, monkeypatch, env_reconfigure, expected):  # noqa: F811
+    """No --reconfigure: the backend's default applies ($BSP_PLANNER_K8S_RECONFIGURE, else auto, which is
+    in place on a server that can resize pods), never a recreation forced by the command line."""
     import yaml
     from typer.testing import CliRunner
 
@@ -109,7 +112,11 @@ def test_run_backend_kubernetes_on_the_command_line(tmp_path, zk_server, creds_f
             "apiVersion": "v1", "kind": "Config", "current-context": "fake",
             "clusters": [{"name": "fake", "cluster": {"server": api.url}}], "users": [{"name": "u", "user": {"token": "t"}}],
             "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "u"}}]}))
-        args = ["run", "--backend", "kubernetes", "--experiment", str(exp), "--planner", "static:1", "--reconfigure", "auto",
+        if env_reconfigure:
+            monkeypatch.setenv("BSP_PLANNER_K8S_RECONFIGURE", env_reconfigure)
+        else:
+            monkeypatch.delenv("BSP_PLANNER_K8S_RECONFIGURE", raising=False)
+        args = ["run", "--backend", "kubernetes", "--experiment", str(exp), "--planner", "static:1",
                 "--zookeeper", zk_server.hosts, "--zk-auth-file", str(creds_file), "--runs-dir", str(tmp_path / "runs"),
                 "--run-id", "cli-k8s", "--namespace", NS, "--image", "bsp-planner:dev", "--kubeconfig", str(kubeconfig),
                 "--worker-zookeeper", zk_server.hosts, "--zk-auth-secret", SECRET, "--pending-timeout", "60", "--quiet"]
@@ -118,5 +125,5 @@ def test_run_backend_kubernetes_on_the_command_line(tmp_path, zk_server, creds_f
         assert api.pods(NS) == []
     meta = json.loads((tmp_path / "runs" / "cli-k8s" / "run.json").read_text())
     assert meta["status"] == "finished"
-    assert meta["settings"]["reconfigure"] == "in-place"  # auto, on a server with pods/resize
+    assert meta["settings"]["reconfigure"] == expected
     assert meta["settings"]["kubernetes"]["zk_auth_secret"] == SECRET

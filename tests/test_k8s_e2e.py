@@ -26,10 +26,11 @@ import pytest
 
 from bsp_planner.job import Job, SeriesRef, Task
 from bsp_planner.k8s import names as N
+from bsp_planner.shipped import data_dir
 
 pytestmark = pytest.mark.k8s
 
-ROOT = Path(__file__).resolve().parent.parent
+DATA = data_dir()  # the shipped defaults (package data)
 NS = os.environ.get("BSP_PLANNER_K8S_NAMESPACE", N.DEFAULT_NAMESPACE)
 IMAGE = os.environ.get("BSP_PLANNER_IMAGE", "bsp-planner:dev")
 SECRET = "bsp-planner-zk-auth"
@@ -109,9 +110,7 @@ def test_the_default_job_runs_live_on_the_cluster(cluster, tmp_path, monkeypatch
 
     if how == "in-place" and not cluster["cluster"].capabilities().in_place_resize:
         pytest.skip(f"the server ({cluster['version']}) has no pods/resize subresource (Kubernetes 1.33+)")
-    experiment = ROOT / DEFAULT_EXPERIMENT
-    if not experiment.is_file():
-        experiment = ROOT / "experiments" / "default.toml"
+    experiment = DEFAULT_EXPERIMENT
     steps = int(os.environ.get("BSP_PLANNER_E2E_STEPS", "6"))
     overrides = [f"steps={steps}"] + [o for o in os.environ.get("BSP_PLANNER_E2E_SET", "").split(",") if o]
     forward, port = _port_forward(cluster["kubeconfig"])

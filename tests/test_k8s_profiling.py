@@ -1,6 +1,6 @@
 """The Kubernetes profiler: grid cells as Jobs, bounded parallelism, resume, the local profiler's files.
 
-The cluster is FakeApiServer (bsp_planner/k8s/fake_apiserver.py), FOR LOGIC TESTS ONLY: a Job's
+The cluster is FakeApiServer (bsp_planner/testing/fake_apiserver.py), FOR LOGIC TESTS ONLY: a Job's
 container does not run; a function of the test says what it would have reported (its exit code and
 termination message), except in the last test, where that function runs the Job's real command
 (`python -m bsp_planner.k8s.measure -- stress-ng ...`) on this machine, without a CPU limit.
@@ -25,7 +25,8 @@ from bsp_planner.job import Job, SeriesRef, Task
 from bsp_planner.k8s import measure
 from bsp_planner.k8s import names as N
 from bsp_planner.k8s.cluster import ROLE_RULES
-from bsp_planner.k8s.fake_apiserver import FakeApiServer, JobOutcome, rules_from_manifests
+from bsp_planner.shipped import data_path
+from bsp_planner.testing.fake_apiserver import FakeApiServer, JobOutcome, rules_from_manifests
 from bsp_planner.profiles import load_profile, metadata_path
 from bsp_planner.profiling import runner as R
 from bsp_planner.profiling.kubernetes import KubernetesProfiler, cell_text, default_profile_id, run_grid_kubernetes
@@ -84,7 +85,7 @@ def profiler(api, **kw) -> KubernetesProfiler:
     kw.setdefault("poll_s", 0.005)
     kw.setdefault("namespace", NS)
     kw.setdefault("profile_id", "prof")
-    return KubernetesProfiler(host=api.url, **kw)
+    return KubernetesProfiler(kubeconfig=api.kubeconfig, **kw)
 
 
 @pytest.fixture
@@ -332,7 +333,7 @@ def test_profile_run_backend_kubernetes_on_the_command_line(api, tmp_path):
         pytest.skip("`bsp-planner profile run` has no --backend kubernetes yet (the hook in profiling/cli.py, docs/kubernetes.md)")
     env = {"KUBECONFIG": str(_kubeconfig_for(api, tmp_path / "kubeconfig")), "BSP_PLANNER_IMAGE": "bsp-planner:dev"}
     out = tmp_path / "p" / "profile.csv"
-    args = ["profile", "run", "--backend", "kubernetes", "--job", str(Path(__file__).resolve().parent.parent / "jobs" / "thesis-8.toml"),
+    args = ["profile", "run", "--backend", "kubernetes", "--job", str(data_path("jobs/thesis-8.toml")),
             "--tasks", "affinity,atomic", "--cpu", "500,1000", "--workloads", "10,20", "--repeats", "1", "--parallel", "3",
             "--out", str(out)]
     result = CliRunner().invoke(app, args, env=env)

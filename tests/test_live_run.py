@@ -22,6 +22,7 @@ from bsp_planner.runtime import zk as Z
 from bsp_planner.runtime.coordinator import Coordinator, RunInterrupted
 from zk_fixtures import (  # noqa: F401  (fixtures)
     PREFIX,
+    StressGate,
     assert_nothing_left,
     creds_file,
     needs_tasks,
@@ -31,7 +32,6 @@ from zk_fixtures import (  # noqa: F401  (fixtures)
     run_processes,
     settings,
     tiny_experiment,
-    wait_for_steps,
     zk_server,
 )
 
@@ -128,18 +128,14 @@ def test_reconfiguration_in_place_rewrites_quotas_and_recreate_restarts(tmp_path
 
 def test_a_worker_killed_mid_step_reruns_that_step_from_its_checkpoint(tmp_path, zk_server, creds_file):
     exp = tiny_experiment(tmp_path / "exp", steps=5, ops_a=60)
-    coord = coordinator(tmp_path, exp, zk_server, creds_file, "killw", keep_zk=True)
+    gate = StressGate(tmp_path / "gate")
+    gate.hold(3)  # task a's third stress-ng run: step 2, which the run cannot pass while it is held
+    coord = coordinator(tmp_path, exp, zk_server, creds_file, "killw", keep_zk=True, stress_ng=str(gate.path))
     th, out = in_thread(coord)
     run_dir = tmp_path / "runs" / "killw"
-    wait_for_steps(run_dir, 1)
-    # wait until task a's worker is computing (its stress-ng is in its cgroup), then kill the worker
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        t = coord.backend.tasks.get("a")
-        if t is not None and len(t.group.pids()) > 1:
-            break
-        time.sleep(0.005)
+    gate.wait_held(3, alive=th.is_alive)  # task a's worker is computing step 2 (its stress-ng is running)
     killed_during = len((run_dir / "steps.jsonl").read_text().splitlines())
+    assert killed_during == 2
     os.kill(coord.backend.pid("a"), signal.SIGKILL)
     th.join(120)
     assert "error" not in out, out.get("error")
@@ -148,6 +144,7 @@ def test_a_worker_killed_mid_step_reruns_that_step_from_its_checkpoint(tmp_path,
     hit = next(r for r in records if r["restarts"])
     assert hit["step"] == killed_during
     assert next(t for t in hit["tasks"] if t["task"] == "a")["incarnation"] == 1
+    assert gate.runs() == 6  # step 2 ran twice, every other step once
     # in ZooKeeper: exactly one result per step and task, and every checkpoint at the last step
     s = Z.ZkSession(zk_server.hosts, Z.read_credentials_file(creds_file)).start()
     try:
@@ -164,25 +161,31 @@ def test_a_worker_killed_mid_step_reruns_that_step_from_its_checkpoint(tmp_path,
 
 def test_the_run_continues_when_zookeeper_restarts_within_the_session_timeout(tmp_path, own_zk, creds_file):
     exp = tiny_experiment(tmp_path / "exp", steps=6)
-    coord = coordinator(tmp_path, exp, own_zk, creds_file, "zkbounce", session_timeout_s=10.0, zk_wait_s=20.0)
+    gate = StressGate(tmp_path / "gate")
+    gate.hold(3)  # the server goes down while step 2 is certainly under way
+    coord = coordinator(tmp_path, exp, own_zk, creds_file, "zkbounce", session_timeout_s=10.0, zk_wait_s=20.0, stress_ng=str(gate.path))
     th, out = in_thread(coord)
-    wait_for_steps(tmp_path / "runs" / "zkbounce", 2)
+    gate.wait_held(3, alive=th.is_alive)
     own_zk.kill()
-    time.sleep(1.0)
+    time.sleep(1.0)  # how long the server stays down (well inside the session timeout), not a wait for the run
     own_zk.start()
+    gate.release(3)
     th.join(120)
     assert "error" not in out, out.get("error")
     assert out["result"].status == "finished"
-    check_log(tmp_path / "runs" / "zkbounce", 6)
+    records = check_log(tmp_path / "runs" / "zkbounce", 6)
+    assert sum(r["restarts"] for r in records) == 0  # nobody noticed beyond a slower step
     assert_nothing_left("zkbounce")
 
 
 def test_zookeeper_gone_too_long_stops_the_run_cleanly_and_it_resumes(tmp_path, own_zk, creds_file):
     exp = tiny_experiment(tmp_path / "exp", steps=5)
-    coord = coordinator(tmp_path, exp, own_zk, creds_file, "zkgone", session_timeout_s=4.0, zk_wait_s=2.0)
+    gate = StressGate(tmp_path / "gate")
+    gate.hold(3)  # the server goes for good while step 2 is under way: the run cannot have finished
+    coord = coordinator(tmp_path, exp, own_zk, creds_file, "zkgone", session_timeout_s=4.0, zk_wait_s=2.0, stress_ng=str(gate.path))
     th, out = in_thread(coord)
     run_dir = tmp_path / "runs" / "zkgone"
-    wait_for_steps(run_dir, 2)
+    gate.wait_held(3, alive=th.is_alive)
     own_zk.kill()
     t0 = time.monotonic()
     th.join(60)
@@ -192,6 +195,7 @@ def test_zookeeper_gone_too_long_stops_the_run_cleanly_and_it_resumes(tmp_path, 
     assert json.loads((run_dir / "run.json").read_text())["status"] == "interrupted"
     assert_nothing_left("zkgone")
     done = len((run_dir / "steps.jsonl").read_text().splitlines())
+    assert done == 2
     own_zk.start()
     result = coordinator(tmp_path, exp, own_zk, creds_file, "zkgone", resume=True, session_timeout_s=4.0, zk_wait_s=10.0).run()
     assert result.status == "finished"
@@ -212,6 +216,7 @@ def test_a_stopped_or_killed_coordinator_leaves_nothing_running_and_resume_finis
     runs = tmp_path / "runs"
     common = ["--runs-dir", str(runs), "--zookeeper", zk_server.hosts, "--cgroup-prefix", PREFIX, "-q"]
     log = runs / "killc" / "steps.jsonl"
+    gate = StressGate(tmp_path / "gate")
 
     def start(*args) -> subprocess.Popen:
         return subprocess.Popen([sys.executable, "-m", "bsp_planner.cli", "run", *args, *common], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -219,10 +224,11 @@ def test_a_stopped_or_killed_coordinator_leaves_nothing_running_and_resume_finis
     def logged() -> int:
         return len(log.read_text().splitlines())
 
-    # SIGTERM (kill, a deleted pod): a clean stop, exit code 3, nothing left, not even a cgroup
-    proc = start("-e", str(exp), "--planner", "mpc", "--run-id", "killc", "--zk-auth-file", str(creds_file))
+    # SIGTERM (kill, a deleted pod) while step 2 is held: a clean stop, exit code 3, nothing left, not even a cgroup
+    gate.hold(3)
+    proc = start("-e", str(exp), "--planner", "mpc", "--run-id", "killc", "--zk-auth-file", str(creds_file), "--stress-ng", str(gate.path))
     try:
-        wait_for_steps(runs / "killc", 2)
+        gate.wait_held(3, alive=lambda: proc.poll() is None)
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=60)
     finally:
@@ -231,23 +237,26 @@ def test_a_stopped_or_killed_coordinator_leaves_nothing_running_and_resume_finis
     assert "--resume killc" in " ".join(err.split())
     assert json.loads((runs / "killc" / "run.json").read_text())["status"] == "interrupted"
     assert_nothing_left("killc", wait_s=0.0)
-    # resumed, then SIGKILL: the workers go (parent-death signal); the cgroups wait for the next resume
+    # resumed (step 2 again, then 3), then SIGKILL while step 4 is held: the workers go (parent-death
+    # signal); the cgroups wait for the next resume
     first = logged()
+    assert first == 2
+    gate.hold(6)
     proc = start("--resume", "killc")
     try:
-        wait_for_steps(runs / "killc", first + 2)
+        gate.wait_held(6, alive=lambda: proc.poll() is None)
     finally:
         proc.kill()
         proc.wait()
     deadline = time.monotonic() + 10
-    while run_processes("killc") and time.monotonic() < deadline:
+    while run_processes("killc") and time.monotonic() < deadline:  # parent-death signal: the workers are going
         time.sleep(0.05)
     assert run_processes("killc") == []
     second = logged()
     out = cli("run", "--resume", "killc", *common)
     assert out.returncode == 0, out.stdout + out.stderr
     records = check_log(runs / "killc", 7)
-    assert first < second < 7 and any(r["step"] == second for r in records)
+    assert second == 4 and any(r["step"] == second for r in records)
     sm = json.loads((runs / "killc" / "summary.json").read_text())
     assert sm["same_plan_as_simulated"]
     meta = json.loads((runs / "killc" / "run.json").read_text())

@@ -6,7 +6,7 @@ from bsp_planner.job import load_job
 from bsp_planner.performance import PerformanceModel
 from bsp_planner.profiles import load_profile
 from bsp_planner.series import WorkloadScaler, load_job_series
-from synthetic import CPUS, ROOT, WORKLOADS, write_profile
+from synthetic import CPUS, DATA, WORKLOADS, write_profile
 
 
 @pytest.mark.parametrize("method", ["spline", "linear"])
@@ -48,7 +48,7 @@ def test_profile_mean_over_repeats(tmp_path):
 
 
 def test_workload_scale_is_fitted_on_the_training_half_only():
-    job = load_job(ROOT / "jobs" / "thesis-8.toml")
+    job = load_job(DATA / "jobs" / "thesis-8.toml")
     js = load_job_series(job, (10.0, 50.0))
     for s, sc in zip(js.series, js.scalers):
         assert sc.raw_min == s.train.min() and sc.raw_max == s.train.max()

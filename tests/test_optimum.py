@@ -12,6 +12,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from bsp_planner.allocation import CpuLevels, make_allocator
 from bsp_planner.allocation.exact import solve_frame
 from bsp_planner.errors import InputError
+from bsp_planner.experiment import PlannerSettings
 from bsp_planner.planners.base import ConfigTable, PlanningContext, make_planner
 from bsp_planner.planners.optimum import optimum_plan, optimum_result
 from bsp_planner.simulation import floor_result, simulate, step_times
@@ -91,7 +92,7 @@ def perfect_context(actual, penalty, budget_steps, allocator="greedy", **kw):
         penalty_s=penalty,
         configs=ConfigTable(predicted, make_allocator(allocator), max_level, budget_steps, 0.95),
         mid_durations=actual.mean(axis=2),
-        **kw,
+        planner_settings=PlannerSettings(**kw),  # what planners made without their parameters use
     )
 
 

@@ -5,6 +5,7 @@ import pytest
 from numpy.lib.stride_tricks import sliding_window_view
 
 from bsp_planner.allocation import CpuLevels, GreedyAllocator, frame_time
+from bsp_planner.experiment import PlannerSettings
 from bsp_planner.planners.base import ConfigTable, PlanningContext, make_planner
 from bsp_planner.planners.dp import segment_dp
 from bsp_planner.planners.floor import floor_levels
@@ -30,7 +31,7 @@ def perfect_context(actual: np.ndarray, penalty: float, budget_steps: int, **kw)
         penalty_s=penalty,
         configs=ConfigTable(predicted, GreedyAllocator(), max_level, budget_steps, 0.95),
         mid_durations=actual.mean(axis=2),
-        **kw,
+        planner_settings=PlannerSettings(**kw),  # what planners made without their parameters use
     )
 
 

@@ -23,9 +23,10 @@ from bsp_planner.errors import InputError  # noqa: E402
 from bsp_planner.planners.base import Decision, Planner, make_planner  # noqa: E402
 from bsp_planner.rl.data import build_data  # noqa: E402
 from bsp_planner.rl.settings import ENV_ID, load_env_settings  # noqa: E402
+from bsp_planner.shipped import data_dir  # noqa: E402
 from bsp_planner.simulation import simulate  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
+DATA = data_dir()  # the shipped defaults (package data)
 TASKS = ["affinity", "atomic", "bsearch", "cap", "chmod", "memcpy", "vecmath", "zero"]
 
 
@@ -53,7 +54,7 @@ def write_setup(folder: Path, penalty_s: float = 1.0, env_lines: tuple[str, ...]
     if not prof.exists():
         write_profile(prof)
     (folder / "exp.toml").write_text(
-        f'job = "{ROOT / "jobs" / "thesis-8.toml"}"\nprofile = "{prof}"\nsteps = 100\npenalty_s = {penalty_s!r}\n'
+        f'job = "{DATA / "jobs" / "thesis-8.toml"}"\nprofile = "{prof}"\nsteps = 100\npenalty_s = {penalty_s!r}\n'
         f'strategies = ["mpc"]\noutput = "{folder / "out"}"\n'
         "[cpu]\nbudget_millicores = 8000\nmin_millicores = 250\nstep_millicores = 50\nmax_millicores = 2000\n"
         "[planner]\nhorizon = 10\ndp_max_segment = 20\n[forecast]\nsource = \"seasonal-naive\"\nhorizon = 20\n"
@@ -126,10 +127,10 @@ def test_default_settings_are_the_thesis_setting():
     assert (s.window, s.actions, s.obs_shape) == (6, 4, (4, 6))
     shipped = load_env_settings()  # envs/default.toml: the shipped agent's environment
     assert shipped.obs_shape == (4, 6)
-    assert load_env_settings(ROOT / "envs" / "wide.toml").obs_shape == (11, 10)
+    assert load_env_settings(DATA / "envs" / "wide.toml").obs_shape == (11, 10)
     assert not shipped.train.overlaps(shipped.eval)
     assert shipped.eval.start == 0 and shipped.eval.steps == 400  # the default experiment's own steps
-    assert shipped.experiment_path == ROOT / "experiments" / "default.toml"
+    assert shipped.experiment_path == DATA / "experiments" / "default.toml"
     import bsp_planner.rl.env  # noqa: F401  (registers the id)
 
     env = gym.make(ENV_ID)  # no settings: the thesis's setting on the default experiment

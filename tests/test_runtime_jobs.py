@@ -9,14 +9,15 @@ import pytest
 
 from bsp_planner.experiment import load_experiment
 from bsp_planner.job import load_job
+from bsp_planner.shipped import data_dir
 
-ROOT = Path(__file__).resolve().parent.parent
-LIVE_EXPERIMENTS = sorted((ROOT / "experiments").glob("live*.toml"))
+DATA = data_dir()  # the shipped defaults (package data)
+LIVE_EXPERIMENTS = sorted((DATA / "experiments").glob("live*.toml"))
 
 
 def test_live_jobs_are_made_of_thesis_8_tasks():
-    thesis = {t.name: t for t in load_job(ROOT / "jobs" / "thesis-8.toml").tasks}
-    jobs = sorted((ROOT / "jobs").glob("live-*.toml"))
+    thesis = {t.name: t for t in load_job(DATA / "jobs" / "thesis-8.toml").tasks}
+    jobs = sorted((DATA / "jobs").glob("live-*.toml"))
     assert jobs
     for path in jobs:
         for t in load_job(path).tasks:

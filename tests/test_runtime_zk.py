@@ -225,7 +225,10 @@ def test_a_session_survives_a_server_restart_and_waits_wake_up(own_zk, creds, ro
 
         th = threading.Thread(target=waiter)
         th.start()  # armed before the crash: kazoo does not re-register watches, the wait re-checks
-        time.sleep(0.3)
+        deadline = time.monotonic() + 30
+        while not s._wakers:  # the wait has registered (and set its watch): now crash the server under it
+            assert time.monotonic() < deadline, "the wait never started"
+            time.sleep(0.01)
         own_zk.kill()
         time.sleep(0.5)
         own_zk.start()

@@ -10,7 +10,7 @@ import pytest
 from bsp_planner import cli
 from bsp_planner.experiment import load_experiment
 from bsp_planner.scenario import build_scenario, run_strategy
-from synthetic import ROOT, THESIS_TASKS, write_experiment, write_profile
+from synthetic import DATA, THESIS_TASKS, write_experiment, write_profile
 
 
 def run_cli(args, monkeypatch, capsys):
@@ -169,8 +169,8 @@ def test_job_without_tasks(tmp_path, synthetic_profile, monkeypatch, capsys):
 
 
 def test_job_with_unknown_stressor(tmp_path, synthetic_profile, monkeypatch, capsys):
-    body = (ROOT / "jobs" / "thesis-8.toml").read_text().replace('stressor = "cap"', 'stressor = "capp"')
-    body = body.replace("../datasets/", str(ROOT / "datasets") + "/")
+    body = (DATA / "jobs" / "thesis-8.toml").read_text().replace('stressor = "cap"', 'stressor = "capp"')
+    body = body.replace("../datasets/", str(DATA / "datasets") + "/")
     job = write_job(tmp_path, body)
     exp = write_experiment(tmp_path, synthetic_profile, job=str(job))
     expect_error(tmp_path, exp, monkeypatch, capsys, "job.toml", "task[3].stressor", "unknown stress-ng stressor 'capp'")

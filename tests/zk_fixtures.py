@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 
 from bsp_planner.errors import InputError
+from bsp_planner.shipped import data_dir
 
-ROOT = Path(__file__).resolve().parent.parent
+DATA = data_dir()  # the shipped defaults (package data)
 PREFIX = f"bsp-planner-test-{os.getpid()}"  # the tests' own parent cgroup, apart from real measurements
 
 
@@ -157,7 +158,7 @@ def write_profile(path: Path, tasks=("a", "b", "c"), seed: int = 1) -> Path:
 
 def tiny_experiment(folder: Path, steps: int = 5, penalty: float = 0.3, ops_a: float = 20) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "job.toml").write_text(JOB.format(data=ROOT / "datasets", ops_a=ops_a))
+    (folder / "job.toml").write_text(JOB.format(data=DATA / "datasets", ops_a=ops_a))
     write_profile(folder / "profile.csv")
     path = folder / "exp.toml"
     path.write_text(EXPERIMENT.format(steps=steps, penalty=penalty))
@@ -257,3 +258,61 @@ def wait_for_steps(run_dir: Path, n: int, timeout_s: float = 60.0) -> None:
             return
         time.sleep(0.02)
     raise AssertionError(f"{path} did not reach {n} steps in {timeout_s} s")
+
+
+# -- holding a step: a fault injected at a known point, not at whatever point a sleep happens to hit -----
+GATE_SCRIPT = """#!/bin/sh
+# stress-ng for a live test (--stress-ng): the Nth run of one stressor can be held until the test lets it
+# go, so that a fault lands in a known step however fast or slow the machine is
+gate='{gate}'
+case " $* " in
+  *" --{stressor}-ops "*)
+    n=$(( $(cat "$gate/count" 2>/dev/null || echo 0) + 1 ))
+    echo "$n" > "$gate/count"
+    if [ -e "$gate/hold-$n" ]; then
+      : > "$gate/held-$n"
+      while [ ! -e "$gate/release-$n" ]; do sleep 0.02; done
+    fi
+    ;;
+esac
+exec '{stress_ng}' "$@"
+"""
+
+
+class StressGate:
+    """A stress-ng stand-in (pass :attr:`path` as the run's stress-ng) that runs the real one, except that
+    the Nth run of one stressor (one task's step, counted over the whole run, resumes included) waits while
+    ``hold(N)`` is set, until ``release(N)``. A task runs its stressor once per step, in step order, so
+    holding run N holds that task in step N-1 (on a fresh run) and the run cannot pass that step: the
+    test then injects its fault into a run that is certainly mid-step, never one that has already ended."""
+
+    def __init__(self, folder: Path, stressor: str = "zero") -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        self.folder = folder
+        self.path = folder / "stress-ng"
+        self.path.write_text(GATE_SCRIPT.format(gate=folder, stressor=stressor, stress_ng=shutil.which("stress-ng")))
+        self.path.chmod(0o755)
+
+    def hold(self, n: int) -> None:
+        (self.folder / f"hold-{n}").touch()
+
+    def release(self, n: int) -> None:
+        (self.folder / f"release-{n}").touch()
+
+    def runs(self) -> int:
+        """How many runs of the stressor have started so far."""
+        try:
+            return int((self.folder / "count").read_text())
+        except (OSError, ValueError):
+            return 0
+
+    def wait_held(self, n: int, timeout_s: float = 120.0, alive=None) -> None:
+        """Until run n is waiting (an event the run produces; the timeout only bounds a broken run)."""
+        deadline = time.monotonic() + timeout_s
+        marker = self.folder / f"held-{n}"
+        while not marker.exists():
+            if alive is not None and not alive():
+                raise AssertionError(f"the run ended before its stressor run {n} was held")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"stressor run {n} was not held within {timeout_s} s (runs so far: {self.runs()})")
+            time.sleep(0.02)

@@ -1,21 +1,24 @@
-"""Allocators: choose a CPU level per task for a time frame of predicted durations."""
+"""Allocators: choose a CPU level per task for a time frame of predicted durations.
+
+Every allocator is listed here, one line each (the exact MILP allocator is imported when first asked
+for: it needs scipy's HiGHS).
+"""
 
 from __future__ import annotations
 
-from ..errors import InputError
-from ..plugins import import_optional
+from ..registry import Registry
 from .base import Allocator, CpuLevels, discount_weights, frame_time
 from .greedy import GreedyAllocator
+from .threshold import ThresholdAllocator
 
-ALLOCATORS: dict[str, type[Allocator]] = {"greedy": GreedyAllocator}
+ALLOCATORS: Registry = Registry("allocator", field="planner.allocator")
+ALLOCATORS.register("greedy", GreedyAllocator)
+ALLOCATORS.register("threshold", ThresholdAllocator)
+ALLOCATORS.register("exact", "bsp_planner.allocation.exact:ExactAllocator")
 
 
 def make_allocator(name: str) -> Allocator:
-    if name not in ALLOCATORS:
-        import_optional(f"{__name__}.exact")  # the exact (MILP) allocator registers itself
-    if name not in ALLOCATORS:
-        raise InputError(f"unknown allocator {name!r}; known: {', '.join(sorted(ALLOCATORS))}", field="planner.allocator")
-    return ALLOCATORS[name]()
+    return ALLOCATORS.get(name)()
 
 
-__all__ = ["Allocator", "CpuLevels", "GreedyAllocator", "discount_weights", "frame_time", "make_allocator", "ALLOCATORS"]
+__all__ = ["Allocator", "CpuLevels", "GreedyAllocator", "ThresholdAllocator", "discount_weights", "frame_time", "make_allocator", "ALLOCATORS"]

@@ -840,12 +840,3 @@ class ExactAllocator(Allocator):
             s.proved_by_bounds += 1
         if greedy_value is not None and sol.value < greedy_value - 1e-12 * max(1.0, abs(greedy_value)):
             s.improved_on_greedy += 1
-
-
-def _register() -> None:
-    from . import ALLOCATORS
-
-    ALLOCATORS.setdefault("exact", ExactAllocator)
-
-
-_register()

@@ -17,6 +17,8 @@ DEFAULT_QUANTILES = (0.1, 0.5, 0.9)
 
 class Forecaster(ABC):
     name: str = "forecaster"
+    #: Trained (a saved model, settings that identify it) rather than fitted on the spot.
+    learned: bool = False
 
     def __init__(self, horizon: int = 20, quantiles: tuple[float, ...] = DEFAULT_QUANTILES, period: int = 1) -> None:
         if horizon < 1:

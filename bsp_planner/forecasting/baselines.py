@@ -151,4 +151,3 @@ class WeeklySeasonalNaiveForecaster(SeasonalNaiveForecaster):
     settings_type = WeeklySeasonalNaiveSettings
 
 
-BASELINES = {c.name: c for c in (PersistenceForecaster, SeasonalNaiveForecaster, WeeklySeasonalNaiveForecaster)}

@@ -27,11 +27,9 @@ app = typer.Typer(
 )
 console = Console()
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
-
 ExperimentOpt = Annotated[
     Optional[Path],
-    typer.Option("--experiment", "-e", help="Experiment file for the job, workload range, start, steps and H [default: experiments/default.toml]."),
+    typer.Option("--experiment", "-e", help="Experiment file (or a shipped experiment's name) for the job, workload range, start, steps and H [default: the shipped default]."),
 ]
 JobOpt = Annotated[Optional[Path], typer.Option("--job", help="Job file (instead of the experiment's job).")]
 TaskOpt = Annotated[Optional[list[str]], typer.Option("--task", "-t", help="Only this task (repeatable).")]
@@ -49,7 +47,10 @@ SetOpt = Annotated[
     Optional[list[str]],
     typer.Option("--set", help="A forecaster setting, KEY=VALUE or FORECASTER.KEY=VALUE, e.g. --set units=64 (repeatable)."),
 ]
-ModelsOpt = Annotated[Path, typer.Option("--models", help="Where models are saved: <models>/<job>/<forecaster>/<task>.keras.")]
+ModelsOpt = Annotated[
+    Optional[Path],
+    typer.Option("--models", help="Where models are saved: <models>/<job>/<forecaster>/<task>.keras [default: the shipped models].", show_default=False),
+]
 RetrainOpt = Annotated[bool, typer.Option("--retrain", help="Train anew even if a saved model matches.")]
 
 
@@ -57,9 +58,11 @@ def _say(prefix: str, msg: str) -> None:
     console.print(f"[dim]{prefix}:[/] {msg}", highlight=False)
 
 
-def _default_experiment() -> Path:
-    local = Path("experiments/default.toml")
-    return local if local.is_file() else PROJECT_ROOT / "experiments" / "default.toml"
+def _models(given: Path | None) -> Path:
+    """--models, or the shipped models (package data)."""
+    from .pipeline import DEFAULT_MODEL_ROOT
+
+    return given if given is not None else DEFAULT_MODEL_ROOT
 
 
 def _parse_settings(items: list[str] | None, names: list[str]) -> dict[str, dict]:
@@ -71,13 +74,7 @@ def _parse_settings(items: list[str] | None, names: list[str]) -> dict[str, dict
     for item in items or []:
         if "=" not in item:
             raise InputError(f"expected KEY=VALUE, got {item!r}", field="--set")
-        key, raw = (x.strip() for x in item.split("=", 1))
-        try:
-            value = json.loads(raw)
-        except json.JSONDecodeError:
-            value = raw
-        if isinstance(value, list):
-            value = [int(v) for v in value]
+        key, value = (x.strip() for x in item.split("=", 1))  # checked by the forecaster's settings loader
         targets = learned
         if "." in key:
             fname, key = key.split(".", 1)
@@ -88,20 +85,21 @@ def _parse_settings(items: list[str] | None, names: list[str]) -> dict[str, dict
             raise InputError("settings apply to the learned forecasters (lstm, lstm-thesis) only", field="--set")
         for n in targets:
             out.setdefault(n, {})[key] = value
+    for n, values in out.items():  # checked now, by the settings loader, before any data is read
+        try:  # a forecaster without settings refuses any (baselines.NoSettings)
+            FORECASTERS.get(n).settings_type.from_dict(values)  # type: ignore[attr-defined]
+        except InputError as exc:
+            raise InputError(f"{exc.message} (from --set)", field=exc.field) from None
     return out
 
 
 def _context(experiment, job, tasks, horizon, gaps, settings, names):
     """(workspace, experiment) for a command."""
-    from ..experiment import Experiment, load_experiment
+    from ..experiment import load_experiment
+    from ..shipped import find_experiment
     from .pipeline import Workspace
 
-    exp_path = experiment or _default_experiment()
-    if experiment is None and not exp_path.is_file():
-        exp = Experiment()  # the built-in defaults, relative to the project
-        exp.path = PROJECT_ROOT / "experiments" / "default.toml"
-    else:
-        exp = load_experiment(exp_path)
+    exp = load_experiment(find_experiment(experiment))
     job_path = job if job is not None else exp.job_path
     if gaps is None:
         gaps = getattr(exp.forecast, "gaps", None)
@@ -156,13 +154,14 @@ def train(
     horizon: HorizonOpt = None,
     gaps: GapsOpt = None,
     settings: SetOpt = None,
-    models: ModelsOpt = PROJECT_ROOT / "models",
+    models: ModelsOpt = None,
 ) -> None:
     """Train one model per task on the first half of its series and save it (Keras format + metadata)."""
     from .pipeline import model_folder, train_one
     from .registry import is_learned
 
     ws, _ = _context(experiment, job, task, horizon, gaps, settings, forecaster)
+    models = _models(models)
     for n in forecaster:
         if not is_learned(n):
             raise InputError(f"{n} has nothing to train; train lstm or lstm-thesis", field="--forecaster")
@@ -206,7 +205,7 @@ def evaluate(
     horizon: HorizonOpt = None,
     gaps: GapsOpt = None,
     settings: SetOpt = None,
-    models: ModelsOpt = PROJECT_ROOT / "models",
+    models: ModelsOpt = None,
     retrain: RetrainOpt = False,
     out: Annotated[Path, typer.Option("--out", "-o", help="Folder for evaluation.json, rmse_by_lead.csv and the plot.")] = Path(
         "out/forecast-eval"
@@ -216,9 +215,12 @@ def evaluate(
     from .pipeline import evaluate as run_evaluation
     from .pipeline import plot_evaluation
 
+    from ..outputs import check_output_dir
+
     names = list(forecaster or FORECASTERS)
+    check_output_dir(out, "--out")  # before any training
     ws, _ = _context(experiment, job, task, horizon, gaps, settings, names)
-    ev = run_evaluation(ws, names, model_root=models, retrain=retrain, say=_say)
+    ev = run_evaluation(ws, names, model_root=_models(models), retrain=retrain, say=_say)
     print_evaluation(ev, ws.job.name)
     out.mkdir(parents=True, exist_ok=True)
     data = ev.to_dict()
@@ -286,7 +288,7 @@ def predict(
     settings: SetOpt = None,
     start: Annotated[Optional[int], typer.Option("--start", help="First step [default: the experiment's].")] = None,
     steps: Annotated[Optional[int], typer.Option("--steps", help="Steps [default: the experiment's].")] = None,
-    models: ModelsOpt = PROJECT_ROOT / "models",
+    models: ModelsOpt = None,
     retrain: RetrainOpt = False,
     out: Annotated[
         Optional[Path],
@@ -294,6 +296,8 @@ def predict(
     ] = None,
 ) -> None:
     """Write the forecast matrices of an experiment's steps (row t: the next H values predicted before step t)."""
+    from ..outputs import check_output_dir
+    from ..shipped import output_base
     from .files import write_forecasts
     from .pipeline import forecast_experiment
 
@@ -301,10 +305,10 @@ def predict(
     start = exp.start if start is None else start
     steps = exp.steps if steps is None else steps
     if out is None:
-        base = exp.path.parent if exp.path is not None else PROJECT_ROOT / "experiments"
-        out = base / "forecasts" / (exp.name if forecaster == DEFAULT_FORECASTER else f"{exp.name}-{forecaster}")
+        out = output_base(exp.path) / "forecasts" / (exp.name if forecaster == DEFAULT_FORECASTER else f"{exp.name}-{forecaster}")
+    check_output_dir(out, "--out")  # before any training
     t0 = time.perf_counter()
-    matrix, meta = forecast_experiment(ws, forecaster, start, steps, model_root=models, retrain=retrain, say=_say)
+    matrix, meta = forecast_experiment(ws, forecaster, start, steps, model_root=_models(models), retrain=retrain, say=_say)
     meta["experiment"] = exp.name
     write_forecasts(out, ws.job.task_names if len(ws.prepared) == len(ws.job.tasks) else [p.task for p in ws.prepared], matrix, meta)
     console.print(

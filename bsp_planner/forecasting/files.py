@@ -85,7 +85,7 @@ def read_forecasts(folder: str | Path, task_names: list[str], steps: int, horizo
     """Rows start..start+steps-1 of each task's forecast file, first `horizon` columns: (tasks, steps, H)."""
     folder = Path(folder)
     if not folder.is_dir():
-        raise InputError("forecast folder not found", path=folder)
+        raise InputError("forecast folder not found", path=folder, field="forecast.source")
     out = np.empty((len(task_names), steps, horizon))
     for i, name in enumerate(task_names):
         path = folder / f"{name}.csv"
@@ -119,11 +119,15 @@ def write_trace(folder: str | Path, task_names: list[str], workloads: np.ndarray
             w.writerows([[f"{v:.6f}"] for v in series])
 
 
-def read_trace(folder: str | Path, task_names: list[str], steps: int, start: int = 0) -> np.ndarray:
-    """Replayed actual workloads: (tasks, steps)."""
+def read_trace(
+    folder: str | Path, task_names: list[str], steps: int, start: int = 0, valid_range: tuple[float, float] | None = None
+) -> np.ndarray:
+    """Replayed actual workloads: (tasks, steps). Every workload read must be >= 0 and, with
+    valid_range (the profile's grid when extrapolation is off), inside it: else an InputError naming
+    the file and line."""
     folder = Path(folder)
     if not folder.is_dir():
-        raise InputError("trace folder not found", path=folder)
+        raise InputError("trace folder not found (--actual)", path=folder, field="forecast.actual")
     out = np.empty((len(task_names), steps))
     for i, name in enumerate(task_names):
         path = folder / f"{name}.csv"
@@ -134,5 +138,12 @@ def read_trace(folder: str | Path, task_names: list[str], steps: int, start: int
             raise InputError(
                 f"has {data.shape[0]} steps but the experiment needs {start + steps}", path=path
             )
-        out[i] = data[start : start + steps, 0]
+        values = data[start : start + steps, 0]
+        lo, hi = valid_range if valid_range is not None else (0.0, math.inf)
+        bad = np.nonzero((values < 0) | (values < lo - 1e-9) | (values > hi + 1e-9))[0]
+        if bad.size:
+            k = int(bad[0])
+            want = "a workload >= 0" if values[k] < 0 else f"a workload inside the profile's grid [{lo:g}, {hi:g}] (out_of_grid is 'error')"
+            raise InputError(f"expected {want}, got {values[k]:g}", path=path, line=start + k + 2, field="workload")
+        out[i] = values
     return out

@@ -37,13 +37,14 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
 from ..errors import InputError
+from ..settings import load_settings, setting
 from .base import DEFAULT_QUANTILES, PointForecaster
 from .transforms import MinMaxScaler, difference, seasonal_back, supervised_pairs
 
@@ -60,38 +61,32 @@ def _digest(array: np.ndarray) -> str:
 class LSTMSettings:
     """The `lstm` forecaster's settings; all of them go into a saved model's metadata."""
 
-    window: int = 0  # past steps read; 0: one daily period, capped at max_window
-    max_window: int = 48
-    lags: tuple[int, ...] = ()  # seasonal lags in periods; (): (1, 7) if a week fits, else (1, 2) or (1,)
-    units: int = 32
-    epochs: int = 250
-    batch_size: int = 64
-    patience: int = 20
-    learning_rate: float = 1e-3
-    val_fraction: float = 0.2
+    window: int = setting(0, ge=0)  # past steps read; 0: one daily period, capped at max_window
+    max_window: int = setting(48, ge=1)
+    lags: tuple[int, ...] = setting((), ge=1)  # seasonal lags in periods; (): (1, 7) if a week fits, else (1, 2) or (1,)
+    units: int = setting(32, ge=1)
+    epochs: int = setting(250, ge=1)
+    batch_size: int = setting(64, ge=1)
+    patience: int = setting(20, ge=0)
+    learning_rate: float = setting(1e-3, gt=0)
+    val_fraction: float = setting(0.2, gt=0, lt=1)
     calendar: bool = True
     level: bool = False  # the last value's level as an input too (not only changes)
-    # output layer starts as the MSTL forecast ("statistical", with statistical = true), a ridge fit
-    # on the seasonal inputs ("linear") or at zero ("zero")
-    init: str = "statistical"
-    l2: float = 0.0
-    ensemble: int = 1  # independent LSTM branches trained side by side, forecasts averaged
+    # output layer starts as a blend of the MSTL forecast and last week's value ("statistical", with
+    # statistical = true), a ridge fit on the seasonal inputs ("linear") or at zero ("zero")
+    init: str = setting("statistical", choices=("statistical", "linear", "zero"))
+    l2: float = setting(0.0, ge=0)
+    ensemble: int = setting(1, ge=1)  # independent LSTM branches trained side by side, forecasts averaged
     freeze_linear: bool = True  # keep the starting seasonal/statistical part fixed while the LSTM trains
     statistical: bool = True  # the `mstl` forecast (fitted on the training half) as an input ahead
-    interval_window: int = 240  # recent forecasts whose errors set the quantiles (0: validation errors only)
-    interval_gamma: float = 0.01  # adaptive-conformal step for the quantile levels (0: fixed levels)
+    interval_window: int = setting(240, ge=0)  # recent forecasts whose errors set the quantiles (0: validation errors only)
+    interval_gamma: float = setting(0.01, ge=0, lt=1)  # adaptive-conformal step for the quantile levels (0: fixed levels)
     seed: int = 0
 
     @classmethod
     def from_dict(cls, d: dict) -> LSTMSettings:
-        names = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - names)
-        if unknown:
-            raise InputError(f"unknown lstm setting(s) {', '.join(unknown)}; known: {', '.join(sorted(names))}", field="settings")
-        d = dict(d)
-        if "lags" in d:
-            d["lags"] = tuple(int(x) for x in d["lags"])
-        return cls(**d)
+        """Settings from a table (`--set`, saved metadata): checked by the one settings loader."""
+        return load_settings(cls, d, prefix="lstm.")
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -103,23 +98,17 @@ class LSTMSettings:
 class ThesisSettings:
     """The thesis recipe's settings: one LSTM layer over one input (the last difference)."""
 
-    units: int = 32
-    epochs: int = 30
-    batch_size: int = 32
-    learning_rate: float = 1e-3
-    interval_window: int = 240
-    interval_gamma: float = 0.01
+    units: int = setting(32, ge=1)
+    epochs: int = setting(30, ge=1)
+    batch_size: int = setting(32, ge=1)
+    learning_rate: float = setting(1e-3, gt=0)
+    interval_window: int = setting(240, ge=0)
+    interval_gamma: float = setting(0.01, ge=0, lt=1)
     seed: int = 0
 
     @classmethod
     def from_dict(cls, d: dict) -> ThesisSettings:
-        names = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - names)
-        if unknown:
-            raise InputError(
-                f"unknown lstm-thesis setting(s) {', '.join(unknown)}; known: {', '.join(sorted(names))}", field="settings"
-            )
-        return cls(**d)
+        return load_settings(cls, d, prefix="lstm-thesis.")
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -129,6 +118,7 @@ class _KerasForecaster(PointForecaster):
     """What both LSTMs share: settings, the calendar of the series, residual quantiles, save/load."""
 
     settings_type: type = LSTMSettings
+    learned = True
 
     def __init__(
         self,
@@ -712,4 +702,3 @@ class ThesisLSTMForecaster(_KerasForecaster):
         return 2
 
 
-LSTMS = {c.name: c for c in (LSTMForecaster, ThesisLSTMForecaster)}

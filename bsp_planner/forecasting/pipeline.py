@@ -1,7 +1,8 @@
 """Train, evaluate and predict over a job: one model per task, trained on the first half of the task's
 series and judged on the second (thesis section 4.2).
 
-Models are saved under ``models/<job>/<forecaster>/<task>.keras`` with ``<task>.json`` beside them
+Models are saved under ``<models>/<job>/<forecaster>/<task>.keras`` (the shipped ones: package data,
+``bsp_planner/data/models/``) with ``<task>.json`` beside them
 (settings, scaling, error quantiles, what data they were trained on). A saved model is reused only
 when all of that matches the request; otherwise `obtain` refuses (``on_mismatch="error"``, the
 CLI's way) or retrains (``"retrain"``, what `simulate` does, with a message).
@@ -21,14 +22,14 @@ import numpy as np
 from ..errors import InputError
 from ..job import Job, load_job
 from ..series import JobSeries, load_job_series
+from ..shipped import data_path
 from .base import DEFAULT_QUANTILES, Forecaster
-from .lstm import LSTMS, _digest, spec_differences
+from .lstm import _digest, spec_differences
 from .prepare import PreparedSeries, prepare_job
-from .registry import FORECASTER_VERSION, check_name, default_settings, is_learned, make_forecaster
+from .registry import FORECASTER_VERSION, FORECASTERS, check_name, default_settings, is_learned, make_forecaster
 
 Say = Callable[[str], None]
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_MODEL_ROOT = PROJECT_ROOT / "models"
+DEFAULT_MODEL_ROOT = data_path("models")  # the shipped models (package data)
 
 
 def _quiet(_msg: str) -> None:
@@ -80,12 +81,9 @@ class Workspace:
 
     def settings_for(self, name: str) -> dict:
         """Full settings (defaults + overrides) of a forecaster: what identifies its models."""
-        from .registry import FITTED
-
         full = default_settings(name)
         over = self.settings.get(name, {})
-        cls = LSTMS[name] if is_learned(name) else FITTED[name]
-        return cls.settings_type.from_dict({**full, **over}).to_dict()
+        return FORECASTERS.get(name).settings_type.from_dict({**full, **over}).to_dict()
 
     def data_identity(self, p: PreparedSeries) -> dict:
         """What a model's training depends on besides its settings."""
@@ -148,7 +146,7 @@ def obtain(
     check_name(name)
     if not is_learned(name):
         return train_one(ws, name, p, say), "fitted"
-    cls = LSTMS[name]
+    cls = FORECASTERS.get(name)
     folder = model_folder(model_root, ws.job.name, name) if model_root is not None else None
     expect = make_forecaster(name, p, ws.horizon, quantiles=ws.quantiles, settings=ws.settings.get(name)).spec()
     identity = ws.data_identity(p)

@@ -23,7 +23,7 @@ import numpy as np
 from ..errors import InputError
 from ..series import JobSeries
 from .files import FORECAST_META, read_forecast_metadata, read_forecasts, write_forecasts
-from .registry import DEFAULT_FORECASTER, FITTED, FORECASTERS
+from .registry import DEFAULT_FORECASTER, FORECASTERS
 
 ALIASES = {"default": DEFAULT_FORECASTER}
 
@@ -58,11 +58,20 @@ def forecast_matrix(
     """
     job_series.check_length(start, steps)
     name = ALIASES.get(source, source)
-    if name in FITTED and gaps is None:
+    if name in FORECASTERS and not FORECASTERS.get(name).learned and gaps is None:
         out = np.empty((len(job_series.series), steps, horizon))
         for i, s in enumerate(job_series.series):
             history = job_series.history_workloads(i)
-            f = FITTED[name](horizon=horizon, period=s.period_steps).fit(history[: s.n_train])
+            f = FORECASTERS.get(name)(horizon=horizon, period=s.period_steps)
+            need = f._min_origin() + horizon
+            if s.n_train < need:
+                raise InputError(
+                    f"task '{s.task}': the training half of its series has {s.n_train} values but the {name} "
+                    f"forecaster needs at least {need} (its first forecast origin {f._min_origin()} + horizon {horizon})",
+                    path=s.source,
+                    field="forecast.horizon",
+                )
+            f = f.fit(history[: s.n_train])
             origins = s.n_train + start + np.arange(steps)
             out[i] = f.predict_median(history, origins)
         return out, name

@@ -5,35 +5,37 @@ from __future__ import annotations
 from typing import Callable
 
 from ..errors import InputError
+from ..registry import Registry
 from .base import DEFAULT_QUANTILES, Forecaster
-from .baselines import BASELINES
-from .lstm import LSTMS
 from .prepare import PreparedSeries
-from .statistical import STATISTICAL
 
 DEFAULT_FORECASTER = "lstm"
-FORECASTERS = ("lstm", "lstm-thesis", "persistence", "seasonal-naive", "seasonal-naive-weekly", "mstl")
-# Forecasters fitted on the spot (no saved model): the baselines and the statistical model.
-FITTED = {**BASELINES, **STATISTICAL}
+#: Every forecaster, one line each, imported when first asked for (the LSTMs need TensorFlow only
+#: when they train or predict).
+FORECASTERS: Registry[type[Forecaster]] = Registry("forecaster", field="forecaster")
+FORECASTERS.register("lstm", "bsp_planner.forecasting.lstm:LSTMForecaster")
+FORECASTERS.register("lstm-thesis", "bsp_planner.forecasting.lstm:ThesisLSTMForecaster")
+FORECASTERS.register("persistence", "bsp_planner.forecasting.baselines:PersistenceForecaster")
+FORECASTERS.register("seasonal-naive", "bsp_planner.forecasting.baselines:SeasonalNaiveForecaster")
+FORECASTERS.register("seasonal-naive-weekly", "bsp_planner.forecasting.baselines:WeeklySeasonalNaiveForecaster")
+FORECASTERS.register("mstl", "bsp_planner.forecasting.statistical:MSTLForecaster")
 # Bump when a change to a forecaster's code changes what it predicts: shipped forecasts and saved
 # models made by an older version are then stale.
 FORECASTER_VERSION = 1
 
 
 def check_name(name: str) -> str:
-    if name not in FORECASTERS:
-        raise InputError(f"unknown forecaster '{name}'; known: {', '.join(FORECASTERS)}", field="forecaster")
+    FORECASTERS.get(name)
     return name
 
 
 def is_learned(name: str) -> bool:
-    return check_name(name) in LSTMS
+    return FORECASTERS.get(name).learned
 
 
 def default_settings(name: str) -> dict:
     """A forecaster's settings with every default filled in ({} for one without settings)."""
-    cls = LSTMS[name] if is_learned(name) else FITTED[name]
-    return cls.settings_type().to_dict()
+    return FORECASTERS.get(name).settings_type().to_dict()  # type: ignore[attr-defined]
 
 
 def make_forecaster(
@@ -45,17 +47,15 @@ def make_forecaster(
     settings: dict | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> Forecaster:
-    check_name(name)
-    if name in FITTED:
-        cls = FITTED[name]
+    cls = FORECASTERS.get(name)
+    if not cls.learned:  # fitted on the spot: the baselines and the statistical model
         return cls(horizon=horizon, quantiles=quantiles, period=p.period, settings=cls.settings_type.from_dict(settings or {}))
-    cls = LSTMS[name]
     return cls(
         horizon=horizon,
         quantiles=quantiles,
         period=p.period,
         interval_s=p.interval_s,
         t0=p.t0,
-        settings=cls.settings_type.from_dict(settings or {}),
+        settings=cls.settings_type.from_dict(settings or {}),  # type: ignore[attr-defined]
         progress=progress,
     )

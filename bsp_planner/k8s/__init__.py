@@ -10,9 +10,8 @@ profiler (`profiling/kubernetes.py`).
 - :mod:`.cluster`: the API calls (one small class over ``CoreV1Api`` / ``BatchV1Api``) and how a pod's
   status reads: running, pending and why, evicted, resized.
 - :mod:`.config`: the client's configuration, in the cluster (service account) or outside (kubeconfig).
-- :mod:`.fake_apiserver`: ``FakeApiServer``, a small in-process HTTP server speaking enough of the
-  Kubernetes REST API for the calls above. For logic tests only: it schedules, resizes and evicts by
-  rule, it is not a cluster.
+
+The fake API server the logic tests use lives in :mod:`bsp_planner.testing.fake_apiserver`.
 
 The ``kubernetes`` package is optional (``pip install bsp-planner[kubernetes]``); every module here
 imports it lazily or only where it is needed, so `bsp-planner --help` does not.

@@ -48,6 +48,24 @@ def _api_exception():
     return ApiException
 
 
+def _connection_errors() -> tuple[type[BaseException], ...]:
+    """What a request to an unreachable server raises: OSError, and urllib3's own errors (in urllib3 2.x
+    MaxRetryError and NewConnectionError are not OSError)."""
+    from urllib3.exceptions import HTTPError
+
+    return (OSError, HTTPError)
+
+
+def _unreachable(what: str, conn: Connection, exc: BaseException) -> KubernetesError:
+    cause = getattr(exc, "reason", None) or exc
+    return KubernetesError(
+        f"{what}: cannot reach the Kubernetes API server at {conn.host} ({conn.where}): {cause}; "
+        "point at another cluster with --kubeconfig FILE and --context NAME (or $KUBECONFIG), "
+        "or check that the cluster is up",
+        field="kubernetes",
+    )
+
+
 def _reason(exc) -> str:
     import json
 
@@ -91,8 +109,8 @@ class Cluster:
                     field="kubernetes",
                 ) from exc
             raise KubernetesError(f"{what}: {_reason(exc)}", field="kubernetes") from exc
-        except OSError as exc:  # urllib3 connection errors derive from it
-            raise KubernetesError(f"{what}: cannot reach the API server at {self.conn.host}: {exc}", field="kubernetes") from exc
+        except _connection_errors() as exc:
+            raise _unreachable(what, self.conn, exc) from None
 
     # -- discovery ---------------------------------------------------------------------------------
     def capabilities(self) -> ServerCapabilities:
@@ -164,8 +182,8 @@ class Cluster:
             if exc.status in (401, 403):
                 return None
             raise KubernetesError(f"{what}: {_reason(exc)}", field="kubernetes") from exc
-        except OSError as exc:
-            raise KubernetesError(f"{what}: cannot reach the API server at {self.conn.host}: {exc}", field="kubernetes") from exc
+        except _connection_errors() as exc:
+            raise _unreachable(what, self.conn, exc) from None
 
 
 # -- reading a pod's status ----------------------------------------------------------------------------

@@ -40,7 +40,7 @@ def in_cluster() -> bool:
 class Connection:
     api_client: object  # kubernetes.client.ApiClient
     namespace: str
-    where: str  # 'in-cluster' or 'kubeconfig <path> context <name>' or a host
+    where: str  # 'in-cluster' or 'kubeconfig <path> context <name>'
 
     @property
     def host(self) -> str:
@@ -52,14 +52,9 @@ def connect(
     *,
     kubeconfig: str | None = None,
     context: str | None = None,
-    host: str | None = None,
 ) -> Connection:
-    """An ApiClient for the cluster. `host` (a URL, no credentials) is for the fake API server in tests."""
+    """An ApiClient for the cluster: in it (service account) or from a kubeconfig."""
     client, config = _import()
-    if host is not None:
-        cfg = client.Configuration()
-        cfg.host = host
-        return Connection(client.ApiClient(cfg), namespace or DEFAULT_NAMESPACE, host)
     if kubeconfig is None and context is None and in_cluster():
         cfg = client.Configuration()
         config.load_incluster_config(client_configuration=cfg)

@@ -1,0 +1,29 @@
+"""Planners and bounds, listed in one place.
+
+A planner factory takes (the text after ':' in 'name:arg', the experiment's [planner] settings or None)
+and returns a Planner; each planner picks its own typed parameters out of the settings. A bound takes
+(context, actual durations, mode, settings or None) and returns a StrategyResult. Entries are imported
+when first asked for, so optional parts (the RL agent's stack) cost nothing until used.
+
+To add a planner: write its module and add one line here.
+"""
+
+from __future__ import annotations
+
+from ..registry import Registry
+
+PLANNERS: Registry = Registry("strategy", field="strategies")
+PLANNERS.register("exppo", "bsp_planner.planners.exppo:ExppoPlanner.from_spec")
+PLANNERS.register("static", "bsp_planner.planners.static:StaticWindowPlanner.from_spec")
+PLANNERS.register("dp", "bsp_planner.planners.dp:DpPlanner.from_spec")
+PLANNERS.register("mpc", "bsp_planner.planners.mpc:MpcPlanner.from_spec")
+PLANNERS.register("rl", "bsp_planner.planners.rl:rl_planner")
+PLANNERS.register("dqn", "bsp_planner.planners.rl:dqn_planner")
+PLANNERS.register("mpc-risk", "bsp_planner.planners.risk:RiskAwareMpcPlanner.from_spec")
+PLANNERS.register("mpc-adaptive", "bsp_planner.planners.risk:AdaptiveMpcPlanner.from_spec")
+PLANNERS.register("reactive", "bsp_planner.planners.reactive:ReactivePlanner.from_spec")
+
+#: Rows of the comparison computed from the actual durations, not by a planner.
+BOUNDS: Registry = Registry("bound", field="strategies")
+BOUNDS.register("floor", "bsp_planner.simulation:floor_result")
+BOUNDS.register("optimum", "bsp_planner.planners.optimum:optimum_result")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -115,13 +115,12 @@ class PlanningContext:
     penalty_s: float
     configs: ConfigTable
     discount: float = 0.95
-    horizon: int = 10  # MPC look-ahead
-    length_punishment: float = 1.0
-    dp_max_segment: int = 40
-    optimum_max_segment: int = 40
     # Durations at the middle of the workload range (tasks, levels): what EXPPO sizes for.
     mid_durations: np.ndarray | None = None
     exppo_max_level: np.ndarray | None = None
+    # The experiment's [planner] settings, only for planners made without their own parameters
+    # (make_planner(spec) with no settings, as the live coordinator still does); None: the defaults.
+    planner_settings: Any = None
     extras: dict = field(default_factory=dict)
 
     @property
@@ -143,48 +142,39 @@ class Planner(ABC):
     name = "planner"
     #: A planner that plans the whole job at once (dp, optimum) reads every forecast row in reset().
     offline = False
+    #: Its own typed parameters: a frozen dataclass with `from_settings(planner_settings or None)`.
+    params_type: Any = None
+    params: Any = None  # an instance of params_type, set when made or at reset
 
-    def __init__(self, arg: str | None = None) -> None:
+    def __init__(self, arg: str | None = None, params: Any = None) -> None:
         if arg is not None:
             raise InputError(f"strategy '{self.name}' takes no ':' argument, got '{self.name}:{arg}'", field="strategies")
+        self.params = params
+
+    @classmethod
+    def from_spec(cls, arg: str | None, settings: Any = None) -> "Planner":
+        """The registry's factory: 'name:arg' and the experiment's [planner] settings (None: defaults)."""
+        params = cls.params_type.from_settings(settings) if cls.params_type is not None and settings is not None else None
+        return cls(arg, params)
 
     def reset(self, ctx: PlanningContext) -> None:
         self.ctx = ctx
+        if self.params is None and self.params_type is not None:
+            self.params = self.params_type.from_settings(ctx.planner_settings)
 
     @abstractmethod
     def decide(self, t: int, current: np.ndarray | None) -> Decision:
         """The configuration for step t, given the one step t-1 ran with (None before the first)."""
 
 
-PlannerFactory = Callable[[str | None], Planner]
-PLANNERS: dict[str, PlannerFactory] = {}
+PlannerFactory = Callable[[str | None, Any], Planner]
 
 
-def register(name: str):
-    """Register a planner class (or factory taking the text after ':' in 'name:arg')."""
+def make_planner(spec: str, settings: Any = None) -> Planner:
+    """'mpc', 'static:3', 'rl:path/to/agent.zip'... -> a planner instance, with its parameters taken
+    from the experiment's [planner] settings (None: from the context it is reset with)."""
+    from . import BOUNDS, PLANNERS
 
-    def deco(factory):
-        PLANNERS[name] = factory
-        return factory
-
-    return deco
-
-
-def make_planner(spec: str) -> Planner:
-    """'mpc', 'static:3', 'rl:path/to/agent.zip'... -> a planner instance."""
     name, _, arg = spec.partition(":")
-    _load_builtin()
-    if name not in PLANNERS:
-        raise InputError(
-            f"unknown strategy {spec!r}; known: {', '.join(sorted(PLANNERS))} (and the bounds floor, optimum)",
-            field="strategies",
-        )
-    return PLANNERS[name](arg or None)
-
-
-def _load_builtin() -> None:
-    from ..plugins import import_optional
-    from . import dp, exppo, mpc, static  # noqa: F401  (registration side effects)
-
-    for optional in ("optimum", "rl", "reactive", "risk"):
-        import_optional(f"{__package__}.{optional}")
+    factory = PLANNERS.get(name, hint=f" (and the bounds {', '.join(BOUNDS.names())})")
+    return factory(arg or None, settings)

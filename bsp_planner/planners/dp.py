@@ -8,9 +8,20 @@ argmin path; with perfect forecasts it is optimal among plans built from allocat
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
-from .base import Decision, Planner, register
+from .base import Decision, Planner
+
+
+@dataclass(frozen=True)
+class DpParams:
+    max_segment: int = 40  # steps; segments are also never longer than the forecast horizon
+
+    @classmethod
+    def from_settings(cls, s) -> "DpParams":
+        return cls() if s is None else cls(max_segment=s.dp_max_segment)
 
 
 def segment_dp(window_times: np.ndarray, penalty_s: float, steps: int) -> tuple[float, list[tuple[int, int]]]:
@@ -34,14 +45,14 @@ def segment_dp(window_times: np.ndarray, penalty_s: float, steps: int) -> tuple[
     return float(value[steps]), segments[::-1]
 
 
-@register("dp")
 class DpPlanner(Planner):
     name = "dp"
     offline = True
+    params_type = DpParams
 
     def reset(self, ctx) -> None:
         super().reset(ctx)
-        jmax = min(ctx.dp_max_segment, ctx.configs.horizon, ctx.steps)
+        jmax = min(self.params.max_segment, ctx.configs.horizon, ctx.steps)
         ctx.configs.ensure_all(jmax)
         self.predicted_total, self.segments = segment_dp(ctx.configs.window_times(jmax), ctx.penalty_s, ctx.steps)
         self._starts = {s: j for s, j in self.segments}

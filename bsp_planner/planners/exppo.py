@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import Decision, Planner, register
+from .base import Decision, Planner
 
 
-@register("exppo")
 class ExppoPlanner(Planner):
     name = "exppo"
 

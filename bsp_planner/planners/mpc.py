@@ -15,10 +15,22 @@ otherwise it is a_j for the plan's first window of j steps.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from ..allocation.base import discount_weights
-from .base import Decision, Planner, register
+from .base import Decision, Planner
+
+
+@dataclass(frozen=True)
+class MpcParams:
+    horizon: int = 10  # look-ahead, in steps
+    length_punishment: float = 1.0  # a window of j steps is weighted by this ** j
+
+    @classmethod
+    def from_settings(cls, s) -> "MpcParams":
+        return cls() if s is None else cls(horizon=s.horizon, length_punishment=s.length_punishment)
 
 
 def horizon_frames(h: int) -> tuple[np.ndarray, np.ndarray]:
@@ -27,14 +39,14 @@ def horizon_frames(h: int) -> tuple[np.ndarray, np.ndarray]:
     return s, j + 1
 
 
-@register("mpc")
 class MpcPlanner(Planner):
     name = "mpc"
+    params_type = MpcParams
 
     def plan(self, t: int, current: np.ndarray | None) -> tuple[float, list[tuple[int, int, np.ndarray | None]]]:
         """The cheapest plan over the horizon: (predicted cost, [(start, length, levels or None=keep)])."""
         ctx = self.ctx
-        h = min(ctx.horizon, ctx.steps - t)
+        h = min(self.params.horizon, ctx.steps - t)
         pred = ctx.configs.predicted[t, :, :, :h]  # (tasks, levels, h)
         starts, lengths = horizon_frames(h)
         k = np.arange(h)
@@ -43,7 +55,7 @@ class MpcPlanner(Planner):
         d = np.broadcast_to(pred, (starts.size,) + pred.shape)
         cfgs = ctx.allocator.allocate_batch(d, weights, ctx.max_level, ctx.budget_steps)  # (frames, tasks)
         per_step = pred[np.arange(pred.shape[0])[None, :], cfgs, :].max(axis=1)  # (frames, h)
-        punish = ctx.length_punishment ** lengths
+        punish = self.params.length_punishment ** lengths
         window = (per_step * inside).sum(axis=1) * punish
         penalty = np.full(starts.size, ctx.penalty_s)
         if current is None:
@@ -54,7 +66,7 @@ class MpcPlanner(Planner):
         cost = window + penalty
         if current is not None:
             keep_steps = pred[np.arange(pred.shape[0]), current, :].max(axis=0)  # (h,)
-            keep = np.cumsum(keep_steps) * ctx.length_punishment ** np.arange(1, h + 1)
+            keep = np.cumsum(keep_steps) * self.params.length_punishment ** np.arange(1, h + 1)
         # best[e]: cheapest plan covering the first e steps; back[e]: its last window (frame index or -e for keep)
         best = np.full(h + 1, np.inf)
         best[0] = 0.0

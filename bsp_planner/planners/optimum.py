@@ -267,20 +267,31 @@ def optimum_plan(
 _PLANS: dict[tuple, OptimumPlan] = {}  # the same actual durations in every mode: plan once
 
 
-def optimum_result(ctx, actual: np.ndarray, mode: str):
+@dataclass(frozen=True)
+class OptimumParams:
+    max_segment: int = 40  # steps; no segment of the plan is longer
+
+    @classmethod
+    def from_settings(cls, s) -> "OptimumParams":
+        return cls() if s is None else cls(max_segment=s.optimum_max_segment)
+
+
+def optimum_result(ctx, actual: np.ndarray, mode: str, settings=None):
     """The `optimum` row: the optimal plan computed from the actual durations (perfect knowledge in
     every mode, like `floor`), with its real per-step levels and checkpoints. Like `floor`, tasks may
-    go up to EXPPO's maximum level when that is higher, so the bound holds for EXPPO too."""
+    go up to EXPPO's maximum level when that is higher, so the bound holds for EXPPO too.
+    settings: the experiment's [planner] table (None: the context's, else the defaults)."""
     from ..simulation import StrategyResult, step_times
 
+    max_segment = OptimumParams.from_settings(settings if settings is not None else ctx.planner_settings).max_segment
     t0 = time.perf_counter()
     max_level = ctx.max_level if ctx.exppo_max_level is None else np.maximum(ctx.max_level, ctx.exppo_max_level)
     actual = np.ascontiguousarray(actual, dtype=np.float64)
     key = (actual.shape, hash(actual.tobytes()), np.asarray(max_level).tobytes(), int(ctx.budget_steps),
-           float(ctx.penalty_s), int(ctx.optimum_max_segment))
+           float(ctx.penalty_s), int(max_segment))
     plan = _PLANS.get(key)
     if plan is None:
-        plan = optimum_plan(actual, max_level, ctx.budget_steps, ctx.penalty_s, ctx.optimum_max_segment)
+        plan = optimum_plan(actual, max_level, ctx.budget_steps, ctx.penalty_s, max_segment)
         _PLANS.clear()  # keep one: a new scenario rarely comes back to an old one
         _PLANS[key] = plan
     ms = max((time.perf_counter() - t0) * 1e3, plan.stats["seconds"] * 1e3)  # the planning time, cached or not

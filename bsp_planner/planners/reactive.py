@@ -14,7 +14,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from .base import ConfigTable, register
+from .base import ConfigTable
 from .mpc import MpcPlanner
 from .observed import observations
 
@@ -32,7 +32,6 @@ def last_observed_durations(ctx, name: str) -> np.ndarray:
     return np.broadcast_to(d.transpose(2, 0, 1)[:, :, :, None], (m, n, L, H))
 
 
-@register("reactive")
 class ReactivePlanner(MpcPlanner):
     name = "reactive"
 

@@ -26,7 +26,7 @@ from dataclasses import replace
 import numpy as np
 
 from ..errors import InputError
-from .base import ConfigTable, register
+from .base import ConfigTable
 from .mpc import MpcPlanner
 from .observed import observations
 
@@ -48,11 +48,11 @@ def upper_quantile_durations(ctx, level: float, name: str) -> np.ndarray:
     return obs.durations(upper).transpose(2, 0, 1, 3)
 
 
-@register("mpc-risk")
 class RiskAwareMpcPlanner(MpcPlanner):
     """MPC on upper-quantile workloads (see the module's notes)."""
 
-    def __init__(self, arg: str | None = None) -> None:
+    def __init__(self, arg: str | None = None, params=None) -> None:
+        super().__init__(None, params)
         try:
             self.level = float(arg) if arg is not None else DEFAULT_RISK_LEVEL
         except ValueError:
@@ -69,7 +69,6 @@ class RiskAwareMpcPlanner(MpcPlanner):
         super().reset(ctx)
 
 
-@register("mpc-adaptive")
 class AdaptiveMpcPlanner(MpcPlanner):
     """MPC with a horizon and length punishment set from the measured error per lead time."""
 
@@ -77,22 +76,22 @@ class AdaptiveMpcPlanner(MpcPlanner):
 
     def reset(self, ctx) -> None:
         super().reset(ctx)
-        self.base_ctx = ctx
+        self.base_params = self.params
         obs = observations(ctx, self.name)
-        H = min(ctx.horizon, ctx.configs.horizon)
+        H = min(self.params.horizon, ctx.configs.horizon)
         self.rmse = obs.rmse_by_lead(H)  # (steps, H)
         self.mean_workload = float(np.mean(obs.workload_range))
         self.settings_used: list[tuple[int, float]] = []
 
     def adapted(self, t: int) -> tuple[int, float]:
         """(horizon, length punishment) for step t from the errors known before it."""
-        ctx = self.base_ctx
+        base = self.base_params
         r = self.rmse[t]
         if np.isnan(r).any() or not r[0] > 0:
-            return ctx.horizon, ctx.length_punishment
+            return base.horizon, base.length_punishment
         over = np.nonzero(r > HORIZON_ERROR_RATIO * r[0])[0]
         h = int(over[0]) if over.size else len(r)
-        h = max(2, min(h, ctx.horizon))
+        h = max(2, min(h, base.horizon))
         rel = np.cumsum(r[:h] / self.mean_workload) / np.arange(1, h + 1)  # mean relative RMSE over leads 1..j
         j = np.arange(1, h + 1)
         log_lambda = float(np.sum(j * np.log1p(rel)) / np.sum(j * j))
@@ -100,5 +99,5 @@ class AdaptiveMpcPlanner(MpcPlanner):
 
     def decide(self, t, current):
         h, lam = self.adapted(t)
-        self.ctx = replace(self.base_ctx, horizon=h, length_punishment=lam)
+        self.params = replace(self.base_params, horizon=h, length_punishment=lam)
         return super().decide(t, current)

@@ -19,7 +19,7 @@ import warnings
 from pathlib import Path
 
 from ..errors import InputError
-from .base import Decision, Planner, register
+from .base import Decision, Planner
 
 AGENT_ENV_VAR = "BSP_PLANNER_DQN_AGENT"
 
@@ -72,13 +72,13 @@ class RlPlanner(Planner):
         return Decision(action, levels)
 
 
-@register("rl")
-def _rl(arg: str | None) -> Planner:
+def rl_planner(arg: str | None, settings=None) -> Planner:
+    """rl:PATH (the agent brings its own parameters; the [planner] settings do not apply)."""
     return RlPlanner(arg)
 
 
-@register("dqn")
-def _dqn(arg: str | None) -> Planner:
+def dqn_planner(arg: str | None, settings=None) -> Planner:
+    """dqn or dqn:PATH."""
     if arg:
         planner = RlPlanner(arg, name=f"dqn:{arg}")
     else:

@@ -5,12 +5,14 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import InputError
-from .base import Decision, Planner, register
+from .base import Decision, Planner
 
 
-@register("static")
 class StaticWindowPlanner(Planner):
-    def __init__(self, arg: str | None = None) -> None:
+    """static:K; K (the window, in steps) is its only parameter."""
+
+    def __init__(self, arg: str | None = None, params=None) -> None:
+        self.params = params
         try:
             self.window = int(arg) if arg is not None else 1
         except ValueError:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import errno
 import itertools
 import os
+import re
 import signal
 import time
 from dataclasses import dataclass
@@ -260,3 +261,51 @@ class CpuQuotaGroup:
 
     def __repr__(self) -> str:
         return f"CpuQuotaGroup({str(self.path)!r}, millicores={self.millicores!r}, v{self.hierarchy.version})"
+
+
+# -- groups left by a killed runner ---------------------------------------------------------------------
+#: the names runners give their groups, each carrying the runner's pid: ``<task>-<pid>-<ns>`` (a profile
+#: run), ``check-<pid>`` (the permission probe), ``g<pid>-<n>`` (unnamed groups)
+_OWNED_NAME = re.compile(r"^(?:.+-(?P<run>\d+)-\d+|check-(?P<check>\d+)|g(?P<anon>\d+)-\d+)$")
+
+
+def owner_pid(group_name: str) -> int | None:
+    """The pid of the process that made a group, from its name; None for names runners do not make."""
+    m = _OWNED_NAME.match(group_name)
+    if m is None:
+        return None
+    return int(next(v for v in m.groupdict().values() if v is not None))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale_groups(prefix: str = DEFAULT_PREFIX, hierarchy: Hierarchy | None = None) -> list[str]:
+    """Remove the groups under ``prefix`` whose runner is gone (a profiler killed mid-grid leaves its
+    group, and the stress-ng still running in it, behind): kill what is inside, remove the group. A group
+    whose runner still runs (another profile run beside this one) is left alone. Returns the removed
+    groups as ``prefix/name``."""
+    h = hierarchy or detect_hierarchy()
+    parent = h.root / prefix
+    removed: list[str] = []
+    if not parent.is_dir():
+        return removed
+    for child in sorted(parent.iterdir()):
+        pid = owner_pid(child.name) if child.is_dir() else None
+        if pid is None or pid == os.getpid() or _alive(pid):
+            continue
+        g = CpuQuotaGroup(child.name, prefix=prefix, hierarchy=h)
+        g.created = True  # it exists: remove() kills whatever is inside, then removes it
+        try:
+            g.remove()
+        except OSError:
+            continue  # another runner removed it first, or it cannot be emptied: not ours to insist on
+        removed.append(f"{prefix}/{child.name}")
+    return removed

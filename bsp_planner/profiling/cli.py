@@ -15,9 +15,11 @@ from typing import Optional
 
 import typer
 
+from ..shipped import data_path
+
 app = typer.Typer(help="Measure task durations over a grid of CPU limits x workload sizes.", no_args_is_help=True)
 
-DEFAULT_JOB = Path("jobs/thesis-8.toml")
+DEFAULT_JOB = data_path("jobs/thesis-8.toml")  # shipped (package data)
 _CPU_HELP = "CPU limits in millicores, comma-separated (1000 = one CPU)."
 _W_HELP = "Workload sizes, comma-separated (bogo-ops = ops_per_unit x workload)."
 
@@ -191,8 +193,11 @@ def heatmap(
     from ..profiles import load_profile
     from .heatmap import scaling_exponents, write_heatmaps
 
+    from ..outputs import check_output_dir
+
     prof = load_profile(profile)
     out_dir = out_dir or profile.parent / "heatmaps"
+    check_output_dir(out_dir, "--out-dir")
     paths = write_heatmaps(prof, out_dir)
     table = Table("task", "min s", "max s", "cpu exponent", "workload exponent", "png",
                   title="duration ~ workload^b x cpu^-a (1 and 1 = ideal)")

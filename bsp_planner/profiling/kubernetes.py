@@ -85,7 +85,6 @@ class KubernetesProfiler:
     startup_timeout_s: float = DEFAULT_STARTUP_S
     profile_id: str = "adhoc"
     poll_s: float = 1.0
-    host: str | None = None  # FakeApiServer URL, logic tests only
     cluster: Cluster | None = None
     sleep: Callable[[float], None] = time.sleep
     clock: Callable[[], float] = time.monotonic
@@ -102,7 +101,7 @@ class KubernetesProfiler:
                 f"a profile id is at most 24 lowercase letters, digits and '-', got {self.profile_id!r}", field="--profile-id"
             )
         if self.cluster is None:
-            self.cluster = Cluster(connect(self.namespace, kubeconfig=self.kubeconfig, context=self.context, host=self.host))
+            self.cluster = Cluster(connect(self.namespace, kubeconfig=self.kubeconfig, context=self.context))
         self.namespace = self.cluster.namespace
         self._settings: M.PodSettings | None = None
         self.nodes: dict[str, str] = {}  # node -> CPU model, of the nodes that ran cells

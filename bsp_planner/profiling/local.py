@@ -25,7 +25,7 @@ from pathlib import Path
 
 from ..errors import InputError
 from ..job import Task
-from .cgroups import DEFAULT_PREFIX, MAX_SHARES, CpuQuotaGroup, Hierarchy, detect_hierarchy, quota_us
+from .cgroups import DEFAULT_PREFIX, MAX_SHARES, CpuQuotaGroup, Hierarchy, detect_hierarchy, quota_us, remove_stale_groups
 
 STRESS_NG_INSTALL = "apt-get install stress-ng"
 SCRATCH_TMPFS = "/dev/shm"
@@ -83,6 +83,7 @@ class LocalBackend:
         self._stressors: set[str] | None = None
         self._version: str | None = None
         self._own_workdir: tempfile.TemporaryDirectory | None = None
+        self.stale_removed: list[str] = []  # groups of killed profile runs that check() removed
 
     # stress-ng stressors such as chmod make scratch files in their working directory: by default
     # runs happen in a private temporary directory on tmpfs (/dev/shm) where the host has one, so that
@@ -162,6 +163,9 @@ class LocalBackend:
                     path=job_path,
                     field="stressor",
                 )
+        # groups a killed profile run left behind (with its stress-ng still running in them) would
+        # steal CPU from these measurements: remove them first
+        self.stale_removed = remove_stale_groups(self.prefix, self.hierarchy)
         # a throw-away group proves we may create, limit and remove groups before hours of runs
         with CpuQuotaGroup(f"check-{os.getpid()}", millicores=1000, prefix=self.prefix, hierarchy=self.hierarchy):
             pass

@@ -23,14 +23,16 @@ import os
 import platform
 import socket
 import time
+import warnings
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Protocol, Sequence
 
-from ..errors import InputError
+from ..errors import InputError, InputWarning
 from ..job import Job, Task
-from ..profiles import PROFILE_COLUMNS, metadata_path, read_profile_rows
+from ..outputs import check_output_file
+from ..profiles import PROFILE_COLUMNS, metadata_path, read_metadata, read_profile_rows
 from .cgroups import MIN_QUOTA_US, CFS_PERIOD_US
 from .local import RunResult, cpu_model
 
@@ -333,8 +335,9 @@ def run_grid(
     if out.exists() and not out.is_file():
         raise InputError("expected a file path for the profile, this is a directory", path=out, field="--out")
 
+    check_output_file(out, "--out")
     meta_file = metadata_path(out)
-    meta = json.loads(meta_file.read_text()) if meta_file.is_file() else {}
+    meta = read_metadata(out)
     host = host_info()
     if out.exists():
         _ensure_csv(out, PROFILE_COLUMNS)
@@ -342,6 +345,8 @@ def run_grid(
     backend.check(selected, job.path)  # stress-ng present, stressors known, cgroups writable
     backend_info = backend.info()
     _check_compatible(meta, selected, host, backend_info, measured, meta_file)
+    if measured:
+        _warn_if_appending_another(meta, job, grid, meta_file)
 
     cells = plan_cells(selected, grid)
     todo = [c for c in cells if c not in measured]
@@ -417,12 +422,48 @@ def run_grid(
     return report
 
 
+def _warn_if_appending_another(meta: dict, job: Job, grid: Grid, meta_file: Path) -> None:
+    """Rows of another job or another grid appended to a profile: allowed (a profile may hold several
+    jobs' tasks, a grid may be refined) but said out loud, since it is usually a wrong --out."""
+    old_job = meta.get("job", {}).get("name") if isinstance(meta.get("job"), dict) else None
+    if old_job is not None and old_job != job.name:
+        warnings.warn(
+            f"{meta_file}: the profile was measured for job '{old_job}'; appending rows of job '{job.name}' "
+            "(its metadata keeps the first job and lists both under 'jobs')",
+            InputWarning,
+            stacklevel=3,
+        )
+    old = meta.get("grid")
+    if isinstance(old, dict):
+        new = grid.as_dict()
+        diff = [
+            f"{k} {new[k]} (the profile has {old.get(k)})"
+            for k in ("cpu_millicores", "workloads")
+            if sorted(map(float, new[k])) != sorted(map(float, old.get(k) or []))
+        ]
+        if diff:
+            warnings.warn(
+                f"{meta_file}: appending rows of another grid: {'; '.join(diff)}; the profile is usable only "
+                "once every task has every cell of the union",
+                InputWarning,
+                stacklevel=3,
+            )
+
+
 def _merge_meta(meta: dict, job: Job, tasks: list[Task], grid: Grid, host: dict, backend: dict, timeout_s: float) -> dict:
     meta = dict(meta)
     meta["format"] = META_FORMAT
     meta.update(host)
     meta.update(backend)
-    meta["job"] = {"name": job.name, "file": str(job.path) if job.path else None}
+    this_job = {"name": job.name, "file": str(job.path) if job.path else None}
+    jobs = list(meta.get("jobs") or ([meta["job"]] if isinstance(meta.get("job"), dict) else []))
+    names = [j.get("name") if isinstance(j, dict) else None for j in jobs]
+    if job.name in names:
+        jobs[names.index(job.name)] = this_job
+    else:
+        jobs.append(this_job)
+    meta["jobs"] = jobs
+    meta["job"] = jobs[0]  # the job the profile was first measured for: appending never rewrites it
     old = meta.get("grid", {})
     meta["grid"] = {
         "cpu_millicores": sorted({*old.get("cpu_millicores", []), *grid.as_dict()["cpu_millicores"]}),

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import InputError
+from ..shipped import data_path
 from .settings import ALGOS, EnvSettings, StepRange, settings_from_dict
 
 FORMAT = 1
@@ -134,11 +135,19 @@ def read_metadata(path: Path) -> dict:
 _CACHE: dict[tuple[str, int, int], Agent] = {}
 
 
+def agent_file(path: str | Path) -> Path:
+    """The file meant by an agent path: as given, else a shipped agent by its place in the package data
+    (`agents/default/dqn.zip`); `.zip` may be left out. A path that names nothing comes back as given."""
+    given = Path(path).expanduser()
+    candidates = [given] if given.suffix == ".zip" else [given, given.with_suffix(".zip")]
+    if not given.is_absolute():
+        candidates += [data_path(c.as_posix()) for c in candidates]
+    return next((c for c in candidates if c.is_file()), given)
+
+
 def load_agent(path: str | Path) -> Agent:
     """Load and check an agent; cached per (file, mtime, size), so repeated planners share one model."""
-    path = Path(path).expanduser()
-    if path.suffix != ".zip" and not path.is_file() and path.with_suffix(".zip").is_file():
-        path = path.with_suffix(".zip")
+    path = agent_file(path)
     if not path.is_file():
         raise InputError("agent file not found; train one with `bsp-planner rl train` or give rl:PATH to a .zip", path=path)
     st = path.stat()

@@ -49,7 +49,7 @@ def train(
     """Train an agent on the environment's training steps, evaluating it on the held-out steps."""
     from rich.console import Console
 
-    from .settings import DEFAULT_AGENT_DIR, REPO_ROOT, StepRange
+    from .settings import DEFAULT_AGENT_DIR, StepRange
 
     console = Console()
     extra = []
@@ -64,7 +64,7 @@ def train(
     s = _settings(env, env_set, extra)
     a = s.agent
     agent_path = agent if agent is not None else (DEFAULT_AGENT_DIR.parent / s.name / f"{a.algo}.zip")
-    out = run_dir if run_dir is not None else REPO_ROOT / "out" / "rl" / f"{s.name}-{a.algo}"
+    out = run_dir if run_dir is not None else Path("out") / "rl" / f"{s.name}-{a.algo}"
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
@@ -131,7 +131,11 @@ def evaluate(
     from .settings import StepRange, apply_env_overrides, load_env_settings
     from .train import evaluate_agent
 
+    from ..outputs import check_output_file
+
     console = Console()
+    if out is not None:
+        check_output_file(out, "--out")  # before the runs
     ag = load_agent(agent if agent is not None else default_agent_path())
     extra = list(env_set or [])
     if eval_range is not None:
@@ -150,8 +154,10 @@ def evaluate(
     oos = "yes" if not ag.train_range.overlaps(s.eval) else "no"
     console.print(f"agent trained on steps {ag.train_range} ({ag.meta.get('timesteps')} steps, seed {ag.meta.get('seed')}); out of sample: {oos}")
     if out is not None:
+        from .settings import shipped_relative  # a shipped agent as agents/default/dqn.zip, not this machine's path
+
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps({"agent": str(ag.path), "eval_range": s.eval.to_dict(), "mode": s.mode,
+        out.write_text(json.dumps({"agent": shipped_relative(ag.path), "eval_range": s.eval.to_dict(), "mode": s.mode,
                                    "forecasts": data.forecast_label, "out_of_sample": oos == "yes", "results": rows}, indent=2) + "\n")
         console.print(f"wrote {out}")
 
@@ -162,9 +168,9 @@ def info(agent: Annotated[Optional[Path], typer.Argument(help="Agent .zip (defau
     from rich.console import Console
 
     from ..planners.rl import default_agent_path
-    from .agent import read_metadata
+    from .agent import agent_file, read_metadata
 
-    path = agent if agent is not None else default_agent_path()
+    path = agent_file(agent) if agent is not None else default_agent_path()
     if not Path(path).is_file():
         from ..errors import InputError
 

@@ -30,27 +30,31 @@ No torch, SB3 or gymnasium here: the `dqn` planner and the CLI read these withou
 from __future__ import annotations
 
 import dataclasses
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+from .. import settings as _settings
 from ..errors import InputError
+from ..settings import internal, setting
+from ..shipped import data_dir
 
 ENV_ID = "bsp_planner/Reconfigure-v0"
 ALGOS = ("dqn", "ppo", "a2c")
 MODES = ("forecast", "perfect")
-REPO_ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_ENV = REPO_ROOT / "envs" / "default.toml"
-DEFAULT_AGENT_DIR = REPO_ROOT / "agents" / "default"
+# Shipped files (package data). Agents record their environment file relative to SHIPPED_ROOT when it
+# is a shipped one ("envs/default.toml"), so their metadata holds no machine's absolute path.
+SHIPPED_ROOT = data_dir()
+DEFAULT_ENV = SHIPPED_ROOT / "envs" / "default.toml"
+DEFAULT_AGENT_DIR = SHIPPED_ROOT / "agents" / "default"
 
 
 @dataclass(frozen=True)
 class StepRange:
     """Steps start..start+steps-1 of the test half of every series."""
 
-    start: int
-    steps: int
+    start: int = setting(ge=0)
+    steps: int = setting(ge=2)
 
     @property
     def end(self) -> int:
@@ -88,78 +92,56 @@ class StepRange:
 
 @dataclass
 class AgentSettings:
-    algo: str = "dqn"
-    timesteps: int = 100_000
+    algo: str = setting("dqn", choices=ALGOS)
+    timesteps: int = setting(100_000, ge=1)
     seed: int = 0
-    gamma: float = 0.95
-    learning_rate: float = 5e-4
-    net_arch: list[int] = field(default_factory=lambda: [128, 128])
-    n_envs: int = 1  # vectorised copies of the environment (PPO/A2C like several)
+    gamma: float = setting(0.95, gt=0, le=1)
+    learning_rate: float = setting(5e-4, gt=0)
+    net_arch: list[int] = setting(default_factory=lambda: [128, 128], ge=1, min_items=1)
+    n_envs: int = setting(1, ge=1)  # vectorised copies of the environment (PPO/A2C like several)
     # "a1": train on rewards shifted by an action-independent baseline (see env.BaselineShaping);
     # "none": on the environment's rewards as they are.
-    reward_baseline: str = "a1"
+    reward_baseline: str = setting("a1", choices=("a1", "none"))
     # DQN
-    buffer_size: int = 50_000
-    learning_starts: int = 2_000
-    batch_size: int = 64
-    train_freq: int = 4
-    gradient_steps: int = 1
-    target_update_interval: int = 1_000
-    exploration_fraction: float = 0.3
-    exploration_final_eps: float = 0.02
+    buffer_size: int = setting(50_000, ge=1)
+    learning_starts: int = setting(2_000, ge=0)
+    batch_size: int = setting(64, ge=1)
+    train_freq: int = setting(4, ge=1)
+    gradient_steps: int = setting(1, ge=1)
+    target_update_interval: int = setting(1_000, ge=1)
+    exploration_fraction: float = setting(0.3, gt=0, le=1)
+    exploration_final_eps: float = setting(0.02, ge=0, le=1)
     # PPO / A2C
-    n_steps: int = 256
-    ent_coef: float = 0.01
+    n_steps: int = setting(256, ge=1)
+    ent_coef: float = setting(0.01, ge=0)
     # The saved agent's weights: the average of snapshots taken every `average_every` steps from
     # `average_from` (a fraction of the training) on, smoothing the step-to-step wobble of the greedy
     # policy that comes from noisy targets (1.0: the last weights as they are).
-    average_from: float = 0.5
-    average_every: int = 1_000
+    average_from: float = setting(0.5, ge=0, le=1)
+    average_every: int = setting(1_000, ge=1)
     # Bookkeeping
-    eval_every: int = 5_000
-    checkpoint_every: int = 25_000
-    threads: int = 1  # torch intra-op threads
-
-    def validate(self, path: Path | None = None) -> None:
-        if self.algo not in ALGOS:
-            raise InputError(f"expected algo among {', '.join(ALGOS)}, got {self.algo!r}", path=path, field="agent.algo")
-        for name in ("timesteps", "n_envs", "buffer_size", "batch_size", "train_freq", "gradient_steps",
-                     "target_update_interval", "n_steps", "average_every", "eval_every", "checkpoint_every", "threads"):
-            if getattr(self, name) < 1:
-                raise InputError(f"expected {name} >= 1, got {getattr(self, name)}", path=path, field=f"agent.{name}")
-        if self.reward_baseline not in ("a1", "none"):
-            raise InputError(f"expected reward_baseline a1 or none, got {self.reward_baseline!r}", path=path, field="agent.reward_baseline")
-        if not 0 <= self.average_from <= 1:
-            raise InputError(f"expected 0 <= average_from <= 1, got {self.average_from}", path=path, field="agent.average_from")
-        if self.learning_starts < 0:
-            raise InputError(f"expected learning_starts >= 0, got {self.learning_starts}", path=path, field="agent.learning_starts")
-        if not 0 < self.gamma <= 1:
-            raise InputError(f"expected 0 < gamma <= 1, got {self.gamma}", path=path, field="agent.gamma")
-        if not self.learning_rate > 0:
-            raise InputError(f"expected learning_rate > 0, got {self.learning_rate}", path=path, field="agent.learning_rate")
-        if not 0 < self.exploration_fraction <= 1 or not 0 <= self.exploration_final_eps <= 1:
-            raise InputError("expected 0 < exploration_fraction <= 1 and 0 <= exploration_final_eps <= 1", path=path, field="agent")
-        if not self.net_arch or any(int(u) < 1 for u in self.net_arch):
-            raise InputError(f"expected a list of layer widths >= 1, got {self.net_arch!r}", path=path, field="agent.net_arch")
+    eval_every: int = setting(5_000, ge=1)
+    checkpoint_every: int = setting(25_000, ge=1)
+    threads: int = setting(1, ge=1)  # torch intra-op threads
 
 
 @dataclass
 class EnvSettings:
     experiment: str = "../experiments/default.toml"
     overrides: list[str] = field(default_factory=list)
-    mode: str = "forecast"
-    window: int = 6
-    actions: int = 4
-    episode_steps: int = 100
-    penalty_scale: float = 1.0
-    obs_scale: float | str = "auto"
-    reward_scale: float | str = "auto"
-    obs_high: float = 4.0
+    mode: str = setting("forecast", choices=MODES)
+    window: int = setting(6, ge=1)
+    actions: int = setting(4, ge=2)  # a0 keeps, a1.. reconfigure
+    episode_steps: int = setting(100, ge=1)
+    penalty_scale: float = setting(1.0, gt=0)
+    obs_scale: float | Literal["auto"] = setting("auto", gt=0)
+    reward_scale: float | Literal["auto"] = setting("auto", gt=0)
+    obs_high: float = setting(4.0, gt=0)
     train: StepRange = StepRange(400, 600)
     eval: StepRange = StepRange(0, 400)
     agent: AgentSettings = field(default_factory=AgentSettings)
-    name: str = "default"
-    path: Path | None = None
+    name: str = internal("default")
+    path: Path | None = internal(None)
 
     @property
     def horizon_actions(self) -> int:
@@ -179,23 +161,9 @@ class EnvSettings:
         base = self.path.parent if self.path is not None else DEFAULT_ENV.parent
         return (base / p).resolve()
 
-    def validate(self) -> None:
+    def validate(self, path: str | Path | None = None) -> None:
+        """The rules that tie fields together (each field's own range is checked when it is read)."""
         p = self.path
-        if self.mode not in MODES:
-            raise InputError(f"expected mode among {', '.join(MODES)}, got {self.mode!r}", path=p, field="mode")
-        if self.window < 1:
-            raise InputError(f"expected window >= 1, got {self.window}", path=p, field="window")
-        if self.actions < 2:
-            raise InputError(f"expected actions >= 2 (a0 keeps, a1.. reconfigure), got {self.actions}", path=p, field="actions")
-        if self.episode_steps < 1:
-            raise InputError(f"expected episode_steps >= 1, got {self.episode_steps}", path=p, field="episode_steps")
-        for name in ("penalty_scale", "obs_scale", "reward_scale", "obs_high"):
-            v = getattr(self, name)
-            if v == "auto" and name in ("obs_scale", "reward_scale"):
-                continue
-            if isinstance(v, str) or not v > 0:
-                also = ' or "auto"' if name in ("obs_scale", "reward_scale") else ""
-                raise InputError(f"expected a number > 0{also}, got {v!r}", path=p, field=name)
         self.train.check("train", p)
         self.eval.check("eval", p)
         if self.episode_steps > self.train.steps - 1:
@@ -205,16 +173,15 @@ class EnvSettings:
                 path=p,
                 field="episode_steps",
             )
-        self.agent.validate(p)
 
     def to_dict(self) -> dict[str, Any]:
-        """Everything, with the file's own location as `env_file` (relative to the repository when
-        inside it, so an agent's metadata stays valid in another checkout)."""
+        """Everything, with the file's own location as `env_file` (relative to the package data when
+        shipped, so an agent's metadata stays valid in another installation)."""
         d = dataclasses.asdict(self)
         d.pop("path")
         d["train"] = self.train.to_dict()
         d["eval"] = self.eval.to_dict()
-        d["env_file"] = repo_relative(self.path) if self.path else None
+        d["env_file"] = shipped_relative(self.path) if self.path else None
         return d
 
     def check_ranges(self, strict: bool) -> str | None:
@@ -230,111 +197,35 @@ class EnvSettings:
         return msg
 
 
-def _coerce(value: Any, current: Any, where: str, path: Path | None) -> Any:
-    try:
-        if isinstance(current, bool):
-            if isinstance(value, str) and value.lower() in ("true", "false"):
-                return value.lower() == "true"
-            if isinstance(value, bool):
-                return value
-            raise ValueError
-        if isinstance(current, int):
-            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
-                raise ValueError
-            return int(value)
-        if isinstance(current, float) or where.endswith("_scale"):
-            if isinstance(value, bool):
-                raise ValueError
-            if value == "auto" and where in ("obs_scale", "reward_scale"):
-                return value
-            return float(value)
-        if isinstance(current, list):
-            if isinstance(value, str):
-                value = [v.strip() for v in value.split(",") if v.strip()]
-            if not isinstance(value, list):
-                raise ValueError
-            if where == "agent.net_arch":
-                return [int(v) for v in value]
-            return [str(v) for v in value]
-        if isinstance(current, str):
-            if not isinstance(value, str):
-                raise ValueError
-            return value
-    except (TypeError, ValueError):
-        pass
-    raise InputError(f"expected a value like {current!r}, got {value!r}", path=path, field=where)
-
-
-def _apply(s: EnvSettings, data: dict, path: Path | None) -> None:
-    fields = {f.name for f in dataclasses.fields(s)} - {"path", "name"}
-    agent_fields = {f.name for f in dataclasses.fields(AgentSettings)}
-    for key, value in data.items():
-        if key in ("train", "eval"):
-            if not isinstance(value, dict) or set(value) - {"start", "steps"}:
-                raise InputError("expected a table with start and steps", path=path, field=key)
-            cur = getattr(s, key)
-            start = _coerce(value.get("start", cur.start), 0, f"{key}.start", path)
-            steps = _coerce(value.get("steps", cur.steps), 0, f"{key}.steps", path)
-            setattr(s, key, StepRange(start, steps))
-        elif key == "agent":
-            if not isinstance(value, dict):
-                raise InputError("expected an [agent] table", path=path, field=key)
-            for k, v in value.items():
-                if k not in agent_fields:
-                    raise InputError(f"unknown setting; known: {', '.join(sorted(agent_fields))}", path=path, field=f"agent.{k}")
-                setattr(s.agent, k, _coerce(v, getattr(s.agent, k), f"agent.{k}", path))
-        elif key in fields:
-            setattr(s, key, _coerce(value, getattr(s, key), key, path))
-        else:
-            raise InputError(f"unknown setting; known: {', '.join(sorted(fields))}", path=path, field=key)
-
-
 def apply_env_overrides(s: EnvSettings, overrides: list[str]) -> EnvSettings:
-    """`KEY=VALUE` overrides: `window=8`, `train.start=300`, `agent.timesteps=5000`."""
-    for item in overrides:
-        if "=" not in item:
-            raise InputError(f"expected KEY=VALUE, got {item!r}", field="--env-set")
-        key, value = (x.strip() for x in item.split("=", 1))
-        parts = key.split(".")
-        if len(parts) == 1:
-            data: dict = {key: value}
-        elif len(parts) == 2:
-            data = {parts[0]: {parts[1]: value}}
-        else:
-            raise InputError(f"expected KEY or SECTION.KEY, got {key!r}", field="--env-set")
-        _apply(s, data, None)
-    s.validate()
-    return s
+    """`KEY=VALUE` overrides: `window=8`, `train.start=300`, `agent.timesteps=5000`; checked like the
+    file's own values. Returns the updated settings."""
+    return _settings.apply_overrides(s, overrides, flag="--env-set")
 
 
 def load_env_settings(path: str | Path | None = None, overrides: list[str] | None = None) -> EnvSettings:
     path = Path(path) if path is not None else DEFAULT_ENV
-    if not path.is_file():
-        raise InputError("environment file not found", path=path)
-    try:
-        data = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as exc:
-        raise InputError(f"not valid TOML: {exc}", path=path) from exc
-    s = EnvSettings(name=path.stem)
-    s.path = path.resolve()
-    _apply(s, data, path)
-    s.validate()
+    shipped = SHIPPED_ROOT / "envs" / f"{path.stem}.toml"
+    if not path.is_file() and path.parent in (Path("."), Path("envs")) and path.suffix in ("", ".toml") and shipped.is_file():
+        path = shipped  # a shipped environment by name: default, wide (or envs/wide.toml as before)
+    s = _settings.load_settings_file(EnvSettings, path, "environment", {"name": path.stem, "path": path.resolve()})
     if overrides:
-        apply_env_overrides(s, overrides)
+        s = apply_env_overrides(s, overrides)
     return s
 
 
-def repo_relative(path: Path | str) -> str:
+def shipped_relative(path: Path | str) -> str:
+    """A shipped file as a path relative to the package data ("envs/default.toml"); another as given."""
     p = Path(path).resolve()
     try:
-        return str(p.relative_to(REPO_ROOT))
+        return p.relative_to(SHIPPED_ROOT.resolve()).as_posix()
     except ValueError:
         return str(p)
 
 
-def from_repo(path: str) -> Path:
+def from_shipped(path: str) -> Path:
     p = Path(path)
-    return p if p.is_absolute() else REPO_ROOT / p
+    return p if p.is_absolute() else SHIPPED_ROOT / p
 
 
 def settings_from_dict(d: dict) -> EnvSettings:
@@ -343,8 +234,5 @@ def settings_from_dict(d: dict) -> EnvSettings:
     name = d.pop("name", "agent")
     env_file = d.pop("env_file", None)
     d.pop("path", None)
-    s = EnvSettings(name=name)
-    _apply(s, d, None)
-    if env_file:
-        s.path = from_repo(env_file)
-    return s
+    base = EnvSettings(name=name, path=from_shipped(env_file) if env_file else None)
+    return _settings.load_settings(EnvSettings, d, base=base)

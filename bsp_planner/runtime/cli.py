@@ -1,7 +1,7 @@
 """`bsp-planner run`, `bsp-planner worker` and `bsp-planner zk start|stop|status`.
 
     bsp-planner zk start
-    bsp-planner run --planner mpc                      # experiments/live-default.toml, local backend
+    bsp-planner run --planner mpc                      # the shipped live-default experiment, local backend
     bsp-planner run --resume live-20261121-101500-ab12
 
 Credentials for ZooKeeper's digest ACLs never appear on a command line: `--zk-auth-file FILE` (a file
@@ -33,11 +33,11 @@ def _hosts(value: Optional[str]) -> str:
 
 
 def run(
-    experiment: Path = typer.Option(Path("experiments/live-default.toml"), "--experiment", "-e", help="Experiment file (TOML): job, profile, CPU levels, planner settings."),
+    experiment: Path = typer.Option(Path("live-default"), "--experiment", "-e", help="Experiment file (TOML), or a shipped experiment's name: job, profile, CPU levels, planner settings."),
     job: Optional[Path] = typer.Option(None, "--job", help="Job file, instead of the experiment's."),
     planner: str = typer.Option("mpc", "--planner", "-p", help="mpc, static:K, exppo, dp, dqn..., as in simulate."),
     mode: str = typer.Option("perfect", "--mode", "-m", help="perfect or forecast: what the planner is told."),
-    reconfigure: str = typer.Option("recreate", "--reconfigure", help="recreate (checkpoint, stop, start under the new quota), in-place (rewrite the quota; Kubernetes 1.33+), or auto (in place where the backend can)."),
+    reconfigure: Optional[str] = typer.Option(None, "--reconfigure", help="recreate (checkpoint, stop, start under the new quota), in-place (rewrite the quota; Kubernetes 1.33+), or auto (in place where the backend can). Default: the backend's (local: recreate; kubernetes: $BSP_PLANNER_K8S_RECONFIGURE, else auto)."),
     backend: str = typer.Option("local", "--backend", help="Where tasks run: local (processes under cgroup CPU quotas) or kubernetes (one pod per task)."),
     steps: Optional[int] = typer.Option(None, "--steps", help="Supersteps to run (default: the experiment's)."),
     set_: Optional[list[str]] = typer.Option(None, "--set", help="Override an experiment field: KEY=VALUE or SECTION.KEY=VALUE (repeatable)."),
@@ -46,6 +46,7 @@ def run(
     zk_auth_file: Optional[Path] = typer.Option(None, "--zk-auth-file", help=_AUTH_HELP),
     zk_wait: float = typer.Option(30.0, "--zk-wait", help="Seconds to wait for an unreachable ZooKeeper before giving up (at start and mid-run)."),
     session_timeout: float = typer.Option(10.0, "--session-timeout", help="ZooKeeper session timeout in seconds."),
+    step_timeout: Optional[float] = typer.Option(None, "--step-timeout", help="Seconds one superstep may take, from publishing it to every task's release, before the run stops (default 600; on --resume, the run's own unless given)."),
     run_id: Optional[str] = typer.Option(None, "--run-id", help="Name of the run folder runs/<run-id> (default: live-<date>-<time>-<hex>)."),
     runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="Where run folders go."),
     resume: Optional[str] = typer.Option(None, "--resume", help="Continue this run from its last completed step, with the same plan."),
@@ -65,11 +66,9 @@ def run(
 ) -> None:
     """Run a job live: real tasks under CPU limits, synchronised superstep by superstep through ZooKeeper,
     reconfigured as the planner decides; writes a run log, a chart and a summary to runs/<run-id>/."""
-    import json
-
     from rich.console import Console
 
-    from ..errors import InputError
+    from ..shipped import find_experiment
     from . import zk as Z
     from .coordinator import Coordinator, RunFailed, RunInterrupted, RunSettings, check_run_id, new_run_id
 
@@ -77,16 +76,16 @@ def run(
     err = Console(stderr=True)
     if resume is not None:
         rid = check_run_id(resume)
-        meta_path = runs_dir / rid / "run.json"
-        if not meta_path.is_file():
-            raise InputError(f"no run {rid!r} in {runs_dir} (looked for {meta_path})", field="--resume")
-        meta = json.loads(meta_path.read_text())
-        if meta.get("status") == "finished":
-            raise InputError(f"run {rid!r} has finished; nothing to resume", path=meta_path, field="--resume")
-        settings = RunSettings.from_dict(meta.get("settings", {}))
+        from .run_store import RunStore
+
+        store = RunStore(runs_dir, rid)
+        meta = store.read_meta()  # read only: the coordinator takes the run before writing
+        settings = RunSettings.from_dict(meta["settings"], path=store.meta_path)
         if zookeeper:
             settings.zookeeper = zookeeper  # the server may have moved; everything else is the run's
         settings.zk_wait_s = zk_wait
+        if step_timeout is not None:
+            settings.step_timeout_s = _positive_seconds(step_timeout, "--step-timeout")
     else:
         rid = check_run_id(run_id) if run_id else new_run_id()
         overrides = list(set_ or [])
@@ -114,7 +113,7 @@ def run(
         settings = RunSettings(
             kubernetes=k8s,
             worker_start_s=300.0 if k8s or backend in ("kubernetes", "k8s") else 60.0,  # pods: scheduling, image pulls
-            experiment=str(experiment.resolve()),
+            experiment=str(find_experiment(experiment).resolve()),
             planner=planner,
             mode=mode,
             reconfigure=reconfigure,
@@ -130,9 +129,12 @@ def run(
             cpu_weight=cpu_weight,
             keep_zk=keep_zk,
         )
+        if step_timeout is not None:
+            settings.step_timeout_s = _positive_seconds(step_timeout, "--step-timeout")
     say = (lambda text: None) if quiet else (lambda text: console.print(text, highlight=False))
     coord = Coordinator(settings, rid, runs_dir, resume=resume is not None, say=say)
-    console.print(f"run {rid}: planner {settings.planner}, {settings.mode} mode, reconfigure {settings.reconfigure}, ZooKeeper {settings.zookeeper}", highlight=False)
+    how = settings.reconfigure or "the backend's default"
+    console.print(f"run {rid}: planner {settings.planner}, {settings.mode} mode, reconfigure {how}, ZooKeeper {settings.zookeeper}", highlight=False)
     import signal
 
     def on_term(signum, frame):  # `kill`, a deleted pod: stop as cleanly as on Ctrl-C (resumable)
@@ -153,6 +155,16 @@ def run(
         signal.signal(signal.SIGTERM, previous)
     _show(console, coord)
     console.print(f"run folder: {result.run_dir} (steps.csv, steps.jsonl, summary.md, chart.png, logs/)", highlight=False)
+
+
+def _positive_seconds(value: float, flag: str) -> float:
+    import math
+
+    from ..errors import InputError
+
+    if not math.isfinite(value) or value <= 0:
+        raise InputError(f"expected a positive, finite number of seconds, got {value!r}", field=flag)
+    return float(value)
 
 
 def _show(console, coord) -> None:
@@ -180,6 +192,7 @@ def worker(
     stress_ng: str = typer.Option("stress-ng", "--stress-ng", help="The stress-ng executable."),
     session_timeout: float = typer.Option(10.0, "--session-timeout", help="ZooKeeper session timeout in seconds."),
     zk_wait: float = typer.Option(120.0, "--zk-wait", help="Seconds ZooKeeper may stay unreachable before the worker gives up."),
+    step_timeout: float = typer.Option(3600.0, "--step-timeout", help="Seconds one step (its barriers and its stress-ng) may take."),
 ) -> None:
     """One task of a live run (started by a backend; also a Kubernetes container's command)."""
     from ..errors import InputError
@@ -199,6 +212,8 @@ def worker(
             stress_ng=stress_ng,
             session_timeout_s=session_timeout,
             zk_wait_s=zk_wait,
+            connect_timeout_s=min(30.0, zk_wait),
+            step_timeout_s=_positive_seconds(step_timeout, "--step-timeout"),
         )
     )
     sys.stdout.flush()

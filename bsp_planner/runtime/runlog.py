@@ -38,11 +38,18 @@ TASK_PREFIX = {"cpu_millicores": "cpu", "workload": "workload", "predicted_s": "
 def atomic_write(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w", newline="") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    try:
+        with os.fdopen(fd, "w", newline="") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:  # a full disk: no half-written temporary file left beside the intact original
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def csv_header(task_names: list[str]) -> list[str]:
@@ -110,6 +117,49 @@ class RunLog:
                 fh.write(text)
                 fh.flush()
                 os.fsync(fh.fileno())
+
+
+def step_record(run, t, action, levels, reconfigured, reconfig_s, decision_ms, wall_s, publish_s, released_at, res, restarts, resumed) -> dict:
+    """One step's record (see the module docstring); `run` is the coordinator (scen, ctx, tasks, cpu_of)."""
+    scen = run.scen
+    n = len(run.tasks)
+    pred = scen.actual[np.arange(n), levels, t]
+    forecast = run.ctx.configs.predicted[t, np.arange(n), levels, 0]
+    measured = np.array([r["duration_s"] for r in res])
+    slowest = float(measured.max())
+    step_s = max(wall_s, slowest) if resumed else wall_s
+    tasks = []
+    for i, task in enumerate(run.tasks):
+        tasks.append(
+            {
+                "task": task,
+                "level": int(levels[i]),
+                "cpu_millicores": run.cpu_of(int(levels[i])),
+                "workload": float(scen.actual_workloads[i, t]),
+                "predicted_s": float(pred[i]),
+                "forecast_s": float(forecast[i]),
+                "measured_s": float(measured[i]),
+                "enter_wait_s": res[i]["enter_wait_s"],
+                "incarnation": res[i]["incarnation"],
+            }
+        )
+    return {
+        "step": t,
+        "action": int(action),
+        "reconfigured": bool(reconfigured),
+        "reconfig_s": float(reconfig_s),
+        "decision_ms": float(decision_ms),
+        "step_s": float(step_s),
+        "predicted_step_s": float(pred.max()),
+        "slowest_s": slowest,
+        "sync_s": float(step_s - slowest),
+        "barrier_s": float(max(0.0, released_at - max(r["finished_at"] for r in res))),
+        "publish_s": float(publish_s),
+        "restarts": int(sum(restarts.values())),
+        "resumed": bool(resumed),
+        "levels": [int(x) for x in levels],
+        "tasks": tasks,
+    }
 
 
 def step_chart(records: list[dict], path: Path, title: str = "", penalty_s: float = 0.0) -> None:

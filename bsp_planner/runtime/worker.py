@@ -13,7 +13,8 @@ barrier. The result node is created in the same transaction that moves the check
 never counted twice, even if an old incarnation is somehow still alive.
 
 Exit codes: 0 stopped cleanly, 2 bad input (a malformed value, unknown task), 3 ZooKeeper lost for good,
-4 stress-ng failed.
+4 stress-ng failed (it exited with an error), 5 stress-ng was killed by a signal (the OOM killer, a `kill`):
+the coordinator restarts the task as it would a dead worker, since running the step again may well work.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ EXIT_OK = 0
 EXIT_INPUT = 2
 EXIT_ZK = 3
 EXIT_STRESS = 4
+EXIT_STRESS_KILLED = 5
 
 
 class Stop(Exception):
@@ -44,6 +46,10 @@ class Stop(Exception):
 
 class StressFailed(Exception):
     pass
+
+
+class StressKilled(Exception):
+    """stress-ng died of a signal: not its own error, so the step is worth running again."""
 
 
 @dataclass
@@ -144,6 +150,9 @@ class Worker:
         except StressFailed as exc:
             self._say(f"error: {exc}")
             return EXIT_STRESS
+        except StressKilled as exc:
+            self._say(f"error: {exc}")
+            return EXIT_STRESS_KILLED
         finally:
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
             self._kill_child()
@@ -155,8 +164,10 @@ class Worker:
 
     def _run(self) -> int:
         cfg = self.cfg
+        in_pod = bool(os.environ.get("KUBERNETES_SERVICE_HOST"))  # set by the kubelet in every container
         s = self.session = Z.ZkSession(
-            cfg.hosts, cfg.creds, session_timeout_s=cfg.session_timeout_s, connect_timeout_s=cfg.connect_timeout_s, op_deadline_s=cfg.zk_wait_s
+            cfg.hosts, cfg.creds, session_timeout_s=cfg.session_timeout_s, connect_timeout_s=cfg.connect_timeout_s,
+            op_deadline_s=cfg.zk_wait_s, unreachable_hint=Z.POD_HINT if in_pod else Z.LOCAL_HINT,
         )
         s.add_listener(self._on_state)
         s.start()
@@ -236,6 +247,8 @@ class Worker:
         duration = time.perf_counter() - start
         code = self._child.returncode
         self._child = None
+        if code < 0 and not self._stopping:
+            raise StressKilled(f"stress-ng was killed by signal {-code} ({_signal_name(-code)}) in the middle of a step")
         if code != 0:
             tail = " ".join((err or b"").decode(errors="replace").split())[-300:]
             raise StressFailed(f"stress-ng exited with code {code}: {' '.join(args)}: {tail}")
@@ -253,6 +266,13 @@ class Worker:
             raise failed[0]
         # NodeExists: an earlier try of this very transaction went through (connection loss), or another
         # incarnation reported t first; either way step t is counted once.
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return "unknown"
 
 
 def main(cfg: WorkerConfig) -> int:

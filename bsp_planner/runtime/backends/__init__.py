@@ -52,6 +52,8 @@ class Backend(ABC):
     worker may still be starting: the coordinator waits for its ZooKeeper membership."""
 
     name = "backend"
+    #: how a run reconfigures when --reconfigure is not given (recreate, in-place or auto)
+    default_reconfigure = "recreate"
 
     @abstractmethod
     def capabilities(self) -> Capabilities: ...

@@ -113,7 +113,6 @@ class KubernetesBackend(Backend):
     fit_check: bool = True
     stress_ng: str = IMAGE_STRESS_NG  # accepted for the coordinator's make_backend call; pods use the image's
     cgroup_prefix: str | None = None  # accepted likewise; the kubelet makes the pods' cgroups
-    host: str | None = None  # an API server URL without credentials: the FakeApiServer of the logic tests
     cluster: Cluster | None = None
     sleep: Callable[[float], None] = time.sleep
     clock: Callable[[], float] = time.monotonic
@@ -129,7 +128,7 @@ class KubernetesBackend(Backend):
             if not getattr(self, name) > 0:
                 raise InputError(f"expected a positive number of seconds, got {getattr(self, name)!r}", field=name)
         if self.cluster is None:
-            self.cluster = Cluster(connect(self.namespace, kubeconfig=self.kubeconfig, context=self.context, host=self.host))
+            self.cluster = Cluster(connect(self.namespace, kubeconfig=self.kubeconfig, context=self.context))
         self.namespace = self.cluster.namespace
         self.tasks: dict[str, _Task] = {}
         self.events: list[ReconfigEvent] = []
@@ -162,6 +161,12 @@ class KubernetesBackend(Backend):
                 raise InputError(f"expected seconds, got {text!r}", field=f"${ENV_PREFIX}PENDING_TIMEOUT") from None
 
     # -- what the platform can do ------------------------------------------------------------------
+    @property
+    def default_reconfigure(self) -> str:
+        """--reconfigure when not given: $BSP_PLANNER_K8S_RECONFIGURE, else auto (in place where the
+        server can resize pods)."""
+        return self.reconfigure
+
     @property
     def mode(self) -> str:
         """'in-place' or 'recreate', from --reconfigure and the server's capabilities."""

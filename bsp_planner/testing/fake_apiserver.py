@@ -19,6 +19,7 @@ evicts a pod when a test says so. What it does check like a real server:
   (verb, apiGroup, resource[/subresource], namespace), for tests of which verbs the code uses.
 
 Everything runs on 127.0.0.1 with a port the OS chooses; ``with FakeApiServer() as api:`` stops it.
+Code under test reaches it as it reaches any cluster, through a kubeconfig file: ``api.kubeconfig``.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ import copy
 import itertools
 import json
 import re
+import shutil
+import tempfile
 import threading
 import time
 import uuid
@@ -36,8 +39,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable
 from urllib.parse import parse_qs, urlparse
 
-from .binpack import pod_cpu_request
-from .names import cpu_millicores
+from ..k8s.binpack import pod_cpu_request
+from ..k8s.names import cpu_millicores
 
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 
@@ -141,6 +144,7 @@ class FakeApiServer:
         self._job_pods: dict[tuple[str, str], JobOutcome] = {}
         self.server: ThreadingHTTPServer | None = None
         self.thread: threading.Thread | None = None
+        self._kubeconfig_dir: str | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def start(self) -> FakeApiServer:
@@ -161,6 +165,9 @@ class FakeApiServer:
             self.server.shutdown()
             self.server.server_close()
             self.server = None
+        if self._kubeconfig_dir is not None:
+            shutil.rmtree(self._kubeconfig_dir, ignore_errors=True)
+            self._kubeconfig_dir = None
 
     def __enter__(self) -> FakeApiServer:
         return self.start()
@@ -172,6 +179,27 @@ class FakeApiServer:
     def url(self) -> str:
         assert self.server is not None, "start() first"
         return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    @property
+    def kubeconfig(self) -> str:
+        """A kubeconfig file pointing at this server (written on first use, removed by stop())."""
+        if self._kubeconfig_dir is None:
+            self._kubeconfig_dir = tempfile.mkdtemp(prefix="fake-apiserver-")
+        path = f"{self._kubeconfig_dir}/kubeconfig"
+        self.write_kubeconfig(path)
+        return path
+
+    def write_kubeconfig(self, path) -> str:
+        """Write a kubeconfig for this server to `path` (JSON, which is YAML) and return the path."""
+        config = {
+            "apiVersion": "v1", "kind": "Config", "current-context": "fake",
+            "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
+            "users": [{"name": "u", "user": {"token": "t"}}],
+            "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "u"}}],
+        }
+        with open(path, "w") as fh:
+            json.dump(config, fh)
+        return str(path)
 
     # -- test controls -----------------------------------------------------------------------------
     def add_node(self, name: str, cpu: str, *, labels: dict | None = None, taints: list | None = None,

@@ -1,0 +1,284 @@
+"""The `threshold` allocator: the greedy allocator's min-max idea without its one-step-per-round loop.
+
+The greedy allocator (thesis Algorithm 1) hands out one CPU step per round, so a frame of n tasks with a
+budget of ~15 n steps costs ~15 n rounds of O(n k) work: O(n^2 k). This allocator reaches a
+configuration of about the same quality (tests/test_threshold_allocator.py; measured in
+benchmarks/bench_allocators.py) with no loop over the budget:
+
+1. Per-step floors f_k: for every step k of the frame alone, the smallest slowest-task time any
+   configuration within the budget reaches (the `floor` bound). Durations are non-increasing in CPU,
+   so reaching a time T needs need_i(T) = #{l : d[i, l, k] > T} levels of task i, and the floor is the
+   smallest T with sum_i need_i(T) <= budget and need_i(T) <= max_i: the (budget+1)-th largest
+   duration among the levels a task may still leave, or the slowest task at its maximum if larger.
+   One np.partition per step, no search.
+2. One threshold for the frame: every weighted step aims at the same multiple a of its own floor
+   (T_k = a f_k). Task i at level l meets that at every step iff R[i, l] = max_k d[i, l, k] / f_k <= a,
+   and R is non-increasing in l, so the levels needed are #{l : R[i, l] > a}. The smallest feasible a
+   is the (budget+1)-th largest entry of R (levels at a task's maximum excluded): one np.partition.
+   Every step of the budget is spent: entries tied at a go by the larger weighted frame time, then
+   the lower task index.
+3. Polish: the same threshold for budget - r (r = 8), then the greedy rule spends the last r steps,
+   one per round, on the few tasks that can matter (each step's r+1 slowest); the better of the two
+   configurations (weighted frame time) is returned. Greedy's marginal view fixes most frames where
+   one common multiple of the floors is a poor fit.
+
+Cost per frame: O(n L k) for the ratios and O(n L) for the selection, whatever the budget; the polish
+is O(r k (r + n)). For MPC, whose windows all read one duration table (a broadcast, stride-0 batch),
+the floors are computed once and every window's R is the maximum of two range maxima from a sparse
+table over the horizon, so a decision costs O(n L h log h + windows x n L) instead of windows x n L h;
+R is float32 (half the memory traffic; the ties it may add are broken like any others).
+
+Not the thesis's algorithm: plans differ from greedy's (quality against greedy and the exact
+allocator: BENCHMARKS.md). `greedy` stays the default and is unchanged.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .base import Allocator
+
+
+def _kth_largest(values: np.ndarray, k: int, axis: int) -> np.ndarray:
+    """The k-th largest (k from 1) along an axis; -inf where the axis has fewer than k entries."""
+    size = values.shape[axis]
+    if k > size:
+        shape = list(values.shape)
+        del shape[axis]
+        return np.full(shape, -np.inf)
+    return np.take(np.partition(values, size - k, axis=axis), size - k, axis=axis)
+
+
+def step_floors(d: np.ndarray, max_level: np.ndarray, budget_steps: int) -> np.ndarray:
+    """Per-step min-max floors. d (..., n, L, k) seconds, non-increasing along L -> (..., k) seconds."""
+    n, L = d.shape[-3], d.shape[-2]
+    below_max = np.arange(L)[None, :] < max_level[:, None]  # (n, L): levels a task may still leave
+    at_max = np.take_along_axis(d, np.broadcast_to(max_level[:, None, None], d.shape[:-3] + (n, 1, d.shape[-1])), axis=-2)
+    slowest_at_max = at_max[..., 0, :].max(axis=-2)  # (..., k)
+    leavable = np.where(below_max[:, :, None], d, -np.inf).reshape(d.shape[:-3] + (n * L, d.shape[-1]))
+    return np.maximum(slowest_at_max, _kth_largest(leavable, budget_steps + 1, axis=-2))
+
+
+def levels_for_ratios(ratio: np.ndarray, tiebreak, budgets: list[int]) -> list[np.ndarray]:
+    """ratio (F, n, L), non-increasing along L, -inf at the levels a task may not leave (its maximum
+    and above): R[i, l] = the threshold multiple task i meets at level l. tiebreak(frame, entries) -> the
+    weighted frame time of the flat entries i * L + l, non-increasing along L: orders entries of equal
+    ratio (computed only where there are ties). For every budget b, returns the levels
+    (F, n) that give the b steps to the entries (i, l) with the largest ratios (task i moves past level
+    l), ties broken by the larger tiebreak, then the lower task index: the smallest multiple the budget
+    allows, with every step spent."""
+    f, n, L = ratio.shape
+    flat = ratio.reshape(f, n * L)
+    size = n * L
+    kth = sorted({size - b - 1 for b in budgets if b + 1 <= size})
+    part = np.partition(flat, kth, axis=-1) if kth else flat
+    out = []
+    for b in budgets:
+        # The (b+1)-th largest ratio: the smallest multiple b steps reach (every entry above it needs one).
+        a = part[:, size - b - 1] if b + 1 <= size else np.full(f, -np.inf)
+        levels = (ratio > a[:, None, None]).sum(axis=-1)
+        spare = np.where(a > -np.inf, b - levels.sum(axis=1), 0)  # -inf: a frame without weighted steps
+        # Entries tied at the threshold: the spare steps go to those with the larger tiebreak (a
+        # stable sort keeps task, then level, order among equals; both keys are non-increasing along
+        # L, so the entries a task gets are its next levels).
+        for fi in np.nonzero(spare > 0)[0]:
+            tied = np.nonzero(flat[fi] == a[fi])[0]
+            order = np.argsort(-tiebreak(fi, tied), kind="stable")[: spare[fi]]
+            np.add.at(levels[fi], tied[order] // L, 1)
+        out.append(levels)
+    return out
+
+
+def _ratio_tables(d: np.ndarray, floors: np.ndarray, max_level: np.ndarray) -> np.ndarray:
+    """d (..., n, L, k) / floors (..., k), with a floor of 0 meaning "only 0 meets it"; -inf at each
+    task's maximum level and above (levels it may not leave)."""
+    f = np.broadcast_to(floors[..., None, None, :], d.shape)
+    out = np.divide(d, f, out=np.where(d > 0, np.inf, 0.0), where=f > 0)
+    out[..., np.arange(d.shape[-2])[None, :] >= max_level[:, None], :] = -np.inf
+    return out
+
+
+class _RangeMax:
+    """Sparse table over the first axis: the max over any contiguous range [s, e) in two lookups."""
+
+    def __init__(self, x: np.ndarray) -> None:
+        self.levels = [x]
+        span = 1
+        while 2 * span <= x.shape[0]:
+            prev = self.levels[-1]
+            self.levels.append(np.maximum(prev[: prev.shape[0] - span], prev[span:]))
+            span *= 2
+
+    def query(self, starts: np.ndarray, ends: np.ndarray, out: np.ndarray) -> None:
+        """Writes the maxima over [starts[i], ends[i]) to out[i]; ranges sorted by floor(log2(length)),
+        so each power of two fills one contiguous block of out."""
+        p = np.floor(np.log2(ends - starts)).astype(np.int64)
+        bounds = np.flatnonzero(np.diff(np.concatenate([[-1], p, [-1]])))
+        for i0, i1 in zip(bounds[:-1], bounds[1:]):
+            table = self.levels[p[i0]]
+            np.maximum(table[starts[i0:i1]], table[ends[i0:i1] - (1 << int(p[i0]))], out=out[i0:i1])
+
+
+def frame_ratios(durations: np.ndarray, weights: np.ndarray, max_level: np.ndarray, budget_steps: int):
+    """Steps 1 and 2 of the module docstring up to the ratios: durations (B, n, L, k), weights (B, k)
+    -> (order (B,), R (B, n, L), tiebreak): R[j] belongs to frame order[j] (windows are grouped for the
+    range maxima), -inf where a task may not leave a level; tiebreak(j) is each level's weighted frame
+    time of given (flat) entries of R[j]'s frame."""
+    b, n, L, k = durations.shape
+    support = weights > 0
+    shared = durations.strides[0] == 0 or b == 1
+    edges = np.diff(np.pad(support, ((0, 0), (1, 1))).astype(np.int8), axis=1)
+    contiguous = np.all((edges == 1).sum(axis=1) <= 1)
+    if shared and contiguous:
+        table = durations[0]
+        # float32: half the memory traffic in the passes over (windows, n, L); ties it creates are
+        # broken like any others.
+        ratio = _ratio_tables(table, step_floors(table, max_level, budget_steps), max_level).astype(np.float32)  # (n, L, k)
+        starts = support.argmax(axis=1)
+        ends = starts + support.sum(axis=1)
+        live = ends > starts
+        # Frames without a weighted step last; the others grouped by the power of two of their length,
+        # so each group of range maxima writes one block of R.
+        order = np.lexsort((np.where(live, np.floor(np.log2(np.maximum(ends - starts, 1))), 0), ~live))
+        n_live = int(live.sum())
+        R = np.empty((b, n, L), dtype=np.float32)
+        R[n_live:] = -np.inf
+        if n_live:
+            o = order[:n_live]
+            _RangeMax(np.ascontiguousarray(ratio.transpose(2, 0, 1))).query(starts[o], ends[o], R[:n_live])
+        flat = table.reshape(n * L, k)
+        return order, R, lambda j, idx: flat[idx] @ weights[order[j]]
+    ratio = _ratio_tables(durations, step_floors(durations, max_level, budget_steps), max_level).astype(np.float32)
+    R = np.where(support[:, None, None, :], ratio, -np.inf).max(axis=-1)
+    return np.arange(b), R, lambda j, idx: durations[j].reshape(n * L, k)[idx] @ weights[j]
+
+
+def greedy_from(durations: np.ndarray, weights: np.ndarray, max_level: np.ndarray, start: np.ndarray, budget_steps,
+                tasks: np.ndarray | None = None, real: np.ndarray | None = None) -> np.ndarray:
+    """The greedy rule (see greedy.py), one CPU step per frame and round, from a start configuration,
+    until each frame's budget is spent or no task can grow. durations (B, N, L, k); max_level (N,);
+    budget_steps: a number or one per frame. tasks (B, n): the tasks each frame works on (default all
+    N, in order), real (B, n): False for padding (never the slowest, never grows); start (B, n) and the
+    result are levels of those tasks."""
+    b, _, L, k = durations.shape
+    if tasks is None:
+        tasks = np.broadcast_to(np.arange(durations.shape[1])[None, :], (b, durations.shape[1]))
+    n = tasks.shape[1]
+    max_of = np.asarray(max_level)[tasks]
+    if real is not None:
+        max_of = np.where(real, max_of, 0)
+    lvl = start.copy()
+    left = budget_steps - lvl.sum(axis=1)
+    alive = (left > 0) & (weights > 0).any(axis=1)
+    ki = np.arange(k)[None, None, :]
+    while alive.any():
+        f = np.nonzero(alive)[0]
+        fi = np.arange(f.size)[:, None]
+        lv = lvl[f]
+        can = lv < max_of[f]
+        fb, tb = f[:, None, None], tasks[f][:, :, None]
+        cur = durations[fb, tb, lv[:, :, None], ki]  # (F, n, k), gathered: a broadcast batch stays unexpanded
+        nxt = durations[fb, tb, np.minimum(lv + 1, L - 1)[:, :, None], ki]
+        if real is not None:
+            pad = ~real[f]
+            cur[pad] = -1.0
+            nxt[pad] = -1.0
+        w = weights[f]
+        # Stragglers among all tasks; where all of a frame's stragglers are at their maximum, among
+        # the tasks that can still grow (as greedy.py does).
+        choice = np.zeros(f.size, dtype=np.int64)
+        ok = np.zeros(f.size, dtype=bool)
+        for vals in (cur, np.where(can[:, :, None], cur, -np.inf)):
+            strag = vals.argmax(axis=1)  # (F, k)
+            saved = (cur[fi, strag, ki[0]] - nxt[fi, strag, ki[0]]) * w
+            flat = (fi * n + strag).ravel()
+            gain = np.bincount(flat, weights=saved.ravel(), minlength=f.size * n).reshape(f.size, n)
+            count = np.bincount(flat, weights=(w > 0).ravel(), minlength=f.size * n).reshape(f.size, n)
+            cand = (count > 0) & can
+            if not np.isfinite(gain).all():  # infinite durations: no finite saving to rank by
+                gain = np.nan_to_num(gain, nan=0.0, posinf=0.0, neginf=0.0)
+            score = np.where(cand, gain, -np.inf)
+            c = score.argmax(axis=1)
+            got = cand[np.arange(f.size), c] & ~ok
+            choice[got] = c[got]
+            ok |= got
+            if ok.all():
+                break
+        g = f[ok]
+        lvl[g, choice[ok]] += 1
+        left[g] -= 1
+        alive[f[~ok]] = False
+        alive &= left > 0
+    return lvl
+
+
+def polish(durations: np.ndarray, weights: np.ndarray, max_level: np.ndarray, start: np.ndarray, budget_steps: int) -> np.ndarray:
+    """Spend the r = budget - sum(start) last steps by the greedy rule, on the few tasks that can matter.
+
+    After j rounds at most j tasks have changed, so the slowest task at a step is one of that step's
+    r + 1 slowest at the start, or a task already chosen (itself one of those): greedy runs on the
+    union of every step's r + 1 slowest tasks (at most k (r + 1) per frame, padded with inert tasks),
+    not on all n. (Only the fallback for frames whose stragglers are all at their maximum may look
+    beyond that set in greedy.py; here it picks within it.)"""
+    b, n, L, k = durations.shape
+    r = int(budget_steps - start.sum(axis=1).min())
+    if r <= 0:
+        return start
+    if r + 1 >= n:  # every task is a candidate
+        return greedy_from(durations, weights, max_level, start, budget_steps)
+    fb = np.arange(b)[:, None, None]
+    cur = durations[fb, np.arange(n)[None, :, None], start[:, :, None], np.arange(k)[None, None, :]]  # (B, n, k)
+    m = r + 1
+    top = np.argpartition(cur, n - m, axis=1)[:, n - m :, :]
+    chosen = np.zeros((b, n), dtype=bool)
+    chosen[np.arange(b)[:, None, None], top] = True
+    width = int(chosen.sum(axis=1).max())
+    # Each frame's candidates in task order (keeps greedy's lower-index tie rule), padded with others
+    # marked inert.
+    order = np.argsort(~chosen, axis=1, kind="stable")[:, :width]
+    real = np.take_along_axis(chosen, order, axis=1)
+    sub_start = np.where(real, np.take_along_axis(start, order, axis=1), 0)
+    spare = budget_steps - start.sum(axis=1)
+    # Each frame spends its own spare steps on its candidates.
+    lvl_sub = greedy_from(durations, weights, max_level, sub_start, sub_start.sum(axis=1) + spare, order, real)
+    out = start.copy()
+    rows = np.nonzero(real)
+    out[rows[0], order[rows]] = lvl_sub[rows]
+    return out
+
+
+def _frame_times(durations: np.ndarray, levels: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """base.frame_time for a batch, gathering from the one table when the batch is a broadcast."""
+    b, n = levels.shape
+    if durations.strides[0] == 0:
+        per_task = durations[0][np.arange(n)[None, :], levels]  # (B, n, k)
+    else:
+        per_task = durations[np.arange(b)[:, None], np.arange(n)[None, :], levels]
+    return (per_task.max(axis=1) * weights).sum(axis=1)
+
+
+class ThresholdAllocator(Allocator):
+    name = "threshold"
+    #: Steps of the budget the greedy rule spends last (see polish); the better of the two is kept.
+    polish_steps = 8
+
+    def allocate_batch(self, durations, weights, max_level, budget_steps):
+        durations = np.asarray(durations, dtype=np.float64)
+        b, n, n_levels, k = durations.shape
+        weights = np.broadcast_to(np.asarray(weights, dtype=np.float64), (b, k))
+        max_level = np.minimum(np.asarray(max_level, dtype=np.int64), n_levels - 1)
+        if budget_steps <= 0 or b == 0 or n == 0 or not (max_level > 0).any():
+            return np.zeros((b, n), dtype=np.int64)
+        used = (weights > 0).any(axis=1)
+        if budget_steps >= max_level.sum():
+            return np.where(used[:, None], max_level[None, :], 0)
+        order, R, tiebreak = frame_ratios(durations, weights, max_level, budget_steps)
+        r = min(self.polish_steps, budget_steps)
+        levels, start = np.empty((2, b, n), dtype=np.int64)
+        levels[order], start[order] = levels_for_ratios(R, tiebreak, [budget_steps, budget_steps - r])
+        if r > 0:
+            polished = polish(durations, weights, max_level, start, budget_steps)
+            better = _frame_times(durations, polished, weights) < _frame_times(durations, levels, weights)
+            levels = np.where(better[:, None], polished, levels)
+        levels[~used] = 0
+        return levels

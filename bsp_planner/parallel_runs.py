@@ -1,0 +1,78 @@
+"""Run an experiment's (mode, strategy) pairs in parallel processes: `bsp-planner simulate --jobs N`.
+
+Every pair is independent (a planner over one mode's predictions against the same actual durations)
+and every planner and allocator is deterministic, so a pair gives the same result in any process: only
+the decision timings differ. Workers get the scenario by inheritance where the platform forks (no
+rebuild, no pickling of its large views) and rebuild it from the experiment otherwise; results come
+back pickled (arrays of steps x tasks, small). The heaviest strategies are submitted first, so that a
+long one does not start last.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from typing import Callable
+
+from .errors import InputError
+from .experiment import Experiment
+from .scenario import Scenario, build_scenario, run_strategy
+from .simulation import StrategyResult
+
+#: Rough relative cost, to submit long runs first (unknown strategies count as cheap).
+_HEAVY = {"optimum": 4, "dqn": 3, "dp": 3, "mpc": 3, "floor": 0}
+
+_SCENARIO: Scenario | None = None
+
+
+def check_jobs(jobs: int) -> int:
+    if jobs < 1:
+        raise InputError(f"expected a whole number of processes >= 1, got {jobs}", field="--jobs")
+    return jobs
+
+
+def _init(exp: Experiment) -> None:
+    global _SCENARIO
+    if _SCENARIO is None:  # not inherited (a platform that spawns): build it here
+        _SCENARIO = build_scenario(exp)
+
+
+def _run(mode: str, strategy: str) -> StrategyResult:
+    assert _SCENARIO is not None
+    return run_strategy(_SCENARIO, strategy, mode)
+
+
+def run_pairs(
+    scen: Scenario, pairs: list[tuple[str, str]], jobs: int = 1,
+    on_start: Callable[[str, str], None] | None = None, on_done: Callable[[str, str], None] | None = None,
+) -> list[StrategyResult]:
+    """Results for the (mode, strategy) pairs, in the order given; jobs > 1 uses that many processes."""
+    check_jobs(jobs)
+    jobs = min(jobs, len(pairs))
+    if jobs <= 1:
+        out = []
+        for m, s in pairs:
+            if on_start:
+                on_start(m, s)
+            out.append(run_strategy(scen, s, m))
+            if on_done:
+                on_done(m, s)
+        return out
+    global _SCENARIO
+    method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
+    order = sorted(range(len(pairs)), key=lambda i: -_HEAVY.get(pairs[i][1].partition(":")[0], 1))
+    results: list[StrategyResult | None] = [None] * len(pairs)
+    _SCENARIO = scen
+    try:
+        with ProcessPoolExecutor(jobs, mp_context=mp.get_context(method), initializer=_init, initargs=(scen.experiment,)) as pool:
+            futures = {pool.submit(_run, *pairs[i]): i for i in order}
+            for fut in as_completed(futures):
+                i = futures[fut]
+                results[i] = fut.result()  # an InputError in a worker is raised here, as with one process
+                if on_done:
+                    on_done(*pairs[i])
+    finally:
+        _SCENARIO = None
+    return results  # type: ignore[return-value]
+
+

@@ -1,0 +1,249 @@
+"""The live executor: carries out one configuration and one superstep on real tasks.
+
+It starts the tasks' workers through a backend, applies a new configuration (``in-place`` or
+``recreate``), publishes a step's workloads to ZooKeeper, waits for the step's leave barrier while
+restarting workers that die, and reads what every task measured. It decides nothing: the coordinator
+hands it the planner's configuration.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from . import zk as Z
+from .backends import Backend, WorkerLaunch
+from .run_settings import RunSettings
+from .worker import EXIT_INPUT, EXIT_STRESS
+
+
+class RunFailed(Exception):
+    """The run cannot go on (a worker that fails again and again, a stressor that errors)."""
+
+
+@dataclass
+class StepOutcome:
+    released_at: float  # time.time() of the step's release
+    restarts: dict[str, int]
+
+
+class LiveExecutor:
+    """``LiveExecutor(settings, session, paths, backend, tasks, cpu_of, ...)``: tasks are named in the
+    planner's order; ``cpu_of(level)`` gives a level's millicores."""
+
+    def __init__(
+        self,
+        settings: RunSettings,
+        session: Z.ZkSession,
+        paths: Z.RunPaths,
+        backend: Backend,
+        tasks: list[str],
+        cpu_of: Callable[[int], float],
+        worker_env: dict[str, str],
+        incarnation: dict[str, int],
+        save_incarnations: Callable[[dict[str, int]], None],
+        relock: Callable[[], None],
+        say: Callable[[str], None],
+    ) -> None:
+        self.settings = settings
+        self.session = session
+        self.paths = paths
+        self.backend = backend
+        self.tasks = tasks
+        self.cpu_of = cpu_of
+        self.worker_env = worker_env
+        self.incarnation = incarnation
+        self._save_incarnations = save_incarnations
+        self._relock = relock
+        self.say = say
+        self.levels_now: dict[str, int] = {}
+
+    # -- workers -----------------------------------------------------------------------------------
+    def _launch(self, task: str) -> WorkerLaunch:
+        s = self.settings
+        k = self.incarnation.get(task, -1) + 1
+        self.incarnation[task] = k
+        args = (
+            "worker",
+            "--zookeeper", s.zookeeper,
+            "--root", self.paths.root,
+            "--task", task,
+            "--incarnation", str(k),
+            "--stress-ng", s.stress_ng,
+            "--session-timeout", f"{s.session_timeout_s:g}",
+            "--zk-wait", f"{max(s.zk_wait_s * 4, 60):g}",
+            "--step-timeout", f"{s.step_timeout_s:g}",
+        )
+        return WorkerLaunch(task=task, args=args, env=dict(self.worker_env), incarnation=k)
+
+    def _wait_ready(self, tasks: list[str], next_step: int) -> None:
+        """Until every task's member node shows its current incarnation; a worker that dies meanwhile is
+        an error (with the end of its log), and so is one whose checkpoint is behind the run log (it would
+        wait for a step the coordinator will never publish again)."""
+        s = self.session
+        pending = set(tasks)
+        deadline = time.monotonic() + self.settings.worker_start_s
+
+        def check(watch):
+            for t in list(pending):
+                path = self.paths.member(t)
+                v = s.get(path) if s.exists(path, watch=watch) else None
+                if v is None:
+                    continue
+                member = Z.parse_member(path, v)
+                if member["incarnation"] != self.incarnation[t]:
+                    continue
+                if member["next_step"] < next_step:
+                    raise RunFailed(
+                        f"task {t}'s worker resumed at step {member['next_step']} but the run log continues at step {next_step}: "
+                        f"its checkpoint in ZooKeeper ({self.paths.checkpoint(t)}) is behind the run log"
+                    )
+                pending.discard(t)
+            return True if not pending else None
+
+        def interrupt():
+            for t in pending:
+                st = self.backend.poll_task(t)
+                if st.alive is False:
+                    raise RunFailed(f"task {t}'s worker exited with code {st.exit_code} while starting:\n{self.backend.log_tail(t)}")
+            if time.monotonic() > deadline:
+                raise RunFailed(f"worker(s) {', '.join(sorted(pending))} did not join within {self.settings.worker_start_s:g} s")
+            return False
+
+        s.wait_for(check, None, interrupt=interrupt, tick_s=0.05)
+
+    def start_all(self, levels: np.ndarray, next_step: int) -> float:
+        """Start every task under its level's CPU; the seconds until all joined."""
+        t0 = time.perf_counter()
+        self.backend.check_configuration({t: self.cpu_of(int(levels[i])) for i, t in enumerate(self.tasks)})
+        for i, t in enumerate(self.tasks):
+            self.backend.start_task(self._launch(t), self.cpu_of(int(levels[i])))
+            self.levels_now[t] = int(levels[i])
+        self._save_incarnations(self.incarnation)
+        self._wait_ready(self.tasks, next_step)
+        return time.perf_counter() - t0
+
+    def reconfigure(self, levels: np.ndarray, next_step: int) -> tuple[float, list[str]]:
+        """Apply a new configuration to the tasks whose CPU changes; (real seconds it took, tasks)."""
+        changed = [t for i, t in enumerate(self.tasks) if self.levels_now[t] != int(levels[i])]
+        if not changed:
+            return 0.0, []
+        t0 = time.perf_counter()
+        self.backend.check_configuration({t: self.cpu_of(int(levels[i])) for i, t in enumerate(self.tasks)})
+        if self.settings.reconfigure == "in-place":
+            # shrink first, so that the sum of the quotas never exceeds the budget in between
+            order = sorted(changed, key=lambda t: int(levels[self.tasks.index(t)]) - self.levels_now[t])
+            for t in order:
+                self.backend.resize_task(t, self.cpu_of(int(levels[self.tasks.index(t)])))
+        else:
+            for t in changed:
+                self.backend.recreate_task(self._launch(t), self.cpu_of(int(levels[self.tasks.index(t)])))
+            self._save_incarnations(self.incarnation)
+            self._wait_ready(changed, next_step)
+        for t in changed:
+            self.levels_now[t] = int(levels[self.tasks.index(t)])
+        return time.perf_counter() - t0, changed
+
+    # -- one step ----------------------------------------------------------------------------------
+    def publish(self, t: int, workloads: np.ndarray, workload_range: tuple[float, float]) -> bool:
+        """Step t's barrier and every task's workload, in one transaction; False if it was already there
+        (a resumed run), after checking it says the same."""
+        from kazoo.exceptions import NodeExistsError
+
+        s = self.session
+        barrier = Z.StepBarrier(s, self.paths, t, self.tasks)
+        ops = barrier.setup_ops() + [("create", self.paths.step(task, t), Z.step_value(t, workloads[i])) for i, task in enumerate(self.tasks)]
+        results = s.commit(ops)
+        if not any(isinstance(r, Exception) for r in results):
+            return True
+        if not isinstance(results[0], NodeExistsError):
+            raise next(r for r in results if isinstance(r, Exception))
+        for i, task in enumerate(self.tasks):
+            path = self.paths.step(task, t)
+            v = s.get(path)
+            got = Z.parse_step(path, v, t, workload_range) if v is not None else None
+            if v is None:
+                s.create(path, Z.step_value(t, workloads[i]))
+            elif got is None or got != float(workloads[i]):
+                raise Z.MalformedValue(f"{path} holds workload {got!r}, the run's series says {float(workloads[i])!r}", field=path)
+        return False
+
+    def wait_step(self, t: int) -> StepOutcome:
+        """Until step t's leave barrier is done; restarts dead workers (a worker, or its stress-ng, killed
+        by a signal: the OOM killer, a `kill`)."""
+        s = self.session
+        barrier = Z.StepBarrier(s, self.paths, t, self.tasks)
+        restarts: dict[str, int] = {}
+        deadline = time.monotonic() + self.settings.step_timeout_s
+        caps = self.backend.capabilities()
+        missing_since: dict[str, float] = {}
+
+        def check(watch):
+            return time.time() if barrier.is_done(watch=watch) else None
+
+        def interrupt():
+            self._relock()
+            for task in self.tasks:
+                st = self.backend.poll_task(task)
+                dead = st.alive is False
+                if st.alive is None and not caps.sees_exit:  # only ZooKeeper can tell
+                    if s.exists(self.paths.member(task)):
+                        missing_since.pop(task, None)
+                    else:
+                        since = missing_since.setdefault(task, time.monotonic())
+                        dead = time.monotonic() - since > self.settings.session_timeout_s
+                if not dead:
+                    continue
+                if st.exit_code in (EXIT_INPUT, EXIT_STRESS):
+                    raise RunFailed(f"task {task}'s worker failed in step {t} (exit code {st.exit_code}):\n{self.backend.log_tail(task)}")
+                restarts[task] = restarts.get(task, 0) + 1
+                if restarts[task] > self.settings.max_restarts:
+                    raise RunFailed(
+                        f"task {task}'s worker died {restarts[task]} times in step {t}; its log ends with:\n{self.backend.log_tail(task)}"
+                    )
+                self.say(f"step {t}: task {task}'s worker is gone (exit code {st.exit_code}); restarting it from its checkpoint")
+                self.backend.start_task(self._launch(task), self.cpu_of(self.levels_now[task]))
+                self._save_incarnations(self.incarnation)
+                missing_since.pop(task, None)
+            if time.monotonic() > deadline:
+                raise RunFailed(
+                    f"step {t} did not finish within {self.settings.step_timeout_s:g} s (the step timeout: --step-timeout)"
+                )
+            return False
+
+        released = s.wait_for(check, None, interrupt=interrupt, tick_s=0.05)
+        return StepOutcome(released, restarts)
+
+    def results(self, t: int) -> list[dict]:
+        s = self.session
+        out = []
+        for task in self.tasks:
+            path = self.paths.result(task, t)
+            v = s.get(path)
+            if v is None:
+                raise Z.MalformedValue(f"step {t} is done but {path} is missing", field=path)
+            out.append(Z.parse_result(path, v, t))
+        return out
+
+    def cleanup_barrier(self, t: int) -> None:
+        if t < 0 or not self.session.exists(self.paths.barrier(t)):
+            return
+        try:
+            self.session.commit(Z.StepBarrier(self.session, self.paths, t, self.tasks).cleanup_ops())
+        except Exception:
+            pass  # only housekeeping: the tree is removed at the end anyway
+
+    def finish(self, steps: int) -> None:
+        """Tell every worker to stop after the last step and let them go."""
+        ops = [("create", self.paths.step(task, steps), Z.stop_value(steps)) for task in self.tasks]
+        try:
+            self.session.commit(ops)
+        except Exception:
+            pass
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and any(self.backend.poll_task(t).alive for t in self.tasks):
+            time.sleep(0.05)
+        self.backend.close()

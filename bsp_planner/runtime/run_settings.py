@@ -1,0 +1,61 @@
+"""What a live run (and its resumption) needs, stored in run.json under ``settings`` (credentials never).
+
+Read through the product's one settings loader (:mod:`bsp_planner.settings`): a run.json's settings and
+the settings a caller builds are coerced and range-checked the same way (NaN, infinity and non-positive
+timeouts refused, naming the field), and unknown keys are refused.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..settings import load_settings, setting
+from .zk import DEFAULT_HOSTS
+
+RECONFIGURE = ("recreate", "in-place", "auto")
+DEFAULT_STEP_TIMEOUT_S = 600.0
+
+
+@dataclass
+class RunSettings:
+    experiment: str
+    planner: str = setting("mpc")
+    mode: str = setting("perfect", choices=("perfect", "forecast"))
+    # None: the backend's default (local: recreate; kubernetes: $BSP_PLANNER_K8S_RECONFIGURE, else auto)
+    reconfigure: str | None = setting(None, choices=RECONFIGURE)
+    overrides: list[str] = setting(default_factory=list)
+    backend: str = setting("local")
+    zookeeper: str = setting(DEFAULT_HOSTS)
+    zk_root: str | None = setting(None)  # default: /bsp-planner/runs/<run-id>
+    zk_auth: str = setting("generated")  # generated (runs/<id>/zk-auth) | file:<path> | env
+    session_timeout_s: float = setting(10.0, gt=0)
+    zk_wait_s: float = setting(30.0, gt=0)  # bounded wait for an unreachable ZooKeeper, at start and during the run
+    worker_start_s: float = setting(60.0, gt=0)  # how long a (re)started worker may take to join
+    step_timeout_s: float = setting(DEFAULT_STEP_TIMEOUT_S, gt=0)  # one superstep, from publishing it to every task's release
+    max_restarts: int = setting(3, ge=0)  # restarts of one task within one step before the run fails
+    stress_ng: str = setting("stress-ng")
+    cgroup_prefix: str = setting("bsp-planner")
+    cpu_weight: str = setting("guaranteed", choices=("guaranteed", "workers"))  # local backend: the run group's weight
+    keep_zk: bool = setting(False)  # leave the run's znodes after a finished run
+    # the kubernetes backend's options (namespace, image, ...), checked by that backend
+    kubernetes: Any = setting(default_factory=dict)
+
+    def validate(self, path: str | Path | None = None) -> None:
+        """What the loader's per-field checks cannot say (it calls this once every field is in place)."""
+        if not isinstance(self.kubernetes, dict):
+            from ..errors import InputError
+
+            raise InputError(f"expected a table of kubernetes options, got {self.kubernetes!r}", path=path, field="kubernetes")
+
+    def checked(self) -> RunSettings:
+        """A copy with every field through the settings loader: a RunSettings built in code (the command
+        line, a benchmark) is checked exactly as one read from run.json; InputError names the field."""
+        return load_settings(RunSettings, {f.name: getattr(self, f.name) for f in dataclasses.fields(self)})
+
+    @classmethod
+    def from_dict(cls, d: dict, path: str | Path | None = None) -> RunSettings:
+        """The settings a run.json holds (`path`), checked."""
+        return load_settings(cls, d, path=path)

@@ -1,0 +1,144 @@
+"""The double barrier of one superstep, over a :class:`~.session.ZkSession`."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from ...errors import InputError
+from .schema import RunPaths, encode
+from .session import RECHECK_S, ZkSession
+
+
+class StepBarrier:
+    """Double barrier for step t among a fixed set of named participants (kazoo's DoubleBarrier, per step
+    and restartable).
+
+    Entering creates ``enter/<name>``; whoever then counts every participant there creates ``go``, and
+    everyone waits for ``go``. Leaving is the same with ``leave/<name>`` and ``done``. The nodes are
+    persistent and creating one twice is harmless, so a participant restarted inside a step simply enters
+    (and leaves) again: when the others have passed already, ``go`` is there and it goes straight through.
+    The coordinator creates ``barrier/<t>``, ``enter`` and ``leave`` when it publishes the step.
+    """
+
+    def __init__(self, session: ZkSession, paths: RunPaths, t: int, participants: list[str] | tuple[str, ...]) -> None:
+        self.session = session
+        self.t = t
+        self.base = paths.barrier(t)
+        self.participants = frozenset(participants)
+
+    @property
+    def go_path(self) -> str:
+        return f"{self.base}/go"
+
+    @property
+    def done_path(self) -> str:
+        return f"{self.base}/done"
+
+    def setup_ops(self) -> list[tuple]:
+        return [("create", self.base, None), ("create", f"{self.base}/enter", None), ("create", f"{self.base}/leave", None)]
+
+    def _pass(self, phase: str, flag: str, name: str, timeout_s: float | None, interrupt) -> float:
+        if name not in self.participants:
+            raise InputError(f"{name!r} is not a participant of this barrier", field="task")
+        t0 = time.perf_counter()
+        s = self.session
+        flag_path = f"{self.base}/{flag}"
+        if self._fast_pass(phase, flag_path, name, timeout_s):
+            return time.perf_counter() - t0
+        s.create(f"{self.base}/{phase}/{name}", {"step": self.t})
+
+        def check(watch):
+            if s.exists(flag_path, watch=watch):
+                return True
+            stat = s.retry(s.client.exists, f"{self.base}/{phase}")
+            if stat is not None and stat.numChildren >= len(self.participants):
+                here = self.participants.intersection(s.children(f"{self.base}/{phase}"))
+                if len(here) == len(self.participants):
+                    s.create(flag_path, {"step": self.t})
+                    return True
+            return None
+
+        if s.wait_for(check, timeout_s, interrupt=interrupt) is None:
+            raise TimeoutError(f"step {self.t}: {phase} barrier not passed within {timeout_s} s")
+        return time.perf_counter() - t0
+
+    def _fast_pass(self, phase: str, flag_path: str, name: str, timeout_s: float | None) -> bool:
+        """The common case in one round trip: create our node, count the phase's children, watch the flag,
+        pipelined (one session's requests are served in order, so the count includes our node and the one
+        whose node came last sees them all). False on any trouble: the caller's loop takes over."""
+        from kazoo.exceptions import KazooException, NodeExistsError
+
+        s = self.session
+        client = s.client
+        ev = threading.Event()
+        seen: list[str] = []
+
+        def on_flag(event) -> None:
+            seen.append(event.type)
+            ev.set()
+
+        try:
+            f_create = client.create_async(f"{self.base}/{phase}/{name}", encode({"step": self.t}), acl=s.acl)
+            f_count = client.exists_async(f"{self.base}/{phase}")  # numChildren, not n names: O(n) not O(n^2)
+            f_flag = client.exists_async(flag_path, watch=on_flag)
+            try:
+                f_create.get(timeout=5)
+            except NodeExistsError:
+                pass
+            count = f_count.get(timeout=5)
+            if f_flag.get(timeout=5) is not None:
+                return True
+            n = len(self.participants)
+            if count is not None and count.numChildren >= n:
+                # the last one in. Only the run's credentials may add children and only participants'
+                # names are written, so n children are the n participants; more would be an anomaly:
+                # then look at the names
+                if count.numChildren == n:
+                    here = self.participants
+                else:
+                    here = self.participants.intersection(client.get_children_async(f"{self.base}/{phase}").get(timeout=5))
+                if len(here) == n:
+                    try:
+                        client.create_async(flag_path, encode({"step": self.t}), acl=s.acl).get(timeout=5)
+                    except NodeExistsError:
+                        pass
+                    return True
+        except (KazooException, Exception):  # connection trouble: the robust loop retries
+            return False
+        # wait for the last participant's flag; the loop below re-checks after reconnects
+        with s._lock:
+            s._wakers.add(ev)
+        try:
+            wait = RECHECK_S if timeout_s is None else min(RECHECK_S, timeout_s)
+            if not ev.wait(wait):
+                return False
+            # the flag's creation is the release itself; anything else (a reconnect) is checked
+            return "CREATED" in seen or s.exists(flag_path)
+        finally:
+            with s._lock:
+                s._wakers.discard(ev)
+
+    def enter(self, name: str, timeout_s: float | None = None, interrupt=None) -> float:
+        """Enter; returns once every participant has entered (the wait, in seconds)."""
+        return self._pass("enter", "go", name, timeout_s, interrupt)
+
+    def leave(self, name: str, timeout_s: float | None = None, interrupt=None) -> float:
+        """Leave; returns once every participant has left (the wait, in seconds)."""
+        return self._pass("leave", "done", name, timeout_s, interrupt)
+
+    def is_done(self, watch=None) -> bool:
+        return self.session.exists(self.done_path, watch=watch)
+
+    def cleanup_ops(self) -> list[tuple]:
+        """Deletes of this step's barrier nodes, for one transaction once everyone is past it."""
+        s = self.session
+        ops: list[tuple] = []
+        for phase, flag in (("enter", "go"), ("leave", "done")):
+            for c in s.children(f"{self.base}/{phase}"):
+                ops.append(("delete", f"{self.base}/{phase}/{c}"))
+            ops.append(("delete", f"{self.base}/{phase}"))
+            if s.exists(f"{self.base}/{flag}"):
+                ops.append(("delete", f"{self.base}/{flag}"))
+        ops.append(("delete", self.base))
+        return ops

@@ -1,0 +1,296 @@
+"""Issue 16's non-runtime cases: every bad input refused cleanly (exit 2, file/flag and field named),
+results never clobbered, and the suspicious-but-usable ones warned about."""
+
+from __future__ import annotations
+
+import json
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+from synthetic import DATA, THESIS_TASKS, write_experiment, write_profile
+
+from bsp_planner import cli
+from bsp_planner.errors import InputError, InputWarning
+from bsp_planner.forecasting.files import write_trace
+from bsp_planner.job import load_job
+from bsp_planner.profiles import load_profile, metadata_path
+
+FAST = ["-q", "--steps", "5", "--strategies", "mpc,floor", "--mode", "perfect"]
+
+
+def run_cli(args, monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["bsp-planner", *map(str, args)])
+    code = 0
+    try:
+        cli.main()
+    except SystemExit as exc:
+        code = exc.code or 0
+    out = capsys.readouterr()
+    return code, out.out, " ".join(out.err.split())
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture
+def experiment(tmp_path, synthetic_profile):
+    return write_experiment(tmp_path, synthetic_profile, strategies=["mpc", "floor"], modes=["perfect"], steps=5)
+
+
+@pytest.fixture
+def earlier(tmp_path, experiment, monkeypatch, capsys):
+    """A folder of results from an earlier good run, and its bytes."""
+    code, _, err = run_cli(["simulate", experiment, "-q"], monkeypatch, capsys)
+    assert code == 0, err
+    return tmp_path / "out", snapshot(tmp_path / "out")
+
+
+# -- numbers: NaN and infinity are refused at every boundary ----------------------------------------
+@pytest.mark.parametrize(
+    "args, needles",
+    [
+        (["--budget", "inf"], ["--budget", "cpu.budget_millicores", "finite"]),
+        (["--set", "cpu.budget_millicores=nan"], ["--set", "cpu.budget_millicores", "finite"]),
+        (["--penalty", "nan"], ["--penalty", "penalty_s", "finite"]),
+        (["--penalty", "-1"], ["--penalty", "penalty_s", ">= 0"]),
+        (["--set", "planner.discount=inf"], ["--set", "planner.discount"]),
+        (["--steps", "0"], ["--steps", "field 'steps'", ">= 1"]),
+    ],
+)
+def test_non_finite_and_out_of_range_flags_leave_earlier_results_intact(args, needles, earlier, experiment, monkeypatch, capsys):
+    out, before = earlier
+    code, _, err = run_cli(["simulate", experiment, "-q", *args], monkeypatch, capsys)
+    assert code == 2, err
+    for n in needles:
+        assert n in err, err
+    assert snapshot(out) == before
+
+
+def test_nan_in_an_experiment_file_names_the_file(tmp_path, synthetic_profile, monkeypatch, capsys):
+    exp = write_experiment(tmp_path, synthetic_profile)
+    exp.write_text(exp.read_text().replace("penalty_s = 1.0", "penalty_s = nan"))
+    code, _, err = run_cli(["simulate", exp, "-q"], monkeypatch, capsys)
+    assert code == 2 and "exp.toml" in err and "penalty_s" in err and "finite" in err
+
+
+def test_duplicated_strategy_is_refused(experiment, monkeypatch, capsys, tmp_path):
+    code, _, err = run_cli(["simulate", experiment, "-q", "--strategies", "mpc,floor,mpc"], monkeypatch, capsys)
+    assert code == 2 and "'mpc' is listed more than once" in err and "strategies" in err
+    code, _, err = run_cli(["simulate", experiment, "-q", "--mode", "perfect", "--mode", "perfect"], monkeypatch, capsys)
+    assert code == 2 and "mode 'perfect' is listed more than once" in err and "field 'modes'" in err
+    assert not (tmp_path / "out").exists()
+
+
+# -- job files --------------------------------------------------------------------------------------
+def write_job(tmp_path: Path, series: str, extra: str = "", tasks=("affinity",)) -> Path:
+    body = ['name = "small"']
+    for t in tasks:
+        body += ["[[task]]", f'name = "{t}"', f'stressor = "{t}"', "ops_per_unit = 10", f"series = {series}", extra]
+    job = tmp_path / "job.toml"
+    job.write_text("\n".join(body) + "\n")
+    return job
+
+
+NYC = str(DATA / "datasets" / "nyc_taxi.csv")
+
+
+def test_unknown_key_in_a_task_table_is_refused(tmp_path):
+    job = write_job(tmp_path, f'{{ file = "{NYC}" }}', extra="worker = 1")
+    with pytest.raises(InputError) as err:
+        load_job(job)
+    assert "job.toml" in str(err.value) and "task[0].worker" in str(err.value) and "workers" in str(err.value)
+
+
+def test_unknown_key_in_a_series_table_is_refused(tmp_path):
+    job = write_job(tmp_path, f'{{ file = "{NYC}", first = 3 }}')
+    with pytest.raises(InputError, match=r"task\[0\]\.series\.first"):
+        load_job(job)
+
+
+@pytest.mark.parametrize(
+    "series, needles",
+    [
+        (f'{{ file = "{NYC}", first_row = 100000 }}', ["nyc_taxi.csv", "first_row", "starts at row 100000"]),
+        (f'{{ file = "{NYC}", first_row = 5, last_row = 5 }}', ["nyc_taxi.csv", "1 row(s)", "at least 4"]),
+        (f'{{ file = "{NYC}", first_row = -1 }}', ["job.toml", "task[0].series.first_row", ">= 0"]),
+    ],
+)
+def test_job_slices_beyond_the_file_or_too_short(series, needles, tmp_path, synthetic_profile, monkeypatch, capsys):
+    job = write_job(tmp_path, series)
+    exp = write_experiment(tmp_path, synthetic_profile, job=str(job), steps=5)
+    code, _, err = run_cli(["simulate", exp, "-q"], monkeypatch, capsys)
+    assert code == 2, err
+    for n in needles:
+        assert n in err, err
+
+
+@pytest.mark.parametrize("forecaster, rows", [("seasonal-naive", 100), ("persistence", 30)])
+def test_series_shorter_than_a_baseline_needs(forecaster, rows, tmp_path, synthetic_profile, monkeypatch, capsys):
+    job = write_job(tmp_path, f'{{ file = "{NYC}", first_row = 0, last_row = {rows - 1} }}')
+    exp = write_experiment(tmp_path, synthetic_profile, job=str(job), steps=10, strategies=["mpc", "floor"])
+    code, _, err = run_cli(["simulate", exp, "-q", "--forecasts", forecaster, "--mode", "forecast"], monkeypatch, capsys)
+    assert code == 2, err
+    assert "nyc_taxi.csv" in err and "forecast.horizon" in err and f"the {forecaster} forecaster needs" in err
+
+
+# -- profiles ---------------------------------------------------------------------------------------
+def test_truncated_profile_metadata(experiment, synthetic_profile, monkeypatch, capsys):
+    metadata_path(synthetic_profile).write_text('{"format": 1, "tasks": {"affin')
+    code, _, err = run_cli(["simulate", experiment, "-q"], monkeypatch, capsys)
+    assert code == 2 and "profile.meta.json" in err and "not readable JSON" in err
+
+
+def test_simulate_refuses_a_job_the_profile_did_not_time(experiment, synthetic_profile, monkeypatch, capsys):
+    job = load_job(DATA / "jobs" / "thesis-8.toml")
+    tasks = {t.name: {"stressor": t.stressor, "ops_per_unit": t.ops_per_unit, "workers": t.workers} for t in job.tasks}
+    metadata_path(synthetic_profile).write_text(json.dumps({"tasks": tasks}))
+    assert run_cli(["simulate", experiment, "-q"], monkeypatch, capsys)[0] == 0  # the same job: fine
+    tasks["cap"]["ops_per_unit"] = 1.0
+    metadata_path(synthetic_profile).write_text(json.dumps({"tasks": tasks}))
+    code, _, err = run_cli(["simulate", experiment, "-q"], monkeypatch, capsys)
+    assert code == 2 and "thesis-8.toml" in err and "task[3].ops_per_unit" in err and "ops_per_unit=1.0" in err
+
+
+def test_grossly_non_monotone_profile_warns(tmp_path, monkeypatch, capsys):
+    prof = write_profile(tmp_path / "p" / "profile.csv")
+    lines = prof.read_text().splitlines()
+    i = next(k for k, line in enumerate(lines) if line.startswith("cap,30,2000,"))
+    task, w, c, d, r = lines[i].split(",")
+    lines[i] = ",".join([task, w, c, f"{float(d) * 40:.5f}", r])  # 10x+ slower with the most CPU
+    prof.write_text("\n".join(lines) + "\n")
+    with pytest.warns(InputWarning, match=r"task 'cap' at workload 30 .* slower with more CPU"):
+        load_profile(prof)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        load_profile(write_profile(tmp_path / "q" / "profile.csv"))  # 3% noise: no warning
+    exp = write_experiment(tmp_path, prof, strategies=["floor"], modes=["perfect"], steps=5)
+    code, _, err = run_cli(["simulate", exp, "-q"], monkeypatch, capsys)
+    assert code == 0 and "warning:" in err and "task 'cap'" in err
+
+
+def test_appending_another_job_or_grid_warns_and_keeps_the_metadata(tmp_path):
+    from bsp_planner.job import Job, SeriesRef, Task
+    from bsp_planner.profiling.local import RunResult
+    from bsp_planner.profiling.runner import Grid, run_grid
+
+    class Fake:
+        name = "fake"
+
+        def check(self, tasks, job_path=None):
+            pass
+
+        def info(self):
+            return {"backend": self.name}
+
+        def run(self, task, workload, cpu, timeout_s):
+            return RunResult(0.01 * workload * 1000 / cpu)
+
+    def job(name, task):
+        return Job(name=name, tasks=(Task(task, "cpu", 100.0, SeriesRef(Path("x.csv")), 1),), path=Path(f"{name}.toml"))
+
+    out = tmp_path / "profile.csv"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        run_grid(job("first", "a"), out, Grid((500, 1000), (10, 20), 1), Fake(), progress=False)
+        run_grid(job("first", "a"), out, Grid((500, 1000), (10, 20), 2), Fake(), progress=False)  # resume: silent
+    with pytest.warns(InputWarning, match="measured for job 'first'; appending rows of job 'second'"):
+        run_grid(job("second", "b"), out, Grid((500, 1000), (10, 20), 1), Fake(), progress=False)
+    meta = json.loads(metadata_path(out).read_text())
+    assert meta["job"]["name"] == "first" and [j["name"] for j in meta["jobs"]] == ["first", "second"]
+    with pytest.warns(InputWarning, match="another grid"):
+        run_grid(job("first", "a"), out, Grid((500, 1500), (10, 20), 1), Fake(), progress=False)
+
+
+# -- replayed traces --------------------------------------------------------------------------------
+@pytest.mark.parametrize("value, needle", [(-3.0, "expected a workload >= 0"), (70.0, "inside the profile's grid [10, 50]")])
+def test_replayed_workloads_negative_or_off_the_grid(value, needle, tmp_path, experiment, monkeypatch, capsys):
+    w = np.full((len(THESIS_TASKS), 5), 30.0)
+    w[2, 3] = value
+    write_trace(tmp_path / "trace", THESIS_TASKS, w)
+    code, _, err = run_cli(["simulate", experiment, "-q", "--actual", tmp_path / "trace"], monkeypatch, capsys)
+    assert code == 2 and "bsearch.csv" in err and "line 5" in err and needle in err, err
+    if value > 0:  # extrapolation allowed: the same trace is simulated (clipped to the workload range)
+        code, _, err = run_cli(
+            ["simulate", experiment, "-q", "--actual", tmp_path / "trace", "--set", "out_of_grid=clamp"], monkeypatch, capsys
+        )
+        assert code == 0, err
+
+
+# -- output locations, checked before any work ------------------------------------------------------
+@pytest.fixture
+def no_work(monkeypatch):
+    """Fail the test if the simulation starts: output problems must be found before."""
+    import bsp_planner.scenario as scenario
+
+    def boom(exp):
+        raise AssertionError("the simulation started before the output location was checked")
+
+    monkeypatch.setattr(scenario, "build_scenario", boom)
+
+
+def test_out_naming_a_file_a_path_under_a_file_or_an_unwritable_place(tmp_path, experiment, no_work, monkeypatch, capsys):
+    a_file = tmp_path / "results.txt"
+    a_file.write_text("keep me")
+    for out, needle in (
+        (a_file, "existing file"),
+        (a_file / "sub", "is a file, not a folder"),
+        (Path("/proc/bsp-planner-test/out"), "cannot write into /proc"),
+    ):
+        code, _, err = run_cli(["simulate", experiment, "-q", "--out", out], monkeypatch, capsys)
+        assert code == 2 and str(out) in err and "--out" in err and needle in err, err
+    assert a_file.read_text() == "keep me"
+
+
+def test_experiment_output_naming_a_file(tmp_path, synthetic_profile, no_work, monkeypatch, capsys):
+    (tmp_path / "taken").write_text("x")
+    exp = write_experiment(tmp_path, synthetic_profile, output=str(tmp_path / "taken"))
+    code, _, err = run_cli(["simulate", exp, "-q"], monkeypatch, capsys)
+    assert code == 2 and "field 'output'" in err and "existing file" in err
+
+
+def test_profile_run_out_under_a_file(tmp_path, monkeypatch, capsys):
+    (tmp_path / "f").write_text("x")
+    code, _, err = run_cli(
+        ["profile", "run", "--job", DATA / "jobs" / "thesis-8.toml", "--out", tmp_path / "f" / "profile.csv", "--repeats", "1"],
+        monkeypatch, capsys,
+    )
+    assert code == 2 and "--out" in err and "is a file, not a folder" in err, err
+
+
+# -- results are published together, only after everything succeeded ------------------------------
+def test_a_crash_while_writing_results_leaves_the_folder_byte_identical(earlier, experiment, monkeypatch, capsys):
+    import bsp_planner.report as report
+
+    out, before = earlier
+
+    def broken_chart(*a, **k):
+        raise RuntimeError("chart failed")
+
+    monkeypatch.setattr(report, "bar_chart", broken_chart)
+    monkeypatch.setattr(sys, "argv", ["bsp-planner", "simulate", str(experiment), "-q", "--penalty", "5"])
+    with pytest.raises(RuntimeError, match="chart failed"):
+        cli.main()
+    assert snapshot(out) == before
+    assert [p.name for p in out.parent.iterdir() if p.name.startswith(".out.staging")] == []
+
+
+def test_a_new_output_folder_appears_whole(tmp_path, experiment, monkeypatch, capsys):
+    code, _, err = run_cli(["simulate", experiment, "-q", "--out", tmp_path / "new" / "deep"], monkeypatch, capsys)
+    assert code == 0, err
+    assert sorted(p.name for p in (tmp_path / "new" / "deep").iterdir()) == [
+        "comparison.csv", "comparison.json", "comparison.md", "comparison.png", "steps.csv"
+    ]
+
+
+def test_forecaster_settings_from_the_command_line_are_checked_before_any_work(monkeypatch, capsys):
+    code, out, err = run_cli(["forecast", "train", "-f", "lstm", "--set", "units=abc"], monkeypatch, capsys)
+    assert code == 2 and "field 'lstm.units'" in err and "expected int" in err and "--set" in err
+    assert "training" not in out + err
+    code, _, err = run_cli(["forecast", "train", "-f", "lstm", "--set", "lstm.val_fraction=nan"], monkeypatch, capsys)
+    assert code == 2 and "lstm.val_fraction" in err and "finite" in err
+    code, _, err = run_cli(["forecast", "evaluate", "-f", "persistence", "--set", "persistence.x=1"], monkeypatch, capsys)
+    assert code == 2 and "takes no settings" in err

@@ -1,0 +1,83 @@
+"""A profiler killed mid-grid leaves its cgroup behind, with its stress-ng still running in it; the next
+profile run (a resumed one or any other) removes such groups of its own before it measures, and leaves a
+group whose profiler is still running alone. Real cgroups, real stress-ng."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from zk_fixtures import PREFIX, StressGate, needs_tasks
+
+pytestmark = needs_tasks
+
+SCRIPT = textwrap.dedent(
+    """
+    import sys
+    from pathlib import Path
+    from bsp_planner.job import SeriesRef, Task
+    from bsp_planner.profiling.local import LocalBackend
+
+    task = Task("a", "zero", 20.0, SeriesRef(Path("-")), 1)
+    with LocalBackend(stress_ng=sys.argv[1], prefix=sys.argv[2]) as backend:
+        backend.run(task, 30.0, 500, timeout_s=600)  # held by the gate until the test kills us
+    """
+)
+
+
+def test_a_killed_profilers_cgroup_is_removed_by_the_next_profile_run(tmp_path):
+    from bsp_planner.job import SeriesRef, Task
+    from bsp_planner.profiling.cgroups import CpuQuotaGroup, detect_hierarchy
+    from bsp_planner.profiling.local import LocalBackend
+
+    prefix = f"{PREFIX}.profile"
+    parent = detect_hierarchy().root / prefix
+    gate = StressGate(tmp_path / "gate")
+    gate.hold(1)
+    profiler = subprocess.Popen([sys.executable, "-c", SCRIPT, str(gate.path), prefix])
+    bystander = subprocess.Popen(["sleep", "600"])  # stands for a profile run still going beside ours
+    live = CpuQuotaGroup(f"b-{bystander.pid}-1", prefix=prefix, millicores=500).create()
+    try:
+        gate.wait_held(1, alive=lambda: profiler.poll() is None)
+        left = sorted(p.name for p in parent.iterdir() if p.is_dir() and p.name.startswith(f"a-{profiler.pid}-"))
+        assert len(left) == 1
+        group = CpuQuotaGroup(left[0], prefix=prefix)
+        group.created = True
+        profiler.send_signal(signal.SIGKILL)
+        profiler.wait(timeout=30)
+        inside = group.pids()
+        assert inside, "the killed profiler's stress-ng (here: held) is still running in its group"
+
+        backend = LocalBackend(prefix=prefix)
+        backend.check([Task("a", "zero", 20.0, SeriesRef(tmp_path / "-"), 1)])
+        assert backend.stale_removed == [f"{prefix}/{left[0]}"]
+        assert not group.path.exists()
+        for pid in inside:
+            assert not os.path.exists(f"/proc/{pid}") or "Z" in open(f"/proc/{pid}/status").read().split("State:")[1].split()[0]
+        assert live.path.is_dir(), "a group whose profiler still runs is not touched"
+    finally:
+        profiler.kill()
+        bystander.kill()
+        bystander.wait()
+        live.remove()
+        for p in parent.glob("*") if parent.is_dir() else []:
+            if p.is_dir():
+                g = CpuQuotaGroup(p.name, prefix=prefix)
+                g.created = True
+                g.remove()
+        try:
+            parent.rmdir()
+        except OSError:
+            pass
+
+
+@pytest.mark.parametrize("name, pid", [("a-123-456", 123), ("check-77", 77), ("g88-3", 88), ("my-task-name-9-10", 9), ("other", None), ("a-b", None)])
+def test_only_groups_named_by_a_runner_carry_an_owner(name, pid):
+    from bsp_planner.profiling.cgroups import owner_pid
+
+    assert owner_pid(name) == pid
