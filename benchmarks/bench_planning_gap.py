@@ -78,7 +78,9 @@ def run_setting(setting: dict, strategies: list[str], forecasts: str | None, exp
 
 
 def markdown(report: dict) -> str:
-    settings = report["settings"]
+    settings = [s for s in report["settings"] if "best_non_oracle" in s]  # complete settings only
+    if not settings:
+        return "(no setting complete yet)"
     names = list(dict.fromkeys(n for s in settings for n in s["rows"]))
     head = "| strategy | " + " | ".join(s["name"] for s in settings) + " |"
     lines = [head, "|---" * (len(settings) + 1) + "|"]
