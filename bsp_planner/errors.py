@@ -33,3 +33,20 @@ class InputError(ValueError):
 
 class InputWarning(UserWarning):
     """An input that can be used but is probably not what was meant (the CLI prints it as a warning)."""
+
+
+def open_text(path: str | Path, what: str):
+    """A text input file as a StringIO (newlines kept as written, for csv): a file that is not UTF-8 or
+    cannot be read is an InputError naming it, never a UnicodeDecodeError from deep inside a reader."""
+    import io
+
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise InputError(f"cannot read the {what} file: {exc.strerror or exc}", path=path) from None
+    try:
+        return io.StringIO(data.decode("utf-8"), newline="")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise InputError(f"not a UTF-8 text {what} file (byte {exc.start}: {exc.reason})", path=path, line=line) from None

@@ -30,6 +30,15 @@
     source = "seasonal-naive"   # a forecaster name, or a folder of forecast CSVs
     horizon = 20                # columns of the forecast matrix
     # actual = "traces/run-1"   # replay actual workloads from a folder instead of the job's series
+
+    # online = false            # forecasts made before every step from the observed history
+    # learn = false             # the performance model learns from every measured step
+    # true_profile = "..."      # what the simulated tasks really follow (plan on `profile`)
+    # [learning]
+    # window = 20               # steps of residuals each task's correction is fitted to
+    # prior_weight = 1.0        # how many measurements the profile counts as
+    # slope_weight = 0.3        # ridge on how the correction changes with CPU and workload
+    # max_ratio = 10.0          # a measurement this many times off the model is refused
 """
 
 from __future__ import annotations
@@ -41,6 +50,7 @@ from typing import Any
 
 from . import settings as _settings
 from .errors import InputError
+from .learning import LearningSettings
 from .settings import internal, setting
 
 MODES = ("perfect", "forecast")
@@ -90,6 +100,13 @@ class Experiment:
     cpu: CpuSettings = field(default_factory=CpuSettings)
     planner: PlannerSettings = field(default_factory=PlannerSettings)
     forecast: ForecastSettings = field(default_factory=ForecastSettings)
+    # Forecasts made before every step from the workloads observed so far, not read from a matrix.
+    online: bool = False
+    # The performance model learns from every measured step (see learning.py), the profile its prior.
+    learn: bool = False
+    # The profile the (simulated) tasks really follow; None: `profile`. Set it to plan on a wrong one.
+    true_profile: str | None = None
+    learning: LearningSettings = field(default_factory=LearningSettings)
     name: str = internal("experiment")
     path: Path | None = internal(None)
 
@@ -107,6 +124,10 @@ class Experiment:
     @property
     def profile_path(self) -> Path:
         return self.resolve(self.profile)
+
+    @property
+    def true_profile_path(self) -> Path:
+        return self.resolve(self.true_profile) if self.true_profile else self.profile_path
 
     @property
     def output_path(self) -> Path:

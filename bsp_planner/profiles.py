@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import InputError, InputWarning
+from .errors import InputError, InputWarning, open_text
 
 PROFILE_COLUMNS = ("task", "workload", "cpu_millicores", "duration_s", "repeat")
 
@@ -86,7 +86,7 @@ def read_profile_rows(path: str | Path) -> list[dict]:
     if not path.is_file():
         raise InputError("profile file not found", path=path)
     rows: list[dict] = []
-    with path.open(newline="") as fh:
+    with open_text(path, "profile") as fh:
         reader = csv.reader(fh)
         header = next(reader, None)
         if header is None or tuple(h.strip() for h in header) != PROFILE_COLUMNS:

@@ -72,6 +72,36 @@ def steps_csv(results: list[StrategyResult], task_names: list[str], cpu_of_level
     return buf.getvalue()
 
 
+LEARNING_COLUMNS = (
+    "mode", "strategy", "step", "task", "workload", "cpu_millicores", "measured_s",
+    "predicted_before_s", "predicted_after_s", "error_before_pct", "error_after_pct", "factor",
+)
+
+
+def learning_csv(results: list[StrategyResult], task_names: list[str], cpu_of_level) -> str | None:
+    """Per step and task of every learning run: the duration measured, what the model predicted at that
+    workload and CPU before and after learning from it, and the task's correction factor. None when no
+    run learned."""
+    import io
+
+    runs = [r for r in results if r.notes.get("learning")]
+    if not runs:
+        return None
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(LEARNING_COLUMNS)
+    for r in runs:
+        for rec in r.notes["learning"]:
+            cpu = cpu_of_level(rec["level"])
+            for i, task in enumerate(task_names):
+                m, b, a = rec["measured_s"][i], rec["predicted_before_s"][i], rec["predicted_after_s"][i]
+                w.writerow([
+                    r.mode, r.strategy, rec["step"], task, f"{rec['workload'][i]:.6g}", f"{cpu[i]:g}", f"{m:.6f}",
+                    f"{b:.6f}", f"{a:.6f}", f"{100 * (b / m - 1):.3f}", f"{100 * (a / m - 1):.3f}", f"{rec['factor'][i]:.6f}",
+                ])
+    return buf.getvalue()
+
+
 def write_outputs(out_dir: Path, results: list[StrategyResult], meta: dict, task_names: list[str], cpu_of_level) -> dict[str, Path]:
     """Write comparison.{csv,json,md}, steps.csv and comparison.png into out_dir; returns their paths.
 
@@ -93,7 +123,15 @@ def write_outputs(out_dir: Path, results: list[StrategyResult], meta: dict, task
             header.append(f"- {mode} mode predictions: {label}")
         tmp["md"].write_text("\n".join(header) + "\n\n" + to_markdown(rows))
         tmp["steps"].write_text(steps_csv(results, task_names, cpu_of_level), newline="")
+        learned = learning_csv(results, task_names, cpu_of_level)
+        if learned is not None:
+            names["learning"] = "learning.csv"
+            tmp["learning"] = stage / names["learning"]
+            tmp["learning"].write_text(learned, newline="")
         bar_chart(rows, tmp["chart"], meta.get("forecasts", {}))
+    if learned is None:
+        # a learning.csv left by an earlier run would pass for this run's
+        (out_dir / "learning.csv").unlink(missing_ok=True)
     return {k: out_dir / v for k, v in names.items()}
 
 

@@ -6,6 +6,7 @@ context whose predicted durations come from perfect knowledge or from forecasts.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -14,14 +15,19 @@ from numpy.lib.stride_tricks import sliding_window_view
 from .allocation import make_allocator
 from .allocation.base import CpuLevels
 from .errors import InputError
+from .executors.simulated import SimulatedExecutor
 from .experiment import Experiment
 from .forecasting.files import read_trace
 from .forecasting.provider import forecast_matrix
 from .job import Job, load_job
+from .learning import LearnedDurations
+from .loop import run_loop
+from .online import online_forecasts
 from .performance import DurationModel, PerformanceModel
 from .planners import BOUNDS
 from .planners.base import ConfigTable, PlanningContext, make_planner
 from .planners.observed import attach as attach_observations
+from .predictions import OnlineConfigTable, StepPredictions, refuse_offline
 from .profiles import check_job_matches, load_profile, metadata_path
 from .series import JobSeries, load_job_series
 from .simulation import StrategyResult, simulate
@@ -38,6 +44,11 @@ class Scenario:
     actual: np.ndarray  # (tasks, levels, steps) true durations
     contexts: dict[str, PlanningContext] = field(default_factory=dict)
     forecast_label: dict[str, str] = field(default_factory=dict)
+    # Online or learning runs (see predictions.py): per mode, where each run's expected workloads come
+    # from; each run gets a fresh context whose rows are made step by step.
+    step_sources: dict[str, tuple] = field(default_factory=dict)
+    true_model: DurationModel | None = None  # what the tasks really follow, when not the planning profile
+    make_context: Callable | None = None  # predicted durations, or (steps, H) for an online table -> a context
 
     @property
     def task_names(self) -> list[str]:
@@ -65,7 +76,10 @@ def build_scenario(exp: Experiment) -> Scenario:
 
 
 def _build(exp: Experiment) -> Scenario:
-    for fname, p, what in (("job", exp.job_path, "job"), ("profile", exp.profile_path, "profile")):
+    files = [("job", exp.job_path, "job"), ("profile", exp.profile_path, "profile")]
+    if exp.true_profile:
+        files.append(("true_profile", exp.true_profile_path, "true profile"))
+    for fname, p, what in files:
         if not p.is_file():
             raise InputError(f"{what} file {str(p)!r} not found (or not a file)", path=exp.path, field=fname)
     job = load_job(exp.job_path)
@@ -104,18 +118,32 @@ def _build(exp: Experiment) -> Scenario:
         actual_w = np.clip(actual_w, *exp.workload_range)
     else:
         actual_w = job_series.workloads(exp.start, exp.steps, path=exp.path)
-    actual = dm.durations(actual_w)
+    true_dm = None
+    if exp.true_profile:
+        true_profile = load_profile(exp.true_profile_path)
+        check_job_matches(true_profile.metadata, job, metadata_path(exp.true_profile_path))
+        true_dm = PerformanceModel(true_profile, job.task_names, exp.interpolation, exp.out_of_grid).at_levels(cpu.millicores)
+    # What the tasks really take; the planner's own model (dm) predicts from the planning profile.
+    actual = (true_dm or dm).durations(actual_w)
+    planned_at_actual = actual if true_dm is None else dm.durations(actual_w)
     mid = np.full((n,), sum(exp.workload_range) / 2)
-    scen = Scenario(exp, job, job_series, dm, cpu, actual_w, actual)
+    scen = Scenario(exp, job, job_series, dm, cpu, actual_w, actual, true_model=true_dm)
+    stepwise = exp.online or exp.learn
 
-    def context(predicted: np.ndarray) -> PlanningContext:
+    def context(predicted: np.ndarray | tuple[int, int]) -> PlanningContext:
         p = exp.planner
+        configs: ConfigTable
+        if isinstance(predicted, tuple):  # rows made step by step: (steps, H) -> an empty online table
+            shape = (predicted[0], n, cpu.n_levels, predicted[1])
+            configs = OnlineConfigTable(shape, make_allocator(p.allocator), max_level, budget_steps, p.discount)
+        else:
+            configs = ConfigTable(predicted, make_allocator(p.allocator), max_level, budget_steps, p.discount)
         return PlanningContext(
             steps=exp.steps,
             cpu=cpu,
             max_level=max_level,
             penalty_s=exp.penalty_s,
-            configs=ConfigTable(predicted, make_allocator(p.allocator), max_level, budget_steps, p.discount),
+            configs=configs,
             discount=p.discount,
             mid_durations=dm.durations(mid[:, None])[:, :, 0],
             exppo_max_level=exppo_max,
@@ -128,10 +156,21 @@ def _build(exp: Experiment) -> Scenario:
             # the last step, so the edge padding below is never read.
             frames = [exp.forecast.horizon, exp.planner.horizon, exp.planner.dp_max_segment, exp.planner.optimum_max_segment]
             h = min(exp.steps, max(frames + _static_windows(exp.strategies)))
-            padded = np.concatenate([actual, np.repeat(actual[:, :, -1:], h - 1, axis=2)], axis=2)
-            predicted = sliding_window_view(padded, h, axis=2).transpose(2, 0, 1, 3)  # (steps, n, L, h), a view
             scen.forecast_label[mode] = "perfect knowledge"
             fc = None
+            if exp.learn:  # online forecasts mean nothing with perfect knowledge; learning does
+                scen.step_sources[mode] = ("actual", actual_w)
+                scen.contexts[mode] = context((exp.steps, h))
+                continue
+            padded = np.concatenate([planned_at_actual, np.repeat(planned_at_actual[:, :, -1:], h - 1, axis=2)], axis=2)
+            predicted = sliding_window_view(padded, h, axis=2).transpose(2, 0, 1, 3)  # (steps, n, L, h), a view
+        elif exp.online:
+            # No forecast file: a forecaster predicts before every step from the history observed so far.
+            online = online_forecasts(exp.forecast.source, job_series, exp.start, exp.forecast.horizon, base_dir=exp.resolve("."), job=job)
+            scen.step_sources[mode] = ("online", online)
+            scen.forecast_label[mode] = online.label
+            scen.contexts[mode] = context((exp.steps, exp.forecast.horizon))
+            continue
         else:
             fc, label = forecast_matrix(
                 exp.forecast.source, job_series, exp.start, exp.steps, exp.forecast.horizon, base_dir=exp.resolve(".")
@@ -139,9 +178,27 @@ def _build(exp: Experiment) -> Scenario:
             fc = np.clip(fc, *exp.workload_range)
             predicted = dm.durations(fc).transpose(2, 0, 1, 3)  # (steps, n, L, H)
             scen.forecast_label[mode] = label
+            if stepwise:  # learning on fixed forecasts: rows still made step by step, by the learning model
+                scen.step_sources[mode] = ("matrix", fc)
+                scen.contexts[mode] = context((exp.steps, exp.forecast.horizon))
+                continue
         scen.contexts[mode] = context(predicted)
         attach_observations(scen.contexts[mode], actual_w, fc, dm.durations, exp.workload_range)
+    scen.make_context = context
     return scen
+
+
+def step_predictions(scen: Scenario, mode: str) -> tuple[PlanningContext, StepPredictions]:
+    """A fresh context for one online or learning run, and the predictions that fill it step by step."""
+    exp = scen.experiment
+    proto = scen.contexts[mode]
+    assert scen.make_context is not None
+    ctx = scen.make_context((exp.steps, proto.configs.horizon))
+    kind, source = scen.step_sources[mode]
+    if kind == "online":
+        source = source.fresh()
+    model = LearnedDurations(scen.model, scen.task_names, exp.learning, exp.workload_range) if exp.learn else scen.model
+    return ctx, StepPredictions(ctx.configs, (kind, source), model, exp.workload_range)
 
 
 def run_strategy(scen: Scenario, strategy: str, mode: str) -> StrategyResult:
@@ -151,13 +208,41 @@ def run_strategy(scen: Scenario, strategy: str, mode: str) -> StrategyResult:
         return BOUNDS.get(strategy)(ctx, scen.actual, mode, settings)
     planner = make_planner(strategy, settings)
     try:
-        return simulate(planner, ctx, scen.actual, mode)
+        if mode in scen.step_sources:
+            exp = scen.experiment
+            refuse_offline(planner, "online = true" if exp.online else "learn = true")
+            ctx, predictions = step_predictions(scen, mode)
+            executor = SimulatedExecutor(scen.actual, scen.actual_workloads, ctx.penalty_s)
+            return run_loop(planner, ctx, executor, mode=mode, predictions=predictions, task_names=scen.task_names)
+        return simulate(planner, ctx, scen.actual, mode, scen.actual_workloads)
     except InputError as exc:
         raise _with_path(exc, scen.experiment) from exc
 
 
-def check_strategies(strategies: list[str]) -> None:
-    """Fail before any work if a strategy name is unknown."""
+def offline_strategies(strategies: list[str]) -> list[str]:
+    """The strategies that plan the whole job before the first step (they need every prediction at once)."""
+    from .planners import PLANNERS
+
+    return [
+        s for s in strategies
+        if s not in BOUNDS and getattr(getattr(PLANNERS.get(s.partition(":")[0]), "__self__", None), "offline", False)
+    ]
+
+
+def check_strategies(strategies: list[str], exp: Experiment | None = None) -> None:
+    """Fail before any work if a strategy name is unknown, or (with an experiment that plans step by
+    step: online or learn) if a strategy can only plan the whole job before the first step."""
     for s in strategies:
         if s not in BOUNDS:
             make_planner(s)
+    if exp is not None and (exp.online or exp.learn):
+        offline = offline_strategies(strategies)
+        if offline:
+            why = "online = true" if exp.online else "learn = true"
+            raise InputError(
+                f"strateg{'ies' if len(offline) > 1 else 'y'} {', '.join(offline)} plan{'' if len(offline) > 1 else 's'} the whole job "
+                f"before the first step, so {'they' if len(offline) > 1 else 'it'} cannot run with {why} (predictions made step by "
+                "step); leave them out with --strategies",
+                path=exp.path,
+                field="strategies",
+            )

@@ -30,6 +30,9 @@ def simulate(
     out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Output folder (default: the experiment's).")] = None,
     set_: Annotated[Optional[list[str]], typer.Option("--set", help="Override any field: KEY=VALUE or SECTION.KEY=VALUE (repeatable).")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+    online: Annotated[bool, typer.Option("--online", help="Forecast before every step from the observed history (no forecast file).")] = False,
+    learn: Annotated[bool, typer.Option("--learn", help="The performance model learns from every measured step (learning.csv).")] = False,
+    true_profile: Annotated[Optional[Path], typer.Option("--true-profile", help="Profile the simulated tasks really follow (plan on the experiment's).")] = None,
     jobs: Annotated[int, typer.Option("--jobs", "-j", help="Run strategies and modes in this many processes (results identical to 1).")] = 1,
 ) -> None:
     """Compare reconfiguration strategies on a job in simulation (table, CSV/JSON/Markdown, chart)."""
@@ -38,7 +41,7 @@ def simulate(
     from .outputs import check_output_dir
     from .report import comparison_rows, print_table, write_outputs
     from .parallel_runs import check_jobs, run_pairs
-    from .scenario import build_scenario, check_strategies
+    from .scenario import build_scenario, check_strategies, offline_strategies
     from .settings import apply_overrides as apply_settings_overrides
     from .shipped import describe_experiment, find_experiment
 
@@ -64,11 +67,24 @@ def simulate(
         flagged.append(("--mode", "modes=" + ",".join(mode)))
     if actual is not None:
         flagged.append(("--actual", f"forecast.actual={actual.resolve()}"))
+    if online:
+        flagged.append(("--online", "online=true"))
+    if learn:
+        flagged.append(("--learn", "learn=true"))
+    if true_profile is not None:
+        flagged.append(("--true-profile", f"true_profile={true_profile.resolve()}"))
     exp = load_experiment(find_experiment(experiment if experiment is not None else experiment_opt))
     for flag, item in flagged:
         exp = apply_settings_overrides(exp, [item], flag=flag, validate=False)
     exp.validate()
-    check_strategies(exp.strategies)
+    if (exp.online or exp.learn) and strategies is None and not any(item.startswith("strategies=") for _, item in flagged):
+        # The experiment's own list (not one the user just typed): leave out what cannot plan step by step.
+        left_out = offline_strategies(exp.strategies)
+        if left_out:
+            exp.strategies = [s for s in exp.strategies if s not in left_out]
+            console.print(f"[yellow]note[/]: {', '.join(left_out)} left out: planning step by step (online/learn), and "
+                          f"{'they plan' if len(left_out) > 1 else 'it plans'} the whole job before the first step")
+    check_strategies(exp.strategies, exp)
     check_jobs(jobs)
     out_dir = out if out is not None else exp.output_path
     check_output_dir(out_dir, "--out" if out is not None else "output")
@@ -116,4 +132,5 @@ def simulate(
         f"{len(scen.task_names)} tasks x {exp.steps} steps, penalty {exp.penalty_s:g} s, budget "
         f"{exp.cpu.budget_millicores:g}m; {len(results)} runs in {elapsed:.1f} s"
     )
-    console.print(f"wrote {paths['md']}, {paths['csv'].name}, {paths['json'].name}, {paths['steps'].name}, chart {paths['chart']}")
+    learned = f", {paths['learning'].name}" if "learning" in paths else ""
+    console.print(f"wrote {paths['md']}, {paths['csv'].name}, {paths['json'].name}, {paths['steps'].name}{learned}, chart {paths['chart']}")

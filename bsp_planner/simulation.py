@@ -58,39 +58,21 @@ def step_times(actual: np.ndarray, levels: np.ndarray) -> np.ndarray:
     return actual[np.arange(n)[None, :], levels, np.arange(m)[:, None]].max(axis=1)
 
 
-def simulate(planner: Planner, ctx: PlanningContext, actual: np.ndarray, mode: str = "perfect") -> StrategyResult:
-    """Run one planner over every step. actual: (tasks, levels, steps) true durations."""
-    m = ctx.steps
-    n = ctx.n_tasks
-    t0 = time.perf_counter()
-    planner.reset(ctx)
-    prepare_ms = (time.perf_counter() - t0) * 1e3
-    levels = np.empty((m, n), dtype=np.int64)
-    decision_ms = np.empty(m)
-    actions = np.empty(m, dtype=np.int64)
-    reconfigured = np.zeros(m, dtype=bool)
-    current = None
-    for t in range(m):
-        t1 = time.perf_counter()
-        d = planner.decide(t, current)
-        decision_ms[t] = (time.perf_counter() - t1) * 1e3
-        new = np.asarray(d.levels, dtype=np.int64)
-        if new.shape != (n,) or np.any(new < 0) or np.any(new > ctx.max_level.max()):
-            raise ValueError(f"planner {planner.name} returned an invalid configuration {new!r} at step {t}")
-        reconfigured[t] = current is not None and not np.array_equal(new, current)
-        levels[t] = current = new
-        actions[t] = d.action
-    return StrategyResult(
-        strategy=planner.name,
-        mode=mode,
-        levels=levels,
-        step_s=step_times(actual, levels),
-        reconfigured=reconfigured,
-        penalty_s=ctx.penalty_s,
-        decision_ms=decision_ms,
-        actions=actions,
-        prepare_ms=prepare_ms,
-    )
+def simulate(
+    planner: Planner, ctx: PlanningContext, actual: np.ndarray, mode: str = "perfect", workloads: np.ndarray | None = None
+) -> StrategyResult:
+    """Run one planner over every step. actual: (tasks, levels, steps) true durations; workloads:
+    (tasks, steps) the workloads they were computed at (only reported, never planned on; None: zeros).
+
+    The steps go through the one step loop (`loop.run_loop`) with the simulated executor."""
+    from .executors.simulated import SimulatedExecutor
+    from .loop import run_loop
+
+    if workloads is None:
+        workloads = np.zeros((actual.shape[0], actual.shape[2]))
+    result = run_loop(planner, ctx, SimulatedExecutor(actual, workloads, ctx.penalty_s), mode=mode)
+    result.notes.pop("reconfigure_s", None)  # always reconfigured * penalty_s here
+    return result
 
 
 def floor_result(ctx: PlanningContext, actual: np.ndarray, mode: str, settings=None) -> StrategyResult:

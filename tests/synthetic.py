@@ -54,6 +54,8 @@ def write_experiment(folder: Path, profile: Path, **fields) -> Path:
             settings[k] = v
 
     def fmt(v):
+        if isinstance(v, bool):
+            return "true" if v else "false"
         if isinstance(v, str):
             return '"' + v.replace("\\", "\\\\") + '"'
         if isinstance(v, list):

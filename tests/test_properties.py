@@ -288,13 +288,22 @@ def mutate_csv(text: str, data) -> str:
     return "\n".join(lines) + "\n"
 
 
+def mutate_file(path: Path, data) -> None:
+    """mutate_csv, or a few raw bytes (maybe not UTF-8) spliced in somewhere."""
+    if data.draw(st.integers(0, 4)) == 0:
+        raw = path.read_bytes()
+        at = data.draw(st.integers(0, len(raw)))
+        path.write_bytes(raw[:at] + data.draw(st.binary(min_size=1, max_size=6)) + raw[at:])
+    else:
+        path.write_text(mutate_csv(path.read_text(), data))
+
+
 @PROPS
 @given(data=st.data())
 def test_mutated_profiles_and_their_metadata(world, data):
     folder = fresh(world)
     if data.draw(st.booleans()):
-        p = folder / "profile.csv"
-        p.write_text(mutate_csv(p.read_text(), data))
+        mutate_file(folder / "profile.csv", data)
     else:
         meta = '{"format": 1, "tasks": {"affinity": {"stressor": "affinity", "ops_per_unit": 10, "workers": 1}}}'
         meta = data.draw(st.sampled_from([meta, meta.replace("10", "11"), meta.replace("affinity\"}", "x\"}")]))
@@ -307,8 +316,7 @@ def test_mutated_profiles_and_their_metadata(world, data):
 @given(data=st.data(), forecaster=st.sampled_from(["seasonal-naive", "persistence"]))
 def test_mutated_series(world, data, forecaster):
     folder = fresh(world)
-    p = folder / "series.csv"
-    p.write_text(mutate_csv(p.read_text(), data))
+    mutate_file(folder / "series.csv", data)
     code, err = simulate(folder, "-q", "--strategies", "mpc,floor", "--forecasts", forecaster)
     check_outcome(folder, code, err)
 
@@ -321,8 +329,7 @@ def test_mutated_forecast_and_trace_files(world, data):
     write_forecasts(folder / "fc", TASKS, 10 + 40 * rng.random((2, 5, 10)))
     write_trace(folder / "trace", TASKS, 10 + 40 * rng.random((2, 5)))
     which = data.draw(st.sampled_from(["fc", "trace"]))
-    p = folder / which / f"{data.draw(st.sampled_from(TASKS))}.csv"
-    p.write_text(mutate_csv(p.read_text(), data))
+    mutate_file(folder / which / f"{data.draw(st.sampled_from(TASKS))}.csv", data)
     code, err = simulate(folder, "-q", "--strategies", "mpc,floor", "--forecasts", folder / "fc", "--actual", folder / "trace")
     check_outcome(folder, code, err)
 
@@ -331,9 +338,8 @@ def test_mutated_forecast_and_trace_files(world, data):
 @given(data=st.data())
 def test_forecast_commands_on_mutated_series_and_flags(world, data):
     folder = fresh(world)
-    p = folder / "series.csv"
     if data.draw(st.booleans()):
-        p.write_text(mutate_csv(p.read_text(), data))
+        mutate_file(folder / "series.csv", data)
     horizon = data.draw(st.sampled_from(["10", "5", "0", "-1", "500", "x"]))
     exp = folder / "exp.toml"
     if data.draw(st.booleans()):
@@ -354,7 +360,7 @@ def test_forecast_commands_on_mutated_series_and_flags(world, data):
 def test_profile_heatmap_on_mutated_profiles(world, data):
     folder = fresh(world)
     p = folder / "profile.csv"
-    p.write_text(mutate_csv(p.read_text(), data))
+    mutate_file(p, data)
     code, err = run_cli("profile", "heatmap", p, "--out-dir", folder / "out")
     if code == 0:
         shutil.rmtree(folder)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import InputError
+from ..errors import InputError, open_text
 
 FORECAST_META = "forecasts.json"
 
@@ -45,13 +45,21 @@ def write_forecasts(folder: str | Path, task_names: list[str], matrix: np.ndarra
 
 def read_forecast_metadata(folder: str | Path) -> dict:
     p = Path(folder) / FORECAST_META
-    return json.loads(p.read_text()) if p.is_file() else {}
+    if not p.is_file():
+        return {}
+    try:
+        meta = json.loads(open_text(p, "forecast metadata").read())
+    except ValueError as exc:
+        raise InputError(f"not valid JSON ({exc}); restore it or delete it", path=p) from None
+    if not isinstance(meta, dict):
+        raise InputError("expected a JSON object", path=p)
+    return meta
 
 
 def _read_numeric_csv(path: Path, expected_header: list[str] | None, what: str) -> np.ndarray:
     if not path.is_file():
         raise InputError(f"{what} file not found", path=path)
-    with path.open(newline="") as fh:
+    with open_text(path, what) as fh:
         reader = csv.reader(fh)
         header = next(reader, None)
         if header is None:
@@ -91,7 +99,7 @@ def read_forecasts(folder: str | Path, task_names: list[str], steps: int, horizo
         path = folder / f"{name}.csv"
         if not path.is_file():
             raise InputError(f"no forecast file for task '{name}' (expected {name}.csv)", path=path)
-        with path.open(newline="") as fh:
+        with open_text(path, "forecast") as fh:
             header = next(csv.reader(fh), [])
         if len(header) < horizon:
             raise InputError(

@@ -40,6 +40,7 @@ from .backends import Backend, TaskLost, make_backend
 from .executor import LiveExecutor, RunFailed
 from .run_inputs import check_profile_matches, fit_profile, sha256
 from .run_lock import RunHeld, RunLock
+from .run_root import claim_root, prepare_tree
 from .run_settings import RECONFIGURE, RunSettings
 from .run_store import RUN_FORMAT, RunStore, RunStoreUnwritable, check_run_id, new_run_id, now_iso
 from .runlog import RunLog, step_record
@@ -52,6 +53,10 @@ __all__ = [
 
 DEFAULT_EXPERIMENT = data_path("experiments/live-default.toml")  # shipped (package data)
 DEFAULT_RUNS_DIR = Path("runs")
+
+
+def _stopped_after(records: list[dict]) -> str:
+    return f"the run stopped after step {len(records) - 1}" if records else "the run stopped before its first step"
 
 
 class RunInterrupted(Exception):
@@ -137,7 +142,9 @@ class Coordinator:
         return Z.run_credentials(self.settings.zk_auth, self.run_dir / "zk-auth", may_create=not self.resume)
 
     def _worker_env(self) -> dict[str, str]:
-        return Z.worker_auth_env(self.settings.zk_auth, self.run_dir / "zk-auth", self.creds)
+        env = Z.worker_auth_env(self.settings.zk_auth, self.run_dir / "zk-auth", self.creds)
+        env["BSP_RUN_DIR"] = str(self.run_dir.resolve())  # {run_dir} of command tasks
+        return env
 
     @property
     def zk_root(self) -> str:
@@ -154,60 +161,15 @@ class Coordinator:
     def _claim(self, logged_steps: int) -> None:
         """Create the run's root (or find our own, on resume), take the coordinator lock, and make sure
         the tasks' checkpoints are not behind the run log (a server that lost its data)."""
-        from kazoo.exceptions import NoAuthError
-
         s = self.session
-        root = self.paths.root
-        parent = root.rsplit("/", 1)[0]
-        tasks = [{"name": t.name, "stressor": t.stressor, "ops_per_unit": t.ops_per_unit, "workers": t.workers} for t in self.job.tasks]
+        tasks = [{"name": t.name, **t.identity()} for t in self.job.tasks]
         value = Z.run_value(self.run_id, self.job.name, tasks, self.exp.workload_range, self.exp.steps)
-        try:
-            if parent:
-                s.ensure_path(parent, acl=self.creds.parent_acl())
-            created = s.create(root, value)
-        except NoAuthError:
-            raise Z.RootHeld(
-                f"cannot create {root}: its parent belongs to someone else in ZooKeeper {s.hosts}; choose another --zk-root",
-                field="--zk-root",
-            ) from None
         self.lock = RunLock(s, self.paths.lock, self.run_id, self.instance)
-        if created:
-            self._created_root = True
-        else:
-            try:
-                existing = s.get(root)
-            except NoAuthError:
-                raise Z.RootHeld(
-                    f"{root} is held by another run (its ACL does not admit this run's credentials); choose another --zk-root",
-                    field="--zk-root",
-                ) from None
-            info = Z.parse_run(root, existing or {})
-            if info.run_id != self.run_id:
-                raise Z.RootHeld(f"{root} is held by run {info.run_id!r}; choose another --zk-root", field="--zk-root")
-            if not self.resume:
-                holders = self.lock.holders()
-                live = f", coordinated now by {holders[0].describe()}" if holders else ""
-                raise Z.RootHeld(f"{root} already holds run {self.run_id!r}{live}; continue it with --resume {self.run_id}", field="--zk-root")
-            if [info.tasks.get(t) is not None for t in self.tasks] != [True] * len(self.tasks):
-                raise Z.RootHeld(f"{root} holds run {self.run_id!r} with other tasks than this job", field="--zk-root")
+        self._created_root = claim_root(s, self.paths, self.creds, value, self.run_id, self.tasks, self.resume, self.lock)
         # the one coordinator: a live one refuses us here, before anything of the run was touched
         self.lock.acquire(self.settings.session_timeout_s * 1.5 + 5, ended_instance=self.store.ended_instance())
         self._lock_lost = False
-        # the rest of the tree (idempotent: a resumed run finds it)
-        for path in (self.paths.members, self.paths.tasks, self.paths.barriers):
-            s.create(path)
-        rebuilt = []
-        for t in self.tasks:
-            s.create(self.paths.task(t))
-            s.create(self.paths.steps(t))
-            s.create(self.paths.results(t))
-            cp_path = self.paths.checkpoint(t)
-            s.create(cp_path, Z.checkpoint_value(-1, 0))
-            cp = s.get(cp_path)
-            last = Z.parse_checkpoint(cp_path, cp) if cp is not None else -1
-            if last < logged_steps - 1:  # every task completed every logged step
-                s.set(cp_path, Z.checkpoint_value(logged_steps - 1, self.store.incarnations().get(t, 0)))
-                rebuilt.append(t)
+        rebuilt = prepare_tree(s, self.paths, self.tasks, logged_steps, self.store.incarnations())
         if rebuilt:
             what = "has no state of this run" if self._created_root else f"has checkpoints behind the run log for {', '.join(rebuilt)}"
             note = (
@@ -296,6 +258,8 @@ class Coordinator:
             s, self.session, self.paths, self.backend, self.tasks, self.cpu_of, self._worker_env(),
             self.store.incarnations(), lambda inc: self.store.write_meta(incarnations=dict(inc)),
             self._relock_if_lost, lambda text: self.say(text),
+            processes={t.name: t.process for t in self.job.tasks if t.process},
+            sync=self.job.sync, run_id=self.run_id, run_dir=str(self.run_dir.resolve()),
         )
         return planner, prepare_ms, current, records, runlog
 
@@ -328,7 +292,13 @@ class Coordinator:
             planner, prepare_ms, current, records, runlog = self._prepare()
         except RunStoreUnwritable as exc:
             self._abandon(exc)
-            raise RunInterrupted(f"{exc}; nothing ran; free some space and `bsp-planner run --resume {self.run_id}`", self.run_id) from None
+            raise RunInterrupted(
+                f"{exc}; nothing ran; free some space (or fix the folder's permissions) and `bsp-planner run --resume {self.run_id}`",
+                self.run_id,
+            ) from None
+        except OSError as exc:  # the run folder of a new run (its credentials, its profile copy) cannot be written
+            self._abandon(exc)
+            raise InputError(f"cannot write {exc.filename or self.run_dir}: {exc.strerror or exc}", path=self.run_dir, field="--runs-dir") from None
         except BaseException as exc:
             self._abandon(exc)
             raise
@@ -344,17 +314,17 @@ class Coordinator:
         except (Z.ZkUnavailable, TaskLost, KeyboardInterrupt, RunStoreUnwritable) as exc:
             status = "interrupted"
             why = "interrupted (Ctrl-C or SIGTERM)" if isinstance(exc, KeyboardInterrupt) else str(exc)
-            message = f"{why}; the run stopped after step {len(records) - 1}; continue it with {resume_hint}"
+            message = f"{why}; {_stopped_after(records)}; continue it with {resume_hint}"
             raise RunInterrupted(message, self.run_id) from None
         except RunFailed as exc:
-            message = f"{exc}\nthe run stopped after step {len(records) - 1}; once the cause is fixed, continue it with {resume_hint}"
+            message = f"{exc}\n{_stopped_after(records)}; once the cause is fixed, continue it with {resume_hint}"
             raise RunFailed(message) from None
         except InputError as exc:  # met mid-run (a malformed value in ZooKeeper, a refused pod): still resumable
-            message = f"{exc.message}; the run stopped after step {len(records) - 1}; once fixed, continue it with {resume_hint}"
+            message = f"{exc.message}; {_stopped_after(records)}; once fixed, continue it with {resume_hint}"
             raise InputError(message, path=exc.path, line=exc.line, field=exc.field) from None
         except Exception as exc:  # not foreseen: say what and where it stopped rather than lose the run
             message = (
-                f"unexpected {type(exc).__name__}: {exc}; the run stopped after step {len(records) - 1}; "
+                f"unexpected {type(exc).__name__}: {exc}; {_stopped_after(records)}; "
                 f"its steps so far are logged; continue it with {resume_hint}"
             )
             raise RunFailed(message) from exc

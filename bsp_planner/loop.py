@@ -1,0 +1,196 @@
+"""The one step loop of every run, simulated or live: planner decides -> executor applies -> observe -> learn.
+
+Before step t the planner sees what the run's predictions say about steps t..t+H-1 and the
+configuration step t-1 ran with, and returns a Decision. The executor puts that configuration in
+place (a change after the first step is a reconfiguration and costs what the executor says), runs
+or waits for step t, and reports what it measured. The predictions then learn from that measurement
+(online forecasts extend their history with the observed workloads; a learning performance model
+corrects its durations), so the next decision uses everything seen so far.
+
+The loop imports neither kazoo nor the Kubernetes client: a live executor (barriers, cgroup quotas,
+pods) lives under ``runtime/`` and plugs in through the protocol below.
+
+Executor protocol (what a live executor implements; `executors/simulated.py` is the reference)
+------------------------------------------------------------------------------------------------
+``n_tasks: int``
+    Tasks of the job, in the job's order: every per-task array below has this length.
+``apply(step, levels, reconfigure) -> float``
+    Called once before each step with the planner's configuration for it: ``levels`` (tasks,) int64
+    CPU level indices (the run's `CpuLevels` turns them into millicores: ``cpu.to_millicores(levels)``);
+    ``reconfigure`` is True when the configuration differs from the previous step's (never on the
+    first step the loop runs). The executor makes it so (rewrite cgroup quotas, resize or recreate
+    pods) and returns the seconds that reconfiguration cost (0.0 when ``reconfigure`` is False): the
+    simulated executor charges the experiment's penalty; a live one returns what it measured.
+``observe(step) -> StepObservation``
+    Runs step ``step`` to its end (or waits for the tasks to report it) and returns what was measured:
+    each task's compute ``duration_s`` (tasks,) in seconds, the ``workloads`` (tasks,) each task ran
+    (on the workload scale; reported by the tasks in a live run), the step's wall time ``step_s``
+    (barrier to barrier; the slowest task's duration in simulation) and optionally ``next_workloads``
+    (tasks,) the tasks announced for step+1 (NaN where unknown).
+
+Both may raise `InputError` (a task failed, a report was malformed): the loop stops there, and the
+steps already reported through ``on_step`` stay recorded, so a live run can resume from the next step
+(``first_step`` and ``current`` below).
+
+Every observation is checked before anything learns from it: a NaN, infinite, negative or zero
+duration, or a NaN/infinite/negative workload, is refused with the task and step named.
+
+Predictions protocol (optional; None: the planning context already holds every prediction)
+-----------------------------------------------------------------------------------------
+``before_step(step)`` makes row ``step`` of the context's predicted durations known (from the history
+observed so far); ``after_step(step, levels, observation) -> dict | None`` learns from the step and
+returns a record for the report (e.g. predicted vs measured durations before and after learning).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from .errors import InputError
+from .planners.base import Planner, PlanningContext
+from .simulation import StrategyResult
+
+
+@dataclass(frozen=True)
+class StepObservation:
+    """What an executor measured for one step (shapes (tasks,), seconds and workload units)."""
+
+    step: int
+    duration_s: np.ndarray  # (tasks,) each task's compute time of this step, seconds
+    workloads: np.ndarray  # (tasks,) the workload each task ran, on the workload scale
+    step_s: float  # wall time of the whole step (its slowest task in simulation), seconds
+    next_workloads: np.ndarray | None = None  # (tasks,) announced for step+1, NaN where unknown
+
+
+@runtime_checkable
+class Executor(Protocol):
+    """Applies a configuration and runs one step; see the module docstring for the contract."""
+
+    n_tasks: int
+
+    def apply(self, step: int, levels: np.ndarray, reconfigure: bool) -> float: ...
+
+    def observe(self, step: int) -> StepObservation: ...
+
+
+class Predictions(Protocol):
+    """Predictions made step by step from what was observed (see the module docstring)."""
+
+    def before_step(self, step: int) -> None: ...
+
+    def after_step(self, step: int, levels: np.ndarray, observation: StepObservation) -> dict | None: ...
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One step as the loop saw it: what was decided, what it cost, what was measured."""
+
+    step: int
+    action: int  # 0 = keep, j = configure for j steps
+    levels: np.ndarray  # (tasks,) CPU level indices the step ran with
+    reconfigured: bool
+    reconfigure_s: float  # what the reconfiguration before this step cost (0.0 if none)
+    decision_ms: float
+    observation: StepObservation
+    learning: dict | None = None  # what after_step returned
+
+
+def check_observation(obs: StepObservation, step: int, task_names: list[str] | None = None) -> None:
+    """Refuse measurements nothing should learn from, naming the task and step."""
+    names = task_names or [f"#{i}" for i in range(len(obs.duration_s))]
+    d = np.asarray(obs.duration_s, dtype=np.float64)
+    w = np.asarray(obs.workloads, dtype=np.float64)
+    if d.shape != (len(names),) or w.shape != (len(names),):
+        raise InputError(
+            f"step {step}: expected a duration and a workload for each of the {len(names)} tasks, got shapes {d.shape} and {w.shape}",
+            field="observation",
+        )
+    if obs.step != step:
+        raise InputError(f"step {step}: the executor reported step {obs.step}", field="observation")
+    for i, name in enumerate(names):
+        if not (np.isfinite(d[i]) and d[i] > 0):
+            raise InputError(
+                f"task '{name}', step {step}: measured duration {float(d[i])!r} s is not a finite positive number of seconds",
+                field="duration_s",
+            )
+        if not (np.isfinite(w[i]) and w[i] >= 0):
+            raise InputError(
+                f"task '{name}', step {step}: reported workload {float(w[i])!r} is not a finite non-negative number",
+                field="workload",
+            )
+
+
+def run_loop(
+    planner: Planner,
+    ctx: PlanningContext,
+    executor: Executor,
+    *,
+    mode: str = "perfect",
+    predictions: Predictions | None = None,
+    task_names: list[str] | None = None,
+    first_step: int = 0,
+    current: np.ndarray | None = None,
+    on_step: Callable[[StepRecord], None] | None = None,
+) -> StrategyResult:
+    """Run `planner` over steps first_step..ctx.steps-1 on `executor`; the result covers those steps.
+
+    current: the configuration the step before `first_step` ran with (resuming a run), None to start.
+    on_step: called after every step (a live run appends it to its run log and flushes).
+    """
+    m = ctx.steps
+    n = ctx.n_tasks
+    if executor.n_tasks != n:
+        raise ValueError(f"the executor runs {executor.n_tasks} tasks but the plan has {n}")
+    t0 = time.perf_counter()
+    planner.reset(ctx)
+    prepare_ms = (time.perf_counter() - t0) * 1e3
+    count = m - first_step
+    levels = np.empty((count, n), dtype=np.int64)
+    decision_ms = np.empty(count)
+    actions = np.empty(count, dtype=np.int64)
+    reconfigured = np.zeros(count, dtype=bool)
+    step_s = np.empty(count)
+    reconfigure_s = np.zeros(count)
+    learning: list[dict] = []
+    top = ctx.max_level.max()
+    for k, t in enumerate(range(first_step, m)):
+        if predictions is not None:
+            predictions.before_step(t)
+        t1 = time.perf_counter()
+        d = planner.decide(t, current)
+        decision_ms[k] = (time.perf_counter() - t1) * 1e3
+        new = np.asarray(d.levels, dtype=np.int64)
+        if new.shape != (n,) or np.any(new < 0) or np.any(new > top):
+            raise ValueError(f"planner {planner.name} returned an invalid configuration {new!r} at step {t}")
+        reconfigured[k] = current is not None and not np.array_equal(new, current)
+        reconfigure_s[k] = executor.apply(t, new, bool(reconfigured[k]))
+        obs = executor.observe(t)
+        check_observation(obs, t, task_names)
+        record = predictions.after_step(t, new, obs) if predictions is not None else None
+        if record is not None:
+            learning.append(record)
+        levels[k] = current = new
+        actions[k] = d.action
+        step_s[k] = obs.step_s
+        if on_step is not None:
+            on_step(StepRecord(t, int(d.action), new, bool(reconfigured[k]), float(reconfigure_s[k]), float(decision_ms[k]), obs, record))
+    notes: dict = {"reconfigure_s": reconfigure_s}
+    if learning:
+        notes["learning"] = learning
+    return StrategyResult(
+        strategy=planner.name,
+        mode=mode,
+        levels=levels,
+        step_s=step_s,
+        reconfigured=reconfigured,
+        penalty_s=ctx.penalty_s,
+        decision_ms=decision_ms,
+        actions=actions,
+        prepare_ms=prepare_ms,
+        notes=notes,
+    )
