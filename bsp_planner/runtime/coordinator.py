@@ -125,6 +125,15 @@ class Coordinator:
             Z.check_task_name(t, self.job.path)
         self.scen = build_scenario(exp)
         self.ctx = self.scen.contexts[s.mode]
+        self.predictions = None
+        if s.mode in self.scen.step_sources:
+            # online forecasts and/or a learning model: the context's rows are made step by step from
+            # what the run observed (the same StepPredictions `simulate --online/--learn` uses)
+            from ..predictions import refuse_offline
+            from ..scenario import step_predictions
+
+            refuse_offline(make_planner(s.planner), "--online" if exp.online else "--learn")
+            self.ctx, self.predictions = step_predictions(self.scen, s.mode)
         self.tasks = self.scen.task_names
         self.inputs = {
             "experiment": str(exp.path),
@@ -390,6 +399,8 @@ class Coordinator:
         current = None
         for rec in records:
             t = rec["step"]
+            if self.predictions is not None:
+                self.predictions.before_step(t)
             d = planner.decide(t, current)
             levels = np.asarray(d.levels, dtype=np.int64)
             if levels.tolist() != rec["levels"]:
@@ -400,13 +411,35 @@ class Coordinator:
                     line=t + 1,
                 )
             current = levels
+            if self.predictions is not None:  # learn again from the logged measurements, in order
+                self.predictions.after_step(t, levels, self._observation(t, rec))
         return current
+
+    def _observation(self, t: int, rec: dict):
+        """What step t measured (from its record): each task's duration, the workload it reported (else
+        the one it was given), the step's wall time. Checked: NaN, negative or absurd values name the
+        task and step."""
+        from ..loop import StepObservation, check_observation
+
+        by_task = {x["task"]: x for x in rec["tasks"]}
+        tasks = [by_task[name] for name in self.tasks]
+        obs = StepObservation(
+            t,
+            np.array([x["measured_s"] for x in tasks], dtype=np.float64),
+            np.array([x.get("observed_workload", x["workload"]) for x in tasks], dtype=np.float64),
+            float(rec["step_s"]),
+            np.array([x.get("next_workload", np.nan) for x in tasks], dtype=np.float64),
+        )
+        check_observation(obs, t, self.tasks)
+        return obs
 
     def _loop(self, planner, records: list[dict], current: np.ndarray | None, runlog: RunLog) -> None:
         ex = self.executor
         n = len(self.tasks)
         first = len(records)
         for t in range(first, self.exp.steps):
+            if self.predictions is not None:  # forecast (and model) as of everything observed so far
+                self.predictions.before_step(t)
             t_dec = time.perf_counter()
             d = planner.decide(t, current)
             decision_ms = (time.perf_counter() - t_dec) * 1e3
@@ -434,6 +467,10 @@ class Coordinator:
                 self, t, d.action, levels, reconfigured, reconfig_s, decision_ms, t_done - t_pub, published - t_pub,
                 outcome.released_at, res, outcome.restarts, not fresh,
             )
+            if self.predictions is not None:
+                learned = self.predictions.after_step(t, levels, self._observation(t, rec))
+                if learned is not None:
+                    rec["learning"] = {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in learned.items()}
             try:
                 runlog.append(rec)
             except OSError as exc:
