@@ -2,7 +2,8 @@
 reconfiguration both ways, and the faults (a killed worker, a restarted server, a server gone too long,
 a killed coordinator). Every test ends by checking that no process and no cgroup of the run is left.
 
-A tiny three-task job keeps steps at ~0.1-0.5 s (see zk_fixtures.py).
+A tiny three-task job keeps steps at ~0.1-0.5 s (see zk_fixtures.py). A fault is injected while a known
+step is held (zk_fixtures.StressGate), so it always lands in that step however busy the machine is.
 """
 
 from __future__ import annotations

@@ -40,6 +40,7 @@ from .backends import Backend, TaskLost, make_backend
 from .executor import LiveExecutor, RunFailed
 from .run_inputs import check_profile_matches, fit_profile, sha256
 from .run_lock import RunHeld, RunLock
+from .run_root import claim_root, prepare_tree
 from .run_settings import RECONFIGURE, RunSettings
 from .run_store import RUN_FORMAT, RunStore, RunStoreUnwritable, check_run_id, new_run_id, now_iso
 from .runlog import RunLog, step_record
@@ -169,60 +170,15 @@ class Coordinator:
     def _claim(self, logged_steps: int) -> None:
         """Create the run's root (or find our own, on resume), take the coordinator lock, and make sure
         the tasks' checkpoints are not behind the run log (a server that lost its data)."""
-        from kazoo.exceptions import NoAuthError
-
         s = self.session
-        root = self.paths.root
-        parent = root.rsplit("/", 1)[0]
         tasks = [{"name": t.name, **t.identity()} for t in self.job.tasks]
         value = Z.run_value(self.run_id, self.job.name, tasks, self.exp.workload_range, self.exp.steps)
-        try:
-            if parent:
-                s.ensure_path(parent, acl=self.creds.parent_acl())
-            created = s.create(root, value)
-        except NoAuthError:
-            raise Z.RootHeld(
-                f"cannot create {root}: its parent belongs to someone else in ZooKeeper {s.hosts}; choose another --zk-root",
-                field="--zk-root",
-            ) from None
         self.lock = RunLock(s, self.paths.lock, self.run_id, self.instance)
-        if created:
-            self._created_root = True
-        else:
-            try:
-                existing = s.get(root)
-            except NoAuthError:
-                raise Z.RootHeld(
-                    f"{root} is held by another run (its ACL does not admit this run's credentials); choose another --zk-root",
-                    field="--zk-root",
-                ) from None
-            info = Z.parse_run(root, existing or {})
-            if info.run_id != self.run_id:
-                raise Z.RootHeld(f"{root} is held by run {info.run_id!r}; choose another --zk-root", field="--zk-root")
-            if not self.resume:
-                holders = self.lock.holders()
-                live = f", coordinated now by {holders[0].describe()}" if holders else ""
-                raise Z.RootHeld(f"{root} already holds run {self.run_id!r}{live}; continue it with --resume {self.run_id}", field="--zk-root")
-            if [info.tasks.get(t) is not None for t in self.tasks] != [True] * len(self.tasks):
-                raise Z.RootHeld(f"{root} holds run {self.run_id!r} with other tasks than this job", field="--zk-root")
+        self._created_root = claim_root(s, self.paths, self.creds, value, self.run_id, self.tasks, self.resume, self.lock)
         # the one coordinator: a live one refuses us here, before anything of the run was touched
         self.lock.acquire(self.settings.session_timeout_s * 1.5 + 5, ended_instance=self.store.ended_instance())
         self._lock_lost = False
-        # the rest of the tree (idempotent: a resumed run finds it)
-        for path in (self.paths.members, self.paths.tasks, self.paths.barriers):
-            s.create(path)
-        rebuilt = []
-        for t in self.tasks:
-            s.create(self.paths.task(t))
-            s.create(self.paths.steps(t))
-            s.create(self.paths.results(t))
-            cp_path = self.paths.checkpoint(t)
-            s.create(cp_path, Z.checkpoint_value(-1, 0))
-            cp = s.get(cp_path)
-            last = Z.parse_checkpoint(cp_path, cp) if cp is not None else -1
-            if last < logged_steps - 1:  # every task completed every logged step
-                s.set(cp_path, Z.checkpoint_value(logged_steps - 1, self.store.incarnations().get(t, 0)))
-                rebuilt.append(t)
+        rebuilt = prepare_tree(s, self.paths, self.tasks, logged_steps, self.store.incarnations())
         if rebuilt:
             what = "has no state of this run" if self._created_root else f"has checkpoints behind the run log for {', '.join(rebuilt)}"
             note = (
@@ -345,7 +301,13 @@ class Coordinator:
             planner, prepare_ms, current, records, runlog = self._prepare()
         except RunStoreUnwritable as exc:
             self._abandon(exc)
-            raise RunInterrupted(f"{exc}; nothing ran; free some space and `bsp-planner run --resume {self.run_id}`", self.run_id) from None
+            raise RunInterrupted(
+                f"{exc}; nothing ran; free some space (or fix the folder's permissions) and `bsp-planner run --resume {self.run_id}`",
+                self.run_id,
+            ) from None
+        except OSError as exc:  # the run folder of a new run (its credentials, its profile copy) cannot be written
+            self._abandon(exc)
+            raise InputError(f"cannot write {exc.filename or self.run_dir}: {exc.strerror or exc}", path=self.run_dir, field="--runs-dir") from None
         except BaseException as exc:
             self._abandon(exc)
             raise

@@ -1,0 +1,69 @@
+"""The run's subtree in ZooKeeper: its root (created by a new run, recognised by a resumed one, refused
+when it belongs to another run) and the nodes under it, with the tasks' checkpoints brought up to the
+run log when the server lost them."""
+
+from __future__ import annotations
+
+from . import zk as Z
+from .run_lock import RunLock
+
+
+def claim_root(session: Z.ZkSession, paths: Z.RunPaths, creds: Z.Credentials, value: dict, run_id: str, tasks: list[str], resume: bool, lock: RunLock) -> bool:
+    """Create the run's root with its description `value`, or find it: True if this call created it.
+    Raises RootHeld for a root of another run, of this run without --resume (naming its live coordinator
+    if it has one), or of this run with other tasks."""
+    from kazoo.exceptions import NoAuthError
+
+    s = session
+    root = paths.root
+    parent = root.rsplit("/", 1)[0]
+    try:
+        if parent:
+            s.ensure_path(parent, acl=creds.parent_acl())
+        if s.create(root, value):
+            return True
+    except NoAuthError:
+        raise Z.RootHeld(
+            f"cannot create {root}: its parent belongs to someone else in ZooKeeper {s.hosts}; choose another --zk-root",
+            field="--zk-root",
+        ) from None
+    try:
+        existing = s.get(root)
+    except NoAuthError:
+        raise Z.RootHeld(
+            f"{root} is held by another run (its ACL does not admit this run's credentials); choose another --zk-root",
+            field="--zk-root",
+        ) from None
+    info = Z.parse_run(root, existing or {})
+    if info.run_id != run_id:
+        raise Z.RootHeld(f"{root} is held by run {info.run_id!r}; choose another --zk-root", field="--zk-root")
+    if not resume:
+        holders = lock.holders()
+        live = f", coordinated now by {holders[0].describe()}" if holders else ""
+        raise Z.RootHeld(f"{root} already holds run {run_id!r}{live}; continue it with --resume {run_id}", field="--zk-root")
+    if any(info.tasks.get(t) is None for t in tasks):
+        raise Z.RootHeld(f"{root} holds run {run_id!r} with other tasks than this job", field="--zk-root")
+    return False
+
+
+def prepare_tree(session: Z.ZkSession, paths: Z.RunPaths, tasks: list[str], logged_steps: int, incarnations: dict[str, int]) -> list[str]:
+    """The nodes under the root (idempotent: a resumed run finds them), and every task's checkpoint at
+    least at the last logged step: the run log is the record of what every task completed, so a
+    checkpoint behind it (a server restarted without its data) is moved up to it. Returns the tasks
+    whose checkpoint had to be rebuilt."""
+    s = session
+    for path in (paths.members, paths.tasks, paths.barriers):
+        s.create(path)
+    rebuilt = []
+    for t in tasks:
+        s.create(paths.task(t))
+        s.create(paths.steps(t))
+        s.create(paths.results(t))
+        cp_path = paths.checkpoint(t)
+        s.create(cp_path, Z.checkpoint_value(-1, 0))
+        cp = s.get(cp_path)
+        last = Z.parse_checkpoint(cp_path, cp) if cp is not None else -1
+        if last < logged_steps - 1:
+            s.set(cp_path, Z.checkpoint_value(logged_steps - 1, incarnations.get(t, 0)))
+            rebuilt.append(t)
+    return rebuilt
