@@ -420,7 +420,11 @@ class Coordinator:
                 self._relock_if_lost()
                 reconfig_s, _ = ex.reconfigure(levels, t)
             t_pub = time.perf_counter()
-            fresh = ex.publish(t, self.scen.actual_workloads[:, t], self.exp.workload_range)
+            given = self.scen.actual_workloads[:, t]
+            if self.scen.job_series is None and self.predictions is not None:
+                # the tasks know their workloads, we do not: they are told the forecast (and report the truth)
+                given = np.clip(self.predictions.expected_workloads(t)[:, 0], *self.exp.workload_range)
+            fresh = ex.publish(t, given, self.exp.workload_range)
             published = time.perf_counter()
             outcome = ex.wait_step(t)
             t_done = time.perf_counter()
@@ -429,6 +433,8 @@ class Coordinator:
                 self, t, d.action, levels, reconfigured, reconfig_s, decision_ms, t_done - t_pub, published - t_pub,
                 outcome.released_at, res, outcome.restarts, not fresh,
             )
+            for i, x in enumerate(rec["tasks"]):
+                x["workload"] = float(given[i])  # what the task was told
             if self.predictions is not None:
                 learned = self.predictions.after_step(t, levels, self._observation(t, rec))
                 if learned is not None:
