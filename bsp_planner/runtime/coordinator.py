@@ -215,11 +215,6 @@ class Coordinator:
                     field="--resume",
                 )
         records = RunLog.load(self.run_dir) if self.resume else []
-        planner = make_planner(s.planner)
-        t_prep = time.perf_counter()
-        planner.reset(self.ctx)
-        prepare_ms = (time.perf_counter() - t_prep) * 1e3
-        current = self._replay(planner, records)
         self.creds = self._credentials()
         self.paths = Z.RunPaths(self.zk_root)
         self.backend = self._backend or make_backend(
@@ -236,6 +231,12 @@ class Coordinator:
             raise InputError(f"the {self.backend.name} backend cannot resize a task in place; use --reconfigure recreate", field="--reconfigure")
         c = self.exp.cpu
         self.backend.check(self.job, max(c.max_millicores, c.exppo_max_millicores or 0), c.budget_millicores, path=self.exp.path)
+        self._plan_with_method_cost()
+        planner = make_planner(s.planner)
+        t_prep = time.perf_counter()
+        planner.reset(self.ctx)
+        prepare_ms = (time.perf_counter() - t_prep) * 1e3
+        current = self._replay(planner, records)
         self._connect()
         self._claim(len(records))
         # the run is ours from here on
@@ -255,6 +256,7 @@ class Coordinator:
             instance=self.instance,
             status="starting",
             resumes=resumes,
+            reconfigure_cost=self.reconfigure_cost,
             **({"zk_state": self.zk_state_note} if self.zk_state_note else {}),
         )
         runlog = RunLog(self.run_dir, self.tasks)
@@ -271,6 +273,25 @@ class Coordinator:
             sync=self.job.sync, run_id=self.run_id, run_dir=str(self.run_dir.resolve()),
         )
         return planner, prepare_ms, current, records, runlog
+
+    def _plan_with_method_cost(self) -> None:
+        """The planner's reconfiguration penalty is the cost of the method this run uses: the
+        experiment's [reconfigure_cost] for it, else (a resumed run) the cost the run planned with,
+        else what the backend measures now, else penalty_s. Recorded in run.json."""
+        import dataclasses
+
+        method = self.settings.reconfigure
+        planned, source = self.exp.reconfigure_cost.of(method), "experiment [reconfigure_cost]"
+        before = self.run_meta.get("reconfigure_cost") if self.resume else None
+        if planned is None and isinstance(before, dict) and before.get("method") == method:
+            planned, source = float(before["planned_s"]), before.get("source", "run.json")
+        if planned is None:
+            planned, source = self.backend.measure_reconfigure_cost(method), f"measured by the {self.backend.name} backend"
+        if planned is None:
+            planned, source = float(self.exp.penalty_s), "the experiment's penalty_s"
+        self.ctx = dataclasses.replace(self.ctx, penalty_s=float(planned))
+        self.reconfigure_cost = {"method": method, "planned_s": float(planned), "source": source}
+        self.say(f"planning with a {method} reconfiguration cost of {planned:.4g} s ({source})")
 
     def _abandon(self, exc: BaseException) -> None:
         """A run that failed before any task started: a new one leaves nothing (its folder, its znodes);
@@ -433,6 +454,7 @@ class Coordinator:
                 self, t, d.action, levels, reconfigured, reconfig_s, decision_ms, t_done - t_pub, published - t_pub,
                 outcome.released_at, res, outcome.restarts, not fresh,
             )
+            rec["reconfig_method"] = self.settings.reconfigure if reconfigured else None  # and reconfig_s: what it cost
             for i, x in enumerate(rec["tasks"]):
                 x["workload"] = float(given[i])  # what the task was told
             if self.predictions is not None:
