@@ -258,8 +258,6 @@ def test_an_online_learning_run_forecasts_from_reported_workloads_learns_and_res
         # the model learns from the workload each task reported (the kernel reports its workload + 1)
         assert learning["workload"] == pytest.approx([min(50.0, t["observed_workload"]) for t in r["tasks"]])
         assert len(learning["predicted_before_s"]) == len(learning["predicted_after_s"]) == 3
-    # the profile is far from these kernels' real times: learning moves the predictions toward the measurements
-    first, last = records[0]["learning"], records[-1]["learning"]
-    err = lambda rec, key: sum(abs(p - m) / m for p, m in zip(rec[key], rec["measured_s"]))  # noqa: E731
-    assert err(last, "predicted_before_s") < err(first, "predicted_before_s")
+    # every measured step moved the model (how fast it converges is test_learning's and bench_learning's)
+    assert all(r["learning"]["predicted_after_s"] != r["learning"]["predicted_before_s"] for r in records)
     assert_nothing_left("online")
