@@ -132,7 +132,6 @@ def test_a_reported_workload_is_the_last_json_line_and_bad_ones_are_refused():
 
 
 # -- live, against a real ZooKeeper and real cgroup quotas ---------------------------------------------
-live = [needs_tasks, pytest.mark.usefixtures("reap_runs")]
 
 
 def coordinator(tmp_path, exp, zk, creds, run_id, resume=False, **kw) -> Coordinator:
