@@ -129,6 +129,9 @@ def write_outputs(out_dir: Path, results: list[StrategyResult], meta: dict, task
             tmp["learning"] = stage / names["learning"]
             tmp["learning"].write_text(learned, newline="")
         bar_chart(rows, tmp["chart"], meta.get("forecasts", {}))
+    if learned is None:
+        # a learning.csv left by an earlier run would pass for this run's
+        (out_dir / "learning.csv").unlink(missing_ok=True)
     return {k: out_dir / v for k, v in names.items()}
 
 

@@ -132,4 +132,5 @@ def simulate(
         f"{len(scen.task_names)} tasks x {exp.steps} steps, penalty {exp.penalty_s:g} s, budget "
         f"{exp.cpu.budget_millicores:g}m; {len(results)} runs in {elapsed:.1f} s"
     )
-    console.print(f"wrote {paths['md']}, {paths['csv'].name}, {paths['json'].name}, {paths['steps'].name}, chart {paths['chart']}")
+    learned = f", {paths['learning'].name}" if "learning" in paths else ""
+    console.print(f"wrote {paths['md']}, {paths['csv'].name}, {paths['json'].name}, {paths['steps'].name}{learned}, chart {paths['chart']}")

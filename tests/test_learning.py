@@ -156,3 +156,14 @@ def test_learning_settings_are_checked_by_the_settings_loader(tmp_path, syntheti
     err = " ".join(capsys.readouterr().err.split())
     assert done.value.code == 2 and "learning.max_ratio" in err, err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_later_run_without_learning_removes_the_old_learning_csv(tmp_path, synthetic_profile, monkeypatch, capsys):
+    exp = write_experiment(tmp_path, synthetic_profile, steps=8, modes=["perfect"], strategies=["mpc"])
+    for extra in (["--learn"], []):
+        monkeypatch.setattr(sys, "argv", ["bsp-planner", "simulate", str(exp), "-q", *extra])
+        with pytest.raises(SystemExit) as done:
+            cli.main()
+        assert not done.value.code
+        assert (tmp_path / "out" / "learning.csv").exists() == bool(extra)
+        assert ("learning.csv" in capsys.readouterr().out) == bool(extra)

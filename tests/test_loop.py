@@ -133,3 +133,15 @@ def test_offline_planners_are_refused_when_planning_step_by_step(tmp_path, synth
         check_strategies(exp.strategies, exp)
     assert err.value.field == "strategies"
     check_strategies(["mpc", "static:2", "exppo", "floor", "optimum"], exp)
+
+
+def test_the_loop_and_the_simulated_executor_import_neither_kazoo_nor_kubernetes():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, bsp_planner.loop, bsp_planner.executors.simulated, bsp_planner.predictions, bsp_planner.learning, "
+        "bsp_planner.online; bad = [m for m in ('kazoo', 'kubernetes') if m in sys.modules]; print(bad); sys.exit(bool(bad))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr

@@ -284,7 +284,13 @@ class Coordinator:
             planner, prepare_ms, current, records, runlog = self._prepare()
         except RunStoreUnwritable as exc:
             self._abandon(exc)
-            raise RunInterrupted(f"{exc}; nothing ran; free some space and `bsp-planner run --resume {self.run_id}`", self.run_id) from None
+            raise RunInterrupted(
+                f"{exc}; nothing ran; free some space (or fix the folder's permissions) and `bsp-planner run --resume {self.run_id}`",
+                self.run_id,
+            ) from None
+        except OSError as exc:  # the run folder of a new run (its credentials, its profile copy) cannot be written
+            self._abandon(exc)
+            raise InputError(f"cannot write {exc.filename or self.run_dir}: {exc.strerror or exc}", path=self.run_dir, field="--runs-dir") from None
         except BaseException as exc:
             self._abandon(exc)
             raise
