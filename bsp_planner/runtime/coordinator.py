@@ -55,6 +55,10 @@ DEFAULT_EXPERIMENT = data_path("experiments/live-default.toml")  # shipped (pack
 DEFAULT_RUNS_DIR = Path("runs")
 
 
+def _stopped_after(records: list[dict]) -> str:
+    return f"the run stopped after step {len(records) - 1}" if records else "the run stopped before its first step"
+
+
 class RunInterrupted(Exception):
     """The run stopped before its last step but can be resumed (ZooKeeper lost, Ctrl-C, a full disk)."""
 
@@ -138,7 +142,9 @@ class Coordinator:
         return Z.run_credentials(self.settings.zk_auth, self.run_dir / "zk-auth", may_create=not self.resume)
 
     def _worker_env(self) -> dict[str, str]:
-        return Z.worker_auth_env(self.settings.zk_auth, self.run_dir / "zk-auth", self.creds)
+        env = Z.worker_auth_env(self.settings.zk_auth, self.run_dir / "zk-auth", self.creds)
+        env["BSP_RUN_DIR"] = str(self.run_dir.resolve())  # {run_dir} of command tasks
+        return env
 
     @property
     def zk_root(self) -> str:
@@ -156,7 +162,7 @@ class Coordinator:
         """Create the run's root (or find our own, on resume), take the coordinator lock, and make sure
         the tasks' checkpoints are not behind the run log (a server that lost its data)."""
         s = self.session
-        tasks = [{"name": t.name, "stressor": t.stressor, "ops_per_unit": t.ops_per_unit, "workers": t.workers} for t in self.job.tasks]
+        tasks = [{"name": t.name, **t.identity()} for t in self.job.tasks]
         value = Z.run_value(self.run_id, self.job.name, tasks, self.exp.workload_range, self.exp.steps)
         self.lock = RunLock(s, self.paths.lock, self.run_id, self.instance)
         self._created_root = claim_root(s, self.paths, self.creds, value, self.run_id, self.tasks, self.resume, self.lock)
@@ -252,6 +258,8 @@ class Coordinator:
             s, self.session, self.paths, self.backend, self.tasks, self.cpu_of, self._worker_env(),
             self.store.incarnations(), lambda inc: self.store.write_meta(incarnations=dict(inc)),
             self._relock_if_lost, lambda text: self.say(text),
+            processes={t.name: t.process for t in self.job.tasks if t.process},
+            sync=self.job.sync, run_id=self.run_id, run_dir=str(self.run_dir.resolve()),
         )
         return planner, prepare_ms, current, records, runlog
 
@@ -306,17 +314,17 @@ class Coordinator:
         except (Z.ZkUnavailable, TaskLost, KeyboardInterrupt, RunStoreUnwritable) as exc:
             status = "interrupted"
             why = "interrupted (Ctrl-C or SIGTERM)" if isinstance(exc, KeyboardInterrupt) else str(exc)
-            message = f"{why}; the run stopped after step {len(records) - 1}; continue it with {resume_hint}"
+            message = f"{why}; {_stopped_after(records)}; continue it with {resume_hint}"
             raise RunInterrupted(message, self.run_id) from None
         except RunFailed as exc:
-            message = f"{exc}\nthe run stopped after step {len(records) - 1}; once the cause is fixed, continue it with {resume_hint}"
+            message = f"{exc}\n{_stopped_after(records)}; once the cause is fixed, continue it with {resume_hint}"
             raise RunFailed(message) from None
         except InputError as exc:  # met mid-run (a malformed value in ZooKeeper, a refused pod): still resumable
-            message = f"{exc.message}; the run stopped after step {len(records) - 1}; once fixed, continue it with {resume_hint}"
+            message = f"{exc.message}; {_stopped_after(records)}; once fixed, continue it with {resume_hint}"
             raise InputError(message, path=exc.path, line=exc.line, field=exc.field) from None
         except Exception as exc:  # not foreseen: say what and where it stopped rather than lose the run
             message = (
-                f"unexpected {type(exc).__name__}: {exc}; the run stopped after step {len(records) - 1}; "
+                f"unexpected {type(exc).__name__}: {exc}; {_stopped_after(records)}; "
                 f"its steps so far are logged; continue it with {resume_hint}"
             )
             raise RunFailed(message) from exc

@@ -13,7 +13,8 @@ A step record: step, action, reconfigured, reconfig_s (the real time the reconfi
 step_s (wall time from publishing the step to every task's release), predicted_step_s (the model's time of
 the slowest task at the actual workloads), slowest_s (the slowest measured task), sync_s = step_s -
 slowest_s, barrier_s (the last task's finish to the coordinator's release), restarts, and per task cpu,
-workload, predicted and measured duration.
+workload, predicted and measured duration (and, where the task reported them, observed_workload,
+next_workload and cpu_s).
 """
 
 from __future__ import annotations
@@ -141,6 +142,8 @@ def step_record(run, t, action, levels, reconfigured, reconfig_s, decision_ms, w
                 "measured_s": float(measured[i]),
                 "enter_wait_s": res[i]["enter_wait_s"],
                 "incarnation": res[i]["incarnation"],
+                # what the task itself reported (a command's {"workload": ...} line), where it did
+                **{k: res[i][k] for k in ("observed_workload", "next_workload", "cpu_s") if k in res[i]},
             }
         )
     return {

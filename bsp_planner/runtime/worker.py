@@ -19,6 +19,8 @@ the coordinator restarts the task as it would a dead worker, since running the s
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import shutil
 import signal
@@ -175,8 +177,10 @@ class Worker:
         spec = info.tasks.get(self.task_name)
         if spec is None:
             raise InputError(f"the run at {cfg.root} has no task {self.task_name!r} (it has {', '.join(info.tasks)})", field="--task")
-        task = Task(self.task_name, spec["stressor"], spec["ops_per_unit"], SeriesRef(Path("-")), spec["workers"])
-        stress_ng = shutil.which(cfg.stress_ng)
+        command = spec.get("command")
+        task = Task(self.task_name, spec["stressor"], spec["ops_per_unit"] if not command else 1.0, SeriesRef(Path("-")),
+                    spec["workers"], command=tuple(command) if command else None)
+        stress_ng = shutil.which(cfg.stress_ng) if not command else cfg.stress_ng
         if not stress_ng:
             raise InputError(f"stress-ng not found (looked for {cfg.stress_ng!r}); install it: `apt-get install stress-ng`", field="--stress-ng")
 
@@ -203,8 +207,8 @@ class Worker:
             result_path = self.paths.result(self.task_name, t)
             if not s.exists(result_path):
                 enter_wait = barrier.enter(self.task_name, cfg.step_timeout_s, interrupt=self._interrupt)
-                duration = self._stress(task, workload, stress_ng)
-                self._report(t, duration, enter_wait, result_path, cp_path)
+                duration, observed = self._stress(task, workload, stress_ng, t)
+                self._report(t, duration, enter_wait, result_path, cp_path, observed)
             barrier.leave(self.task_name, cfg.step_timeout_s, interrupt=self._interrupt)
             t += 1
 
@@ -233,39 +237,75 @@ class Worker:
         got = s.wait_for(check, None, interrupt=self._interrupt)
         return None if got[0] == "stop" else got[0]
 
-    def _stress(self, task: Task, workload: float, stress_ng: str) -> float:
-        args = task.stress_ng_args(workload, stress_ng=stress_ng)
+    def _stress(self, task: Task, workload: float, stress_ng: str, t: int = 0) -> tuple[float, dict]:
+        """Run step t (stress-ng, or the task's command); (wall seconds, what it reported on stdout)."""
+        is_command = task.kind == "command"
+        what = f"task {self.task_name} step {t}: " + ("its command" if is_command else "stress-ng")
+        args = task.step_args(workload, t, stress_ng=stress_ng, run_dir=os.environ.get("BSP_RUN_DIR", os.getcwd()))
+        env = {**os.environ, **task.step_env(workload, t)} if is_command else None
         start = time.perf_counter()
-        self._child = subprocess.Popen(
-            args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
-        )
         try:
-            _, err = self._child.communicate(timeout=self.cfg.step_timeout_s)
+            self._child = subprocess.Popen(
+                args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE if is_command else subprocess.DEVNULL,
+                stderr=subprocess.PIPE, start_new_session=True, env=env,
+            )
+        except OSError as exc:  # missing, not executable: the program's fault, not worth a restart
+            raise InputError(f"{what} cannot start {args[0]!r}: {exc.strerror or exc}", field="command") from None
+        try:
+            out, err = self._child.communicate(timeout=self.cfg.step_timeout_s)
         except subprocess.TimeoutExpired:
             self._kill_child()
-            raise StressFailed(f"stress-ng ran past {self.cfg.step_timeout_s:g} s") from None
+            raise StressFailed(f"{what} ran past the step timeout ({self.cfg.step_timeout_s:g} s, --step-timeout)") from None
         duration = time.perf_counter() - start
         code = self._child.returncode
         self._child = None
         if code < 0 and not self._stopping:
-            raise StressKilled(f"stress-ng was killed by signal {-code} ({_signal_name(-code)}) in the middle of a step")
+            raise StressKilled(f"{what} was killed by signal {-code} ({_signal_name(-code)}) in the middle of a step")
         if code != 0:
             tail = " ".join((err or b"").decode(errors="replace").split())[-300:]
-            raise StressFailed(f"stress-ng exited with code {code}: {' '.join(args)}: {tail}")
-        return duration
+            raise StressFailed(f"{what} exited with code {code}: {' '.join(args)}: {tail}")
+        return duration, (parse_workload_report(out or b"", what) if is_command else {})
 
-    def _report(self, t: int, duration: float, enter_wait: float, result_path: str, cp_path: str) -> None:
+    def _report(self, t: int, duration: float, enter_wait: float, result_path: str, cp_path: str, observed: dict | None = None) -> None:
         """The result and the checkpoint, in one transaction: both or neither."""
         from kazoo.exceptions import NodeExistsError
 
         s = self.session
-        value = Z.result_value(t, duration, enter_wait, self.cfg.incarnation, time.time())
+        value = Z.result_value(t, duration, enter_wait, self.cfg.incarnation, time.time(), **(observed or {}))
         results = s.commit([("create", result_path, value), ("set", cp_path, Z.checkpoint_value(t, self.cfg.incarnation))])
         failed = [r for r in results if isinstance(r, Exception)]
         if failed and not isinstance(results[0], NodeExistsError):
             raise failed[0]
         # NodeExists: an earlier try of this very transaction went through (connection loss), or another
         # incarnation reported t first; either way step t is counted once.
+
+
+def parse_workload_report(stdout: bytes, what: str) -> dict:
+    """The workload a command reported: its last stdout line that is a JSON object with "workload"
+    (optionally "next_workload"); {} if it printed none. A line that starts like one but is not valid
+    JSON, or a workload that is not a finite number in 0..MAX_WORKLOAD, is an InputError naming `what`."""
+    found: dict = {}
+    for raw in stdout.decode(errors="replace").splitlines():
+        line = raw.strip()
+        if not (line.startswith("{") and '"workload"' in line):
+            continue
+        try:
+            v = json.loads(line, parse_constant=lambda c: float(c))  # NaN/Infinity parsed, then refused below
+        except ValueError:
+            raise InputError(f"{what} printed a malformed workload report {line[:200]!r} (expected one JSON line like {{\"workload\": 37.5}})", field="workload") from None
+        if not isinstance(v, dict):
+            continue
+        found = {"workload": _reported(v, "workload", what)}
+        if v.get("next_workload") is not None:
+            found["next_workload"] = _reported(v, "next_workload", what)
+    return found
+
+
+def _reported(v: dict, key: str, what: str) -> float:
+    x = v.get(key)
+    if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(float(x)) or not 0 <= float(x) <= Z.MAX_WORKLOAD:
+        raise InputError(f"{what} reported {key} {x!r}; expected a finite number in 0..{Z.MAX_WORKLOAD:g}", field=key)
+    return float(x)
 
 
 def _signal_name(signum: int) -> str:

@@ -38,6 +38,7 @@ class WorkerLaunch:
     args: tuple[str, ...]
     env: dict[str, str] = field(default_factory=dict, repr=False)
     incarnation: int = 0
+    program: bool = False  # args is the user's own program (a process task), not `bsp-planner` arguments
 
 
 @dataclass(frozen=True)

@@ -214,7 +214,7 @@ class LocalBackend(Backend):
         env = dict(os.environ)
         env.update(launch.env)
         env["PYTHONUNBUFFERED"] = "1"
-        args = [self.python, "-m", "bsp_planner.cli", *launch.args]
+        args = list(launch.args) if launch.program else [self.python, "-m", "bsp_planner.cli", *launch.args]
         with open(log_path, "ab") as log:
             log.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} incarnation {launch.incarnation}, {millicores:g}m\n".encode())
             log.flush()
