@@ -42,7 +42,7 @@ def write_experiment(folder: Path, ranks: int, steps: int, sync: str) -> Path:
     job = tomllib.loads((data / "jobs" / f"particles-{ranks}.toml").read_text())
     lines = [f'name = "particles-{ranks}"', f'sync = "{sync}"']
     for i, t in enumerate(job["task"]):
-        argv = [sys.executable if a == "{python}" else a for a in t["process"]]
+        argv = [sys.executable, *t["process"][1:]]
         first = (i * 1000) % 9000
         lines += ["", "[[task]]", f'name = "{t["name"]}"', f"process = {json.dumps(argv)}",
                   f'series = {{ file = "{data / "datasets" / "nyc_taxi.csv"}", first_row = {first}, last_row = {first + 998} }}']
