@@ -96,6 +96,8 @@ def run_rank(args: argparse.Namespace) -> int:
                     step += 1
             except ended:
                 pass  # the coordinator ended the run (barrier mode): a normal end
+            # still joined: every rank has run (and reported) its last superstep before any leaves
+            exchange.finalize()
     except NeighbourGone as exc:
         print(f"particles rank {args.rank}: {exc}; stopping at step {step}", file=sys.stderr)
         return 0
