@@ -42,7 +42,7 @@ def write_experiment(folder: Path, ranks: int, steps: int, sync: str) -> Path:
     job = tomllib.loads((data / "jobs" / f"particles-{ranks}.toml").read_text())
     lines = [f'name = "particles-{ranks}"', f'sync = "{sync}"']
     for i, t in enumerate(job["task"]):
-        argv = [sys.executable, *t["process"][1:]]
+        argv = [sys.executable, *t["process"][1:], "--timings", "{run_dir}/timings-{task}.jsonl"]
         first = (i * 1000) % 9000
         lines += ["", "[[task]]", f'name = "{t["name"]}"', f"process = {json.dumps(argv)}",
                   f'series = {{ file = "{data / "datasets" / "nyc_taxi.csv"}", first_row = {first}, last_row = {first + 998} }}']
@@ -112,6 +112,14 @@ def run_one(work: Path, server, ranks: int, steps: int, sync: str, planner: str)
         1 for r in records for i, t in enumerate(r["tasks"]) if t.get("observed_workload") != want[r["step"]][i]
     )
     step_s = [r["step_s"] for r in records]
+    # the library's cost per step, seen from the rank: entering plus leaving `session.step` (in barrier
+    # mode this includes waiting for the publication and for the barrier; in observe mode it is all the
+    # library's own work: a stop check and the report)
+    overhead_ms = []
+    for path in run_dir.glob("timings-*.jsonl"):
+        for line in path.read_text().splitlines():
+            x = json.loads(line)
+            overhead_ms.append(1000 * (x["enter_s"] + x["leave_s"]))
     reconfig_s = [r["reconfig_s"] for r in records]
     return {
         "sync": sync, "planner": planner, "status": status, "message": message, "steps": len(records),
@@ -123,6 +131,10 @@ def run_one(work: Path, server, ranks: int, steps: int, sync: str, planner: str)
         "reconfigurations": sum(1 for r in records if r["reconfigured"]), "reconfig_s": round(sum(reconfig_s), 4),
         "predicted_s": round(sum(r["predicted_step_s"] for r in records), 3),
         "median_step_s": round(statistics.median(step_s), 4), "wall_s": round(wall, 1),
+        "session_step_overhead_ms": {
+            "median": round(statistics.median(overhead_ms), 3), "p95": round(sorted(overhead_ms)[int(0.95 * (len(overhead_ms) - 1))], 3),
+            "samples": len(overhead_ms),
+        } if overhead_ms else None,
         "first_step_cpu_millicores": [t["cpu_millicores"] for t in records[0]["tasks"]],
         "reported_counts_off_trace": mismatched, "run_dir": str(run_dir),
         "record_keys": sorted(records[0]["tasks"][0]),
