@@ -87,11 +87,18 @@ def _reports(path):
 
 def test_three_rank_processes_run_standalone_and_match_the_serial_run(tmp_path):
     folder = tmp_path / "exchange"
-    procs = [_start_rank(r, 3, folder, tmp_path / f"r{r}.jsonl") for r in range(3)]
+    procs = [
+        _start_rank(r, 3, folder, tmp_path / f"r{r}.jsonl", extra=("--timings", str(tmp_path / f"t{r}.jsonl")))
+        for r in range(3)
+    ]
     for p in procs:
         _, err = p.communicate(timeout=240)
         assert p.returncode == 0, err
     expected, _ = run_serial(ranks=3, particles=3000, seed=5, steps=6)
+    for r in range(3):
+        timings = _reports(tmp_path / f"t{r}.jsonl")
+        assert [x["step"] for x in timings] == list(range(6))
+        assert all(x["compute_s"] > 0 and x["enter_s"] >= 0 and x["leave_s"] >= 0 and x["exchange_s"] >= 0 for x in timings)
     for r in range(3):
         reports = _reports(tmp_path / f"r{r}.jsonl")
         assert [x["step"] for x in reports] == list(range(6))
