@@ -25,15 +25,15 @@ import sys
 import tempfile
 import time
 import tomllib
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bsp_planner.runtime import zk as Z  # noqa: E402
-from bsp_planner.runtime.zkserver import LocalZooKeeper, free_port  # noqa: E402
-from bsp_planner.shipped import data_dir  # noqa: E402
+from bsp_planner.runtime import zk as Z
+from bsp_planner.runtime.zkserver import LocalZooKeeper, free_port
+from bsp_planner.shipped import data_dir
 
 
 def write_experiment(folder: Path, ranks: int, steps: int, sync: str) -> Path:
@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     server = LocalZooKeeper(work / "zk", port=free_port())
     server.start()
     rows = []
-    started = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    started = datetime.now(UTC).isoformat(timespec="seconds")
     try:
         for sync in args.sync.split(","):
             for planner in args.planners.split(","):

@@ -20,10 +20,7 @@ import pytest
 
 task = pytest.importorskip("bsp_planner.task", reason="the task library (bsp_planner.task) is not on this branch yet")
 
-from bsp_planner.apps.particles.serial import run_serial  # noqa: E402
-from bsp_planner.runtime.coordinator import Coordinator  # noqa: E402
-from bsp_planner.shipped import data_dir  # noqa: E402
-from zk_fixtures import (  # noqa: E402,F401  (fixtures)
+from zk_fixtures import (  # noqa: F401  (fixtures)
     DATA,
     assert_nothing_left,
     creds_file,
@@ -32,6 +29,10 @@ from zk_fixtures import (  # noqa: E402,F401  (fixtures)
     settings,
     zk_server,
 )
+
+from bsp_planner.apps.particles.serial import run_serial
+from bsp_planner.runtime.coordinator import Coordinator
+from bsp_planner.shipped import data_dir
 
 PARTICLES = 9000
 STEPS = 4
@@ -66,7 +67,7 @@ def particles_experiment(folder: Path, sync: str) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     shipped = data_dir() / "jobs" / "particles-3.toml"
     job = tomllib.loads(shipped.read_text())
-    lines = [f'name = "particles-3"', f'sync = "{sync}"']
+    lines = ['name = "particles-3"', f'sync = "{sync}"']
     for i, t in enumerate(job["task"]):
         argv = [sys.executable, *t["process"][1:]]  # this test's Python, whatever is first on PATH
         assert "--particles" in argv and argv[argv.index("--particles") + 1] == str(PARTICLES)
@@ -85,7 +86,7 @@ def particles_experiment(folder: Path, sync: str) -> Path:
 @pytest.mark.usefixtures("reap_runs")
 @needs_tasks
 @pytest.mark.parametrize("sync", ["barrier", "observe"])
-def test_particles_3_runs_live_with_its_reported_counts_recorded(tmp_path, zk_server, creds_file, sync):
+def test_particles_3_runs_live_with_its_reported_counts_recorded(tmp_path, zk_server, creds_file, sync):  # noqa: F811
     exp = particles_experiment(tmp_path / "exp", sync)
     run_id = f"particles-{sync}"
     coord = Coordinator(settings(exp, zk_server, creds_file, reconfigure="in-place", planner="mpc"), run_id, tmp_path / "runs")
@@ -108,7 +109,7 @@ def test_particles_3_runs_live_with_its_reported_counts_recorded(tmp_path, zk_se
 
 @pytest.mark.usefixtures("reap_runs")
 @needs_tasks
-def test_the_kernel_3_command_tasks_run_live_and_report_the_workload_they_ran(tmp_path, zk_server, creds_file):
+def test_the_kernel_3_command_tasks_run_live_and_report_the_workload_they_ran(tmp_path, zk_server, creds_file):  # noqa: F811
     """The shipped command-task example (jobs/kernel-3.toml, profiles/kernel-3/), a few steps live."""
     folder = tmp_path / "exp"
     folder.mkdir()

@@ -13,7 +13,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bsp_planner.apps.particles.model import Physics, initial_particles, owner, slice_bounds
+from bsp_planner.apps.particles.model import (
+    Physics,
+    initial_particles,
+    owner,
+    slice_bounds,
+)
 from bsp_planner.apps.particles.serial import run_serial
 from bsp_planner.shipped import data_dir
 
@@ -138,7 +143,7 @@ def test_a_missing_neighbour_is_a_timeout_naming_the_rank_and_step(tmp_path):
 def test_bad_arguments_exit_2_with_the_option_named(args, message, tmp_path):
     p = subprocess.run(
         [sys.executable, "-m", "bsp_planner.apps.particles", *args], env=_env(), cwd=tmp_path,
-        capture_output=True, text=True, timeout=60,
+        capture_output=True, text=True, timeout=60, check=False,
     )
     assert p.returncode == 2
     assert message in p.stderr
@@ -197,7 +202,7 @@ def test_profiling_a_rank_under_real_cpu_quotas_writes_a_profile_where_less_cpu_
         [sys.executable, "-m", "bsp_planner.apps.particles.profile_rank", "--job", str(job), "--out", str(out),
          "--cpu", "200,1000", "--workloads", "1000,6000", "--measure-steps", "3",
          "--cgroup-prefix", f"bsp-planner-test-{os.getpid()}"],
-        env=_env(), capture_output=True, text=True, timeout=300,
+        env=_env(), capture_output=True, text=True, timeout=300, check=False,
     )
     assert p.returncode == 0, p.stderr
     profile = load_profile(out)

@@ -81,7 +81,7 @@ def run_rank(args: argparse.Namespace) -> int:
     task_name = os.environ.get("BSP_TASK") or f"p{args.rank}"
     ended = run_ended_errors()
     step = 0
-    timings = open(args.timings, "a") if args.timings else None
+    timings = open(args.timings, "a") if args.timings else None  # noqa: SIM115 (closed in the finally below)
     try:
         with open_session(task_name, reports=args.reports, steps=args.steps) as session:
             if session.first_step != 0:
