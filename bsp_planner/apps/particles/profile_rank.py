@@ -26,7 +26,7 @@ import sys
 import tempfile
 import time
 import tomllib
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from ...profiles import PROFILE_COLUMNS
@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     cpus = [float(c) for c in args.cpu.split(",")]
     workloads = [int(w) for w in args.workloads.split(",")]
     jobs = [_job_tasks(j) for j in args.job]
-    started = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    started = datetime.now(UTC).isoformat(timespec="seconds")
     load_start = os.getloadavg()[0]
     cells: list[tuple[int, float, float, list[float]]] = []
     for cpu in cpus:
@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
             d = statistics.median(walls[1:])
             cells.append((w, cpu, d, walls))
             print(f"{w:>6} particles {cpu:>6g}m: {d:.3f} s (steps {', '.join(f'{x:.3f}' for x in walls)})", flush=True)
-    finished = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    finished = datetime.now(UTC).isoformat(timespec="seconds")
     for (job_name, job_path, tasks), out in zip(jobs, args.out):
         out = Path(out)
         out.parent.mkdir(parents=True, exist_ok=True)
