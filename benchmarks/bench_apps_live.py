@@ -28,12 +28,11 @@ import tomllib
 from datetime import UTC, datetime
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bsp_planner.runtime import zk as Z  # noqa: E402
-from bsp_planner.runtime.zkserver import LocalZooKeeper, free_port  # noqa: E402
-from bsp_planner.shipped import data_dir  # noqa: E402
+from bsp_planner.runtime import zk as Z
+from bsp_planner.runtime.zkserver import LocalZooKeeper, free_port
+from bsp_planner.shipped import data_dir
 
 
 def write_experiment(folder: Path, ranks: int, steps: int, sync: str) -> Path:
@@ -42,7 +41,7 @@ def write_experiment(folder: Path, ranks: int, steps: int, sync: str) -> Path:
     job = tomllib.loads((data / "jobs" / f"particles-{ranks}.toml").read_text())
     lines = [f'name = "particles-{ranks}"', f'sync = "{sync}"']
     for i, t in enumerate(job["task"]):
-        argv = [sys.executable if a == "{python}" else a for a in t["process"]]
+        argv = [sys.executable, *t["process"][1:], "--timings", "{run_dir}/timings-{task}.jsonl"]
         first = (i * 1000) % 9000
         lines += ["", "[[task]]", f'name = "{t["name"]}"', f"process = {json.dumps(argv)}",
                   f'series = {{ file = "{data / "datasets" / "nyc_taxi.csv"}", first_row = {first}, last_row = {first + 998} }}']
@@ -93,24 +92,61 @@ def run_one(work: Path, server, ranks: int, steps: int, sync: str, planner: str)
     creds = Z.write_credentials_file(work / f"auth-{tag}", Z.generate_credentials())
     settings = RunSettings(experiment=str(exp), planner=planner, mode="perfect", reconfigure="in-place",
                            zookeeper=server.hosts, zk_auth=f"file:{creds}")
+    from bsp_planner.runtime.executor import RunFailed
+
+    run_id = f"particles-{tag}-{os.getpid()}"
     t0 = time.perf_counter()
-    result = Coordinator(settings, f"particles-{tag}-{os.getpid()}", work / "runs").run()
+    try:
+        result = Coordinator(settings, run_id, work / "runs").run()
+        status, message, run_dir = result.status, "", result.run_dir
+    except RunFailed as exc:  # recorded with the steps it logged, so the other rows still run
+        status, message, run_dir = "failed", str(exc).splitlines()[0], work / "runs" / run_id
     wall = time.perf_counter() - t0
-    records = result.records
+    log = run_dir / "steps.jsonl"
+    records = [json.loads(line) for line in log.read_text().splitlines()] if log.is_file() else []
+    if not records:
+        return {"sync": sync, "planner": planner, "status": status, "message": message, "steps": 0}
     want = trace(ranks, steps)
     mismatched = sum(
         1 for r in records for i, t in enumerate(r["tasks"]) if t.get("observed_workload") != want[r["step"]][i]
     )
     step_s = [r["step_s"] for r in records]
+    # the library's cost per step, seen from the rank: entering plus leaving `session.step` (in barrier
+    # mode this includes waiting for the publication and for the barrier; in observe mode it is all the
+    # library's own work: a stop check and the report)
+    overhead_ms = []
+    for path in run_dir.glob("timings-*.jsonl"):
+        for line in path.read_text().splitlines():
+            x = json.loads(line)
+            overhead_ms.append(1000 * (x["enter_s"] + x["leave_s"]))
     reconfig_s = [r["reconfig_s"] for r in records]
     return {
-        "sync": sync, "planner": planner, "status": result.status, "steps": len(records),
-        "total_s": round(sum(step_s) + sum(reconfig_s), 3), "compute_s": round(sum(step_s), 3),
-        "reconfigurations": sum(1 for r in records if r["reconfigured"]), "reconfig_s": round(sum(reconfig_s), 4),
+        "sync": sync,
+        "planner": planner,
+        "status": status,
+        "message": message,
+        "steps": len(records),
+        "total_s": round(sum(step_s) + sum(reconfig_s), 3),
+        "compute_s": round(sum(step_s), 3),
+        # the slowest rank's compute block per step, summed: the run's critical path without any
+        # synchronisation; comparable between modes (in observe mode the coordinator times a step from
+        # publishing it, while the ranks may already be running it)
+        "slowest_compute_s": round(sum(r["slowest_s"] for r in records), 3),
+        "reconfigurations": sum(1 for r in records if r["reconfigured"]),
+        "reconfig_s": round(sum(reconfig_s), 4),
         "predicted_s": round(sum(r["predicted_step_s"] for r in records), 3),
-        "median_step_s": round(statistics.median(step_s), 4), "wall_s": round(wall, 1),
+        "median_step_s": round(statistics.median(step_s), 4),
+        "wall_s": round(wall, 1),
+        "session_step_overhead_ms": {
+            "median": round(statistics.median(overhead_ms), 3),
+            "p95": round(sorted(overhead_ms)[int(0.95 * (len(overhead_ms) - 1))], 3),
+            "samples": len(overhead_ms),
+        }
+        if overhead_ms
+        else None,
         "first_step_cpu_millicores": [t["cpu_millicores"] for t in records[0]["tasks"]],
-        "reported_counts_off_trace": mismatched, "run_dir": str(result.run_dir),
+        "reported_counts_off_trace": mismatched,
+        "run_dir": str(run_dir),
         "record_keys": sorted(records[0]["tasks"][0]),
     }
 
@@ -141,9 +177,13 @@ def main(argv: list[str] | None = None) -> int:
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
     for sync in args.sync.split(","):
         by = {r["planner"]: r for r in rows if r["sync"] == sync}
-        if "mpc" in by and "exppo" in by:
-            print(f"{sync}: mpc {by['mpc']['total_s']:.2f} s, exppo (even split) {by['exppo']['total_s']:.2f} s: "
-                  f"{by['mpc']['total_s'] / by['exppo']['total_s']:.2f}x")
+        if "mpc" in by and "exppo" in by and by["mpc"].get("total_s") and by["exppo"].get("total_s"):
+            m, e = by["mpc"], by["exppo"]
+            print(
+                f"{sync}: mpc {m['total_s']:.2f} s, exppo (even split) {e['total_s']:.2f} s: {m['total_s'] / e['total_s']:.2f}x; "
+                f"slowest compute {m['slowest_compute_s']:.2f} vs {e['slowest_compute_s']:.2f} s: "
+                f"{m['slowest_compute_s'] / e['slowest_compute_s']:.2f}x"
+            )
     return 0
 
 

@@ -19,7 +19,8 @@ A task may instead run the user's own program every superstep, as an argument li
     command = ["python3", "kernel.py", "--size", "{workload}"]
     series = { file = "kernel.csv" }   # optional: without it the workloads are those the task reports
 
-`{workload}`, `{step}`, `{task}` and `{run_dir}` are substituted in every argument, and the program gets
+`{workload}`, `{step}`, `{task}`, `{run_dir}` and `{python}` (the Python running bsp-planner) are
+substituted in every argument, and the program gets
 BSP_WORKLOAD, BSP_STEP, BSP_TASK in its environment. Its wall time is the step's duration; a non-zero
 exit is the task's failure (with its stderr tail); one JSON line `{"workload": 37.5}` on its stdout is
 the step's observed workload. A program named with a `/` is relative to the job file.
@@ -30,6 +31,7 @@ included; `last_row` may be left out to mean "to the end of the file".
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -47,7 +49,7 @@ class SeriesRef:
     last_row: int | None = None
 
 
-PLACEHOLDERS = ("workload", "step", "task", "run_dir")
+PLACEHOLDERS = ("workload", "step", "task", "run_dir", "python")
 
 
 def format_workload(workload: float) -> str:
@@ -90,7 +92,8 @@ class Task:
     def step_args(self, workload: float, step: int = 0, *, stress_ng: str = "stress-ng", run_dir: str = ".") -> list[str]:
         """The argument list (never a shell string) that runs step `step` with `workload` units."""
         if self.command:
-            values = {"workload": format_workload(workload), "step": str(int(step)), "task": self.name, "run_dir": str(run_dir)}
+            values = {"workload": format_workload(workload), "step": str(int(step)), "task": self.name, "run_dir": str(run_dir),
+                      "python": sys.executable}
             return [substitute(a, values) for a in self.command]
         return self.stress_ng_args(workload, stress_ng=stress_ng)
 
@@ -267,7 +270,7 @@ def _program(argv: list[str] | None, job_path: Path) -> tuple[str, ...] | None:
     if argv is None:
         return None
     prog = argv[0]
-    if "/" in prog and not Path(prog).is_absolute():
+    if "/" in prog and "{" not in prog and not Path(prog).is_absolute():
         prog = str((job_path.parent / prog).resolve())
     return (prog, *argv[1:])
 

@@ -15,9 +15,10 @@ with give a residual r = log(d / p). Over the `window` most recent residuals of 
   accumulate;
 * the slopes b and g (how the gap changes per e-fold of CPU or workload) are a ridge fit
   (`slope_weight`) of the residuals' deviations from their mean on the features' deviations from
-  theirs, so they move only when the measurements spread over CPU levels or workloads and disagree
-  with the profile's shape (a profile measured on another machine class); measurements at one point
-  leave the profile's shape as it is.
+  theirs, over the longer `slope_window` (a machine's shape changes slowly, and a planner moves a task
+  over few CPU levels within 20 steps), so they move only when the measurements spread over CPU
+  levels or workloads and disagree with the profile's shape (a profile measured on another machine
+  class); measurements at one point leave the profile's shape as it is.
 
 A few numbers per task, readable in the report ("task x runs 1.38x its profile at 1000m, 9% more per
 doubling of CPU"), and a machine that drifts is followed within `window` steps. Durations stay
@@ -46,6 +47,7 @@ class LearningSettings:
     window: int = setting(20, ge=1)  # steps of residuals the correction is fitted to
     prior_weight: float = setting(1.0, ge=0)  # how many measurements the profile counts as (fades as they accumulate)
     slope_weight: float = setting(0.3, ge=0)  # ridge on the CPU and workload slopes of the correction
+    slope_window: int = setting(200, ge=1)  # steps the slopes are fitted to (a machine's shape changes slowly)
     max_ratio: float = setting(10.0, gt=1)  # a measurement this many times off the model is refused
 
 
@@ -69,6 +71,7 @@ class DurationCorrection:
         self.cpu_ref = float(cpu_ref)
         self.workload_ref = float(workload_ref)
         self._rows: list[deque] = [deque(maxlen=self.settings.window) for _ in task_names]  # (r, x_cpu, x_w)
+        self._long: list[deque] = [deque(maxlen=self.settings.slope_window) for _ in task_names]
         self.measurements = 0  # steps learned from so far
         n = len(task_names)
         self.level = np.zeros(n)  # (tasks,) log correction at the centre of the recent measurements
@@ -131,10 +134,12 @@ class DurationCorrection:
         ridge = self.settings.slope_weight * np.eye(2)
         for i, rows in enumerate(self._rows):
             rows.append((float(np.log(measured_s[i] / prior_s[i])), float(xc[i]), float(xw[i])))
+            self._long[i].append(rows[-1])
             data = np.asarray(rows)  # (k, 3)
             r, x = data[:, 0], data[:, 1:]
             centre = x.mean(axis=0)
-            xd, rd = x - centre, r - r.mean()
+            long = np.asarray(self._long[i])
+            xd, rd = long[:, 1:] - long[:, 1:].mean(axis=0), long[:, 0] - long[:, 0].mean()
             # The level is the recent mean residual, shrunk towards the profile while measurements are
             # few; the slopes explain only how residuals vary around it (ridge: the profile's shape
             # stands until measurements spread over CPU or workloads say otherwise).

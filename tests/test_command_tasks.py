@@ -139,7 +139,6 @@ def test_a_reported_workload_is_the_last_json_line_and_bad_ones_are_refused():
 
 
 # -- live, against a real ZooKeeper and real cgroup quotas ---------------------------------------------
-live = [needs_tasks, pytest.mark.usefixtures("reap_runs")]
 
 
 def coordinator(tmp_path, exp, zk, creds, run_id, resume=False, **kw) -> Coordinator:
@@ -246,3 +245,33 @@ def test_profile_run_times_a_command_task_as_a_stressor(tmp_path):
     meta = json.loads(metadata_path(out).read_text())
     assert meta["tasks"]["a"]["command"][0] == str(tmp_path / "kernel.py")
     assert len(list((tmp_path / "control").glob("ran-a-0"))) == 1  # {step} is 0 when profiling
+
+
+# -- run --online / --learn ------------------------------------------------------------------------------
+@pytest.mark.usefixtures("reap_runs")
+@needs_tasks
+def test_an_online_learning_run_forecasts_from_reported_workloads_learns_and_resumes_the_same_plan(
+    tmp_path, zk_server, creds_file
+):
+    exp, control = command_experiment(tmp_path / "exp", steps=5)
+    kw = dict(mode="forecast", overrides=["online=true", "learn=true"], planner="mpc")
+    (control / "fail-a-3").touch()
+    with pytest.raises(RunFailed, match="task a step 3: its command exited with code 7"):
+        coordinator(tmp_path, exp, zk_server, creds_file, "online", **kw).run()
+    (control / "fail-a-3").unlink()
+    # the resumed run replays the planner with the forecaster and the model rebuilt from the logged
+    # observations; any difference from the logged decisions would refuse the resume
+    result = coordinator(tmp_path, exp, zk_server, creds_file, "online", resume=True, **kw).run()
+    assert result.status == "finished"
+    records = [json.loads(line) for line in (result.run_dir / "steps.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [0, 1, 2, 3, 4]
+    for r in records:
+        learning = r["learning"]
+        measured = [t["measured_s"] for t in r["tasks"]]
+        assert learning["step"] == r["step"] and learning["measured_s"] == pytest.approx(measured)
+        # the model learns from the workload each task reported (the kernel reports its workload + 1)
+        assert learning["workload"] == pytest.approx([min(50.0, t["observed_workload"]) for t in r["tasks"]])
+        assert len(learning["predicted_before_s"]) == len(learning["predicted_after_s"]) == 3
+    # every measured step moved the model (how fast it converges is test_learning's and bench_learning's)
+    assert all(r["learning"]["predicted_after_s"] != r["learning"]["predicted_before_s"] for r in records)
+    assert_nothing_left("online")

@@ -186,3 +186,28 @@ def test_a_later_run_without_learning_removes_the_old_learning_csv(tmp_path, syn
         assert not done.value.code
         assert (tmp_path / "out" / "learning.csv").exists() == bool(extra)
         assert ("learning.csv" in capsys.readouterr().out) == bool(extra)
+
+
+def test_a_profile_from_another_machine_class_converges(tmp_path, synthetic_profile):
+    """The wrong profile's gap grows with CPU (1.4 x (cpu/1000m)^0.15): one factor per task cannot fit
+    it; the correction's CPU slope does."""
+    rows = list(csv.DictReader(synthetic_profile.open()))
+    wrong = tmp_path / "wrong" / "profile.csv"
+    wrong.parent.mkdir()
+    with wrong.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        for r in rows:
+            r["duration_s"] = f"{float(r['duration_s']) * 1.4 * (float(r['cpu_millicores']) / 1000) ** 0.15:.6f}"
+            w.writerow(r)
+    common = dict(steps=150, modes=["perfect"], strategies=["mpc"], penalty_s=0.3)
+    learned = build_scenario(
+        load_experiment(write_experiment(tmp_path, wrong, learn=True, true_profile=str(synthetic_profile), **common))
+    )
+    truth = build_scenario(load_experiment(write_experiment(tmp_path, synthetic_profile, **common)))
+    r = run_strategy(learned, "mpc", "perfect")
+    err = errors_by_step(r)
+    assert err[0].max() > 0.25
+    assert np.mean(err[15:] >= 0.05) < 0.02, np.mean(err[15:] >= 0.05)
+    assert np.median(err[15:]) < 0.01
+    assert abs(r.total_s / run_strategy(truth, "mpc", "perfect").total_s - 1) < 0.02

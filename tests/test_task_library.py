@@ -206,3 +206,27 @@ def test_a_process_that_stops_reporting_is_a_timeout_naming_task_and_step(tmp_pa
         coordinator(tmp_path, exp, zk_server, creds_file, "phang", step_timeout_s=3.0).run()
     assert "step 0 did not finish within 3 s" in str(info.value) and "task c did not report step 0" in str(info.value)
     assert_nothing_left("phang")
+
+
+@pytest.mark.usefixtures("reap_runs")
+@needs_tasks
+def test_a_job_without_series_runs_online_from_the_workloads_its_processes_report(tmp_path, zk_server, creds_file):
+    exp, control = process_experiment(tmp_path / "exp", steps=5, sync="observe")
+    job = tmp_path / "exp" / "job.toml"
+    job.write_text("\n".join(line for line in job.read_text().splitlines() if not line.startswith("series")) + "\n")
+    kw = dict(mode="forecast", overrides=["online=true", "learn=true", "forecast.source=persistence", "learning.max_ratio=1000"])
+    with pytest.raises(InputError, match="task 'a' has no series"):  # offline, there is nothing to plan from
+        coordinator(tmp_path, exp, zk_server, creds_file, "noseries-off").run()
+    result = coordinator(tmp_path, exp, zk_server, creds_file, "noseries", **kw).run()
+    assert result.status == "finished"
+    records = records_of(result.run_dir)
+    assert [r["step"] for r in records] == [0, 1, 2, 3, 4]
+    for r in records:
+        for t in r["tasks"]:
+            rank = "abc".index(t["task"])
+            assert t["observed_workload"] == 10 + (rank * 7 + r["step"] * 3) % 30  # what the process reported
+            # persistence: each task is told the workload it reported the step before (the range's middle first)
+            told = 30.0 if r["step"] == 0 else 10 + (rank * 7 + (r["step"] - 1) * 3) % 30
+            assert t["workload"] == pytest.approx(told)
+        assert r["learning"]["measured_s"] == pytest.approx([t["measured_s"] for t in r["tasks"]])
+    assert_nothing_left("noseries")

@@ -15,6 +15,7 @@ import resource
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Self
 
 
 class StandaloneSession:
@@ -54,7 +55,7 @@ class StandaloneSession:
             with open(self.reports_path, "a") as fh:
                 fh.write(json.dumps(report) + "\n")
 
-    def __enter__(self) -> StandaloneSession:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc_info) -> None:

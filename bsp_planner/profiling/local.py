@@ -18,6 +18,7 @@ import platform
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Sequence
@@ -44,7 +45,7 @@ def check_program(task: Task, job_path: Path | None = None) -> str:
     """The full path of a command/process task's program; InputError if it is missing or not executable."""
     argv = task.command or task.process or ()
     kind = task.kind
-    prog = argv[0] if argv else ""
+    prog = (argv[0] if argv else "").replace("{python}", sys.executable)
     found = prog if "/" in prog else shutil.which(prog)
     if not found or not os.path.exists(found):
         raise InputError(

@@ -129,6 +129,15 @@ class Coordinator:
             Z.check_task_name(t, self.job.path)
         self.scen = build_scenario(exp)
         self.ctx = self.scen.contexts[s.mode]
+        self.predictions = None
+        if s.mode in self.scen.step_sources:
+            # online forecasts and/or a learning model: the context's rows are made step by step from
+            # what the run observed (the same StepPredictions `simulate --online/--learn` uses)
+            from ..predictions import refuse_offline
+            from ..scenario import step_predictions
+
+            refuse_offline(make_planner(s.planner), "--online" if exp.online else "--learn")
+            self.ctx, self.predictions = step_predictions(self.scen, s.mode)
         self.tasks = self.scen.task_names
         self.inputs = {
             "experiment": str(exp.path),
@@ -219,11 +228,6 @@ class Coordinator:
                     field="--resume",
                 )
         records = RunLog.load(self.run_dir) if self.resume else []
-        planner = make_planner(s.planner)
-        t_prep = time.perf_counter()
-        planner.reset(self.ctx)
-        prepare_ms = (time.perf_counter() - t_prep) * 1e3
-        current = self._replay(planner, records)
         self.creds = self._credentials()
         self.paths = Z.RunPaths(self.zk_root)
         self.backend = self._backend or make_backend(
@@ -243,6 +247,12 @@ class Coordinator:
             )
         c = self.exp.cpu
         self.backend.check(self.job, max(c.max_millicores, c.exppo_max_millicores or 0), c.budget_millicores, path=self.exp.path)
+        self._plan_with_method_cost()
+        planner = make_planner(s.planner)
+        t_prep = time.perf_counter()
+        planner.reset(self.ctx)
+        prepare_ms = (time.perf_counter() - t_prep) * 1e3
+        current = self._replay(planner, records)
         self._connect()
         self._claim(len(records))
         # the run is ours from here on
@@ -262,6 +272,7 @@ class Coordinator:
             instance=self.instance,
             status="starting",
             resumes=resumes,
+            reconfigure_cost=self.reconfigure_cost,
             **({"zk_state": self.zk_state_note} if self.zk_state_note else {}),
         )
         runlog = RunLog(self.run_dir, self.tasks)
@@ -278,6 +289,25 @@ class Coordinator:
             sync=self.job.sync, run_id=self.run_id, run_dir=str(self.run_dir.resolve()),
         )
         return planner, prepare_ms, current, records, runlog
+
+    def _plan_with_method_cost(self) -> None:
+        """The planner's reconfiguration penalty is the cost of the method this run uses: the
+        experiment's [reconfigure_cost] for it, else (a resumed run) the cost the run planned with,
+        else what the backend measures now, else penalty_s. Recorded in run.json."""
+        import dataclasses
+
+        method = self.settings.reconfigure
+        planned, source = self.exp.reconfigure_cost.of(method), "experiment [reconfigure_cost]"
+        before = self.run_meta.get("reconfigure_cost") if self.resume else None
+        if planned is None and isinstance(before, dict) and before.get("method") == method:
+            planned, source = float(before["planned_s"]), before.get("source", "run.json")
+        if planned is None:
+            planned, source = self.backend.measure_reconfigure_cost(method), f"measured by the {self.backend.name} backend"
+        if planned is None:
+            planned, source = float(self.exp.penalty_s), "the experiment's penalty_s"
+        self.ctx = dataclasses.replace(self.ctx, penalty_s=float(planned))
+        self.reconfigure_cost = {"method": method, "planned_s": float(planned), "source": source}
+        self.say(f"planning with a {method} reconfiguration cost of {planned:.4g} s ({source})")
 
     def _abandon(self, exc: BaseException) -> None:
         """A run that failed before any task started: a new one leaves nothing (its folder, its znodes);
@@ -375,6 +405,8 @@ class Coordinator:
         current = None
         for rec in records:
             t = rec["step"]
+            if self.predictions is not None:
+                self.predictions.before_step(t)
             d = planner.decide(t, current)
             levels = np.asarray(d.levels, dtype=np.int64)
             if levels.tolist() != rec["levels"]:
@@ -385,7 +417,27 @@ class Coordinator:
                     line=t + 1,
                 )
             current = levels
+            if self.predictions is not None:  # learn again from the logged measurements, in order
+                self.predictions.after_step(t, levels, self._observation(t, rec))
         return current
+
+    def _observation(self, t: int, rec: dict):
+        """What step t measured (from its record): each task's duration, the workload it reported (else
+        the one it was given), the step's wall time. Checked: NaN, negative or absurd values name the
+        task and step."""
+        from ..loop import StepObservation, check_observation
+
+        by_task = {x["task"]: x for x in rec["tasks"]}
+        tasks = [by_task[name] for name in self.tasks]
+        obs = StepObservation(
+            t,
+            np.array([x["measured_s"] for x in tasks], dtype=np.float64),
+            np.array([x.get("observed_workload", x["workload"]) for x in tasks], dtype=np.float64),
+            float(rec["step_s"]),
+            np.array([x.get("next_workload", np.nan) for x in tasks], dtype=np.float64),
+        )
+        check_observation(obs, t, self.tasks)
+        return obs
 
     def _loop(self, planner, records: list[dict], current: np.ndarray | None, runlog: RunLog) -> None:
         ex = self.executor
@@ -393,6 +445,8 @@ class Coordinator:
         n = len(self.tasks)
         first = len(records)
         for t in range(first, self.exp.steps):
+            if self.predictions is not None:  # forecast (and model) as of everything observed so far
+                self.predictions.before_step(t)
             t_dec = time.perf_counter()
             d = planner.decide(t, current)
             decision_ms = (time.perf_counter() - t_dec) * 1e3
@@ -411,7 +465,11 @@ class Coordinator:
                 self._relock_if_lost()
                 reconfig_s, _ = ex.reconfigure(levels, t)
             t_pub = time.perf_counter()
-            fresh = ex.publish(t, self.scen.actual_workloads[:, t], self.exp.workload_range)
+            given = self.scen.actual_workloads[:, t]
+            if self.scen.job_series is None and self.predictions is not None:
+                # the tasks know their workloads, we do not: they are told the forecast (and report the truth)
+                given = np.clip(self.predictions.expected_workloads(t)[:, 0], *self.exp.workload_range)
+            fresh = ex.publish(t, given, self.exp.workload_range)
             published = time.perf_counter()
             outcome = ex.wait_step(t)
             t_done = time.perf_counter()
@@ -420,6 +478,13 @@ class Coordinator:
                 self, t, d.action, levels, reconfigured, reconfig_s, decision_ms, t_done - t_pub, published - t_pub,
                 outcome.released_at, res, outcome.restarts, not fresh,
             )
+            rec["reconfig_method"] = self.settings.reconfigure if reconfigured else None  # and reconfig_s: what it cost
+            for i, x in enumerate(rec["tasks"]):
+                x["workload"] = float(given[i])  # what the task was told
+            if self.predictions is not None:
+                learned = self.predictions.after_step(t, levels, self._observation(t, rec))
+                if learned is not None:
+                    rec["learning"] = {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in learned.items()}
             try:
                 runlog.append(rec)
             except OSError as exc:

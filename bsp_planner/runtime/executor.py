@@ -8,6 +8,7 @@ hands it the planner's configuration.
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -102,7 +103,7 @@ class LiveExecutor:
         """A process task: the user's program itself, with the environment bsp_planner.task joins from."""
         from ..job import substitute
 
-        values = {"task": task, "run_dir": self.run_dir}
+        values = {"task": task, "run_dir": self.run_dir, "python": sys.executable}
         args = tuple(substitute(a, values) for a in self.processes[task])
         env = dict(self.worker_env)
         env.update({
@@ -241,6 +242,8 @@ class LiveExecutor:
                         dead = time.monotonic() - since > self.settings.session_timeout_s
                 if not dead:
                     continue
+                if task in self.processes and st.exit_code == 0 and s.exists(self.paths.result(task, t)):
+                    continue  # it reported step t (observe mode: perhaps its last) and ended normally
                 if task in self.processes:  # its state is gone with it: a restart is a resume, not a retry
                     raise RunFailed(
                         f"task {task}'s process exited with code {st.exit_code} in step {t} (it keeps its state in "

@@ -138,7 +138,12 @@ def step_record(
     """One step's record (see the module docstring); `run` is the coordinator (scen, ctx, tasks, cpu_of)."""
     scen = run.scen
     n = len(run.tasks)
-    pred = scen.actual[np.arange(n), levels, t]
+    if all("observed_workload" in r for r in res):  # the model at the workloads the tasks really ran
+        w_obs = np.array([r["observed_workload"] for r in res], dtype=np.float64)
+        w_obs = np.clip(w_obs, *run.exp.workload_range)
+        pred = (scen.true_model or scen.model).durations(w_obs[:, None])[np.arange(n), levels, 0]
+    else:
+        pred = scen.actual[np.arange(n), levels, t]
     forecast = run.ctx.configs.predicted[t, np.arange(n), levels, 0]
     measured = np.array([r["duration_s"] for r in res])
     slowest = float(measured.max())

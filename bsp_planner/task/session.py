@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from ..runtime import zk as Z
@@ -97,19 +97,44 @@ def join(env: dict | None = None, *, step_timeout_s: float | None = None) -> Tas
 
 
 class TaskSession:
-    """One task of a live run (made by :func:`join`)."""
+    """One task of a live run (made by :func:`join`, or by the stress-ng worker with its own settings).
 
-    def __init__(self, hosts: str, creds: Z.Credentials, root: str, run_id: str, task: str, sync: str, run_dir: str,
-                 incarnation: int, step_timeout_s: float | None) -> None:
+    `run_id` None accepts the run the root holds (the worker is told its root, not its id). `interrupt`
+    is called while waiting (it may raise to leave); `zk_wait_s` bounds how long ZooKeeper may stay
+    unreachable (then ZkUnavailable). A session lost and renewed re-registers the member node."""
+
+    def __init__(self, hosts: str, creds: Z.Credentials, root: str, run_id: str | None, task: str, sync: str, run_dir: str,
+                 incarnation: int, step_timeout_s: float | None, *, session_timeout_s: float = 10.0,
+                 connect_timeout_s: float = 30.0, zk_wait_s: float = 120.0, interrupt: Callable[[], bool] | None = None,
+                 unreachable_hint: str = Z.LOCAL_HINT) -> None:
         self.hosts, self.root, self.run_id, self.task_name = hosts, root, run_id, task
         self.sync, self.run_dir, self.incarnation = sync, run_dir, incarnation
         self.step_timeout_s = step_timeout_s
+        self.zk_wait_s = zk_wait_s
+        self._user_interrupt = interrupt
         self.paths = Z.RunPaths(root)
-        self.session = Z.ZkSession(hosts, creds, op_deadline_s=120.0)
+        self.session = Z.ZkSession(hosts, creds, session_timeout_s=session_timeout_s, connect_timeout_s=connect_timeout_s,
+                                   op_deadline_s=zk_wait_s, unreachable_hint=unreachable_hint)
+        self.session.add_listener(self._on_state)
+        self._need_member = False
         self._ended = False
         self.first_step = 0
         self._next = 0
         self.info: Z.RunInfo | None = None
+
+    def _on_state(self, state: str) -> None:
+        if state == "LOST":  # the session expired: its ephemeral member node is gone
+            self._need_member = True
+
+    def _interrupt(self) -> bool:
+        if self._user_interrupt is not None and self._user_interrupt():
+            return True
+        s = self.session
+        if self._need_member and s.connected:
+            self._register()
+        if s.down_for() > self.zk_wait_s:
+            raise Z.ZkUnavailable(f"ZooKeeper at {self.hosts} unreachable for {s.down_for():.0f} s", field="--zookeeper")
+        return False
 
     # -- joining ---------------------------------------------------------------------------------
     def _join(self) -> None:
@@ -129,7 +154,9 @@ class TaskSession:
                 f"no run at {self.root} in ZooKeeper {self.hosts} (${ENV['run_id']}={self.run_id})", field=ENV["run_id"]
             )
         info = self.info = Z.parse_run(self.root, v)
-        if info.run_id != self.run_id:
+        if self.run_id is None:
+            self.run_id = info.run_id
+        elif info.run_id != self.run_id:
             raise TaskJoinError(
                 f"{self.root} holds run {info.run_id!r}, not {self.run_id!r}: this task does not belong to it",
                 field=ENV["run_id"],
@@ -154,7 +181,7 @@ class TaskSession:
         if self.sync == "barrier" and last >= 0:  # restarted after reporting `last`: leave that barrier too
             barrier = self._barrier(last)
             if s.exists(self.paths.barrier(last)) and not barrier.is_done():
-                barrier.leave(self.task_name, self.step_timeout_s)
+                barrier.leave(self.task_name, self.step_timeout_s, interrupt=self._interrupt)
 
     def _register(self) -> None:
         """The ephemeral member node with this incarnation; a dead incarnation's node (its session not yet
@@ -164,6 +191,7 @@ class TaskSession:
         s = self.session
         path = self.paths.member(self.task_name)
         value = Z.member_value(self.incarnation, os.getpid(), socket.gethostname(), self._next)
+        self._need_member = False
         for _ in range(50):
             if s.create(path, value, ephemeral=True):
                 return
@@ -233,7 +261,7 @@ class TaskSession:
                 return None
             return (Z.parse_step(path, v, t, self.info.workload_range),)
 
-        got = s.wait_for(check, self.step_timeout_s)
+        got = s.wait_for(check, None, interrupt=self._interrupt)
         if got is None:
             raise TimeoutError(f"task {self.task_name}: step {t} was not published within {self.step_timeout_s} s")
         if got[0] == "ended" or got[0] is None:
@@ -261,11 +289,8 @@ class TaskSession:
         if self.sync == "barrier":
             assigned = self._wait_published(step)
             barrier = self._barrier(step)
-            enter_wait = barrier.enter(self.task_name, self.step_timeout_s)
-        else:
-            if self._stop_at(step):
-                self._ended = True
-                raise RunEnded(f"run {self.run_id} ended before step {step}")
+            enter_wait = barrier.enter(self.task_name, self.step_timeout_s, interrupt=self._interrupt)
+        else:  # nothing to wait for, nothing to read: the report is the only round trip
             assigned = None
         st = StepTimer(step, assigned, workload, next_workload)
         st.start()
@@ -277,7 +302,7 @@ class TaskSession:
         self._report(st, enter_wait)
         self._next = step + 1
         if barrier is not None:
-            barrier.leave(self.task_name, self.step_timeout_s)
+            barrier.leave(self.task_name, self.step_timeout_s, interrupt=self._interrupt)
 
     def _report(self, st: StepTimer, enter_wait: float) -> None:
         """The report and the checkpoint in one transaction: both or neither, and a step counted once."""

@@ -9,7 +9,14 @@ import argparse
 import numpy as np
 
 from .main import DEFAULT_PARTICLES, step_rng
-from .model import Physics, RankState, advance, initial_rank_state, merge_incoming, split_outgoing
+from .model import (
+    Physics,
+    RankState,
+    advance,
+    initial_rank_state,
+    merge_incoming,
+    split_outgoing,
+)
 
 
 def run_serial(

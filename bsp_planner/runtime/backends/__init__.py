@@ -77,6 +77,12 @@ class Backend(ABC):
     def start_task(self, launch: WorkerLaunch, millicores: float) -> None:
         """Start the task's worker under a CPU limit of `millicores` (a restart if a dead one is there)."""
 
+    def measure_reconfigure_cost(self, method: str) -> float | None:
+        """Seconds one reconfiguration with `method` ('in-place' or 'recreate') costs on this platform,
+        measured now; None where the backend cannot measure it before the run (the experiment's
+        penalty_s is used then)."""
+        return None
+
     @abstractmethod
     def resize_task(self, task: str, millicores: float) -> None:
         """Change a running task's CPU limit in place (no restart)."""
