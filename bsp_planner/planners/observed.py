@@ -17,6 +17,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..forecasting.base import rolling_error_quantiles
+from .base import PlanningContext
 
 EXTRAS_KEY = "observations"
 #: Forecast errors per lead needed before they are trusted (until then: no correction).
@@ -103,7 +104,13 @@ class Observations:
         return out
 
 
-def attach(ctx, actual_workloads: np.ndarray, forecast_workloads: np.ndarray | None, durations, workload_range) -> None:
+def attach(
+    ctx: PlanningContext,
+    actual_workloads: np.ndarray,
+    forecast_workloads: np.ndarray | None,
+    durations: Callable[[np.ndarray], np.ndarray],
+    workload_range: tuple[float, float],
+) -> None:
     """Give a planning context the run's observations (see the module's notes)."""
     ctx.extras[EXTRAS_KEY] = Observations(
         np.asarray(actual_workloads, dtype=np.float64),
@@ -113,8 +120,8 @@ def attach(ctx, actual_workloads: np.ndarray, forecast_workloads: np.ndarray | N
     )
 
 
-def observations(ctx, planner: str) -> Observations:
-    obs = ctx.extras.get(EXTRAS_KEY)
+def observations(ctx: PlanningContext, planner: str) -> Observations:
+    obs: Observations | None = ctx.extras.get(EXTRAS_KEY)
     if obs is None:
         raise InputError(
             f"strategy '{planner}' learns from the observed workloads, but this planning context carries none "

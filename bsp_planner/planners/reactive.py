@@ -14,12 +14,12 @@ from dataclasses import replace
 
 import numpy as np
 
-from .base import ConfigTable
+from .base import ConfigTable, PlanningContext
 from .mpc import MpcPlanner
 from .observed import observations
 
 
-def last_observed_durations(ctx, name: str) -> np.ndarray:
+def last_observed_durations(ctx: PlanningContext, name: str) -> np.ndarray:
     """(steps, tasks, levels, H): row t the durations of step t-1's observed workloads, repeated over
     the forecast horizon (row 0: the middle of the workload range)."""
     obs = observations(ctx, name)
@@ -35,7 +35,7 @@ def last_observed_durations(ctx, name: str) -> np.ndarray:
 class ReactivePlanner(MpcPlanner):
     name = "reactive"
 
-    def reset(self, ctx) -> None:
+    def reset(self, ctx: PlanningContext) -> None:
         c = ctx.configs
         predicted = last_observed_durations(ctx, self.name)
         super().reset(replace(ctx, configs=ConfigTable(predicted, c.allocator, c.max_level, c.budget_steps, c.discount)))

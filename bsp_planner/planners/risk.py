@@ -22,11 +22,12 @@ forecasts whose targets ran before t are known; until 20 errors per lead are kno
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
 from ..errors import InputError
-from .base import ConfigTable
+from .base import ConfigTable, Decision, PlanningContext
 from .mpc import MpcPlanner
 from .observed import observations
 
@@ -35,13 +36,14 @@ DEFAULT_RISK_LEVEL = 0.7
 HORIZON_ERROR_RATIO = 2.0
 
 
-def upper_quantile_durations(ctx, level: float, name: str) -> np.ndarray:
+def upper_quantile_durations(ctx: PlanningContext, level: float, name: str) -> np.ndarray:
     """(steps, tasks, levels, H) predicted durations with each task's workload at the `level`
     quantile of its forecast (median + recent error quantile, per lead); the context's own table in
     perfect mode."""
     obs = observations(ctx, name)
     if obs.forecast_workloads is None:
-        return ctx.configs.predicted
+        predicted: np.ndarray = ctx.configs.predicted
+        return predicted
     H = ctx.configs.horizon
     fc = obs.forecast_workloads[:, :, :H]
     upper = np.clip(fc + obs.error_quantile_offsets(level, H), *obs.workload_range)
@@ -51,7 +53,7 @@ def upper_quantile_durations(ctx, level: float, name: str) -> np.ndarray:
 class RiskAwareMpcPlanner(MpcPlanner):
     """MPC on upper-quantile workloads (see the module's notes)."""
 
-    def __init__(self, arg: str | None = None, params=None) -> None:
+    def __init__(self, arg: str | None = None, params: Any = None) -> None:
         super().__init__(None, params)
         try:
             self.level = float(arg) if arg is not None else DEFAULT_RISK_LEVEL
@@ -63,7 +65,7 @@ class RiskAwareMpcPlanner(MpcPlanner):
             )
         self.name = "mpc-risk" if arg is None else f"mpc-risk:{arg}"
 
-    def reset(self, ctx) -> None:
+    def reset(self, ctx: PlanningContext) -> None:
         predicted = upper_quantile_durations(ctx, self.level, self.name)
         c = ctx.configs
         if predicted is not c.predicted:
@@ -76,7 +78,7 @@ class AdaptiveMpcPlanner(MpcPlanner):
 
     name = "mpc-adaptive"
 
-    def reset(self, ctx) -> None:
+    def reset(self, ctx: PlanningContext) -> None:
         super().reset(ctx)
         self.base_params = self.params
         obs = observations(ctx, self.name)
@@ -99,7 +101,7 @@ class AdaptiveMpcPlanner(MpcPlanner):
         log_lambda = float(np.sum(j * np.log1p(rel)) / np.sum(j * j))
         return h, float(np.exp(log_lambda))
 
-    def decide(self, t, current):
+    def decide(self, t: int, current: np.ndarray | None) -> Decision:
         h, lam = self.adapted(t)
         self.params = replace(self.base_params, horizon=h, length_punishment=lam)
         return super().decide(t, current)

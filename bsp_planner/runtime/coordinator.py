@@ -297,6 +297,7 @@ class Coordinator:
         import dataclasses
 
         method = self.settings.reconfigure
+        assert method is not None and self.backend is not None  # resolved and made in _prepare
         planned, source = self.exp.reconfigure_cost.of(method), "experiment [reconfigure_cost]"
         before = self.run_meta.get("reconfigure_cost") if self.resume else None
         if planned is None and isinstance(before, dict) and before.get("method") == method:

@@ -28,10 +28,14 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import InputError
 from ..job import SeriesRef, Task
 from . import zk as Z
+
+if TYPE_CHECKING:
+    from ..task import TaskSession
 
 EXIT_OK = 0
 EXIT_INPUT = 2
@@ -74,7 +78,7 @@ class Worker:
     def __init__(self, cfg: WorkerConfig) -> None:
         self.cfg = cfg
         self.task_name = Z.check_task_name(cfg.task)
-        self.session = None  # a bsp_planner.task.TaskSession once joining starts
+        self.session: TaskSession | None = None  # once joining starts
         self._child: subprocess.Popen | None = None
         self._stopping = False
         self._parent = os.getppid()
@@ -148,6 +152,7 @@ class Worker:
             session._join()
         except RunEnded:
             raise Stop() from None
+        assert session.info is not None  # read when it joined
         spec = session.info.tasks[self.task_name]
         command = spec.get("command")
         if spec.get("process"):
@@ -167,7 +172,9 @@ class Worker:
         while True:
             try:
                 with session.step(t) as st:
-                    _, observed = self._stress(task, st.assigned_workload, stress_ng, t)
+                    workload = st.assigned_workload
+                    assert workload is not None  # a worker's job is series-driven: every step has one
+                    _, observed = self._stress(task, workload, stress_ng, t)
                     st.workload = observed.get("workload")
                     st.next_workload = observed.get("next_workload")
             except RunEnded:
