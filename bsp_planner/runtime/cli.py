@@ -14,10 +14,16 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from .zkserver import DEFAULT_DATA_DIR, DEFAULT_PORT
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from .coordinator import Coordinator, RunSettings
 
 zk_app = typer.Typer(
     help="A local ZooKeeper server for live runs (Debian's zookeeper package, or ZOOKEEPER_HOME).", no_args_is_help=True
@@ -144,23 +150,12 @@ def run(
     from rich.console import Console
 
     from ..shipped import find_experiment
-    from . import zk as Z
-    from .coordinator import Coordinator, RunFailed, RunInterrupted, RunSettings, check_run_id, new_run_id
+    from .coordinator import Coordinator, RunSettings, check_run_id, new_run_id
 
     console = Console()
-    err = Console(stderr=True)
     if resume is not None:
         rid = check_run_id(resume)
-        from .run_store import RunStore
-
-        store = RunStore(runs_dir, rid)
-        meta = store.read_meta()  # read only: the coordinator takes the run before writing
-        settings = RunSettings.from_dict(meta["settings"], path=store.meta_path)
-        if zookeeper:
-            settings.zookeeper = zookeeper  # the server may have moved; everything else is the run's
-        settings.zk_wait_s = zk_wait
-        if step_timeout is not None:
-            settings.step_timeout_s = _positive_seconds(step_timeout, "--step-timeout")
+        settings = _resumed_settings(runs_dir, rid, zookeeper, zk_wait)
     else:
         rid = check_run_id(run_id) if run_id else new_run_id()
         overrides = list(set_ or [])
@@ -174,23 +169,18 @@ def run(
                 mode = "forecast"  # online forecasts are what the planner is told
         if learn:
             overrides.append("learn=true")
-        if zk_auth_file is not None:
-            auth = f"file:{zk_auth_file.resolve()}"
-        elif os.environ.get(Z.ENV_AUTH_FILE):
-            auth = f"file:{Path(os.environ[Z.ENV_AUTH_FILE]).resolve()}"
-        elif os.environ.get(Z.ENV_AUTH):
-            auth = "env"
-        else:
-            auth = "generated"
         k8s: dict = {}
         if backend in ("kubernetes", "k8s"):
-            from ..k8s.config import parse_node_selector
-
-            k8s = {k: v for k, v in dict(
-                namespace=namespace, image=image, kubeconfig=str(kubeconfig.resolve()) if kubeconfig else None,
-                context=context, zk_auth_secret=zk_auth_secret, worker_zk_hosts=worker_zookeeper,
-                pending_timeout_s=pending_timeout, node_selector=parse_node_selector(node_selector) if node_selector else None,
-            ).items() if v is not None}
+            k8s = _kubernetes_settings(
+                namespace,
+                image,
+                kubeconfig,
+                context,
+                zk_auth_secret,
+                worker_zookeeper,
+                pending_timeout,
+                node_selector,
+            )
         settings = RunSettings(
             kubernetes=k8s,
             worker_start_s=300.0 if k8s or backend in ("kubernetes", "k8s") else 60.0,  # pods: scheduling, image pulls
@@ -202,7 +192,7 @@ def run(
             backend=backend,
             zookeeper=_hosts(zookeeper),
             zk_root=zk_root,
-            zk_auth=auth,
+            zk_auth=_auth_source(zk_auth_file),
             session_timeout_s=session_timeout,
             zk_wait_s=zk_wait,
             stress_ng=stress_ng,
@@ -210,8 +200,8 @@ def run(
             cpu_weight=cpu_weight,
             keep_zk=keep_zk,
         )
-        if step_timeout is not None:
-            settings.step_timeout_s = _positive_seconds(step_timeout, "--step-timeout")
+    if step_timeout is not None:
+        settings.step_timeout_s = _positive_seconds(step_timeout, "--step-timeout")
     say = (lambda text: None) if quiet else (lambda text: console.print(text, highlight=False))
     coord = Coordinator(settings, rid, runs_dir, resume=resume is not None, say=say)
     how = settings.reconfigure or "the backend's default"
@@ -219,9 +209,76 @@ def run(
         f"run {rid}: planner {settings.planner}, {settings.mode} mode, reconfigure {how}, ZooKeeper {settings.zookeeper}",
         highlight=False,
     )
+    _run_to_the_end(console, coord)
+
+
+def _resumed_settings(runs_dir: Path, rid: str, zookeeper: str | None, zk_wait: float) -> RunSettings:
+    """The run's own settings, read (not taken: the coordinator takes the run before writing), with the
+    ZooKeeper address and wait of this invocation."""
+    from .coordinator import RunSettings
+    from .run_store import RunStore
+
+    store = RunStore(runs_dir, rid)
+    meta = store.read_meta()
+    settings = RunSettings.from_dict(meta["settings"], path=store.meta_path)
+    if zookeeper:
+        settings.zookeeper = zookeeper  # the server may have moved; everything else is the run's
+    settings.zk_wait_s = zk_wait
+    return settings
+
+
+def _auth_source(zk_auth_file: Path | None) -> str:
+    """Where a new run's ZooKeeper credentials come from: --zk-auth-file, the environment's file or
+    user:password, else credentials generated for the run."""
+    from . import zk as Z
+
+    if zk_auth_file is not None:
+        return f"file:{zk_auth_file.resolve()}"
+    if os.environ.get(Z.ENV_AUTH_FILE):
+        return f"file:{Path(os.environ[Z.ENV_AUTH_FILE]).resolve()}"
+    if os.environ.get(Z.ENV_AUTH):
+        return "env"
+    return "generated"
+
+
+def _kubernetes_settings(
+    namespace: str | None,
+    image: str | None,
+    kubeconfig: Path | None,
+    context: str | None,
+    zk_auth_secret: str | None,
+    worker_zookeeper: str | None,
+    pending_timeout: float | None,
+    node_selector: str | None,
+) -> dict[str, Any]:
+    """The kubernetes backend's settings that were given (the others come from its environment)."""
+    from ..k8s.config import parse_node_selector
+
+    given = dict(
+        namespace=namespace,
+        image=image,
+        kubeconfig=str(kubeconfig.resolve()) if kubeconfig else None,
+        context=context,
+        zk_auth_secret=zk_auth_secret,
+        worker_zk_hosts=worker_zookeeper,
+        pending_timeout_s=pending_timeout,
+        node_selector=parse_node_selector(node_selector) if node_selector else None,
+    )
+    return {k: v for k, v in given.items() if v is not None}
+
+
+def _run_to_the_end(console: Console, coord: Coordinator) -> None:
+    """Run, turning SIGTERM (`kill`, a deleted pod) into the clean, resumable stop of Ctrl-C; exit 3 when
+    stopped, 1 when the run failed."""
     import signal
 
-    def on_term(signum, frame):  # `kill`, a deleted pod: stop as cleanly as on Ctrl-C (resumable)
+    from rich.console import Console
+
+    from .coordinator import RunFailed, RunInterrupted
+
+    err = Console(stderr=True)
+
+    def on_term(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
 
     previous = signal.signal(signal.SIGTERM, on_term)
@@ -251,7 +308,7 @@ def _positive_seconds(value: float, flag: str) -> float:
     return float(value)
 
 
-def _show(console, coord) -> None:
+def _show(console: Console, coord: Coordinator) -> None:
     from ..report import print_table
 
     sm = coord.summary
