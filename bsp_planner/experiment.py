@@ -79,6 +79,17 @@ class PlannerSettings:
 
 
 @dataclass
+class ReconfigureCosts:
+    """`[reconfigure_cost]`: seconds one reconfiguration costs with each method (None: measured)."""
+
+    in_place_s: float | None = setting(None, ge=0)
+    recreate_s: float | None = setting(None, ge=0)
+
+    def of(self, method: str) -> float | None:
+        return self.in_place_s if method == "in-place" else self.recreate_s
+
+
+@dataclass
 class ForecastSettings:
     source: str = "seasonal-naive"
     horizon: int = setting(20, ge=1)
@@ -108,6 +119,9 @@ class Experiment:
     # The profile the (simulated) tasks really follow; None: `profile`. Set it to plan on a wrong one.
     true_profile: str | None = None
     learning: LearningSettings = field(default_factory=LearningSettings)
+    # A live run plans with the cost of the reconfiguration method it uses (--reconfigure): these when
+    # given, else what the backend measures (local in-place: a quota rewrite), else penalty_s.
+    reconfigure_cost: ReconfigureCosts = field(default_factory=lambda: ReconfigureCosts())
     name: str = internal("experiment")
     path: Path | None = internal(None)
 

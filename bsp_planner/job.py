@@ -1,4 +1,5 @@
-"""BSP job specifications: the tasks, their stress-ng stressors and their workload series.
+"""BSP job specifications: the tasks, what each runs (a stress-ng stressor or the user's own program) and
+their workload series.
 
 A job file is TOML::
 
@@ -11,12 +12,26 @@ A job file is TOML::
     ops_per_unit = 40                # bogo-ops per workload unit: ops = ops_per_unit * workload
     series = { file = "../datasets/nyc_taxi.csv", first_row = 0, last_row = 1998 }
 
+A task may instead run the user's own program every superstep, as an argument list (never a shell)::
+
+    [[task]]
+    name = "kernel"
+    command = ["python3", "kernel.py", "--size", "{workload}"]
+    series = { file = "kernel.csv" }   # optional: without it the workloads are those the task reports
+
+`{workload}`, `{step}`, `{task}`, `{run_dir}` and `{python}` (the Python running bsp-planner) are
+substituted in every argument, and the program gets
+BSP_WORKLOAD, BSP_STEP, BSP_TASK in its environment. Its wall time is the step's duration; a non-zero
+exit is the task's failure (with its stderr tail); one JSON line `{"workload": 37.5}` on its stdout is
+the step's observed workload. A program named with a `/` is relative to the job file.
+
 Paths are relative to the job file. Rows count data rows from 0 (the header is not a row), both ends
 included; `last_row` may be left out to mean "to the end of the file".
 """
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,16 +49,62 @@ class SeriesRef:
     last_row: int | None = None
 
 
+PLACEHOLDERS = ("workload", "step", "task", "run_dir", "python")
+
+
+def format_workload(workload: float) -> str:
+    """A workload as a command argument: an integer where it is one ("37"), else a short decimal."""
+    w = float(workload)
+    return str(int(w)) if w.is_integer() else f"{w:.6g}"
+
+
+def substitute(arg: str, values: dict[str, str]) -> str:
+    """`{workload}` etc. replaced in one argument; other braces are left alone (no str.format: a
+    program's own `{...}` arguments, e.g. JSON, pass through)."""
+    for k, v in values.items():
+        arg = arg.replace("{" + k + "}", v)
+    return arg
+
+
 @dataclass(frozen=True)
 class Task:
     name: str
-    stressor: str
+    stressor: str | None
     ops_per_unit: float
-    series: SeriesRef
+    series: SeriesRef | None
     workers: int = 1
+    command: tuple[str, ...] | None = None  # the user's program, run afresh every step
+    process: tuple[str, ...] | None = None  # the user's long-running process (bsp_planner.task)
+
+    @property
+    def kind(self) -> str:
+        """'stressor', 'command' or 'process'."""
+        return "command" if self.command else "process" if self.process else "stressor"
+
+    def identity(self) -> dict:
+        """What makes two measurements of this task comparable (kept in a profile's metadata and a run)."""
+        if self.command:
+            return {"command": list(self.command), "workers": self.workers}
+        if self.process:
+            return {"process": list(self.process), "workers": self.workers}
+        return {"stressor": self.stressor, "ops_per_unit": self.ops_per_unit, "workers": self.workers}
+
+    def step_args(self, workload: float, step: int = 0, *, stress_ng: str = "stress-ng", run_dir: str = ".") -> list[str]:
+        """The argument list (never a shell string) that runs step `step` with `workload` units."""
+        if self.command:
+            values = {"workload": format_workload(workload), "step": str(int(step)), "task": self.name, "run_dir": str(run_dir),
+                      "python": sys.executable}
+            return [substitute(a, values) for a in self.command]
+        return self.stress_ng_args(workload, stress_ng=stress_ng)
+
+    def step_env(self, workload: float, step: int = 0) -> dict[str, str]:
+        """What a command task's program finds in its environment (added to the caller's)."""
+        return {"BSP_WORKLOAD": format_workload(workload), "BSP_STEP": str(int(step)), "BSP_TASK": self.name}
 
     def stress_ng_args(self, workload: float, stress_ng: str = "stress-ng") -> list[str]:
-        """The argument list (never a shell string) that runs `workload` units of this task."""
+        """The stress-ng argument list that runs `workload` units of this (stressor) task."""
+        if not self.stressor:
+            raise InputError(f"task '{self.name}' runs a {self.kind}, not a stress-ng stressor", field="stressor")
         ops = max(1, int(round(self.ops_per_unit * workload)))
         return [
             stress_ng,
@@ -62,6 +123,7 @@ class Job:
     path: Path | None = None
     description: str = ""
     extra: dict = field(default_factory=dict)
+    sync: str = "barrier"  # "barrier": our ZooKeeper barrier; "observe": the application syncs itself
 
     @property
     def task_names(self) -> list[str]:
@@ -90,9 +152,11 @@ class TaskSpec:
     """One `[[task]]` table as written in the job file."""
 
     name: str = setting()
-    stressor: str = setting()
-    ops_per_unit: float = setting(gt=0)
-    series: SeriesSpec = setting()
+    stressor: str | None = setting(None)
+    ops_per_unit: float | None = setting(None, gt=0)  # stressor tasks only
+    command: list[str] | None = setting(None, min_items=1)
+    process: list[str] | None = setting(None, min_items=1)
+    series: SeriesSpec | None = setting(None)  # command/process tasks: optional (workloads observed)
     workers: int | None = setting(None, ge=1)  # None: the job's `workers`
 
 
@@ -103,16 +167,50 @@ class JobFile:
     name: str | None = None  # None: the file's stem
     description: str = ""
     workers: int = setting(1, ge=1)
+    sync: str = setting("barrier", choices=("barrier", "observe"))
     task: list[TaskSpec] = setting(default_factory=list)
 
     def validate(self, path: str | Path | None = None) -> None:
         if not self.task:
             raise InputError("the job has no tasks; add at least one [[task]] table", path=path, field="task")
         seen: set[str] = set()
+        if self.sync == "observe" and any(t.process is None for t in self.task):
+            raise InputError(
+                "sync = \"observe\" needs every task to be a `process` (the application synchronises itself; "
+                "our worker runs stressors and commands under our barrier)",
+                path=path, field="sync",
+            )
         for i, t in enumerate(self.task):
             if t.name in seen:
                 raise InputError(f"duplicate task name '{t.name}'", path=path, field=f"task[{i}].name")
             seen.add(t.name)
+            kinds = [k for k in ("stressor", "command", "process") if getattr(t, k) is not None]
+            if len(kinds) != 1:
+                raise InputError(
+                    f"task '{t.name}' must give exactly one of stressor, command or process"
+                    + (f", not {' and '.join(kinds)}" if kinds else ""),
+                    path=path,
+                    field=f"task[{i}]",
+                )
+            for k in ("command", "process"):
+                argv = getattr(t, k)
+                if argv is not None and (not argv[0].strip() or any("\0" in a for a in argv)):
+                    raise InputError(
+                        f"expected a program and its arguments in task '{t.name}', got {argv!r}", path=path, field=f"task[{i}].{k}"
+                    )
+            if t.stressor is None:
+                if t.ops_per_unit is not None:
+                    raise InputError(
+                        f"ops_per_unit applies to stressor tasks only; task '{t.name}' runs a {kinds[0]}",
+                        path=path, field=f"task[{i}].ops_per_unit",
+                    )
+                if t.series is not None:
+                    self._check_rows(t, i, path)
+                continue
+            if t.ops_per_unit is None:
+                raise InputError(f"task '{t.name}' needs ops_per_unit (bogo-ops per workload unit)", path=path, field=f"task[{i}].ops_per_unit")
+            if t.series is None:
+                raise InputError(f"task '{t.name}' needs a series = {{ file = ... }}", path=path, field=f"task[{i}].series")
             if t.stressor not in KNOWN_STRESSORS:
                 raise InputError(
                     f"unknown stress-ng stressor '{t.stressor}' in task '{t.name}' "
@@ -120,13 +218,17 @@ class JobFile:
                     path=path,
                     field=f"task[{i}].stressor",
                 )
-            first, last = t.series.first_row, t.series.last_row
-            if last is not None and last < first:
-                raise InputError(
-                    f"expected 0 <= first_row <= last_row in task '{t.name}', got {first!r}..{last!r}",
-                    path=path,
-                    field=f"task[{i}].series",
-                )
+            self._check_rows(t, i, path)
+
+    @staticmethod
+    def _check_rows(t: TaskSpec, i: int, path) -> None:
+        first, last = t.series.first_row, t.series.last_row
+        if last is not None and last < first:
+            raise InputError(
+                f"expected 0 <= first_row <= last_row in task '{t.name}', got {first!r}..{last!r}",
+                path=path,
+                field=f"task[{i}].series",
+            )
 
 
 def load_job(path: str | Path) -> Job:
@@ -137,12 +239,29 @@ def load_job(path: str | Path) -> Job:
         Task(
             name=t.name,
             stressor=t.stressor,
-            ops_per_unit=t.ops_per_unit,
-            series=SeriesRef(
+            ops_per_unit=t.ops_per_unit if t.ops_per_unit is not None else 1.0,
+            series=None if t.series is None else SeriesRef(
                 file=(path.parent / t.series.file).resolve(), first_row=t.series.first_row, last_row=t.series.last_row
             ),
             workers=t.workers if t.workers is not None else spec.workers,
+            command=_program(t.command, path),
+            process=_program(t.process, path),
         )
         for t in spec.task
     )
-    return Job(name=spec.name if spec.name is not None else path.stem, tasks=tasks, path=path, description=spec.description)
+    return Job(name=spec.name if spec.name is not None else path.stem, tasks=tasks, path=path, description=spec.description, sync=spec.sync)
+
+
+def _program(argv: list[str] | None, job_path: Path) -> tuple[str, ...] | None:
+    """A program named with a `/` is relative to the job file; a bare name is looked up on PATH when run."""
+    if argv is None:
+        return None
+    prog = argv[0]
+    if "/" in prog and "{" not in prog and not Path(prog).is_absolute():
+        prog = str((job_path.parent / prog).resolve())
+    return (prog, *argv[1:])
+
+
+def missing_series(job: Job) -> list[str]:
+    """The tasks without a series: their workloads are observed as the job runs."""
+    return [t.name for t in job.tasks if t.series is None]

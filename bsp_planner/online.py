@@ -176,3 +176,31 @@ def _prefixed(say, prefix: str):
         say(prefix + msg)
 
     return inner
+
+
+def unseeded_online_forecasts(source: str, n_tasks: int, horizon: int, workload_range: tuple[float, float]) -> OnlineForecasts:
+    """Online forecasters for tasks with no history (a job whose workloads only its tasks know): each
+    is seeded with the middle of `workload_range` for as many steps as it needs, so the first forecasts
+    are that middle and every later one follows the workloads the tasks report. Forecasters that must
+    be trained on a history (lstm) are refused."""
+    from .forecasting.provider import ALIASES
+    from .forecasting.registry import FORECASTERS
+
+    name = ALIASES.get(source, source)
+    cls = FORECASTERS.get(name) if name in FORECASTERS else None
+    if cls is None or cls.learned:
+        simple = sorted(k for k in FORECASTERS if not FORECASTERS.get(k).learned)
+        raise InputError(
+            f"the job's tasks have no workload history, so the forecaster must need none: one of {', '.join(simple)}, "
+            f"got {source!r} (give each task a series to use a trained one)",
+            field="forecast.source",
+        )
+    mid = sum(workload_range) / 2
+    forecasters, histories = [], []
+    for _ in range(n_tasks):
+        f = cls(horizon=horizon, period=1)
+        seed = np.full(f._min_origin() + horizon, mid)  # type: ignore[attr-defined]
+        f.fit(seed)
+        forecasters.append(f)
+        histories.append(seed)
+    return OnlineForecasts.seeded(forecasters, histories, horizon, f"{name} (online, from the reports)")

@@ -201,6 +201,14 @@ class JobSeries:
 
 
 def load_job_series(job: Job, workload_range: tuple[float, float] = (10.0, 50.0)) -> JobSeries:
+    for t in job.tasks:
+        if t.series is None:
+            raise InputError(
+                f"task '{t.name}' has no series (its workloads are the ones it reports as it runs): this needs "
+                "one `series = { file = ... }` per task (a history of its workloads, e.g. from an earlier run)",
+                path=job.path,
+                field=f"{t.name}.series",
+            )
     series = tuple(load_task_series(t.name, t.series) for t in job.tasks)
     scalers = tuple(WorkloadScaler.fit(s.train, *workload_range, source=s.source) for s in series)
     return JobSeries(series=series, scalers=scalers)

@@ -269,6 +269,10 @@ def _value(tp: Any, raw: Any, current: Any, f: dataclasses.Field, where: str, pa
     args = typing.get_args(tp)
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return _build(tp, raw, current, f"{where}.", path, from_text)
+    if origin in (typing.Union, types.UnionType) and type(None) in args:  # an optional table: `X | None`
+        tables = [a for a in args if isinstance(a, type) and dataclasses.is_dataclass(a)]
+        if len(tables) == 1 and len(args) == 2:
+            return None if raw is None else _build(tables[0], raw, current, f"{where}.", path, from_text)
     if origin is list and args and isinstance(args[0], type) and dataclasses.is_dataclass(args[0]):
         if not isinstance(raw, list):
             raise InputError(f"expected an array of [[{where}]] tables, got {raw!r}", path=path, field=where)

@@ -210,19 +210,21 @@ def test_resume_after_zookeeper_lost_its_data_says_so_and_continues_from_the_run
 
 # -- the step timeout, a failure that stays resumable ------------------------------------------------
 def test_a_step_past_the_step_timeout_fails_with_the_resume_hint_and_resumes(tmp_path, zk_server, creds_file):
+    # Deterministic under load: the held step is the first (no earlier step has to beat the short timer),
+    # and the worker's own limit is far past the coordinator's, so only the coordinator's message can come.
     exp = tiny_experiment(tmp_path / "exp", steps=4)
     gate = StressGate(tmp_path / "gate")
-    gate.hold(3)  # never released: step 2 cannot end
+    gate.hold(1)  # never released: task a cannot end step 0
     coord = coordinator(tmp_path, exp, zk_server, creds_file, "slowstep", step_timeout_s=2.0, stress_ng=str(gate.path))
     with pytest.raises(RunFailed) as info:
         coord.run()
     message = str(info.value)
-    assert "step 2 did not finish within 2 s (the step timeout: --step-timeout)" in message
-    assert "--resume slowstep" in message
+    assert "step 0 did not finish within 2 s (the step timeout: --step-timeout): task a did not report step 0" in message
+    assert "the run stopped before its first step" in message and "--resume slowstep" in message
     run_dir = tmp_path / "runs" / "slowstep"
     assert json.loads((run_dir / "run.json").read_text())["status"] == "failed"
     assert_nothing_left("slowstep")
-    result = coordinator(tmp_path, exp, zk_server, creds_file, "slowstep", resume=True).run()  # gate run 4: free
+    result = coordinator(tmp_path, exp, zk_server, creds_file, "slowstep", resume=True).run()  # gate run 2: free
     assert result.status == "finished" and steps_logged(run_dir) == [0, 1, 2, 3]
     assert_nothing_left("slowstep")
 

@@ -86,9 +86,7 @@ def _parse_settings(items: list[str] | None, names: list[str]) -> dict[str, dict
         for n in targets:
             out.setdefault(n, {})[key] = value
     for n, values in out.items():  # checked now, by the settings loader, before any data is read
-        if not is_learned(n):
-            raise InputError(f"the {n} forecaster takes no settings, got {', '.join(values)}", field="--set")
-        try:
+        try:  # a forecaster without settings refuses any (baselines.NoSettings)
             FORECASTERS.get(n).settings_type.from_dict(values)  # type: ignore[attr-defined]
         except InputError as exc:
             raise InputError(f"{exc.message} (from --set)", field=exc.field) from None

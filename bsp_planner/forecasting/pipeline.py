@@ -83,11 +83,7 @@ class Workspace:
         """Full settings (defaults + overrides) of a forecaster: what identifies its models."""
         full = default_settings(name)
         over = self.settings.get(name, {})
-        if over and not is_learned(name):
-            raise InputError(f"the {name} forecaster takes no settings", field="settings")
-        if is_learned(name):
-            full = FORECASTERS.get(name).settings_type.from_dict({**full, **over}).to_dict()
-        return full
+        return FORECASTERS.get(name).settings_type.from_dict({**full, **over}).to_dict()
 
     def data_identity(self, p: PreparedSeries) -> dict:
         """What a model's training depends on besides its settings."""
@@ -315,7 +311,7 @@ def plot_evaluation(ev: Evaluation, path: Path, title: str = "") -> Path:
     cols = 3
     rows = int(np.ceil(n_panels / cols))
     fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.1 * rows), squeeze=False)
-    styles = {"lstm": ("C0", "-", "o"), "lstm-thesis": ("C3", "--", "s"), "persistence": ("C7", ":", "^"), "seasonal-naive": ("C2", "-.", "v")}
+    styles = {"lstm": ("C0", "-", "o"), "lstm-thesis": ("C3", "--", "s"), "persistence": ("C7", ":", "^"), "seasonal-naive": ("C2", "-.", "v"), "seasonal-naive-weekly": ("C4", "-.", "D"), "mstl": ("C1", "--", "x")}
     for k, ax in enumerate(axes.flat):
         if k >= n_panels:
             ax.axis("off")

@@ -2,7 +2,8 @@
 
 Sources:
 
-- ``persistence``, ``seasonal-naive``: computed on the spot (no training);
+- ``persistence``, ``seasonal-naive``, ``seasonal-naive-weekly``, ``mstl``: fitted on the training half
+  and computed on the spot (no saved model);
 - ``lstm`` (also ``default``: the default forecaster) and ``lstm-thesis``: the shipped forecasts when a
   folder under ``<experiment dir>/forecasts/`` was made from exactly this request (its
   ``forecasts.json`` digest covers the series, the split, start/steps/H, the gap policy and the

@@ -18,6 +18,7 @@ import platform
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -29,6 +30,28 @@ from .cgroups import DEFAULT_PREFIX, MAX_SHARES, CpuQuotaGroup, Hierarchy, detec
 
 STRESS_NG_INSTALL = "apt-get install stress-ng"
 SCRATCH_TMPFS = "/dev/shm"
+
+
+def check_program(task: Task, job_path: Path | None = None) -> str:
+    """The full path of a command/process task's program; InputError if it is missing or not executable."""
+    argv = task.command or task.process or ()
+    kind = task.kind
+    prog = (argv[0] if argv else "").replace("{python}", sys.executable)
+    found = prog if "/" in prog else shutil.which(prog)
+    if not found or not os.path.exists(found):
+        raise InputError(
+            f"task '{task.name}': its {kind} program {prog!r} was not found"
+            + ("" if "/" in prog else " on PATH"),
+            path=job_path,
+            field=f"{task.name}.{kind}",
+        )
+    if os.path.isdir(found) or not os.access(found, os.X_OK):
+        raise InputError(
+            f"task '{task.name}': its {kind} program {found!r} is not executable (chmod +x it, or name its interpreter first)",
+            path=job_path,
+            field=f"{task.name}.{kind}",
+        )
+    return found
 
 
 @dataclass(frozen=True)
@@ -152,10 +175,14 @@ class LocalBackend:
         return self._stressors
 
     def check(self, tasks: list[Task] | tuple[Task, ...], job_path: Path | None = None) -> None:
-        """Fail early, with what to do: stress-ng missing, a stressor it lacks, no cgroup permission."""
-        self.stress_ng_path()
-        installed = self.installed_stressors()
+        """Fail early, with what to do: stress-ng missing, a stressor it lacks, a command task's program
+        missing or not executable, no cgroup permission."""
+        stressors = [t for t in tasks if t.kind == "stressor"]
         for t in tasks:
+            if t.kind != "stressor":
+                check_program(t, job_path)
+        installed = self.installed_stressors() if stressors else set()
+        for t in stressors:
             if installed and t.stressor not in installed:
                 raise InputError(
                     f"task '{t.name}': the installed stress-ng ({self.stress_ng_version()}) has no "
@@ -187,7 +214,11 @@ class LocalBackend:
     def run(self, task: Task, workload: float, cpu_millicores: float, timeout_s: float) -> RunResult:
         """Run `workload` units of `task` under a `cpu_millicores` quota; never leaves the cgroup behind."""
         quota_us(cpu_millicores)  # a clear error before creating anything
-        args = task.stress_ng_args(workload, stress_ng=self.stress_ng_path())
+        if task.kind == "process":
+            raise InputError(f"task '{task.name}' is a long-running process; profile it with a command", field="process")
+        stress_ng = self.stress_ng_path() if task.kind == "stressor" else "stress-ng"
+        args = task.step_args(workload, 0, stress_ng=stress_ng, run_dir=str(self._cwd()))
+        env = None if task.kind == "stressor" else {**os.environ, **task.step_env(workload, 0)}
         safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in task.name)
         group = CpuQuotaGroup(
             f"{safe}-{os.getpid()}-{time.monotonic_ns()}",
@@ -207,6 +238,7 @@ class LocalBackend:
                     stdout=subprocess.DEVNULL,
                     stderr=subprocess.PIPE,
                     cwd=self._cwd(),
+                    env=env,
                     preexec_fn=group.preexec_fn,
                     start_new_session=True,
                 )

@@ -229,7 +229,10 @@ def host_info() -> dict:
 
 
 def _task_meta(t: Task) -> dict:
-    return {"stressor": t.stressor, "ops_per_unit": _num(t.ops_per_unit), "workers": t.workers}
+    meta = t.identity()
+    if "ops_per_unit" in meta:
+        meta["ops_per_unit"] = _num(meta["ops_per_unit"])
+    return meta
 
 
 def _check_compatible(
@@ -252,13 +255,13 @@ def _check_compatible(
         if old is None or t.name not in have_rows:
             continue
         new = _task_meta(t)
-        diff = [k for k in ("stressor", "ops_per_unit", "workers") if old.get(k) != new[k]]
+        diff = [k for k in sorted(set(old) | set(new)) if k in ("stressor", "ops_per_unit", "workers", "command", "process") and old.get(k) != new.get(k)]
         if diff:
             raise InputError(
                 f"task '{t.name}' was measured with "
                 + ", ".join(f"{k}={old.get(k)!r}" for k in diff)
                 + " but the job now has "
-                + ", ".join(f"{k}={new[k]!r}" for k in diff)
+                + ", ".join(f"{k}={new.get(k)!r}" for k in diff)
                 + "; its rows would not be comparable: measure into a new --out (or delete the old files)",
                 path=meta_file,
                 field=f"tasks.{t.name}",
@@ -475,9 +478,9 @@ def _merge_meta(meta: dict, job: Job, tasks: list[Task], grid: Grid, host: dict,
     for t in tasks:
         task_meta[t.name] = _task_meta(t)
     meta["tasks"] = task_meta
-    meta["ops_per_unit"] = {k: v["ops_per_unit"] for k, v in task_meta.items()}
+    meta["ops_per_unit"] = {k: v["ops_per_unit"] for k, v in task_meta.items() if "ops_per_unit" in v}
     meta["workers"] = {k: v["workers"] for k, v in task_meta.items()}
-    meta["duration"] = "wall-clock seconds of the stress-ng process, in its own cgroup with a CFS quota of cpu_millicores * 100 us per 100000 us"
+    meta["duration"] = "wall-clock seconds of the task's process (stress-ng or its command), in its own cgroup with a CFS quota of cpu_millicores * 100 us per 100000 us"
     return meta
 
 

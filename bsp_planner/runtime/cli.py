@@ -40,6 +40,8 @@ def run(
     reconfigure: Optional[str] = typer.Option(None, "--reconfigure", help="recreate (checkpoint, stop, start under the new quota), in-place (rewrite the quota; Kubernetes 1.33+), or auto (in place where the backend can). Default: the backend's (local: recreate; kubernetes: $BSP_PLANNER_K8S_RECONFIGURE, else auto)."),
     backend: str = typer.Option("local", "--backend", help="Where tasks run: local (processes under cgroup CPU quotas) or kubernetes (one pod per task)."),
     steps: Optional[int] = typer.Option(None, "--steps", help="Supersteps to run (default: the experiment's)."),
+    online: bool = typer.Option(False, "--online", help="Forecast the workloads before every step from the history observed so far (the experiment's forecaster, seeded with the job's series; no forecast file); implies --mode forecast."),
+    learn: bool = typer.Option(False, "--learn", help="The performance model learns from every measured step (the profile its prior); each step's predicted vs measured, before and after learning, goes to the run log."),
     set_: Optional[list[str]] = typer.Option(None, "--set", help="Override an experiment field: KEY=VALUE or SECTION.KEY=VALUE (repeatable)."),
     zookeeper: Optional[str] = typer.Option(None, "--zookeeper", help=_HOSTS_HELP),
     zk_root: Optional[str] = typer.Option(None, "--zk-root", help="The run's znode (default /bsp-planner/runs/<run-id>)."),
@@ -93,6 +95,12 @@ def run(
             overrides.append(f"job={job.resolve()}")
         if steps is not None:
             overrides.append(f"steps={steps}")
+        if online:
+            overrides.append("online=true")
+            if mode == "perfect":
+                mode = "forecast"  # online forecasts are what the planner is told
+        if learn:
+            overrides.append("learn=true")
         if zk_auth_file is not None:
             auth = f"file:{zk_auth_file.resolve()}"
         elif os.environ.get(Z.ENV_AUTH_FILE):

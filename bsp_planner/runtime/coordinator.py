@@ -55,6 +55,10 @@ DEFAULT_EXPERIMENT = data_path("experiments/live-default.toml")  # shipped (pack
 DEFAULT_RUNS_DIR = Path("runs")
 
 
+def _stopped_after(records: list[dict]) -> str:
+    return f"the run stopped after step {len(records) - 1}" if records else "the run stopped before its first step"
+
+
 class RunInterrupted(Exception):
     """The run stopped before its last step but can be resumed (ZooKeeper lost, Ctrl-C, a full disk)."""
 
@@ -122,6 +126,15 @@ class Coordinator:
             Z.check_task_name(t, self.job.path)
         self.scen = build_scenario(exp)
         self.ctx = self.scen.contexts[s.mode]
+        self.predictions = None
+        if s.mode in self.scen.step_sources:
+            # online forecasts and/or a learning model: the context's rows are made step by step from
+            # what the run observed (the same StepPredictions `simulate --online/--learn` uses)
+            from ..predictions import refuse_offline
+            from ..scenario import step_predictions
+
+            refuse_offline(make_planner(s.planner), "--online" if exp.online else "--learn")
+            self.ctx, self.predictions = step_predictions(self.scen, s.mode)
         self.tasks = self.scen.task_names
         self.inputs = {
             "experiment": str(exp.path),
@@ -138,7 +151,9 @@ class Coordinator:
         return Z.run_credentials(self.settings.zk_auth, self.run_dir / "zk-auth", may_create=not self.resume)
 
     def _worker_env(self) -> dict[str, str]:
-        return Z.worker_auth_env(self.settings.zk_auth, self.run_dir / "zk-auth", self.creds)
+        env = Z.worker_auth_env(self.settings.zk_auth, self.run_dir / "zk-auth", self.creds)
+        env["BSP_RUN_DIR"] = str(self.run_dir.resolve())  # {run_dir} of command tasks
+        return env
 
     @property
     def zk_root(self) -> str:
@@ -156,7 +171,7 @@ class Coordinator:
         """Create the run's root (or find our own, on resume), take the coordinator lock, and make sure
         the tasks' checkpoints are not behind the run log (a server that lost its data)."""
         s = self.session
-        tasks = [{"name": t.name, "stressor": t.stressor, "ops_per_unit": t.ops_per_unit, "workers": t.workers} for t in self.job.tasks]
+        tasks = [{"name": t.name, **t.identity()} for t in self.job.tasks]
         value = Z.run_value(self.run_id, self.job.name, tasks, self.exp.workload_range, self.exp.steps)
         self.lock = RunLock(s, self.paths.lock, self.run_id, self.instance)
         self._created_root = claim_root(s, self.paths, self.creds, value, self.run_id, self.tasks, self.resume, self.lock)
@@ -200,11 +215,6 @@ class Coordinator:
                     field="--resume",
                 )
         records = RunLog.load(self.run_dir) if self.resume else []
-        planner = make_planner(s.planner)
-        t_prep = time.perf_counter()
-        planner.reset(self.ctx)
-        prepare_ms = (time.perf_counter() - t_prep) * 1e3
-        current = self._replay(planner, records)
         self.creds = self._credentials()
         self.paths = Z.RunPaths(self.zk_root)
         self.backend = self._backend or make_backend(
@@ -221,6 +231,12 @@ class Coordinator:
             raise InputError(f"the {self.backend.name} backend cannot resize a task in place; use --reconfigure recreate", field="--reconfigure")
         c = self.exp.cpu
         self.backend.check(self.job, max(c.max_millicores, c.exppo_max_millicores or 0), c.budget_millicores, path=self.exp.path)
+        self._plan_with_method_cost()
+        planner = make_planner(s.planner)
+        t_prep = time.perf_counter()
+        planner.reset(self.ctx)
+        prepare_ms = (time.perf_counter() - t_prep) * 1e3
+        current = self._replay(planner, records)
         self._connect()
         self._claim(len(records))
         # the run is ours from here on
@@ -240,6 +256,7 @@ class Coordinator:
             instance=self.instance,
             status="starting",
             resumes=resumes,
+            reconfigure_cost=self.reconfigure_cost,
             **({"zk_state": self.zk_state_note} if self.zk_state_note else {}),
         )
         runlog = RunLog(self.run_dir, self.tasks)
@@ -252,8 +269,29 @@ class Coordinator:
             s, self.session, self.paths, self.backend, self.tasks, self.cpu_of, self._worker_env(),
             self.store.incarnations(), lambda inc: self.store.write_meta(incarnations=dict(inc)),
             self._relock_if_lost, lambda text: self.say(text),
+            processes={t.name: t.process for t in self.job.tasks if t.process},
+            sync=self.job.sync, run_id=self.run_id, run_dir=str(self.run_dir.resolve()),
         )
         return planner, prepare_ms, current, records, runlog
+
+    def _plan_with_method_cost(self) -> None:
+        """The planner's reconfiguration penalty is the cost of the method this run uses: the
+        experiment's [reconfigure_cost] for it, else (a resumed run) the cost the run planned with,
+        else what the backend measures now, else penalty_s. Recorded in run.json."""
+        import dataclasses
+
+        method = self.settings.reconfigure
+        planned, source = self.exp.reconfigure_cost.of(method), "experiment [reconfigure_cost]"
+        before = self.run_meta.get("reconfigure_cost") if self.resume else None
+        if planned is None and isinstance(before, dict) and before.get("method") == method:
+            planned, source = float(before["planned_s"]), before.get("source", "run.json")
+        if planned is None:
+            planned, source = self.backend.measure_reconfigure_cost(method), f"measured by the {self.backend.name} backend"
+        if planned is None:
+            planned, source = float(self.exp.penalty_s), "the experiment's penalty_s"
+        self.ctx = dataclasses.replace(self.ctx, penalty_s=float(planned))
+        self.reconfigure_cost = {"method": method, "planned_s": float(planned), "source": source}
+        self.say(f"planning with a {method} reconfiguration cost of {planned:.4g} s ({source})")
 
     def _abandon(self, exc: BaseException) -> None:
         """A run that failed before any task started: a new one leaves nothing (its folder, its znodes);
@@ -284,7 +322,13 @@ class Coordinator:
             planner, prepare_ms, current, records, runlog = self._prepare()
         except RunStoreUnwritable as exc:
             self._abandon(exc)
-            raise RunInterrupted(f"{exc}; nothing ran; free some space and `bsp-planner run --resume {self.run_id}`", self.run_id) from None
+            raise RunInterrupted(
+                f"{exc}; nothing ran; free some space (or fix the folder's permissions) and `bsp-planner run --resume {self.run_id}`",
+                self.run_id,
+            ) from None
+        except OSError as exc:  # the run folder of a new run (its credentials, its profile copy) cannot be written
+            self._abandon(exc)
+            raise InputError(f"cannot write {exc.filename or self.run_dir}: {exc.strerror or exc}", path=self.run_dir, field="--runs-dir") from None
         except BaseException as exc:
             self._abandon(exc)
             raise
@@ -300,17 +344,17 @@ class Coordinator:
         except (Z.ZkUnavailable, TaskLost, KeyboardInterrupt, RunStoreUnwritable) as exc:
             status = "interrupted"
             why = "interrupted (Ctrl-C or SIGTERM)" if isinstance(exc, KeyboardInterrupt) else str(exc)
-            message = f"{why}; the run stopped after step {len(records) - 1}; continue it with {resume_hint}"
+            message = f"{why}; {_stopped_after(records)}; continue it with {resume_hint}"
             raise RunInterrupted(message, self.run_id) from None
         except RunFailed as exc:
-            message = f"{exc}\nthe run stopped after step {len(records) - 1}; once the cause is fixed, continue it with {resume_hint}"
+            message = f"{exc}\n{_stopped_after(records)}; once the cause is fixed, continue it with {resume_hint}"
             raise RunFailed(message) from None
         except InputError as exc:  # met mid-run (a malformed value in ZooKeeper, a refused pod): still resumable
-            message = f"{exc.message}; the run stopped after step {len(records) - 1}; once fixed, continue it with {resume_hint}"
+            message = f"{exc.message}; {_stopped_after(records)}; once fixed, continue it with {resume_hint}"
             raise InputError(message, path=exc.path, line=exc.line, field=exc.field) from None
         except Exception as exc:  # not foreseen: say what and where it stopped rather than lose the run
             message = (
-                f"unexpected {type(exc).__name__}: {exc}; the run stopped after step {len(records) - 1}; "
+                f"unexpected {type(exc).__name__}: {exc}; {_stopped_after(records)}; "
                 f"its steps so far are logged; continue it with {resume_hint}"
             )
             raise RunFailed(message) from exc
@@ -338,6 +382,8 @@ class Coordinator:
         current = None
         for rec in records:
             t = rec["step"]
+            if self.predictions is not None:
+                self.predictions.before_step(t)
             d = planner.decide(t, current)
             levels = np.asarray(d.levels, dtype=np.int64)
             if levels.tolist() != rec["levels"]:
@@ -348,13 +394,35 @@ class Coordinator:
                     line=t + 1,
                 )
             current = levels
+            if self.predictions is not None:  # learn again from the logged measurements, in order
+                self.predictions.after_step(t, levels, self._observation(t, rec))
         return current
+
+    def _observation(self, t: int, rec: dict):
+        """What step t measured (from its record): each task's duration, the workload it reported (else
+        the one it was given), the step's wall time. Checked: NaN, negative or absurd values name the
+        task and step."""
+        from ..loop import StepObservation, check_observation
+
+        by_task = {x["task"]: x for x in rec["tasks"]}
+        tasks = [by_task[name] for name in self.tasks]
+        obs = StepObservation(
+            t,
+            np.array([x["measured_s"] for x in tasks], dtype=np.float64),
+            np.array([x.get("observed_workload", x["workload"]) for x in tasks], dtype=np.float64),
+            float(rec["step_s"]),
+            np.array([x.get("next_workload", np.nan) for x in tasks], dtype=np.float64),
+        )
+        check_observation(obs, t, self.tasks)
+        return obs
 
     def _loop(self, planner, records: list[dict], current: np.ndarray | None, runlog: RunLog) -> None:
         ex = self.executor
         n = len(self.tasks)
         first = len(records)
         for t in range(first, self.exp.steps):
+            if self.predictions is not None:  # forecast (and model) as of everything observed so far
+                self.predictions.before_step(t)
             t_dec = time.perf_counter()
             d = planner.decide(t, current)
             decision_ms = (time.perf_counter() - t_dec) * 1e3
@@ -373,7 +441,11 @@ class Coordinator:
                 self._relock_if_lost()
                 reconfig_s, _ = ex.reconfigure(levels, t)
             t_pub = time.perf_counter()
-            fresh = ex.publish(t, self.scen.actual_workloads[:, t], self.exp.workload_range)
+            given = self.scen.actual_workloads[:, t]
+            if self.scen.job_series is None and self.predictions is not None:
+                # the tasks know their workloads, we do not: they are told the forecast (and report the truth)
+                given = np.clip(self.predictions.expected_workloads(t)[:, 0], *self.exp.workload_range)
+            fresh = ex.publish(t, given, self.exp.workload_range)
             published = time.perf_counter()
             outcome = ex.wait_step(t)
             t_done = time.perf_counter()
@@ -382,6 +454,13 @@ class Coordinator:
                 self, t, d.action, levels, reconfigured, reconfig_s, decision_ms, t_done - t_pub, published - t_pub,
                 outcome.released_at, res, outcome.restarts, not fresh,
             )
+            rec["reconfig_method"] = self.settings.reconfigure if reconfigured else None  # and reconfig_s: what it cost
+            for i, x in enumerate(rec["tasks"]):
+                x["workload"] = float(given[i])  # what the task was told
+            if self.predictions is not None:
+                learned = self.predictions.after_step(t, levels, self._observation(t, rec))
+                if learned is not None:
+                    rec["learning"] = {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in learned.items()}
             try:
                 runlog.append(rec)
             except OSError as exc:

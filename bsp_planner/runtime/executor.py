@@ -8,6 +8,7 @@ hands it the planner's configuration.
 
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -18,6 +19,11 @@ from . import zk as Z
 from .backends import Backend, WorkerLaunch
 from .run_settings import RunSettings
 from .worker import EXIT_INPUT, EXIT_STRESS
+
+
+def worker_step_timeout_s(step_timeout_s: float) -> float:
+    """How long a worker lets one step's program run: well past the coordinator's step timeout."""
+    return 2 * step_timeout_s + 30
 
 
 class RunFailed(Exception):
@@ -47,6 +53,11 @@ class LiveExecutor:
         save_incarnations: Callable[[dict[str, int]], None],
         relock: Callable[[], None],
         say: Callable[[str], None],
+        *,
+        processes: dict[str, tuple[str, ...]] | None = None,
+        sync: str = "barrier",
+        run_id: str = "",
+        run_dir: str = "",
     ) -> None:
         self.settings = settings
         self.session = session
@@ -60,12 +71,19 @@ class LiveExecutor:
         self._relock = relock
         self.say = say
         self.levels_now: dict[str, int] = {}
+        # process tasks: the user's long-running program (bsp_planner.task), task -> its argument list
+        self.processes = dict(processes or {})
+        self.sync = sync
+        self.run_id = run_id
+        self.run_dir = run_dir
 
     # -- workers -----------------------------------------------------------------------------------
     def _launch(self, task: str) -> WorkerLaunch:
         s = self.settings
         k = self.incarnation.get(task, -1) + 1
         self.incarnation[task] = k
+        if task in self.processes:
+            return self._process_launch(task, k)
         args = (
             "worker",
             "--zookeeper", s.zookeeper,
@@ -75,9 +93,25 @@ class LiveExecutor:
             "--stress-ng", s.stress_ng,
             "--session-timeout", f"{s.session_timeout_s:g}",
             "--zk-wait", f"{max(s.zk_wait_s * 4, 60):g}",
-            "--step-timeout", f"{s.step_timeout_s:g}",
+            # the worker's own limit is only a backstop: the coordinator's step timeout always fires first
+            # and names the tasks that did not report (one limit racing the other gave either message)
+            "--step-timeout", f"{worker_step_timeout_s(s.step_timeout_s):g}",
         )
         return WorkerLaunch(task=task, args=args, env=dict(self.worker_env), incarnation=k)
+
+    def _process_launch(self, task: str, k: int) -> WorkerLaunch:
+        """A process task: the user's program itself, with the environment bsp_planner.task joins from."""
+        from ..job import substitute
+
+        values = {"task": task, "run_dir": self.run_dir, "python": sys.executable}
+        args = tuple(substitute(a, values) for a in self.processes[task])
+        env = dict(self.worker_env)
+        env.update({
+            "BSP_RUN_ID": self.run_id, "BSP_TASK": task, "BSP_ZOOKEEPER": self.settings.zookeeper,
+            "BSP_ZK_ROOT": self.paths.root, "BSP_SYNC": self.sync, "BSP_RUN_DIR": self.run_dir,
+            "BSP_INCARNATION": str(k),
+        })
+        return WorkerLaunch(task=task, args=args, env=env, incarnation=k, program=True)
 
     def _wait_ready(self, tasks: list[str], next_step: int) -> None:
         """Until every task's member node shows its current incarnation; a worker that dies meanwhile is
@@ -155,7 +189,8 @@ class LiveExecutor:
 
         s = self.session
         barrier = Z.StepBarrier(s, self.paths, t, self.tasks)
-        ops = barrier.setup_ops() + [("create", self.paths.step(task, t), Z.step_value(t, workloads[i])) for i, task in enumerate(self.tasks)]
+        setup = barrier.setup_ops() if self.sync == "barrier" else []
+        ops = setup + [("create", self.paths.step(task, t), Z.step_value(t, workloads[i])) for i, task in enumerate(self.tasks)]
         results = s.commit(ops)
         if not any(isinstance(r, Exception) for r in results):
             return True
@@ -176,12 +211,18 @@ class LiveExecutor:
         by a signal: the OOM killer, a `kill`)."""
         s = self.session
         barrier = Z.StepBarrier(s, self.paths, t, self.tasks)
+        observe = self.sync == "observe"
         restarts: dict[str, int] = {}
         deadline = time.monotonic() + self.settings.step_timeout_s
         caps = self.backend.capabilities()
         missing_since: dict[str, float] = {}
 
         def check(watch):
+            if observe:  # every task reported step t (the application keeps its own synchronisation)
+                for task in self.tasks:
+                    if not s.exists(self.paths.result(task, t), watch=watch):
+                        return None
+                return time.time()
             return time.time() if barrier.is_done(watch=watch) else None
 
         def interrupt():
@@ -197,6 +238,13 @@ class LiveExecutor:
                         dead = time.monotonic() - since > self.settings.session_timeout_s
                 if not dead:
                     continue
+                if task in self.processes and st.exit_code == 0 and s.exists(self.paths.result(task, t)):
+                    continue  # it reported step t (observe mode: perhaps its last) and ended normally
+                if task in self.processes:  # its state is gone with it: a restart is a resume, not a retry
+                    raise RunFailed(
+                        f"task {task}'s process exited with code {st.exit_code} in step {t} (it keeps its state in "
+                        f"memory, so it is not restarted mid-run); its log ends with:\n{self.backend.log_tail(task)}"
+                    )
                 if st.exit_code in (EXIT_INPUT, EXIT_STRESS):
                     raise RunFailed(f"task {task}'s worker failed in step {t} (exit code {st.exit_code}):\n{self.backend.log_tail(task)}")
                 restarts[task] = restarts.get(task, 0) + 1
@@ -209,8 +257,10 @@ class LiveExecutor:
                 self._save_incarnations(self.incarnation)
                 missing_since.pop(task, None)
             if time.monotonic() > deadline:
+                late = [task for task in self.tasks if not s.exists(self.paths.result(task, t))]
+                who = f": task {', '.join(late)} did not report step {t}" if late else ""
                 raise RunFailed(
-                    f"step {t} did not finish within {self.settings.step_timeout_s:g} s (the step timeout: --step-timeout)"
+                    f"step {t} did not finish within {self.settings.step_timeout_s:g} s (the step timeout: --step-timeout){who}"
                 )
             return False
 

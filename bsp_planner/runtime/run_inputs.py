@@ -33,7 +33,7 @@ def check_profile_matches(exp) -> None:
         m = measured.get(t.name)
         if not isinstance(m, dict):
             continue
-        mine = {"stressor": t.stressor, "ops_per_unit": t.ops_per_unit, "workers": t.workers}
+        mine = t.identity()
         theirs = {k: m.get(k) for k in mine}
         if any(theirs[k] is not None and theirs[k] != mine[k] for k in mine):
             raise InputError(

@@ -108,14 +108,19 @@ class RunLock:
     def acquire(self, wait_s: float, ended_instance: str | None = None) -> None:
         """Take the run's lock, removing holders that are provably gone and waiting up to `wait_s` for
         one whose liveness only its session can tell; :class:`RunHeld` if a live coordinator holds it."""
-        from kazoo.exceptions import NoNodeError
+        from kazoo.exceptions import LockTimeout, NoNodeError
         from kazoo.recipe.lock import Lock
 
         s = self.session
         deadline = time.monotonic() + wait_s
         lock = Lock(s.client, self.path, identifier=json.dumps(self.identity, separators=(",", ":")))
         while True:
-            if s.retry(lock.acquire, blocking=False):
+            try:
+                # a short, bounded try: kazoo's own retry would wait for a lost server without end
+                got = lock.acquire(blocking=True, timeout=0.2)
+            except LockTimeout:
+                got = False
+            if got:
                 self._lock = lock
                 return
             others = [h for h in self.holders() if h.session_id != s.session_id()]
@@ -137,7 +142,6 @@ class RunLock:
                     f"and then `bsp-planner run --resume {self.run_id}`",
                     field="--resume",
                 )
-            time.sleep(0.2)
 
     @property
     def held(self) -> bool:

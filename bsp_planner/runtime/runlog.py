@@ -13,7 +13,8 @@ A step record: step, action, reconfigured, reconfig_s (the real time the reconfi
 step_s (wall time from publishing the step to every task's release), predicted_step_s (the model's time of
 the slowest task at the actual workloads), slowest_s (the slowest measured task), sync_s = step_s -
 slowest_s, barrier_s (the last task's finish to the coordinator's release), restarts, and per task cpu,
-workload, predicted and measured duration.
+workload, predicted and measured duration (and, where the task reported them, observed_workload,
+next_workload and cpu_s).
 """
 
 from __future__ import annotations
@@ -123,7 +124,12 @@ def step_record(run, t, action, levels, reconfigured, reconfig_s, decision_ms, w
     """One step's record (see the module docstring); `run` is the coordinator (scen, ctx, tasks, cpu_of)."""
     scen = run.scen
     n = len(run.tasks)
-    pred = scen.actual[np.arange(n), levels, t]
+    if all("observed_workload" in r for r in res):  # the model at the workloads the tasks really ran
+        w_obs = np.array([r["observed_workload"] for r in res], dtype=np.float64)
+        w_obs = np.clip(w_obs, *run.exp.workload_range)
+        pred = (scen.true_model or scen.model).durations(w_obs[:, None])[np.arange(n), levels, 0]
+    else:
+        pred = scen.actual[np.arange(n), levels, t]
     forecast = run.ctx.configs.predicted[t, np.arange(n), levels, 0]
     measured = np.array([r["duration_s"] for r in res])
     slowest = float(measured.max())
@@ -141,6 +147,8 @@ def step_record(run, t, action, levels, reconfigured, reconfig_s, decision_ms, w
                 "measured_s": float(measured[i]),
                 "enter_wait_s": res[i]["enter_wait_s"],
                 "incarnation": res[i]["incarnation"],
+                # what the task itself reported (a command's {"workload": ...} line), where it did
+                **{k: res[i][k] for k in ("observed_workload", "next_workload", "cpu_s") if k in res[i]},
             }
         )
     return {

@@ -75,7 +75,8 @@ def write_summary(run, records: list[dict], prepare_ms: float) -> tuple[dict, di
         "sync_s": {"mean": round(float(sync.mean()), 5), "p95": round(float(np.percentile(sync, 95)), 5)},
         "reconfigurations": int(reconf.sum()),
         "reconfig_s_mean": round(measured_penalty, 4),
-        "penalty_s_assumed": run.exp.penalty_s,
+        "penalty_s_assumed": run.ctx.penalty_s,
+        "reconfigure_cost": getattr(run, "reconfigure_cost", None),
         "restarts": int(sum(r["restarts"] for r in records)),
         "rows": rows,
     }
@@ -95,17 +96,18 @@ def write_summary(run, records: list[dict], prepare_ms: float) -> tuple[dict, di
         f"- experiment: {run.inputs['experiment']}",
         f"- job: {run.job.name} ({len(run.tasks)} tasks), planner {name}, {mode} mode, reconfigure {run.settings.reconfigure}",
         f"- steps: {k} of {run.exp.steps}; same plan as simulated: {'yes' if summary['same_plan_as_simulated'] else 'NO'}",
-        f"- total: live {live_total:.3f} s, simulated {sim.total_s:.3f} s (penalty {run.exp.penalty_s:g} s per reconfiguration) "
+        f"- total: live {live_total:.3f} s, simulated {sim.total_s:.3f} s (penalty {run.ctx.penalty_s:.4g} s per reconfiguration) "
         f"-> {summary['total_error_pct']:+.2f}%; with the measured reconfiguration cost: {sim_measured_penalty:.3f} s "
         f"-> {summary['total_error_measured_penalty_pct']:+.2f}%",
         f"- per-step error (measured step vs predicted): mean {summary['step_error_pct']['mean']:+.2f}%, "
         f"mean |.| {summary['step_error_pct']['mean_abs']:.2f}%, max |.| {summary['step_error_pct']['max_abs']:.2f}%",
         f"- barrier overhead (last task's report to release): mean {1e3 * barrier.mean():.1f} ms, p95 {1e3 * np.percentile(barrier, 95):.1f} ms",
-        f"- reconfigurations: {int(reconf.sum())}, mean real cost {measured_penalty:.3f} s ({run.settings.reconfigure})",
+        f"- reconfigurations: {int(reconf.sum())}, mean real cost {measured_penalty:.3f} s ({run.settings.reconfigure}; "
+        f"planned with {run.ctx.penalty_s:.4g} s: {(getattr(run, 'reconfigure_cost', None) or {}).get('source', 'penalty_s')})",
         f"- worker restarts: {summary['restarts']}",
         "",
         to_markdown(rows),
     ]
     atomic_write(paths["md"], "\n".join(lines))
-    step_chart(records, paths["chart"], f"{run.run_id}: {name}, {mode}, {run.settings.reconfigure}", run.exp.penalty_s)
+    step_chart(records, paths["chart"], f"{run.run_id}: {name}, {mode}, {run.settings.reconfigure}", run.ctx.penalty_s)
     return summary, paths

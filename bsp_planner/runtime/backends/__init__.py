@@ -38,6 +38,7 @@ class WorkerLaunch:
     args: tuple[str, ...]
     env: dict[str, str] = field(default_factory=dict, repr=False)
     incarnation: int = 0
+    program: bool = False  # args is the user's own program (a process task), not `bsp-planner` arguments
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,12 @@ class Backend(ABC):
     @abstractmethod
     def start_task(self, launch: WorkerLaunch, millicores: float) -> None:
         """Start the task's worker under a CPU limit of `millicores` (a restart if a dead one is there)."""
+
+    def measure_reconfigure_cost(self, method: str) -> float | None:
+        """Seconds one reconfiguration with `method` ('in-place' or 'recreate') costs on this platform,
+        measured now; None where the backend cannot measure it before the run (the experiment's
+        penalty_s is used then)."""
+        return None
 
     @abstractmethod
     def resize_task(self, task: str, millicores: float) -> None:

@@ -218,6 +218,13 @@ class KubernetesBackend(Backend):
     def check(self, job, millicores_max: float, budget_millicores: float, path=None) -> None:
         """The namespace is reachable with the Role's rights, the reconfiguration mode is possible, the
         image is known, and (where nodes can be read) the budget and the largest task fit the nodes."""
+        own = [t.name for t in getattr(job, "tasks", ()) if getattr(t, "kind", "stressor") != "stressor"]
+        if own:
+            raise InputError(
+                f"task(s) {', '.join(own)} run the user's own program: the kubernetes backend runs stress-ng tasks only "
+                "so far (a task `image` is not supported yet); run this job with --backend local",
+                path=getattr(job, "path", None), field="task",
+            )
         self.cluster.list_pods(N.run_selector(self.run_key))  # reachability and the Role, at once
         self.mode  # noqa: B018  (raises if in-place is forced and impossible)
         self.settings  # noqa: B018  (raises if no image is known)

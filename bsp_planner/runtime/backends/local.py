@@ -214,7 +214,7 @@ class LocalBackend(Backend):
         env = dict(os.environ)
         env.update(launch.env)
         env["PYTHONUNBUFFERED"] = "1"
-        args = [self.python, "-m", "bsp_planner.cli", *launch.args]
+        args = list(launch.args) if launch.program else [self.python, "-m", "bsp_planner.cli", *launch.args]
         with open(log_path, "ab") as log:
             log.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} incarnation {launch.incarnation}, {millicores:g}m\n".encode())
             log.flush()
@@ -243,6 +243,25 @@ class LocalBackend(Backend):
             set_weight(1024 * self.workers.get(task, 1))
         elif group.hierarchy.version == 1:
             (group.path / "cpu.shares").write_text(str(1024 * self.workers.get(task, 1)))
+
+    def measure_reconfigure_cost(self, method: str) -> float | None:
+        """in-place: the median time to rewrite a CFS quota (what a reconfiguration does per changed task,
+        times the tasks it changes at most), on a throw-away group; recreate: None (a worker's stop,
+        restart and rejoin is not measurable before the run: the experiment's penalty_s, measured by
+        benchmarks/bench_live.py)."""
+        if method != "in-place":
+            return None
+        import statistics
+
+        n = max(1, len(self.workers))
+        times = []
+        with CpuQuotaGroup(f"probe-{os.getpid()}", millicores=1000, prefix=self.prefix, hierarchy=self.hierarchy) as g:
+            for i in range(7):
+                t0 = time.perf_counter()
+                for _ in range(n):
+                    g.set_quota(500 if i % 2 else 1000)
+                times.append(time.perf_counter() - t0)
+        return statistics.median(times)
 
     def resize_task(self, task: str, millicores: float) -> None:
         t = self._get(task)

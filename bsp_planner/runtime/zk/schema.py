@@ -192,12 +192,20 @@ def parse_run(path: str, v: dict) -> RunInfo:
         if not isinstance(t, dict):
             raise _bad(path, f"tasks[{i}]", "an object", t)
         name = get_str(path, t, "name", TASK_NAME)
-        stressor = get_str(path, t, "stressor")
-        if stressor not in KNOWN_STRESSORS:
-            raise _bad(path, f"tasks[{i}].stressor", "a stress-ng stressor", stressor)
+        command = t.get("command", t.get("process"))
+        if command is not None:
+            if not (isinstance(command, list) and command and len(command) <= 4096 and all(isinstance(a, str) for a in command)):
+                raise _bad(path, f"tasks[{i}].{'command' if 'command' in t else 'process'}", "a list of strings (a program and its arguments)", command)
+            stressor = None
+        else:
+            stressor = get_str(path, t, "stressor")
+            if stressor not in KNOWN_STRESSORS:
+                raise _bad(path, f"tasks[{i}].stressor", "a stress-ng stressor", stressor)
         tasks[name] = {
             "stressor": stressor,
-            "ops_per_unit": get_float(path, t, "ops_per_unit", 1e-12, 1e12),
+            "command": t.get("command"),
+            "process": t.get("process"),
+            "ops_per_unit": get_float(path, t, "ops_per_unit", 1e-12, 1e12) if command is None else 1.0,
             "workers": get_int(path, t, "workers", 1, 1024),
         }
     wr = v.get("workload_range")
@@ -225,14 +233,36 @@ def parse_step(path: str, v: dict, t: int, workload_range: tuple[float, float]) 
     return get_float(path, v, "workload", lo - 1e-9 * max(1.0, hi), hi + 1e-9 * max(1.0, hi))
 
 
-def result_value(t: int, duration_s: float, enter_wait_s: float, incarnation: int, finished_at: float) -> dict:
-    return {
+def result_value(
+    t: int, duration_s: float, enter_wait_s: float, incarnation: int, finished_at: float,
+    workload: float | None = None, next_workload: float | None = None, cpu_s: float | None = None,
+) -> dict:
+    """A task's report of step t; `workload`/`next_workload`: what the task observed (None: not reported)."""
+    v = {
         "step": int(t),
         "duration_s": float(duration_s),
         "enter_wait_s": float(enter_wait_s),
         "incarnation": int(incarnation),
         "finished_at": float(finished_at),
     }
+    for k, x in (("workload", workload), ("next_workload", next_workload), ("cpu_s", cpu_s)):
+        if x is not None:
+            v[k] = float(x)
+    return v
+
+
+#: a reported workload above this is refused as absurd (no BSP task has 10^9 units of work per step)
+MAX_WORKLOAD = 1e9
+
+
+def check_workload(value: Any, what: str) -> float:
+    """A reported workload: a finite number in [0, MAX_WORKLOAD]; else InputError naming `what`."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise MalformedValue(f"{what}: expected a number as the workload, got {value!r}", field="workload")
+    w = float(value)
+    if not math.isfinite(w) or w < 0 or w > MAX_WORKLOAD:
+        raise MalformedValue(f"{what}: expected a workload in 0..{MAX_WORKLOAD:g}, got {value!r}", field="workload")
+    return w
 
 
 MAX_DURATION_S = 7 * 24 * 3600.0
@@ -241,12 +271,18 @@ MAX_DURATION_S = 7 * 24 * 3600.0
 def parse_result(path: str, v: dict, t: int) -> dict:
     if get_int(path, v, "step", 0) != t:
         raise _bad(path, "step", f"step {t}", v.get("step"))
-    return {
+    out = {
         "duration_s": get_float(path, v, "duration_s", 0.0, MAX_DURATION_S),
         "enter_wait_s": get_float(path, v, "enter_wait_s", 0.0, MAX_DURATION_S),
         "incarnation": get_int(path, v, "incarnation", 0),
         "finished_at": get_float(path, v, "finished_at", 0.0),
     }
+    for k, name in (("workload", "observed_workload"), ("next_workload", "next_workload")):
+        if k in v:
+            out[name] = check_workload(v[k], f"{path} {k}")
+    if "cpu_s" in v:
+        out["cpu_s"] = get_float(path, v, "cpu_s", 0.0, MAX_DURATION_S)
+    return out
 
 
 def checkpoint_value(last_completed: int, incarnation: int) -> dict:

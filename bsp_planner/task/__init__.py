@@ -1,0 +1,24 @@
+"""The task library: turn a long-running BSP program into bsp-planner tasks (issue 15, docs/live.md).
+
+    from bsp_planner import task
+
+    with task.join() as session:            # from the environment the coordinator sets
+        step = session.first_step
+        while not session.ended:
+            with session.step(step, workload=len(particles)):
+                compute()                   # timed: wall and CPU seconds
+            step += 1
+
+``join()`` reads BSP_RUN_ID, BSP_TASK, BSP_ZOOKEEPER, the credentials (BSP_ZK_AUTH or
+BSP_PLANNER_ZK_AUTH / BSP_PLANNER_ZK_AUTH_FILE), BSP_SYNC ("barrier" or "observe"), BSP_RUN_DIR and
+BSP_ZK_ROOT; :func:`local_session` gives the same API with no coordinator, for running and testing a
+program standalone. Only kazoo is needed.
+"""
+
+from .errors import RunEnded, StepOrderError, TaskJoinError
+from .local import LocalSession, local_session
+from .session import ENV, StepTimer, TaskSession, join
+
+__all__ = [
+    "ENV", "LocalSession", "RunEnded", "StepOrderError", "StepTimer", "TaskJoinError", "TaskSession", "join", "local_session",
+]

@@ -1,0 +1,79 @@
+"""`local_session`: the task API with no coordinator, so a program runs and is tested standalone."""
+
+from __future__ import annotations
+
+import json
+import os
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator, Sequence
+
+from .errors import RunEnded, StepOrderError
+from .reports import check_report_workload
+from .timing import StepTimer
+
+
+class LocalSession:
+    """Steps are timed and their reports kept in :attr:`reports` (and appended, flushed, to `reports_file`
+    as JSON lines when given). `workloads[t]` is what :meth:`assigned_workload` returns for step t;
+    `steps` ends the run after that many steps (RunEnded), as a coordinator would."""
+
+    sync = "local"
+
+    def __init__(self, task_name: str, *, workloads: Sequence[float] | None = None, steps: int | None = None,
+                 reports_file: str | Path | None = None, first_step: int = 0) -> None:
+        self.task_name = task_name
+        self.workloads = list(workloads) if workloads is not None else None
+        self.steps = steps
+        self.reports: list[dict] = []
+        self.reports_file = Path(reports_file) if reports_file is not None else None
+        self.first_step = first_step
+        self._next = first_step
+
+    def __enter__(self) -> LocalSession:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        pass
+
+    @property
+    def ended(self) -> bool:
+        return self.steps is not None and self._next >= self.steps
+
+    def assigned_workload(self, step: int) -> float | None:
+        if self.workloads is None or not 0 <= step < len(self.workloads):
+            return None
+        return float(self.workloads[step])
+
+    @contextmanager
+    def step(self, step: int, workload: float | None = None, next_workload: float | None = None) -> Iterator[StepTimer]:
+        if step != self._next:
+            raise StepOrderError(
+                f"task {self.task_name} reported step {step} but its next step is {self._next} (out of order or repeated)", field="step"
+            )
+        if self.steps is not None and step >= self.steps:
+            raise RunEnded(f"the run has {self.steps} steps")
+        st = StepTimer(step, self.assigned_workload(step), workload, next_workload)
+        st.start()
+        yield st
+        st.stop()
+        what = f"task {self.task_name} step {step}"
+        for k in ("workload", "next_workload"):
+            if getattr(st, k) is not None:
+                setattr(st, k, check_report_workload(getattr(st, k), what, k))
+        rep = {"task": self.task_name, **st.report()}
+        self.reports.append(rep)
+        if self.reports_file is not None:
+            with open(self.reports_file, "a") as fh:
+                fh.write(json.dumps(rep) + "\n")
+                fh.flush()
+                os.fsync(fh.fileno())
+        self._next = step + 1
+
+
+def local_session(task_name: str, **kw) -> LocalSession:
+    """A session with no coordinator (see :class:`LocalSession`)."""
+    return LocalSession(task_name, **kw)

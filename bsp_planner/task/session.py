@@ -1,0 +1,304 @@
+"""`join()`: a user's long-running process as one task of a live run, over ZooKeeper.
+
+The protocol is the worker's (:mod:`bsp_planner.runtime.worker`), so the coordinator records a library
+task's steps exactly as its own worker's:
+
+* join: the run's root must hold run BSP_RUN_ID with a task BSP_TASK, readable with the credentials
+  given (the run's digest ACL refuses others); the task's checkpoint says where it restarts
+  (:attr:`TaskSession.first_step`); an ephemeral member node (with BSP_INCARNATION) tells the
+  coordinator it is ready.
+* barrier mode, per step t: wait for the coordinator to publish t (its workload, or a stop order:
+  :class:`RunEnded`), enter t's barrier (CPU changes are applied before the coordinator publishes),
+  run the block (timed), write the report and move the checkpoint in one transaction, leave the barrier.
+* observe mode: the block is timed and reported (result + checkpoint, one transaction) without waiting
+  for anyone; the program keeps its own synchronisation.
+
+A report for another step than the next one (out of order, or repeated) raises StepOrderError and records
+nothing; a workload that is NaN, negative or absurd raises InputError naming task and step.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from contextlib import contextmanager
+from typing import Callable, Iterator
+
+from ..runtime import zk as Z
+from .errors import RunEnded, StepOrderError, TaskJoinError
+from .reports import check_report_workload
+from .timing import StepTimer
+
+#: the environment the coordinator sets for a process task
+ENV = {
+    "run_id": "BSP_RUN_ID",
+    "task": "BSP_TASK",
+    "zookeeper": "BSP_ZOOKEEPER",
+    "auth": "BSP_ZK_AUTH",
+    "sync": "BSP_SYNC",
+    "run_dir": "BSP_RUN_DIR",
+    "root": "BSP_ZK_ROOT",
+    "incarnation": "BSP_INCARNATION",
+}
+SYNC_MODES = ("barrier", "observe")
+
+
+def _need(env: dict, key: str) -> str:
+    name = ENV[key]
+    value = env.get(name, "").strip()
+    if not value:
+        raise TaskJoinError(
+            f"${name} is not set: this program joins a bsp-planner run from the environment its coordinator sets "
+            "(run it as a job's `process = [...]` task), or use bsp_planner.task.local_session() to run it alone",
+            field=name,
+        )
+    return value
+
+
+def join(env: dict | None = None, *, step_timeout_s: float | None = None) -> TaskSession:
+    """Join the run named by the environment (see :data:`ENV`); TaskJoinError says what is missing or wrong."""
+    env = dict(os.environ if env is None else env)
+    run_id = _need(env, "run_id")
+    task = _need(env, "task")
+    hosts = _need(env, "zookeeper")
+    sync = env.get(ENV["sync"], "barrier").strip() or "barrier"
+    if sync not in SYNC_MODES:
+        raise TaskJoinError(f"expected ${ENV['sync']} barrier or observe, got {sync!r}", field=ENV["sync"])
+    try:
+        Z.check_task_name(task)
+    except Exception:
+        raise TaskJoinError(f"${ENV['task']} is not a task name: {task!r}", field=ENV["task"]) from None
+    if env.get(ENV["auth"]):
+        creds = Z.parse_credentials(env[ENV["auth"]], f"${ENV['auth']}")
+    else:
+        creds = Z.load_credentials(None, env)
+    if creds is None:
+        raise TaskJoinError(
+            f"no ZooKeeper credentials: set ${ENV['auth']} (user:password) or ${Z.ENV_AUTH_FILE}; a task joins only with its run's",
+            field=ENV["auth"],
+        )
+    root = env.get(ENV["root"]) or f"{Z.DEFAULT_PARENT}/{run_id}"
+    try:
+        incarnation = int(env.get(ENV["incarnation"], "0"))
+    except ValueError:
+        raise TaskJoinError(f"expected an integer ${ENV['incarnation']}, got {env[ENV['incarnation']]!r}", field=ENV["incarnation"]) from None
+    s = TaskSession(hosts, creds, root, run_id, task, sync, env.get(ENV["run_dir"], ""), incarnation, step_timeout_s)
+    try:
+        s._join()
+    except BaseException:
+        s.close()
+        raise
+    return s
+
+
+class TaskSession:
+    """One task of a live run (made by :func:`join`, or by the stress-ng worker with its own settings).
+
+    `run_id` None accepts the run the root holds (the worker is told its root, not its id). `interrupt`
+    is called while waiting (it may raise to leave); `zk_wait_s` bounds how long ZooKeeper may stay
+    unreachable (then ZkUnavailable). A session lost and renewed re-registers the member node."""
+
+    def __init__(self, hosts: str, creds: Z.Credentials, root: str, run_id: str | None, task: str, sync: str, run_dir: str,
+                 incarnation: int, step_timeout_s: float | None, *, session_timeout_s: float = 10.0,
+                 connect_timeout_s: float = 30.0, zk_wait_s: float = 120.0, interrupt: Callable[[], bool] | None = None,
+                 unreachable_hint: str = Z.LOCAL_HINT) -> None:
+        self.hosts, self.root, self.run_id, self.task_name = hosts, root, run_id, task
+        self.sync, self.run_dir, self.incarnation = sync, run_dir, incarnation
+        self.step_timeout_s = step_timeout_s
+        self.zk_wait_s = zk_wait_s
+        self._user_interrupt = interrupt
+        self.paths = Z.RunPaths(root)
+        self.session = Z.ZkSession(hosts, creds, session_timeout_s=session_timeout_s, connect_timeout_s=connect_timeout_s,
+                                   op_deadline_s=zk_wait_s, unreachable_hint=unreachable_hint)
+        self.session.add_listener(self._on_state)
+        self._need_member = False
+        self._ended = False
+        self.first_step = 0
+        self._next = 0
+        self.info: Z.RunInfo | None = None
+
+    def _on_state(self, state: str) -> None:
+        if state == "LOST":  # the session expired: its ephemeral member node is gone
+            self._need_member = True
+
+    def _interrupt(self) -> bool:
+        if self._user_interrupt is not None and self._user_interrupt():
+            return True
+        s = self.session
+        if self._need_member and s.connected:
+            self._register()
+        if s.down_for() > self.zk_wait_s:
+            raise Z.ZkUnavailable(f"ZooKeeper at {self.hosts} unreachable for {s.down_for():.0f} s", field="--zookeeper")
+        return False
+
+    # -- joining ---------------------------------------------------------------------------------
+    def _join(self) -> None:
+        from kazoo.exceptions import NoAuthError
+
+        s = self.session.start()
+        try:
+            v = s.get(self.root)
+        except NoAuthError:
+            raise TaskJoinError(
+                f"task {self.task_name} is refused by run {self.run_id}: its credentials are not the run's ({self.root} in ZooKeeper {self.hosts})",
+                field=ENV["auth"],
+            ) from None
+        if v is None:
+            raise TaskJoinError(f"no run at {self.root} in ZooKeeper {self.hosts} (${ENV['run_id']}={self.run_id})", field=ENV["run_id"])
+        info = self.info = Z.parse_run(self.root, v)
+        if self.run_id is None:
+            self.run_id = info.run_id
+        elif info.run_id != self.run_id:
+            raise TaskJoinError(f"{self.root} holds run {info.run_id!r}, not {self.run_id!r}: this task does not belong to it", field=ENV["run_id"])
+        if self.task_name not in info.tasks:
+            raise TaskJoinError(
+                f"run {self.run_id} has no task {self.task_name!r} (it has {', '.join(info.tasks)}): this process does not belong to it",
+                field=ENV["task"],
+            )
+        cp_path = self.paths.checkpoint(self.task_name)
+        try:
+            cp = s.get(cp_path)
+            last = Z.parse_checkpoint(cp_path, cp) if cp is not None else -1
+            self.first_step = self._next = last + 1
+            self._register()
+        except NoAuthError:
+            raise TaskJoinError(f"task {self.task_name} is refused by run {self.run_id}: its credentials are not the run's", field=ENV["auth"]) from None
+        if self.sync == "barrier" and last >= 0:  # restarted after reporting `last`: leave that barrier too
+            barrier = self._barrier(last)
+            if s.exists(self.paths.barrier(last)) and not barrier.is_done():
+                barrier.leave(self.task_name, self.step_timeout_s, interrupt=self._interrupt)
+
+    def _register(self) -> None:
+        """The ephemeral member node with this incarnation; a dead incarnation's node (its session not yet
+        expired) is replaced, so the coordinator sees this one ready at once."""
+        from kazoo.exceptions import NoNodeError
+
+        s = self.session
+        path = self.paths.member(self.task_name)
+        value = Z.member_value(self.incarnation, os.getpid(), socket.gethostname(), self._next)
+        self._need_member = False
+        for _ in range(50):
+            if s.create(path, value, ephemeral=True):
+                return
+            try:
+                _, stat = s.retry(s.client.get, path)
+            except NoNodeError:
+                continue
+            if stat.ephemeralOwner == s.session_id():
+                return
+            try:
+                s.retry(s.client.delete, path, version=stat.version)
+            except Exception:
+                time.sleep(0.05)
+        raise TaskJoinError(f"task {self.task_name}: cannot register at {path} (another live process holds it)", field=ENV["task"])
+
+    def __enter__(self) -> TaskSession:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.session.close()  # removes the member node at once
+
+    # -- what the run says -----------------------------------------------------------------------
+    @property
+    def steps(self) -> int:
+        return self.info.steps if self.info is not None else 0
+
+    @property
+    def ended(self) -> bool:
+        """True once the run is over for this task (its last step reported, or a stop order seen)."""
+        if not self._ended and (self._next >= self.steps or self._stop_at(self._next)):
+            self._ended = True
+        return self._ended
+
+    def _stop_at(self, t: int) -> bool:
+        v = self.session.get(self.paths.step(self.task_name, t))
+        return v is not None and v.get("stop") is True
+
+    def assigned_workload(self, step: int) -> float | None:
+        """The workload the run assigns to `step` (a series-driven job), None where it observes them."""
+        path = self.paths.step(self.task_name, step)
+        v = self.session.get(path)
+        if v is None:
+            return None
+        w = Z.parse_step(path, v, step, self.info.workload_range)
+        return None if w is None or v.get("assigned") is False else w
+
+    def _barrier(self, t: int) -> Z.StepBarrier:
+        return Z.StepBarrier(self.session, self.paths, t, list(self.info.tasks))
+
+    def _wait_published(self, t: int) -> float | None:
+        """Until the coordinator publishes step t: its workload, or None for a stop order."""
+        s = self.session
+        path = self.paths.step(self.task_name, t)
+
+        def check(watch):
+            v = s.get(path) if s.exists(path, watch=watch) else None
+            if v is None:
+                if not s.exists(self.root):
+                    return ("ended",)
+                return None
+            return (Z.parse_step(path, v, t, self.info.workload_range),)
+
+        got = s.wait_for(check, None, interrupt=self._interrupt)
+        if got is None:
+            raise TimeoutError(f"task {self.task_name}: step {t} was not published within {self.step_timeout_s} s")
+        if got[0] == "ended" or got[0] is None:
+            self._ended = True
+            raise RunEnded(f"run {self.run_id} ended before step {t}")
+        return got[0]
+
+    # -- one step --------------------------------------------------------------------------------
+    @contextmanager
+    def step(self, step: int, workload: float | None = None, next_workload: float | None = None) -> Iterator[StepTimer]:
+        """Time one superstep's compute and report it (see the module docstring)."""
+        what = f"task {self.task_name} step {step}"
+        if step != self._next:
+            raise StepOrderError(
+                f"{what}: reported out of order or repeated (its next step is {self._next}); nothing was recorded", field="step"
+            )
+        if self._ended or step >= self.steps:
+            self._ended = True
+            raise RunEnded(f"run {self.run_id} has {self.steps} steps")
+        for k, x in (("workload", workload), ("next_workload", next_workload)):
+            if x is not None:
+                check_report_workload(x, what, k)
+        enter_wait = 0.0
+        barrier = None
+        if self.sync == "barrier":
+            assigned = self._wait_published(step)
+            barrier = self._barrier(step)
+            enter_wait = barrier.enter(self.task_name, self.step_timeout_s, interrupt=self._interrupt)
+        else:  # nothing to wait for, nothing to read: the report is the only round trip
+            assigned = None
+        st = StepTimer(step, assigned, workload, next_workload)
+        st.start()
+        yield st
+        st.stop()
+        for k in ("workload", "next_workload"):
+            if getattr(st, k) is not None:
+                setattr(st, k, check_report_workload(getattr(st, k), what, k))
+        self._report(st, enter_wait)
+        self._next = step + 1
+        if barrier is not None:
+            barrier.leave(self.task_name, self.step_timeout_s, interrupt=self._interrupt)
+
+    def _report(self, st: StepTimer, enter_wait: float) -> None:
+        """The report and the checkpoint in one transaction: both or neither, and a step counted once."""
+        from kazoo.exceptions import NodeExistsError
+
+        s = self.session
+        t = st.step
+        value = Z.result_value(t, st.wall_s, enter_wait, self.incarnation, time.time(), st.workload, st.next_workload, st.cpu_s)
+        results = s.commit([
+            ("create", self.paths.result(self.task_name, t), value),
+            ("set", self.paths.checkpoint(self.task_name), Z.checkpoint_value(t, self.incarnation)),
+        ])
+        failed = [r for r in results if isinstance(r, Exception)]
+        if failed and not isinstance(results[0], NodeExistsError):
+            raise failed[0]
+        if failed:  # already there: another incarnation reported it, or a retried commit went through
+            return

@@ -1,0 +1,74 @@
+"""The command-task kernel (bsp_planner/apps/kernel.py) and the shipped job that runs it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from bsp_planner.apps.kernel import kernel
+from bsp_planner.shipped import data_dir
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _run(args, **env):
+    e = {k: v for k, v in os.environ.items() if not k.startswith("BSP_")}
+    e["PYTHONPATH"] = str(REPO) + os.pathsep + e.get("PYTHONPATH", "")
+    e.update(env)
+    return subprocess.run([sys.executable, "-m", "bsp_planner.apps.kernel", *args], env=e, capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_prints_the_workload_it_ran_as_one_json_line():
+    p = _run(["--size", "2.5"])
+    assert p.returncode == 0, p.stderr
+    assert [json.loads(line) for line in p.stdout.splitlines()] == [{"workload": 2.5}]
+
+
+def test_reads_the_workload_from_the_environment_the_worker_sets():
+    p = _run([], BSP_WORKLOAD="3", BSP_STEP="7")
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout) == {"workload": 3.0}
+
+
+@pytest.mark.parametrize(
+    "args, env, message",
+    [
+        (["--size", "-1"], {}, "--size: expected a finite non-negative workload"),
+        (["--size", "nan"], {}, "--size: expected a finite non-negative workload"),
+        ([], {}, "--size: required when BSP_WORKLOAD is not set"),
+        ([], {"BSP_WORKLOAD": "lots"}, "BSP_WORKLOAD: expected a number, got 'lots'"),
+    ],
+)
+def test_bad_workloads_exit_2_naming_what_was_wrong(args, env, message):
+    p = _run(args, **env)
+    assert p.returncode == 2
+    assert message in p.stderr and "Traceback" not in p.stderr
+
+
+def test_work_grows_linearly_with_the_workload():
+    # CPU time of the process (not wall time) so a busy host does not matter; generous bounds
+    def cpu_s(n):
+        t = time.process_time()
+        kernel(n)
+        return time.process_time() - t
+
+    small = min(cpu_s(200_000) for _ in range(3))
+    large = min(cpu_s(1_000_000) for _ in range(3))
+    assert 3.0 < large / small < 7.5
+    assert kernel(1000) == kernel(1000)
+
+
+def test_shipped_kernel_job_runs_the_kernel_with_the_workload_substituted():
+    job = tomllib.loads((data_dir() / "jobs" / "kernel-3.toml").read_text())
+    assert len(job["task"]) == 3
+    for t in job["task"]:
+        assert t["command"] == ["python3", "-m", "bsp_planner.apps.kernel", "--size", "{workload}"]
+        series = data_dir() / "jobs" / t["series"]["file"]
+        assert series.is_file()
