@@ -76,7 +76,7 @@ def particles_experiment(folder: Path, sync: str) -> Path:
             f'series = {{ file = "{DATA / "datasets" / "nyc_taxi.csv"}", first_row = {i * 2000}, last_row = {i * 2000 + 1998} }}',
         ]
     (folder / "job.toml").write_text("\n".join(lines) + "\n")
-    # the shipped profile's rows, without its metadata: that names the tasks by the shipped argument list (`python3`), not this test's
+    # the shipped profile's rows, without its metadata: that names the tasks by the shipped argument list
     shutil.copy(data_dir() / "profiles" / "particles-3" / "profile.csv", folder / "profile.csv")
     exp = folder / "exp.toml"
     exp.write_text(EXPERIMENT.format(profile="profile.csv", steps=STEPS))
