@@ -191,3 +191,44 @@ def test_a_zookeeper_restart_neither_loses_nor_double_counts_an_arrival(own_zk, 
             s.close()
         coord.delete_tree(root)
         coord.close()
+
+
+def test_a_counter_killed_mid_step_is_resumed_by_a_new_one(zk_server, creds, root):
+    names = ["a", "b", "c"]
+    first = session(zk_server, creds)
+    paths = prepare(first, root, 1, names)
+    sessions = {n: session(zk_server, creds) for n in names}
+    left = {n: threading.Event() for n in names}
+    errors: list[BaseException] = []
+
+    def participant(name: str) -> None:
+        try:
+            b = CountingBarrier(sessions[name], paths, 0, names)
+            b.enter(name, timeout_s=60)
+            left[name].wait(60)
+            b.leave(name, timeout_s=60)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=participant, args=(n,)) for n in names]
+    for th in threads:
+        th.start()
+    resumed = None
+    try:
+        CountingBarrier(first, paths, 0, names).release("enter", timeout_s=60)
+        first.close()  # the coordinator dies between the phases
+        for n in names:
+            left[n].set()
+        resumed = session(zk_server, creds)
+        counter = CountingBarrier(resumed, paths, 0, names)  # knows nothing: finds `go` there, counts `leave`
+        counter.run_step(timeout_s=60)
+        for th in threads:
+            th.join(60)
+        assert not errors, errors
+        assert counter.is_done() and sorted(resumed.children(f"{paths.barrier(0)}/leave")) == names
+    finally:
+        for s in sessions.values():
+            s.close()
+        if resumed is not None:
+            resumed.delete_tree(root)
+            resumed.close()

@@ -41,7 +41,7 @@ class CountingBarrier:
 
     Interface: the participant side (``enter``, ``leave``, ``is_done``, ``setup_ops``, ``cleanup_ops``,
     ``go_path``, ``done_path``) matches :class:`~.barrier.StepBarrier`; the counter side (``release``,
-    ``missing``, ``absent``) is new and must run somewhere (the coordinator) for any participant to pass.
+    ``poll``, ``run_step``, ``missing``, ``absent``) is new and must run somewhere (the coordinator) for any participant to pass.
     """
 
     PHASES = {"enter": "go", "leave": "done"}
@@ -53,6 +53,7 @@ class CountingBarrier:
         self.participants = frozenset(participants)
         if not self.participants:
             raise InputError("a barrier needs at least one participant", field="task")
+        self._released: set[str] = set()  # phases this counter has released (or found released)
 
     @property
     def go_path(self) -> str:
@@ -133,29 +134,49 @@ class CountingBarrier:
         :meth:`RunPaths.member`) is gone: their session ended, so they will not arrive by themselves."""
         return [n for n in self.missing(phase) if not self.session.exists(member_path(n))]
 
+    def _try_release(self, phase: str, watch=None) -> bool:
+        """One look (one getChildren, arming `watch` on the phase's children): if every participant has
+        arrived, create the phase's flag (idempotent: a resumed counter finds it) and say True."""
+        n = len(self.participants)
+        if len(self.arrived(phase, watch=watch)) < n:
+            return False
+        self.session.create(f"{self.base}/{self.PHASES[phase]}", {"step": self.t, "arrived": n})
+        return True
+
     def release(self, phase: str, timeout_s: float | None = None, interrupt=None) -> float:
         """Count arrivals at `phase` and create its flag once all participants are there; returns the
         seconds it waited. Raises TimeoutError naming the missing participants after `timeout_s`."""
-        s = self.session
-        flag_path = f"{self.base}/{self.PHASES[phase]}"
-        n = len(self.participants)
         t0 = time.perf_counter()
-
-        def check(watch):
-            if len(self.arrived(phase, watch=watch)) < n:
-                return None
-            s.create(flag_path, {"step": self.t, "arrived": n})  # idempotent: a resumed counter finds it
-            return True
-
-        if s.wait_for(check, timeout_s, interrupt=interrupt) is None:
-            missing = self.missing(phase)
-            shown = ", ".join(missing[:10]) + (f" and {len(missing) - 10} more" if len(missing) > 10 else "")
-            raise TimeoutError(f"step {self.t}: {phase} barrier: {len(missing)} of {n} participants missing after {timeout_s} s: {shown}")
+        if self.session.wait_for(lambda watch: True if self._try_release(phase, watch) else None, timeout_s, interrupt=interrupt) is None:
+            raise self._timeout(phase, timeout_s)
+        self._released.add(phase)
         return time.perf_counter() - t0
 
-    def run_step(self, timeout_s: float | None = None, interrupt=None) -> tuple[float, float]:
-        """The counter's whole step: release ``enter``, then ``leave``; returns both waits in seconds."""
-        return self.release("enter", timeout_s, interrupt), self.release("leave", timeout_s, interrupt)
+    def poll(self, watch=None) -> bool:
+        """Non-blocking, for a counter that waits on other things too (the coordinator's step wait):
+        release whichever phase is complete; True once both are released. `watch` is armed on the
+        children of the phase still open, so call it again when it fires (``ZkSession.wait_for``)."""
+        for phase in self.PHASES:
+            if phase in self._released:
+                continue
+            if not self._try_release(phase, watch):
+                return False
+            self._released.add(phase)
+        return True
+
+    def run_step(self, timeout_s: float | None = None, interrupt=None) -> float:
+        """The counter's whole step: release ``enter``, then ``leave``; returns the seconds it waited."""
+        t0 = time.perf_counter()
+        if self.session.wait_for(lambda watch: True if self.poll(watch) else None, timeout_s, interrupt=interrupt) is None:
+            raise self._timeout("enter" if "enter" not in self._released else "leave", timeout_s)
+        return time.perf_counter() - t0
+
+    def _timeout(self, phase: str, timeout_s: float | None) -> TimeoutError:
+        missing = self.missing(phase)
+        shown = ", ".join(missing[:10]) + (f" and {len(missing) - 10} more" if len(missing) > 10 else "")
+        return TimeoutError(
+            f"step {self.t}: {phase} barrier: {len(missing)} of {len(self.participants)} participants missing after {timeout_s} s: {shown}"
+        )
 
     def cleanup_ops(self) -> list[tuple]:
         """Deletes of this step's barrier nodes, for one transaction once everyone is past it."""
