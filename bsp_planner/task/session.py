@@ -210,13 +210,9 @@ class TaskSession:
     @property
     def ended(self) -> bool:
         """True once the run is over for this task (its last step reported, or a stop order seen)."""
-        if not self._ended and (self._next >= self.steps or self._stop_at(self._next)):
+        if not self._ended and self._next >= self.steps:  # the coordinator stops a run only after its last step
             self._ended = True
         return self._ended
-
-    def _stop_at(self, t: int) -> bool:
-        v = self.session.get(self.paths.step(self.task_name, t))
-        return v is not None and v.get("stop") is True
 
     def assigned_workload(self, step: int) -> float | None:
         """The workload the run assigns to `step` (a series-driven job), None where it observes them."""
