@@ -84,13 +84,37 @@ def trace(ranks: int, steps: int) -> list[list[float]]:
     return [[cols[r][t] for r in range(ranks)] for t in range(steps)]
 
 
-def run_one(work: Path, server, ranks: int, steps: int, sync: str, planner: str) -> dict:
+def write_online_experiment(folder: Path, ranks: int, sync: str) -> Path:
+    """The shipped experiment and job as they are (no series: workloads observed, planned online), with
+    `sync` and the ranks' --timings."""
+    data = data_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    job = (data / "jobs" / f"particles-{ranks}.toml").read_text()
+    job = job.replace('sync = "barrier"', f'sync = "{sync}"').replace(
+        '"{run_dir}/particles"]', '"{run_dir}/particles", "--timings", "{run_dir}/timings-{task}.jsonl"]'
+    )
+    (folder / "job.toml").write_text(job)
+    shutil.copy(data / "profiles" / f"particles-{ranks}" / "profile.csv", folder / "profile.csv")
+    exp = (data / "experiments" / f"particles-{ranks}.toml").read_text()
+    exp = exp.replace(f'job = "../jobs/particles-{ranks}.toml"', 'job = "job.toml"').replace(
+        f'profile = "../profiles/particles-{ranks}/profile.csv"', 'profile = "profile.csv"'
+    )
+    (folder / "exp.toml").write_text(exp)
+    return folder / "exp.toml"
+
+
+def run_one(work: Path, server, ranks: int, steps: int, sync: str, planner: str, plan: str = "perfect") -> dict:
     from bsp_planner.runtime.coordinator import Coordinator, RunSettings
 
-    tag = f"{sync}-{planner.replace(':', '')}"
-    exp = write_experiment(work / tag, ranks, steps, sync)
+    tag = f"{plan}-{sync}-{planner.replace(':', '')}"
+    if plan == "online":
+        exp = write_online_experiment(work / tag, ranks, sync)
+        mode, overrides = "forecast", [f"steps={steps}", "online=true"]
+    else:
+        exp = write_experiment(work / tag, ranks, steps, sync)
+        mode, overrides = "perfect", []
     creds = Z.write_credentials_file(work / f"auth-{tag}", Z.generate_credentials())
-    settings = RunSettings(experiment=str(exp), planner=planner, mode="perfect", reconfigure="in-place",
+    settings = RunSettings(experiment=str(exp), planner=planner, mode=mode, reconfigure="in-place", overrides=overrides,
                            zookeeper=server.hosts, zk_auth=f"file:{creds}")
     from bsp_planner.runtime.executor import RunFailed
 
@@ -121,13 +145,8 @@ def run_one(work: Path, server, ranks: int, steps: int, sync: str, planner: str)
             overhead_ms.append(1000 * (x["enter_s"] + x["leave_s"]))
     reconfig_s = [r["reconfig_s"] for r in records]
     return {
-        "sync": sync,
-        "planner": planner,
-        "status": status,
-        "message": message,
-        "steps": len(records),
-        "total_s": round(sum(step_s) + sum(reconfig_s), 3),
-        "compute_s": round(sum(step_s), 3),
+        "plan": plan, "sync": sync, "planner": planner, "status": status, "message": message, "steps": len(records),
+        "total_s": round(sum(step_s) + sum(reconfig_s), 3), "compute_s": round(sum(step_s), 3),
         # the slowest rank's compute block per step, summed: the run's critical path without any
         # synchronisation; comparable between modes (in observe mode the coordinator times a step from
         # publishing it, while the ranks may already be running it)
@@ -157,6 +176,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--planners", default="mpc,exppo")
     ap.add_argument("--sync", default="barrier,observe")
+    ap.add_argument("--plan", default="online", choices=("online", "perfect"),
+                    help="online: the shipped experiment, workloads observed and forecast (persistence) step by step; "
+                    "perfect: the recorded trace known in advance")
     ap.add_argument("--out", default="bench_apps_live.json")
     ap.add_argument("--workdir", default=None, help="keep the runs here (default: a temporary folder)")
     args = ap.parse_args(argv)
@@ -168,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for sync in args.sync.split(","):
             for planner in args.planners.split(","):
-                row = run_one(work, server, args.ranks, args.steps, sync, planner)
+                row = run_one(work, server, args.ranks, args.steps, sync, planner, args.plan)
                 rows.append(row)
                 print(json.dumps({k: v for k, v in row.items() if k not in ("run_dir", "record_keys")}), flush=True)
     finally:

@@ -76,6 +76,6 @@ def test_shipped_kernel_job_runs_the_kernel_with_the_workload_substituted():
     job = tomllib.loads((data_dir() / "jobs" / "kernel-3.toml").read_text())
     assert len(job["task"]) == 3
     for t in job["task"]:
-        assert t["command"] == ["python3", "-m", "bsp_planner.apps.kernel", "--size", "{workload}"]
+        assert t["command"] == ["{python}", "-m", "bsp_planner.apps.kernel", "--size", "{workload}"]
         series = data_dir() / "jobs" / t["series"]["file"]
         assert series.is_file()
