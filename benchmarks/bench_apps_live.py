@@ -43,8 +43,13 @@ def write_experiment(folder: Path, ranks: int, steps: int, sync: str) -> Path:
     for i, t in enumerate(job["task"]):
         argv = [sys.executable, *t["process"][1:], "--timings", "{run_dir}/timings-{task}.jsonl"]
         first = (i * 1000) % 9000
-        lines += ["", "[[task]]", f'name = "{t["name"]}"', f"process = {json.dumps(argv)}",
-                  f'series = {{ file = "{data / "datasets" / "nyc_taxi.csv"}", first_row = {first}, last_row = {first + 998} }}']
+        lines += [
+            "",
+            "[[task]]",
+            f'name = "{t["name"]}"',
+            f"process = {json.dumps(argv)}",
+            f'series = {{ file = "{data / "datasets" / "nyc_taxi.csv"}", first_row = {first}, last_row = {first + 998} }}',
+        ]
     (folder / "job.toml").write_text("\n".join(lines) + "\n")
     shutil.copy(data / "profiles" / f"particles-{ranks}" / "profile.csv", folder / "profile.csv")
     shipped = (data / "experiments" / f"particles-{ranks}.toml").read_text()
@@ -52,35 +57,35 @@ def write_experiment(folder: Path, ranks: int, steps: int, sync: str) -> Path:
     c = exp["cpu"]
     (folder / "exp.toml").write_text(f"""job = "job.toml"
 profile = "profile.csv"
-interpolation = "{exp['interpolation']}"
-out_of_grid = "{exp['out_of_grid']}"
-workload_range = {json.dumps(exp['workload_range'])}
+interpolation = "{exp["interpolation"]}"
+out_of_grid = "{exp["out_of_grid"]}"
+workload_range = {json.dumps(exp["workload_range"])}
 steps = {steps}
-penalty_s = {exp['penalty_s']}
+penalty_s = {exp["penalty_s"]}
 modes = ["perfect"]
 strategies = ["mpc"]
 output = "out"
 
 [cpu]
-budget_millicores = {c['budget_millicores']}
-min_millicores = {c['min_millicores']}
-step_millicores = {c['step_millicores']}
-max_millicores = {c['max_millicores']}
+budget_millicores = {c["budget_millicores"]}
+min_millicores = {c["min_millicores"]}
+step_millicores = {c["step_millicores"]}
+max_millicores = {c["max_millicores"]}
 
 [planner]
-horizon = {exp['planner']['horizon']}
-dp_max_segment = {exp['planner']['dp_max_segment']}
+horizon = {exp["planner"]["horizon"]}
+dp_max_segment = {exp["planner"]["dp_max_segment"]}
 
 [forecast]
-horizon = {exp['forecast']['horizon']}
-actual = "{data / 'traces' / f'particles-{ranks}'}"
+horizon = {exp["forecast"]["horizon"]}
+actual = "{data / "traces" / f"particles-{ranks}"}"
 """)
     return folder / "exp.toml"
 
 
 def trace(ranks: int, steps: int) -> list[list[float]]:
     folder = data_dir() / "traces" / f"particles-{ranks}"
-    cols = [[float(x) for x in (folder / f"p{r}.csv").read_text().split()[1:steps + 1]] for r in range(ranks)]
+    cols = [[float(x) for x in (folder / f"p{r}.csv").read_text().split()[1 : steps + 1]] for r in range(ranks)]
     return [[cols[r][t] for r in range(ranks)] for t in range(steps)]
 
 
@@ -114,8 +119,15 @@ def run_one(work: Path, server, ranks: int, steps: int, sync: str, planner: str,
         exp = write_experiment(work / tag, ranks, steps, sync)
         mode, overrides = "perfect", []
     creds = Z.write_credentials_file(work / f"auth-{tag}", Z.generate_credentials())
-    settings = RunSettings(experiment=str(exp), planner=planner, mode=mode, reconfigure="in-place", overrides=overrides,
-                           zookeeper=server.hosts, zk_auth=f"file:{creds}")
+    settings = RunSettings(
+        experiment=str(exp),
+        planner=planner,
+        mode=mode,
+        reconfigure="in-place",
+        overrides=overrides,
+        zookeeper=server.hosts,
+        zk_auth=f"file:{creds}",
+    )
     from bsp_planner.runtime.executor import RunFailed
 
     run_id = f"particles-{tag}-{os.getpid()}"
@@ -145,8 +157,14 @@ def run_one(work: Path, server, ranks: int, steps: int, sync: str, planner: str,
             overhead_ms.append(1000 * (x["enter_s"] + x["leave_s"]))
     reconfig_s = [r["reconfig_s"] for r in records]
     return {
-        "plan": plan, "sync": sync, "planner": planner, "status": status, "message": message, "steps": len(records),
-        "total_s": round(sum(step_s) + sum(reconfig_s), 3), "compute_s": round(sum(step_s), 3),
+        "plan": plan,
+        "sync": sync,
+        "planner": planner,
+        "status": status,
+        "message": message,
+        "steps": len(records),
+        "total_s": round(sum(step_s) + sum(reconfig_s), 3),
+        "compute_s": round(sum(step_s), 3),
         # the slowest rank's compute block per step, summed: the run's critical path without any
         # synchronisation; comparable between modes (in observe mode the coordinator times a step from
         # publishing it, while the ranks may already be running it)
@@ -176,9 +194,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--planners", default="mpc,exppo")
     ap.add_argument("--sync", default="barrier,observe")
-    ap.add_argument("--plan", default="online", choices=("online", "perfect"),
-                    help="online: the shipped experiment, workloads observed and forecast (persistence) step by step; "
-                    "perfect: the recorded trace known in advance")
+    ap.add_argument(
+        "--plan",
+        default="online",
+        choices=("online", "perfect"),
+        help="online: the shipped experiment, workloads observed and forecast (persistence) step by step; "
+        "perfect: the recorded trace known in advance",
+    )
     ap.add_argument("--out", default="bench_apps_live.json")
     ap.add_argument("--workdir", default=None, help="keep the runs here (default: a temporary folder)")
     args = ap.parse_args(argv)

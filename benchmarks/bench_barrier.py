@@ -106,7 +106,9 @@ def participant_main(
     print(json.dumps({"rows": out, "requests": requests[0], "errors": errors}), flush=True)
 
 
-def bench(kind: str, n: int, steps: int, processes: int, server: LocalZooKeeper, creds, auth: Path, timeout_s: float) -> dict:
+def bench(
+    kind: str, n: int, steps: int, processes: int, server: LocalZooKeeper, creds, auth: Path, timeout_s: float
+) -> dict:
     root = f"/bench/{kind}-{n}-{os.getpid()}"
     paths = Z.RunPaths(root)
     names = [f"p{i:04d}" for i in range(n)]

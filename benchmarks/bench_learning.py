@@ -62,7 +62,9 @@ def wrong_profile(src_csv: Path, folder: Path, factor_of) -> Path:
         w = csv.DictWriter(fh, fieldnames=list(rows[0]))
         w.writeheader()
         for r in rows:
-            r["duration_s"] = f"{float(r['duration_s']) * factor_of(order.index(r['task']), float(r['cpu_millicores'])):.6f}"
+            r["duration_s"] = (
+                f"{float(r['duration_s']) * factor_of(order.index(r['task']), float(r['cpu_millicores'])):.6f}"
+            )
             w.writerow(r)
     return out
 

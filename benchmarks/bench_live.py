@@ -213,14 +213,18 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("section", choices=["barrier", "live", "reconfig", "all"])
     ap.add_argument("--steps", type=int, default=20, help="steps of the live run (and of each barrier run)")
-    ap.add_argument("--experiment", type=Path, default=ROOT / "bsp_planner" / "data" / "experiments" / "live-default.toml")
+    ap.add_argument(
+        "--experiment", type=Path, default=ROOT / "bsp_planner" / "data" / "experiments" / "live-default.toml"
+    )
     ap.add_argument("--planner", default="mpc")
     ap.add_argument("--reconfigure", default="in-place")
     ap.add_argument("--per-process", type=int, default=1, help="barrier participants per process")
     ap.add_argument("--sizes", default="8,128", help="barrier participant counts")
     ap.add_argument("--reconfig-steps", type=int, default=12)
     ap.add_argument("--cpu-weight", default="guaranteed", choices=["guaranteed", "workers"])
-    ap.add_argument("--profile", type=Path, help="profile CSV instead of the experiment's (e.g. one measured just before)")
+    ap.add_argument(
+        "--profile", type=Path, help="profile CSV instead of the experiment's (e.g. one measured just before)"
+    )
     ap.add_argument("--out", type=Path, default=ROOT / "out" / "bench_live.json")
     args = ap.parse_args()
     results: dict = {"date": date.today().isoformat(), "load_before": load(), "cpus": os.cpu_count()}

@@ -34,7 +34,9 @@ SETTINGS = [
 NON_ORACLE_EXCLUDED = {"optimum", "floor"}
 
 
-def run_setting(setting: dict, strategies: list[str], forecasts: str | None, experiment: Path, rows: dict, save) -> dict:
+def run_setting(
+    setting: dict, strategies: list[str], forecasts: str | None, experiment: Path, rows: dict, save
+) -> dict:
     import warnings
 
     from bsp_planner.experiment import apply_overrides, load_experiment
@@ -119,6 +121,7 @@ def main() -> None:
     done = {s["name"]: s for s in report.get("settings", [])}
     wanted = SETTINGS if args.only is None else [SETTINGS[int(i)] for i in args.only.split(",")]
     strategies = [s for s in args.strategies.split(",") if s]
+
     def save(res: dict) -> None:  # after every strategy: an interrupted run resumes where it stopped
         done[res["name"]] = res
         report["settings"] = [done[s["name"]] for s in SETTINGS if s["name"] in done]
@@ -135,7 +138,9 @@ def main() -> None:
         res = run_setting(setting, strategies, args.forecasts, Path(args.experiment), rows, save)
         res["load_before"] = round(load0, 2)
         save(res)
-        print(f"  best non-oracle: {res['best_non_oracle']} {res['best_vs_optimum_pct']:+.2f}% above optimum", flush=True)
+        print(
+            f"  best non-oracle: {res['best_non_oracle']} {res['best_vs_optimum_pct']:+.2f}% above optimum", flush=True
+        )
     if report.get("settings"):
         print(markdown(report))
 

@@ -77,10 +77,24 @@ def main() -> int:
             go = Path(tmp) / "go"
             procs = []
             for n in names:
-                env = dict(os.environ, BSP_RUN_ID="bench", BSP_TASK=n, BSP_ZOOKEEPER=server.hosts, BSP_ZK_ROOT=root,
-                           BSP_ZK_AUTH=f"{creds.user}:{creds.password}", BSP_SYNC="observe", PYTHONPATH=str(ROOT))
-                procs.append(subprocess.Popen([sys.executable, "-c", CHILD, str(args.steps), str(go)], env=env,
-                                              stdout=subprocess.PIPE, text=True))
+                env = dict(
+                    os.environ,
+                    BSP_RUN_ID="bench",
+                    BSP_TASK=n,
+                    BSP_ZOOKEEPER=server.hosts,
+                    BSP_ZK_ROOT=root,
+                    BSP_ZK_AUTH=f"{creds.user}:{creds.password}",
+                    BSP_SYNC="observe",
+                    PYTHONPATH=str(ROOT),
+                )
+                procs.append(
+                    subprocess.Popen(
+                        [sys.executable, "-c", CHILD, str(args.steps), str(go)],
+                        env=env,
+                        stdout=subprocess.PIPE,
+                        text=True,
+                    )
+                )
             deadline = time.monotonic() + 60
             while len(s.children(paths.members)) < args.tasks and time.monotonic() < deadline:
                 time.sleep(0.01)

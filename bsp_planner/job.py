@@ -89,11 +89,18 @@ class Task:
             return {"process": list(self.process), "workers": self.workers}
         return {"stressor": self.stressor, "ops_per_unit": self.ops_per_unit, "workers": self.workers}
 
-    def step_args(self, workload: float, step: int = 0, *, stress_ng: str = "stress-ng", run_dir: str = ".") -> list[str]:
+    def step_args(
+        self, workload: float, step: int = 0, *, stress_ng: str = "stress-ng", run_dir: str = "."
+    ) -> list[str]:
         """The argument list (never a shell string) that runs step `step` with `workload` units."""
         if self.command:
-            values = {"workload": format_workload(workload), "step": str(int(step)), "task": self.name, "run_dir": str(run_dir),
-                      "python": sys.executable}
+            values = {
+                "workload": format_workload(workload),
+                "step": str(int(step)),
+                "task": self.name,
+                "run_dir": str(run_dir),
+                "python": sys.executable,
+            }
             return [substitute(a, values) for a in self.command]
         return self.stress_ng_args(workload, stress_ng=stress_ng)
 
@@ -133,9 +140,7 @@ class Job:
         for t in self.tasks:
             if t.name == name:
                 return t
-        raise InputError(
-            f"unknown task '{name}'; the job has {', '.join(self.task_names)}", path=self.path
-        )
+        raise InputError(f"unknown task '{name}'; the job has {', '.join(self.task_names)}", path=self.path)
 
 
 @dataclass
@@ -176,9 +181,10 @@ class JobFile:
         seen: set[str] = set()
         if self.sync == "observe" and any(t.process is None for t in self.task):
             raise InputError(
-                "sync = \"observe\" needs every task to be a `process` (the application synchronises itself; "
+                'sync = "observe" needs every task to be a `process` (the application synchronises itself; '
                 "our worker runs stressors and commands under our barrier)",
-                path=path, field="sync",
+                path=path,
+                field="sync",
             )
         for i, t in enumerate(self.task):
             if t.name in seen:
@@ -204,7 +210,8 @@ class JobFile:
                 if t.ops_per_unit is not None:
                     raise InputError(
                         f"ops_per_unit applies to stressor tasks only; task '{t.name}' runs a {kinds[0]}",
-                        path=path, field=f"task[{i}].ops_per_unit",
+                        path=path,
+                        field=f"task[{i}].ops_per_unit",
                     )
                 if t.series is not None:
                     self._check_rows(t, i, path)
@@ -216,7 +223,9 @@ class JobFile:
                     field=f"task[{i}].ops_per_unit",
                 )
             if t.series is None:
-                raise InputError(f"task '{t.name}' needs a series = {{ file = ... }}", path=path, field=f"task[{i}].series")
+                raise InputError(
+                    f"task '{t.name}' needs a series = {{ file = ... }}", path=path, field=f"task[{i}].series"
+                )
             if t.stressor not in KNOWN_STRESSORS:
                 raise InputError(
                     f"unknown stress-ng stressor '{t.stressor}' in task '{t.name}' "
@@ -247,7 +256,9 @@ def load_job(path: str | Path) -> Job:
             name=t.name,
             stressor=t.stressor,
             ops_per_unit=t.ops_per_unit if t.ops_per_unit is not None else 1.0,
-            series=None if t.series is None else SeriesRef(
+            series=None
+            if t.series is None
+            else SeriesRef(
                 file=(path.parent / t.series.file).resolve(), first_row=t.series.first_row, last_row=t.series.last_row
             ),
             workers=t.workers if t.workers is not None else spec.workers,

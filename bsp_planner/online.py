@@ -69,7 +69,9 @@ class OnlineForecasts:
         self._observed = 0  # rows appended by observe()
 
     @classmethod
-    def seeded(cls, forecasters: list[Forecaster], histories: list[np.ndarray], horizon: int, label: str) -> OnlineForecasts:
+    def seeded(
+        cls, forecasters: list[Forecaster], histories: list[np.ndarray], horizon: int, label: str
+    ) -> OnlineForecasts:
         """From fitted forecasters and each task's history so far (1-D, workload scale, consecutive
         steps): what a live run builds from the job's history file, or from nothing but a few steps."""
         if len(forecasters) != len(histories):
@@ -182,7 +184,12 @@ def _learned_histories(name, job_series, start, horizon, *, base_dir, job, say) 
     out = []
     for p in ws.prepared:
         f, _how = obtain(
-            ws, name, p, model_root=DEFAULT_MODEL_ROOT, on_mismatch="retrain", save=False,
+            ws,
+            name,
+            p,
+            model_root=DEFAULT_MODEL_ROOT,
+            on_mismatch="retrain",
+            save=False,
             say=_prefixed(say, f"{p.task} · {name}: "),
         )
         seed = list(p.rows[: p.n_train + start])
@@ -200,7 +207,9 @@ def _prefixed(say, prefix: str):
     return inner
 
 
-def unseeded_online_forecasts(source: str, n_tasks: int, horizon: int, workload_range: tuple[float, float]) -> OnlineForecasts:
+def unseeded_online_forecasts(
+    source: str, n_tasks: int, horizon: int, workload_range: tuple[float, float]
+) -> OnlineForecasts:
     """Online forecasters for tasks with no history (a job whose workloads only its tasks know): each
     is seeded with the middle of `workload_range` for as many steps as it needs, so the first forecasts
     are that middle and every later one follows the workloads the tasks report. Forecasters that must

@@ -97,7 +97,7 @@ def _build(exp: Experiment) -> Scenario:
             if not lo - 1e-9 <= value <= hi + 1e-9:
                 raise InputError(
                     f"{value:g}m is outside the CPU range the profile measured [{lo:g}, {hi:g}] millicores; "
-                    "choose levels inside it or set out_of_grid = \"clamp\" or \"extrapolate\"",
+                    'choose levels inside it or set out_of_grid = "clamp" or "extrapolate"',
                     path=exp.path,
                     field=fname,
                 )
@@ -128,7 +128,9 @@ def _build(exp: Experiment) -> Scenario:
     if exp.true_profile:
         true_profile = load_profile(exp.true_profile_path)
         check_job_matches(true_profile.metadata, job, metadata_path(exp.true_profile_path))
-        true_dm = PerformanceModel(true_profile, job.task_names, exp.interpolation, exp.out_of_grid).at_levels(cpu.millicores)
+        true_dm = PerformanceModel(true_profile, job.task_names, exp.interpolation, exp.out_of_grid).at_levels(
+            cpu.millicores
+        )
     # What the tasks really take; the planner's own model (dm) predicts from the planning profile.
     actual = (true_dm or dm).durations(actual_w)
     planned_at_actual = actual if true_dm is None else dm.durations(actual_w)
@@ -160,7 +162,12 @@ def _build(exp: Experiment) -> Scenario:
         if mode == "perfect":
             # Perfect knowledge: the forecast made before step t is the truth. Frames never reach past
             # the last step, so the edge padding below is never read.
-            frames = [exp.forecast.horizon, exp.planner.horizon, exp.planner.dp_max_segment, exp.planner.optimum_max_segment]
+            frames = [
+                exp.forecast.horizon,
+                exp.planner.horizon,
+                exp.planner.dp_max_segment,
+                exp.planner.optimum_max_segment,
+            ]
             h = min(exp.steps, max(frames + _static_windows(exp.strategies)))
             scen.forecast_label[mode] = "perfect knowledge"
             fc = None
@@ -186,8 +193,9 @@ def _build(exp: Experiment) -> Scenario:
             if job_series is None:
                 raise InputError(
                     f"task(s) {', '.join(observed)} have no series, so there is nothing to forecast before the run: "
-                    "use modes = [\"perfect\"] with forecast.actual (a recorded trace), or online = true",
-                    path=exp.path, field="modes",
+                    'use modes = ["perfect"] with forecast.actual (a recorded trace), or online = true',
+                    path=exp.path,
+                    field="modes",
                 )
             fc, label = forecast_matrix(
                 exp.forecast.source, job_series, exp.start, exp.steps, exp.forecast.horizon, base_dir=exp.resolve(".")
@@ -241,7 +249,8 @@ def offline_strategies(strategies: list[str]) -> list[str]:
     from .planners import PLANNERS
 
     return [
-        s for s in strategies
+        s
+        for s in strategies
         if s not in BOUNDS and getattr(getattr(PLANNERS.get(s.partition(":")[0]), "__self__", None), "offline", False)
     ]
 

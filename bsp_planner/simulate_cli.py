@@ -102,7 +102,11 @@ def simulate(
     if true_profile is not None:
         flagged.append(("--true-profile", f"true_profile={true_profile.resolve()}"))
     exp = _experiment_with_flags(experiment if experiment is not None else experiment_opt, flagged)
-    if (exp.online or exp.learn) and strategies is None and not any(item.startswith("strategies=") for _, item in flagged):
+    if (
+        (exp.online or exp.learn)
+        and strategies is None
+        and not any(item.startswith("strategies=") for _, item in flagged)
+    ):
         _leave_out_offline_strategies(console, exp)
     check_strategies(exp.strategies, exp)
     check_jobs(jobs)

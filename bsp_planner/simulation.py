@@ -61,7 +61,11 @@ def step_times(actual: np.ndarray, levels: np.ndarray) -> np.ndarray:
 
 
 def simulate(
-    planner: Planner, ctx: PlanningContext, actual: np.ndarray, mode: str = "perfect", workloads: np.ndarray | None = None
+    planner: Planner,
+    ctx: PlanningContext,
+    actual: np.ndarray,
+    mode: str = "perfect",
+    workloads: np.ndarray | None = None,
 ) -> StrategyResult:
     """Run one planner over every step. actual: (tasks, levels, steps) true durations; workloads:
     (tasks, steps) the workloads they were computed at (only reported, never planned on; None: zeros).

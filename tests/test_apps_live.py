@@ -3,7 +3,7 @@ ZooKeeper with real cgroup quotas: each rank one long-running process joined thr
 our barrier and in observe mode (its own synchronisation only). The workloads the run records are the
 particle counts the ranks report, which are deterministic: they must be exactly the serial run's. The kernel
 command tasks (kernel-3) report the workload they ran. The particles job has no series: the run plans online
-(`--online`), from what the ranks have reported. """
+(`--online`), from what the ranks have reported."""
 
 from __future__ import annotations
 
@@ -88,8 +88,13 @@ def test_the_kernel_3_command_tasks_run_live_and_report_the_workload_they_ran(tm
         argv = [sys.executable, *t["command"][1:]]  # this test's Python, whatever is first on PATH
         series = data_dir() / "jobs" / t["series"]["file"]
         rows = ", ".join(f"{k} = {v}" for k, v in t["series"].items() if k != "file")
-        lines += ["", "[[task]]", f'name = "{t["name"]}"', f"command = {json.dumps(argv)}",
-                  f'series = {{ file = "{series.resolve()}", {rows} }}']
+        lines += [
+            "",
+            "[[task]]",
+            f'name = "{t["name"]}"',
+            f"command = {json.dumps(argv)}",
+            f'series = {{ file = "{series.resolve()}", {rows} }}',
+        ]
     (folder / "job.toml").write_text("\n".join(lines) + "\n")
     shutil.copy(data_dir() / "profiles" / "kernel-3" / "profile.csv", folder / "profile.csv")
     exp = tomllib.loads((data_dir() / "experiments" / "kernel-3.toml").read_text())
@@ -97,9 +102,9 @@ def test_the_kernel_3_command_tasks_run_live_and_report_the_workload_they_ran(tm
     (folder / "exp.toml").write_text(
         'job = "job.toml"\nprofile = "profile.csv"\ninterpolation = "linear"\nworkload_range = [10, 50]\n'
         f'steps = 3\npenalty_s = {exp["penalty_s"]}\nmodes = ["perfect"]\nstrategies = ["mpc"]\noutput = "out"\n\n'
-        f'[cpu]\nbudget_millicores = {c["budget_millicores"]}\nmin_millicores = {c["min_millicores"]}\n'
-        f'step_millicores = {c["step_millicores"]}\nmax_millicores = {c["max_millicores"]}\n\n'
-        '[planner]\nhorizon = 3\ndp_max_segment = 3\n\n[forecast]\nhorizon = 3\n'
+        f"[cpu]\nbudget_millicores = {c['budget_millicores']}\nmin_millicores = {c['min_millicores']}\n"
+        f"step_millicores = {c['step_millicores']}\nmax_millicores = {c['max_millicores']}\n\n"
+        "[planner]\nhorizon = 3\ndp_max_segment = 3\n\n[forecast]\nhorizon = 3\n"
     )
     coord = Coordinator(
         settings(folder / "exp.toml", zk_server, creds_file, reconfigure="in-place", planner="mpc"),

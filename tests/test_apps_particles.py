@@ -79,9 +79,24 @@ def _env():
 
 def _start_rank(rank, ranks, folder, reports, *, particles=3000, steps=6, extra=()):
     args = [
-        sys.executable, "-m", "bsp_planner.apps.particles", "--rank", str(rank), "--ranks", str(ranks),
-        "--particles", str(particles), "--steps", str(steps), "--seed", "5", "--exchange-dir", str(folder),
-        "--reports", str(reports), *extra,
+        sys.executable,
+        "-m",
+        "bsp_planner.apps.particles",
+        "--rank",
+        str(rank),
+        "--ranks",
+        str(ranks),
+        "--particles",
+        str(particles),
+        "--steps",
+        str(steps),
+        "--seed",
+        "5",
+        "--exchange-dir",
+        str(folder),
+        "--reports",
+        str(reports),
+        *extra,
     ]
     return subprocess.Popen(args, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -103,7 +118,9 @@ def test_three_rank_processes_run_standalone_and_match_the_serial_run(tmp_path):
     for r in range(3):
         timings = _reports(tmp_path / f"t{r}.jsonl")
         assert [x["step"] for x in timings] == list(range(6))
-        assert all(x["compute_s"] > 0 and x["enter_s"] >= 0 and x["leave_s"] >= 0 and x["exchange_s"] >= 0 for x in timings)
+        assert all(
+            x["compute_s"] > 0 and x["enter_s"] >= 0 and x["leave_s"] >= 0 and x["exchange_s"] >= 0 for x in timings
+        )
     for r in range(3):
         reports = _reports(tmp_path / f"r{r}.jsonl")
         assert [x["step"] for x in reports] == list(range(6))
@@ -142,8 +159,13 @@ def test_a_missing_neighbour_is_a_timeout_naming_the_rank_and_step(tmp_path):
 )
 def test_bad_arguments_exit_2_with_the_option_named(args, message, tmp_path):
     p = subprocess.run(
-        [sys.executable, "-m", "bsp_planner.apps.particles", *args], env=_env(), cwd=tmp_path,
-        capture_output=True, text=True, timeout=60, check=False,
+        [sys.executable, "-m", "bsp_planner.apps.particles", *args],
+        env=_env(),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert p.returncode == 2
     assert message in p.stderr
@@ -199,10 +221,28 @@ def test_profiling_a_rank_under_real_cpu_quotas_writes_a_profile_where_less_cpu_
     job = data_dir() / "jobs" / "particles-3.toml"
     out = tmp_path / "prof" / "profile.csv"
     p = subprocess.run(
-        [sys.executable, "-m", "bsp_planner.apps.particles.profile_rank", "--job", str(job), "--out", str(out),
-         "--cpu", "200,1000", "--workloads", "1000,6000", "--measure-steps", "3",
-         "--cgroup-prefix", f"bsp-planner-test-{os.getpid()}"],
-        env=_env(), capture_output=True, text=True, timeout=300, check=False,
+        [
+            sys.executable,
+            "-m",
+            "bsp_planner.apps.particles.profile_rank",
+            "--job",
+            str(job),
+            "--out",
+            str(out),
+            "--cpu",
+            "200,1000",
+            "--workloads",
+            "1000,6000",
+            "--measure-steps",
+            "3",
+            "--cgroup-prefix",
+            f"bsp-planner-test-{os.getpid()}",
+        ],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
     )
     assert p.returncode == 0, p.stderr
     profile = load_profile(out)

@@ -119,7 +119,7 @@ def test_a_task_must_say_what_it_runs(tmp_path, task, expected):
 # -- workload reports ------------------------------------------------------------------------------------
 def test_a_reported_workload_is_the_last_json_line_and_bad_ones_are_refused():
     what = "task a step 3: its command"
-    assert parse_workload_report(b"hello\n{\"workload\": 4}\nbye\n", what) == {"workload": 4.0}
+    assert parse_workload_report(b'hello\n{"workload": 4}\nbye\n', what) == {"workload": 4.0}
     assert parse_workload_report(b'{"workload": 1}\n{"workload": 2, "next_workload": 3}\n', what) == {
         "workload": 2.0,
         "next_workload": 3.0,
@@ -175,7 +175,9 @@ def test_command_tasks_run_every_step_under_their_quota_and_report_their_workloa
         ("nan", "task b step 1: its command reported workload nan"),
     ],
 )
-def test_a_failing_command_stops_the_run_naming_task_and_step_and_it_resumes(tmp_path, zk_server, creds_file, fault, expected):
+def test_a_failing_command_stops_the_run_naming_task_and_step_and_it_resumes(
+    tmp_path, zk_server, creds_file, fault, expected
+):
     exp, control = command_experiment(tmp_path / "exp", steps=3)
     (control / f"{fault}-b-1").touch()
     with pytest.raises(RunFailed) as info:
@@ -211,7 +213,9 @@ def test_a_hanging_command_is_a_step_timeout_naming_the_task(tmp_path, zk_server
 @pytest.mark.usefixtures("reap_runs")
 @needs_tasks
 @pytest.mark.parametrize("problem", ["missing", "not executable"])
-def test_a_missing_or_not_executable_program_is_refused_before_anything_starts(tmp_path, zk_server, creds_file, problem):
+def test_a_missing_or_not_executable_program_is_refused_before_anything_starts(
+    tmp_path, zk_server, creds_file, problem
+):
     exp, control = command_experiment(tmp_path / "exp", steps=2)
     kernel = tmp_path / "exp" / "kernel.py"
     if problem == "missing":
@@ -237,7 +241,9 @@ def test_profile_run_times_a_command_task_as_a_stressor(tmp_path):
     job = load_job(tmp_path / "job.toml")
     out = tmp_path / "measured.csv"
     with LocalBackend(prefix=PREFIX) as backend:
-        report = run_grid(job, out, Grid((500.0, 1000.0), (10.0, 20.0), 1), backend, tasks=["a"], timeout_s=60, progress=False)
+        report = run_grid(
+            job, out, Grid((500.0, 1000.0), (10.0, 20.0), 1), backend, tasks=["a"], timeout_s=60, progress=False
+        )
     rows = out.read_text().splitlines()
     assert rows[0].startswith("task,workload,cpu_millicores,duration_s")
     assert len(rows) == 1 + 4 and all(r.startswith("a,") for r in rows[1:]), rows

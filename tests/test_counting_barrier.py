@@ -37,7 +37,9 @@ def prepare(coord: Z.ZkSession, root: str, t_steps: int, names: list[str]) -> Z.
     paths = Z.RunPaths(root)
     coord.ensure_path(paths.barriers)
     for t in range(t_steps):
-        assert not any(isinstance(r, Exception) for r in coord.commit(CountingBarrier(coord, paths, t, names).setup_ops()))
+        assert not any(
+            isinstance(r, Exception) for r in coord.commit(CountingBarrier(coord, paths, t, names).setup_ops())
+        )
     return paths
 
 

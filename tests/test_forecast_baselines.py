@@ -49,7 +49,9 @@ def test_weekly_seasonal_naive_is_exact_on_a_pure_weekly_pattern_where_the_daily
 
 def test_seasonal_naive_season_setting_week_and_steps():
     x = weekly_pattern(6 * WEEK)
-    by_week = SeasonalNaiveForecaster(horizon=H, period=DAY, settings=SeasonalNaiveSettings.from_dict({"season": "week"})).fit(x)
+    by_week = SeasonalNaiveForecaster(
+        horizon=H, period=DAY, settings=SeasonalNaiveSettings.from_dict({"season": "week"})
+    ).fit(x)
     by_steps = SeasonalNaiveForecaster(
         horizon=H, period=DAY, settings=SeasonalNaiveSettings.from_dict({"season": str(WEEK)})
     ).fit(x)

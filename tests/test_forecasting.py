@@ -29,12 +29,16 @@ def seasonal_series(n: int = 480, period: int = PERIOD, seed: int = 0, noise: fl
     return 30 + 12 * np.sin(2 * np.pi * t / period) + noise * rng.standard_normal(n)
 
 
-def task_series(values: np.ndarray, interval_s: int = 7200, name: str = "t", drop: list[int] | None = None) -> TaskSeries:
+def task_series(
+    values: np.ndarray, interval_s: int = 7200, name: str = "t", drop: list[int] | None = None
+) -> TaskSeries:
     stamps = np.datetime64("2024-01-01T00:00:00", "s") + np.arange(len(values)) * np.timedelta64(interval_s, "s")
     if drop:
         keep = np.setdiff1d(np.arange(len(values)), drop)
         stamps, values = stamps[keep], values[keep]
-    return TaskSeries(task=name, timestamps=stamps, values=np.asarray(values, float), source=Path("synthetic.csv"), first_row=0)
+    return TaskSeries(
+        task=name, timestamps=stamps, values=np.asarray(values, float), source=Path("synthetic.csv"), first_row=0
+    )
 
 
 def write_series_csv(path: Path, values, interval_s: int = 7200, start: str = "2024-01-01T00:00:00") -> Path:

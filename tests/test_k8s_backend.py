@@ -32,13 +32,28 @@ from bsp_planner.testing.fake_apiserver import FakeApiServer, rules_from_manifes
 from test_k8s_manifests import NODE_READER, load_all, render_base
 
 NS = "bsp-planner"
-ARGS = ("worker", "--zookeeper", "127.0.0.1:2181", "--root", "/bsp-planner/runs/r1", "--task", "{t}",
-        "--incarnation", "0", "--stress-ng", "/usr/local/bin/stress-ng", "--session-timeout", "10")
+ARGS = (
+    "worker",
+    "--zookeeper",
+    "127.0.0.1:2181",
+    "--root",
+    "/bsp-planner/runs/r1",
+    "--task",
+    "{t}",
+    "--incarnation",
+    "0",
+    "--stress-ng",
+    "/usr/local/bin/stress-ng",
+    "--session-timeout",
+    "10",
+)
 
 
 def launch(task: str, incarnation: int = 0, env: dict | None = None) -> WorkerLaunch:
     args = tuple(a.format(t=task) for a in ARGS)
-    return WorkerLaunch(task, args, env if env is not None else {"BSP_PLANNER_ZK_AUTH": "bsp-planner:s3cret"}, incarnation)
+    return WorkerLaunch(
+        task, args, env if env is not None else {"BSP_PLANNER_ZK_AUTH": "bsp-planner:s3cret"}, incarnation
+    )
 
 
 def backend(api: FakeApiServer, **kw) -> KubernetesBackend:
@@ -93,8 +108,10 @@ def test_credentials_come_from_a_secret_when_one_is_named(api):
     b = backend(api, zk_auth_secret="bsp-planner-zk-auth")
     b.start_task(launch("affinity"), 500)
     env = {e["name"]: e for e in worker(api, b, "affinity")["spec"]["containers"][0]["env"]}
-    assert env["BSP_PLANNER_ZK_AUTH"] == {"name": "BSP_PLANNER_ZK_AUTH",
-                                          "valueFrom": {"secretKeyRef": {"name": "bsp-planner-zk-auth", "key": "auth"}}}
+    assert env["BSP_PLANNER_ZK_AUTH"] == {
+        "name": "BSP_PLANNER_ZK_AUTH",
+        "valueFrom": {"secretKeyRef": {"name": "bsp-planner-zk-auth", "key": "auth"}},
+    }
     assert "s3cret" not in str(api.pods(NS))
     assert b.warnings == []
 
@@ -289,12 +306,24 @@ def test_the_image_defaults_to_the_coordinators_own(api, monkeypatch):
 
 
 def test_settings_come_from_the_environment_of_the_coordinator_job(api, monkeypatch):
-    for k, v in {"NAMESPACE": "elsewhere", "RECONFIGURE": "recreate", "WORKER_ZOOKEEPER": "zookeeper:2181",
-                 "ZK_AUTH_SECRET": "s", "PENDING_TIMEOUT": "7", "NODE_SELECTOR": "pool=bsp"}.items():
+    for k, v in {
+        "NAMESPACE": "elsewhere",
+        "RECONFIGURE": "recreate",
+        "WORKER_ZOOKEEPER": "zookeeper:2181",
+        "ZK_AUTH_SECRET": "s",
+        "PENDING_TIMEOUT": "7",
+        "NODE_SELECTOR": "pool=bsp",
+    }.items():
         monkeypatch.setenv(f"BSP_PLANNER_K8S_{k}", v)
     b = KubernetesBackend("r1", kubeconfig=api.kubeconfig, image="i")
     assert (b.namespace, b.mode, b.worker_zk_hosts, b.zk_auth_secret, b.pending_timeout_s, b.node_selector) == (
-        "elsewhere", "recreate", "zookeeper:2181", "s", 7.0, {"pool": "bsp"})
+        "elsewhere",
+        "recreate",
+        "zookeeper:2181",
+        "s",
+        7.0,
+        {"pool": "bsp"},
+    )
     monkeypatch.setenv("BSP_PLANNER_K8S_NODE_SELECTOR", "nonsense")
     with pytest.raises(InputError, match="key=value"):
         KubernetesBackend("r1", kubeconfig=api.kubeconfig, image="i")
@@ -342,16 +371,25 @@ def test_the_role_in_jobs_k8s_grants_every_call_the_backend_makes_and_nothing_it
 
 
 def test_make_backend_builds_it_from_a_kubeconfig(api, tmp_path, monkeypatch):
-    cfg = {"apiVersion": "v1", "kind": "Config", "current-context": "fake",
-           "clusters": [{"name": "fake", "cluster": {"server": api.url}}],
-           "users": [{"name": "u", "user": {"token": "t"}}],
-           "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "u", "namespace": NS}}]}
+    cfg = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "current-context": "fake",
+        "clusters": [{"name": "fake", "cluster": {"server": api.url}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "u", "namespace": NS}}],
+    }
     path = tmp_path / "kubeconfig"
     path.write_text(yaml.safe_dump(cfg))
     monkeypatch.setenv("KUBECONFIG", str(path))
     monkeypatch.setenv("BSP_PLANNER_IMAGE", "bsp-planner:dev")
-    b = make_backend("kubernetes", run_id="live-20261121-101500-ab12", log_dir=tmp_path / "logs",
-                     stress_ng="stress-ng", cgroup_prefix="bsp-planner")
+    b = make_backend(
+        "kubernetes",
+        run_id="live-20261121-101500-ab12",
+        log_dir=tmp_path / "logs",
+        stress_ng="stress-ng",
+        cgroup_prefix="bsp-planner",
+    )
     assert isinstance(b, KubernetesBackend) and b.namespace == NS
     assert "context fake" in b.info()["kubernetes"]["where"]
     b.start_task(launch("affinity"), 250)
@@ -379,10 +417,18 @@ def _unreachable_kubeconfig(tmp_path) -> tuple[str, Path]:
 
     url = f"http://127.0.0.1:{free_port()}"
     kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "gone",
-        "clusters": [{"name": "gone", "cluster": {"server": url}}], "users": [{"name": "u", "user": {"token": "t"}}],
-        "contexts": [{"name": "gone", "context": {"cluster": "gone", "user": "u"}}]}))
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "gone",
+                "clusters": [{"name": "gone", "cluster": {"server": url}}],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [{"name": "gone", "context": {"cluster": "gone", "user": "u"}}],
+            }
+        )
+    )
     return url, kubeconfig
 
 

@@ -49,7 +49,9 @@ def test_a_wrong_profile_converges_and_the_plan_catches_up(tmp_path, synthetic_p
     learned = build_scenario(
         load_experiment(write_experiment(tmp_path, wrong, learn=True, true_profile=str(synthetic_profile), **common))
     )
-    blind = build_scenario(load_experiment(write_experiment(tmp_path, wrong, true_profile=str(synthetic_profile), **common)))
+    blind = build_scenario(
+        load_experiment(write_experiment(tmp_path, wrong, true_profile=str(synthetic_profile), **common))
+    )
     assert np.array_equal(learned.actual, truth.actual), "the simulated tasks follow the true profile"
     r = run_strategy(learned, "mpc", mode)
     err = errors_by_step(r)
@@ -78,9 +80,9 @@ def test_learning_record_reports_before_and_after(tmp_path, synthetic_profile):
     )
     r = run_strategy(build_scenario(exp), "static:2", "perfect")
     first = r.notes["learning"][0]
-    assert np.array_equal(first["predicted_before_s"] / first["measured_s"], [FACTORS[t] for t in THESIS_TASKS]) or np.allclose(
-        first["predicted_before_s"] / first["measured_s"], [FACTORS[t] for t in THESIS_TASKS], rtol=1e-9
-    )
+    assert np.array_equal(
+        first["predicted_before_s"] / first["measured_s"], [FACTORS[t] for t in THESIS_TASKS]
+    ) or np.allclose(first["predicted_before_s"] / first["measured_s"], [FACTORS[t] for t in THESIS_TASKS], rtol=1e-9)
     # one measurement moves every task's prediction towards it, not past it
     before = np.log(first["predicted_before_s"] / first["measured_s"])
     after = np.log(first["predicted_after_s"] / first["measured_s"])
@@ -169,7 +171,9 @@ def test_an_absurd_measurement_stops_a_learning_run_naming_task_and_step(tmp_pat
 
 def test_learning_settings_are_checked_by_the_settings_loader(tmp_path, synthetic_profile, monkeypatch, capsys):
     exp = write_experiment(tmp_path, synthetic_profile, steps=5)
-    monkeypatch.setattr(sys, "argv", ["bsp-planner", "simulate", str(exp), "-q", "--learn", "--set", "learning.max_ratio=1"])
+    monkeypatch.setattr(
+        sys, "argv", ["bsp-planner", "simulate", str(exp), "-q", "--learn", "--set", "learning.max_ratio=1"]
+    )
     with pytest.raises(SystemExit) as done:
         cli.main()
     err = " ".join(capsys.readouterr().err.split())

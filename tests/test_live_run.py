@@ -76,7 +76,14 @@ def test_a_live_run_carries_out_the_plan_and_logs_every_step(tmp_path, zk_server
     sm = json.loads((run_dir / "summary.json").read_text())
     assert sm["same_plan_as_simulated"] and sm["steps_done"] == 5
     assert [row["strategy"] for row in sm["rows"]] == ["floor", "mpc (simulated)", "mpc (live)"]
-    assert set(sm["rows"][0]) >= {"compute_s", "checkpoints", "checkpoint_s", "total_s", "vs_floor_pct", "mean_decision_ms"}
+    assert set(sm["rows"][0]) >= {
+        "compute_s",
+        "checkpoints",
+        "checkpoint_s",
+        "total_s",
+        "vs_floor_pct",
+        "mean_decision_ms",
+    }
     for name in ("summary.md", "summary.csv", "chart.png", "run.json", "logs/a.log"):
         assert (run_dir / name).is_file(), name
     assert json.loads((run_dir / "run.json").read_text())["status"] == "finished"
@@ -198,10 +205,14 @@ def test_zookeeper_gone_too_long_stops_the_run_cleanly_and_it_resumes(tmp_path, 
     done = len((run_dir / "steps.jsonl").read_text().splitlines())
     assert done == 2
     own_zk.start()
-    result = coordinator(tmp_path, exp, own_zk, creds_file, "zkgone", resume=True, session_timeout_s=4.0, zk_wait_s=10.0).run()
+    result = coordinator(
+        tmp_path, exp, own_zk, creds_file, "zkgone", resume=True, session_timeout_s=4.0, zk_wait_s=10.0
+    ).run()
     assert result.status == "finished"
     records = check_log(run_dir, 5)
-    assert records[done]["step"] == done and json.loads((run_dir / "summary.json").read_text())["same_plan_as_simulated"]
+    assert (
+        records[done]["step"] == done and json.loads((run_dir / "summary.json").read_text())["same_plan_as_simulated"]
+    )
     assert_nothing_left("zkgone")
 
 
@@ -294,12 +305,16 @@ def test_bad_inputs_are_clear_errors(tmp_path, zk_server, creds_file):
     runs = ["--runs-dir", str(tmp_path / "runs"), "--cgroup-prefix", PREFIX, "--zk-auth-file", str(creds_file)]
     # ZooKeeper unreachable: an error after the bounded wait, and no run folder left
     t0 = time.monotonic()
-    out = cli("run", "-e", str(exp), "--zookeeper", f"127.0.0.1:{free_port()}", "--zk-wait", "1.5", "--run-id", "nozk", *runs)
+    out = cli(
+        "run", "-e", str(exp), "--zookeeper", f"127.0.0.1:{free_port()}", "--zk-wait", "1.5", "--run-id", "nozk", *runs
+    )
     assert out.returncode == 2 and "cannot reach ZooKeeper" in out.stderr and "bsp-planner zk start" in out.stderr
     assert time.monotonic() - t0 < 30 and not (tmp_path / "runs" / "nozk").exists()
     # more CPU than the machine has
     too_much = machine_millicores() + 1000
-    out = cli("run", "-e", str(exp), "--zookeeper", zk_server.hosts, "--set", f"cpu.budget_millicores={too_much:g}", *runs)
+    out = cli(
+        "run", "-e", str(exp), "--zookeeper", zk_server.hosts, "--set", f"cpu.budget_millicores={too_much:g}", *runs
+    )
     assert out.returncode == 2 and "exceeds this machine" in out.stderr and "cpu.budget_millicores" in out.stderr
     # no stress-ng
     out = cli("run", "-e", str(exp), "--zookeeper", zk_server.hosts, "--stress-ng", "/nonexistent/stress-ng", *runs)
@@ -351,7 +366,9 @@ def test_no_permission_to_create_cgroups_says_what_is_needed(tmp_path, zk_server
 
     exp = tiny_experiment(tmp_path / "exp", steps=3)
     # sysfs refuses mkdir even to root: what an unprivileged user meets under /sys/fs/cgroup
-    backend = LocalBackend("noperm", tmp_path / "logs", cgroup_prefix=PREFIX, hierarchy=Hierarchy(1, Path("/sys/kernel")))
+    backend = LocalBackend(
+        "noperm", tmp_path / "logs", cgroup_prefix=PREFIX, hierarchy=Hierarchy(1, Path("/sys/kernel"))
+    )
     coord = Coordinator(settings(exp, zk_server, creds_file), "noperm", tmp_path / "runs", backend=backend)
     with pytest.raises(CgroupUnavailable, match=r"run as root .*delegate a subtree"):
         coord.run()

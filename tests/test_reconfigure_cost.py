@@ -33,8 +33,11 @@ def test_a_run_plans_with_the_cost_of_its_method_and_reports_each_reconfiguratio
 ):
     exp = tiny_experiment(tmp_path / "exp", steps=4, penalty=0.0)
     run_id = f"cost-{how}-{len(overrides)}"
-    coord = Coordinator(settings(exp, zk_server, creds_file, planner="static:1", reconfigure=how, overrides=overrides),
-                        run_id, tmp_path / "runs")
+    coord = Coordinator(
+        settings(exp, zk_server, creds_file, planner="static:1", reconfigure=how, overrides=overrides),
+        run_id,
+        tmp_path / "runs",
+    )
     result = coord.run()
     assert result.status == "finished"
     meta = json.loads((result.run_dir / "run.json").read_text())

@@ -147,7 +147,9 @@ def test_two_runs_started_with_one_id_at_the_same_moment_one_is_refused_and_the_
     assert_nothing_left("twin")
 
 
-def test_a_second_coordinator_of_a_running_run_on_another_machine_is_refused_by_zookeeper(tmp_path, zk_server, creds_file):
+def test_a_second_coordinator_of_a_running_run_on_another_machine_is_refused_by_zookeeper(
+    tmp_path, zk_server, creds_file
+):
     """Two run folders (two machines), one ZooKeeper root: the second sees the run's root and its live
     coordinator, says so, and leaves the first alone."""
     exp = tiny_experiment(tmp_path / "exp", steps=4)
@@ -157,7 +159,9 @@ def test_a_second_coordinator_of_a_running_run_on_another_machine_is_refused_by_
     th, out = in_thread(first)
     gate.wait_held(3, alive=th.is_alive)
     second = coordinator(tmp_path, exp, zk_server, creds_file, "shared", runs="other-machine")
-    with pytest.raises(InputError, match=rf"already holds run 'shared', coordinated now by pid {os.getpid()}.*--resume shared"):
+    with pytest.raises(
+        InputError, match=rf"already holds run 'shared', coordinated now by pid {os.getpid()}.*--resume shared"
+    ):
         second.run()
     assert not (tmp_path / "other-machine" / "shared").exists()
     gate.release(3)
@@ -269,7 +273,9 @@ def test_a_step_past_the_step_timeout_fails_with_the_resume_hint_and_resumes(tmp
     with pytest.raises(RunFailed) as info:
         coord.run()
     message = str(info.value)
-    assert "step 0 did not finish within 2 s (the step timeout: --step-timeout): task a did not report step 0" in message
+    assert (
+        "step 0 did not finish within 2 s (the step timeout: --step-timeout): task a did not report step 0" in message
+    )
     assert "the run stopped before its first step" in message and "--resume slowstep" in message
     run_dir = tmp_path / "runs" / "slowstep"
     assert json.loads((run_dir / "run.json").read_text())["status"] == "failed"
@@ -283,8 +289,12 @@ def test_a_bad_step_timeout_is_refused(tmp_path, zk_server, creds_file):
     exp = tiny_experiment(tmp_path / "exp", steps=3)
     for value in ("0", "nan", "-5"):
         out = subprocess.run(
-            cli_args(tmp_path / "runs", zk_server, "-e", str(exp), "--zk-auth-file", str(creds_file), "--step-timeout", value),
-            capture_output=True, text=True, timeout=120,
+            cli_args(
+                tmp_path / "runs", zk_server, "-e", str(exp), "--zk-auth-file", str(creds_file), "--step-timeout", value
+            ),
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
         assert (
             out.returncode == 2

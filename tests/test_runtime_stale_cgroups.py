@@ -58,7 +58,10 @@ def test_a_killed_profilers_cgroup_is_removed_by_the_next_profile_run(tmp_path):
         assert backend.stale_removed == [f"{prefix}/{left[0]}"]
         assert not group.path.exists()
         for pid in inside:
-            assert not os.path.exists(f"/proc/{pid}") or "Z" in open(f"/proc/{pid}/status").read().split("State:")[1].split()[0]
+            assert (
+                not os.path.exists(f"/proc/{pid}")
+                or "Z" in open(f"/proc/{pid}/status").read().split("State:")[1].split()[0]
+            )
         assert live.path.is_dir(), "a group whose profiler still runs is not touched"
     finally:
         profiler.kill()

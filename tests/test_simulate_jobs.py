@@ -48,7 +48,9 @@ def _rows_without_timings(path):
 def test_cli_jobs_writes_the_same_comparison(tmp_path, synthetic_profile, monkeypatch, capsys):
     exp = write_experiment(tmp_path, synthetic_profile)
     for jobs, out in (("1", "one"), ("2", "two")):
-        code, _, err = run_cli(["simulate", str(exp), "-q", "--jobs", jobs, "--out", str(tmp_path / out)], monkeypatch, capsys)
+        code, _, err = run_cli(
+            ["simulate", str(exp), "-q", "--jobs", jobs, "--out", str(tmp_path / out)], monkeypatch, capsys
+        )
         assert code == 0, err
     for name in ("comparison.csv", "steps.csv"):
         one, two = _rows_without_timings(tmp_path / "one" / name), _rows_without_timings(tmp_path / "two" / name)

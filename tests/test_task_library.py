@@ -45,7 +45,9 @@ def process_experiment(folder: Path, steps: int = 4, sync: str = "barrier", pena
     extra = ', "--self-sync"' if sync == "observe" else ""
     rows = ((0, 1998), (1999, 3997), (0, 1998))
     tasks = "".join(
-        TASK.format(name=n, python=sys.executable, control=control, extra=extra, data=DATA / "datasets", first=f, last=la)
+        TASK.format(
+            name=n, python=sys.executable, control=control, extra=extra, data=DATA / "datasets", first=f, last=la
+        )
         for n, (f, la) in zip("abc", rows, strict=True)
     )
     (folder / "job.toml").write_text(f'name = "app"\nsync = "{sync}"\n' + tasks)
@@ -101,7 +103,7 @@ def test_a_job_may_observe_only_process_tasks(tmp_path):
     process_experiment(tmp_path, sync="observe")
     job = load_job(tmp_path / "job.toml")
     assert job.sync == "observe" and all(t.kind == "process" for t in job.tasks)
-    text = (tmp_path / "job.toml").read_text().replace('process = [', 'command = [', 1)
+    text = (tmp_path / "job.toml").read_text().replace("process = [", "command = [", 1)
     (tmp_path / "job.toml").write_text(text)
     with pytest.raises(InputError, match="needs every task to be a `process`"):
         load_job(tmp_path / "job.toml")
@@ -115,8 +117,13 @@ def test_a_task_of_another_run_or_without_its_credentials_is_refused(tmp_path, z
     try:
         s.create(root, Z.run_value("run1", "app", [{"name": "a", "process": ["x"], "workers": 1}], (10, 50), 3))
         s.create(Z.RunPaths(root).members)
-        env = {"BSP_RUN_ID": "run1", "BSP_TASK": "a", "BSP_ZOOKEEPER": zk_server.hosts, "BSP_ZK_ROOT": root,
-               "BSP_ZK_AUTH": f"{creds.user}:{creds.password}"}
+        env = {
+            "BSP_RUN_ID": "run1",
+            "BSP_TASK": "a",
+            "BSP_ZOOKEEPER": zk_server.hosts,
+            "BSP_ZK_ROOT": root,
+            "BSP_ZK_AUTH": f"{creds.user}:{creds.password}",
+        }
         with pytest.raises(task.TaskJoinError, match="holds run 'run1', not 'run2': this task does not belong to it"):
             task.join({**env, "BSP_RUN_ID": "run2"})
         with pytest.raises(task.TaskJoinError, match="run run1 has no task 'z'"):
@@ -135,7 +142,9 @@ def test_a_task_of_another_run_or_without_its_credentials_is_refused(tmp_path, z
 @pytest.mark.usefixtures("reap_runs")
 @needs_tasks
 @pytest.mark.parametrize("sync", ["barrier", "observe"])
-def test_process_tasks_run_the_whole_run_in_one_process_each_with_cpu_changed_in_place(tmp_path, zk_server, creds_file, sync):
+def test_process_tasks_run_the_whole_run_in_one_process_each_with_cpu_changed_in_place(
+    tmp_path, zk_server, creds_file, sync
+):
     exp, control = process_experiment(tmp_path / "exp", steps=5, sync=sync, penalty=0.0)
     coord = coordinator(tmp_path, exp, zk_server, creds_file, f"proc{sync}", planner="static:1")
     quotas: dict[int, dict] = {}
@@ -180,7 +189,9 @@ def test_process_tasks_run_the_whole_run_in_one_process_each_with_cpu_changed_in
         ("nan", "task b step 1 reported workload nan"),
     ],
 )
-def test_a_process_fault_stops_the_run_naming_task_and_step_and_it_resumes(tmp_path, zk_server, creds_file, fault, expected):
+def test_a_process_fault_stops_the_run_naming_task_and_step_and_it_resumes(
+    tmp_path, zk_server, creds_file, fault, expected
+):
     exp, control = process_experiment(tmp_path / "exp", steps=3)
     (control / f"{fault}-b-1").touch()
     run_id = f"pf{fault}"
@@ -214,7 +225,10 @@ def test_a_job_without_series_runs_online_from_the_workloads_its_processes_repor
     exp, control = process_experiment(tmp_path / "exp", steps=5, sync="observe")
     job = tmp_path / "exp" / "job.toml"
     job.write_text("\n".join(line for line in job.read_text().splitlines() if not line.startswith("series")) + "\n")
-    kw = dict(mode="forecast", overrides=["online=true", "learn=true", "forecast.source=persistence", "learning.max_ratio=1000"])
+    kw = dict(
+        mode="forecast",
+        overrides=["online=true", "learn=true", "forecast.source=persistence", "learning.max_ratio=1000"],
+    )
     with pytest.raises(InputError, match="task 'a' has no series"):  # offline, there is nothing to plan from
         coordinator(tmp_path, exp, zk_server, creds_file, "noseries-off").run()
     result = coordinator(tmp_path, exp, zk_server, creds_file, "noseries", **kw).run()

@@ -75,7 +75,9 @@ class Allocator(ABC):
         max_level: (tasks,) highest allowed level index per task; budget_steps: CPU steps above every
         task's minimum. Returns level indices (B, tasks)."""
 
-    def allocate(self, durations: np.ndarray, weights: np.ndarray, max_level: np.ndarray, budget_steps: int) -> np.ndarray:
+    def allocate(
+        self, durations: np.ndarray, weights: np.ndarray, max_level: np.ndarray, budget_steps: int
+    ) -> np.ndarray:
         """One frame: durations (tasks, levels, k), weights (k,) -> level indices (tasks,)."""
         levels: np.ndarray = self.allocate_batch(durations[None], np.asarray(weights)[None], max_level, budget_steps)[0]
         return levels

@@ -189,6 +189,7 @@ def proportional_floor(d: np.ndarray, max_level: np.ndarray, budget: int, floor_
     greedy and small moves cannot cross): every step aims at the same multiple a of its own floor,
     each task takes the fewest levels that reach a x floor_k at all its steps, and a is the smallest
     multiple (bisection) whose levels fit the budget."""
+
     def levels_for(a: float) -> np.ndarray:
         levels: np.ndarray = (d > a * floor_k[None, None, :]).sum(axis=1).max(axis=1)  # (n,)
         return levels
@@ -239,8 +240,9 @@ def _moves(
 _MOVES: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
 
-def local_search(d: np.ndarray, w: np.ndarray, levels: np.ndarray, max_level: np.ndarray, budget: int,
-                 max_rounds: int = 200) -> tuple[np.ndarray, float]:
+def local_search(
+    d: np.ndarray, w: np.ndarray, levels: np.ndarray, max_level: np.ndarray, budget: int, max_rounds: int = 200
+) -> tuple[np.ndarray, float]:
     """Improve a configuration by moving CPU steps between two tasks (or from unused budget) while the
     frame gets shorter, then, when no such move helps, between three; every candidate move of a round
     is evaluated at once. Only a better incumbent for the MILP (tighter bounds, earlier pruning);
@@ -467,20 +469,37 @@ def _run_milp(model: _Model, cutoff: float | None, rel_gap: float, time_limit: f
     # Passed to HiGHS verbatim (scipy warns that it does not check them).
     # No primal heuristics: the incumbent (greedy improved by local search) is already within a
     # fraction of a percent, and its time is the objective bound, so HiGHS only has to prove.
-    extra = {"mip_abs_gap": max(rel_gap * scale, 1e-12), "threads": 1, "mip_heuristic_effort": 0.0,
-             "mip_heuristic_run_rins": False, "mip_heuristic_run_rens": False,
-             "mip_heuristic_run_root_reduced_cost": False, "mip_heuristic_run_zi_round": False,
-             "mip_heuristic_run_shifting": False, "mip_heuristic_run_feasibility_jump": False}
+    extra = {
+        "mip_abs_gap": max(rel_gap * scale, 1e-12),
+        "threads": 1,
+        "mip_heuristic_effort": 0.0,
+        "mip_heuristic_run_rins": False,
+        "mip_heuristic_run_rens": False,
+        "mip_heuristic_run_root_reduced_cost": False,
+        "mip_heuristic_run_zi_round": False,
+        "mip_heuristic_run_shifting": False,
+        "mip_heuristic_run_feasibility_jump": False,
+    }
     if cutoff is not None and np.isfinite(cutoff):
         extra["objective_bound"] = float(cutoff - model.constant)
     constraints = LinearConstraint(model.A, model.row_lo, model.row_hi)
     _quiet_highs_options()
     try:
-        return milp(model.c, constraints=constraints, integrality=model.integrality,
-                    bounds=Bounds(model.var_lo, model.var_hi), options={**options, **extra})
+        return milp(
+            model.c,
+            constraints=constraints,
+            integrality=model.integrality,
+            bounds=Bounds(model.var_lo, model.var_hi),
+            options={**options, **extra},
+        )
     except (AttributeError, ValueError, TypeError):  # a HiGHS build without one of the extras
-        return milp(model.c, constraints=constraints, integrality=model.integrality,
-                    bounds=Bounds(model.var_lo, model.var_hi), options=options)
+        return milp(
+            model.c,
+            constraints=constraints,
+            integrality=model.integrality,
+            bounds=Bounds(model.var_lo, model.var_hi),
+            options=options,
+        )
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -499,7 +518,9 @@ def check_frame(durations: np.ndarray, weights: np.ndarray, max_level: np.ndarra
             f"a frame of {weights.size} steps is beyond the forecast horizon of {k} steps", field="forecast.horizon"
         )
     if max_level.shape != (n,):
-        raise InputError(f"expected one maximum level per task ({n}), got shape {max_level.shape}", field="cpu.max_millicores")
+        raise InputError(
+            f"expected one maximum level per task ({n}), got shape {max_level.shape}", field="cpu.max_millicores"
+        )
     if int(budget_steps) != budget_steps or budget_steps < 0:
         raise InputError(
             f"no feasible configuration: the budget leaves {budget_steps} CPU steps once every task has the "
@@ -509,7 +530,8 @@ def check_frame(durations: np.ndarray, weights: np.ndarray, max_level: np.ndarra
     if np.any(max_level < 0):
         raise InputError(
             f"no feasible configuration: task {int(np.argmin(max_level))} has no allowed CPU level "
-            f"(max level {int(max_level.min())})", field="cpu.max_millicores",
+            f"(max level {int(max_level.min())})",
+            field="cpu.max_millicores",
         )
     if np.any(weights < 0) or not np.all(np.isfinite(weights)):
         raise InputError("expected finite weights >= 0", field="planner.discount")
@@ -811,7 +833,9 @@ class _Batch:
         L, k = durations.shape[2:]
         j = weights.shape[1]
         if j > k:
-            raise InputError(f"a frame of {j} steps is beyond the forecast horizon of {k} steps", field="forecast.horizon")
+            raise InputError(
+                f"a frame of {j} steps is beyond the forecast horizon of {k} steps", field="forecast.horizon"
+            )
         max_level = np.asarray(max_level, dtype=np.int64)
         check_frame(durations[0], weights[0], max_level, budget_steps)
         return cls(durations, weights, max_level, np.minimum(max_level, L - 1), budget_steps)
@@ -834,9 +858,15 @@ class ExactAllocator(Allocator):
 
     name = "exact"
 
-    def __init__(self, rel_gap: float = DEFAULT_REL_GAP, time_limit: float = DEFAULT_TIME_LIMIT_S,
-                 cache_size: int = 500_000, pool_size: int = 16, formulation: str = "threshold",
-                 threads: int | None = None) -> None:
+    def __init__(
+        self,
+        rel_gap: float = DEFAULT_REL_GAP,
+        time_limit: float = DEFAULT_TIME_LIMIT_S,
+        cache_size: int = 500_000,
+        pool_size: int = 16,
+        formulation: str = "threshold",
+        threads: int | None = None,
+    ) -> None:
         import os
 
         self.rel_gap = rel_gap
@@ -858,8 +888,13 @@ class ExactAllocator(Allocator):
 
         h = hashlib.blake2b(digest_size=20)
         rel = np.round(np.asarray(w, dtype=np.float64) / w[0], 12) if len(w) else np.zeros(0)
-        for part in (np.int64(budget), np.ascontiguousarray(M, dtype=np.int64), rel,
-                     np.int64(d.shape[1]), np.ascontiguousarray(d)):
+        for part in (
+            np.int64(budget),
+            np.ascontiguousarray(M, dtype=np.int64),
+            rel,
+            np.int64(d.shape[1]),
+            np.ascontiguousarray(d),
+        ):
             h.update(part.tobytes())
         return h.digest()
 

@@ -200,7 +200,9 @@ def _allocate_fast(durations: np.ndarray, weights: np.ndarray, max_level: np.nda
 class GreedyAllocator(Allocator):
     name = "greedy"
 
-    def allocate_batch(self, durations: np.ndarray, weights: np.ndarray, max_level: np.ndarray, budget_steps: int) -> np.ndarray:
+    def allocate_batch(
+        self, durations: np.ndarray, weights: np.ndarray, max_level: np.ndarray, budget_steps: int
+    ) -> np.ndarray:
         durations = np.asarray(durations, dtype=np.float64)
         b, n, n_levels, k = durations.shape
         weights = np.broadcast_to(np.asarray(weights, dtype=np.float64), (b, k))

@@ -60,7 +60,9 @@ def step_floors(d: np.ndarray, max_level: np.ndarray, budget_steps: int) -> np.n
     """Per-step min-max floors. d (..., n, L, k) seconds, non-increasing along L -> (..., k) seconds."""
     n, L = d.shape[-3], d.shape[-2]
     below_max = np.arange(L)[None, :] < max_level[:, None]  # (n, L): levels a task may still leave
-    at_max = np.take_along_axis(d, np.broadcast_to(max_level[:, None, None], d.shape[:-3] + (n, 1, d.shape[-1])), axis=-2)
+    at_max = np.take_along_axis(
+        d, np.broadcast_to(max_level[:, None, None], d.shape[:-3] + (n, 1, d.shape[-1])), axis=-2
+    )
     slowest_at_max = at_max[..., 0, :].max(axis=-2)  # (..., k)
     leavable = np.where(below_max[:, :, None], d, -np.inf).reshape(d.shape[:-3] + (n * L, d.shape[-1]))
     floors: np.ndarray = np.maximum(slowest_at_max, _kth_largest(leavable, budget_steps + 1, axis=-2))
@@ -144,7 +146,9 @@ def frame_ratios(
         table = durations[0]
         # float32: half the memory traffic in the passes over (windows, n, L); ties it creates are
         # broken like any others.
-        ratio = _ratio_tables(table, step_floors(table, max_level, budget_steps), max_level).astype(np.float32)  # (n, L, k)
+        ratio = _ratio_tables(table, step_floors(table, max_level, budget_steps), max_level).astype(
+            np.float32
+        )  # (n, L, k)
         starts = support.argmax(axis=1)
         ends = starts + support.sum(axis=1)
         live = ends > starts
@@ -230,7 +234,9 @@ def greedy_from(
     return lvl
 
 
-def polish(durations: np.ndarray, weights: np.ndarray, max_level: np.ndarray, start: np.ndarray, budget_steps: int) -> np.ndarray:
+def polish(
+    durations: np.ndarray, weights: np.ndarray, max_level: np.ndarray, start: np.ndarray, budget_steps: int
+) -> np.ndarray:
     """Spend the r = budget - sum(start) last steps by the greedy rule, on the few tasks that can matter.
 
     After j rounds at most j tasks have changed, so the slowest task at a step is one of that step's
@@ -281,7 +287,9 @@ class ThresholdAllocator(Allocator):
     #: Steps of the budget the greedy rule spends last (see polish); the better of the two is kept.
     polish_steps = 8
 
-    def allocate_batch(self, durations: np.ndarray, weights: np.ndarray, max_level: np.ndarray, budget_steps: int) -> np.ndarray:
+    def allocate_batch(
+        self, durations: np.ndarray, weights: np.ndarray, max_level: np.ndarray, budget_steps: int
+    ) -> np.ndarray:
         durations = np.asarray(durations, dtype=np.float64)
         b, n, n_levels, k = durations.shape
         weights = np.broadcast_to(np.asarray(weights, dtype=np.float64), (b, k))

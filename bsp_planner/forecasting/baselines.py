@@ -44,13 +44,16 @@ class SeasonalNaiveSettings:
         unknown = sorted(set(d) - names)
         if unknown:
             raise InputError(
-                f"unknown seasonal-naive setting(s) {', '.join(unknown)}; known: {', '.join(sorted(names))}", field="settings"
+                f"unknown seasonal-naive setting(s) {', '.join(unknown)}; known: {', '.join(sorted(names))}",
+                field="settings",
             )
         season = d.get("season", cls.season)
         if isinstance(season, str) and season.isdigit():
             season = int(season)
         if isinstance(season, bool) or not (season in ("day", "week") or (isinstance(season, int) and season >= 1)):
-            raise InputError(f"expected season = day, week or a whole number of steps >= 1, got {season!r}", field="season")
+            raise InputError(
+                f"expected season = day, week or a whole number of steps >= 1, got {season!r}", field="season"
+            )
         return cls(season=season)
 
     def to_dict(self) -> dict:
@@ -74,9 +77,7 @@ class _ResidualQuantiles(PointForecaster):
         first = self._min_origin()
         origins = np.arange(first, len(history) - self.horizon + 1)
         if origins.size == 0:
-            raise ValueError(
-                f"{self.name}: history of {len(history)} values is too short for horizon {self.horizon}"
-            )
+            raise ValueError(f"{self.name}: history of {len(history)} values is too short for horizon {self.horizon}")
         point = self._point(history, origins)
         truth = history[origins[:, None] + np.arange(self.horizon)[None, :]]
         errors = truth - point
@@ -149,5 +150,3 @@ class WeeklySeasonalNaiveForecaster(SeasonalNaiveForecaster):
 
     name = "seasonal-naive-weekly"
     settings_type = WeeklySeasonalNaiveSettings
-
-

@@ -33,7 +33,7 @@ ExperimentOpt = Annotated[
         "--experiment",
         "-e",
         help="Experiment file (or a shipped experiment's name) for the job, workload range, start, steps and H "
-            "[default: the shipped default].",
+        "[default: the shipped default].",
     ),
 ]
 JobOpt = Annotated[Path | None, typer.Option("--job", help="Job file (instead of the experiment's job).")]
@@ -53,7 +53,9 @@ GapsOpt = Annotated[
 ]
 SetOpt = Annotated[
     list[str] | None,
-    typer.Option("--set", help="A forecaster setting, KEY=VALUE or FORECASTER.KEY=VALUE, e.g. --set units=64 (repeatable)."),
+    typer.Option(
+        "--set", help="A forecaster setting, KEY=VALUE or FORECASTER.KEY=VALUE, e.g. --set units=64 (repeatable)."
+    ),
 ]
 ModelsOpt = Annotated[
     Path | None,
@@ -133,7 +135,8 @@ def _context(experiment, job, tasks, horizon, gaps, settings, names):
     filled = [(p.task, p.filled) for p in ws.prepared if p.filled]
     if filled:
         console.print(
-            "[yellow]gaps filled by interpolation:[/] " + ", ".join(f"{t} ({n} steps)" for t, n in filled), highlight=False
+            "[yellow]gaps filled by interpolation:[/] " + ", ".join(f"{t} ({n} steps)" for t, n in filled),
+            highlight=False,
         )
     return ws, exp
 
@@ -147,11 +150,16 @@ def _shipped_gap_policy(exp, job_path: Path) -> str:
         return "error"
     name = load_job(job_path).name
     for folder, meta in shipped_folders(exp.path.parent, DEFAULT_FORECASTER):
-        if meta["inputs"].get("job") == name and meta.get("experiment", exp.name) == exp.name and "gaps" in meta["inputs"]:
+        if (
+            meta["inputs"].get("job") == name
+            and meta.get("experiment", exp.name) == exp.name
+            and "gaps" in meta["inputs"]
+        ):
             policy = meta["inputs"]["gaps"]
             if policy != "error":
                 console.print(
-                    f"[dim]gaps: {policy}, as the shipped forecasts in {folder} were made (--gaps to choose)[/]", highlight=False
+                    f"[dim]gaps: {policy}, as the shipped forecasts in {folder} were made (--gaps to choose)[/]",
+                    highlight=False,
                 )
             return policy
     return "error"
@@ -205,7 +213,9 @@ def train(
             )
     console.print(table)
     where = ", ".join(str(model_folder(models, ws.job.name, n)) for n in forecaster)
-    console.print(f"trained {len(forecaster) * len(ws.prepared)} models in {time.perf_counter() - total:.1f} s; saved in {where}")
+    console.print(
+        f"trained {len(forecaster) * len(ws.prepared)} models in {time.perf_counter() - total:.1f} s; saved in {where}"
+    )
 
 
 @app.command()
@@ -221,9 +231,9 @@ def evaluate(
     settings: SetOpt = None,
     models: ModelsOpt = None,
     retrain: RetrainOpt = False,
-    out: Annotated[Path, typer.Option("--out", "-o", help="Folder for evaluation.json, rmse_by_lead.csv and the plot.")] = Path(
-        "out/forecast-eval"
-    ),
+    out: Annotated[
+        Path, typer.Option("--out", "-o", help="Folder for evaluation.json, rmse_by_lead.csv and the plot.")
+    ] = Path("out/forecast-eval"),
 ) -> None:
     """RMSE per lead time on the test halves, every forecaster side by side, and 80% interval coverage."""
     from ..outputs import check_output_dir
@@ -317,7 +327,7 @@ def predict(
             "--out",
             "-o",
             help="Folder for <task>.csv + forecasts.json [default: experiments/forecasts/<experiment>/ for lstm, "
-                ".../<experiment>-<forecaster>/ otherwise].",
+            ".../<experiment>-<forecaster>/ otherwise].",
         ),
     ] = None,
 ) -> None:
@@ -331,10 +341,16 @@ def predict(
     start = exp.start if start is None else start
     steps = exp.steps if steps is None else steps
     if out is None:
-        out = output_base(exp.path) / "forecasts" / (exp.name if forecaster == DEFAULT_FORECASTER else f"{exp.name}-{forecaster}")
+        out = (
+            output_base(exp.path)
+            / "forecasts"
+            / (exp.name if forecaster == DEFAULT_FORECASTER else f"{exp.name}-{forecaster}")
+        )
     check_output_dir(out, "--out")  # before any training
     t0 = time.perf_counter()
-    matrix, meta = forecast_experiment(ws, forecaster, start, steps, model_root=_models(models), retrain=retrain, say=_say)
+    matrix, meta = forecast_experiment(
+        ws, forecaster, start, steps, model_root=_models(models), retrain=retrain, say=_say
+    )
     meta["experiment"] = exp.name
     write_forecasts(
         out, ws.job.task_names if len(ws.prepared) == len(ws.job.tasks) else [p.task for p in ws.prepared], matrix, meta

@@ -23,7 +23,9 @@ from ..errors import InputError, open_text
 FORECAST_META = "forecasts.json"
 
 
-def write_forecasts(folder: str | Path, task_names: list[str], matrix: np.ndarray, metadata: dict | None = None) -> None:
+def write_forecasts(
+    folder: str | Path, task_names: list[str], matrix: np.ndarray, metadata: dict | None = None
+) -> None:
     """matrix: (tasks, steps, H) workloads. Writes each file whole, then renames it into place."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -128,7 +130,11 @@ def write_trace(folder: str | Path, task_names: list[str], workloads: np.ndarray
 
 
 def read_trace(
-    folder: str | Path, task_names: list[str], steps: int, start: int = 0, valid_range: tuple[float, float] | None = None
+    folder: str | Path,
+    task_names: list[str],
+    steps: int,
+    start: int = 0,
+    valid_range: tuple[float, float] | None = None,
 ) -> np.ndarray:
     """Replayed actual workloads: (tasks, steps). Every workload read must be >= 0 and, with
     valid_range (the profile's grid when extrapolation is off), inside it: else an InputError naming
@@ -143,9 +149,7 @@ def read_trace(
         if data.shape[1] != 1:
             raise InputError(f"expected one column 'workload', got {data.shape[1]}", path=path, line=1)
         if data.shape[0] < start + steps:
-            raise InputError(
-                f"has {data.shape[0]} steps but the experiment needs {start + steps}", path=path
-            )
+            raise InputError(f"has {data.shape[0]} steps but the experiment needs {start + steps}", path=path)
         values = data[start : start + steps, 0]
         lo, hi = valid_range if valid_range is not None else (0.0, math.inf)
         bad = np.nonzero((values < 0) | (values < lo - 1e-9) | (values > hi + 1e-9))[0]

@@ -63,7 +63,9 @@ class LSTMSettings:
 
     window: int = setting(0, ge=0)  # past steps read; 0: one daily period, capped at max_window
     max_window: int = setting(48, ge=1)
-    lags: tuple[int, ...] = setting((), ge=1)  # seasonal lags in periods; (): (1, 7) if a week fits, else (1, 2) or (1,)
+    lags: tuple[int, ...] = setting(
+        (), ge=1
+    )  # seasonal lags in periods; (): (1, 7) if a week fits, else (1, 2) or (1,)
     units: int = setting(32, ge=1)
     epochs: int = setting(250, ge=1)
     batch_size: int = setting(64, ge=1)
@@ -79,8 +81,12 @@ class LSTMSettings:
     ensemble: int = setting(1, ge=1)  # independent LSTM branches trained side by side, forecasts averaged
     freeze_linear: bool = True  # keep the starting seasonal/statistical part fixed while the LSTM trains
     statistical: bool = True  # the `mstl` forecast (fitted on the training half) as an input ahead
-    interval_window: int = setting(240, ge=0)  # recent forecasts whose errors set the quantiles (0: validation errors only)
-    interval_gamma: float = setting(0.01, ge=0, lt=1)  # adaptive-conformal step for the quantile levels (0: fixed levels)
+    interval_window: int = setting(
+        240, ge=0
+    )  # recent forecasts whose errors set the quantiles (0: validation errors only)
+    interval_gamma: float = setting(
+        0.01, ge=0, lt=1
+    )  # adaptive-conformal step for the quantile levels (0: fixed levels)
     seed: int = 0
 
     @classmethod
@@ -196,7 +202,9 @@ class _KerasForecaster(PointForecaster):
         return keras_path
 
     @classmethod
-    def load(cls, folder: str | Path, task: str, expect: dict | None = None, keras_engine: bool = False) -> _KerasForecaster:
+    def load(
+        cls, folder: str | Path, task: str, expect: dict | None = None, keras_engine: bool = False
+    ) -> _KerasForecaster:
         """Load a saved model; with `expect` (a spec()), refuse one whose settings differ.
 
         Forecasts run in NumPy from <task>.npz when it is there (no TensorFlow import: a `predict`
@@ -210,7 +218,8 @@ class _KerasForecaster(PointForecaster):
         meta = json.loads(meta_path.read_text())
         if meta.get("forecaster") != cls.name:
             raise InputError(
-                f"the saved model for task '{task}' is a {meta.get('forecaster')!r} model, not {cls.name!r}", path=meta_path
+                f"the saved model for task '{task}' is a {meta.get('forecaster')!r} model, not {cls.name!r}",
+                path=meta_path,
             )
         if expect is not None:
             diffs = spec_differences(expect, meta)
@@ -434,7 +443,9 @@ class LSTMForecaster(_KerasForecaster):
 
         w = self._from_u(u)
         if getattr(self, "mstl_", None) is None:
-            self.mstl_ = MSTLForecaster(horizon=self.horizon, period=self.period).fit(w[: self.fit_length_], errors=False)
+            self.mstl_ = MSTLForecaster(horizon=self.horizon, period=self.period).fit(
+                w[: self.fit_length_], errors=False
+            )
         out = np.zeros(shape)
         out[:, self.window :] = self._to_u(self.mstl_._point(w, origins))
         return out
@@ -659,7 +670,9 @@ class ThesisLSTMForecaster(_KerasForecaster):
 
         w = np.asarray(history, dtype=np.float64)
         if len(w) < self.min_history():
-            raise InputError(f"lstm-thesis: the training history has {len(w)} steps but needs at least {self.min_history()}")
+            raise InputError(
+                f"lstm-thesis: the training history has {len(w)} steps but needs at least {self.min_history()}"
+            )
         d = difference(w)
         try:
             self.scaler_ = MinMaxScaler.fit(d)
@@ -708,5 +721,3 @@ class ThesisLSTMForecaster(_KerasForecaster):
 
     def _min_origin(self) -> int:
         return 2
-
-

@@ -347,7 +347,9 @@ def plot_evaluation(ev: Evaluation, path: Path, title: str = "") -> Path:
         ax.set_ylim(bottom=0)
     handles, labels = axes.flat[0].get_legend_handles_labels()
     fig.suptitle(title or "Forecast error against lead time (test halves, workload scale [10, 50])", fontsize=11)
-    fig.legend(handles, labels, loc="upper center", ncol=len(labels), fontsize=9, frameon=False, bbox_to_anchor=(0.5, 0.962))
+    fig.legend(
+        handles, labels, loc="upper center", ncol=len(labels), fontsize=9, frameon=False, bbox_to_anchor=(0.5, 0.962)
+    )
     fig.tight_layout(rect=(0, 0, 1, 0.94))
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -97,7 +97,6 @@ class PreparedSeries:
         lead = self.lead_map(o, forecaster.horizon)
         return np.take_along_axis(pred, np.broadcast_to(lead[None], pred.shape), axis=2)
 
-
     def predict_rows_median(self, forecaster, row_origins: np.ndarray) -> np.ndarray:
         """Only the median forecasts for rows o..o+H-1: (len(origins), H)."""
         o = np.asarray(row_origins, dtype=np.int64)

@@ -48,7 +48,9 @@ def make_forecaster(
 ) -> Forecaster:
     cls = FORECASTERS.get(name)
     if not cls.learned:  # fitted on the spot: the baselines and the statistical model
-        return cls(horizon=horizon, quantiles=quantiles, period=p.period, settings=cls.settings_type.from_dict(settings or {}))
+        return cls(
+            horizon=horizon, quantiles=quantiles, period=p.period, settings=cls.settings_type.from_dict(settings or {})
+        )
     return cls(
         horizon=horizon,
         quantiles=quantiles,

@@ -48,7 +48,9 @@ class MSTLSettings:
         names = {f.name for f in fields(cls)}
         unknown = sorted(set(d) - names)
         if unknown:
-            raise InputError(f"unknown mstl setting(s) {', '.join(unknown)}; known: {', '.join(sorted(names))}", field="settings")
+            raise InputError(
+                f"unknown mstl setting(s) {', '.join(unknown)}; known: {', '.join(sorted(names))}", field="settings"
+            )
         d = dict(d)
         if "seasons" in d:
             raw = d["seasons"]
@@ -61,7 +63,9 @@ class MSTLSettings:
                 if isinstance(s, str) and s.isdigit():
                     s = int(s)
                 if isinstance(s, bool) or not (s in ("day", "week") or (isinstance(s, int) and s >= 2)):
-                    raise InputError(f"expected seasons among day, week or whole steps >= 2, got {s!r}", field="seasons")
+                    raise InputError(
+                        f"expected seasons among day, week or whole steps >= 2, got {s!r}", field="seasons"
+                    )
                 seasons.append(s)
             d["seasons"] = tuple(seasons)
         for key in ("refit_every", "window"):
@@ -122,12 +126,15 @@ class MSTLForecaster(PointForecaster):
         first = self._min_origin()
         if len(w) < first + 2 * self.horizon:
             raise InputError(
-                f"mstl: the training history has {len(w)} steps but needs at least {first + 2 * self.horizon}", field="history"
+                f"mstl: the training history has {len(w)} steps but needs at least {first + 2 * self.horizon}",
+                field="history",
             )
         if not np.ptp(w) > 0:
             raise InputError("mstl: the training history is constant")
         if self.seasons_:
-            model = MSTL(season_length=list(self.seasons_), trend_forecaster=AutoETS(model="ZZN")).fit(w[-self.window :])
+            model = MSTL(season_length=list(self.seasons_), trend_forecaster=AutoETS(model="ZZN")).fit(
+                w[-self.window :]
+            )
             self.trend_ = model.trend_forecaster
         else:
             self.trend_ = AutoETS(model="ZZN").fit(w)

@@ -194,9 +194,7 @@ def pack(requests: Mapping[str, float], nodes: Iterable[NodeCapacity]) -> dict[s
     return exact
 
 
-def fits_in_place(
-    changes: Mapping[str, tuple[str, float, float]], nodes: Iterable[NodeCapacity]
-) -> dict[str, bool]:
+def fits_in_place(changes: Mapping[str, tuple[str, float, float]], nodes: Iterable[NodeCapacity]) -> dict[str, bool]:
     """For in-place resizes: task -> (its node, current CPU, new CPU). A pod cannot move, so a node
     must cover the increases of the pods on it. Increases are granted smallest first per node (node
     capacity here counts the pods' current requests); decreases free room first. Returns task -> fits."""

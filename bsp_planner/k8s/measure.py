@@ -31,12 +31,18 @@ MAX_MESSAGE = 4096  # the kubelet keeps at most this many bytes of a termination
 
 
 def measure(args: list[str], timeout_s: float) -> dict:
-    result: dict[str, Any] = {"duration_s": None, "exit_code": None, "reason": "", "node": os.environ.get("BSP_PLANNER_NODE", ""),
-              "cpu_model": cpu_model()}
+    result: dict[str, Any] = {
+        "duration_s": None,
+        "exit_code": None,
+        "reason": "",
+        "node": os.environ.get("BSP_PLANNER_NODE", ""),
+        "cpu_model": cpu_model(),
+    }
     try:
         start = time.perf_counter()
-        proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
+        )
     except OSError as exc:
         result["reason"] = f"cannot start {args[0]}: {exc.strerror}"
         return result

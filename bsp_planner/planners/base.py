@@ -152,13 +152,17 @@ class Planner(ABC):
 
     def __init__(self, arg: str | None = None, params: Any = None) -> None:
         if arg is not None:
-            raise InputError(f"strategy '{self.name}' takes no ':' argument, got '{self.name}:{arg}'", field="strategies")
+            raise InputError(
+                f"strategy '{self.name}' takes no ':' argument, got '{self.name}:{arg}'", field="strategies"
+            )
         self.params = params
 
     @classmethod
     def from_spec(cls, arg: str | None, settings: Any = None) -> Planner:
         """The registry's factory: 'name:arg' and the experiment's [planner] settings (None: defaults)."""
-        params = cls.params_type.from_settings(settings) if cls.params_type is not None and settings is not None else None
+        params = (
+            cls.params_type.from_settings(settings) if cls.params_type is not None and settings is not None else None
+        )
         return cls(arg, params)
 
     def reset(self, ctx: PlanningContext) -> None:

@@ -55,11 +55,13 @@ class MpcPlanner(Planner):
         starts, lengths = horizon_frames(h)
         k = np.arange(h)
         inside = (k[None, :] >= starts[:, None]) & (k[None, :] < (starts + lengths)[:, None])
-        weights = np.where(inside, discount_weights(h, ctx.discount)[np.clip(k[None, :] - starts[:, None], 0, h - 1)], 0.0)
+        weights = np.where(
+            inside, discount_weights(h, ctx.discount)[np.clip(k[None, :] - starts[:, None], 0, h - 1)], 0.0
+        )
         d = np.broadcast_to(pred, (starts.size,) + pred.shape)
         cfgs = ctx.allocator.allocate_batch(d, weights, ctx.max_level, ctx.budget_steps)  # (frames, tasks)
         per_step = pred[np.arange(pred.shape[0])[None, :], cfgs, :].max(axis=1)  # (frames, h)
-        punish = self.params.length_punishment ** lengths
+        punish = self.params.length_punishment**lengths
         window = (per_step * inside).sum(axis=1) * punish
         penalty = np.full(starts.size, ctx.penalty_s)
         if current is None:

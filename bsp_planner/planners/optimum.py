@@ -393,8 +393,14 @@ def optimum_result(
     t0 = time.perf_counter()
     max_level = ctx.max_level if ctx.exppo_max_level is None else np.maximum(ctx.max_level, ctx.exppo_max_level)
     actual = np.ascontiguousarray(actual, dtype=np.float64)
-    key = (actual.shape, hash(actual.tobytes()), np.asarray(max_level).tobytes(), int(ctx.budget_steps),
-           float(ctx.penalty_s), int(max_segment))
+    key = (
+        actual.shape,
+        hash(actual.tobytes()),
+        np.asarray(max_level).tobytes(),
+        int(ctx.budget_steps),
+        float(ctx.penalty_s),
+        int(max_segment),
+    )
     plan = _PLANS.get(key)
     if plan is None:
         plan = optimum_plan(actual, max_level, ctx.budget_steps, ctx.penalty_s, max_segment)

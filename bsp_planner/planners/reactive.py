@@ -38,4 +38,6 @@ class ReactivePlanner(MpcPlanner):
     def reset(self, ctx: PlanningContext) -> None:
         c = ctx.configs
         predicted = last_observed_durations(ctx, self.name)
-        super().reset(replace(ctx, configs=ConfigTable(predicted, c.allocator, c.max_level, c.budget_steps, c.discount)))
+        super().reset(
+            replace(ctx, configs=ConfigTable(predicted, c.allocator, c.max_level, c.budget_steps, c.discount))
+        )

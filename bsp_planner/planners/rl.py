@@ -87,6 +87,9 @@ def dqn_planner(arg: str | None, settings: Any = None) -> Planner:
     else:
         planner = RlPlanner(str(default_agent_path()), name="dqn")
     if planner.agent.algo != "dqn":
-        raise InputError(f"strategy 'dqn' needs a DQN agent; this one is {planner.agent.algo.upper()} (use rl:PATH)",
-                         path=planner.agent.path, field="strategies")
+        raise InputError(
+            f"strategy 'dqn' needs a DQN agent; this one is {planner.agent.algo.upper()} (use rl:PATH)",
+            path=planner.agent.path,
+            field="strategies",
+        )
     return planner

@@ -151,7 +151,9 @@ def _print_failures(console: Console, failures: list[Failure], log: Path) -> Non
 def calibrate(
     job: Path = typer.Option(DEFAULT_JOB, "--job", help="The job file (TOML)."),
     target_s: float = typer.Option(0.3, "--target-s", help="Seconds one run should take at --cpu and --workload."),
-    cpu: float = typer.Option(2000, "--cpu", help="CPU limit (millicores) of the calibration runs: the grid's top level."),
+    cpu: float = typer.Option(
+        2000, "--cpu", help="CPU limit (millicores) of the calibration runs: the grid's top level."
+    ),
     workload: float = typer.Option(10, "--workload", help="Workload of the calibration runs: the grid's lowest."),
     tasks: str | None = typer.Option(None, "--tasks", help="Only these tasks, comma-separated (default: all)."),
     checks: int = typer.Option(3, "--checks", help="Verification runs per task (their median counts)."),
@@ -189,8 +191,14 @@ def calibrate(
             with console.status(f"calibrating {t.name}..."):
                 results.append(
                     calibrate_task(
-                        backend.run, t, cpu_millicores=cpu, workload=workload, target_s=target_s,
-                        timeout_s=timeout, checks=checks, scaling=scaling,
+                        backend.run,
+                        t,
+                        cpu_millicores=cpu,
+                        workload=workload,
+                        target_s=target_s,
+                        timeout_s=timeout,
+                        checks=checks,
+                        scaling=scaling,
                         log=console.print if verbose else None,
                     )
                 )
@@ -233,7 +241,9 @@ def _calibration_table(results: list[Calibration], cpu: float, workload: float, 
 @app.command("heatmap")
 def heatmap(
     profile: Path = typer.Argument(..., help="A profile CSV."),
-    out_dir: Path | None = typer.Option(None, "--out-dir", help="Where the PNGs go (default: heatmaps/ beside the profile)."),
+    out_dir: Path | None = typer.Option(
+        None, "--out-dir", help="Where the PNGs go (default: heatmaps/ beside the profile)."
+    ),
 ) -> None:
     """One PNG heatmap per task: mean duration over workload x CPU limit."""
     from rich.console import Console
@@ -247,8 +257,15 @@ def heatmap(
     out_dir = out_dir or profile.parent / "heatmaps"
     check_output_dir(out_dir, "--out-dir")
     paths = write_heatmaps(prof, out_dir)
-    table = Table("task", "min s", "max s", "cpu exponent", "workload exponent", "png",
-                  title="duration ~ workload^b x cpu^-a (1 and 1 = ideal)")
+    table = Table(
+        "task",
+        "min s",
+        "max s",
+        "cpu exponent",
+        "workload exponent",
+        "png",
+        title="duration ~ workload^b x cpu^-a (1 and 1 = ideal)",
+    )
     for p, (name, tp) in zip(paths, prof.tasks.items(), strict=True):
         a, b = scaling_exponents(tp)
         table.add_row(name, f"{tp.duration_s.min():.2f}", f"{tp.duration_s.max():.2f}", f"{a:.2f}", f"{b:.2f}", str(p))

@@ -36,14 +36,20 @@ def plot_task(tp: TaskProfile, path: Path, *, title: str = "", note: str = "") -
     mid = np.sqrt(d.min() * d.max())
     for i in range(d.shape[0]):
         for j in range(d.shape[1]):
-            ax.text(j, i, f"{d[i, j]:.2f}", ha="center", va="center", fontsize=9,
-                    color="white" if d[i, j] < mid else "black")
+            ax.text(
+                j,
+                i,
+                f"{d[i, j]:.2f}",
+                ha="center",
+                va="center",
+                fontsize=9,
+                color="white" if d[i, j] < mid else "black",
+            )
     cbar = fig.colorbar(im, ax=ax)
     if norm is not None:  # plain seconds on the log scale, not 6x10^-1
         from matplotlib.ticker import FixedLocator, NullLocator
 
-        nice = [t for t in (0.1, 0.2, 0.3, 0.5, 1, 2, 3, 5, 10, 20, 30, 50, 100, 200, 500)
-                if d.min() <= t <= d.max()]
+        nice = [t for t in (0.1, 0.2, 0.3, 0.5, 1, 2, 3, 5, 10, 20, 30, 50, 100, 200, 500) if d.min() <= t <= d.max()]
         ticks = sorted({float(d.min()), *nice, float(d.max())})
         ticks = [t for i, t in enumerate(ticks) if i == 0 or t / ticks[i - 1] > 1.15 or t == ticks[-1]]
         cbar.ax.yaxis.set_major_locator(FixedLocator(ticks))
@@ -63,8 +69,11 @@ def plot_task(tp: TaskProfile, path: Path, *, title: str = "", note: str = "") -
 def write_heatmaps(profile: Profile, out_dir: Path) -> list[Path]:
     meta = profile.metadata
     tasks_meta = meta.get("tasks", {})
-    host = ", ".join(str(x) for x in (meta.get("host"), meta.get("cpu_model"),
-                                       f"{meta['cores']} cores" if meta.get("cores") else None) if x)
+    host = ", ".join(
+        str(x)
+        for x in (meta.get("host"), meta.get("cpu_model"), f"{meta['cores']} cores" if meta.get("cores") else None)
+        if x
+    )
     paths = []
     for name, tp in profile.tasks.items():
         tm = tasks_meta.get(name, {})

@@ -95,10 +95,13 @@ class KubernetesProfiler:
         if isinstance(self.parallelism, bool) or not isinstance(self.parallelism, int) or self.parallelism < 1:
             raise InputError(f"expected a whole number >= 1, got {self.parallelism!r}", field="--parallel")
         if not self.startup_timeout_s > 0:
-            raise InputError(f"expected a positive number of seconds, got {self.startup_timeout_s!r}", field="--startup-timeout")
+            raise InputError(
+                f"expected a positive number of seconds, got {self.startup_timeout_s!r}", field="--startup-timeout"
+            )
         if not N.is_dns_label(self.profile_id) or len(self.profile_id) > 24:
             raise InputError(
-                f"a profile id is at most 24 lowercase letters, digits and '-', got {self.profile_id!r}", field="--profile-id"
+                f"a profile id is at most 24 lowercase letters, digits and '-', got {self.profile_id!r}",
+                field="--profile-id",
             )
         if self.cluster is None:
             self.cluster = Cluster(connect(self.namespace, kubeconfig=self.kubeconfig, context=self.context))
@@ -196,10 +199,26 @@ class KubernetesProfiler:
     # -- Jobs --------------------------------------------------------------------------------------
     def job_body(self, task: Task, cell: R.Cell, timeout_s: float) -> dict:
         _, workload, cpu, _ = cell
-        command = ["python", "-m", "bsp_planner.k8s.measure", "--timeout", f"{timeout_s:g}", "--",
-                   *task.stress_ng_args(workload, stress_ng="stress-ng")]
-        return M.profile_job(self.settings, self.profile_id, cell_id(cell), cell_text(cell), task.name, cpu,
-                             command, timeout_s, self.startup_timeout_s)
+        command = [
+            "python",
+            "-m",
+            "bsp_planner.k8s.measure",
+            "--timeout",
+            f"{timeout_s:g}",
+            "--",
+            *task.stress_ng_args(workload, stress_ng="stress-ng"),
+        ]
+        return M.profile_job(
+            self.settings,
+            self.profile_id,
+            cell_id(cell),
+            cell_text(cell),
+            task.name,
+            cpu,
+            command,
+            timeout_s,
+            self.startup_timeout_s,
+        )
 
     def _existing(self) -> dict[str | None, dict]:
         """This profile's Jobs in the cluster, by cell id (None: a Job without one)."""
@@ -274,7 +293,9 @@ class KubernetesProfiler:
             return RunResult(None, "the Job completed but its pod's result is missing")
         if "Failed" in conds or status.get("failed"):
             if (conds.get("Failed") or {}).get("reason") == "DeadlineExceeded":
-                return RunResult(None, f"timeout: the Job ran past {timeout_s:g} s + {self.startup_timeout_s:g} s to start")
+                return RunResult(
+                    None, f"timeout: the Job ran past {timeout_s:g} s + {self.startup_timeout_s:g} s to start"
+                )
             if report and report.get("reason"):
                 return RunResult(None, report["reason"])
             st = pod_state(pod, N.COMPONENT_PROFILER) if pod else None
@@ -304,7 +325,10 @@ def _report(pod: dict | None) -> dict | None:
             return json.loads(msg)
         except ValueError:
             return None
-    return {"duration_s": None, "reason": f"exit code {term.get('exitCode')}: {' '.join(msg.split())[-300:]}".rstrip(": ")}
+    return {
+        "duration_s": None,
+        "reason": f"exit code {term.get('exitCode')}: {' '.join(msg.split())[-300:]}".rstrip(": "),
+    }
 
 
 def run_grid_kubernetes(
@@ -330,7 +354,9 @@ def run_grid_kubernetes(
     profiler.expect(selected, [c for c in cells if c not in measured])
     try:
         with profiler:
-            return R.run_grid(job, out, grid, profiler, tasks=tasks, timeout_s=timeout_s, progress=progress, console=console)
+            return R.run_grid(
+                job, out, grid, profiler, tasks=tasks, timeout_s=timeout_s, progress=progress, console=console
+            )
     finally:
         _record_nodes(metadata_path(out), profiler.nodes)
 

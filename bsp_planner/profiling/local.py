@@ -49,8 +49,7 @@ def check_program(task: Task, job_path: Path | None = None) -> str:
     found = prog if "/" in prog else shutil.which(prog)
     if not found or not os.path.exists(found):
         raise InputError(
-            f"task '{task.name}': its {kind} program {prog!r} was not found"
-            + ("" if "/" in prog else " on PATH"),
+            f"task '{task.name}': its {kind} program {prog!r} was not found" + ("" if "/" in prog else " on PATH"),
             path=job_path,
             field=f"{task.name}.{kind}",
         )
@@ -224,7 +223,9 @@ class LocalBackend:
         """Run `workload` units of `task` under a `cpu_millicores` quota; never leaves the cgroup behind."""
         quota_us(cpu_millicores)  # a clear error before creating anything
         if task.kind == "process":
-            raise InputError(f"task '{task.name}' is a long-running process; profile it with a command", field="process")
+            raise InputError(
+                f"task '{task.name}' is a long-running process; profile it with a command", field="process"
+            )
         stress_ng = self.stress_ng_path() if task.kind == "stressor" else "stress-ng"
         args = task.step_args(workload, 0, stress_ng=stress_ng, run_dir=str(self._cwd()))
         env = None if task.kind == "stressor" else {**os.environ, **task.step_env(workload, 0)}

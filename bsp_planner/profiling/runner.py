@@ -478,7 +478,9 @@ def _warn_if_appending_another(meta: dict, job: Job, grid: Grid, meta_file: Path
             )
 
 
-def _merge_meta(meta: dict, job: Job, tasks: list[Task], grid: Grid, host: dict, backend: dict, timeout_s: float) -> dict:
+def _merge_meta(
+    meta: dict, job: Job, tasks: list[Task], grid: Grid, host: dict, backend: dict, timeout_s: float
+) -> dict:
     meta = dict(meta)
     meta["format"] = META_FORMAT
     meta.update(host)
@@ -552,7 +554,7 @@ class _Progress:
             TextColumn("[bold]{task.fields[cell]:<34}"),
             BarColumn(),
             TextColumn("{task.fields[runs]}/{task.fields[n]} runs"),
-            TextColumn("[red]{task.fields[fails]}[/] failed" ),
+            TextColumn("[red]{task.fields[fails]}[/] failed"),
             TimeElapsedColumn(),
             TextColumn("ETA"),
             TimeRemainingColumn(),

@@ -127,7 +127,12 @@ def read_metadata(path: Path) -> dict:
         meta = json.loads(mpath.read_text())
         for key in ("algo", "env", "obs_scale", "train_range"):
             meta[key]
-        int(meta["env"]["window"]), int(meta["env"]["actions"]), float(meta["env"]["obs_high"]), float(meta["obs_scale"])
+        (
+            int(meta["env"]["window"]),
+            int(meta["env"]["actions"]),
+            float(meta["env"]["obs_high"]),
+            float(meta["obs_scale"]),
+        )
         StepRange(**meta["train_range"])
     except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
         raise InputError(f"corrupt agent metadata ({type(exc).__name__}: {exc})", path=mpath) from exc
@@ -153,7 +158,9 @@ def load_agent(path: str | Path) -> Agent:
     """Load and check an agent; cached per (file, mtime, size), so repeated planners share one model."""
     path = agent_file(path)
     if not path.is_file():
-        raise InputError("agent file not found; train one with `bsp-planner rl train` or give rl:PATH to a .zip", path=path)
+        raise InputError(
+            "agent file not found; train one with `bsp-planner rl train` or give rl:PATH to a .zip", path=path
+        )
     st = path.stat()
     key = (str(path.resolve()), st.st_mtime_ns, st.st_size)
     if key in _CACHE:
@@ -169,11 +176,17 @@ def load_agent(path: str | Path) -> Agent:
         )
     try:
         # Schedules are only needed to keep training; constants keep loading independent of pickles.
-        custom = {"learning_rate": 0.0, "lr_schedule": lambda _: 0.0, "exploration_schedule": lambda _: 0.0,
-                  "clip_range": lambda _: 0.0}
+        custom = {
+            "learning_rate": 0.0,
+            "lr_schedule": lambda _: 0.0,
+            "exploration_schedule": lambda _: 0.0,
+            "clip_range": lambda _: 0.0,
+        }
         model = cls.load(path, device="cpu", custom_objects=custom)
     except Exception as exc:  # SB3 raises many types for a damaged archive
-        raise InputError(f"not a readable {meta['algo'].upper()} agent ({type(exc).__name__}: {exc})", path=path) from exc
+        raise InputError(
+            f"not a readable {meta['algo'].upper()} agent ({type(exc).__name__}: {exc})", path=path
+        ) from exc
     agent = Agent(model, meta, path)
     space = getattr(model, "observation_space", None)
     n_actions = getattr(getattr(model, "action_space", None), "n", None)

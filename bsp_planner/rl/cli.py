@@ -22,7 +22,9 @@ if TYPE_CHECKING:
     from .settings import EnvSettings
     from .train import TrainResult
 
-app = typer.Typer(help="Reinforcement-learning planners: train and evaluate agents (DQN, PPO, A2C).", no_args_is_help=True)
+app = typer.Typer(
+    help="Reinforcement-learning planners: train and evaluate agents (DQN, PPO, A2C).", no_args_is_help=True
+)
 
 EnvArg = Annotated[Path | None, typer.Argument(help="Environment file (TOML); default envs/default.toml.")]
 SetOpt = Annotated[
@@ -30,7 +32,7 @@ SetOpt = Annotated[
     typer.Option(
         "--set",
         help="Experiment override KEY=VALUE (repeatable), e.g. forecast.source=persistence (paths relative to the "
-            "experiment file).",
+        "experiment file).",
     ),
 ]
 EnvSetOpt = Annotated[
@@ -130,8 +132,15 @@ def _train_with_progress(
 
     a = s.agent
     with Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
-        TextColumn("{task.fields[last]}"), console=console, disable=quiet, transient=False,
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        TextColumn("{task.fields[last]}"),
+        console=console,
+        disable=quiet,
+        transient=False,
     ) as progress:
         bar = progress.add_task(a.algo, total=a.timesteps, last="")
 
@@ -232,7 +241,9 @@ def evaluate(
 
 
 @app.command("info")
-def info(agent: Annotated[Path | None, typer.Argument(help="Agent .zip (default: the shipped DQN agent).")] = None) -> None:
+def info(
+    agent: Annotated[Path | None, typer.Argument(help="Agent .zip (default: the shipped DQN agent).")] = None,
+) -> None:
     """What an agent expects and how it was trained (its metadata), without loading the model."""
     from rich.console import Console
 
@@ -247,10 +258,14 @@ def info(agent: Annotated[Path | None, typer.Argument(help="Agent .zip (default:
     m = read_metadata(path)
     e = m["env"]
     console = Console()
-    console.print(f"{path}: {m['algo'].upper()}, observations ({e['actions']}, {e['window']}), actions a0..a{e['actions'] - 1}")
-    console.print(f"trained {m.get('timesteps')} steps, seed {m.get('seed')}, on steps {m['train_range']['start']}.."
-                  f"{m['train_range']['start'] + m['train_range']['steps'] - 1} ({e['mode']} mode, {m.get('forecasts')}), "
-                  f"penalty {m.get('penalty_s')} s, in {m.get('train_seconds')} s")
+    console.print(
+        f"{path}: {m['algo'].upper()}, observations ({e['actions']}, {e['window']}), actions a0..a{e['actions'] - 1}"
+    )
+    console.print(
+        f"trained {m.get('timesteps')} steps, seed {m.get('seed')}, on steps {m['train_range']['start']}.."
+        f"{m['train_range']['start'] + m['train_range']['steps'] - 1} ({e['mode']} mode, {m.get('forecasts')}), "
+        f"penalty {m.get('penalty_s')} s, in {m.get('train_seconds')} s"
+    )
     if m.get("eval"):
         ev = m["eval"]
         r = m["eval_range"]

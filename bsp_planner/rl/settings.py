@@ -206,7 +206,12 @@ def apply_env_overrides(s: EnvSettings, overrides: list[str]) -> EnvSettings:
 def load_env_settings(path: str | Path | None = None, overrides: list[str] | None = None) -> EnvSettings:
     path = Path(path) if path is not None else DEFAULT_ENV
     shipped = SHIPPED_ROOT / "envs" / f"{path.stem}.toml"
-    if not path.is_file() and path.parent in (Path("."), Path("envs")) and path.suffix in ("", ".toml") and shipped.is_file():
+    if (
+        not path.is_file()
+        and path.parent in (Path("."), Path("envs"))
+        and path.suffix in ("", ".toml")
+        and shipped.is_file()
+    ):
         path = shipped  # a shipped environment by name: default, wide (or envs/wide.toml as before)
     s = _settings.load_settings_file(EnvSettings, path, "environment", {"name": path.stem, "path": path.resolve()})
     if overrides:

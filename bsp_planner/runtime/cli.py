@@ -56,8 +56,8 @@ def run(
         None,
         "--reconfigure",
         help="recreate (checkpoint, stop, start under the new quota), in-place (rewrite the quota; Kubernetes 1.33+), "
-            "or auto (in place where the backend can). Default: the backend's (local: recreate; kubernetes: "
-            "$BSP_PLANNER_K8S_RECONFIGURE, else auto).",
+        "or auto (in place where the backend can). Default: the backend's (local: recreate; kubernetes: "
+        "$BSP_PLANNER_K8S_RECONFIGURE, else auto).",
     ),
     backend: str = typer.Option(
         "local",
@@ -69,13 +69,13 @@ def run(
         False,
         "--online",
         help="Forecast the workloads before every step from the history observed so far (the experiment's forecaster, "
-            "seeded with the job's series; no forecast file); implies --mode forecast.",
+        "seeded with the job's series; no forecast file); implies --mode forecast.",
     ),
     learn: bool = typer.Option(
         False,
         "--learn",
         help="The performance model learns from every measured step (the profile its prior); each step's predicted vs "
-            "measured, before and after learning, goes to the run log.",
+        "measured, before and after learning, goes to the run log.",
     ),
     set_: list[str] | None = typer.Option(
         None, "--set", help="Override an experiment field: KEY=VALUE or SECTION.KEY=VALUE (repeatable)."
@@ -91,7 +91,7 @@ def run(
         None,
         "--step-timeout",
         help="Seconds one superstep may take, from publishing it to every task's release, before the run stops "
-            "(default 600; on --resume, the run's own unless given).",
+        "(default 600; on --resume, the run's own unless given).",
     ),
     run_id: str | None = typer.Option(
         None, "--run-id", help="Name of the run folder runs/<run-id> (default: live-<date>-<time>-<hex>)."
@@ -109,7 +109,7 @@ def run(
         "guaranteed",
         "--cpu-weight",
         help="Local backend: the run group's weight against other processes: guaranteed (tasks get their CPU ahead of "
-            "other work; quotas still cap each task) or workers (as the profiler weighs its runs).",
+        "other work; quotas still cap each task) or workers (as the profiler weighs its runs).",
     ),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No per-step lines."),
     namespace: str | None = typer.Option(
@@ -295,7 +295,9 @@ def _run_to_the_end(console: Console, coord: Coordinator) -> None:
     finally:
         signal.signal(signal.SIGTERM, previous)
     _show(console, coord)
-    console.print(f"run folder: {result.run_dir} (steps.csv, steps.jsonl, summary.md, chart.png, logs/)", highlight=False)
+    console.print(
+        f"run folder: {result.run_dir} (steps.csv, steps.jsonl, summary.md, chart.png, logs/)", highlight=False
+    )
 
 
 def _positive_seconds(value: float, flag: str) -> float:
@@ -314,7 +316,9 @@ def _show(console: Console, coord: Coordinator) -> None:
     sm = coord.summary
     if not sm:
         return
-    print_table(sm["rows"], console, title=f"{coord.run_id}: live vs simulated, {sm['steps_done']} of {sm['steps']} steps")
+    print_table(
+        sm["rows"], console, title=f"{coord.run_id}: live vs simulated, {sm['steps_done']} of {sm['steps']} steps"
+    )
     console.print(
         f"total: live {sm['live_total_s']:.2f} s, simulated {sm['simulated_total_s']:.2f} s ({sm['total_error_pct']:+.1f}%); "
         f"with measured reconfiguration cost {sm['simulated_total_measured_penalty_s']:.2f} s "
@@ -411,7 +415,9 @@ def zk_stop(data_dir: Path = typer.Option(DEFAULT_DATA_DIR, "--data-dir", help="
 
 
 @zk_app.command("status")
-def zk_status(data_dir: Path = typer.Option(DEFAULT_DATA_DIR, "--data-dir", help="The folder `zk start` used.")) -> None:
+def zk_status(
+    data_dir: Path = typer.Option(DEFAULT_DATA_DIR, "--data-dir", help="The folder `zk start` used."),
+) -> None:
     """Whether the server of DATA_DIR runs and answers."""
     z = _server(data_dir, None)
     pid = z.recorded_pid()

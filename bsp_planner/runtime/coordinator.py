@@ -47,8 +47,17 @@ from .runlog import RunLog, step_record
 from .summary import write_summary
 
 __all__ = [
-    "Coordinator", "LiveResult", "RunFailed", "RunHeld", "RunInterrupted", "RunSettings", "RECONFIGURE",
-    "check_run_id", "new_run_id", "DEFAULT_EXPERIMENT", "DEFAULT_RUNS_DIR",
+    "Coordinator",
+    "LiveResult",
+    "RunFailed",
+    "RunHeld",
+    "RunInterrupted",
+    "RunSettings",
+    "RECONFIGURE",
+    "check_run_id",
+    "new_run_id",
+    "DEFAULT_EXPERIMENT",
+    "DEFAULT_RUNS_DIR",
 ]
 
 DEFAULT_EXPERIMENT = data_path("experiments/live-default.toml")  # shipped (package data)
@@ -144,7 +153,10 @@ class Coordinator:
             "job": str(exp.job_path),
             "profile": str(exp.profile_path),
             "profile_source": source_profile,
-            "sha256": {k: sha256(p) for k, p in (("experiment", exp.path), ("job", exp.job_path), ("profile", exp.profile_path))},
+            "sha256": {
+                k: sha256(p)
+                for k, p in (("experiment", exp.path), ("job", exp.job_path), ("profile", exp.profile_path))
+            },
         }
 
     def cpu_of(self, level: int) -> float:
@@ -182,7 +194,9 @@ class Coordinator:
         tasks = [{"name": t.name, **t.identity()} for t in self.job.tasks]
         value = Z.run_value(self.run_id, self.job.name, tasks, self.exp.workload_range, self.exp.steps)
         self.lock = RunLock(s, self.paths.lock, self.run_id, self.instance)
-        self._created_root = claim_root(s, self.paths, self.creds, value, self.run_id, self.tasks, self.resume, self.lock)
+        self._created_root = claim_root(
+            s, self.paths, self.creds, value, self.run_id, self.tasks, self.resume, self.lock
+        )
         # the one coordinator: a live one refuses us here, before anything of the run was touched
         self.lock.acquire(self.settings.session_timeout_s * 1.5 + 5, ended_instance=self.store.ended_instance())
         self._lock_lost = False
@@ -231,8 +245,13 @@ class Coordinator:
         self.creds = self._credentials()
         self.paths = Z.RunPaths(self.zk_root)
         self.backend = self._backend or make_backend(
-            s.backend, run_id=self.run_id, log_dir=self.run_dir / "logs", stress_ng=s.stress_ng, cgroup_prefix=s.cgroup_prefix,
-            reconfigure=s.reconfigure, cpu_weight=s.cpu_weight,
+            s.backend,
+            run_id=self.run_id,
+            log_dir=self.run_dir / "logs",
+            stress_ng=s.stress_ng,
+            cgroup_prefix=s.cgroup_prefix,
+            reconfigure=s.reconfigure,
+            cpu_weight=s.cpu_weight,
             **(s.kubernetes if s.backend in ("kubernetes", "k8s") else {}),
         )
         caps = self.backend.capabilities()
@@ -246,7 +265,9 @@ class Coordinator:
                 field="--reconfigure",
             )
         c = self.exp.cpu
-        self.backend.check(self.job, max(c.max_millicores, c.exppo_max_millicores or 0), c.budget_millicores, path=self.exp.path)
+        self.backend.check(
+            self.job, max(c.max_millicores, c.exppo_max_millicores or 0), c.budget_millicores, path=self.exp.path
+        )
         self._plan_with_method_cost()
         planner = make_planner(s.planner)
         t_prep = time.perf_counter()
@@ -282,11 +303,21 @@ class Coordinator:
             raise RunStoreUnwritable(f"cannot write the run log in {self.run_dir}: {exc.strerror or exc}") from None
         self.backend.cleanup_stale()
         self.executor = LiveExecutor(
-            s, self.session, self.paths, self.backend, self.tasks, self.cpu_of, self._worker_env(),
-            self.store.incarnations(), lambda inc: self.store.write_meta(incarnations=dict(inc)),
-            self._relock_if_lost, lambda text: self.say(text),
+            s,
+            self.session,
+            self.paths,
+            self.backend,
+            self.tasks,
+            self.cpu_of,
+            self._worker_env(),
+            self.store.incarnations(),
+            lambda inc: self.store.write_meta(incarnations=dict(inc)),
+            self._relock_if_lost,
+            lambda text: self.say(text),
             processes={t.name: t.process for t in self.job.tasks if t.process},
-            sync=self.job.sync, run_id=self.run_id, run_dir=str(self.run_dir.resolve()),
+            sync=self.job.sync,
+            run_id=self.run_id,
+            run_dir=str(self.run_dir.resolve()),
         )
         return planner, prepare_ms, current, records, runlog
 
@@ -303,7 +334,10 @@ class Coordinator:
         if planned is None and isinstance(before, dict) and before.get("method") == method:
             planned, source = float(before["planned_s"]), before.get("source", "run.json")
         if planned is None:
-            planned, source = self.backend.measure_reconfigure_cost(method), f"measured by the {self.backend.name} backend"
+            planned, source = (
+                self.backend.measure_reconfigure_cost(method),
+                f"measured by the {self.backend.name} backend",
+            )
         if planned is None:
             planned, source = float(self.exp.penalty_s), "the experiment's penalty_s"
         self.ctx = dataclasses.replace(self.ctx, penalty_s=float(planned))
@@ -390,7 +424,9 @@ class Coordinator:
                     self.lock.release()
                 self.session.close()
                 try:
-                    self.store.write_meta(status=status, message=message, ended=now_iso(), prepare_ms=round(prepare_ms, 3))
+                    self.store.write_meta(
+                        status=status, message=message, ended=now_iso(), prepare_ms=round(prepare_ms, 3)
+                    )
                 except RunStoreUnwritable as exc:
                     self.say(f"could not record the run's status: {exc}")
                 if records:
@@ -476,8 +512,19 @@ class Coordinator:
             t_done = time.perf_counter()
             res = ex.results(t)
             rec = step_record(
-                self, t, d.action, levels, reconfigured, reconfig_s, decision_ms, t_done - t_pub, published - t_pub,
-                outcome.released_at, res, outcome.restarts, not fresh,
+                self,
+                t,
+                d.action,
+                levels,
+                reconfigured,
+                reconfig_s,
+                decision_ms,
+                t_done - t_pub,
+                published - t_pub,
+                outcome.released_at,
+                res,
+                outcome.restarts,
+                not fresh,
             )
             rec["reconfig_method"] = self.settings.reconfigure if reconfigured else None  # and reconfig_s: what it cost
             for i, x in enumerate(rec["tasks"]):

@@ -49,7 +49,9 @@ def claim_root(
     if not resume:
         holders = lock.holders()
         live = f", coordinated now by {holders[0].describe()}" if holders else ""
-        raise Z.RootHeld(f"{root} already holds run {run_id!r}{live}; continue it with --resume {run_id}", field="--zk-root")
+        raise Z.RootHeld(
+            f"{root} already holds run {run_id!r}{live}; continue it with --resume {run_id}", field="--zk-root"
+        )
     if any(info.tasks.get(t) is None for t in tasks):
         raise Z.RootHeld(f"{root} holds run {run_id!r} with other tasks than this job", field="--zk-root")
     return False

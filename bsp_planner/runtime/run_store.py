@@ -93,9 +93,13 @@ class RunStore:
         except (OSError, ValueError) as exc:
             raise InputError(f"cannot read the run's state: {exc}", path=self.meta_path, field="--resume") from None
         if not isinstance(meta, dict) or not isinstance(meta.get("settings"), dict):
-            raise InputError("not a run.json of bsp-planner (no settings object)", path=self.meta_path, field="--resume")
+            raise InputError(
+                "not a run.json of bsp-planner (no settings object)", path=self.meta_path, field="--resume"
+            )
         if meta.get("status") == "finished":
-            raise InputError(f"run {self.run_id!r} has finished; nothing to resume", path=self.meta_path, field="--resume")
+            raise InputError(
+                f"run {self.run_id!r} has finished; nothing to resume", path=self.meta_path, field="--resume"
+            )
         self.meta = meta
         return meta
 

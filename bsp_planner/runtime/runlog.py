@@ -29,8 +29,18 @@ from pathlib import Path
 import numpy as np
 
 STEP_FIELDS = (
-    "step", "action", "reconfigured", "reconfig_s", "decision_ms", "step_s", "predicted_step_s",
-    "slowest_s", "sync_s", "barrier_s", "restarts", "resumed",
+    "step",
+    "action",
+    "reconfigured",
+    "reconfig_s",
+    "decision_ms",
+    "step_s",
+    "predicted_step_s",
+    "slowest_s",
+    "sync_s",
+    "barrier_s",
+    "restarts",
+    "resumed",
 )
 TASK_FIELDS = ("cpu_millicores", "workload", "predicted_s", "measured_s")
 TASK_PREFIX = {"cpu_millicores": "cpu", "workload": "workload", "predicted_s": "predicted", "measured_s": "measured"}
@@ -64,7 +74,9 @@ def csv_row(rec: dict, task_names: list[str]) -> list:
     row = []
     for f in STEP_FIELDS:
         v = rec.get(f)
-        row.append(int(v) if isinstance(v, bool) else ("" if v is None else (f"{v:.6f}" if isinstance(v, float) else v)))
+        row.append(
+            int(v) if isinstance(v, bool) else ("" if v is None else (f"{v:.6f}" if isinstance(v, float) else v))
+        )
     by_task = {x["task"]: x for x in rec["tasks"]}
     for f in TASK_FIELDS:
         for t in task_names:

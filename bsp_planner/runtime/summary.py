@@ -28,17 +28,30 @@ def write_summary(run, records: list[dict], prepare_ms: float) -> tuple[dict, di
     reconf_s = np.array([r["reconfig_s"] for r in records])
     measured_penalty = float(reconf_s[reconf].mean()) if reconf.any() else 0.0
     live = StrategyResult(
-        strategy=f"{name} (live)", mode=mode, levels=levels, step_s=step_s, reconfigured=reconf,
-        penalty_s=measured_penalty, decision_ms=np.array([r["decision_ms"] for r in records]),
-        actions=np.array([r["action"] for r in records]), prepare_ms=prepare_ms,
+        strategy=f"{name} (live)",
+        mode=mode,
+        levels=levels,
+        step_s=step_s,
+        reconfigured=reconf,
+        penalty_s=measured_penalty,
+        decision_ms=np.array([r["decision_ms"] for r in records]),
+        actions=np.array([r["action"] for r in records]),
+        prepare_ms=prepare_ms,
     )
     sim_full = simulate(make_planner(name), run.ctx, run.scen.actual, mode)
     floor_full = floor_result(run.ctx, run.scen.actual, mode)
 
     def head(r: StrategyResult, label: str) -> StrategyResult:
         return StrategyResult(
-            strategy=label, mode=r.mode, levels=r.levels[:k], step_s=r.step_s[:k], reconfigured=r.reconfigured[:k],
-            penalty_s=r.penalty_s, decision_ms=r.decision_ms[:k], actions=r.actions[:k], prepare_ms=r.prepare_ms,
+            strategy=label,
+            mode=r.mode,
+            levels=r.levels[:k],
+            step_s=r.step_s[:k],
+            reconfigured=r.reconfigured[:k],
+            penalty_s=r.penalty_s,
+            decision_ms=r.decision_ms[:k],
+            actions=r.actions[:k],
+            prepare_ms=r.prepare_ms,
         )
 
     sim = head(sim_full, f"{name} (simulated)")

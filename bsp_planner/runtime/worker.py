@@ -143,9 +143,19 @@ class Worker:
         cfg = self.cfg
         in_pod = bool(os.environ.get("KUBERNETES_SERVICE_HOST"))  # set by the kubelet in every container
         session = self.session = TaskSession(
-            cfg.hosts, cfg.creds, cfg.root, None, self.task_name, "barrier", os.environ.get("BSP_RUN_DIR", os.getcwd()),
-            cfg.incarnation, cfg.step_timeout_s, session_timeout_s=cfg.session_timeout_s,
-            connect_timeout_s=cfg.connect_timeout_s, zk_wait_s=cfg.zk_wait_s, interrupt=self._interrupt,
+            cfg.hosts,
+            cfg.creds,
+            cfg.root,
+            None,
+            self.task_name,
+            "barrier",
+            os.environ.get("BSP_RUN_DIR", os.getcwd()),
+            cfg.incarnation,
+            cfg.step_timeout_s,
+            session_timeout_s=cfg.session_timeout_s,
+            connect_timeout_s=cfg.connect_timeout_s,
+            zk_wait_s=cfg.zk_wait_s,
+            interrupt=self._interrupt,
             unreachable_hint=Z.POD_HINT if in_pod else Z.LOCAL_HINT,
         )
         try:
@@ -159,8 +169,14 @@ class Worker:
             raise InputError(
                 f"task {self.task_name} is a process task: its own program joins the run, not a worker", field="--task"
             )
-        task = Task(self.task_name, spec["stressor"], spec["ops_per_unit"] if not command else 1.0, SeriesRef(Path("-")),
-                    spec["workers"], command=tuple(command) if command else None)
+        task = Task(
+            self.task_name,
+            spec["stressor"],
+            spec["ops_per_unit"] if not command else 1.0,
+            SeriesRef(Path("-")),
+            spec["workers"],
+            command=tuple(command) if command else None,
+        )
         stress_ng = shutil.which(cfg.stress_ng) if not command else cfg.stress_ng
         if not stress_ng:
             raise InputError(
@@ -193,8 +209,12 @@ class Worker:
         start = time.perf_counter()
         try:
             self._child = subprocess.Popen(
-                args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE if is_command else subprocess.DEVNULL,
-                stderr=subprocess.PIPE, start_new_session=True, env=env,
+                args,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE if is_command else subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+                env=env,
             )
         except OSError as exc:  # missing, not executable: the program's fault, not worth a restart
             raise InputError(f"{what} cannot start {args[0]!r}: {exc.strerror or exc}", field="command") from None
@@ -202,7 +222,9 @@ class Worker:
             out, err = self._child.communicate(timeout=self.cfg.step_timeout_s)
         except subprocess.TimeoutExpired:
             self._kill_child()
-            raise StressFailed(f"{what} ran past the step timeout ({self.cfg.step_timeout_s:g} s, --step-timeout)") from None
+            raise StressFailed(
+                f"{what} ran past the step timeout ({self.cfg.step_timeout_s:g} s, --step-timeout)"
+            ) from None
         duration = time.perf_counter() - start
         code = self._child.returncode
         self._child = None

@@ -20,8 +20,15 @@ class LocalSession:
 
     sync = "local"
 
-    def __init__(self, task_name: str, *, workloads: Sequence[float] | None = None, steps: int | None = None,
-                 reports_file: str | Path | None = None, first_step: int = 0) -> None:
+    def __init__(
+        self,
+        task_name: str,
+        *,
+        workloads: Sequence[float] | None = None,
+        steps: int | None = None,
+        reports_file: str | Path | None = None,
+        first_step: int = 0,
+    ) -> None:
         self.task_name = task_name
         self.workloads = list(workloads) if workloads is not None else None
         self.steps = steps

@@ -103,18 +103,38 @@ class TaskSession:
     is called while waiting (it may raise to leave); `zk_wait_s` bounds how long ZooKeeper may stay
     unreachable (then ZkUnavailable). A session lost and renewed re-registers the member node."""
 
-    def __init__(self, hosts: str, creds: Z.Credentials, root: str, run_id: str | None, task: str, sync: str, run_dir: str,
-                 incarnation: int, step_timeout_s: float | None, *, session_timeout_s: float = 10.0,
-                 connect_timeout_s: float = 30.0, zk_wait_s: float = 120.0, interrupt: Callable[[], bool] | None = None,
-                 unreachable_hint: str = Z.LOCAL_HINT) -> None:
+    def __init__(
+        self,
+        hosts: str,
+        creds: Z.Credentials,
+        root: str,
+        run_id: str | None,
+        task: str,
+        sync: str,
+        run_dir: str,
+        incarnation: int,
+        step_timeout_s: float | None,
+        *,
+        session_timeout_s: float = 10.0,
+        connect_timeout_s: float = 30.0,
+        zk_wait_s: float = 120.0,
+        interrupt: Callable[[], bool] | None = None,
+        unreachable_hint: str = Z.LOCAL_HINT,
+    ) -> None:
         self.hosts, self.root, self.run_id, self.task_name = hosts, root, run_id, task
         self.sync, self.run_dir, self.incarnation = sync, run_dir, incarnation
         self.step_timeout_s = step_timeout_s
         self.zk_wait_s = zk_wait_s
         self._user_interrupt = interrupt
         self.paths = Z.RunPaths(root)
-        self.session = Z.ZkSession(hosts, creds, session_timeout_s=session_timeout_s, connect_timeout_s=connect_timeout_s,
-                                   op_deadline_s=zk_wait_s, unreachable_hint=unreachable_hint)
+        self.session = Z.ZkSession(
+            hosts,
+            creds,
+            session_timeout_s=session_timeout_s,
+            connect_timeout_s=connect_timeout_s,
+            op_deadline_s=zk_wait_s,
+            unreachable_hint=unreachable_hint,
+        )
         self.session.add_listener(self._on_state)
         self._need_member = False
         self._ended = False
@@ -133,7 +153,9 @@ class TaskSession:
         if self._need_member and s.connected:
             self._register()
         if s.down_for() > self.zk_wait_s:
-            raise Z.ZkUnavailable(f"ZooKeeper at {self.hosts} unreachable for {s.down_for():.0f} s", field="--zookeeper")
+            raise Z.ZkUnavailable(
+                f"ZooKeeper at {self.hosts} unreachable for {s.down_for():.0f} s", field="--zookeeper"
+            )
         return False
 
     # -- joining ---------------------------------------------------------------------------------
@@ -272,7 +294,8 @@ class TaskSession:
         what = f"task {self.task_name} step {step}"
         if step != self._next:
             raise StepOrderError(
-                f"{what}: reported out of order or repeated (its next step is {self._next}); nothing was recorded", field="step"
+                f"{what}: reported out of order or repeated (its next step is {self._next}); nothing was recorded",
+                field="step",
             )
         if self._ended or step >= self.steps:
             self._ended = True
@@ -306,11 +329,15 @@ class TaskSession:
 
         s = self.session
         t = st.step
-        value = Z.result_value(t, st.wall_s, enter_wait, self.incarnation, time.time(), st.workload, st.next_workload, st.cpu_s)
-        results = s.commit([
-            ("create", self.paths.result(self.task_name, t), value),
-            ("set", self.paths.checkpoint(self.task_name), Z.checkpoint_value(t, self.incarnation)),
-        ])
+        value = Z.result_value(
+            t, st.wall_s, enter_wait, self.incarnation, time.time(), st.workload, st.next_workload, st.cpu_s
+        )
+        results = s.commit(
+            [
+                ("create", self.paths.result(self.task_name, t), value),
+                ("set", self.paths.checkpoint(self.task_name), Z.checkpoint_value(t, self.incarnation)),
+            ]
+        )
         failed = [r for r in results if isinstance(r, Exception)]
         if failed and not isinstance(results[0], NodeExistsError):
             raise failed[0]

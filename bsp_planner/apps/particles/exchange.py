@@ -33,7 +33,9 @@ class ExchangeTimeout(Exception):
 class FileExchange:
     """The exchange folder as seen by one rank."""
 
-    def __init__(self, folder: str | Path, rank: int, ranks: int, *, timeout_s: float = 600.0, poll_s: float = 0.002) -> None:
+    def __init__(
+        self, folder: str | Path, rank: int, ranks: int, *, timeout_s: float = 600.0, poll_s: float = 0.002
+    ) -> None:
         self.folder = Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
         self.rank = rank

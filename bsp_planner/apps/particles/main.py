@@ -44,7 +44,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--reports", default=None, help="standalone: append each step's report to this JSONL file")
     p.add_argument("--timeout-s", type=float, default=600.0, help="longest wait for a neighbour's particles")
     p.add_argument(
-        "--timings", default=None,
+        "--timings",
+        default=None,
         help="append per step {step, enter_s, compute_s, leave_s, exchange_s} (JSON lines): the time spent "
         "entering and leaving session.step, in the compute, and in the boundary exchange",
     )

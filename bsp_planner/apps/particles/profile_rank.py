@@ -42,12 +42,26 @@ def measure_in_group(
     with tempfile.TemporaryDirectory(prefix="particles-profile-") as tmp:
         reports = Path(tmp) / "reports.jsonl"
         args = [
-            sys.executable, "-m", "bsp_planner.apps.particles", "--rank", "0", "--ranks", "1",
-            "--particles", str(workload), "--steps", str(steps), "--exchange-dir", str(Path(tmp) / "x"),
-            "--reports", str(reports),
+            sys.executable,
+            "-m",
+            "bsp_planner.apps.particles",
+            "--rank",
+            "0",
+            "--ranks",
+            "1",
+            "--particles",
+            str(workload),
+            "--steps",
+            str(steps),
+            "--exchange-dir",
+            str(Path(tmp) / "x"),
+            "--reports",
+            str(reports),
         ]
         env = {k: v for k, v in os.environ.items() if not k.startswith("BSP_")}  # standalone, not a run
-        with CpuQuotaGroup(f"particles-{os.getpid()}-{time.monotonic_ns()}", millicores=cpu_millicores, prefix=prefix) as group:
+        with CpuQuotaGroup(
+            f"particles-{os.getpid()}-{time.monotonic_ns()}", millicores=cpu_millicores, prefix=prefix
+        ) as group:
             group.set_weight(MAX_SHARES)
             proc = subprocess.run(
                 args, preexec_fn=group.preexec_fn, env=env, capture_output=True, timeout=timeout_s, check=False
@@ -65,7 +79,9 @@ def _job_tasks(path: str) -> tuple[str, Path, list[dict]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bsp_planner.apps.particles.profile_rank", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m bsp_planner.apps.particles.profile_rank", description=__doc__.split("\n\n")[0]
+    )
     p.add_argument("--job", required=True, action="append", help="job file(s) whose tasks get the rows")
     p.add_argument("--out", required=True, action="append", help="profile CSV per job (same order)")
     p.add_argument("--cpu", default="100,250,500,1000", help="CPU levels, millicores")

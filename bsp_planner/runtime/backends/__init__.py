@@ -53,6 +53,7 @@ class Backend(ABC):
     worker may still be starting: the coordinator waits for its ZooKeeper membership."""
 
     name = "backend"
+
     @property
     def default_reconfigure(self) -> str:
         """How a run reconfigures when --reconfigure is not given (recreate, in-place or auto)."""

@@ -122,7 +122,9 @@ class KubernetesBackend(Backend):
         self._from_env()
         self.run_key = N.run_key(self.run_id)
         if self.reconfigure not in RECONFIGURE_MODES:
-            raise InputError(f"expected one of {', '.join(RECONFIGURE_MODES)}, got {self.reconfigure!r}", field="--reconfigure")
+            raise InputError(
+                f"expected one of {', '.join(RECONFIGURE_MODES)}, got {self.reconfigure!r}", field="--reconfigure"
+            )
         for name in ("pending_timeout_s", "resize_timeout_s", "delete_timeout_s"):
             if not getattr(self, name) > 0:
                 raise InputError(f"expected a positive number of seconds, got {getattr(self, name)!r}", field=name)
@@ -185,9 +187,12 @@ class KubernetesBackend(Backend):
         nodes' free allocatable CPU when first asked (None where nodes cannot be read)."""
         if self._capacity_m is False:
             nodes = self._node_capacities(movable_own=True)
-            self._capacity_m = None if nodes is None else sum(max(0.0, c.free_m) for c in nodes if c.unschedulable is None)
-        return Capabilities(in_place=self.mode == "in-place", recreate=True, sees_exit=True,
-                            capacity_millicores=self._capacity_m)
+            self._capacity_m = (
+                None if nodes is None else sum(max(0.0, c.free_m) for c in nodes if c.unschedulable is None)
+            )
+        return Capabilities(
+            in_place=self.mode == "in-place", recreate=True, sees_exit=True, capacity_millicores=self._capacity_m
+        )
 
     def info(self) -> dict:
         caps = self._cluster.capabilities()
@@ -216,8 +221,14 @@ class KubernetesBackend(Backend):
     def settings(self) -> M.PodSettings:
         if self._settings is None:
             image = resolve_image(self.image, self._cluster.pod_image)
-            self._settings = M.PodSettings(self._cluster.namespace, image, self.image_pull_policy, self.memory,
-                                           dict(self.node_selector or {}), self.termination_grace_s)
+            self._settings = M.PodSettings(
+                self._cluster.namespace,
+                image,
+                self.image_pull_policy,
+                self.memory,
+                dict(self.node_selector or {}),
+                self.termination_grace_s,
+            )
         return self._settings
 
     # -- checks ------------------------------------------------------------------------------------
@@ -229,7 +240,8 @@ class KubernetesBackend(Backend):
             raise InputError(
                 f"task(s) {', '.join(own)} run the user's own program: the kubernetes backend runs stress-ng tasks only "
                 "so far (a task `image` is not supported yet); run this job with --backend local",
-                path=getattr(job, "path", None), field="task",
+                path=getattr(job, "path", None),
+                field="task",
             )
         self._cluster.list_pods(N.run_selector(self.run_key))  # reachability and the Role, at once
         self.mode  # noqa: B018  (raises if in-place is forced and impossible)
@@ -245,13 +257,15 @@ class KubernetesBackend(Backend):
             raise ConfigurationDoesNotFit(
                 f"the CPU budget ({budget_millicores:g}m) exceeds the free allocatable CPU of the schedulable "
                 f"nodes ({free:.0f}m: {where}); lower cpu.budget_millicores or add nodes",
-                path=path, field="cpu.budget_millicores",
+                path=path,
+                field="cpu.budget_millicores",
             )
         if millicores_max > biggest + 1e-6:
             raise ConfigurationDoesNotFit(
                 f"one task may get up to {millicores_max:g}m but no node has more than {biggest:.0f}m free "
                 f"({where}); lower cpu.max_millicores",
-                path=path, field="cpu.max_millicores",
+                path=path,
+                field="cpu.max_millicores",
             )
 
     def _node_capacities(self, *, movable_own: bool) -> list | None:
@@ -270,8 +284,10 @@ class KubernetesBackend(Backend):
 
         def movable(pod: Mapping) -> bool:
             meta = pod.get("metadata") or {}
-            return movable_own and meta.get("namespace") == self.namespace and (
-                (meta.get("labels") or {}).get(N.LABEL_RUN) == self.run_key or meta.get("name") in own
+            return (
+                movable_own
+                and meta.get("namespace") == self.namespace
+                and ((meta.get("labels") or {}).get(N.LABEL_RUN) == self.run_key or meta.get("name") in own)
             )
 
         return node_capacities(nodes, pods, movable=movable, node_selector=self.node_selector)
@@ -312,8 +328,11 @@ class KubernetesBackend(Backend):
             where[task] = t.last.node if t.last is not None else None
             if where[task] is None:
                 where[task] = pod_state(self._cluster.get_pod(self._pod_name(task))).node
-        in_place = {task: (node, self.tasks[task].millicores, float(millicores[task]))
-                    for task, how in plan.items() if how == "in-place" and (node := where.get(task))}
+        in_place = {
+            task: (node, self.tasks[task].millicores, float(millicores[task]))
+            for task, how in plan.items()
+            if how == "in-place" and (node := where.get(task))
+        }
         ok = fits_in_place(in_place, nodes)
         for task, fits in ok.items():
             if not fits:
@@ -327,7 +346,9 @@ class KubernetesBackend(Backend):
                 room[where[task]] -= float(millicores[task]) - self.tasks[task].millicores
         placed = {t: float(millicores[t]) for t, how in plan.items() if how in ("start", "recreate")}
         if placed:
-            caps = [NodeCapacity(c.name, c.allocatable_m, c.allocatable_m - room[c.name], c.unschedulable) for c in nodes]
+            caps = [
+                NodeCapacity(c.name, c.allocatable_m, c.allocatable_m - room[c.name], c.unschedulable) for c in nodes
+            ]
             pack(placed, caps)
         return plan
 
@@ -366,7 +387,9 @@ class KubernetesBackend(Backend):
         refs: list[dict] = []
         has_auth = ENV_AUTH in launch.env or ENV_AUTH_FILE in launch.env
         if self.zk_auth_secret:
-            refs.append({"name": ENV_AUTH, "valueFrom": {"secretKeyRef": {"name": self.zk_auth_secret, "key": SECRET_KEY}}})
+            refs.append(
+                {"name": ENV_AUTH, "valueFrom": {"secretKeyRef": {"name": self.zk_auth_secret, "key": SECRET_KEY}}}
+            )
         elif has_auth:
             auth = launch.env.get(ENV_AUTH)
             if auth is None:
@@ -439,19 +462,26 @@ class KubernetesBackend(Backend):
             st = pod_state(self._cluster.get_pod(name))
             t.last = st
             if st.problem:
-                raise PodLost(f"task {task!r}: {st.problem} (pod {name}); the run stops and can be resumed", field="kubernetes")
+                raise PodLost(
+                    f"task {task!r}: {st.problem} (pod {name}); the run stops and can be resumed", field="kubernetes"
+                )
             if resize_done(st, millicores):
                 t.millicores = float(millicores)
                 t.plan = None
                 self.events.append(ReconfigEvent(task, "in-place", float(millicores), self.clock() - started))
                 return
             if st.resize_infeasible or self.clock() >= deadline:
-                why = st.resize_infeasible or f"not applied after {self.resize_timeout_s:g} s ({st.resize or 'no status'})"
+                why = (
+                    st.resize_infeasible
+                    or f"not applied after {self.resize_timeout_s:g} s ({st.resize or 'no status'})"
+                )
                 self._warn(f"in-place resize of {task!r} to {millicores:g}m: {why}; recreating the pod instead")
                 return self.recreate_task(t.launch, millicores, detail=f"resize failed: {why}", started=started)
             self.sleep(self.poll_s)
 
-    def recreate_task(self, launch: WorkerLaunch, millicores: float, *, detail: str = "", started: float | None = None) -> None:
+    def recreate_task(
+        self, launch: WorkerLaunch, millicores: float, *, detail: str = "", started: float | None = None
+    ) -> None:
         """Delete the pod (SIGTERM: the worker leaves with its checkpoint in ZooKeeper), wait until it is
         gone, create it again with the new CPU."""
         started = self.clock() if started is None else started
@@ -459,8 +489,15 @@ class KubernetesBackend(Backend):
         self._keep_log(launch.task, self._delete_and_wait(launch.task, self.termination_grace_s))
         self._cluster.create_pod(self._pod_body(launch, millicores))
         self.tasks[launch.task] = _Task(launch, float(millicores), self.clock())
-        self.events.append(ReconfigEvent(launch.task, "recreate", float(millicores), self.clock() - started,
-                                         detail or (f"from {old.millicores:g}m" if old else "")))
+        self.events.append(
+            ReconfigEvent(
+                launch.task,
+                "recreate",
+                float(millicores),
+                self.clock() - started,
+                detail or (f"from {old.millicores:g}m" if old else ""),
+            )
+        )
 
     def stop_task(self, task: str, timeout_s: float = 10.0) -> TaskStatus:
         self.tasks.pop(task, None)

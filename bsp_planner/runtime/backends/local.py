@@ -73,7 +73,9 @@ class LocalBackend(Backend):
         cpu_weight: str = "guaranteed",
     ) -> None:
         if cpu_weight not in CPU_WEIGHTS:
-            raise InputError(f"expected --cpu-weight {' or '.join(CPU_WEIGHTS)}, got {cpu_weight!r}", field="--cpu-weight")
+            raise InputError(
+                f"expected --cpu-weight {' or '.join(CPU_WEIGHTS)}, got {cpu_weight!r}", field="--cpu-weight"
+            )
         self.cpu_weight = cpu_weight
         self.run_id = run_id
         self.log_dir = Path(log_dir)
@@ -99,7 +101,12 @@ class LocalBackend(Backend):
         h = self.hierarchy
         return {
             "backend": self.name,
-            "cgroup": {"version": h.version, "root": str(h.root), "run_group": self.run_prefix, "cpu_weight": self.cpu_weight},
+            "cgroup": {
+                "version": h.version,
+                "root": str(h.root),
+                "run_group": self.run_prefix,
+                "cpu_weight": self.cpu_weight,
+            },
             "capacity_millicores": self.capacity,
         }
 
@@ -218,7 +225,9 @@ class LocalBackend(Backend):
         env["PYTHONUNBUFFERED"] = "1"
         args = list(launch.args) if launch.program else [self.python, "-m", "bsp_planner.cli", *launch.args]
         with open(log_path, "ab") as log:
-            log.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} incarnation {launch.incarnation}, {millicores:g}m\n".encode())
+            log.write(
+                f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} incarnation {launch.incarnation}, {millicores:g}m\n".encode()
+            )
             log.flush()
             try:
                 proc = subprocess.Popen(

@@ -64,7 +64,11 @@ class CountingBarrier:
         return f"{self.base}/done"
 
     def setup_ops(self) -> list[tuple]:
-        return [("create", self.base, None), ("create", f"{self.base}/enter", None), ("create", f"{self.base}/leave", None)]
+        return [
+            ("create", self.base, None),
+            ("create", f"{self.base}/enter", None),
+            ("create", f"{self.base}/leave", None),
+        ]
 
     # -- participant side ----------------------------------------------------------------------------
     def enter(self, name: str, timeout_s: float | None = None, interrupt=None) -> float:
@@ -172,7 +176,10 @@ class CountingBarrier:
     def run_step(self, timeout_s: float | None = None, interrupt=None) -> float:
         """The counter's whole step: release ``enter``, then ``leave``; returns the seconds it waited."""
         t0 = time.perf_counter()
-        if self.session.wait_for(lambda watch: True if self.poll(watch) else None, timeout_s, interrupt=interrupt) is None:
+        if (
+            self.session.wait_for(lambda watch: True if self.poll(watch) else None, timeout_s, interrupt=interrupt)
+            is None
+        ):
             raise self._timeout("enter" if "enter" not in self._released else "leave", timeout_s)
         return time.perf_counter() - t0
 

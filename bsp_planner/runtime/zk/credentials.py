@@ -56,7 +56,9 @@ def read_credentials_file(path: str | Path) -> Credentials:
     try:
         st = path.stat()
     except OSError as exc:
-        raise InputError(f"cannot read the ZooKeeper credentials file: {exc.strerror}", path=path, field="zk-auth") from exc
+        raise InputError(
+            f"cannot read the ZooKeeper credentials file: {exc.strerror}", path=path, field="zk-auth"
+        ) from exc
     if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
         raise InputError(
             f"the credentials file is readable by other users (mode {stat.filemode(st.st_mode)}); `chmod 600 {path}`",
@@ -92,7 +94,6 @@ def write_credentials_file(path: Path, creds: Credentials) -> Path:
     return path
 
 
-
 def run_credentials(source: str, generated_file: Path, may_create: bool) -> Credentials:
     """A run's credentials from its source: ``generated`` (kept in `generated_file`, made on a new run),
     ``file:<path>``, or ``env`` ($BSP_PLANNER_ZK_AUTH)."""
@@ -100,14 +101,18 @@ def run_credentials(source: str, generated_file: Path, may_create: bool) -> Cred
         if generated_file.is_file():
             return read_credentials_file(generated_file)
         if not may_create:
-            raise InputError(f"the run's credentials file {generated_file} is missing", path=generated_file, field="zk-auth")
+            raise InputError(
+                f"the run's credentials file {generated_file} is missing", path=generated_file, field="zk-auth"
+            )
         return read_credentials_file(write_credentials_file(generated_file, generate_credentials()))
     if source.startswith("file:"):
         return read_credentials_file(source[5:])
     if source == "env":
         creds = load_credentials(None)
         if creds is None:
-            raise InputError(f"this run takes its ZooKeeper credentials from ${ENV_AUTH}, which is not set", field="zk-auth")
+            raise InputError(
+                f"this run takes its ZooKeeper credentials from ${ENV_AUTH}, which is not set", field="zk-auth"
+            )
         return creds
     raise InputError(f"unknown credentials source {source!r}", field="zk-auth")
 

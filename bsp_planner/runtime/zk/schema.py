@@ -67,7 +67,9 @@ def get_int(path: str, v: dict, key: str, lo: int | None = None, hi: int | None 
     return x
 
 
-def get_float(path: str, v: dict, key: str, lo: float | None = None, hi: float | None = None, default: Any = ...) -> float:
+def get_float(
+    path: str, v: dict, key: str, lo: float | None = None, hi: float | None = None, default: Any = ...
+) -> float:
     if key not in v:
         if default is not ...:
             return default
@@ -113,8 +115,16 @@ class RunPaths:
 
     def __post_init__(self) -> None:
         r = self.root
-        if not r.startswith("/") or r.endswith("/") or "//" in r or any(p in (".", "..") for p in r.split("/")[1:]) or r == "/":
-            raise InputError(f"expected an absolute znode path like /bsp-planner/runs/NAME, got {r!r}", field="--zk-root")
+        if (
+            not r.startswith("/")
+            or r.endswith("/")
+            or "//" in r
+            or any(p in (".", "..") for p in r.split("/")[1:])
+            or r == "/"
+        ):
+            raise InputError(
+                f"expected an absolute znode path like /bsp-planner/runs/NAME, got {r!r}", field="--zk-root"
+            )
 
     @property
     def lock(self) -> str:
@@ -196,7 +206,12 @@ def parse_run(path: str, v: dict) -> RunInfo:
         name = get_str(path, t, "name", TASK_NAME)
         command = t.get("command", t.get("process"))
         if command is not None:
-            if not (isinstance(command, list) and command and len(command) <= 4096 and all(isinstance(a, str) for a in command)):
+            if not (
+                isinstance(command, list)
+                and command
+                and len(command) <= 4096
+                and all(isinstance(a, str) for a in command)
+            ):
                 raise _bad(
                     path,
                     f"tasks[{i}].{'command' if 'command' in t else 'process'}",
@@ -246,8 +261,14 @@ def parse_step(path: str, v: dict, t: int, workload_range: tuple[float, float]) 
 
 
 def result_value(
-    t: int, duration_s: float, enter_wait_s: float, incarnation: int, finished_at: float,
-    workload: float | None = None, next_workload: float | None = None, cpu_s: float | None = None,
+    t: int,
+    duration_s: float,
+    enter_wait_s: float,
+    incarnation: int,
+    finished_at: float,
+    workload: float | None = None,
+    next_workload: float | None = None,
+    cpu_s: float | None = None,
 ) -> dict:
     """A task's report of step t; `workload`/`next_workload`: what the task observed (None: not reported)."""
     v = {
@@ -316,4 +337,3 @@ def parse_member(path: str, v: dict) -> dict:
         "host": get_str(path, v, "host"),
         "next_step": get_int(path, v, "next_step", 0),
     }
-

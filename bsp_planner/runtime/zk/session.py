@@ -35,7 +35,6 @@ class ZkUnavailable(InputError):
     """ZooKeeper cannot be reached (at start, or for longer than the run's bounded wait)."""
 
 
-
 def quiet_kazoo(level: int = logging.CRITICAL) -> None:
     """kazoo logs every dropped connection; a run reports what matters itself."""
     logging.getLogger("kazoo").setLevel(level)
@@ -78,7 +77,8 @@ class ZkSession:
             )
         except ValueError as exc:
             raise InputError(
-                f"expected a ZooKeeper connection string host:port[,host:port...], got {hosts!r} ({exc})", field="--zookeeper"
+                f"expected a ZooKeeper connection string host:port[,host:port...], got {hosts!r} ({exc})",
+                field="--zookeeper",
             ) from None
         self._wakers: set[threading.Event] = set()
         self._lock = threading.Lock()
@@ -192,7 +192,9 @@ class ZkSession:
             return getattr(self.client, f"{name}_async")(*args, **kwargs).get(timeout=timeout_s)
         return fn(*args, **kwargs)
 
-    def create(self, path: str, value: dict | None = None, *, ephemeral: bool = False, makepath: bool = False, acl=None) -> bool:
+    def create(
+        self, path: str, value: dict | None = None, *, ephemeral: bool = False, makepath: bool = False, acl=None
+    ) -> bool:
         """Create a node; False if it already existed (an earlier try of the same write, or a restart)."""
         from kazoo.exceptions import NodeExistsError
 
@@ -337,4 +339,3 @@ class ZkSession:
             return True if self.exists(path, watch=on_event) else None
 
         return bool(self.wait_for(check, timeout_s, **kw))
-
