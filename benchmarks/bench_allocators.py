@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -32,6 +31,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from bench_simulate import big_context  # noqa: E402
+
 from bsp_planner.allocation import make_allocator  # noqa: E402
 from bsp_planner.experiment import load_experiment  # noqa: E402
 from bsp_planner.planners.base import make_planner  # noqa: E402
@@ -57,25 +57,37 @@ def timed_mpc(ctx, actual):
 
 
 def quality(big: int, exact: bool) -> None:
-    print("| experiment | mode | greedy total s | threshold total s | threshold vs greedy |" + (" exact total s |" if exact else ""))
+    print(
+        "| experiment | mode | greedy total s | threshold total s | threshold vs greedy |"
+        + (" exact total s |" if exact else "")
+    )
     print("|---|---|---|---|---|" + ("---|" if exact else ""))
     allocators = ["greedy", "threshold"] + (["exact"] if exact else [])
     for mode in ("perfect", "forecast"):
         totals = {}
         for a in allocators:
-            exp = load_experiment(ROOT / "bsp_planner" / "data" / "experiments" / "default.toml", ["strategies=mpc", f"modes={mode}", f"planner.allocator={a}"])
+            exp = load_experiment(
+                ROOT / "bsp_planner" / "data" / "experiments" / "default.toml",
+                ["strategies=mpc", f"modes={mode}", f"planner.allocator={a}"],
+            )
             totals[a] = run_strategy(build_scenario(exp), "mpc", mode).total_s
         gap = 100 * (totals["threshold"] / totals["greedy"] - 1)
-        print(f"| default (8 tasks x 400 steps) | {mode} | {totals['greedy']:.3f} | {totals['threshold']:.3f} | {gap:+.3f}% |"
-              + (f" {totals['exact']:.3f} |" if exact else ""), flush=True)
+        print(
+            f"| default (8 tasks x 400 steps) | {mode} | {totals['greedy']:.3f} | {totals['threshold']:.3f} | {gap:+.3f}% |"
+            + (f" {totals['exact']:.3f} |" if exact else ""),
+            flush=True,
+        )
     if big:
         totals = {}
         for a in ("greedy", "threshold"):
             ctx, actual = big_context(big, 400, 10, allocator=make_allocator(a))
             totals[a] = simulate(make_planner("mpc"), ctx, actual).total_s
         gap = 100 * (totals["threshold"] / totals["greedy"] - 1)
-        print(f"| {big} tasks x 400 steps | perfect | {totals['greedy']:.3f} | {totals['threshold']:.3f} | {gap:+.3f}% |"
-              + (" |" if exact else ""), flush=True)
+        print(
+            f"| {big} tasks x 400 steps | perfect | {totals['greedy']:.3f} | {totals['threshold']:.3f} | {gap:+.3f}% |"
+            + (" |" if exact else ""),
+            flush=True,
+        )
 
 
 def frames(every: int = 5) -> None:
@@ -91,28 +103,42 @@ def frames(every: int = 5) -> None:
     inside = (kk >= starts[:, None]) & (kk < (starts + lengths)[:, None])
     w = np.where(inside, discount_weights(h, 0.95)[np.clip(kk - starts[:, None], 0, h - 1)], 0.0)
     for mode in ("perfect", "forecast"):
-        exp = load_experiment(ROOT / "bsp_planner" / "data" / "experiments" / "default.toml", ["strategies=mpc", f"modes={mode}"])
+        exp = load_experiment(
+            ROOT / "bsp_planner" / "data" / "experiments" / "default.toml", ["strategies=mpc", f"modes={mode}"]
+        )
         ctx = build_scenario(exp).contexts[mode]
         ratios = []
         for t in range(0, exp.steps - h + 1, every):
-            d = np.broadcast_to(ctx.configs.predicted[t, :, :, :h], (starts.size,) + ctx.configs.predicted.shape[1:3] + (h,))
+            d = np.broadcast_to(
+                ctx.configs.predicted[t, :, :, :h], (starts.size,) + ctx.configs.predicted.shape[1:3] + (h,)
+            )
             g = frame_time(d, GreedyAllocator().allocate_batch(d, w, ctx.max_level, ctx.budget_steps), w)
             th = frame_time(d, ThresholdAllocator().allocate_batch(d, w, ctx.max_level, ctx.budget_steps), w)
             ratios.append(th / g)
         r = np.concatenate(ratios)
-        print(f"| {mode} | {r.size} | {r.mean():.4f} | {r.max():.4f} | {r.min():.4f} | {100 * (r > 1 + 1e-12).mean():.1f}% |", flush=True)
+        print(
+            f"| {mode} | {r.size} | {r.mean():.4f} | {r.max():.4f} | {r.min():.4f} | {100 * (r > 1 + 1e-12).mean():.1f}% |",
+            flush=True,
+        )
 
 
 def growth(cases, steps: int) -> None:
-    print("| tasks | horizon | budget per task | budget steps | median decision ms (wall) | median CPU ms | p90 CPU ms |")
+    print(
+        "| tasks | horizon | budget per task | budget steps | median decision ms (wall) | median CPU ms | p90 CPU ms |"
+    )
     print("|---|---|---|---|---|---|---|")
     for n, h, per_task in cases:
-        ctx, actual = big_context(n, steps, h, allocator=make_allocator("threshold"), budget_per_task_millicores=per_task)
+        ctx, actual = big_context(
+            n, steps, h, allocator=make_allocator("threshold"), budget_per_task_millicores=per_task
+        )
         _, wall, cpu = timed_mpc(ctx, actual)
         # The last h-1 decisions see shorter horizons: only full ones count.
         wall, cpu = wall[: steps - h + 1], cpu[: steps - h + 1]
-        print(f"| {n} | {h} | {per_task:g}m | {ctx.budget_steps} | {np.median(wall):.1f} | {np.median(cpu):.1f} | "
-              f"{np.percentile(cpu, 90):.1f} |", flush=True)
+        print(
+            f"| {n} | {h} | {per_task:g}m | {ctx.budget_steps} | {np.median(wall):.1f} | {np.median(cpu):.1f} | "
+            f"{np.percentile(cpu, 90):.1f} |",
+            flush=True,
+        )
 
 
 def main() -> None:
@@ -123,8 +149,11 @@ def main() -> None:
     ap.add_argument("--tasks", default="8,64,256,1024,4096,10000")
     args = ap.parse_args()
     only = args.only.split(",")
-    print(f"- date: {time.strftime('%Y-%m-%d %H:%M')} UTC; machine: {platform.node()}, {os.cpu_count()} cores; "
-          f"load average at start {os.getloadavg()[0]:.2f}", flush=True)
+    print(
+        f"- date: {time.strftime('%Y-%m-%d %H:%M')} UTC; machine: {platform.node()}, {os.cpu_count()} cores; "
+        f"load average at start {os.getloadavg()[0]:.2f}",
+        flush=True,
+    )
     if "quality" in only:
         quality(args.big, args.exact)
         print()

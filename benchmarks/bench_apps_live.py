@@ -25,15 +25,14 @@ import sys
 import tempfile
 import time
 import tomllib
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bsp_planner.runtime import zk as Z  # noqa: E402
-from bsp_planner.runtime.zkserver import LocalZooKeeper, free_port  # noqa: E402
-from bsp_planner.shipped import data_dir  # noqa: E402
+from bsp_planner.runtime import zk as Z
+from bsp_planner.runtime.zkserver import LocalZooKeeper, free_port
+from bsp_planner.shipped import data_dir
 
 
 def write_experiment(folder: Path, ranks: int, steps: int, sync: str) -> Path:
@@ -42,10 +41,15 @@ def write_experiment(folder: Path, ranks: int, steps: int, sync: str) -> Path:
     job = tomllib.loads((data / "jobs" / f"particles-{ranks}.toml").read_text())
     lines = [f'name = "particles-{ranks}"', f'sync = "{sync}"']
     for i, t in enumerate(job["task"]):
-        argv = [sys.executable if a == "{python}" else a for a in t["process"]]
+        argv = [sys.executable, *t["process"][1:], "--timings", "{run_dir}/timings-{task}.jsonl"]
         first = (i * 1000) % 9000
-        lines += ["", "[[task]]", f'name = "{t["name"]}"', f"process = {json.dumps(argv)}",
-                  f'series = {{ file = "{data / "datasets" / "nyc_taxi.csv"}", first_row = {first}, last_row = {first + 998} }}']
+        lines += [
+            "",
+            "[[task]]",
+            f'name = "{t["name"]}"',
+            f"process = {json.dumps(argv)}",
+            f'series = {{ file = "{data / "datasets" / "nyc_taxi.csv"}", first_row = {first}, last_row = {first + 998} }}',
+        ]
     (folder / "job.toml").write_text("\n".join(lines) + "\n")
     shutil.copy(data / "profiles" / f"particles-{ranks}" / "profile.csv", folder / "profile.csv")
     shipped = (data / "experiments" / f"particles-{ranks}.toml").read_text()
@@ -53,64 +57,133 @@ def write_experiment(folder: Path, ranks: int, steps: int, sync: str) -> Path:
     c = exp["cpu"]
     (folder / "exp.toml").write_text(f"""job = "job.toml"
 profile = "profile.csv"
-interpolation = "{exp['interpolation']}"
-out_of_grid = "{exp['out_of_grid']}"
-workload_range = {json.dumps(exp['workload_range'])}
+interpolation = "{exp["interpolation"]}"
+out_of_grid = "{exp["out_of_grid"]}"
+workload_range = {json.dumps(exp["workload_range"])}
 steps = {steps}
-penalty_s = {exp['penalty_s']}
+penalty_s = {exp["penalty_s"]}
 modes = ["perfect"]
 strategies = ["mpc"]
 output = "out"
 
 [cpu]
-budget_millicores = {c['budget_millicores']}
-min_millicores = {c['min_millicores']}
-step_millicores = {c['step_millicores']}
-max_millicores = {c['max_millicores']}
+budget_millicores = {c["budget_millicores"]}
+min_millicores = {c["min_millicores"]}
+step_millicores = {c["step_millicores"]}
+max_millicores = {c["max_millicores"]}
 
 [planner]
-horizon = {exp['planner']['horizon']}
-dp_max_segment = {exp['planner']['dp_max_segment']}
+horizon = {exp["planner"]["horizon"]}
+dp_max_segment = {exp["planner"]["dp_max_segment"]}
 
 [forecast]
-horizon = {exp['forecast']['horizon']}
-actual = "{data / 'traces' / f'particles-{ranks}'}"
+horizon = {exp["forecast"]["horizon"]}
+actual = "{data / "traces" / f"particles-{ranks}"}"
 """)
     return folder / "exp.toml"
 
 
 def trace(ranks: int, steps: int) -> list[list[float]]:
     folder = data_dir() / "traces" / f"particles-{ranks}"
-    cols = [[float(x) for x in (folder / f"p{r}.csv").read_text().split()[1:steps + 1]] for r in range(ranks)]
+    cols = [[float(x) for x in (folder / f"p{r}.csv").read_text().split()[1 : steps + 1]] for r in range(ranks)]
     return [[cols[r][t] for r in range(ranks)] for t in range(steps)]
 
 
-def run_one(work: Path, server, ranks: int, steps: int, sync: str, planner: str) -> dict:
+def write_online_experiment(folder: Path, ranks: int, sync: str) -> Path:
+    """The shipped experiment and job as they are (no series: workloads observed, planned online), with
+    `sync` and the ranks' --timings."""
+    data = data_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    job = (data / "jobs" / f"particles-{ranks}.toml").read_text()
+    job = job.replace('sync = "barrier"', f'sync = "{sync}"').replace(
+        '"{run_dir}/particles"]', '"{run_dir}/particles", "--timings", "{run_dir}/timings-{task}.jsonl"]'
+    )
+    (folder / "job.toml").write_text(job)
+    shutil.copy(data / "profiles" / f"particles-{ranks}" / "profile.csv", folder / "profile.csv")
+    exp = (data / "experiments" / f"particles-{ranks}.toml").read_text()
+    exp = exp.replace(f'job = "../jobs/particles-{ranks}.toml"', 'job = "job.toml"').replace(
+        f'profile = "../profiles/particles-{ranks}/profile.csv"', 'profile = "profile.csv"'
+    )
+    (folder / "exp.toml").write_text(exp)
+    return folder / "exp.toml"
+
+
+def run_one(work: Path, server, ranks: int, steps: int, sync: str, planner: str, plan: str = "perfect") -> dict:
     from bsp_planner.runtime.coordinator import Coordinator, RunSettings
 
-    tag = f"{sync}-{planner.replace(':', '')}"
-    exp = write_experiment(work / tag, ranks, steps, sync)
+    tag = f"{plan}-{sync}-{planner.replace(':', '')}"
+    if plan == "online":
+        exp = write_online_experiment(work / tag, ranks, sync)
+        mode, overrides = "forecast", [f"steps={steps}", "online=true"]
+    else:
+        exp = write_experiment(work / tag, ranks, steps, sync)
+        mode, overrides = "perfect", []
     creds = Z.write_credentials_file(work / f"auth-{tag}", Z.generate_credentials())
-    settings = RunSettings(experiment=str(exp), planner=planner, mode="perfect", reconfigure="in-place",
-                           zookeeper=server.hosts, zk_auth=f"file:{creds}")
+    settings = RunSettings(
+        experiment=str(exp),
+        planner=planner,
+        mode=mode,
+        reconfigure="in-place",
+        overrides=overrides,
+        zookeeper=server.hosts,
+        zk_auth=f"file:{creds}",
+    )
+    from bsp_planner.runtime.executor import RunFailed
+
+    run_id = f"particles-{tag}-{os.getpid()}"
     t0 = time.perf_counter()
-    result = Coordinator(settings, f"particles-{tag}-{os.getpid()}", work / "runs").run()
+    try:
+        result = Coordinator(settings, run_id, work / "runs").run()
+        status, message, run_dir = result.status, "", result.run_dir
+    except RunFailed as exc:  # recorded with the steps it logged, so the other rows still run
+        status, message, run_dir = "failed", str(exc).splitlines()[0], work / "runs" / run_id
     wall = time.perf_counter() - t0
-    records = result.records
+    log = run_dir / "steps.jsonl"
+    records = [json.loads(line) for line in log.read_text().splitlines()] if log.is_file() else []
+    if not records:
+        return {"sync": sync, "planner": planner, "status": status, "message": message, "steps": 0}
     want = trace(ranks, steps)
     mismatched = sum(
         1 for r in records for i, t in enumerate(r["tasks"]) if t.get("observed_workload") != want[r["step"]][i]
     )
     step_s = [r["step_s"] for r in records]
+    # the library's cost per step, seen from the rank: entering plus leaving `session.step` (in barrier
+    # mode this includes waiting for the publication and for the barrier; in observe mode it is all the
+    # library's own work: a stop check and the report)
+    overhead_ms = []
+    for path in run_dir.glob("timings-*.jsonl"):
+        for line in path.read_text().splitlines():
+            x = json.loads(line)
+            overhead_ms.append(1000 * (x["enter_s"] + x["leave_s"]))
     reconfig_s = [r["reconfig_s"] for r in records]
     return {
-        "sync": sync, "planner": planner, "status": result.status, "steps": len(records),
-        "total_s": round(sum(step_s) + sum(reconfig_s), 3), "compute_s": round(sum(step_s), 3),
-        "reconfigurations": sum(1 for r in records if r["reconfigured"]), "reconfig_s": round(sum(reconfig_s), 4),
+        "plan": plan,
+        "sync": sync,
+        "planner": planner,
+        "status": status,
+        "message": message,
+        "steps": len(records),
+        "total_s": round(sum(step_s) + sum(reconfig_s), 3),
+        "compute_s": round(sum(step_s), 3),
+        # the slowest rank's compute block per step, summed: the run's critical path without any
+        # synchronisation; comparable between modes (in observe mode the coordinator times a step from
+        # publishing it, while the ranks may already be running it)
+        "slowest_compute_s": round(sum(r["slowest_s"] for r in records), 3),
+        "reconfigurations": sum(1 for r in records if r["reconfigured"]),
+        "reconfig_s": round(sum(reconfig_s), 4),
         "predicted_s": round(sum(r["predicted_step_s"] for r in records), 3),
-        "median_step_s": round(statistics.median(step_s), 4), "wall_s": round(wall, 1),
+        "median_step_s": round(statistics.median(step_s), 4),
+        "wall_s": round(wall, 1),
+        "session_step_overhead_ms": {
+            "median": round(statistics.median(overhead_ms), 3),
+            "p95": round(sorted(overhead_ms)[int(0.95 * (len(overhead_ms) - 1))], 3),
+            "samples": len(overhead_ms),
+        }
+        if overhead_ms
+        else None,
         "first_step_cpu_millicores": [t["cpu_millicores"] for t in records[0]["tasks"]],
-        "reported_counts_off_trace": mismatched, "run_dir": str(result.run_dir),
+        "reported_counts_off_trace": mismatched,
+        "run_dir": str(run_dir),
         "record_keys": sorted(records[0]["tasks"][0]),
     }
 
@@ -121,6 +194,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--planners", default="mpc,exppo")
     ap.add_argument("--sync", default="barrier,observe")
+    ap.add_argument(
+        "--plan",
+        default="online",
+        choices=("online", "perfect"),
+        help="online: the shipped experiment, workloads observed and forecast (persistence) step by step; "
+        "perfect: the recorded trace known in advance",
+    )
     ap.add_argument("--out", default="bench_apps_live.json")
     ap.add_argument("--workdir", default=None, help="keep the runs here (default: a temporary folder)")
     args = ap.parse_args(argv)
@@ -128,11 +208,11 @@ def main(argv: list[str] | None = None) -> int:
     server = LocalZooKeeper(work / "zk", port=free_port())
     server.start()
     rows = []
-    started = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    started = datetime.now(UTC).isoformat(timespec="seconds")
     try:
         for sync in args.sync.split(","):
             for planner in args.planners.split(","):
-                row = run_one(work, server, args.ranks, args.steps, sync, planner)
+                row = run_one(work, server, args.ranks, args.steps, sync, planner, args.plan)
                 rows.append(row)
                 print(json.dumps({k: v for k, v in row.items() if k not in ("run_dir", "record_keys")}), flush=True)
     finally:
@@ -141,9 +221,13 @@ def main(argv: list[str] | None = None) -> int:
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
     for sync in args.sync.split(","):
         by = {r["planner"]: r for r in rows if r["sync"] == sync}
-        if "mpc" in by and "exppo" in by:
-            print(f"{sync}: mpc {by['mpc']['total_s']:.2f} s, exppo (even split) {by['exppo']['total_s']:.2f} s: "
-                  f"{by['mpc']['total_s'] / by['exppo']['total_s']:.2f}x")
+        if "mpc" in by and "exppo" in by and by["mpc"].get("total_s") and by["exppo"].get("total_s"):
+            m, e = by["mpc"], by["exppo"]
+            print(
+                f"{sync}: mpc {m['total_s']:.2f} s, exppo (even split) {e['total_s']:.2f} s: {m['total_s'] / e['total_s']:.2f}x; "
+                f"slowest compute {m['slowest_compute_s']:.2f} vs {e['slowest_compute_s']:.2f} s: "
+                f"{m['slowest_compute_s'] / e['slowest_compute_s']:.2f}x"
+            )
     return 0
 
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
@@ -54,9 +53,14 @@ def contexts(ranks: int, steps: int):
 
     def ctx(predicted):
         return PlanningContext(
-            steps=steps, cpu=cpu, max_level=max_level, penalty_s=exp.penalty_s,
+            steps=steps,
+            cpu=cpu,
+            max_level=max_level,
+            penalty_s=exp.penalty_s,
             configs=ConfigTable(predicted, make_allocator(p.allocator), max_level, budget_steps, p.discount),
-            discount=p.discount, mid_durations=dm.durations(mid[:, None])[:, :, 0], exppo_max_level=max_level,
+            discount=p.discount,
+            mid_durations=dm.durations(mid[:, None])[:, :, 0],
+            exppo_max_level=max_level,
             planner_settings=p,
         )
 
@@ -83,8 +87,10 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     exp, cpu, actual, actual_w, ctxs = contexts(args.ranks, args.steps)
     even, share = even_split_s(cpu, actual, args.ranks, exp.cpu.budget_millicores)
-    print(f"particles-{args.ranks}: {args.steps} steps, budget {exp.cpu.budget_millicores:g}m, "
-          f"penalty {exp.penalty_s:g} s, CPU {exp.cpu.min_millicores:g}-{exp.cpu.max_millicores:g}m")
+    print(
+        f"particles-{args.ranks}: {args.steps} steps, budget {exp.cpu.budget_millicores:g}m, "
+        f"penalty {exp.penalty_s:g} s, CPU {exp.cpu.min_millicores:g}-{exp.cpu.max_millicores:g}m"
+    )
     print(f"even split ({share:g}m each): {even:.2f} s")
     print(f"{'strategy':<10} {'forecast':<12} {'total_s':>8} {'vs even':>8} {'reconf':>6} {'decide_ms':>9}")
     for mode, ctx in ctxs.items():
@@ -92,8 +98,10 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.perf_counter()
             res = simulate(make_planner(strategy, exp.planner), ctx, actual, "forecast", actual_w)
             _ = time.perf_counter() - t0
-            print(f"{strategy:<10} {mode:<12} {res.total_s:>8.2f} {res.total_s / even:>8.2f} {res.checkpoints:>6} "
-                  f"{float(np.median(res.decision_ms)):>9.2f}")
+            print(
+                f"{strategy:<10} {mode:<12} {res.total_s:>8.2f} {res.total_s / even:>8.2f} {res.checkpoints:>6} "
+                f"{float(np.median(res.decision_ms)):>9.2f}"
+            )
     return 0
 
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -76,8 +75,10 @@ def bench_frame(path, overrides) -> None:
         g = frame_time(d, GreedyAllocator().allocate(d, w, max_level, budget), w)
         gaps.append(100 * (g / frame_time(d, lv, w) - 1))
     walls, cpus = np.array(walls) * 1e3, np.array(cpus) * 1e3
-    print(f"**Exact frame, {n} tasks x 10 steps x {L} CPU levels** (budget {budget} steps above the minimum, "
-          f"{len(starts)} frames, {milps} needed the MILP; the rest were proved by bounds):\n")
+    print(
+        f"**Exact frame, {n} tasks x 10 steps x {L} CPU levels** (budget {budget} steps above the minimum, "
+        f"{len(starts)} frames, {milps} needed the MILP; the rest were proved by bounds):\n"
+    )
     print("| | median | p90 | max |\n|---|---|---|---|")
     print(f"| wall ms | {np.median(walls):.1f} | {pct(walls, 90):.1f} | {walls.max():.1f} |")
     print(f"| CPU ms | {np.median(cpus):.1f} | {pct(cpus, 90):.1f} | {cpus.max():.1f} |")
@@ -92,14 +93,18 @@ def bench_mpc(path, overrides, steps: int = 60) -> None:
     for label, alloc in (("cache on (as `simulate`)", ExactAllocator()), ("no cache", ExactAllocator(cache_size=0))):
         ctx.configs.allocator = alloc
         sub = type(ctx)(**{**ctx.__dict__, "steps": steps})
-        w0, c0 = time.perf_counter(), time.process_time()
+        c0 = time.process_time()
         r = simulate(make_planner("mpc"), sub, scen.actual[:, :, :steps], "forecast")
-        wall, cpu = time.perf_counter() - w0, time.process_time() - c0
+        cpu = time.process_time() - c0
         d = r.decision_ms
         rows.append((label, np.median(d), pct(d, 90), d.max(), 1e3 * cpu / steps, alloc.stats.milps / steps))
-    print(f"**MPC with the exact allocator**, {n} tasks, horizon {exp.planner.horizon} (55 frames per step), forecast mode "
-          f"({scen.forecast_label['forecast']}), first {steps} steps, decision time per step:\n")
-    print("| allocator cache | median ms | p90 ms | max ms | CPU ms per step | MILPs per step |\n|---|---|---|---|---|---|")
+    print(
+        f"**MPC with the exact allocator**, {n} tasks, horizon {exp.planner.horizon} (55 frames per step), forecast mode "
+        f"({scen.forecast_label['forecast']}), first {steps} steps, decision time per step:\n"
+    )
+    print(
+        "| allocator cache | median ms | p90 ms | max ms | CPU ms per step | MILPs per step |\n|---|---|---|---|---|---|"
+    )
     for label, med, p90, mx, cpu, mil in rows:
         print(f"| {label} | {med:.0f} | {p90:.0f} | {mx:.0f} | {cpu:.0f} | {mil:.1f} |")
     print()
@@ -114,12 +119,14 @@ def bench_optimum(path, overrides) -> None:
     wall, cpu = time.perf_counter() - w0, time.process_time() - c0
     st = plan.stats
     n, L, m = scen.actual.shape
-    print(f"**optimum**, {exp.name}: {n} tasks x {m} steps x {L} levels, penalty {ctx.penalty_s:g} s, cap "
-          f"{plan.max_segment}: **{wall:.1f} s wall, {cpu:.1f} s CPU**; value {plan.value:.2f} s, "
-          f"{len(plan.segments)} segments, certified optimal over all plans: {plan.certified}. "
-          f"{st['milps']} segment MILPs ({st['cutoff_proofs']} ended by their cutoff), "
-          f"{st['bound_proofs']} segments decided by meeting bounds, {st['waited']} waits; at most "
-          f"{st['max_live']} live starts, the longest-lived {st['longest_live']} steps; pool {st['pool']} configurations.\n")
+    print(
+        f"**optimum**, {exp.name}: {n} tasks x {m} steps x {L} levels, penalty {ctx.penalty_s:g} s, cap "
+        f"{plan.max_segment}: **{wall:.1f} s wall, {cpu:.1f} s CPU**; value {plan.value:.2f} s, "
+        f"{len(plan.segments)} segments, certified optimal over all plans: {plan.certified}. "
+        f"{st['milps']} segment MILPs ({st['cutoff_proofs']} ended by their cutoff), "
+        f"{st['bound_proofs']} segments decided by meeting bounds, {st['waited']} waits; at most "
+        f"{st['max_live']} live starts, the longest-lived {st['longest_live']} steps; pool {st['pool']} configurations.\n"
+    )
 
 
 def bench_quality(path, overrides, every: int = 5) -> None:
@@ -127,10 +134,15 @@ def bench_quality(path, overrides, every: int = 5) -> None:
     actual, ctx = scen.actual, scen.contexts["perfect"]
     n, L, m = actual.shape
     greedy, exact = GreedyAllocator(), ExactAllocator()
-    print(f"**Greedy vs exact configurations**, {exp.name} ({n} tasks x {m} steps x {L} levels, budget "
-          f"{ctx.budget_steps} steps), perfect knowledge, discount {exp.planner.discount}, frames at every "
-          f"{every}th step: how much longer greedy's frame is than the exact one\n")
-    print("| frame length | frames | mean % | p90 % | max % | greedy optimal | exact s per frame (CPU) |\n|---|---|---|---|---|---|---|")
+    print(
+        f"**Greedy vs exact configurations**, {exp.name} ({n} tasks x {m} steps x {L} levels, budget "
+        f"{ctx.budget_steps} steps), perfect knowledge, discount {exp.planner.discount}, frames at every "
+        f"{every}th step: how much longer greedy's frame is than the exact one\n"
+    )
+    print(
+        "| frame length | frames | mean % | p90 % | max % | greedy optimal | exact s per frame (CPU) |\n"
+        "|---|---|---|---|---|---|---|"
+    )
     for j in (1, 2, 3, 5, 10, 20, 40):
         ts = np.arange(0, m - j + 1, every)
         d = np.stack([actual[:, :, t : t + j] for t in ts])
@@ -142,8 +154,10 @@ def bench_quality(path, overrides, every: int = 5) -> None:
         gv = np.array([frame_time(d[b], g[b], w[b]) for b in range(len(ts))])
         ev = np.array([frame_time(d[b], e[b], w[b]) for b in range(len(ts))])
         gap = 100 * (gv / ev - 1)
-        print(f"| {j} | {len(ts)} | {gap.mean():.3f} | {pct(gap, 90):.3f} | {gap.max():.3f} | "
-              f"{np.mean(gap < 1e-7) * 100:.0f}% | {cpu:.3f} |")
+        print(
+            f"| {j} | {len(ts)} | {gap.mean():.3f} | {pct(gap, 90):.3f} | {gap.max():.3f} | "
+            f"{np.mean(gap < 1e-7) * 100:.0f}% | {cpu:.3f} |"
+        )
     print()
 
 
@@ -155,8 +169,13 @@ def bench_strategies(path, overrides, full: bool, exact_too: tuple[str, ...]) ->
     for alloc in ("greedy", "exact"):
         for mode in exp.modes:
             ctx = scen.contexts[mode]
-            ctx.configs = type(ctx.configs)(ctx.configs.predicted, ExactAllocator() if alloc == "exact" else GreedyAllocator(),
-                                            ctx.max_level, ctx.budget_steps, ctx.discount)
+            ctx.configs = type(ctx.configs)(
+                ctx.configs.predicted,
+                ExactAllocator() if alloc == "exact" else GreedyAllocator(),
+                ctx.max_level,
+                ctx.budget_steps,
+                ctx.discount,
+            )
             for s in strategies:
                 if alloc == "exact" and (s in ("floor", "optimum") or (s not in exact_too and not full)):
                     continue
@@ -164,8 +183,10 @@ def bench_strategies(path, overrides, full: bool, exact_too: tuple[str, ...]) ->
                 results[(alloc, mode, s)] = run_strategy(scen, s, mode)
                 timing[(alloc, mode, s)] = time.perf_counter() - w0
     n, L, m = scen.actual.shape
-    print(f"**Strategies against the optimum**, {exp.name} ({n} tasks x {m} steps x {L} levels, penalty "
-          f"{exp.penalty_s:g} s): total seconds and % above `optimum` (greedy | exact allocator)\n")
+    print(
+        f"**Strategies against the optimum**, {exp.name} ({n} tasks x {m} steps x {L} levels, penalty "
+        f"{exp.penalty_s:g} s): total seconds and % above `optimum` (greedy | exact allocator)\n"
+    )
     print("| strategy | " + " | ".join(f"{md} greedy | {md} exact" for md in exp.modes) + " |")
     print("|---|" + "---|---|" * len(exp.modes))
     for s in strategies:
@@ -178,7 +199,10 @@ def bench_strategies(path, overrides, full: bool, exact_too: tuple[str, ...]) ->
         print(f"| {s} | " + " | ".join(cells) + " |")
     slow = [(k, v) for k, v in timing.items() if v > 5]
     if slow:
-        print("\nslowest runs: " + ", ".join(f"{a}/{md}/{s} {v:.0f} s" for (a, md, s), v in sorted(slow, key=lambda x: -x[1])[:6]))
+        print(
+            "\nslowest runs: "
+            + ", ".join(f"{a}/{md}/{s} {v:.0f} s" for (a, md, s), v in sorted(slow, key=lambda x: -x[1])[:6])
+        )
     print()
 
 
@@ -191,8 +215,10 @@ def main() -> None:
     ap.add_argument("--full", action="store_true", help="also dp with the exact allocator (slow)")
     args = ap.parse_args()
     only = set(args.only.split(","))
-    print(f"- date: {time.strftime('%Y-%m-%d')}; machine: {platform.node()}, {os.cpu_count()} cores, "
-          f"{platform.processor() or platform.machine()}; load average at start {os.getloadavg()[0]:.2f}\n")
+    print(
+        f"- date: {time.strftime('%Y-%m-%d')}; machine: {platform.node()}, {os.cpu_count()} cores, "
+        f"{platform.processor() or platform.machine()}; load average at start {os.getloadavg()[0]:.2f}\n"
+    )
     t0 = time.perf_counter()
     default, large = Path(args.experiment), Path(args.large)
     if "frame" in only:

@@ -36,8 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bsp_planner.executors.simulated import SimulatedExecutor
 from bsp_planner.experiment import (
@@ -63,7 +62,9 @@ def wrong_profile(src_csv: Path, folder: Path, factor_of) -> Path:
         w = csv.DictWriter(fh, fieldnames=list(rows[0]))
         w.writeheader()
         for r in rows:
-            r["duration_s"] = f"{float(r['duration_s']) * factor_of(order.index(r['task']), float(r['cpu_millicores'])):.6f}"
+            r["duration_s"] = (
+                f"{float(r['duration_s']) * factor_of(order.index(r['task']), float(r['cpu_millicores'])):.6f}"
+            )
             w.writerow(r)
     return out
 
@@ -119,12 +120,16 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=400)
     ap.add_argument("--strategies", default="mpc,static:3")
     ap.add_argument("--modes", default="perfect,forecast")
-    ap.add_argument("--set", action="append", default=[], help="Experiment override, e.g. learning.slope_weight=0.5 (repeatable).")
+    ap.add_argument(
+        "--set", action="append", default=[], help="Experiment override, e.g. learning.slope_weight=0.5 (repeatable)."
+    )
     args = ap.parse_args()
     strategies = args.strategies.split(",")
     modes = args.modes.split(",")
     base = load_experiment(find_experiment(None))
-    base = apply_overrides(base, [f"steps={args.steps}", f"strategies={','.join(strategies)}", f"modes={','.join(modes)}", *args.set])
+    base = apply_overrides(
+        base, [f"steps={args.steps}", f"strategies={','.join(strategies)}", f"modes={','.join(modes)}", *args.set]
+    )
     true_csv = base.profile_path
     cases = {
         "uniform x1.4": (lambda i, c: 1.4, 0.0),
@@ -157,21 +162,36 @@ def main() -> None:
                     err = per_task.max(axis=1)  # the step's worst task
                     rows.append(
                         {
-                            "case": label, "mode": m, "strategy": s, "settled": settled_at(err),
-                            "err0": err[0], "err14": err[min(14, len(err) - 1)], "err_max_after_15": err[15:].max() if len(err) > 15 else float("nan"),
+                            "case": label,
+                            "mode": m,
+                            "strategy": s,
+                            "settled": settled_at(err),
+                            "err0": err[0],
+                            "err14": err[min(14, len(err) - 1)],
+                            "err_max_after_15": err[15:].max() if len(err) > 15 else float("nan"),
                             "share_above": float(np.mean(per_task[15:] >= 0.05)) if len(err) > 15 else float("nan"),
-                            "true": true_total, "learn": r.total_s, "blind": blind_total,
+                            "true": true_total,
+                            "learn": r.total_s,
+                            "blind": blind_total,
                         }
                     )
     elapsed = time.perf_counter() - t0
-    print(f"Command: `.venv/bin/python benchmarks/bench_learning.py --steps {args.steps} --strategies {args.strategies} --modes {args.modes}{''.join(' --set ' + x for x in args.set)}`, "
-          f"{platform.node() or 'host'} ({os.cpu_count()} cores), {time.strftime('%Y-%m-%d')}, {elapsed:.0f} s.\n")
-    print("| wrong profile | mode | strategy | error < 5% from step | error step 0 | error step 14 | max error after step 15 | task-steps >= 5% after step 15 | total, true profile (s) | total, learning (s) | vs true | total, no learning (s) | vs true |")
+    print(
+        f"Command: `.venv/bin/python benchmarks/bench_learning.py --steps {args.steps} --strategies {args.strategies} "
+        f"--modes {args.modes}{''.join(' --set ' + x for x in args.set)}`, "
+        f"{platform.node() or 'host'} ({os.cpu_count()} cores), {time.strftime('%Y-%m-%d')}, {elapsed:.0f} s.\n"
+    )
+    print(
+        "| wrong profile | mode | strategy | error < 5% from step | error step 0 | error step 14 | max error after "
+        "step 15 | task-steps >= 5% after step 15 | total, true profile (s) | total, learning (s) | vs true | total, "
+        "no learning (s) | vs true |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(
             f"| {r['case']} | {r['mode']} | {r['strategy']} | {r['settled'] if r['settled'] is not None else 'never'} | "
-            f"{100 * r['err0']:.1f}% | {100 * r['err14']:.2f}% | {100 * r['err_max_after_15']:.2f}% | {100 * r['share_above']:.2f}% | {r['true']:.2f} | {r['learn']:.2f} | "
+            f"{100 * r['err0']:.1f}% | {100 * r['err14']:.2f}% | {100 * r['err_max_after_15']:.2f}% | "
+            f"{100 * r['share_above']:.2f}% | {r['true']:.2f} | {r['learn']:.2f} | "
             f"{100 * (r['learn'] / r['true'] - 1):+.2f}% | {r['blind']:.2f} | {100 * (r['blind'] / r['true'] - 1):+.2f}% |"
         )
 

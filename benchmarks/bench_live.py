@@ -104,7 +104,17 @@ def bench_barrier(n: int, steps: int, per_process: int, workdir: Path) -> dict:
         for g in groups:
             procs.append(
                 subprocess.Popen(
-                    [sys.executable, __file__, "_participant", server.hosts, root, ",".join(g), ",".join(names), str(steps), str(auth)],
+                    [
+                        sys.executable,
+                        __file__,
+                        "_participant",
+                        server.hosts,
+                        root,
+                        ",".join(g),
+                        ",".join(names),
+                        str(steps),
+                        str(auth),
+                    ],
                     stdout=subprocess.PIPE,
                     text=True,
                 )
@@ -147,7 +157,18 @@ def bench_barrier(n: int, steps: int, per_process: int, workdir: Path) -> dict:
 
 
 # -- live runs ---------------------------------------------------------------------------------------
-def live_run(experiment: Path, planner: str, reconfigure: str, steps: int, workdir: Path, server, tag: str, overrides=(), cpu_weight="guaranteed", runs_dir: Path | None = None) -> dict:
+def live_run(
+    experiment: Path,
+    planner: str,
+    reconfigure: str,
+    steps: int,
+    workdir: Path,
+    server,
+    tag: str,
+    overrides=(),
+    cpu_weight="guaranteed",
+    runs_dir: Path | None = None,
+) -> dict:
     from bsp_planner.runtime.coordinator import Coordinator, RunSettings
 
     creds = Z.write_credentials_file(workdir / f"auth-{tag}", Z.generate_credentials())
@@ -192,14 +213,18 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("section", choices=["barrier", "live", "reconfig", "all"])
     ap.add_argument("--steps", type=int, default=20, help="steps of the live run (and of each barrier run)")
-    ap.add_argument("--experiment", type=Path, default=ROOT / "bsp_planner" / "data" / "experiments" / "live-default.toml")
+    ap.add_argument(
+        "--experiment", type=Path, default=ROOT / "bsp_planner" / "data" / "experiments" / "live-default.toml"
+    )
     ap.add_argument("--planner", default="mpc")
     ap.add_argument("--reconfigure", default="in-place")
     ap.add_argument("--per-process", type=int, default=1, help="barrier participants per process")
     ap.add_argument("--sizes", default="8,128", help="barrier participant counts")
     ap.add_argument("--reconfig-steps", type=int, default=12)
     ap.add_argument("--cpu-weight", default="guaranteed", choices=["guaranteed", "workers"])
-    ap.add_argument("--profile", type=Path, help="profile CSV instead of the experiment's (e.g. one measured just before)")
+    ap.add_argument(
+        "--profile", type=Path, help="profile CSV instead of the experiment's (e.g. one measured just before)"
+    )
     ap.add_argument("--out", type=Path, default=ROOT / "out" / "bench_live.json")
     args = ap.parse_args()
     results: dict = {"date": date.today().isoformat(), "load_before": load(), "cpus": os.cpu_count()}
@@ -210,7 +235,11 @@ def main() -> None:
             for n in (int(x) for x in args.sizes.split(",")):
                 r = bench_barrier(n, max(args.steps, 10), args.per_process, work)
                 results["barrier"].append(r)
-                print(f"barrier n={n:4d} ({r['processes']} processes): median {r['median_ms']} ms, p95 {r['p95_ms']} ms, max {r['max_ms']} ms (first release: median {r['first_release_median_ms']} ms)", flush=True)
+                print(
+                    f"barrier n={n:4d} ({r['processes']} processes): median {r['median_ms']} ms, p95 {r['p95_ms']} "
+                    f"ms, max {r['max_ms']} ms (first release: median {r['first_release_median_ms']} ms)",
+                    flush=True,
+                )
         extra = [f"profile={args.profile.resolve()}"] if args.profile else []
         results["profile"] = str(args.profile.resolve()) if args.profile else "the experiment's"
         if args.section in ("live", "reconfig", "all"):
@@ -218,12 +247,25 @@ def main() -> None:
             server.start()
             try:
                 if args.section in ("live", "all"):
-                    r = live_run(args.experiment, args.planner, args.reconfigure, args.steps, work, server, "live", extra, args.cpu_weight, args.out.parent / "bench_live_runs")
+                    r = live_run(
+                        args.experiment,
+                        args.planner,
+                        args.reconfigure,
+                        args.steps,
+                        work,
+                        server,
+                        "live",
+                        extra,
+                        args.cpu_weight,
+                        args.out.parent / "bench_live_runs",
+                    )
                     results["live"] = r
                     print(
-                        f"live {args.planner} ({args.reconfigure}, cpu weight {args.cpu_weight}), {r['steps_done']} steps: live {r['live_total_s']} s, simulated "
+                        f"live {args.planner} ({args.reconfigure}, cpu weight {args.cpu_weight}), {r['steps_done']} "
+                        f"steps: live {r['live_total_s']} s, simulated "
                         f"{r['simulated_total_s']} s ({r['total_error_pct']:+}%), with measured reconfiguration cost "
-                        f"{r['simulated_total_measured_penalty_s']} s ({r['total_error_measured_penalty_pct']:+}%); per-step error "
+                        f"{r['simulated_total_measured_penalty_s']} s ({r['total_error_measured_penalty_pct']:+}%); "
+                        "per-step error "
                         f"mean {r['step_error_pct']['mean']:+}%, mean |.| {r['step_error_pct']['mean_abs']}%, max |.| "
                         f"{r['step_error_pct']['max_abs']}%; barrier mean {1e3 * r['barrier_s']['mean']:.1f} ms",
                         flush=True,
@@ -231,7 +273,18 @@ def main() -> None:
                 if args.section in ("reconfig", "all"):
                     results["reconfig"] = {}
                     for how in ("in-place", "recreate"):
-                        r = live_run(args.experiment, "static:1", how, args.reconfig_steps, work, server, f"re-{how}", ["penalty_s=0", *extra], args.cpu_weight, args.out.parent / "bench_live_runs")
+                        r = live_run(
+                            args.experiment,
+                            "static:1",
+                            how,
+                            args.reconfig_steps,
+                            work,
+                            server,
+                            f"re-{how}",
+                            ["penalty_s=0", *extra],
+                            args.cpu_weight,
+                            args.out.parent / "bench_live_runs",
+                        )
                         costs = r["reconfig_s_all"]
                         results["reconfig"][how] = {
                             "reconfigurations": len(costs),

@@ -59,8 +59,13 @@ def train_time(settings, timesteps: int, overrides: list[str]) -> dict:
         t0 = time.perf_counter()
         r = train_agent(settings, Path(tmp), None, extra_overrides=overrides, plot=False, compare="mpc")
         wall = time.perf_counter() - t0
-    return {"timesteps": timesteps, "learn_s": r.meta["train_seconds"], "wall_s": wall, "eval": r.meta["eval"],
-            "mpc": r.meta["baseline"]["mpc"]}
+    return {
+        "timesteps": timesteps,
+        "learn_s": r.meta["train_seconds"],
+        "wall_s": wall,
+        "eval": r.meta["eval"],
+        "mpc": r.meta["baseline"]["mpc"],
+    }
 
 
 def versus(agent_path: Path, overrides: list[str], strategies: list[str]) -> dict:
@@ -76,8 +81,14 @@ def versus(agent_path: Path, overrides: list[str], strategies: list[str]) -> dic
 
     r = simulate(RlPlanner(str(agent_path), name="dqn"), data.ctx, data.actual, s.mode)
     decide_ms = float(r.decision_ms.mean())
-    return {"agent": agent, "settings": s, "runs": runs, "label": data.forecast_label, "decide_ms": decide_ms,
-            "wall_s": time.perf_counter() - t0}
+    return {
+        "agent": agent,
+        "settings": s,
+        "runs": runs,
+        "label": data.forecast_label,
+        "decide_ms": decide_ms,
+        "wall_s": time.perf_counter() - t0,
+    }
 
 
 def main() -> None:
@@ -102,24 +113,30 @@ def main() -> None:
     print(f"| through SB3 `DummyVecEnv` + `Monitor` | {sp['vec_steps_per_s']:,.0f} |")
     if not args.skip_train:
         tr = train_time(s, args.timesteps, args.set)
-        print(f"\nDQN, {tr['timesteps']:,} steps (settings of {s.path.name}): learn {tr['learn_s']:.0f} s, "
-              f"whole command {tr['wall_s']:.0f} s (scenarios, MPC reference, evaluations); held-out "
-              f"{tr['eval']['total_s']:.2f} s / {tr['eval']['reconfigurations']} reconfigurations vs MPC "
-              f"{tr['mpc']['total_s']:.2f} s / {tr['mpc']['reconfigurations']}")
+        print(
+            f"\nDQN, {tr['timesteps']:,} steps (settings of {s.path.name}): learn {tr['learn_s']:.0f} s, "
+            f"whole command {tr['wall_s']:.0f} s (scenarios, MPC reference, evaluations); held-out "
+            f"{tr['eval']['total_s']:.2f} s / {tr['eval']['reconfigurations']} reconfigurations vs MPC "
+            f"{tr['mpc']['total_s']:.2f} s / {tr['mpc']['reconfigurations']}"
+        )
     if Path(args.agent).is_file():
         v = versus(Path(args.agent), args.set, [x for x in args.strategies.split(",") if x])
         a, s2 = v["agent"], v["settings"]
-        print(f"\nShipped agent {Path(args.agent).name} ({a.algo.upper()}, {a.meta['timesteps']:,} steps, seed "
-              f"{a.meta['seed']}, trained on steps {a.train_range}) on held-out steps {s2.eval}, {s2.mode} mode "
-              f"({v['label']}):\n")
+        print(
+            f"\nShipped agent {Path(args.agent).name} ({a.algo.upper()}, {a.meta['timesteps']:,} steps, seed "
+            f"{a.meta['seed']}, trained on steps {a.train_range}) on held-out steps {s2.eval}, {s2.mode} mode "
+            f"({v['label']}):\n"
+        )
         print("| strategy | total s | compute s | reconfigurations |\n|---|---|---|---|")
         for name, r in v["runs"].items():
             print(f"| {name} | {r.total_s:.2f} | {r.compute_s:.2f} | {r.reconfigurations} |")
         mpc = v["runs"].get("mpc")
         if mpc is not None:
             mine = v["runs"][a.algo]
-            print(f"\n{a.algo} vs mpc: {mine.total_s - mpc.total_s:+.2f} s ({100 * (mine.total_s / mpc.total_s - 1):+.2f}%); "
-                  f"agent decision {v['decide_ms']:.2f} ms per step")
+            print(
+                f"\n{a.algo} vs mpc: {mine.total_s - mpc.total_s:+.2f} s ({100 * (mine.total_s / mpc.total_s - 1):+.2f}%); "
+                f"agent decision {v['decide_ms']:.2f} ms per step"
+            )
     else:
         print(f"\nno agent at {args.agent}")
 

@@ -12,9 +12,9 @@ tests/test_greedy_equivalence.py), for before/after comparisons under the same c
 from __future__ import annotations
 
 import argparse
-import resource
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -32,7 +32,6 @@ from bsp_planner.experiment import PlannerSettings, load_experiment  # noqa: E40
 from bsp_planner.planners.base import ConfigTable, PlanningContext, make_planner  # noqa: E402
 from bsp_planner.scenario import build_scenario  # noqa: E402
 from bsp_planner.simulation import simulate  # noqa: E402
-
 
 REFERENCE = False
 
@@ -54,31 +53,47 @@ def default_experiment_wall() -> tuple[float, float]:
     """(wall s, CPU s) of the whole `bsp-planner simulate` command."""
     cmd = [str(ROOT / ".venv" / "bin" / "bsp-planner"), "simulate", "-q", "--out", "/tmp/bench-simulate-out"]
     if REFERENCE:
-        cmd = [sys.executable, "-c", "import sys; sys.argv = ['bsp-planner'] + sys.argv[1:]; "
-               f"sys.path.insert(0, {str(ROOT / 'benchmarks')!r}); import bench_simulate as b; "
-               "b.use_reference_allocator(); from bsp_planner.cli import main; main()", *cmd[1:]]
+        cmd = [
+            sys.executable,
+            "-c",
+            "import sys; sys.argv = ['bsp-planner'] + sys.argv[1:]; "
+            f"sys.path.insert(0, {str(ROOT / 'benchmarks')!r}); import bench_simulate as b; "
+            "b.use_reference_allocator(); from bsp_planner.cli import main; main()",
+            *cmd[1:],
+        ]
     t0, c0 = time.perf_counter(), _child_cpu()
     subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
     return time.perf_counter() - t0, _child_cpu() - c0
 
 
-def big_context(n_tasks: int, steps: int, horizon: int, seed: int = 0, allocator=None, budget_per_task_millicores: float = 1000.0):
+def big_context(
+    n_tasks: int, steps: int, horizon: int, seed: int = 0, allocator=None, budget_per_task_millicores: float = 1000.0
+):
     """n_tasks copies of the eight default tasks over shifted windows of their test series."""
-    exp = load_experiment(ROOT / "bsp_planner" / "data" / "experiments" / "default.toml", [f"steps={steps + 600}", "modes=perfect", "strategies=floor"])
+    exp = load_experiment(
+        ROOT / "bsp_planner" / "data" / "experiments" / "default.toml",
+        [f"steps={steps + 600}", "modes=perfect", "strategies=floor"],
+    )
     scen = build_scenario(exp)
     base = scen.actual  # (8, L, steps+600)
     rng = np.random.default_rng(seed)
     idx = np.arange(n_tasks) % base.shape[0]
     shift = rng.integers(0, 600, n_tasks)
-    actual = np.stack([base[i, :, s : s + steps] for i, s in zip(idx, shift)])
-    cpu = CpuLevels(exp.cpu.min_millicores, exp.cpu.step_millicores, exp.cpu.max_millicores, budget_per_task_millicores * n_tasks)
+    actual = np.stack([base[i, :, s : s + steps] for i, s in zip(idx, shift, strict=True)])
+    cpu = CpuLevels(
+        exp.cpu.min_millicores, exp.cpu.step_millicores, exp.cpu.max_millicores, budget_per_task_millicores * n_tasks
+    )
     max_level = np.full(n_tasks, cpu.n_levels - 1)
     padded = np.concatenate([actual, np.repeat(actual[:, :, -1:], horizon - 1, axis=2)], axis=2)
     predicted = sliding_window_view(padded, horizon, axis=2).transpose(2, 0, 1, 3)
     ctx = PlanningContext(
-        steps=steps, cpu=cpu, max_level=max_level, penalty_s=exp.penalty_s,
+        steps=steps,
+        cpu=cpu,
+        max_level=max_level,
+        penalty_s=exp.penalty_s,
         configs=ConfigTable(predicted, allocator or GreedyAllocator(), max_level, cpu.budget_steps(n_tasks), 0.95),
-        mid_durations=actual.mean(axis=2), planner_settings=PlannerSettings(horizon=horizon),
+        mid_durations=actual.mean(axis=2),
+        planner_settings=PlannerSettings(horizon=horizon),
     )
     return ctx, actual
 
@@ -102,14 +117,20 @@ def main() -> None:
         global REFERENCE
         REFERENCE = True
         use_reference_allocator()
-    print(f"- date: {time.strftime('%Y-%m-%d')}; machine: {platform.node()}, {os.cpu_count()} cores, "
-          f"{platform.processor() or platform.machine()}; load average at start {os.getloadavg()[0]:.2f}"
-          + ("; ORIGINAL greedy allocator" if args.reference else ""), flush=True)
+    print(
+        f"- date: {time.strftime('%Y-%m-%d')}; machine: {platform.node()}, {os.cpu_count()} cores, "
+        f"{platform.processor() or platform.machine()}; load average at start {os.getloadavg()[0]:.2f}"
+        + ("; ORIGINAL greedy allocator" if args.reference else ""),
+        flush=True,
+    )
     if not args.no_default:
         runs = [default_experiment_wall() for _ in range(3)]
-        print(f"- default experiment (`bsp-planner simulate`, all strategies, both modes, 8 tasks x 400 steps), "
-              f"whole command incl. start-up: median {statistics.median(r[0] for r in runs):.2f} s wall, "
-              f"{statistics.median(r[1] for r in runs):.2f} s CPU of 3 runs", flush=True)
+        print(
+            f"- default experiment (`bsp-planner simulate`, all strategies, both modes, 8 tasks x 400 steps), "
+            f"whole command incl. start-up: median {statistics.median(r[0] for r in runs):.2f} s wall, "
+            f"{statistics.median(r[1] for r in runs):.2f} s CPU of 3 runs",
+            flush=True,
+        )
     if args.tasks:
         cases = [(int(n), 400, 10) for n in args.tasks.split(",")]
     else:

@@ -61,17 +61,22 @@ def write_experiment(folder: Path, allocator: str) -> Path:
     default = (ROOT / "bsp_planner" / "data" / "experiments" / "default.toml").read_text()
     exp = folder / "thesis-grid.toml"
     # The default experiment's settings with the thesis's grid and budget, and absolute paths.
-    text = default.replace('"../jobs/thesis-8.toml"', json.dumps(str(ROOT / "bsp_planner" / "data" / "jobs" / "thesis-8.toml")))
+    text = default.replace(
+        '"../jobs/thesis-8.toml"', json.dumps(str(ROOT / "bsp_planner" / "data" / "jobs" / "thesis-8.toml"))
+    )
     text = text.replace('"../profiles/local-2core/profile.csv"', json.dumps(str(profile)))
-    text = text.replace('output = "out/default"', f'output = {json.dumps(str(folder / "out"))}')
+    text = text.replace('output = "out/default"', f"output = {json.dumps(str(folder / 'out'))}")
     exp.write_text(text)
     return exp
 
 
 def overrides(allocator: str) -> list[str]:
     sets = {
-        "cpu.min_millicores": 1000, "cpu.step_millicores": 100, "cpu.max_millicores": 8000,
-        "cpu.budget_millicores": 24000, "planner.allocator": allocator,
+        "cpu.min_millicores": 1000,
+        "cpu.step_millicores": 100,
+        "cpu.max_millicores": 8000,
+        "cpu.budget_millicores": 24000,
+        "planner.allocator": allocator,
         # The default experiment's shipped LSTM forecasts (workloads, so independent of the profile).
         "forecast.source": ROOT / "bsp_planner" / "data" / "experiments" / "forecasts" / "default",
     }
@@ -100,17 +105,22 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=None, help="pass --jobs N to simulate")
     ap.add_argument("--show", action="store_true", help="print the comparison tables of the last run")
     args = ap.parse_args()
-    print(f"- date: {time.strftime('%Y-%m-%d %H:%M')} UTC; machine: {platform.node()}, {os.cpu_count()} cores; "
-          f"load average at start {os.getloadavg()[0]:.2f}; allocator {args.allocator}"
-          + (f"; --jobs {args.jobs}" if args.jobs else ""), flush=True)
+    print(
+        f"- date: {time.strftime('%Y-%m-%d %H:%M')} UTC; machine: {platform.node()}, {os.cpu_count()} cores; "
+        f"load average at start {os.getloadavg()[0]:.2f}; allocator {args.allocator}"
+        + (f"; --jobs {args.jobs}" if args.jobs else ""),
+        flush=True,
+    )
     with tempfile.TemporaryDirectory(prefix="bench-thesis-") as tmp:
         exp = write_experiment(Path(tmp), args.allocator)
         runs = [run_once(exp, args.allocator, args.jobs) for _ in range(args.repeat)]
     walls, cpus = [r[0] for r in runs], [r[1] for r in runs]
-    print(f"- thesis experiment ({', '.join(STRATEGIES[:2])}..static:9, mpc; both modes; 8 tasks x 400 steps; "
-          f"1000..8000m step 100m, budget 24000m), whole command incl. start-up: median "
-          f"{statistics.median(walls):.2f} s wall (min {min(walls):.2f}), {statistics.median(cpus):.2f} s CPU "
-          f"of {args.repeat} runs; load average at end {os.getloadavg()[0]:.2f}")
+    print(
+        f"- thesis experiment ({', '.join(STRATEGIES[:2])}..static:9, mpc; both modes; 8 tasks x 400 steps; "
+        f"1000..8000m step 100m, budget 24000m), whole command incl. start-up: median "
+        f"{statistics.median(walls):.2f} s wall (min {min(walls):.2f}), {statistics.median(cpus):.2f} s CPU "
+        f"of {args.repeat} runs; load average at end {os.getloadavg()[0]:.2f}"
+    )
     if args.show:
         print(runs[-1][2])
 

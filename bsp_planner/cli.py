@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 import warnings
-from typing import Callable
+from collections.abc import Callable
 
 import typer
 from rich.console import Console

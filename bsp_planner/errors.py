@@ -49,4 +49,6 @@ def open_text(path: str | Path, what: str):
         return io.StringIO(data.decode("utf-8"), newline="")
     except UnicodeDecodeError as exc:
         line = data[: exc.start].count(b"\n") + 1
-        raise InputError(f"not a UTF-8 text {what} file (byte {exc.start}: {exc.reason})", path=path, line=line) from None
+        raise InputError(
+            f"not a UTF-8 text {what} file (byte {exc.start}: {exc.reason})", path=path, line=line
+        ) from None

@@ -1,44 +1,45 @@
 """Experiment files: everything a simulation needs, in one TOML file, overridable from the CLI.
 
-    job = "../jobs/thesis-8.toml"            # paths are relative to the experiment file
-    profile = "../profiles/local-2core/profile.csv"
-    interpolation = "spline"                 # spline | linear
-    out_of_grid = "error"                    # error | clamp | extrapolate
-    workload_range = [10, 50]
-    steps = 400
-    start = 0                                # first step, counted into the test half of every series
-    penalty_s = 15.0                         # checkpoint cost of one reconfiguration
-    modes = ["perfect", "forecast"]
-    strategies = ["exppo", "static:1", "dp", "mpc", "floor"]
-    output = "out/default"
+job = "../jobs/thesis-8.toml"            # paths are relative to the experiment file
+profile = "../profiles/local-2core/profile.csv"
+interpolation = "spline"                 # spline | linear
+out_of_grid = "error"                    # error | clamp | extrapolate
+workload_range = [10, 50]
+steps = 400
+start = 0                                # first step, counted into the test half of every series
+penalty_s = 15.0                         # checkpoint cost of one reconfiguration
+modes = ["perfect", "forecast"]
+strategies = ["exppo", "static:1", "dp", "mpc", "floor"]
+output = "out/default"
 
-    [cpu]
-    budget_millicores = 8000
-    min_millicores = 250
-    step_millicores = 50
-    max_millicores = 2000
-    exppo_max_millicores = 2000
+[cpu]
+budget_millicores = 8000
+min_millicores = 250
+step_millicores = 50
+max_millicores = 2000
+exppo_max_millicores = 2000
 
-    [planner]
-    allocator = "greedy"
-    discount = 0.95
-    horizon = 10          # MPC look-ahead, in steps
-    length_punishment = 1.0
-    dp_max_segment = 40
+[planner]
+allocator = "greedy"
+discount = 0.95
+horizon = 10          # MPC look-ahead, in steps
+length_punishment = 1.0
+dp_max_segment = 40
 
-    [forecast]
-    source = "seasonal-naive"   # a forecaster name, or a folder of forecast CSVs
-    horizon = 20                # columns of the forecast matrix
-    # actual = "traces/run-1"   # replay actual workloads from a folder instead of the job's series
+[forecast]
+source = "seasonal-naive"   # a forecaster name, or a folder of forecast CSVs
+horizon = 20                # columns of the forecast matrix
+# actual = "traces/run-1"   # replay actual workloads from a folder instead of the job's series
 
-    # online = false            # forecasts made before every step from the observed history
-    # learn = false             # the performance model learns from every measured step
-    # true_profile = "..."      # what the simulated tasks really follow (plan on `profile`)
-    # [learning]
-    # window = 20               # steps of residuals each task's correction is fitted to
-    # prior_weight = 1.0        # how many measurements the profile counts as
-    # slope_weight = 0.3        # ridge on how the correction changes with CPU and workload
-    # max_ratio = 10.0          # a measurement this many times off the model is refused
+# online = false            # forecasts made before every step from the observed history
+# learn = false             # the performance model learns from every measured step
+# true_profile = "..."      # what the simulated tasks really follow (plan on `profile`)
+# [learning]
+# window = 20               # steps of residuals each task's correction is fitted to
+# prior_weight = 1.0        # how many measurements the profile counts as
+# slope_weight = 0.3        # ridge on how the correction changes with CPU and workload
+# slope_window = 200        # steps those slopes are fitted to
+# max_ratio = 10.0          # a measurement this many times off the model is refused
 """
 
 from __future__ import annotations
@@ -78,6 +79,17 @@ class PlannerSettings:
 
 
 @dataclass
+class ReconfigureCosts:
+    """`[reconfigure_cost]`: seconds one reconfiguration costs with each method (None: measured)."""
+
+    in_place_s: float | None = setting(None, ge=0)
+    recreate_s: float | None = setting(None, ge=0)
+
+    def of(self, method: str) -> float | None:
+        return self.in_place_s if method == "in-place" else self.recreate_s
+
+
+@dataclass
 class ForecastSettings:
     source: str = "seasonal-naive"
     horizon: int = setting(20, ge=1)
@@ -107,6 +119,9 @@ class Experiment:
     # The profile the (simulated) tasks really follow; None: `profile`. Set it to plan on a wrong one.
     true_profile: str | None = None
     learning: LearningSettings = field(default_factory=LearningSettings)
+    # A live run plans with the cost of the reconfiguration method it uses (--reconfigure): these when
+    # given, else what the backend measures (local in-place: a quota rewrite), else penalty_s.
+    reconfigure_cost: ReconfigureCosts = field(default_factory=lambda: ReconfigureCosts())
     name: str = internal("experiment")
     path: Path | None = internal(None)
 

@@ -18,7 +18,12 @@ def init(
     written = copy_defaults(folder)
     experiment = folder / "experiments" / "default.toml"
     console = Console()
-    console.print(f"wrote {len(written)} files into {folder}: experiments/default.toml, jobs/thesis-8.toml, "
-                  "profiles/local-2core/, datasets/, experiments/forecasts/default/", highlight=False)
-    console.print(f"run it with: bsp-planner simulate --experiment {experiment}  (results in {folder / 'experiments' / 'out' / 'default'})",
-                  highlight=False)
+    console.print(
+        f"wrote {len(written)} files into {folder}: experiments/default.toml, jobs/thesis-8.toml, "
+        "profiles/local-2core/, datasets/, experiments/forecasts/default/",
+        highlight=False,
+    )
+    console.print(
+        f"run it with: bsp-planner simulate --experiment {experiment}  (results in {folder / 'experiments' / 'out' / 'default'})",
+        highlight=False,
+    )

@@ -19,7 +19,8 @@ A task may instead run the user's own program every superstep, as an argument li
     command = ["python3", "kernel.py", "--size", "{workload}"]
     series = { file = "kernel.csv" }   # optional: without it the workloads are those the task reports
 
-`{workload}`, `{step}`, `{task}` and `{run_dir}` are substituted in every argument, and the program gets
+`{workload}`, `{step}`, `{task}`, `{run_dir}` and `{python}` (the Python running bsp-planner) are
+substituted in every argument, and the program gets
 BSP_WORKLOAD, BSP_STEP, BSP_TASK in its environment. Its wall time is the step's duration; a non-zero
 exit is the task's failure (with its stderr tail); one JSON line `{"workload": 37.5}` on its stdout is
 the step's observed workload. A program named with a `/` is relative to the job file.
@@ -30,6 +31,7 @@ included; `last_row` may be left out to mean "to the end of the file".
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -47,7 +49,7 @@ class SeriesRef:
     last_row: int | None = None
 
 
-PLACEHOLDERS = ("workload", "step", "task", "run_dir")
+PLACEHOLDERS = ("workload", "step", "task", "run_dir", "python")
 
 
 def format_workload(workload: float) -> str:
@@ -87,10 +89,18 @@ class Task:
             return {"process": list(self.process), "workers": self.workers}
         return {"stressor": self.stressor, "ops_per_unit": self.ops_per_unit, "workers": self.workers}
 
-    def step_args(self, workload: float, step: int = 0, *, stress_ng: str = "stress-ng", run_dir: str = ".") -> list[str]:
+    def step_args(
+        self, workload: float, step: int = 0, *, stress_ng: str = "stress-ng", run_dir: str = "."
+    ) -> list[str]:
         """The argument list (never a shell string) that runs step `step` with `workload` units."""
         if self.command:
-            values = {"workload": format_workload(workload), "step": str(int(step)), "task": self.name, "run_dir": str(run_dir)}
+            values = {
+                "workload": format_workload(workload),
+                "step": str(int(step)),
+                "task": self.name,
+                "run_dir": str(run_dir),
+                "python": sys.executable,
+            }
             return [substitute(a, values) for a in self.command]
         return self.stress_ng_args(workload, stress_ng=stress_ng)
 
@@ -130,9 +140,7 @@ class Job:
         for t in self.tasks:
             if t.name == name:
                 return t
-        raise InputError(
-            f"unknown task '{name}'; the job has {', '.join(self.task_names)}", path=self.path
-        )
+        raise InputError(f"unknown task '{name}'; the job has {', '.join(self.task_names)}", path=self.path)
 
 
 @dataclass
@@ -173,9 +181,10 @@ class JobFile:
         seen: set[str] = set()
         if self.sync == "observe" and any(t.process is None for t in self.task):
             raise InputError(
-                "sync = \"observe\" needs every task to be a `process` (the application synchronises itself; "
+                'sync = "observe" needs every task to be a `process` (the application synchronises itself; '
                 "our worker runs stressors and commands under our barrier)",
-                path=path, field="sync",
+                path=path,
+                field="sync",
             )
         for i, t in enumerate(self.task):
             if t.name in seen:
@@ -193,21 +202,30 @@ class JobFile:
                 argv = getattr(t, k)
                 if argv is not None and (not argv[0].strip() or any("\0" in a for a in argv)):
                     raise InputError(
-                        f"expected a program and its arguments in task '{t.name}', got {argv!r}", path=path, field=f"task[{i}].{k}"
+                        f"expected a program and its arguments in task '{t.name}', got {argv!r}",
+                        path=path,
+                        field=f"task[{i}].{k}",
                     )
             if t.stressor is None:
                 if t.ops_per_unit is not None:
                     raise InputError(
                         f"ops_per_unit applies to stressor tasks only; task '{t.name}' runs a {kinds[0]}",
-                        path=path, field=f"task[{i}].ops_per_unit",
+                        path=path,
+                        field=f"task[{i}].ops_per_unit",
                     )
                 if t.series is not None:
                     self._check_rows(t, i, path)
                 continue
             if t.ops_per_unit is None:
-                raise InputError(f"task '{t.name}' needs ops_per_unit (bogo-ops per workload unit)", path=path, field=f"task[{i}].ops_per_unit")
+                raise InputError(
+                    f"task '{t.name}' needs ops_per_unit (bogo-ops per workload unit)",
+                    path=path,
+                    field=f"task[{i}].ops_per_unit",
+                )
             if t.series is None:
-                raise InputError(f"task '{t.name}' needs a series = {{ file = ... }}", path=path, field=f"task[{i}].series")
+                raise InputError(
+                    f"task '{t.name}' needs a series = {{ file = ... }}", path=path, field=f"task[{i}].series"
+                )
             if t.stressor not in KNOWN_STRESSORS:
                 raise InputError(
                     f"unknown stress-ng stressor '{t.stressor}' in task '{t.name}' "
@@ -219,6 +237,7 @@ class JobFile:
 
     @staticmethod
     def _check_rows(t: TaskSpec, i: int, path) -> None:
+        assert t.series is not None  # the callers check
         first, last = t.series.first_row, t.series.last_row
         if last is not None and last < first:
             raise InputError(
@@ -237,7 +256,9 @@ def load_job(path: str | Path) -> Job:
             name=t.name,
             stressor=t.stressor,
             ops_per_unit=t.ops_per_unit if t.ops_per_unit is not None else 1.0,
-            series=None if t.series is None else SeriesRef(
+            series=None
+            if t.series is None
+            else SeriesRef(
                 file=(path.parent / t.series.file).resolve(), first_row=t.series.first_row, last_row=t.series.last_row
             ),
             workers=t.workers if t.workers is not None else spec.workers,
@@ -246,7 +267,13 @@ def load_job(path: str | Path) -> Job:
         )
         for t in spec.task
     )
-    return Job(name=spec.name if spec.name is not None else path.stem, tasks=tasks, path=path, description=spec.description, sync=spec.sync)
+    return Job(
+        name=spec.name if spec.name is not None else path.stem,
+        tasks=tasks,
+        path=path,
+        description=spec.description,
+        sync=spec.sync,
+    )
 
 
 def _program(argv: list[str] | None, job_path: Path) -> tuple[str, ...] | None:
@@ -254,7 +281,7 @@ def _program(argv: list[str] | None, job_path: Path) -> tuple[str, ...] | None:
     if argv is None:
         return None
     prog = argv[0]
-    if "/" in prog and not Path(prog).is_absolute():
+    if "/" in prog and "{" not in prog and not Path(prog).is_absolute():
         prog = str((job_path.parent / prog).resolve())
     return (prog, *argv[1:])
 

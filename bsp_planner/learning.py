@@ -15,9 +15,10 @@ with give a residual r = log(d / p). Over the `window` most recent residuals of 
   accumulate;
 * the slopes b and g (how the gap changes per e-fold of CPU or workload) are a ridge fit
   (`slope_weight`) of the residuals' deviations from their mean on the features' deviations from
-  theirs, so they move only when the measurements spread over CPU levels or workloads and disagree
-  with the profile's shape (a profile measured on another machine class); measurements at one point
-  leave the profile's shape as it is.
+  theirs, over the longer `slope_window` (a machine's shape changes slowly, and a planner moves a task
+  over few CPU levels within 20 steps), so they move only when the measurements spread over CPU
+  levels or workloads and disagree with the profile's shape (a profile measured on another machine
+  class); measurements at one point leave the profile's shape as it is.
 
 A few numbers per task, readable in the report ("task x runs 1.38x its profile at 1000m, 9% more per
 doubling of CPU"), and a machine that drifts is followed within `window` steps. Durations stay
@@ -46,6 +47,7 @@ class LearningSettings:
     window: int = setting(20, ge=1)  # steps of residuals the correction is fitted to
     prior_weight: float = setting(1.0, ge=0)  # how many measurements the profile counts as (fades as they accumulate)
     slope_weight: float = setting(0.3, ge=0)  # ridge on the CPU and workload slopes of the correction
+    slope_window: int = setting(200, ge=1)  # steps the slopes are fitted to (a machine's shape changes slowly)
     max_ratio: float = setting(10.0, gt=1)  # a measurement this many times off the model is refused
 
 
@@ -56,12 +58,20 @@ class DurationCorrection:
     coef: (tasks, 3) the current (a, b, g) of every task.
     """
 
-    def __init__(self, task_names: list[str], settings: LearningSettings | None = None, *, cpu_ref: float = 1000.0, workload_ref: float = 30.0) -> None:
+    def __init__(
+        self,
+        task_names: list[str],
+        settings: LearningSettings | None = None,
+        *,
+        cpu_ref: float = 1000.0,
+        workload_ref: float = 30.0,
+    ) -> None:
         self.task_names = list(task_names)
         self.settings = settings or LearningSettings()
         self.cpu_ref = float(cpu_ref)
         self.workload_ref = float(workload_ref)
         self._rows: list[deque] = [deque(maxlen=self.settings.window) for _ in task_names]  # (r, x_cpu, x_w)
+        self._long: list[deque] = [deque(maxlen=self.settings.slope_window) for _ in task_names]
         self.measurements = 0  # steps learned from so far
         n = len(task_names)
         self.level = np.zeros(n)  # (tasks,) log correction at the centre of the recent measurements
@@ -90,13 +100,18 @@ class DurationCorrection:
         a, b, g = self.coef.T
         return np.exp(a + b * xc + g * xw)
 
-    def check(self, step: int, prior_s: np.ndarray, measured_s: np.ndarray, workloads: np.ndarray, cpu_millicores: np.ndarray) -> None:
+    def check(
+        self, step: int, prior_s: np.ndarray, measured_s: np.ndarray, workloads: np.ndarray, cpu_millicores: np.ndarray
+    ) -> None:
         """Refuse measurements that are not durations, or absurdly far from what the model predicts."""
         predicted = self.factor_at(workloads, cpu_millicores) * prior_s
         for i, name in enumerate(self.task_names):
             d = float(measured_s[i])
             if not (np.isfinite(d) and d > 0):
-                raise InputError(f"task '{name}', step {step}: measured duration {d!r} s is not a finite positive number of seconds", field="duration_s")
+                raise InputError(
+                    f"task '{name}', step {step}: measured duration {d!r} s is not a finite positive number of seconds",
+                    field="duration_s",
+                )
             ratio = d / predicted[i]
             if not 1.0 / self.settings.max_ratio <= ratio <= self.settings.max_ratio:
                 raise InputError(
@@ -105,7 +120,9 @@ class DurationCorrection:
                     field="learning.max_ratio",
                 )
 
-    def update(self, step: int, prior_s: np.ndarray, measured_s: np.ndarray, workloads: np.ndarray, cpu_millicores: np.ndarray) -> None:
+    def update(
+        self, step: int, prior_s: np.ndarray, measured_s: np.ndarray, workloads: np.ndarray, cpu_millicores: np.ndarray
+    ) -> None:
         """Learn from one step: prior_s, measured_s (tasks,) seconds at the (workloads, cpu_millicores)
         (tasks,) each task ran with. Nothing is learned from a step with a refused measurement."""
         prior_s = np.asarray(prior_s, dtype=np.float64)
@@ -117,10 +134,12 @@ class DurationCorrection:
         ridge = self.settings.slope_weight * np.eye(2)
         for i, rows in enumerate(self._rows):
             rows.append((float(np.log(measured_s[i] / prior_s[i])), float(xc[i]), float(xw[i])))
+            self._long[i].append(rows[-1])
             data = np.asarray(rows)  # (k, 3)
             r, x = data[:, 0], data[:, 1:]
             centre = x.mean(axis=0)
-            xd, rd = x - centre, r - r.mean()
+            long = np.asarray(self._long[i])
+            xd, rd = long[:, 1:] - long[:, 1:].mean(axis=0), long[:, 0] - long[:, 0].mean()
             # The level is the recent mean residual, shrunk towards the profile while measurements are
             # few; the slopes explain only how residuals vary around it (ridge: the profile's shape
             # stands until measurements spread over CPU or workloads say otherwise).
@@ -135,11 +154,20 @@ class LearnedDurations:
     durations(w): workloads (tasks, *shape) -> seconds (tasks, levels, *shape), like DurationModel.
     """
 
-    def __init__(self, model: DurationModel, task_names: list[str], settings: LearningSettings | None = None, workload_range: tuple[float, float] = (10.0, 50.0)) -> None:
+    def __init__(
+        self,
+        model: DurationModel,
+        task_names: list[str],
+        settings: LearningSettings | None = None,
+        workload_range: tuple[float, float] = (10.0, 50.0),
+    ) -> None:
         self.model = model
         levels = np.asarray(model.cpu_levels, dtype=np.float64)
         self.correction = DurationCorrection(
-            task_names, settings, cpu_ref=float(np.sqrt(levels[0] * levels[-1])), workload_ref=float(np.sqrt(max(workload_range[0], 1e-9) * workload_range[1]))
+            task_names,
+            settings,
+            cpu_ref=float(np.sqrt(levels[0] * levels[-1])),
+            workload_ref=float(np.sqrt(max(workload_range[0], 1e-9) * workload_range[1])),
         )
 
     def durations(self, workloads: np.ndarray) -> np.ndarray:

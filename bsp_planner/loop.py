@@ -107,7 +107,8 @@ def check_observation(obs: StepObservation, step: int, task_names: list[str] | N
     w = np.asarray(obs.workloads, dtype=np.float64)
     if d.shape != (len(names),) or w.shape != (len(names),):
         raise InputError(
-            f"step {step}: expected a duration and a workload for each of the {len(names)} tasks, got shapes {d.shape} and {w.shape}",
+            f"step {step}: expected a duration and a workload for each of the {len(names)} tasks, got shapes "
+            f"{d.shape} and {w.shape}",
             field="observation",
         )
     if obs.step != step:
@@ -178,7 +179,18 @@ def run_loop(
         actions[k] = d.action
         step_s[k] = obs.step_s
         if on_step is not None:
-            on_step(StepRecord(t, int(d.action), new, bool(reconfigured[k]), float(reconfigure_s[k]), float(decision_ms[k]), obs, record))
+            on_step(
+                StepRecord(
+                    t,
+                    int(d.action),
+                    new,
+                    bool(reconfigured[k]),
+                    float(reconfigure_s[k]),
+                    float(decision_ms[k]),
+                    obs,
+                    record,
+                )
+            )
     notes: dict = {"reconfigure_s": reconfigure_s}
     if learning:
         notes["learning"] = learning

@@ -69,12 +69,21 @@ class OnlineForecasts:
         self._observed = 0  # rows appended by observe()
 
     @classmethod
-    def seeded(cls, forecasters: list[Forecaster], histories: list[np.ndarray], horizon: int, label: str) -> "OnlineForecasts":
+    def seeded(
+        cls, forecasters: list[Forecaster], histories: list[np.ndarray], horizon: int, label: str
+    ) -> OnlineForecasts:
         """From fitted forecasters and each task's history so far (1-D, workload scale, consecutive
         steps): what a live run builds from the job's history file, or from nothing but a few steps."""
         if len(forecasters) != len(histories):
             raise ValueError(f"{len(forecasters)} forecasters for {len(histories)} histories")
-        return cls([_TaskHistory(f"#{i}", f, list(np.asarray(h, dtype=np.float64))) for i, (f, h) in enumerate(zip(forecasters, histories))], horizon, label)
+        return cls(
+            [
+                _TaskHistory(f"#{i}", f, list(np.asarray(h, dtype=np.float64)))
+                for i, (f, h) in enumerate(zip(forecasters, histories, strict=True))
+            ],
+            horizon,
+            label,
+        )
 
     def forecast(self) -> np.ndarray:
         """(tasks, H) the median forecasts for the next H steps."""
@@ -84,7 +93,7 @@ class OnlineForecasts:
         w = np.asarray(workloads, dtype=np.float64)
         if w.shape != (len(self._histories),):
             raise ValueError(f"expected one workload per task ({len(self._histories)}), got shape {w.shape}")
-        for h, v in zip(self._histories, w):
+        for h, v in zip(self._histories, w, strict=True):
             h.rows.append(float(v))
         self._observed += 1
 
@@ -92,7 +101,14 @@ class OnlineForecasts:
         """A copy with the seed history only (the fitted forecasters are shared: predicting keeps no state)."""
         out = OnlineForecasts(
             [
-                _TaskHistory(h.task, h.forecaster, h.rows[: len(h.rows) - self._observed], h.grid_index, h.lead_map, h.n_series_rows)
+                _TaskHistory(
+                    h.task,
+                    h.forecaster,
+                    h.rows[: len(h.rows) - self._observed],
+                    h.grid_index,
+                    h.lead_map,
+                    h.n_series_rows,
+                )
                 for h in self._histories
             ],
             self.horizon,
@@ -145,7 +161,11 @@ def online_forecasts(
             f.fit(history[: s.n_train])
             histories.append(_TaskHistory(s.task, f, list(history[: s.n_train + start])))
         return OnlineForecasts(histories, horizon, f"{name} (online)")
-    return OnlineForecasts(_learned_histories(name, job_series, start, horizon, base_dir=base_dir, job=job, say=say), horizon, f"{name} (online)")
+    return OnlineForecasts(
+        _learned_histories(name, job_series, start, horizon, base_dir=base_dir, job=job, say=say),
+        horizon,
+        f"{name} (online)",
+    )
 
 
 def _learned_histories(name, job_series, start, horizon, *, base_dir, job, say) -> list[_TaskHistory]:
@@ -153,14 +173,23 @@ def _learned_histories(name, job_series, start, horizon, *, base_dir, job, say) 
     from .forecasting.pipeline import DEFAULT_MODEL_ROOT, Workspace, obtain
     from .forecasting.provider import _job_stub, shipped_folders
 
-    related = [m for _, m in shipped_folders(base_dir, None) if [t.get("task") for t in m["inputs"].get("tasks", [])] == job_series.task_names]
+    related = [
+        m
+        for _, m in shipped_folders(base_dir, None)
+        if [t.get("task") for t in m["inputs"].get("tasks", [])] == job_series.task_names
+    ]
     gaps = next((m["inputs"].get("gaps", "error") for m in related), "error")
     job_name = job.name if job is not None else (related[0]["inputs"].get("job", "job") if related else "job")
     ws = Workspace.from_series(_job_stub(job_name, job_series), job_series, gaps=gaps, horizon=horizon)
     out = []
-    for i, p in enumerate(ws.prepared):
+    for p in ws.prepared:
         f, _how = obtain(
-            ws, name, p, model_root=DEFAULT_MODEL_ROOT, on_mismatch="retrain", save=False,
+            ws,
+            name,
+            p,
+            model_root=DEFAULT_MODEL_ROOT,
+            on_mismatch="retrain",
+            save=False,
             say=_prefixed(say, f"{p.task} · {name}: "),
         )
         seed = list(p.rows[: p.n_train + start])
@@ -176,3 +205,33 @@ def _prefixed(say, prefix: str):
         say(prefix + msg)
 
     return inner
+
+
+def unseeded_online_forecasts(
+    source: str, n_tasks: int, horizon: int, workload_range: tuple[float, float]
+) -> OnlineForecasts:
+    """Online forecasters for tasks with no history (a job whose workloads only its tasks know): each
+    is seeded with the middle of `workload_range` for as many steps as it needs, so the first forecasts
+    are that middle and every later one follows the workloads the tasks report. Forecasters that must
+    be trained on a history (lstm) are refused."""
+    from .forecasting.provider import ALIASES
+    from .forecasting.registry import FORECASTERS
+
+    name = ALIASES.get(source, source)
+    cls = FORECASTERS.get(name) if name in FORECASTERS else None
+    if cls is None or cls.learned:
+        simple = sorted(k for k in FORECASTERS if not FORECASTERS.get(k).learned)
+        raise InputError(
+            f"the job's tasks have no workload history, so the forecaster must need none: one of {', '.join(simple)}, "
+            f"got {source!r} (give each task a series to use a trained one)",
+            field="forecast.source",
+        )
+    mid = sum(workload_range) / 2
+    forecasters, histories = [], []
+    for _ in range(n_tasks):
+        f = cls(horizon=horizon, period=1)
+        seed = np.full(f._min_origin() + horizon, mid)  # type: ignore[attr-defined]
+        f.fit(seed)
+        forecasters.append(f)
+        histories.append(seed)
+    return OnlineForecasts.seeded(forecasters, histories, horizon, f"{name} (online, from the reports)")

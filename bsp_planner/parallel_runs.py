@@ -11,8 +11,8 @@ long one does not start last.
 from __future__ import annotations
 
 import multiprocessing as mp
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from typing import Callable
 
 from .errors import InputError
 from .experiment import Experiment
@@ -43,8 +43,11 @@ def _run(mode: str, strategy: str) -> StrategyResult:
 
 
 def run_pairs(
-    scen: Scenario, pairs: list[tuple[str, str]], jobs: int = 1,
-    on_start: Callable[[str, str], None] | None = None, on_done: Callable[[str, str], None] | None = None,
+    scen: Scenario,
+    pairs: list[tuple[str, str]],
+    jobs: int = 1,
+    on_start: Callable[[str, str], None] | None = None,
+    on_done: Callable[[str, str], None] | None = None,
 ) -> list[StrategyResult]:
     """Results for the (mode, strategy) pairs, in the order given; jobs > 1 uses that many processes."""
     check_jobs(jobs)
@@ -64,7 +67,9 @@ def run_pairs(
     results: list[StrategyResult | None] = [None] * len(pairs)
     _SCENARIO = scen
     try:
-        with ProcessPoolExecutor(jobs, mp_context=mp.get_context(method), initializer=_init, initargs=(scen.experiment,)) as pool:
+        with ProcessPoolExecutor(
+            jobs, mp_context=mp.get_context(method), initializer=_init, initargs=(scen.experiment,)
+        ) as pool:
             futures = {pool.submit(_run, *pairs[i]): i for i in order}
             for fut in as_completed(futures):
                 i = futures[fut]
@@ -74,5 +79,3 @@ def run_pairs(
     finally:
         _SCENARIO = None
     return results  # type: ignore[return-value]
-
-

@@ -41,7 +41,7 @@ class _TaskInterpolant:
     rgi: RegularGridInterpolator | None = None
 
     @classmethod
-    def build(cls, p: TaskProfile, method: str) -> "_TaskInterpolant":
+    def build(cls, p: TaskProfile, method: str) -> _TaskInterpolant:
         if method == "spline":
             kw, kc = min(3, len(p.workloads) - 1), min(3, len(p.cpu_millicores) - 1)
             s = RectBivariateSpline(p.workloads, p.cpu_millicores, p.duration_s, kx=kw, ky=kc, s=0)
@@ -53,7 +53,9 @@ class _TaskInterpolant:
                 (p.workloads, p.cpu_millicores), p.duration_s, method="linear", bounds_error=False, fill_value=None
             )
             # Bilinear interpolation is the degree-(1,1) tensor B-spline with the grid values as coefficients.
-            return cls(p, method, _linear_knots(p.workloads), 1, _linear_knots(p.cpu_millicores), 1, p.duration_s.copy(), rgi)
+            return cls(
+                p, method, _linear_knots(p.workloads), 1, _linear_knots(p.cpu_millicores), 1, p.duration_s.copy(), rgi
+            )
         raise InputError(f"expected interpolation 'spline' or 'linear', got {method!r}", field="interpolation")
 
     def basis_w(self, w: np.ndarray):
@@ -74,7 +76,9 @@ class PerformanceModel:
     out_of_grid : "error", "clamp" or "extrapolate".
     """
 
-    def __init__(self, profile: Profile, task_names: list[str], method: str = "spline", out_of_grid: str = "error") -> None:
+    def __init__(
+        self, profile: Profile, task_names: list[str], method: str = "spline", out_of_grid: str = "error"
+    ) -> None:
         profile.check_job(task_names)
         if out_of_grid not in ("error", "clamp", "extrapolate"):
             raise InputError(f"expected out_of_grid error|clamp|extrapolate, got {out_of_grid!r}", field="out_of_grid")
@@ -95,7 +99,7 @@ class PerformanceModel:
                 v = values[bad].flat[0]
                 raise InputError(
                     f"task '{self.task_names[i]}': {what} {v:g} is outside the profiled range [{lo:g}, {hi:g}]; "
-                    "set out_of_grid = \"clamp\" or \"extrapolate\" in the experiment to allow it",
+                    'set out_of_grid = "clamp" or "extrapolate" in the experiment to allow it',
                     path=self.profile.path,
                     field=what,
                 )
@@ -117,7 +121,7 @@ class PerformanceModel:
             out = np.sum(np.asarray(bw @ ti.coef) * bc.toarray(), axis=1)
         return np.maximum(out, MIN_DURATION_S).reshape(shape)
 
-    def at_levels(self, cpu_levels_millicores: np.ndarray) -> "DurationModel":
+    def at_levels(self, cpu_levels_millicores: np.ndarray) -> DurationModel:
         return DurationModel(self, np.asarray(cpu_levels_millicores, dtype=np.float64))
 
 

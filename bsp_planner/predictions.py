@@ -31,7 +31,14 @@ class OnlineConfigTable(ConfigTable):
 
     shape: (steps, tasks, levels, H) of the predicted durations, NaN until revealed."""
 
-    def __init__(self, shape: tuple[int, int, int, int], allocator: Allocator, max_level: np.ndarray, budget_steps: int, discount: float) -> None:
+    def __init__(
+        self,
+        shape: tuple[int, int, int, int],
+        allocator: Allocator,
+        max_level: np.ndarray,
+        budget_steps: int,
+        discount: float,
+    ) -> None:
         super().__init__(np.full(shape, np.nan), allocator, max_level, budget_steps, discount)
         self.known = 0  # rows 0..known-1 are written
 
@@ -63,7 +70,13 @@ class StepPredictions:
     workload_range: (low, high) forecasts are clipped to, as offline.
     """
 
-    def __init__(self, table: OnlineConfigTable, workloads: tuple[str, Any], model: DurationModel | LearnedDurations, workload_range: tuple[float, float]) -> None:
+    def __init__(
+        self,
+        table: OnlineConfigTable,
+        workloads: tuple[str, Any],
+        model: DurationModel | LearnedDurations,
+        workload_range: tuple[float, float],
+    ) -> None:
         self.table = table
         self.kind, self.source = workloads
         if self.kind not in ("actual", "matrix", "online"):

@@ -95,9 +95,7 @@ def read_profile_rows(path: str | Path) -> list[dict]:
             if not row or all(not c.strip() for c in row):
                 continue
             if len(row) != len(PROFILE_COLUMNS):
-                raise InputError(
-                    f"expected {len(PROFILE_COLUMNS)} columns, got {len(row)}", path=path, line=lineno
-                )
+                raise InputError(f"expected {len(PROFILE_COLUMNS)} columns, got {len(row)}", path=path, line=lineno)
             task = row[0].strip()
             if not task:
                 raise InputError("empty task name", path=path, line=lineno, field="task")
@@ -106,13 +104,26 @@ def read_profile_rows(path: str | Path) -> list[dict]:
             duration = _number(row[3], path, lineno, "duration_s")
             repeat = _number(row[4], path, lineno, "repeat")
             if duration <= 0:
-                raise InputError(f"expected a positive duration, got {row[3]!r}", path=path, line=lineno, field="duration_s")
+                raise InputError(
+                    f"expected a positive duration, got {row[3]!r}", path=path, line=lineno, field="duration_s"
+                )
             if cpu <= 0:
-                raise InputError(f"expected a positive CPU limit, got {row[2]!r}", path=path, line=lineno, field="cpu_millicores")
+                raise InputError(
+                    f"expected a positive CPU limit, got {row[2]!r}", path=path, line=lineno, field="cpu_millicores"
+                )
             if repeat != int(repeat) or repeat < 0:
-                raise InputError(f"expected a whole repeat number, got {row[4]!r}", path=path, line=lineno, field="repeat")
+                raise InputError(
+                    f"expected a whole repeat number, got {row[4]!r}", path=path, line=lineno, field="repeat"
+                )
             rows.append(
-                {"task": task, "workload": workload, "cpu_millicores": cpu, "duration_s": duration, "repeat": int(repeat), "line": lineno}
+                {
+                    "task": task,
+                    "workload": workload,
+                    "cpu_millicores": cpu,
+                    "duration_s": duration,
+                    "repeat": int(repeat),
+                    "line": lineno,
+                }
             )
     if not rows:
         raise InputError("the profile has no rows", path=path)

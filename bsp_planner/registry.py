@@ -70,9 +70,7 @@ class Registry(Generic[T]):
     def get(self, name: str, *, hint: str = "") -> T:
         """The factory registered as `name`; an InputError listing the known names otherwise."""
         if name not in self._entries:
-            raise InputError(
-                f"unknown {self.kind} {name!r}; known: {', '.join(self.names())}{hint}", field=self.field
-            )
+            raise InputError(f"unknown {self.kind} {name!r}; known: {', '.join(self.names())}{hint}", field=self.field)
         entry = self._entries[name]
         if isinstance(entry, str):
             try:
@@ -83,7 +81,7 @@ class Registry(Generic[T]):
                     field=self.field,
                 ) from None
             self._entries[name] = entry
-        return entry  # type: ignore[return-value]
+        return entry
 
     def installed(self) -> Iterator[tuple[str, T]]:
         """(name, factory) for every part whose module is installed, in registration order."""

@@ -12,7 +12,16 @@ import numpy as np
 
 from .simulation import StrategyResult
 
-COLUMNS = ("strategy", "mode", "compute_s", "checkpoints", "checkpoint_s", "total_s", "vs_floor_pct", "mean_decision_ms")
+COLUMNS = (
+    "strategy",
+    "mode",
+    "compute_s",
+    "checkpoints",
+    "checkpoint_s",
+    "total_s",
+    "vs_floor_pct",
+    "mean_decision_ms",
+)
 
 
 def comparison_rows(results: list[StrategyResult]) -> list[dict]:
@@ -73,8 +82,18 @@ def steps_csv(results: list[StrategyResult], task_names: list[str], cpu_of_level
 
 
 LEARNING_COLUMNS = (
-    "mode", "strategy", "step", "task", "workload", "cpu_millicores", "measured_s",
-    "predicted_before_s", "predicted_after_s", "error_before_pct", "error_after_pct", "factor",
+    "mode",
+    "strategy",
+    "step",
+    "task",
+    "workload",
+    "cpu_millicores",
+    "measured_s",
+    "predicted_before_s",
+    "predicted_after_s",
+    "error_before_pct",
+    "error_after_pct",
+    "factor",
 )
 
 
@@ -95,14 +114,28 @@ def learning_csv(results: list[StrategyResult], task_names: list[str], cpu_of_le
             cpu = cpu_of_level(rec["level"])
             for i, task in enumerate(task_names):
                 m, b, a = rec["measured_s"][i], rec["predicted_before_s"][i], rec["predicted_after_s"][i]
-                w.writerow([
-                    r.mode, r.strategy, rec["step"], task, f"{rec['workload'][i]:.6g}", f"{cpu[i]:g}", f"{m:.6f}",
-                    f"{b:.6f}", f"{a:.6f}", f"{100 * (b / m - 1):.3f}", f"{100 * (a / m - 1):.3f}", f"{rec['factor'][i]:.6f}",
-                ])
+                w.writerow(
+                    [
+                        r.mode,
+                        r.strategy,
+                        rec["step"],
+                        task,
+                        f"{rec['workload'][i]:.6g}",
+                        f"{cpu[i]:g}",
+                        f"{m:.6f}",
+                        f"{b:.6f}",
+                        f"{a:.6f}",
+                        f"{100 * (b / m - 1):.3f}",
+                        f"{100 * (a / m - 1):.3f}",
+                        f"{rec['factor'][i]:.6f}",
+                    ]
+                )
     return buf.getvalue()
 
 
-def write_outputs(out_dir: Path, results: list[StrategyResult], meta: dict, task_names: list[str], cpu_of_level) -> dict[str, Path]:
+def write_outputs(
+    out_dir: Path, results: list[StrategyResult], meta: dict, task_names: list[str], cpu_of_level
+) -> dict[str, Path]:
     """Write comparison.{csv,json,md}, steps.csv and comparison.png into out_dir; returns their paths.
 
     All of them are written into a temporary folder first and moved into out_dir together, only when
@@ -110,7 +143,13 @@ def write_outputs(out_dir: Path, results: list[StrategyResult], meta: dict, task
     from .outputs import staged_outputs
 
     rows = comparison_rows(results)
-    names = {"csv": "comparison.csv", "json": "comparison.json", "md": "comparison.md", "steps": "steps.csv", "chart": "comparison.png"}
+    names = {
+        "csv": "comparison.csv",
+        "json": "comparison.json",
+        "md": "comparison.md",
+        "steps": "steps.csv",
+        "chart": "comparison.png",
+    }
     with staged_outputs(out_dir) as stage:
         tmp = {k: stage / v for k, v in names.items()}
         tmp["csv"].write_text(to_csv(rows), newline="")
@@ -154,9 +193,11 @@ def bar_chart(rows: list[dict], path: Path, labels: dict[str, str] | None = None
 
     modes = list(dict.fromkeys(r["mode"] for r in rows))
     per_mode = max(1, len(rows) // max(1, len(modes)))
-    fig, axes = plt.subplots(1, len(modes), figsize=(len(modes) * max(5.0, 0.45 * per_mode + 2), 4.8), squeeze=False, sharey=True)
+    fig, axes = plt.subplots(
+        1, len(modes), figsize=(len(modes) * max(5.0, 0.45 * per_mode + 2), 4.8), squeeze=False, sharey=True
+    )
     totals = [r["total_s"] for r in rows]
-    for ax, mode in zip(axes[0], modes):
+    for ax, mode in zip(axes[0], modes, strict=True):
         sub = [r for r in rows if r["mode"] == mode]
         x = np.arange(len(sub))
         comp = np.array([r["compute_s"] for r in sub])
@@ -166,7 +207,7 @@ def bar_chart(rows: list[dict], path: Path, labels: dict[str, str] | None = None
         floor = [r["total_s"] for r in sub if r["strategy"] == "floor"]
         if floor:
             ax.axhline(floor[0], color="black", lw=0.8, ls="--", label="floor")
-        for xi, r in zip(x, sub):
+        for xi, r in zip(x, sub, strict=True):
             if r["vs_floor_pct"] is not None and r["strategy"] != "floor":
                 ax.text(xi, r["total_s"], f"+{r['vs_floor_pct']:.0f}%", ha="center", va="bottom", fontsize=7)
         ax.set_xticks(x, [r["strategy"] for r in sub], rotation=60, ha="right", fontsize=8)

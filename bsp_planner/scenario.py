@@ -22,10 +22,11 @@ from .forecasting.provider import forecast_matrix
 from .job import Job, load_job
 from .learning import LearnedDurations
 from .loop import run_loop
-from .online import online_forecasts
+from .online import online_forecasts, unseeded_online_forecasts
 from .performance import DurationModel, PerformanceModel
 from .planners import BOUNDS
 from .planners.base import ConfigTable, PlanningContext, make_planner
+from .planners.observed import attach as attach_observations
 from .predictions import OnlineConfigTable, StepPredictions, refuse_offline
 from .profiles import check_job_matches, load_profile, metadata_path
 from .series import JobSeries, load_job_series
@@ -36,7 +37,7 @@ from .simulation import StrategyResult, simulate
 class Scenario:
     experiment: Experiment
     job: Job
-    job_series: JobSeries
+    job_series: JobSeries | None  # None: the tasks have no series (workloads observed as the job runs)
     model: DurationModel
     cpu: CpuLevels
     actual_workloads: np.ndarray  # (tasks, steps)
@@ -96,7 +97,7 @@ def _build(exp: Experiment) -> Scenario:
             if not lo - 1e-9 <= value <= hi + 1e-9:
                 raise InputError(
                     f"{value:g}m is outside the CPU range the profile measured [{lo:g}, {hi:g}] millicores; "
-                    "choose levels inside it or set out_of_grid = \"clamp\" or \"extrapolate\"",
+                    'choose levels inside it or set out_of_grid = "clamp" or "extrapolate"',
                     path=exp.path,
                     field=fname,
                 )
@@ -110,18 +111,26 @@ def _build(exp: Experiment) -> Scenario:
     dm = model.at_levels(cpu.millicores)
     max_level = np.full(n, cpu.level_of(c.max_millicores))
     exppo_max = np.full(n, cpu.level_of(c.exppo_max_millicores)) if c.exppo_max_millicores else max_level
-    job_series = load_job_series(job, exp.workload_range)
+    observed = [t.name for t in job.tasks if t.series is None]  # workloads only the tasks know (they report them)
+    if observed and not exp.online and not exp.forecast.actual:
+        load_job_series(job, exp.workload_range)  # raises: which task has no series, and what to do
+    job_series = None if observed else load_job_series(job, exp.workload_range)
     if exp.forecast.actual:
         grid = profile.workload_range if exp.out_of_grid == "error" else None
         actual_w = read_trace(exp.resolve(exp.forecast.actual), job.task_names, exp.steps, exp.start, valid_range=grid)
         actual_w = np.clip(actual_w, *exp.workload_range)
+    elif job_series is None:
+        # a live run observes them; until then (and in the simulated comparison) the middle of the range
+        actual_w = np.full((n, exp.steps), sum(exp.workload_range) / 2)
     else:
         actual_w = job_series.workloads(exp.start, exp.steps, path=exp.path)
     true_dm = None
     if exp.true_profile:
         true_profile = load_profile(exp.true_profile_path)
         check_job_matches(true_profile.metadata, job, metadata_path(exp.true_profile_path))
-        true_dm = PerformanceModel(true_profile, job.task_names, exp.interpolation, exp.out_of_grid).at_levels(cpu.millicores)
+        true_dm = PerformanceModel(true_profile, job.task_names, exp.interpolation, exp.out_of_grid).at_levels(
+            cpu.millicores
+        )
     # What the tasks really take; the planner's own model (dm) predicts from the planning profile.
     actual = (true_dm or dm).durations(actual_w)
     planned_at_actual = actual if true_dm is None else dm.durations(actual_w)
@@ -153,9 +162,15 @@ def _build(exp: Experiment) -> Scenario:
         if mode == "perfect":
             # Perfect knowledge: the forecast made before step t is the truth. Frames never reach past
             # the last step, so the edge padding below is never read.
-            frames = [exp.forecast.horizon, exp.planner.horizon, exp.planner.dp_max_segment, exp.planner.optimum_max_segment]
+            frames = [
+                exp.forecast.horizon,
+                exp.planner.horizon,
+                exp.planner.dp_max_segment,
+                exp.planner.optimum_max_segment,
+            ]
             h = min(exp.steps, max(frames + _static_windows(exp.strategies)))
             scen.forecast_label[mode] = "perfect knowledge"
+            fc = None
             if exp.learn:  # online forecasts mean nothing with perfect knowledge; learning does
                 scen.step_sources[mode] = ("actual", actual_w)
                 scen.contexts[mode] = context((exp.steps, h))
@@ -164,12 +179,24 @@ def _build(exp: Experiment) -> Scenario:
             predicted = sliding_window_view(padded, h, axis=2).transpose(2, 0, 1, 3)  # (steps, n, L, h), a view
         elif exp.online:
             # No forecast file: a forecaster predicts before every step from the history observed so far.
-            online = online_forecasts(exp.forecast.source, job_series, exp.start, exp.forecast.horizon, base_dir=exp.resolve("."), job=job)
+            if job_series is None:  # no history: forecasters seeded with the middle of the range follow the reports
+                online = unseeded_online_forecasts(exp.forecast.source, n, exp.forecast.horizon, exp.workload_range)
+            else:
+                online = online_forecasts(
+                    exp.forecast.source, job_series, exp.start, exp.forecast.horizon, base_dir=exp.resolve("."), job=job
+                )
             scen.step_sources[mode] = ("online", online)
             scen.forecast_label[mode] = online.label
             scen.contexts[mode] = context((exp.steps, exp.forecast.horizon))
             continue
         else:
+            if job_series is None:
+                raise InputError(
+                    f"task(s) {', '.join(observed)} have no series, so there is nothing to forecast before the run: "
+                    'use modes = ["perfect"] with forecast.actual (a recorded trace), or online = true',
+                    path=exp.path,
+                    field="modes",
+                )
             fc, label = forecast_matrix(
                 exp.forecast.source, job_series, exp.start, exp.steps, exp.forecast.horizon, base_dir=exp.resolve(".")
             )
@@ -181,6 +208,7 @@ def _build(exp: Experiment) -> Scenario:
                 scen.contexts[mode] = context((exp.steps, exp.forecast.horizon))
                 continue
         scen.contexts[mode] = context(predicted)
+        attach_observations(scen.contexts[mode], actual_w, fc, dm.durations, exp.workload_range)
     scen.make_context = context
     return scen
 
@@ -221,7 +249,8 @@ def offline_strategies(strategies: list[str]) -> list[str]:
     from .planners import PLANNERS
 
     return [
-        s for s in strategies
+        s
+        for s in strategies
         if s not in BOUNDS and getattr(getattr(PLANNERS.get(s.partition(":")[0]), "__self__", None), "offline", False)
     ]
 
@@ -237,8 +266,10 @@ def check_strategies(strategies: list[str], exp: Experiment | None = None) -> No
         if offline:
             why = "online = true" if exp.online else "learn = true"
             raise InputError(
-                f"strateg{'ies' if len(offline) > 1 else 'y'} {', '.join(offline)} plan{'' if len(offline) > 1 else 's'} the whole job "
-                f"before the first step, so {'they' if len(offline) > 1 else 'it'} cannot run with {why} (predictions made step by "
+                f"strateg{'ies' if len(offline) > 1 else 'y'} {', '.join(offline)} "
+                f"plan{'' if len(offline) > 1 else 's'} the whole job "
+                f"before the first step, so {'they' if len(offline) > 1 else 'it'} cannot run with {why} (predictions "
+                "made step by "
                 "step); leave them out with --strategies",
                 path=exp.path,
                 field="strategies",

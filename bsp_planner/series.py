@@ -49,9 +49,7 @@ def read_series_csv(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
             try:
                 value = float(row[1])
             except ValueError as exc:
-                raise InputError(
-                    f"expected a number, got {row[1]!r}", path=path, line=lineno, field="value"
-                ) from exc
+                raise InputError(f"expected a number, got {row[1]!r}", path=path, line=lineno, field="value") from exc
             if not math.isfinite(value):
                 raise InputError(f"expected a finite number, got {row[1]!r}", path=path, line=lineno, field="value")
             stamps.append(stamp)
@@ -144,7 +142,9 @@ class WorkloadScaler:
     high: float = 50.0
 
     @classmethod
-    def fit(cls, train: np.ndarray, low: float = 10.0, high: float = 50.0, *, source: Path | None = None) -> WorkloadScaler:
+    def fit(
+        cls, train: np.ndarray, low: float = 10.0, high: float = 50.0, *, source: Path | None = None
+    ) -> WorkloadScaler:
         lo, hi = float(np.min(train)), float(np.max(train))
         if not hi > lo:
             raise InputError("the training half of the series is constant; it cannot be scaled", path=source)
@@ -153,7 +153,9 @@ class WorkloadScaler:
         return cls(lo, hi, float(low), float(high))
 
     def transform(self, raw: np.ndarray, clip: bool = True) -> np.ndarray:
-        w = self.low + (np.asarray(raw, dtype=np.float64) - self.raw_min) * (self.high - self.low) / (self.raw_max - self.raw_min)
+        w = self.low + (np.asarray(raw, dtype=np.float64) - self.raw_min) * (self.high - self.low) / (
+            self.raw_max - self.raw_min
+        )
         return np.clip(w, self.low, self.high) if clip else w
 
     def inverse_transform(self, workload: np.ndarray) -> np.ndarray:
@@ -180,7 +182,9 @@ class JobSeries:
     def workloads(self, start: int, steps: int, *, path: Path | None = None) -> np.ndarray:
         """Actual workloads of steps start..start+steps-1 of the test halves: (tasks, steps)."""
         self.check_length(start, steps, path=path)
-        return np.stack([sc.transform(s.test[start : start + steps]) for s, sc in zip(self.series, self.scalers)])
+        return np.stack(
+            [sc.transform(s.test[start : start + steps]) for s, sc in zip(self.series, self.scalers, strict=True)]
+        )
 
     def history_workloads(self, task_index: int) -> np.ndarray:
         """The whole scaled series of one task (train and test halves), for forecasters."""
@@ -189,7 +193,9 @@ class JobSeries:
 
     def check_length(self, start: int, steps: int, *, path: Path | None = None) -> None:
         if start < 0 or steps < 1:
-            raise InputError(f"expected start >= 0 and steps >= 1, got start={start}, steps={steps}", path=path, field="steps")
+            raise InputError(
+                f"expected start >= 0 and steps >= 1, got start={start}, steps={steps}", path=path, field="steps"
+            )
         for s in self.series:
             if start + steps > len(s.test):
                 raise InputError(
@@ -201,6 +207,7 @@ class JobSeries:
 
 
 def load_job_series(job: Job, workload_range: tuple[float, float] = (10.0, 50.0)) -> JobSeries:
+    refs = []
     for t in job.tasks:
         if t.series is None:
             raise InputError(
@@ -209,6 +216,7 @@ def load_job_series(job: Job, workload_range: tuple[float, float] = (10.0, 50.0)
                 path=job.path,
                 field=f"{t.name}.series",
             )
-    series = tuple(load_task_series(t.name, t.series) for t in job.tasks)
+        refs.append((t.name, t.series))
+    series = tuple(load_task_series(name, ref) for name, ref in refs)
     scalers = tuple(WorkloadScaler.fit(s.train, *workload_range, source=s.source) for s in series)
     return JobSeries(series=series, scalers=scalers)

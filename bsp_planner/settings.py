@@ -58,7 +58,9 @@ def setting(
     """A dataclass field with its checks. Bounds apply to a number, or to every item of a list."""
     check = {"ge": ge, "gt": gt, "le": le, "lt": lt, "choices": choices, "min_items": min_items}
     return dataclasses.field(
-        default=default, default_factory=default_factory, metadata={_CHECKS: {k: v for k, v in check.items() if v is not None}}
+        default=default,
+        default_factory=default_factory,
+        metadata={_CHECKS: {k: v for k, v in check.items() if v is not None}},
     )
 
 
@@ -186,7 +188,7 @@ def _coerce(value: Any, tp: Any, from_text: bool) -> Any:
         if origin is tuple and args and args[-1] is not Ellipsis:
             if len(items) != len(args):
                 raise _Bad()
-            return tuple(_coerce(v, a, from_text) for v, a in zip(items, args))
+            return tuple(_coerce(v, a, from_text) for v, a in zip(items, args, strict=True))
         item_type = args[0] if args else Any
         out = [v if item_type is Any else _coerce(v, item_type, from_text) for v in items]
         return tuple(out) if origin is tuple else out
@@ -224,7 +226,9 @@ def _check(value: Any, checks: dict, tp: Any) -> str | None:
     return None
 
 
-def coerce_field(value: Any, tp: Any, checks: dict, *, where: str, path: str | Path | None, from_text: bool = False) -> Any:
+def coerce_field(
+    value: Any, tp: Any, checks: dict, *, where: str, path: str | Path | None, from_text: bool = False
+) -> Any:
     """One value of one field, coerced and checked; an InputError naming `where` otherwise."""
     try:
         out = _coerce(value, tp, from_text)
@@ -254,9 +258,17 @@ def _build(cls: type[T], data: Any, base: T | None, prefix: str, path: str | Pat
         if key not in fields:
             raise _unknown(key, list(fields), where, path)
         tp = hints[key]
-        values[key] = _value(tp, raw, getattr(base, key) if base is not None else None, fields[key], where, path, from_text)
-    missing = [n for n, f in fields.items() if n not in values and base is None
-               and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+        values[key] = _value(
+            tp, raw, getattr(base, key) if base is not None else None, fields[key], where, path, from_text
+        )
+    missing = [
+        n
+        for n, f in fields.items()
+        if n not in values
+        and base is None
+        and f.default is dataclasses.MISSING
+        and f.default_factory is dataclasses.MISSING
+    ]
     if missing:
         raise InputError(f"missing required setting '{missing[0]}'", path=path, field=f"{prefix}{missing[0]}")
     if base is not None:
@@ -264,7 +276,9 @@ def _build(cls: type[T], data: Any, base: T | None, prefix: str, path: str | Pat
     return cls(**values)
 
 
-def _value(tp: Any, raw: Any, current: Any, f: dataclasses.Field, where: str, path: str | Path | None, from_text: bool) -> Any:
+def _value(
+    tp: Any, raw: Any, current: Any, f: dataclasses.Field, where: str, path: str | Path | None, from_text: bool
+) -> Any:
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
@@ -284,7 +298,9 @@ def _value(tp: Any, raw: Any, current: Any, f: dataclasses.Field, where: str, pa
     return coerce_field(raw, tp, f.metadata.get(_CHECKS, {}), where=where, path=path, from_text=from_text)
 
 
-def load_settings(cls: type[T], data: dict, *, path: str | Path | None = None, base: T | None = None, prefix: str = "") -> T:
+def load_settings(
+    cls: type[T], data: dict, *, path: str | Path | None = None, base: T | None = None, prefix: str = ""
+) -> T:
     """A settings instance from a table (a parsed TOML file, saved metadata): every value coerced and
     checked, unknown keys refused; then the class's own `validate(path)` if it has one."""
     obj = _build(cls, data, base, prefix, path, from_text=False)

@@ -4,49 +4,77 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 
+if TYPE_CHECKING:
+    from .experiment import Experiment
+    from .scenario import Scenario
+    from .simulation import StrategyResult
+
 
 def simulate(
     experiment: Annotated[
-        Optional[Path],
-        typer.Argument(help="Experiment file (TOML), or the name of a shipped one (default, large) [default: the shipped default].", show_default=False),
+        Path | None,
+        typer.Argument(
+            help="Experiment file (TOML), or the name of a shipped one (default, large) [default: the shipped default].",
+            show_default=False,
+        ),
     ] = None,
     experiment_opt: Annotated[
-        Optional[Path], typer.Option("--experiment", "-e", help="The same as the argument.", show_default=False)
+        Path | None, typer.Option("--experiment", "-e", help="The same as the argument.", show_default=False)
     ] = None,
-    strategies: Annotated[Optional[str], typer.Option("--strategies", "-s", help="Comma-separated, e.g. 'exppo,static:3,dp,mpc,floor'.")] = None,
-    mode: Annotated[Optional[list[str]], typer.Option("--mode", "-m", help="perfect and/or forecast (repeatable).")] = None,
-    steps: Annotated[Optional[int], typer.Option(help="Supersteps to simulate.")] = None,
-    start: Annotated[Optional[int], typer.Option(help="First step, counted into the test half of the series.")] = None,
-    penalty: Annotated[Optional[float], typer.Option("--penalty", help="Checkpoint penalty C in seconds.")] = None,
-    budget: Annotated[Optional[float], typer.Option("--budget", help="CPU budget in millicores.")] = None,
-    allocator: Annotated[Optional[str], typer.Option(help="greedy or exact.")] = None,
-    forecasts: Annotated[Optional[str], typer.Option("--forecasts", help="Forecaster name or folder of forecast CSVs.")] = None,
-    actual: Annotated[Optional[Path], typer.Option("--actual", help="Folder of per-task CSVs to replay as actual workloads.")] = None,
-    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Output folder (default: the experiment's).")] = None,
-    set_: Annotated[Optional[list[str]], typer.Option("--set", help="Override any field: KEY=VALUE or SECTION.KEY=VALUE (repeatable).")] = None,
+    strategies: Annotated[
+        str | None, typer.Option("--strategies", "-s", help="Comma-separated, e.g. 'exppo,static:3,dp,mpc,floor'.")
+    ] = None,
+    mode: Annotated[
+        list[str] | None, typer.Option("--mode", "-m", help="perfect and/or forecast (repeatable).")
+    ] = None,
+    steps: Annotated[int | None, typer.Option(help="Supersteps to simulate.")] = None,
+    start: Annotated[int | None, typer.Option(help="First step, counted into the test half of the series.")] = None,
+    penalty: Annotated[float | None, typer.Option("--penalty", help="Checkpoint penalty C in seconds.")] = None,
+    budget: Annotated[float | None, typer.Option("--budget", help="CPU budget in millicores.")] = None,
+    allocator: Annotated[str | None, typer.Option(help="greedy or exact.")] = None,
+    forecasts: Annotated[
+        str | None, typer.Option("--forecasts", help="Forecaster name or folder of forecast CSVs.")
+    ] = None,
+    actual: Annotated[
+        Path | None, typer.Option("--actual", help="Folder of per-task CSVs to replay as actual workloads.")
+    ] = None,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Output folder (default: the experiment's).")] = None,
+    set_: Annotated[
+        list[str] | None, typer.Option("--set", help="Override any field: KEY=VALUE or SECTION.KEY=VALUE (repeatable).")
+    ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
-    online: Annotated[bool, typer.Option("--online", help="Forecast before every step from the observed history (no forecast file).")] = False,
-    learn: Annotated[bool, typer.Option("--learn", help="The performance model learns from every measured step (learning.csv).")] = False,
-    true_profile: Annotated[Optional[Path], typer.Option("--true-profile", help="Profile the simulated tasks really follow (plan on the experiment's).")] = None,
-    jobs: Annotated[int, typer.Option("--jobs", "-j", help="Run strategies and modes in this many processes (results identical to 1).")] = 1,
+    online: Annotated[
+        bool, typer.Option("--online", help="Forecast before every step from the observed history (no forecast file).")
+    ] = False,
+    learn: Annotated[
+        bool, typer.Option("--learn", help="The performance model learns from every measured step (learning.csv).")
+    ] = False,
+    true_profile: Annotated[
+        Path | None,
+        typer.Option("--true-profile", help="Profile the simulated tasks really follow (plan on the experiment's)."),
+    ] = None,
+    jobs: Annotated[
+        int,
+        typer.Option("--jobs", "-j", help="Run strategies and modes in this many processes (results identical to 1)."),
+    ] = 1,
 ) -> None:
     """Compare reconfiguration strategies on a job in simulation (table, CSV/JSON/Markdown, chart)."""
     from .errors import InputError
-    from .experiment import load_experiment
     from .outputs import check_output_dir
-    from .report import comparison_rows, print_table, write_outputs
-    from .parallel_runs import check_jobs, run_pairs
-    from .scenario import build_scenario, check_strategies, offline_strategies
-    from .settings import apply_overrides as apply_settings_overrides
-    from .shipped import describe_experiment, find_experiment
+    from .parallel_runs import check_jobs
+    from .report import write_outputs
+    from .scenario import build_scenario, check_strategies
+    from .shipped import describe_experiment
 
     if experiment is not None and experiment_opt is not None and experiment != experiment_opt:
-        raise InputError(f"two experiments given ({experiment} and --experiment {experiment_opt}); give one", field="--experiment")
+        raise InputError(
+            f"two experiments given ({experiment} and --experiment {experiment_opt}); give one", field="--experiment"
+        )
 
     console = Console()
     # Every flag is an override, applied and checked by the same settings loader as the file; an
@@ -73,43 +101,20 @@ def simulate(
         flagged.append(("--learn", "learn=true"))
     if true_profile is not None:
         flagged.append(("--true-profile", f"true_profile={true_profile.resolve()}"))
-    exp = load_experiment(find_experiment(experiment if experiment is not None else experiment_opt))
-    for flag, item in flagged:
-        exp = apply_settings_overrides(exp, [item], flag=flag, validate=False)
-    exp.validate()
-    if (exp.online or exp.learn) and strategies is None and not any(item.startswith("strategies=") for _, item in flagged):
-        # The experiment's own list (not one the user just typed): leave out what cannot plan step by step.
-        left_out = offline_strategies(exp.strategies)
-        if left_out:
-            exp.strategies = [s for s in exp.strategies if s not in left_out]
-            console.print(f"[yellow]note[/]: {', '.join(left_out)} left out: planning step by step (online/learn), and "
-                          f"{'they plan' if len(left_out) > 1 else 'it plans'} the whole job before the first step")
+    exp = _experiment_with_flags(experiment if experiment is not None else experiment_opt, flagged)
+    if (
+        (exp.online or exp.learn)
+        and strategies is None
+        and not any(item.startswith("strategies=") for _, item in flagged)
+    ):
+        _leave_out_offline_strategies(console, exp)
     check_strategies(exp.strategies, exp)
     check_jobs(jobs)
     out_dir = out if out is not None else exp.output_path
     check_output_dir(out_dir, "--out" if out is not None else "output")
     t0 = time.perf_counter()
     scen = build_scenario(exp)
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
-
-    pairs = [(m, s) for m in exp.modes for s in exp.strategies]
-    with Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
-        console=console, disable=quiet, transient=True,
-    ) as progress:
-        bar = progress.add_task("simulating", total=len(pairs))
-        results = run_pairs(
-            scen, pairs, jobs,
-            on_start=lambda m, s: progress.update(bar, description=f"{m:8s} {s}"),
-            on_done=lambda m, s: progress.advance(bar),
-        )
+    results = _run_with_progress(console, scen, [(m, s) for m in exp.modes for s in exp.strategies], jobs, quiet)
     elapsed = time.perf_counter() - t0
     meta = {
         # how the experiment and profile were named, never this machine's absolute paths
@@ -125,12 +130,89 @@ def simulate(
         "elapsed_s": round(elapsed, 3),
     }
     paths = write_outputs(out_dir, results, meta, scen.task_names, scen.cpu.to_millicores)
+    _print_summary(console, exp, scen, results, elapsed)
+    learned = f", {paths['learning'].name}" if "learning" in paths else ""
+    console.print(
+        f"wrote {paths['md']}, {paths['csv'].name}, {paths['json'].name}, {paths['steps'].name}{learned}, "
+        f"chart {paths['chart']}"
+    )
+
+
+def _experiment_with_flags(experiment: Path | None, flagged: list[tuple[str, str]]) -> Experiment:
+    """The experiment with each (flag, KEY=VALUE) applied in order, then validated as a whole."""
+    from .experiment import load_experiment
+    from .settings import apply_overrides as apply_settings_overrides
+    from .shipped import find_experiment
+
+    exp = load_experiment(find_experiment(experiment))
+    for flag, item in flagged:
+        exp = apply_settings_overrides(exp, [item], flag=flag, validate=False)
+    exp.validate()
+    return exp
+
+
+def _leave_out_offline_strategies(console: Console, exp: Experiment) -> None:
+    """The experiment's own list (not one the user just typed): leave out what cannot plan step by step."""
+    from .scenario import offline_strategies
+
+    left_out = offline_strategies(exp.strategies)
+    if left_out:
+        exp.strategies = [s for s in exp.strategies if s not in left_out]
+        console.print(
+            f"[yellow]note[/]: {', '.join(left_out)} left out: planning step by step (online/learn), and "
+            f"{'they plan' if len(left_out) > 1 else 'it plans'} the whole job before the first step"
+        )
+
+
+def _run_with_progress(
+    console: Console, scen: Scenario, pairs: list[tuple[str, str]], jobs: int, quiet: bool
+) -> list[StrategyResult]:
+    """Every (mode, strategy) pair, on `jobs` processes, behind a progress bar."""
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    from .parallel_runs import run_pairs
+
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=console,
+        disable=quiet,
+        transient=True,
+    ) as progress:
+        bar = progress.add_task("simulating", total=len(pairs))
+        return run_pairs(
+            scen,
+            pairs,
+            jobs,
+            on_start=lambda m, s: progress.update(bar, description=f"{m:8s} {s}"),
+            on_done=lambda m, s: progress.advance(bar),
+        )
+
+
+def _print_summary(
+    console: Console, exp: Experiment, scen: Scenario, results: list[StrategyResult], elapsed: float
+) -> None:
+    """A table per mode, then the run's size and time."""
+    from .report import comparison_rows, print_table
+
     rows = comparison_rows(results)
     for m in exp.modes:
-        print_table([r for r in rows if r["mode"] == m], console, title=f"{exp.name} · {m} mode · predictions: {scen.forecast_label[m]}")
+        print_table(
+            [r for r in rows if r["mode"] == m],
+            console,
+            title=f"{exp.name} · {m} mode · predictions: {scen.forecast_label[m]}",
+        )
     console.print(
         f"{len(scen.task_names)} tasks x {exp.steps} steps, penalty {exp.penalty_s:g} s, budget "
         f"{exp.cpu.budget_millicores:g}m; {len(results)} runs in {elapsed:.1f} s"
     )
-    learned = f", {paths['learning'].name}" if "learning" in paths else ""
-    console.print(f"wrote {paths['md']}, {paths['csv'].name}, {paths['json'].name}, {paths['steps'].name}{learned}, chart {paths['chart']}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -28,7 +29,7 @@ class StrategyResult:
     decision_ms: np.ndarray  # (steps,) wall-clock time the planner took before each step
     actions: np.ndarray  # (steps,) 0 = keep, j = configure for j steps, -1 = bound (no planner)
     prepare_ms: float = 0.0  # offline planning before the first step
-    notes: dict = field(default_factory=dict)
+    notes: dict[str, Any] = field(default_factory=dict)
 
     @property
     def compute_s(self) -> float:
@@ -55,11 +56,16 @@ class StrategyResult:
 def step_times(actual: np.ndarray, levels: np.ndarray) -> np.ndarray:
     """actual: (tasks, levels, steps); levels: (steps, tasks) -> duration of each step (steps,)."""
     n, _, m = actual.shape
-    return actual[np.arange(n)[None, :], levels, np.arange(m)[:, None]].max(axis=1)
+    times: np.ndarray = actual[np.arange(n)[None, :], levels, np.arange(m)[:, None]].max(axis=1)
+    return times
 
 
 def simulate(
-    planner: Planner, ctx: PlanningContext, actual: np.ndarray, mode: str = "perfect", workloads: np.ndarray | None = None
+    planner: Planner,
+    ctx: PlanningContext,
+    actual: np.ndarray,
+    mode: str = "perfect",
+    workloads: np.ndarray | None = None,
 ) -> StrategyResult:
     """Run one planner over every step. actual: (tasks, levels, steps) true durations; workloads:
     (tasks, steps) the workloads they were computed at (only reported, never planned on; None: zeros).
@@ -75,7 +81,7 @@ def simulate(
     return result
 
 
-def floor_result(ctx: PlanningContext, actual: np.ndarray, mode: str, settings=None) -> StrategyResult:
+def floor_result(ctx: PlanningContext, actual: np.ndarray, mode: str, settings: object = None) -> StrategyResult:
     """The per-step lower bound (min-max over all configurations, no reconfiguration cost); it has no
     parameters (settings: accepted like every bound's, unused)."""
     t0 = time.perf_counter()

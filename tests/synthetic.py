@@ -15,7 +15,9 @@ WORKLOADS = [10, 20, 30, 40, 50]
 CPUS = [250, 500, 750, 1000, 1500, 2000]
 
 
-def write_profile(path: Path, tasks=THESIS_TASKS, workloads=WORKLOADS, cpus=CPUS, seed: int = 0, repeats: int = 2) -> Path:
+def write_profile(
+    path: Path, tasks=THESIS_TASKS, workloads=WORKLOADS, cpus=CPUS, seed: int = 0, repeats: int = 2
+) -> Path:
     """duration = base_i * (w / 10) * (2000 / c) ** alpha_i, with 3% multiplicative noise."""
     rng = np.random.default_rng(seed)
     path.parent.mkdir(parents=True, exist_ok=True)

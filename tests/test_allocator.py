@@ -51,7 +51,9 @@ def test_frame_time_never_rises_as_steps_are_added():
         n, k, levels = rng.integers(2, 7), rng.integers(1, 8), rng.integers(3, 12)
         d = np.sort(rng.uniform(0.5, 20, (n, levels, k)), axis=1)[:, ::-1, :]
         w = discount_weights(k, 0.95)
-        times = [frame_time(d, GreedyAllocator().allocate(d, w, np.full(n, levels - 1), b), w) for b in range(n * levels)]
+        times = [
+            frame_time(d, GreedyAllocator().allocate(d, w, np.full(n, levels - 1), b), w) for b in range(n * levels)
+        ]
         assert np.all(np.diff(times) <= 1e-12)
 
 
@@ -73,11 +75,7 @@ def test_single_step_greedy_is_the_exact_min_max():
         d = np.sort(rng.uniform(1, 10, (n, levels, 1)), axis=1)[:, ::-1, :]
         budget = int(rng.integers(0, n * (levels - 1)))
         greedy = frame_time(d, GreedyAllocator().allocate(d, np.ones(1), np.full(n, levels - 1), budget))
-        best = min(
-            frame_time(d, np.array(c))
-            for c in itertools.product(range(levels), repeat=n)
-            if sum(c) <= budget
-        )
+        best = min(frame_time(d, np.array(c)) for c in itertools.product(range(levels), repeat=n) if sum(c) <= budget)
         assert greedy == pytest.approx(best)
 
 

@@ -10,13 +10,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from synthetic import DATA, THESIS_TASKS, write_experiment, write_profile
 
 from bsp_planner import cli
 from bsp_planner.errors import InputError, InputWarning
 from bsp_planner.forecasting.files import write_trace
 from bsp_planner.job import load_job
 from bsp_planner.profiles import load_profile, metadata_path
+
+from synthetic import DATA, THESIS_TASKS, write_experiment, write_profile
 
 FAST = ["-q", "--steps", "5", "--strategies", "mpc,floor", "--mode", "perfect"]
 
@@ -61,7 +62,9 @@ def earlier(tmp_path, experiment, monkeypatch, capsys):
         (["--steps", "0"], ["--steps", "field 'steps'", ">= 1"]),
     ],
 )
-def test_non_finite_and_out_of_range_flags_leave_earlier_results_intact(args, needles, earlier, experiment, monkeypatch, capsys):
+def test_non_finite_and_out_of_range_flags_leave_earlier_results_intact(
+    args, needles, earlier, experiment, monkeypatch, capsys
+):
     out, before = earlier
     code, _, err = run_cli(["simulate", experiment, "-q", *args], monkeypatch, capsys)
     assert code == 2, err
@@ -80,7 +83,9 @@ def test_nan_in_an_experiment_file_names_the_file(tmp_path, synthetic_profile, m
 def test_duplicated_strategy_is_refused(experiment, monkeypatch, capsys, tmp_path):
     code, _, err = run_cli(["simulate", experiment, "-q", "--strategies", "mpc,floor,mpc"], monkeypatch, capsys)
     assert code == 2 and "'mpc' is listed more than once" in err and "strategies" in err
-    code, _, err = run_cli(["simulate", experiment, "-q", "--mode", "perfect", "--mode", "perfect"], monkeypatch, capsys)
+    code, _, err = run_cli(
+        ["simulate", experiment, "-q", "--mode", "perfect", "--mode", "perfect"], monkeypatch, capsys
+    )
     assert code == 2 and "mode 'perfect' is listed more than once" in err and "field 'modes'" in err
     assert not (tmp_path / "out").exists()
 
@@ -132,7 +137,9 @@ def test_job_slices_beyond_the_file_or_too_short(series, needles, tmp_path, synt
 def test_series_shorter_than_a_baseline_needs(forecaster, rows, tmp_path, synthetic_profile, monkeypatch, capsys):
     job = write_job(tmp_path, f'{{ file = "{NYC}", first_row = 0, last_row = {rows - 1} }}')
     exp = write_experiment(tmp_path, synthetic_profile, job=str(job), steps=10, strategies=["mpc", "floor"])
-    code, _, err = run_cli(["simulate", exp, "-q", "--forecasts", forecaster, "--mode", "forecast"], monkeypatch, capsys)
+    code, _, err = run_cli(
+        ["simulate", exp, "-q", "--forecasts", forecaster, "--mode", "forecast"], monkeypatch, capsys
+    )
     assert code == 2, err
     assert "nyc_taxi.csv" in err and "forecast.horizon" in err and f"the {forecaster} forecaster needs" in err
 
@@ -206,7 +213,9 @@ def test_appending_another_job_or_grid_warns_and_keeps_the_metadata(tmp_path):
 
 
 # -- replayed traces --------------------------------------------------------------------------------
-@pytest.mark.parametrize("value, needle", [(-3.0, "expected a workload >= 0"), (70.0, "inside the profile's grid [10, 50]")])
+@pytest.mark.parametrize(
+    "value, needle", [(-3.0, "expected a workload >= 0"), (70.0, "inside the profile's grid [10, 50]")]
+)
 def test_replayed_workloads_negative_or_off_the_grid(value, needle, tmp_path, experiment, monkeypatch, capsys):
     w = np.full((len(THESIS_TASKS), 5), 30.0)
     w[2, 3] = value
@@ -215,7 +224,9 @@ def test_replayed_workloads_negative_or_off_the_grid(value, needle, tmp_path, ex
     assert code == 2 and "bsearch.csv" in err and "line 5" in err and needle in err, err
     if value > 0:  # extrapolation allowed: the same trace is simulated (clipped to the workload range)
         code, _, err = run_cli(
-            ["simulate", experiment, "-q", "--actual", tmp_path / "trace", "--set", "out_of_grid=clamp"], monkeypatch, capsys
+            ["simulate", experiment, "-q", "--actual", tmp_path / "trace", "--set", "out_of_grid=clamp"],
+            monkeypatch,
+            capsys,
         )
         assert code == 0, err
 
@@ -232,7 +243,9 @@ def no_work(monkeypatch):
     monkeypatch.setattr(scenario, "build_scenario", boom)
 
 
-def test_out_naming_a_file_a_path_under_a_file_or_an_unwritable_place(tmp_path, experiment, no_work, monkeypatch, capsys):
+def test_out_naming_a_file_a_path_under_a_file_or_an_unwritable_place(
+    tmp_path, experiment, no_work, monkeypatch, capsys
+):
     a_file = tmp_path / "results.txt"
     a_file.write_text("keep me")
     for out, needle in (
@@ -255,8 +268,18 @@ def test_experiment_output_naming_a_file(tmp_path, synthetic_profile, no_work, m
 def test_profile_run_out_under_a_file(tmp_path, monkeypatch, capsys):
     (tmp_path / "f").write_text("x")
     code, _, err = run_cli(
-        ["profile", "run", "--job", DATA / "jobs" / "thesis-8.toml", "--out", tmp_path / "f" / "profile.csv", "--repeats", "1"],
-        monkeypatch, capsys,
+        [
+            "profile",
+            "run",
+            "--job",
+            DATA / "jobs" / "thesis-8.toml",
+            "--out",
+            tmp_path / "f" / "profile.csv",
+            "--repeats",
+            "1",
+        ],
+        monkeypatch,
+        capsys,
     )
     assert code == 2 and "--out" in err and "is a file, not a folder" in err, err
 
@@ -282,7 +305,11 @@ def test_a_new_output_folder_appears_whole(tmp_path, experiment, monkeypatch, ca
     code, _, err = run_cli(["simulate", experiment, "-q", "--out", tmp_path / "new" / "deep"], monkeypatch, capsys)
     assert code == 0, err
     assert sorted(p.name for p in (tmp_path / "new" / "deep").iterdir()) == [
-        "comparison.csv", "comparison.json", "comparison.md", "comparison.png", "steps.csv"
+        "comparison.csv",
+        "comparison.json",
+        "comparison.md",
+        "comparison.png",
+        "steps.csv",
     ]
 
 
@@ -292,5 +319,7 @@ def test_forecaster_settings_from_the_command_line_are_checked_before_any_work(m
     assert "training" not in out + err
     code, _, err = run_cli(["forecast", "train", "-f", "lstm", "--set", "lstm.val_fraction=nan"], monkeypatch, capsys)
     assert code == 2 and "lstm.val_fraction" in err and "finite" in err
-    code, _, err = run_cli(["forecast", "evaluate", "-f", "persistence", "--set", "persistence.x=1"], monkeypatch, capsys)
+    code, _, err = run_cli(
+        ["forecast", "evaluate", "-f", "persistence", "--set", "persistence.x=1"], monkeypatch, capsys
+    )
     assert code == 2 and "takes no settings" in err

@@ -17,17 +17,15 @@ from bsp_planner.job import load_job
 from bsp_planner.runtime.coordinator import Coordinator
 from bsp_planner.runtime.executor import RunFailed
 from bsp_planner.runtime.worker import parse_workload_report
-from zk_fixtures import (  # noqa: F401  (fixtures)
+
+from zk_fixtures import (
     DATA,
     EXPERIMENT,
     PREFIX,
     assert_nothing_left,
-    creds_file,
     needs_tasks,
-    reap_runs,
     settings,
     write_profile,
-    zk_server,
 )
 
 # A CPU-bound kernel: work grows with the workload; reports it; obeys the control folder.
@@ -73,7 +71,10 @@ def command_experiment(folder: Path, steps: int = 3) -> tuple[Path, Path]:
     kernel.write_text(KERNEL.format(python=sys.executable))
     kernel.chmod(0o755)
     rows = ((0, 1998), (1999, 3997), (0, 1998))
-    tasks = "".join(TASK.format(name=n, control=control, data=DATA / "datasets", first=f, last=la) for n, (f, la) in zip("abc", rows))
+    tasks = "".join(
+        TASK.format(name=n, control=control, data=DATA / "datasets", first=f, last=la)
+        for n, (f, la) in zip("abc", rows, strict=True)
+    )
     (folder / "job.toml").write_text('name = "kernels"\n' + tasks)
     write_profile(folder / "profile.csv")
     exp = folder / "exp.toml"
@@ -96,7 +97,10 @@ def test_a_command_task_is_an_argument_list_with_placeholders(tmp_path):
 @pytest.mark.parametrize(
     "task, expected",
     [
-        ('name = "a"\nstressor = "zero"\nops_per_unit = 1\ncommand = ["x"]\nseries = { file = "s.csv" }', "exactly one of stressor, command or process, not stressor and command"),
+        (
+            'name = "a"\nstressor = "zero"\nops_per_unit = 1\ncommand = ["x"]\nseries = { file = "s.csv" }',
+            "exactly one of stressor, command or process, not stressor and command",
+        ),
         ('name = "a"\nseries = { file = "s.csv" }', "exactly one of stressor, command or process"),
         ('name = "a"\ncommand = []', "task[0].command"),
         ('name = "a"\ncommand = ["x"]\nops_per_unit = 3', "ops_per_unit applies to stressor tasks only"),
@@ -115,8 +119,11 @@ def test_a_task_must_say_what_it_runs(tmp_path, task, expected):
 # -- workload reports ------------------------------------------------------------------------------------
 def test_a_reported_workload_is_the_last_json_line_and_bad_ones_are_refused():
     what = "task a step 3: its command"
-    assert parse_workload_report(b"hello\n{\"workload\": 4}\nbye\n", what) == {"workload": 4.0}
-    assert parse_workload_report(b'{"workload": 1}\n{"workload": 2, "next_workload": 3}\n', what) == {"workload": 2.0, "next_workload": 3.0}
+    assert parse_workload_report(b'hello\n{"workload": 4}\nbye\n', what) == {"workload": 4.0}
+    assert parse_workload_report(b'{"workload": 1}\n{"workload": 2, "next_workload": 3}\n', what) == {
+        "workload": 2.0,
+        "next_workload": 3.0,
+    }
     assert parse_workload_report(b"no report\n{not json at all}\n", what) == {}
     for out, why in (
         (b'{"workload": 12.5,\n', "malformed workload report"),
@@ -132,13 +139,13 @@ def test_a_reported_workload_is_the_last_json_line_and_bad_ones_are_refused():
 
 
 # -- live, against a real ZooKeeper and real cgroup quotas ---------------------------------------------
-live = [needs_tasks, pytest.mark.usefixtures("reap_runs")]
 
 
 def coordinator(tmp_path, exp, zk, creds, run_id, resume=False, **kw) -> Coordinator:
     return Coordinator(settings(exp, zk, creds, **kw), run_id, tmp_path / "runs", resume=resume)
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("reap_runs")
 @needs_tasks
 def test_command_tasks_run_every_step_under_their_quota_and_report_their_workloads(tmp_path, zk_server, creds_file):
@@ -157,6 +164,7 @@ def test_command_tasks_run_every_step_under_their_quota_and_report_their_workloa
     assert_nothing_left("cmd")
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("reap_runs")
 @needs_tasks
 @pytest.mark.parametrize(
@@ -167,7 +175,9 @@ def test_command_tasks_run_every_step_under_their_quota_and_report_their_workloa
         ("nan", "task b step 1: its command reported workload nan"),
     ],
 )
-def test_a_failing_command_stops_the_run_naming_task_and_step_and_it_resumes(tmp_path, zk_server, creds_file, fault, expected):
+def test_a_failing_command_stops_the_run_naming_task_and_step_and_it_resumes(
+    tmp_path, zk_server, creds_file, fault, expected
+):
     exp, control = command_experiment(tmp_path / "exp", steps=3)
     (control / f"{fault}-b-1").touch()
     with pytest.raises(RunFailed) as info:
@@ -186,6 +196,7 @@ def test_a_failing_command_stops_the_run_naming_task_and_step_and_it_resumes(tmp
     assert_nothing_left(f"cmd{fault}")
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("reap_runs")
 @needs_tasks
 def test_a_hanging_command_is_a_step_timeout_naming_the_task(tmp_path, zk_server, creds_file):
@@ -198,10 +209,13 @@ def test_a_hanging_command_is_a_step_timeout_naming_the_task(tmp_path, zk_server
     assert_nothing_left("cmdhang")
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("reap_runs")
 @needs_tasks
 @pytest.mark.parametrize("problem", ["missing", "not executable"])
-def test_a_missing_or_not_executable_program_is_refused_before_anything_starts(tmp_path, zk_server, creds_file, problem):
+def test_a_missing_or_not_executable_program_is_refused_before_anything_starts(
+    tmp_path, zk_server, creds_file, problem
+):
     exp, control = command_experiment(tmp_path / "exp", steps=2)
     kernel = tmp_path / "exp" / "kernel.py"
     if problem == "missing":
@@ -210,7 +224,9 @@ def test_a_missing_or_not_executable_program_is_refused_before_anything_starts(t
         kernel.chmod(0o644)
     with pytest.raises(InputError) as info:
         coordinator(tmp_path, exp, zk_server, creds_file, "cmdmissing").run()
-    assert f"task 'a': its command program '{kernel}'" in str(info.value) and problem.replace("missing", "was not found") in str(info.value)
+    assert f"task 'a': its command program '{kernel}'" in str(info.value) and problem.replace(
+        "missing", "was not found"
+    ) in str(info.value)
     assert not list(control.glob("ran-*"))
     assert not (tmp_path / "runs" / "cmdmissing").exists()
 
@@ -225,7 +241,9 @@ def test_profile_run_times_a_command_task_as_a_stressor(tmp_path):
     job = load_job(tmp_path / "job.toml")
     out = tmp_path / "measured.csv"
     with LocalBackend(prefix=PREFIX) as backend:
-        report = run_grid(job, out, Grid((500.0, 1000.0), (10.0, 20.0), 1), backend, tasks=["a"], timeout_s=60, progress=False)
+        report = run_grid(
+            job, out, Grid((500.0, 1000.0), (10.0, 20.0), 1), backend, tasks=["a"], timeout_s=60, progress=False
+        )
     rows = out.read_text().splitlines()
     assert rows[0].startswith("task,workload,cpu_millicores,duration_s")
     assert len(rows) == 1 + 4 and all(r.startswith("a,") for r in rows[1:]), rows
@@ -233,3 +251,33 @@ def test_profile_run_times_a_command_task_as_a_stressor(tmp_path):
     meta = json.loads(metadata_path(out).read_text())
     assert meta["tasks"]["a"]["command"][0] == str(tmp_path / "kernel.py")
     assert len(list((tmp_path / "control").glob("ran-a-0"))) == 1  # {step} is 0 when profiling
+
+
+# -- run --online / --learn ------------------------------------------------------------------------------
+@pytest.mark.usefixtures("reap_runs")
+@needs_tasks
+def test_an_online_learning_run_forecasts_from_reported_workloads_learns_and_resumes_the_same_plan(
+    tmp_path, zk_server, creds_file
+):
+    exp, control = command_experiment(tmp_path / "exp", steps=5)
+    kw = dict(mode="forecast", overrides=["online=true", "learn=true"], planner="mpc")
+    (control / "fail-a-3").touch()
+    with pytest.raises(RunFailed, match="task a step 3: its command exited with code 7"):
+        coordinator(tmp_path, exp, zk_server, creds_file, "online", **kw).run()
+    (control / "fail-a-3").unlink()
+    # the resumed run replays the planner with the forecaster and the model rebuilt from the logged
+    # observations; any difference from the logged decisions would refuse the resume
+    result = coordinator(tmp_path, exp, zk_server, creds_file, "online", resume=True, **kw).run()
+    assert result.status == "finished"
+    records = [json.loads(line) for line in (result.run_dir / "steps.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [0, 1, 2, 3, 4]
+    for r in records:
+        learning = r["learning"]
+        measured = [t["measured_s"] for t in r["tasks"]]
+        assert learning["step"] == r["step"] and learning["measured_s"] == pytest.approx(measured)
+        # the model learns from the workload each task reported (the kernel reports its workload + 1)
+        assert learning["workload"] == pytest.approx([min(50.0, t["observed_workload"]) for t in r["tasks"]])
+        assert len(learning["predicted_before_s"]) == len(learning["predicted_after_s"]) == 3
+    # every measured step moved the model (how fast it converges is test_learning's and bench_learning's)
+    assert all(r["learning"]["predicted_after_s"] != r["learning"]["predicted_before_s"] for r in records)
+    assert_nothing_left("online")

@@ -146,7 +146,9 @@ def test_config_table_and_planner_frames_with_exact():
     m, h, n = 12, 6, 4
     actual = random_table(rng, n, 8, m + h)
     predicted = np.stack([actual[:, :, t : t + h] for t in range(m)])
-    tables = {name: ConfigTable(predicted, make_allocator(name), np.full(n, 7), 10, 0.95) for name in ("greedy", "exact")}
+    tables = {
+        name: ConfigTable(predicted, make_allocator(name), np.full(n, 7), 10, 0.95) for name in ("greedy", "exact")
+    }
     for t in tables.values():
         t.ensure_all(h)
     for t in range(m):
@@ -172,9 +174,12 @@ def test_budget_that_leaves_no_configuration_is_refused():
 def test_budget_below_the_minimum_is_refused_in_an_experiment(tmp_path, synthetic_profile):
     from bsp_planner.experiment import load_experiment
     from bsp_planner.scenario import build_scenario
+
     from synthetic import write_experiment
 
-    exp = load_experiment(write_experiment(tmp_path, synthetic_profile, cpu__budget_millicores=1000, planner__allocator="exact"))
+    exp = load_experiment(
+        write_experiment(tmp_path, synthetic_profile, cpu__budget_millicores=1000, planner__allocator="exact")
+    )
     with pytest.raises(InputError, match="below 8 tasks x min"):
         build_scenario(exp)
 
@@ -216,12 +221,20 @@ def test_time_limit_raises_with_bound_and_gap_not_greedy():
 
 
 def test_solver_failure_raises(monkeypatch):
-    import bsp_planner.allocation.exact as exact
     from scipy.optimize import OptimizeResult
 
+    import bsp_planner.allocation.exact as exact
+
     def broken(*args, **kwargs):
-        return OptimizeResult(status=4, message="HiGHS reported an error", x=None, fun=None,
-                              mip_node_count=0, mip_dual_bound=None, mip_gap=None)
+        return OptimizeResult(
+            status=4,
+            message="HiGHS reported an error",
+            x=None,
+            fun=None,
+            mip_node_count=0,
+            mip_dual_bound=None,
+            mip_gap=None,
+        )
 
     monkeypatch.setattr(exact, "milp", broken)
     d, w, max_level, budget = hard_frame()

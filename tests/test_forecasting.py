@@ -29,12 +29,16 @@ def seasonal_series(n: int = 480, period: int = PERIOD, seed: int = 0, noise: fl
     return 30 + 12 * np.sin(2 * np.pi * t / period) + noise * rng.standard_normal(n)
 
 
-def task_series(values: np.ndarray, interval_s: int = 7200, name: str = "t", drop: list[int] | None = None) -> TaskSeries:
+def task_series(
+    values: np.ndarray, interval_s: int = 7200, name: str = "t", drop: list[int] | None = None
+) -> TaskSeries:
     stamps = np.datetime64("2024-01-01T00:00:00", "s") + np.arange(len(values)) * np.timedelta64(interval_s, "s")
     if drop:
         keep = np.setdiff1d(np.arange(len(values)), drop)
         stamps, values = stamps[keep], values[keep]
-    return TaskSeries(task=name, timestamps=stamps, values=np.asarray(values, float), source=Path("synthetic.csv"), first_row=0)
+    return TaskSeries(
+        task=name, timestamps=stamps, values=np.asarray(values, float), source=Path("synthetic.csv"), first_row=0
+    )
 
 
 def write_series_csv(path: Path, values, interval_s: int = 7200, start: str = "2024-01-01T00:00:00") -> Path:
@@ -58,7 +62,9 @@ def test_differencing_inverts_exactly(lag):
     back = undifference(x[:lag], d, lag)
     np.testing.assert_allclose(back, x[lag:], rtol=0, atol=1e-9)
     # batched: forward from any known stretch
-    np.testing.assert_allclose(undifference(x[None, 50 : 50 + lag], d[None, 50 : 50 + 30], lag)[0], x[50 + lag : 80 + lag], atol=1e-9)
+    np.testing.assert_allclose(
+        undifference(x[None, 50 : 50 + lag], d[None, 50 : 50 + 30], lag)[0], x[50 + lag : 80 + lag], atol=1e-9
+    )
 
 
 def test_scaling_to_minus_one_one_inverts_exactly():
@@ -240,6 +246,7 @@ def trained(tmp_path_factory):
     return ws, p, f, root
 
 
+@pytest.mark.slow
 def test_lstm_fits_a_seasonal_series_better_than_persistence(trained):
     ws, p, f, _ = trained
     o = np.arange(p.n_train, len(p.rows) - H + 1)
@@ -250,6 +257,7 @@ def test_lstm_fits_a_seasonal_series_better_than_persistence(trained):
     assert lstm < 0.5 * base, (lstm, base)
 
 
+@pytest.mark.slow
 def test_lstm_does_not_peek_and_its_quantiles_are_ordered(trained):
     ws, p, f, _ = trained
     origins = np.array([320, 333, 460, 590])
@@ -261,6 +269,7 @@ def test_lstm_does_not_peek_and_its_quantiles_are_ordered(trained):
     assert np.all(q[2] - q[0] > 0)  # a real interval, not a point
 
 
+@pytest.mark.slow
 def test_saved_model_reloads_identically_and_mismatched_settings_are_refused(trained):
     from bsp_planner.forecasting.pipeline import obtain
 
@@ -283,6 +292,7 @@ def test_saved_model_reloads_identically_and_mismatched_settings_are_refused(tra
         obtain(ws2, "lstm", p2, model_root=root)
 
 
+@pytest.mark.slow
 def test_training_is_seeded_and_repeatable(trained):
     from bsp_planner.forecasting.pipeline import train_one
 
@@ -292,6 +302,7 @@ def test_training_is_seeded_and_repeatable(trained):
     np.testing.assert_array_equal(again.predict_median(p.grid, o), f.predict_median(p.grid, o))
 
 
+@pytest.mark.slow
 def test_thesis_lstm_follows_its_recipe():
     from bsp_planner.forecasting.pipeline import train_one
 
@@ -357,7 +368,22 @@ def test_cli_evaluate_refuses_gaps_then_compares_forecasters(small_job):
     r = CliRunner().invoke(app, ["forecast", "evaluate", "-e", str(small_job / "exp.toml"), "-f", "persistence"])
     assert isinstance(r.exception, InputError) and "--gaps fill" in str(r.exception) and "beta" in str(r.exception)
     out = small_job / "ev"
-    r = _run(["forecast", "evaluate", "-e", str(small_job / "exp.toml"), "-f", "persistence", "-f", "seasonal-naive", "--gaps", "fill", "-o", str(out)])
+    r = _run(
+        [
+            "forecast",
+            "evaluate",
+            "-e",
+            str(small_job / "exp.toml"),
+            "-f",
+            "persistence",
+            "-f",
+            "seasonal-naive",
+            "--gaps",
+            "fill",
+            "-o",
+            str(out),
+        ]
+    )
     assert r.exit_code == 0, r.output
     assert "seasonal-naive" in r.output and "all tasks" in r.output
     data = json.loads((out / "evaluation.json").read_text())
@@ -372,7 +398,20 @@ def test_cli_predict_writes_what_simulate_reads(small_job):
     from bsp_planner.job import load_job
     from bsp_planner.series import load_job_series
 
-    r = _run(["forecast", "predict", "-e", str(small_job / "exp.toml"), "-f", "seasonal-naive", "--gaps", "ignore", "-o", str(small_job / "fc")])
+    r = _run(
+        [
+            "forecast",
+            "predict",
+            "-e",
+            str(small_job / "exp.toml"),
+            "-f",
+            "seasonal-naive",
+            "--gaps",
+            "ignore",
+            "-o",
+            str(small_job / "fc"),
+        ]
+    )
     assert r.exit_code == 0, r.output
     meta = read_forecast_metadata(small_job / "fc")
     assert meta["forecaster"] == "seasonal-naive" and meta["inputs"]["steps"] == 50 and meta["inputs"]["start"] == 5
@@ -404,7 +443,12 @@ def test_provider_uses_shipped_forecasts_only_when_their_digest_matches(small_jo
     ws = Workspace.from_series(job, js, gaps="fill", horizon=H)
     inputs = request_inputs(ws, "lstm", 0, 50)
     shipped = small_job / "forecasts" / "default"
-    write_forecasts(shipped, job.task_names, np.full((2, 50, H), 33.0), {"forecaster": "lstm", "digest": inputs_digest(inputs), "inputs": inputs})
+    write_forecasts(
+        shipped,
+        job.task_names,
+        np.full((2, 50, H), 33.0),
+        {"forecaster": "lstm", "digest": inputs_digest(inputs), "inputs": inputs},
+    )
     fc, label = provider.forecast_matrix("lstm", js, 0, 50, H, base_dir=small_job)
     assert np.all(fc == 33.0) and "shipped forecasts default/" in label
     fc, label = provider.forecast_matrix("default", js, 0, 50, H, base_dir=small_job)  # "default" is the lstm
@@ -414,7 +458,10 @@ def test_provider_uses_shipped_forecasts_only_when_their_digest_matches(small_jo
 
     def fake(ws_, name, start, steps, **kw):
         calls.append((name, start, steps, ws_.gaps))
-        return np.full((2, steps, H), 21.0), {"digest": inputs_digest(request_inputs(ws_, name, start, steps)), "models": {"alpha": "trained", "beta": "trained"}}
+        return np.full((2, steps, H), 21.0), {
+            "digest": inputs_digest(request_inputs(ws_, name, start, steps)),
+            "models": {"alpha": "trained", "beta": "trained"},
+        }
 
     monkeypatch.setattr(pipeline, "forecast_experiment", fake)
     messages = []

@@ -116,7 +116,9 @@ def test_fast_greedy_equals_reference_on_mpc_batches(seed):
     max_level = np.full(n, n_levels - 1)
     max_level[::5] = n_levels // 3
     for budget in (0, 1, n, 15 * n, n * n_levels):
-        assert np.array_equal(GreedyAllocator().allocate_batch(d, w, max_level, budget), reference_allocate(d, w, max_level, budget))
+        assert np.array_equal(
+            GreedyAllocator().allocate_batch(d, w, max_level, budget), reference_allocate(d, w, max_level, budget)
+        )
 
 
 def test_non_finite_inputs_match_too():
@@ -126,7 +128,10 @@ def test_non_finite_inputs_match_too():
     d[1, 3, :, 2] = np.nan
     w = np.tile(discount_weights(4, 0.9), (3, 1))
     for budget in (0, 3, 12, 40):
-        assert np.array_equal(GreedyAllocator().allocate_batch(d, w, np.full(6, 4), budget), reference_allocate(d, w, np.full(6, 4), budget))
+        assert np.array_equal(
+            GreedyAllocator().allocate_batch(d, w, np.full(6, 4), budget),
+            reference_allocate(d, w, np.full(6, 4), budget),
+        )
 
 
 def test_fast_greedy_equals_reference_on_config_table_views():
@@ -142,4 +147,6 @@ def test_fast_greedy_equals_reference_on_config_table_views():
         d = predicted[:, :, :, :j]
         w = np.broadcast_to(discount_weights(j, 0.95), (d.shape[0], j))
         for budget in (4, 12, 40):
-            assert np.array_equal(GreedyAllocator().allocate_batch(d, w, max_level, budget), reference_allocate(d, w, max_level, budget))
+            assert np.array_equal(
+                GreedyAllocator().allocate_batch(d, w, max_level, budget), reference_allocate(d, w, max_level, budget)
+            )

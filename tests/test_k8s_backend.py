@@ -15,28 +15,45 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("kubernetes", reason="the official kubernetes client is not installed (pip install 'bsp-planner[kubernetes]')")
+pytest.importorskip(
+    "kubernetes", reason="the official kubernetes client is not installed (pip install 'bsp-planner[kubernetes]')"
+)
 import yaml
 
 pytest.importorskip("bsp_planner.runtime.backends", reason="the runtime backends package is not in this tree yet")
 
-from bsp_planner.errors import InputError  # noqa: E402
-from bsp_planner.k8s import names as N  # noqa: E402
-from bsp_planner.k8s.cluster import ROLE_RULES  # noqa: E402
-from bsp_planner.testing.fake_apiserver import FakeApiServer, rules_from_manifests  # noqa: E402
-from bsp_planner.runtime.backends import WorkerLaunch, make_backend  # noqa: E402
-from bsp_planner.runtime.backends.kubernetes import ConfigurationDoesNotFit, KubernetesBackend, PodLost  # noqa: E402
+from bsp_planner.errors import InputError
+from bsp_planner.k8s import names as N
+from bsp_planner.k8s.cluster import ROLE_RULES
+from bsp_planner.runtime.backends import WorkerLaunch, make_backend
+from bsp_planner.runtime.backends.kubernetes import ConfigurationDoesNotFit, KubernetesBackend, PodLost
+from bsp_planner.testing.fake_apiserver import FakeApiServer, rules_from_manifests
 
-from test_k8s_manifests import NODE_READER, load_all, render_base  # noqa: E402
+from test_k8s_manifests import NODE_READER, load_all, render_base
 
 NS = "bsp-planner"
-ARGS = ("worker", "--zookeeper", "127.0.0.1:2181", "--root", "/bsp-planner/runs/r1", "--task", "{t}",
-        "--incarnation", "0", "--stress-ng", "/usr/local/bin/stress-ng", "--session-timeout", "10")
+ARGS = (
+    "worker",
+    "--zookeeper",
+    "127.0.0.1:2181",
+    "--root",
+    "/bsp-planner/runs/r1",
+    "--task",
+    "{t}",
+    "--incarnation",
+    "0",
+    "--stress-ng",
+    "/usr/local/bin/stress-ng",
+    "--session-timeout",
+    "10",
+)
 
 
 def launch(task: str, incarnation: int = 0, env: dict | None = None) -> WorkerLaunch:
     args = tuple(a.format(t=task) for a in ARGS)
-    return WorkerLaunch(task, args, env if env is not None else {"BSP_PLANNER_ZK_AUTH": "bsp-planner:s3cret"}, incarnation)
+    return WorkerLaunch(
+        task, args, env if env is not None else {"BSP_PLANNER_ZK_AUTH": "bsp-planner:s3cret"}, incarnation
+    )
 
 
 def backend(api: FakeApiServer, **kw) -> KubernetesBackend:
@@ -91,8 +108,10 @@ def test_credentials_come_from_a_secret_when_one_is_named(api):
     b = backend(api, zk_auth_secret="bsp-planner-zk-auth")
     b.start_task(launch("affinity"), 500)
     env = {e["name"]: e for e in worker(api, b, "affinity")["spec"]["containers"][0]["env"]}
-    assert env["BSP_PLANNER_ZK_AUTH"] == {"name": "BSP_PLANNER_ZK_AUTH",
-                                          "valueFrom": {"secretKeyRef": {"name": "bsp-planner-zk-auth", "key": "auth"}}}
+    assert env["BSP_PLANNER_ZK_AUTH"] == {
+        "name": "BSP_PLANNER_ZK_AUTH",
+        "valueFrom": {"secretKeyRef": {"name": "bsp-planner-zk-auth", "key": "auth"}},
+    }
     assert "s3cret" not in str(api.pods(NS))
     assert b.warnings == []
 
@@ -162,9 +181,14 @@ def test_a_configuration_that_does_not_fit_is_refused_before_any_pod_is_touched(
     b.wait_running()
     calls = len(api.calls)
     # node-a: 4 CPUs, 1 for coredns, 2 for ours; node-b: 2 CPUs
-    with pytest.raises(ConfigurationDoesNotFit, match=r"task 'affinity' asks for 3500m of CPU but no node has more than 2000m free"):
+    with pytest.raises(
+        ConfigurationDoesNotFit, match=r"task 'affinity' asks for 3500m of CPU but no node has more than 2000m free"
+    ):
         b.check_configuration({"affinity": 3500, "atomic": 2000})
-    with pytest.raises(ConfigurationDoesNotFit, match=r"fit the free CPU in total \(5000m\) but cannot be split over the nodes \(node-a: .*node-b: "):
+    with pytest.raises(
+        ConfigurationDoesNotFit,
+        match=r"fit the free CPU in total \(5000m\) but cannot be split over the nodes \(node-a: .*node-b: ",
+    ):
         b.check_configuration({"affinity": 2500, "atomic": 2500})
     later = api.calls[calls:]
     assert {(c.verb, c.resource) for c in later} <= {("list", "nodes"), ("list", "pods"), ("get", "pods")}
@@ -220,7 +244,10 @@ def test_a_pod_pending_past_the_timeout_stops_the_run_with_the_scheduler_message
     st = b.poll_task("huge")
     assert st.alive is True and "Insufficient cpu" in st.detail
     time.sleep(0.25)
-    with pytest.raises(PodLost, match=r"still pending after \d+ s \(unschedulable: 0/2 nodes are available: 2 Insufficient cpu.\).*resumed"):
+    with pytest.raises(
+        PodLost,
+        match=r"still pending after \d+ s \(unschedulable: 0/2 nodes are available: 2 Insufficient cpu.\).*resumed",
+    ):
         b.poll_task("huge")
 
 
@@ -275,16 +302,28 @@ def test_the_image_defaults_to_the_coordinators_own(api, monkeypatch):
     assert fresh.settings.image == "bsp-planner:dev"
     monkeypatch.delenv("BSP_PLANNER_POD")
     with pytest.raises(InputError, match="--image"):
-        backend(api, image=None).settings
+        _ = backend(api, image=None).settings  # the property raises
 
 
 def test_settings_come_from_the_environment_of_the_coordinator_job(api, monkeypatch):
-    for k, v in {"NAMESPACE": "elsewhere", "RECONFIGURE": "recreate", "WORKER_ZOOKEEPER": "zookeeper:2181",
-                 "ZK_AUTH_SECRET": "s", "PENDING_TIMEOUT": "7", "NODE_SELECTOR": "pool=bsp"}.items():
+    for k, v in {
+        "NAMESPACE": "elsewhere",
+        "RECONFIGURE": "recreate",
+        "WORKER_ZOOKEEPER": "zookeeper:2181",
+        "ZK_AUTH_SECRET": "s",
+        "PENDING_TIMEOUT": "7",
+        "NODE_SELECTOR": "pool=bsp",
+    }.items():
         monkeypatch.setenv(f"BSP_PLANNER_K8S_{k}", v)
     b = KubernetesBackend("r1", kubeconfig=api.kubeconfig, image="i")
     assert (b.namespace, b.mode, b.worker_zk_hosts, b.zk_auth_secret, b.pending_timeout_s, b.node_selector) == (
-        "elsewhere", "recreate", "zookeeper:2181", "s", 7.0, {"pool": "bsp"})
+        "elsewhere",
+        "recreate",
+        "zookeeper:2181",
+        "s",
+        7.0,
+        {"pool": "bsp"},
+    )
     monkeypatch.setenv("BSP_PLANNER_K8S_NODE_SELECTOR", "nonsense")
     with pytest.raises(InputError, match="key=value"):
         KubernetesBackend("r1", kubeconfig=api.kubeconfig, image="i")
@@ -332,16 +371,25 @@ def test_the_role_in_jobs_k8s_grants_every_call_the_backend_makes_and_nothing_it
 
 
 def test_make_backend_builds_it_from_a_kubeconfig(api, tmp_path, monkeypatch):
-    cfg = {"apiVersion": "v1", "kind": "Config", "current-context": "fake",
-           "clusters": [{"name": "fake", "cluster": {"server": api.url}}],
-           "users": [{"name": "u", "user": {"token": "t"}}],
-           "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "u", "namespace": NS}}]}
+    cfg = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "current-context": "fake",
+        "clusters": [{"name": "fake", "cluster": {"server": api.url}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "u", "namespace": NS}}],
+    }
     path = tmp_path / "kubeconfig"
     path.write_text(yaml.safe_dump(cfg))
     monkeypatch.setenv("KUBECONFIG", str(path))
     monkeypatch.setenv("BSP_PLANNER_IMAGE", "bsp-planner:dev")
-    b = make_backend("kubernetes", run_id="live-20261121-101500-ab12", log_dir=tmp_path / "logs",
-                     stress_ng="stress-ng", cgroup_prefix="bsp-planner")
+    b = make_backend(
+        "kubernetes",
+        run_id="live-20261121-101500-ab12",
+        log_dir=tmp_path / "logs",
+        stress_ng="stress-ng",
+        cgroup_prefix="bsp-planner",
+    )
     assert isinstance(b, KubernetesBackend) and b.namespace == NS
     assert "context fake" in b.info()["kubernetes"]["where"]
     b.start_task(launch("affinity"), 250)
@@ -369,10 +417,18 @@ def _unreachable_kubeconfig(tmp_path) -> tuple[str, Path]:
 
     url = f"http://127.0.0.1:{free_port()}"
     kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "gone",
-        "clusters": [{"name": "gone", "cluster": {"server": url}}], "users": [{"name": "u", "user": {"token": "t"}}],
-        "contexts": [{"name": "gone", "context": {"cluster": "gone", "user": "u"}}]}))
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "gone",
+                "clusters": [{"name": "gone", "cluster": {"server": url}}],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [{"name": "gone", "context": {"cluster": "gone", "user": "u"}}],
+            }
+        )
+    )
     return url, kubeconfig
 
 
@@ -400,9 +456,30 @@ def test_run_on_an_unreachable_cluster_is_a_clear_error_and_leaves_no_run(tmp_pa
     url, kubeconfig = _unreachable_kubeconfig(tmp_path)
     exp = tiny_experiment(tmp_path / "exp", steps=3)
     out = subprocess.run(
-        [sys.executable, "-m", "bsp_planner.cli", "run", "--backend", "kubernetes", "-e", str(exp), "--kubeconfig", str(kubeconfig),
-         "--namespace", NS, "--image", "bsp-planner:dev", "--runs-dir", str(tmp_path / "runs"), "--run-id", "nocluster", "-q"],
-        capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "bsp_planner.cli",
+            "run",
+            "--backend",
+            "kubernetes",
+            "-e",
+            str(exp),
+            "--kubeconfig",
+            str(kubeconfig),
+            "--namespace",
+            NS,
+            "--image",
+            "bsp-planner:dev",
+            "--runs-dir",
+            str(tmp_path / "runs"),
+            "--run-id",
+            "nocluster",
+            "-q",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     err = " ".join(out.stderr.split())
     assert out.returncode == 2, out.stdout + out.stderr

@@ -15,19 +15,23 @@ import sys
 
 import pytest
 
-pytest.importorskip("kubernetes", reason="the official kubernetes client is not installed (pip install 'bsp-planner[kubernetes]')")
+pytest.importorskip(
+    "kubernetes", reason="the official kubernetes client is not installed (pip install 'bsp-planner[kubernetes]')"
+)
 
 pytest.importorskip("bsp_planner.runtime.coordinator", reason="the live runtime is not in this tree yet")
 
-from bsp_planner.k8s import names as N  # noqa: E402
-from bsp_planner.testing.fake_apiserver import FakeApiServer  # noqa: E402
-from bsp_planner.runtime.backends.kubernetes import KubernetesBackend  # noqa: E402
-from bsp_planner.runtime.coordinator import Coordinator  # noqa: E402
+from bsp_planner.k8s import names as N
+from bsp_planner.runtime.backends.kubernetes import KubernetesBackend
+from bsp_planner.runtime.coordinator import Coordinator
+from bsp_planner.testing.fake_apiserver import FakeApiServer
 
-from zk_fixtures import creds_file, settings, tiny_experiment, zk_problem, zk_server  # noqa: E402,F401
+from zk_fixtures import settings, tiny_experiment, zk_problem
 
-_problem = zk_problem() or (None if shutil.which("stress-ng") else "stress-ng is not installed (apt-get install stress-ng)")
-pytestmark = pytest.mark.skipif(_problem is not None, reason=_problem or "")
+_problem = zk_problem() or (
+    None if shutil.which("stress-ng") else "stress-ng is not installed (apt-get install stress-ng)"
+)
+pytestmark = [pytest.mark.skipif(_problem is not None, reason=_problem or ""), pytest.mark.slow]  # live runs
 
 NS = "bsp-planner"
 SECRET = "bsp-planner-zk-auth"
@@ -56,24 +60,42 @@ def kubelet(tmp_path, secrets: dict[str, dict[str, str]]):
         env = {k: v.replace("/scratch", str(scratch)) for k, v in env.items()}
         scratch.mkdir(exist_ok=True)
         log = open(tmp_path / f"{pod['metadata']['name']}.log", "ab")
-        return subprocess.Popen([sys.executable, "-m", "bsp_planner.cli", *c["args"]], env=env, cwd=scratch,
-                                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        return subprocess.Popen(
+            [sys.executable, "-m", "bsp_planner.cli", *c["args"]],
+            env=env,
+            cwd=scratch,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
     return run_pod
 
 
 @pytest.mark.parametrize("how", ["in-place", "recreate"])
-def test_a_live_run_through_the_kubernetes_backend(tmp_path, zk_server, creds_file, how):  # noqa: F811
+def test_a_live_run_through_the_kubernetes_backend(tmp_path, zk_server, creds_file, how):
     exp = tiny_experiment(tmp_path / "exp", steps=3)
     secrets = {SECRET: {"auth": creds_file.read_text().strip()}}
     with FakeApiServer(pod_runner=kubelet(tmp_path, secrets), delete_delay_s=5.0) as api:
         api.add_node("node-a", "4")
         backend = KubernetesBackend(
-            f"k8s-{how}", kubeconfig=api.kubeconfig, namespace=NS, image="bsp-planner:dev", reconfigure="auto",
-            worker_zk_hosts=zk_server.hosts, zk_auth_secret=SECRET, poll_s=0.02, log_dir=tmp_path / "logs",
+            f"k8s-{how}",
+            kubeconfig=api.kubeconfig,
+            namespace=NS,
+            image="bsp-planner:dev",
+            reconfigure="auto",
+            worker_zk_hosts=zk_server.hosts,
+            zk_auth_secret=SECRET,
+            poll_s=0.02,
+            log_dir=tmp_path / "logs",
         )
-        coord = Coordinator(settings(exp, zk_server, creds_file, planner="static:1", reconfigure=how),
-                            f"k8s-{how}", tmp_path / "runs", backend=backend)
+        coord = Coordinator(
+            settings(exp, zk_server, creds_file, planner="static:1", reconfigure=how),
+            f"k8s-{how}",
+            tmp_path / "runs",
+            backend=backend,
+        )
         result = coord.run()
         assert result.status == "finished", (tmp_path / f"bsp-k8s-{how}-a.log").read_text()
         assert api.pods(NS) == []  # every pod deleted at the end
@@ -93,7 +115,9 @@ def test_a_live_run_through_the_kubernetes_backend(tmp_path, zk_server, creds_fi
 
 
 @pytest.mark.parametrize("env_reconfigure, expected", [(None, "in-place"), ("recreate", "recreate")])
-def test_run_backend_kubernetes_on_the_command_line(tmp_path, zk_server, creds_file, monkeypatch, env_reconfigure, expected):  # noqa: F811
+def test_run_backend_kubernetes_on_the_command_line(
+    tmp_path, zk_server, creds_file, monkeypatch, env_reconfigure, expected
+):
     """No --reconfigure: the backend's default applies ($BSP_PLANNER_K8S_RECONFIGURE, else auto, which is
     in place on a server that can resize pods), never a recreation forced by the command line."""
     import yaml
@@ -108,18 +132,52 @@ def test_run_backend_kubernetes_on_the_command_line(tmp_path, zk_server, creds_f
     with FakeApiServer(pod_runner=kubelet(tmp_path, secrets)) as api:
         api.add_node("node-a", "4")
         kubeconfig = tmp_path / "kubeconfig"
-        kubeconfig.write_text(yaml.safe_dump({
-            "apiVersion": "v1", "kind": "Config", "current-context": "fake",
-            "clusters": [{"name": "fake", "cluster": {"server": api.url}}], "users": [{"name": "u", "user": {"token": "t"}}],
-            "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "u"}}]}))
+        kubeconfig.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "current-context": "fake",
+                    "clusters": [{"name": "fake", "cluster": {"server": api.url}}],
+                    "users": [{"name": "u", "user": {"token": "t"}}],
+                    "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "u"}}],
+                }
+            )
+        )
         if env_reconfigure:
             monkeypatch.setenv("BSP_PLANNER_K8S_RECONFIGURE", env_reconfigure)
         else:
             monkeypatch.delenv("BSP_PLANNER_K8S_RECONFIGURE", raising=False)
-        args = ["run", "--backend", "kubernetes", "--experiment", str(exp), "--planner", "static:1",
-                "--zookeeper", zk_server.hosts, "--zk-auth-file", str(creds_file), "--runs-dir", str(tmp_path / "runs"),
-                "--run-id", "cli-k8s", "--namespace", NS, "--image", "bsp-planner:dev", "--kubeconfig", str(kubeconfig),
-                "--worker-zookeeper", zk_server.hosts, "--zk-auth-secret", SECRET, "--pending-timeout", "60", "--quiet"]
+        args = [
+            "run",
+            "--backend",
+            "kubernetes",
+            "--experiment",
+            str(exp),
+            "--planner",
+            "static:1",
+            "--zookeeper",
+            zk_server.hosts,
+            "--zk-auth-file",
+            str(creds_file),
+            "--runs-dir",
+            str(tmp_path / "runs"),
+            "--run-id",
+            "cli-k8s",
+            "--namespace",
+            NS,
+            "--image",
+            "bsp-planner:dev",
+            "--kubeconfig",
+            str(kubeconfig),
+            "--worker-zookeeper",
+            zk_server.hosts,
+            "--zk-auth-secret",
+            SECRET,
+            "--pending-timeout",
+            "60",
+            "--quiet",
+        ]
         result = CliRunner().invoke(app, args)
         assert result.exit_code == 0, result.output
         assert api.pods(NS) == []

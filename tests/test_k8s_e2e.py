@@ -61,8 +61,10 @@ def cluster():
         core.read_namespace(NS, _request_timeout=5)
         secret = core.read_namespaced_secret(SECRET, NS, _request_timeout=5)
     except client.exceptions.ApiException as exc:
-        pytest.skip(f"the cluster at {conn.host} lacks the base or its Secret ({exc.status} {exc.reason}): "
-                    f"kubectl apply -k jobs/k8s and create the Secret {SECRET} (docs/kubernetes.md)")
+        pytest.skip(
+            f"the cluster at {conn.host} lacks the base or its Secret ({exc.status} {exc.reason}): "
+            f"kubectl apply -k jobs/k8s and create the Secret {SECRET} (docs/kubernetes.md)"
+        )
     auth = base64.b64decode(secret.data["auth"]).decode()
     return {"conn": conn, "cluster": Cluster(conn), "version": version.git_version, "auth": auth, "kubeconfig": path}
 
@@ -74,8 +76,9 @@ def test_the_profiler_measures_a_grid_as_jobs_under_real_cpu_limits(cluster, tmp
 
     job = Job("e2e", (Task("spin", "cpu", 200.0, SeriesRef(Path("-"))),), path=Path("e2e.toml"))
     out = tmp_path / "profile.csv"
-    profiler = KubernetesProfiler(cluster=cluster["cluster"], image=IMAGE, parallelism=2, poll_s=1.0,
-                                  profile_id=default_profile_id(out))
+    profiler = KubernetesProfiler(
+        cluster=cluster["cluster"], image=IMAGE, parallelism=2, poll_s=1.0, profile_id=default_profile_id(out)
+    )
     report = run_grid_kubernetes(job, out, Grid((250, 1000), (5, 10), 1), profiler, timeout_s=120, progress=False)
     assert report.failures == [] and report.measured == 4
     prof = load_profile(out).tasks["spin"]
@@ -88,9 +91,15 @@ def test_the_profiler_measures_a_grid_as_jobs_under_real_cpu_limits(cluster, tmp
 def _port_forward(kubeconfig: str):
     """`kubectl port-forward` to the cluster's ZooKeeper, for a coordinator outside the cluster."""
     if shutil.which("kubectl") is None:
-        pytest.skip("kubectl is not installed (the coordinator outside the cluster reaches ZooKeeper through kubectl port-forward)")
-    proc = subprocess.Popen(["kubectl", "--kubeconfig", kubeconfig, "-n", NS, "port-forward", "svc/zookeeper", ":2181"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        pytest.skip(
+            "kubectl is not installed (the coordinator outside the cluster reaches ZooKeeper through kubectl port-forward)"
+        )
+    proc = subprocess.Popen(
+        ["kubectl", "--kubeconfig", kubeconfig, "-n", NS, "port-forward", "svc/zookeeper", ":2181"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         line = proc.stdout.readline()
@@ -117,11 +126,27 @@ def test_the_default_job_runs_live_on_the_cluster(cluster, tmp_path, monkeypatch
     monkeypatch.setenv("BSP_PLANNER_ZK_AUTH", cluster["auth"])
     run_id = f"e2e-{how}-{int(time.time()) % 100000}"
     try:
-        backend = KubernetesBackend(run_id, cluster=cluster["cluster"], image=IMAGE, reconfigure=how,
-                                    zk_auth_secret=SECRET, log_dir=tmp_path / "logs", poll_s=0.5)
-        settings = RunSettings(experiment=str(experiment), planner="static:1", reconfigure=how, overrides=overrides,
-                               backend="kubernetes", zookeeper=f"127.0.0.1:{port}", zk_auth="env",
-                               worker_start_s=300.0, step_timeout_s=600.0, zk_wait_s=30.0)
+        backend = KubernetesBackend(
+            run_id,
+            cluster=cluster["cluster"],
+            image=IMAGE,
+            reconfigure=how,
+            zk_auth_secret=SECRET,
+            log_dir=tmp_path / "logs",
+            poll_s=0.5,
+        )
+        settings = RunSettings(
+            experiment=str(experiment),
+            planner="static:1",
+            reconfigure=how,
+            overrides=overrides,
+            backend="kubernetes",
+            zookeeper=f"127.0.0.1:{port}",
+            zk_auth="env",
+            worker_start_s=300.0,
+            step_timeout_s=600.0,
+            zk_wait_s=30.0,
+        )
         result = Coordinator(settings, run_id, tmp_path / "runs", backend=backend).run()
     finally:
         forward.kill()

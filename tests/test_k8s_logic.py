@@ -12,18 +12,27 @@ from bsp_planner.k8s.cluster import pod_state, resize_done
 
 
 def node(name, cpu, *, taints=None, unschedulable=False, ready="True", labels=None):
-    return {"metadata": {"name": name, "labels": labels or {}},
-            "spec": {"unschedulable": unschedulable, **({"taints": taints} if taints else {})},
-            "status": {"allocatable": {"cpu": cpu}, "conditions": [{"type": "Ready", "status": ready}]}}
+    return {
+        "metadata": {"name": name, "labels": labels or {}},
+        "spec": {"unschedulable": unschedulable, **({"taints": taints} if taints else {})},
+        "status": {"allocatable": {"cpu": cpu}, "conditions": [{"type": "Ready", "status": ready}]},
+    }
 
 
 def pod(name, node_name, *cpus, phase="Running", ns="other", labels=None, init=(), overhead=None):
-    spec = {"nodeName": node_name, "containers": [{"name": f"c{i}", "resources": {"requests": {"cpu": c}}} for i, c in enumerate(cpus)]}
+    spec = {
+        "nodeName": node_name,
+        "containers": [{"name": f"c{i}", "resources": {"requests": {"cpu": c}}} for i, c in enumerate(cpus)],
+    }
     if init:
         spec["initContainers"] = list(init)
     if overhead:
         spec["overhead"] = {"cpu": overhead}
-    return {"metadata": {"name": name, "namespace": ns, "labels": labels or {}}, "spec": spec, "status": {"phase": phase}}
+    return {
+        "metadata": {"name": name, "namespace": ns, "labels": labels or {}},
+        "spec": spec,
+        "status": {"phase": phase},
+    }
 
 
 # -- requests and capacities -------------------------------------------------------------------------
@@ -38,12 +47,27 @@ def test_a_pods_request_counts_containers_sidecars_init_peaks_and_overhead():
 
 
 def test_node_capacities_count_bound_unfinished_pods_and_mark_unusable_nodes():
-    nodes = [node("a", "4"), node("b", "2", taints=[{"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}]),
-             node("c", "8", unschedulable=True), node("d", "8", ready="False"), node("e", "8", labels={"pool": "x"}),
-             node("f", "8", taints=[{"key": "k", "effect": "PreferNoSchedule"}])]
-    pods = [pod("x", "a", "1"), pod("y", "a", "500m"), pod("done", "a", "2", phase="Succeeded"),
-            pod("unbound", "", "3", phase="Pending"), pod("mine", "a", "1", ns="bsp", labels={"bsp-planner.io/run": "r"})]
-    caps = {c.name: c for c in node_capacities(nodes, pods, node_selector={"pool": "x"}, movable=lambda p: p["metadata"]["name"] == "mine")}
+    nodes = [
+        node("a", "4"),
+        node("b", "2", taints=[{"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}]),
+        node("c", "8", unschedulable=True),
+        node("d", "8", ready="False"),
+        node("e", "8", labels={"pool": "x"}),
+        node("f", "8", taints=[{"key": "k", "effect": "PreferNoSchedule"}]),
+    ]
+    pods = [
+        pod("x", "a", "1"),
+        pod("y", "a", "500m"),
+        pod("done", "a", "2", phase="Succeeded"),
+        pod("unbound", "", "3", phase="Pending"),
+        pod("mine", "a", "1", ns="bsp", labels={"bsp-planner.io/run": "r"}),
+    ]
+    caps = {
+        c.name: c
+        for c in node_capacities(
+            nodes, pods, node_selector={"pool": "x"}, movable=lambda p: p["metadata"]["name"] == "mine"
+        )
+    }
     assert caps["a"].requested_m == 1500 and caps["a"].free_m == 2500
     assert caps["b"].unschedulable.startswith("tainted")
     assert caps["c"].unschedulable == "cordoned"
@@ -81,8 +105,16 @@ def test_pack_finds_a_placement_that_best_fit_decreasing_misses():
     "requests, free, message",
     [
         ({"big": 3000}, (2000, 2000), "task 'big' asks for 3000m of CPU but no node has more than 2000m free"),
-        ({"a": 1500, "b": 1500, "c": 1500}, (2000, 2000), "asks for 4500m of CPU in all, the schedulable nodes have 4000m free"),
-        ({"a": 1500, "b": 1500, "c": 1000}, (2000, 2000), "fit the free CPU in total (4000m) but cannot be split over the nodes"),
+        (
+            {"a": 1500, "b": 1500, "c": 1500},
+            (2000, 2000),
+            "asks for 4500m of CPU in all, the schedulable nodes have 4000m free",
+        ),
+        (
+            {"a": 1500, "b": 1500, "c": 1000},
+            (2000, 2000),
+            "fit the free CPU in total (4000m) but cannot be split over the nodes",
+        ),
     ],
 )
 def test_pack_refuses_with_the_numbers(requests, free, message):
@@ -92,7 +124,9 @@ def test_pack_refuses_with_the_numbers(requests, free, message):
 
 def test_pack_counts_other_pods_and_skips_unusable_nodes():
     nodes = [NodeCapacity("a", 4000, 3500), NodeCapacity("b", 8000, 0, "cordoned")]
-    with pytest.raises(DoesNotFit, match=r"no node has more than 500m free .*b: 8000m free of 8000m allocatable \(cordoned\)"):
+    with pytest.raises(
+        DoesNotFit, match=r"no node has more than 500m free .*b: 8000m free of 8000m allocatable \(cordoned\)"
+    ):
         pack({"t": 1000}, nodes)
     with pytest.raises(DoesNotFit, match="no node can take new pods"):
         pack({"t": 1}, [NodeCapacity("b", 8000, 0, "not Ready")])
@@ -101,7 +135,12 @@ def test_pack_counts_other_pods_and_skips_unusable_nodes():
 
 def test_in_place_increases_must_fit_on_the_pods_own_node_after_its_decreases():
     nodes = [NodeCapacity("a", 4000, 3500), NodeCapacity("b", 4000, 1000)]
-    changes = {"up_a": ("a", 1000, 1800), "down_a": ("a", 1500, 1000), "up_b": ("b", 1000, 4500), "same": ("b", 500, 500)}
+    changes = {
+        "up_a": ("a", 1000, 1800),
+        "down_a": ("a", 1500, 1000),
+        "up_b": ("b", 1000, 4500),
+        "same": ("b", 500, 500),
+    }
     ok = fits_in_place(changes, nodes)
     # node a: 500 free + 500 freed by down_a = 1000 >= the 800 up_a needs; node b: 3000 free < 3500
     assert ok == {"up_a": True, "down_a": True, "up_b": False, "same": True}
@@ -128,17 +167,25 @@ NEW = ServerCapabilities("v1.33.1", (1, 33), True)
 OLD = ServerCapabilities("v1.32.4", (1, 32), False)
 
 
-@pytest.mark.parametrize("asked, caps_, mode", [
-    ("auto", NEW, "in-place"), ("auto", OLD, "recreate"), ("recreate", NEW, "recreate"),
-    ("in-place", NEW, "in-place"), ("recreate", OLD, "recreate"),
-])
+@pytest.mark.parametrize(
+    "asked, caps_, mode",
+    [
+        ("auto", NEW, "in-place"),
+        ("auto", OLD, "recreate"),
+        ("recreate", NEW, "recreate"),
+        ("in-place", NEW, "in-place"),
+        ("recreate", OLD, "recreate"),
+    ],
+)
 def test_the_reconfiguration_mode_follows_the_server_and_the_flag(asked, caps_, mode):
     got, why = choose_reconfigure_mode(asked, caps_)
     assert got == mode and why
 
 
 def test_forcing_in_place_on_a_server_without_resize_says_what_to_do():
-    with pytest.raises(InputError, match=r"pods/resize subresource \(Kubernetes 1.33 or later.*v1.32.4.*--reconfigure recreate"):
+    with pytest.raises(
+        InputError, match=r"pods/resize subresource \(Kubernetes 1.33 or later.*v1.32.4.*--reconfigure recreate"
+    ):
         choose_reconfigure_mode("in-place", OLD)
     with pytest.raises(InputError, match="expected one of auto, in-place, recreate"):
         choose_reconfigure_mode("sometimes", NEW)
@@ -146,9 +193,14 @@ def test_forcing_in_place_on_a_server_without_resize_says_what_to_do():
 
 # -- reading pod status ------------------------------------------------------------------------------
 def status_pod(phase, *, conds=(), cstate=None, reason=None, message=None, limits="500m", actual=None, deleting=False):
-    p = {"metadata": {"name": "p"}, "spec": {"nodeName": "n" if phase != "Pending" else None,
-                                              "containers": [{"name": "worker", "resources": {"limits": {"cpu": limits}}}]},
-         "status": {"phase": phase, "conditions": list(conds)}}
+    p = {
+        "metadata": {"name": "p"},
+        "spec": {
+            "nodeName": "n" if phase != "Pending" else None,
+            "containers": [{"name": "worker", "resources": {"limits": {"cpu": limits}}}],
+        },
+        "status": {"phase": phase, "conditions": list(conds)},
+    }
     if deleting:
         p["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
     if reason:
@@ -163,16 +215,37 @@ def status_pod(phase, *, conds=(), cstate=None, reason=None, message=None, limit
 
 
 def test_pod_states_tell_pending_running_lost_and_exited_apart():
-    unsched = pod_state(status_pod("Pending", conds=[{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-                                                      "message": "0/3 nodes are available: 3 Insufficient cpu."}]))
-    assert unsched.waiting == "unschedulable: 0/3 nodes are available: 3 Insufficient cpu." and not unsched.fatal_waiting
-    pull = pod_state(status_pod("Pending", cstate={"waiting": {"reason": "ErrImageNeverPull", "message": "image not present"}}))
+    unsched = pod_state(
+        status_pod(
+            "Pending",
+            conds=[
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": "0/3 nodes are available: 3 Insufficient cpu.",
+                }
+            ],
+        )
+    )
+    assert (
+        unsched.waiting == "unschedulable: 0/3 nodes are available: 3 Insufficient cpu." and not unsched.fatal_waiting
+    )
+    pull = pod_state(
+        status_pod("Pending", cstate={"waiting": {"reason": "ErrImageNeverPull", "message": "image not present"}})
+    )
     assert pull.fatal_waiting and "ErrImageNeverPull" in pull.waiting
-    secret = pod_state(status_pod("Pending", cstate={"waiting": {"reason": "CreateContainerConfigError", "message": 'secret "x" not found'}}))
+    secret = pod_state(
+        status_pod(
+            "Pending", cstate={"waiting": {"reason": "CreateContainerConfigError", "message": 'secret "x" not found'}}
+        )
+    )
     assert secret.fatal_waiting
     running = pod_state(status_pod("Running", cstate={"running": {}}, actual="500m"))
     assert running.running and running.problem is None and running.actual_cpu_m == 500
-    evicted = pod_state(status_pod("Failed", reason="Evicted", message="low on memory", cstate={"terminated": {"exitCode": 137}}))
+    evicted = pod_state(
+        status_pod("Failed", reason="Evicted", message="low on memory", cstate={"terminated": {"exitCode": 137}})
+    )
     assert evicted.platform_lost and evicted.problem == "the pod was evicted: low on memory"
     rejected = pod_state(status_pod("Failed", reason="OutOfcpu", message="Node didn't have enough resource: cpu"))
     assert rejected.platform_lost and "OutOfcpu" in rejected.problem
@@ -180,17 +253,39 @@ def test_pod_states_tell_pending_running_lost_and_exited_apart():
     assert deleted.platform_lost and "being deleted" in deleted.problem
     gone = pod_state(None)
     assert gone.phase == "Gone" and gone.platform_lost
-    crashed = pod_state(status_pod("Failed", cstate={"terminated": {"exitCode": 3, "reason": "Error", "message": "zk lost"}}))
+    crashed = pod_state(
+        status_pod("Failed", cstate={"terminated": {"exitCode": 3, "reason": "Error", "message": "zk lost"}})
+    )
     assert not crashed.platform_lost and crashed.exit_code == 3 and "exited with code 3" in crashed.problem
 
 
 def test_a_resize_is_done_when_the_kubelet_reports_the_new_limit():
-    pending = status_pod("Running", cstate={"running": {}}, limits="1", actual="500m",
-                         conds=[{"type": "PodResizeInProgress", "status": "True"}])
+    pending = status_pod(
+        "Running",
+        cstate={"running": {}},
+        limits="1",
+        actual="500m",
+        conds=[{"type": "PodResizeInProgress", "status": "True"}],
+    )
     assert not resize_done(pod_state(pending), 1000)
     applied = status_pod("Running", cstate={"running": {}}, limits="1", actual="1")
     assert resize_done(pod_state(applied), 1000)
-    infeasible = pod_state(status_pod("Running", cstate={"running": {}}, limits="64", actual="500m",
-                                      conds=[{"type": "PodResizePending", "status": "True", "reason": "Infeasible",
-                                              "message": "Node didn't have enough capacity"}]))
-    assert infeasible.resize_infeasible == "Node didn't have enough capacity" and infeasible.resize.startswith("pending: Infeasible")
+    infeasible = pod_state(
+        status_pod(
+            "Running",
+            cstate={"running": {}},
+            limits="64",
+            actual="500m",
+            conds=[
+                {
+                    "type": "PodResizePending",
+                    "status": "True",
+                    "reason": "Infeasible",
+                    "message": "Node didn't have enough capacity",
+                }
+            ],
+        )
+    )
+    assert infeasible.resize_infeasible == "Node didn't have enough capacity" and infeasible.resize.startswith(
+        "pending: Infeasible"
+    )

@@ -16,8 +16,10 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("kubernetes", reason="the official kubernetes client is not installed (pip install 'bsp-planner[kubernetes]')")
-import yaml  # noqa: E402  (comes with the kubernetes client)
+pytest.importorskip(
+    "kubernetes", reason="the official kubernetes client is not installed (pip install 'bsp-planner[kubernetes]')"
+)
+import yaml
 
 from bsp_planner.errors import InputError
 from bsp_planner.k8s import manifests as M
@@ -71,7 +73,9 @@ def render_base() -> list[dict]:
                 if name in images:
                     c["image"] = images[name]
             spec = d.get("spec") or {}
-            for tmpl in ([spec["template"]] if "template" in spec else []) + list(spec.get("volumeClaimTemplates") or []):
+            for tmpl in ([spec["template"]] if "template" in spec else []) + list(
+                spec.get("volumeClaimTemplates") or []
+            ):
                 tmpl.setdefault("metadata", {}).setdefault("labels", {}).update(extra)
             docs.append(d)
     return docs
@@ -109,8 +113,19 @@ def base() -> list[dict]:
 # -- the base ----------------------------------------------------------------------------------------
 def test_every_object_of_the_base_validates_against_the_client_models(base):
     kinds = sorted(d["kind"] for d in base)
-    assert kinds == sorted(["Namespace", "Service", "Service", "StatefulSet", "ServiceAccount", "Role", "RoleBinding",
-                            "PersistentVolumeClaim", "Job"])
+    assert kinds == sorted(
+        [
+            "Namespace",
+            "Service",
+            "Service",
+            "StatefulSet",
+            "ServiceAccount",
+            "Role",
+            "RoleBinding",
+            "PersistentVolumeClaim",
+            "Job",
+        ]
+    )
     for d in base + load_all(NODE_READER):
         validate(d)
 
@@ -204,14 +219,18 @@ def test_rbac_grants_exactly_what_the_code_calls_and_nothing_cluster_wide(base):
     assert granted == {k: tuple(sorted(v)) for k, v in ROLE_RULES.items()}
     binding = by_kind(base, "RoleBinding")[N.SERVICE_ACCOUNT]
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": N.SERVICE_ACCOUNT}
-    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": N.SERVICE_ACCOUNT, "namespace": N.DEFAULT_NAMESPACE}]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": N.SERVICE_ACCOUNT, "namespace": N.DEFAULT_NAMESPACE}
+    ]
     assert not [d for d in base if d["kind"] in ("ClusterRole", "ClusterRoleBinding")]
 
 
 def test_the_optional_node_reader_only_lists_nodes_and_pods():
     docs = load_all(NODE_READER)
     role = by_kind(docs, "ClusterRole")["bsp-planner-node-reader"]
-    granted = {(g, res): tuple(sorted(r["verbs"])) for r in role["rules"] for g in r["apiGroups"] for res in r["resources"]}
+    granted = {
+        (g, res): tuple(sorted(r["verbs"])) for r in role["rules"] for g in r["apiGroups"] for res in r["resources"]
+    }
     assert granted == {k: tuple(sorted(v)) for k, v in CLUSTER_READ_RULES.items()}
     b = by_kind(docs, "ClusterRoleBinding")["bsp-planner-node-reader"]
     assert b["roleRef"]["name"] == "bsp-planner-node-reader"
@@ -250,8 +269,10 @@ def restricted_violations(doc: dict) -> list[str]:
 def test_every_pod_meets_the_restricted_pod_security_standard_the_namespace_enforces(base):
     ns = by_kind(base, "Namespace")[N.DEFAULT_NAMESPACE]
     assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
-    generated = [M.worker_pod(SETTINGS, "run-1", "affinity", 500, ["worker"]),
-                 M.profile_job(SETTINGS, "p", "c", "affinity,10,500,0", "affinity", 500, ["true"], 10, 10)]
+    generated = [
+        M.worker_pod(SETTINGS, "run-1", "affinity", 500, ["worker"]),
+        M.profile_job(SETTINGS, "p", "c", "affinity,10,500,0", "affinity", 500, ["true"], 10, 10),
+    ]
     pods = [d for d in base if _pod_spec(d) is not None] + generated
     assert len(pods) == 4
     assert [v for d in pods for v in restricted_violations(d)] == []
@@ -271,8 +292,11 @@ def test_the_dockerfile_builds_the_image_the_manifests_expect():
     assert uid == M.RUN_AS_USER
     assert re.search(r'^ENTRYPOINT \["bsp-planner"\]', text, re.M)  # the worker pods' command
     # every COPY source of the Dockerfile passes its allow-list .dockerignore
-    ignore = [ln.strip() for ln in (ROOT / "jobs" / "Dockerfile.dockerignore").read_text().splitlines()
-              if ln.strip() and not ln.startswith("#")]
+    ignore = [
+        ln.strip()
+        for ln in (ROOT / "jobs" / "Dockerfile.dockerignore").read_text().splitlines()
+        if ln.strip() and not ln.startswith("#")
+    ]
     allowed = {line[1:].rstrip("/") for line in ignore if line.startswith("!")}
     for src in re.findall(r"^COPY (.+) \S+$", text, re.M):
         for s in src.split():
@@ -287,7 +311,9 @@ def test_the_coordinator_runs_as_the_image_user(base):
     assert spec["securityContext"]["runAsUser"] == M.RUN_AS_USER
 
 
-@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed (the base is then checked from its files only)")
+@pytest.mark.skipif(
+    shutil.which("kubectl") is None, reason="kubectl is not installed (the base is then checked from its files only)"
+)
 def test_kubectl_kustomize_renders_the_same(base):
     out = subprocess.run(["kubectl", "kustomize", str(BASE)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
@@ -311,7 +337,10 @@ def test_a_worker_pod_is_guaranteed_and_resizable_in_place():
     assert c["name"] == N.WORKER_CONTAINER
     assert c["command"] == ["bsp-planner"] and c["args"] == ["worker", "--task", "nyc_taxi.1"]
     assert c["resources"]["requests"] == c["resources"]["limits"] == {"cpu": "750m", "memory": M.DEFAULT_MEMORY}
-    assert {p["resourceName"]: p["restartPolicy"] for p in c["resizePolicy"]} == {"cpu": "NotRequired", "memory": "NotRequired"}
+    assert {p["resourceName"]: p["restartPolicy"] for p in c["resizePolicy"]} == {
+        "cpu": "NotRequired",
+        "memory": "NotRequired",
+    }
     assert pod["spec"]["restartPolicy"] == "Never" and pod["spec"]["automountServiceAccountToken"] is False
     assert pod["spec"]["nodeSelector"] == {"pool": "bsp"}
     labels = pod["metadata"]["labels"]
@@ -329,14 +358,28 @@ def test_a_worker_pod_is_guaranteed_and_resizable_in_place():
 
 def test_resize_patch_changes_only_the_worker_cpu():
     patch = M.resize_patch(1500)
-    assert patch == {"spec": {"containers": [{"name": N.WORKER_CONTAINER,
-                                              "resources": {"requests": {"cpu": "1500m"}, "limits": {"cpu": "1500m"}}}]}}
+    assert patch == {
+        "spec": {
+            "containers": [
+                {"name": N.WORKER_CONTAINER, "resources": {"requests": {"cpu": "1500m"}, "limits": {"cpu": "1500m"}}}
+            ]
+        }
+    }
     assert M.resize_patch(2000)["spec"]["containers"][0]["resources"]["limits"]["cpu"] == "2"
 
 
 def test_a_profiling_job_runs_one_cell_once_under_its_cpu_level():
-    job = M.profile_job(SETTINGS, "prof-1", "0123456789", "spin,10,500,1", "spin", 500,
-                        ["python", "-m", "bsp_planner.k8s.measure", "--", "stress-ng"], timeout_s=60, startup_s=300)
+    job = M.profile_job(
+        SETTINGS,
+        "prof-1",
+        "0123456789",
+        "spin,10,500,1",
+        "spin",
+        500,
+        ["python", "-m", "bsp_planner.k8s.measure", "--", "stress-ng"],
+        timeout_s=60,
+        startup_s=300,
+    )
     validate(job)
     spec = job["spec"]
     assert spec["backoffLimit"] == 0 and spec["activeDeadlineSeconds"] == 361

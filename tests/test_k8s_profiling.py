@@ -19,18 +19,20 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("kubernetes", reason="the official kubernetes client is not installed (pip install 'bsp-planner[kubernetes]')")
+pytest.importorskip(
+    "kubernetes", reason="the official kubernetes client is not installed (pip install 'bsp-planner[kubernetes]')"
+)
 
 from bsp_planner.job import Job, SeriesRef, Task
 from bsp_planner.k8s import measure
 from bsp_planner.k8s import names as N
 from bsp_planner.k8s.cluster import ROLE_RULES
-from bsp_planner.shipped import data_path
-from bsp_planner.testing.fake_apiserver import FakeApiServer, JobOutcome, rules_from_manifests
 from bsp_planner.profiles import load_profile, metadata_path
 from bsp_planner.profiling import runner as R
 from bsp_planner.profiling.kubernetes import KubernetesProfiler, cell_text, default_profile_id, run_grid_kubernetes
 from bsp_planner.profiling.local import RunResult
+from bsp_planner.shipped import data_path
+from bsp_planner.testing.fake_apiserver import FakeApiServer, JobOutcome, rules_from_manifests
 
 from test_k8s_manifests import render_base
 
@@ -42,7 +44,7 @@ JOB = Job("t", TASKS, path=Path("job.toml"))
 
 def ops_and_cpu(job: dict) -> tuple[int, int, str]:
     cmd = job["spec"]["template"]["spec"]["containers"][0]["command"]
-    args = cmd[cmd.index("--") + 1:]
+    args = cmd[cmd.index("--") + 1 :]
     stressor = args[1][2:]
     ops = int(args[args.index(f"--{stressor}-ops") + 1])
     return ops, int(job["metadata"]["annotations"]["bsp-planner.io/cpu-millicores"]), stressor
@@ -58,7 +60,13 @@ def ok_runner(delay_s: float = 0.0, fail_stressor: str | None = None):
         if stressor == fail_stressor:
             msg = {"duration_s": None, "exit_code": 1, "reason": f"exit code 1: stress-ng: unknown stressor {stressor}"}
             return JobOutcome(1, json.dumps(msg), delay_s)
-        msg = {"duration_s": synthetic_duration(ops, cpu), "exit_code": 0, "reason": "", "node": "node-a", "cpu_model": "Fake CPU @ 3GHz"}
+        msg = {
+            "duration_s": synthetic_duration(ops, cpu),
+            "exit_code": 0,
+            "reason": "",
+            "node": "node-a",
+            "cpu_model": "Fake CPU @ 3GHz",
+        }
         return JobOutcome(0, json.dumps(msg), delay_s)
 
     return run
@@ -141,7 +149,9 @@ def test_each_job_runs_one_cell_under_its_cpu_level(api, tmp_path):
         return ok_runner()(job)
 
     api.job_runner = runner
-    run_grid_kubernetes(JOB, tmp_path / "p.csv", R.Grid((500, 1000), (10, 20), 1), profiler(api), tasks=["spin"], progress=False)
+    run_grid_kubernetes(
+        JOB, tmp_path / "p.csv", R.Grid((500, 1000), (10, 20), 1), profiler(api), tasks=["spin"], progress=False
+    )
     cells = sorted(j["metadata"]["annotations"][N.ANNOTATION_CELL] for j in seen)
     assert cells == sorted(cell_text(c) for c in R.plan_cells([TASKS[0]], R.Grid((500, 1000), (10, 20), 1)))
     for j in seen:
@@ -149,8 +159,9 @@ def test_each_job_runs_one_cell_under_its_cpu_level(api, tmp_path):
         cpu = j["metadata"]["annotations"][N.ANNOTATION_CPU]
         assert c["resources"]["limits"]["cpu"] == c["resources"]["requests"]["cpu"] == N.cpu_quantity(int(cpu))
         assert c["command"][:3] == ["python", "-m", "bsp_planner.k8s.measure"]
-        assert c["command"][c["command"].index("--") + 1:] == TASKS[0].stress_ng_args(
-            float(j["metadata"]["annotations"][N.ANNOTATION_CELL].split(",")[1]))
+        assert c["command"][c["command"].index("--") + 1 :] == TASKS[0].stress_ng_args(
+            float(j["metadata"]["annotations"][N.ANNOTATION_CELL].split(",")[1])
+        )
         assert j["spec"]["activeDeadlineSeconds"] == int(R.DEFAULT_TIMEOUT_S + 300) + 1
 
 
@@ -227,8 +238,14 @@ def test_a_cell_that_cannot_start_or_runs_out_of_time_is_a_failure_with_the_reas
 
     with FakeApiServer(job_runner=deadline) as api:
         api.add_node("small", "750m")  # the 1000m cells are never scheduled
-        report = run_grid_kubernetes(JOB, tmp_path / "p.csv", R.Grid((500, 1000), (10, 20), 1),
-                                     profiler(api, startup_timeout_s=0.2), tasks=["spin"], progress=False)
+        report = run_grid_kubernetes(
+            JOB,
+            tmp_path / "p.csv",
+            R.Grid((500, 1000), (10, 20), 1),
+            profiler(api, startup_timeout_s=0.2),
+            tasks=["spin"],
+            progress=False,
+        )
     assert report.measured == 2
     reasons = sorted({f.reason.split(":")[0] for f in report.failures})
     assert len(report.failures) == 2 and reasons == ["did not start within 0 s"]
@@ -236,8 +253,15 @@ def test_a_cell_that_cannot_start_or_runs_out_of_time_is_a_failure_with_the_reas
 
     with FakeApiServer(job_runner=deadline) as api:
         api.add_node("big", "4")
-        report = run_grid_kubernetes(JOB, tmp_path / "q.csv", R.Grid((500, 1000), (10, 20), 1), profiler(api),
-                                     tasks=["spin"], timeout_s=5, progress=False)
+        report = run_grid_kubernetes(
+            JOB,
+            tmp_path / "q.csv",
+            R.Grid((500, 1000), (10, 20), 1),
+            profiler(api),
+            tasks=["spin"],
+            timeout_s=5,
+            progress=False,
+        )
     assert [f.reason for f in report.failures] == ["timeout: the Job ran past 5 s + 300 s to start"] * 2
 
 
@@ -257,8 +281,11 @@ def test_the_profiler_needs_only_the_roles_job_and_pod_rights(tmp_path):
 def test_bad_settings_are_refused(api):
     from bsp_planner.errors import InputError
 
-    for kw, field in (({"parallelism": 0}, "--parallel"), ({"startup_timeout_s": 0}, "--startup-timeout"),
-                      ({"profile_id": "Not_OK"}, "--profile-id")):
+    for kw, field in (
+        ({"parallelism": 0}, "--parallel"),
+        ({"startup_timeout_s": 0}, "--startup-timeout"),
+        ({"profile_id": "Not_OK"}, "--profile-id"),
+    ):
         with pytest.raises(InputError) as exc:
             profiler(api, **kw)
         assert exc.value.field == field
@@ -267,13 +294,17 @@ def test_bad_settings_are_refused(api):
 
 
 # -- the measurement inside the container ------------------------------------------------------------
-needs_stress_ng = pytest.mark.skipif(shutil.which("stress-ng") is None, reason="stress-ng is not installed (apt-get install stress-ng)")
+needs_stress_ng = pytest.mark.skipif(
+    shutil.which("stress-ng") is None, reason="stress-ng is not installed (apt-get install stress-ng)"
+)
 
 
 @needs_stress_ng
 def test_measure_times_the_command_and_writes_the_termination_message(tmp_path, capsys):
     out = tmp_path / "termination-log"
-    code = measure.main(["--timeout", "20", "--out", str(out), "--", "stress-ng", "--cpu", "1", "--cpu-ops", "20", "--quiet"])
+    code = measure.main(
+        ["--timeout", "20", "--out", str(out), "--", "stress-ng", "--cpu", "1", "--cpu-ops", "20", "--quiet"]
+    )
     report = json.loads(out.read_text())
     assert code == 0 and report["exit_code"] == 0 and 0 < report["duration_s"] < 20 and report["reason"] == ""
     assert json.loads(capsys.readouterr().out) == report
@@ -317,10 +348,18 @@ def test_a_real_measurement_travels_through_the_job_and_its_termination_message(
 def _kubeconfig_for(api: FakeApiServer, path: Path) -> Path:
     import yaml
 
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "fake",
-        "clusters": [{"name": "fake", "cluster": {"server": api.url}}], "users": [{"name": "u", "user": {"token": "t"}}],
-        "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "u", "namespace": NS}}]}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "fake",
+                "clusters": [{"name": "fake", "cluster": {"server": api.url}}],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "u", "namespace": NS}}],
+            }
+        )
+    )
     return path
 
 
@@ -330,12 +369,31 @@ def test_profile_run_backend_kubernetes_on_the_command_line(api, tmp_path):
     from bsp_planner.cli import app
 
     if "--parallel" not in CliRunner().invoke(app, ["profile", "run", "--help"], env={"COLUMNS": "200"}).output:
-        pytest.skip("`bsp-planner profile run` has no --backend kubernetes yet (the hook in profiling/cli.py, docs/kubernetes.md)")
+        pytest.skip(
+            "`bsp-planner profile run` has no --backend kubernetes yet (the hook in profiling/cli.py, docs/kubernetes.md)"
+        )
     env = {"KUBECONFIG": str(_kubeconfig_for(api, tmp_path / "kubeconfig")), "BSP_PLANNER_IMAGE": "bsp-planner:dev"}
     out = tmp_path / "p" / "profile.csv"
-    args = ["profile", "run", "--backend", "kubernetes", "--job", str(data_path("jobs/thesis-8.toml")),
-            "--tasks", "affinity,atomic", "--cpu", "500,1000", "--workloads", "10,20", "--repeats", "1", "--parallel", "3",
-            "--out", str(out)]
+    args = [
+        "profile",
+        "run",
+        "--backend",
+        "kubernetes",
+        "--job",
+        str(data_path("jobs/thesis-8.toml")),
+        "--tasks",
+        "affinity,atomic",
+        "--cpu",
+        "500,1000",
+        "--workloads",
+        "10,20",
+        "--repeats",
+        "1",
+        "--parallel",
+        "3",
+        "--out",
+        str(out),
+    ]
     result = CliRunner().invoke(app, args, env=env)
     assert result.exit_code == 0, result.output
     assert len(R.read_profile_rows(out)) == 8

@@ -7,7 +7,6 @@ import sys
 
 import numpy as np
 import pytest
-from synthetic import THESIS_TASKS, write_experiment
 
 from bsp_planner import cli
 from bsp_planner.errors import InputError
@@ -17,6 +16,8 @@ from bsp_planner.learning import DurationCorrection, LearningSettings
 from bsp_planner.loop import run_loop
 from bsp_planner.planners.base import make_planner
 from bsp_planner.scenario import build_scenario, run_strategy, step_predictions
+
+from synthetic import THESIS_TASKS, write_experiment
 
 # 40% off, both ways: half the tasks profiled 1.4x too slow, half 0.6x (too fast).
 FACTORS = {t: (1.4 if i % 2 == 0 else 0.6) for i, t in enumerate(THESIS_TASKS)}
@@ -48,7 +49,9 @@ def test_a_wrong_profile_converges_and_the_plan_catches_up(tmp_path, synthetic_p
     learned = build_scenario(
         load_experiment(write_experiment(tmp_path, wrong, learn=True, true_profile=str(synthetic_profile), **common))
     )
-    blind = build_scenario(load_experiment(write_experiment(tmp_path, wrong, true_profile=str(synthetic_profile), **common)))
+    blind = build_scenario(
+        load_experiment(write_experiment(tmp_path, wrong, true_profile=str(synthetic_profile), **common))
+    )
     assert np.array_equal(learned.actual, truth.actual), "the simulated tasks follow the true profile"
     r = run_strategy(learned, "mpc", mode)
     err = errors_by_step(r)
@@ -65,13 +68,21 @@ def test_a_wrong_profile_converges_and_the_plan_catches_up(tmp_path, synthetic_p
 def test_learning_record_reports_before_and_after(tmp_path, synthetic_profile):
     wrong = scaled_profile(synthetic_profile, tmp_path / "wrong" / "profile.csv", FACTORS)
     exp = load_experiment(
-        write_experiment(tmp_path, wrong, steps=10, modes=["perfect"], strategies=["static:2"], learn=True, true_profile=str(synthetic_profile))
+        write_experiment(
+            tmp_path,
+            wrong,
+            steps=10,
+            modes=["perfect"],
+            strategies=["static:2"],
+            learn=True,
+            true_profile=str(synthetic_profile),
+        )
     )
     r = run_strategy(build_scenario(exp), "static:2", "perfect")
     first = r.notes["learning"][0]
-    assert np.array_equal(first["predicted_before_s"] / first["measured_s"], [FACTORS[t] for t in THESIS_TASKS]) or np.allclose(
-        first["predicted_before_s"] / first["measured_s"], [FACTORS[t] for t in THESIS_TASKS], rtol=1e-9
-    )
+    assert np.array_equal(
+        first["predicted_before_s"] / first["measured_s"], [FACTORS[t] for t in THESIS_TASKS]
+    ) or np.allclose(first["predicted_before_s"] / first["measured_s"], [FACTORS[t] for t in THESIS_TASKS], rtol=1e-9)
     # one measurement moves every task's prediction towards it, not past it
     before = np.log(first["predicted_before_s"] / first["measured_s"])
     after = np.log(first["predicted_after_s"] / first["measured_s"])
@@ -81,7 +92,9 @@ def test_learning_record_reports_before_and_after(tmp_path, synthetic_profile):
 def test_simulate_learn_writes_learning_csv(tmp_path, synthetic_profile, monkeypatch, capsys):
     wrong = scaled_profile(synthetic_profile, tmp_path / "wrong" / "profile.csv", FACTORS)
     exp = write_experiment(tmp_path, wrong, steps=20, modes=["perfect"], strategies=["mpc", "floor"])
-    monkeypatch.setattr(sys, "argv", ["bsp-planner", "simulate", str(exp), "-q", "--learn", "--true-profile", str(synthetic_profile)])
+    monkeypatch.setattr(
+        sys, "argv", ["bsp-planner", "simulate", str(exp), "-q", "--learn", "--true-profile", str(synthetic_profile)]
+    )
     with pytest.raises(SystemExit) as done:
         cli.main()
     assert not done.value.code, capsys.readouterr().err
@@ -139,18 +152,28 @@ def test_bad_measurements_are_refused_before_anything_is_learned(measured, needl
 
 
 def test_an_absurd_measurement_stops_a_learning_run_naming_task_and_step(tmp_path, synthetic_profile):
-    exp = load_experiment(write_experiment(tmp_path, synthetic_profile, steps=12, modes=["perfect"], strategies=["mpc"], learn=True))
+    exp = load_experiment(
+        write_experiment(tmp_path, synthetic_profile, steps=12, modes=["perfect"], strategies=["mpc"], learn=True)
+    )
     scen = build_scenario(exp)
     actual = scen.actual.copy()
     actual[5, :, 4] *= 1000  # task 'memcpy' at step 4: a thousand times its profile
     ctx, predictions = step_predictions(scen, "perfect")
     with pytest.raises(InputError, match=r"task 'memcpy', step 4: measured .* refused as absurd"):
-        run_loop(make_planner("mpc"), ctx, SimulatedExecutor(actual, scen.actual_workloads, 0.3), predictions=predictions, task_names=scen.task_names)
+        run_loop(
+            make_planner("mpc"),
+            ctx,
+            SimulatedExecutor(actual, scen.actual_workloads, 0.3),
+            predictions=predictions,
+            task_names=scen.task_names,
+        )
 
 
 def test_learning_settings_are_checked_by_the_settings_loader(tmp_path, synthetic_profile, monkeypatch, capsys):
     exp = write_experiment(tmp_path, synthetic_profile, steps=5)
-    monkeypatch.setattr(sys, "argv", ["bsp-planner", "simulate", str(exp), "-q", "--learn", "--set", "learning.max_ratio=1"])
+    monkeypatch.setattr(
+        sys, "argv", ["bsp-planner", "simulate", str(exp), "-q", "--learn", "--set", "learning.max_ratio=1"]
+    )
     with pytest.raises(SystemExit) as done:
         cli.main()
     err = " ".join(capsys.readouterr().err.split())
@@ -167,3 +190,28 @@ def test_a_later_run_without_learning_removes_the_old_learning_csv(tmp_path, syn
         assert not done.value.code
         assert (tmp_path / "out" / "learning.csv").exists() == bool(extra)
         assert ("learning.csv" in capsys.readouterr().out) == bool(extra)
+
+
+def test_a_profile_from_another_machine_class_converges(tmp_path, synthetic_profile):
+    """The wrong profile's gap grows with CPU (1.4 x (cpu/1000m)^0.15): one factor per task cannot fit
+    it; the correction's CPU slope does."""
+    rows = list(csv.DictReader(synthetic_profile.open()))
+    wrong = tmp_path / "wrong" / "profile.csv"
+    wrong.parent.mkdir()
+    with wrong.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        for r in rows:
+            r["duration_s"] = f"{float(r['duration_s']) * 1.4 * (float(r['cpu_millicores']) / 1000) ** 0.15:.6f}"
+            w.writerow(r)
+    common = dict(steps=150, modes=["perfect"], strategies=["mpc"], penalty_s=0.3)
+    learned = build_scenario(
+        load_experiment(write_experiment(tmp_path, wrong, learn=True, true_profile=str(synthetic_profile), **common))
+    )
+    truth = build_scenario(load_experiment(write_experiment(tmp_path, synthetic_profile, **common)))
+    r = run_strategy(learned, "mpc", "perfect")
+    err = errors_by_step(r)
+    assert err[0].max() > 0.25
+    assert np.mean(err[15:] >= 0.05) < 0.02, np.mean(err[15:] >= 0.05)
+    assert np.median(err[15:]) < 0.01
+    assert abs(r.total_s / run_strategy(truth, "mpc", "perfect").total_s - 1) < 0.02

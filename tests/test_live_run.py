@@ -21,22 +21,18 @@ import pytest
 from bsp_planner.errors import InputError
 from bsp_planner.runtime import zk as Z
 from bsp_planner.runtime.coordinator import Coordinator, RunInterrupted
-from zk_fixtures import (  # noqa: F401  (fixtures)
+
+from zk_fixtures import (
     PREFIX,
     StressGate,
     assert_nothing_left,
-    creds_file,
     needs_tasks,
-    own_zk,
-    reap_runs,
-    run_cgroups,
     run_processes,
     settings,
     tiny_experiment,
-    zk_server,
 )
 
-pytestmark = [needs_tasks, pytest.mark.usefixtures("reap_runs")]
+pytestmark = [needs_tasks, pytest.mark.usefixtures("reap_runs"), pytest.mark.slow]  # live runs
 
 
 def coordinator(tmp_path, exp, zk, creds, run_id, resume=False, **kw) -> Coordinator:
@@ -80,7 +76,14 @@ def test_a_live_run_carries_out_the_plan_and_logs_every_step(tmp_path, zk_server
     sm = json.loads((run_dir / "summary.json").read_text())
     assert sm["same_plan_as_simulated"] and sm["steps_done"] == 5
     assert [row["strategy"] for row in sm["rows"]] == ["floor", "mpc (simulated)", "mpc (live)"]
-    assert set(sm["rows"][0]) >= {"compute_s", "checkpoints", "checkpoint_s", "total_s", "vs_floor_pct", "mean_decision_ms"}
+    assert set(sm["rows"][0]) >= {
+        "compute_s",
+        "checkpoints",
+        "checkpoint_s",
+        "total_s",
+        "vs_floor_pct",
+        "mean_decision_ms",
+    }
     for name in ("summary.md", "summary.csv", "chart.png", "run.json", "logs/a.log"):
         assert (run_dir / name).is_file(), name
     assert json.loads((run_dir / "run.json").read_text())["status"] == "finished"
@@ -164,7 +167,9 @@ def test_the_run_continues_when_zookeeper_restarts_within_the_session_timeout(tm
     exp = tiny_experiment(tmp_path / "exp", steps=6)
     gate = StressGate(tmp_path / "gate")
     gate.hold(3)  # the server goes down while step 2 is certainly under way
-    coord = coordinator(tmp_path, exp, own_zk, creds_file, "zkbounce", session_timeout_s=10.0, zk_wait_s=120.0, stress_ng=str(gate.path))  # a JVM restart on a loaded machine
+    coord = coordinator(
+        tmp_path, exp, own_zk, creds_file, "zkbounce", session_timeout_s=10.0, zk_wait_s=120.0, stress_ng=str(gate.path)
+    )
     th, out = in_thread(coord)
     gate.wait_held(3, alive=th.is_alive)
     own_zk.kill()
@@ -183,7 +188,9 @@ def test_zookeeper_gone_too_long_stops_the_run_cleanly_and_it_resumes(tmp_path, 
     exp = tiny_experiment(tmp_path / "exp", steps=5)
     gate = StressGate(tmp_path / "gate")
     gate.hold(3)  # the server goes for good while step 2 is under way: the run cannot have finished
-    coord = coordinator(tmp_path, exp, own_zk, creds_file, "zkgone", session_timeout_s=4.0, zk_wait_s=10.0, stress_ng=str(gate.path))
+    coord = coordinator(
+        tmp_path, exp, own_zk, creds_file, "zkgone", session_timeout_s=4.0, zk_wait_s=10.0, stress_ng=str(gate.path)
+    )
     th, out = in_thread(coord)
     run_dir = tmp_path / "runs" / "zkgone"
     gate.wait_held(3, alive=th.is_alive)
@@ -198,21 +205,29 @@ def test_zookeeper_gone_too_long_stops_the_run_cleanly_and_it_resumes(tmp_path, 
     done = len((run_dir / "steps.jsonl").read_text().splitlines())
     assert done == 2
     own_zk.start()
-    result = coordinator(tmp_path, exp, own_zk, creds_file, "zkgone", resume=True, session_timeout_s=4.0, zk_wait_s=10.0).run()
+    result = coordinator(
+        tmp_path, exp, own_zk, creds_file, "zkgone", resume=True, session_timeout_s=4.0, zk_wait_s=10.0
+    ).run()
     assert result.status == "finished"
     records = check_log(run_dir, 5)
-    assert records[done]["step"] == done and json.loads((run_dir / "summary.json").read_text())["same_plan_as_simulated"]
+    assert (
+        records[done]["step"] == done and json.loads((run_dir / "summary.json").read_text())["same_plan_as_simulated"]
+    )
     assert_nothing_left("zkgone")
 
 
 def cli(*args, env=None, timeout=120) -> subprocess.CompletedProcess:
     """The command line, its output with line wrapping undone (rich wraps errors at the terminal width)."""
-    out = subprocess.run([sys.executable, "-m", "bsp_planner.cli", *args], capture_output=True, text=True, timeout=timeout, env=env)
+    out = subprocess.run(
+        [sys.executable, "-m", "bsp_planner.cli", *args], capture_output=True, text=True, timeout=timeout, env=env
+    )
     out.stdout, out.stderr = " ".join(out.stdout.split()), " ".join(out.stderr.split())
     return out
 
 
-def test_a_stopped_or_killed_coordinator_leaves_nothing_running_and_resume_finishes_the_same_plan(tmp_path, zk_server, creds_file):
+def test_a_stopped_or_killed_coordinator_leaves_nothing_running_and_resume_finishes_the_same_plan(
+    tmp_path, zk_server, creds_file
+):
     exp = tiny_experiment(tmp_path / "exp", steps=7)
     runs = tmp_path / "runs"
     common = ["--runs-dir", str(runs), "--zookeeper", zk_server.hosts, "--cgroup-prefix", PREFIX, "-q"]
@@ -220,14 +235,30 @@ def test_a_stopped_or_killed_coordinator_leaves_nothing_running_and_resume_finis
     gate = StressGate(tmp_path / "gate")
 
     def start(*args) -> subprocess.Popen:
-        return subprocess.Popen([sys.executable, "-m", "bsp_planner.cli", "run", *args, *common], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        return subprocess.Popen(
+            [sys.executable, "-m", "bsp_planner.cli", "run", *args, *common],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
 
     def logged() -> int:
         return len(log.read_text().splitlines())
 
     # SIGTERM (kill, a deleted pod) while step 2 is held: a clean stop, exit code 3, nothing left, not even a cgroup
     gate.hold(3)
-    proc = start("-e", str(exp), "--planner", "mpc", "--run-id", "killc", "--zk-auth-file", str(creds_file), "--stress-ng", str(gate.path))
+    proc = start(
+        "-e",
+        str(exp),
+        "--planner",
+        "mpc",
+        "--run-id",
+        "killc",
+        "--zk-auth-file",
+        str(creds_file),
+        "--stress-ng",
+        str(gate.path),
+    )
     try:
         gate.wait_held(3, alive=lambda: proc.poll() is None)
         proc.send_signal(signal.SIGTERM)
@@ -274,12 +305,16 @@ def test_bad_inputs_are_clear_errors(tmp_path, zk_server, creds_file):
     runs = ["--runs-dir", str(tmp_path / "runs"), "--cgroup-prefix", PREFIX, "--zk-auth-file", str(creds_file)]
     # ZooKeeper unreachable: an error after the bounded wait, and no run folder left
     t0 = time.monotonic()
-    out = cli("run", "-e", str(exp), "--zookeeper", f"127.0.0.1:{free_port()}", "--zk-wait", "1.5", "--run-id", "nozk", *runs)
+    out = cli(
+        "run", "-e", str(exp), "--zookeeper", f"127.0.0.1:{free_port()}", "--zk-wait", "1.5", "--run-id", "nozk", *runs
+    )
     assert out.returncode == 2 and "cannot reach ZooKeeper" in out.stderr and "bsp-planner zk start" in out.stderr
     assert time.monotonic() - t0 < 30 and not (tmp_path / "runs" / "nozk").exists()
     # more CPU than the machine has
     too_much = machine_millicores() + 1000
-    out = cli("run", "-e", str(exp), "--zookeeper", zk_server.hosts, "--set", f"cpu.budget_millicores={too_much:g}", *runs)
+    out = cli(
+        "run", "-e", str(exp), "--zookeeper", zk_server.hosts, "--set", f"cpu.budget_millicores={too_much:g}", *runs
+    )
     assert out.returncode == 2 and "exceeds this machine" in out.stderr and "cpu.budget_millicores" in out.stderr
     # no stress-ng
     out = cli("run", "-e", str(exp), "--zookeeper", zk_server.hosts, "--stress-ng", "/nonexistent/stress-ng", *runs)
@@ -331,7 +366,9 @@ def test_no_permission_to_create_cgroups_says_what_is_needed(tmp_path, zk_server
 
     exp = tiny_experiment(tmp_path / "exp", steps=3)
     # sysfs refuses mkdir even to root: what an unprivileged user meets under /sys/fs/cgroup
-    backend = LocalBackend("noperm", tmp_path / "logs", cgroup_prefix=PREFIX, hierarchy=Hierarchy(1, Path("/sys/kernel")))
+    backend = LocalBackend(
+        "noperm", tmp_path / "logs", cgroup_prefix=PREFIX, hierarchy=Hierarchy(1, Path("/sys/kernel"))
+    )
     coord = Coordinator(settings(exp, zk_server, creds_file), "noperm", tmp_path / "runs", backend=backend)
     with pytest.raises(CgroupUnavailable, match=r"run as root .*delegate a subtree"):
         coord.run()

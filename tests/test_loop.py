@@ -3,7 +3,6 @@ measurements naming the task and step, and plans step by step when predictions a
 
 import numpy as np
 import pytest
-from synthetic import write_experiment
 
 from bsp_planner.errors import InputError
 from bsp_planner.executors.simulated import SimulatedExecutor
@@ -12,6 +11,8 @@ from bsp_planner.loop import Executor, StepObservation, run_loop
 from bsp_planner.planners import PLANNERS
 from bsp_planner.planners.base import make_planner
 from bsp_planner.scenario import build_scenario, check_strategies, run_strategy
+
+from synthetic import write_experiment
 
 
 def reference_simulation(planner, ctx, actual):
@@ -50,11 +51,15 @@ def test_loop_with_the_simulated_executor_equals_the_simulator_for_every_strateg
     strategies = every_registered_strategy()
     if "dqn" in strategies:
         pytest.importorskip("stable_baselines3")
-    exp = load_experiment(write_experiment(tmp_path, synthetic_profile, steps=40, strategies=strategies, modes=[mode], penalty_s=0.3))
+    exp = load_experiment(
+        write_experiment(tmp_path, synthetic_profile, steps=40, strategies=strategies, modes=[mode], penalty_s=0.3)
+    )
     scen = build_scenario(exp)
     ctx = scen.contexts[mode]
     for s in strategies:
-        ref_levels, ref_actions, ref_reconf, ref_step_s = reference_simulation(make_planner(s, exp.planner), ctx, scen.actual)
+        ref_levels, ref_actions, ref_reconf, ref_step_s = reference_simulation(
+            make_planner(s, exp.planner), ctx, scen.actual
+        )
         executor = SimulatedExecutor(scen.actual, scen.actual_workloads, exp.penalty_s)
         seen = []
         r = run_loop(make_planner(s, exp.planner), ctx, executor, mode=mode, on_step=seen.append)
@@ -121,7 +126,13 @@ def test_bad_measurements_are_refused_naming_task_and_step(tmp_path, synthetic_p
     ex = Corrupting(SimulatedExecutor(scen.actual, scen.actual_workloads, exp.penalty_s), step=6, task=2, **bad)
     seen = []
     with pytest.raises(InputError) as err:
-        run_loop(make_planner("mpc", exp.planner), scen.contexts["perfect"], ex, task_names=scen.task_names, on_step=seen.append)
+        run_loop(
+            make_planner("mpc", exp.planner),
+            scen.contexts["perfect"],
+            ex,
+            task_names=scen.task_names,
+            on_step=seen.append,
+        )
     msg = str(err.value)
     assert "task 'bsearch', step 6" in msg and needle in msg, msg
     assert [r.step for r in seen] == list(range(6)), "the steps before the bad one stay reported"
@@ -129,7 +140,9 @@ def test_bad_measurements_are_refused_naming_task_and_step(tmp_path, synthetic_p
 
 def test_offline_planners_are_refused_when_planning_step_by_step(tmp_path, synthetic_profile):
     exp = load_experiment(write_experiment(tmp_path, synthetic_profile, strategies=["mpc", "dp", "floor"], online=True))
-    with pytest.raises(InputError, match=r"strategy dp plans the whole job before the first step.*online = true") as err:
+    with pytest.raises(
+        InputError, match=r"strategy dp plans the whole job before the first step.*online = true"
+    ) as err:
         check_strategies(exp.strategies, exp)
     assert err.value.field == "strategies"
     check_strategies(["mpc", "static:2", "exppo", "floor", "optimum"], exp)

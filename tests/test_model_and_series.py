@@ -6,6 +6,7 @@ from bsp_planner.job import load_job
 from bsp_planner.performance import PerformanceModel
 from bsp_planner.profiles import load_profile
 from bsp_planner.series import WorkloadScaler, load_job_series
+
 from synthetic import CPUS, DATA, WORKLOADS, write_profile
 
 
@@ -43,14 +44,14 @@ def test_profile_mean_over_repeats(tmp_path):
     path = write_profile(tmp_path / "p.csv", tasks=["a"], repeats=3)
     p = load_profile(path).tasks["a"]
     assert p.repeats == 3 and p.duration_s.shape == (len(WORKLOADS), len(CPUS))
-    rows = [l.split(",") for l in path.read_text().splitlines()[1:] if l.startswith("a,10,250,")]
+    rows = [line.split(",") for line in path.read_text().splitlines()[1:] if line.startswith("a,10,250,")]
     assert p.duration_s[0, 0] == pytest.approx(np.mean([float(r[3]) for r in rows]))
 
 
 def test_workload_scale_is_fitted_on_the_training_half_only():
     job = load_job(DATA / "jobs" / "thesis-8.toml")
     js = load_job_series(job, (10.0, 50.0))
-    for s, sc in zip(js.series, js.scalers):
+    for s, sc in zip(js.series, js.scalers, strict=True):
         assert sc.raw_min == s.train.min() and sc.raw_max == s.train.max()
         w = sc.transform(s.test)
         assert w.min() >= 10 and w.max() <= 50  # test values beyond the training range are clipped

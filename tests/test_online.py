@@ -3,7 +3,6 @@ the offline forecast matrix where they must, and `simulate --online` reads no fo
 
 import numpy as np
 import pytest
-from synthetic import DATA, write_experiment
 
 from bsp_planner.errors import InputError
 from bsp_planner.experiment import load_experiment
@@ -12,6 +11,8 @@ from bsp_planner.job import load_job
 from bsp_planner.online import OnlineForecasts, online_forecasts
 from bsp_planner.scenario import build_scenario, run_strategy
 from bsp_planner.series import load_job_series
+
+from synthetic import DATA, write_experiment
 
 JOB = DATA / "jobs" / "thesis-8.toml"
 
@@ -42,7 +43,9 @@ def test_online_forecasts_follow_what_was_observed_not_the_series():
     assert np.array_equal(online.forecast(), np.full((8, 5), 33.0))
     # a fresh copy starts from the seed history again
     again = online.fresh()
-    assert np.array_equal(again.forecast()[:, 0], np.array([js.history_workloads(i)[s.n_train - 1] for i, s in enumerate(js.series)]))
+    assert np.array_equal(
+        again.forecast()[:, 0], np.array([js.history_workloads(i)[s.n_train - 1] for i, s in enumerate(js.series)])
+    )
 
 
 def test_lstm_online_equals_offline_predictions_from_the_same_history():
@@ -78,7 +81,16 @@ def test_online_simulation_equals_offline_for_an_exact_forecaster(tmp_path, synt
 def test_online_refuses_a_folder_of_forecast_files(tmp_path, synthetic_profile):
     folder = tmp_path / "fc"
     folder.mkdir()
-    exp = load_experiment(write_experiment(tmp_path, synthetic_profile, online=True, modes=["forecast"], strategies=["mpc"], forecast__source=str(folder)))
+    exp = load_experiment(
+        write_experiment(
+            tmp_path,
+            synthetic_profile,
+            online=True,
+            modes=["forecast"],
+            strategies=["mpc"],
+            forecast__source=str(folder),
+        )
+    )
     with pytest.raises(InputError, match="online forecasting needs a forecaster") as err:
         build_scenario(exp)
     assert err.value.field == "forecast.source"
@@ -110,13 +122,19 @@ def run_cli(args, monkeypatch, capsys):
     return code, " ".join(out.out.split()), " ".join(out.err.split())
 
 
-def test_simulate_online_leaves_out_the_experiments_offline_planners_but_refuses_named_ones(tmp_path, synthetic_profile, monkeypatch, capsys):
+def test_simulate_online_leaves_out_the_experiments_offline_planners_but_refuses_named_ones(
+    tmp_path, synthetic_profile, monkeypatch, capsys
+):
     exp = write_experiment(tmp_path, synthetic_profile, steps=15, strategies=["mpc", "dp", "floor"])
     code, out, err = run_cli(["simulate", str(exp), "-q", "--online"], monkeypatch, capsys)
     assert code == 0, err
     assert "dp left out" in out and "seasonal-naive (online)" in out
     rows = (tmp_path / "out" / "comparison.csv").read_text().splitlines()
     assert [r.split(",")[0] for r in rows[1:]] == ["mpc", "floor", "mpc", "floor"]
-    code, out, err = run_cli(["simulate", str(exp), "-q", "--online", "--strategies", "mpc,dp", "-o", str(tmp_path / "o2")], monkeypatch, capsys)
+    code, out, err = run_cli(
+        ["simulate", str(exp), "-q", "--online", "--strategies", "mpc,dp", "-o", str(tmp_path / "o2")],
+        monkeypatch,
+        capsys,
+    )
     assert code == 2 and "strategy dp plans the whole job before the first step" in err, err
     assert not (tmp_path / "o2").exists()

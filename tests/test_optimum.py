@@ -133,13 +133,27 @@ def test_bad_inputs():
         optimum_plan(actual, np.full(2, 2), -1, 1.0, 5)
 
 
+@pytest.mark.slow
 def test_simulate_shows_optimum_and_runs_exact(tmp_path, synthetic_profile, monkeypatch, capsys):
     from bsp_planner import cli
+
     from synthetic import write_experiment
 
     exp = write_experiment(tmp_path, synthetic_profile, steps=16, planner__dp_max_segment=6)
-    monkeypatch.setattr(sys, "argv", ["bsp-planner", "simulate", str(exp), "-q", "--allocator", "exact",
-                                      "--strategies", "exppo,static:3,dp,mpc,floor,optimum"])
+    monkeypatch.setattr(
+        sys,
+        "argv",
+        [
+            "bsp-planner",
+            "simulate",
+            str(exp),
+            "-q",
+            "--allocator",
+            "exact",
+            "--strategies",
+            "exppo,static:3,dp,mpc,floor,optimum",
+        ],
+    )
     code = 0
     try:
         cli.main()

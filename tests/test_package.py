@@ -147,7 +147,9 @@ def test_shipped_agents_and_environments_are_found_by_their_place_in_the_package
     assert agent_file("agents/none/dqn.zip") == Path("agents/none/dqn.zip")  # nothing there: as given
     (tmp_path / "agents" / "default").mkdir(parents=True)
     (tmp_path / "agents" / "default" / "dqn.zip").write_bytes(b"mine")
-    assert agent_file("agents/default/dqn.zip").resolve() == (tmp_path / "agents" / "default" / "dqn.zip")  # a local file wins
+    assert agent_file("agents/default/dqn.zip").resolve() == (
+        tmp_path / "agents" / "default" / "dqn.zip"
+    )  # a local file wins
     assert load_env_settings("wide").path == (data_dir() / "envs" / "wide.toml").resolve()
     assert load_env_settings().experiment_path == default_experiment()
 

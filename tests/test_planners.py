@@ -55,7 +55,9 @@ def test_dp_equals_brute_force_over_all_plans(seed):
     best = np.inf
     for plan in compositions(m, cap):
         starts = np.cumsum([0] + plan[:-1])
-        cost = sum(ctx.configs.window_times(cap)[s, j - 1] for s, j in zip(starts, plan)) + penalty * (len(plan) - 1)
+        cost = sum(ctx.configs.window_times(cap)[s, j - 1] for s, j in zip(starts, plan, strict=True)) + penalty * (
+            len(plan) - 1
+        )
         best = min(best, cost)
     total, segments = segment_dp(ctx.configs.window_times(cap), penalty, m)
     assert total == pytest.approx(best)

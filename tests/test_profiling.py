@@ -317,7 +317,9 @@ def test_calibration_finds_ops_for_the_target():
 
 def test_heatmaps_one_png_per_task(tmp_path):
     out = tmp_path / "profile.csv"
-    run_grid(make_job(cpu_task("a"), cpu_task("b")), out, Grid((500, 1000), (10, 20), 2), CountingBackend(), progress=False)
+    run_grid(
+        make_job(cpu_task("a"), cpu_task("b")), out, Grid((500, 1000), (10, 20), 2), CountingBackend(), progress=False
+    )
     from bsp_planner.profiling.heatmap import write_heatmaps
 
     paths = write_heatmaps(load_profile(out), tmp_path / "heatmaps")

@@ -22,10 +22,11 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from synthetic import DATA, write_profile
 
 from bsp_planner import cli
 from bsp_planner.forecasting.files import write_forecasts, write_trace
+
+from synthetic import DATA, write_profile
 
 TASKS = ["affinity", "atomic"]
 PROPS = settings(
@@ -159,17 +160,43 @@ NUMBERS = st.one_of(
     st.floats(allow_nan=True, allow_infinity=True),
     st.sampled_from([0, 1, 2, 10, 50, 250, 2000, 10**9, 1e308, -1e-300]),
 )
-SCALARS = st.one_of(NUMBERS, st.booleans(), SAFE_TEXT, st.sampled_from(["mpc", "floor", "perfect", "linear", "clamp", "dp"]))
+SCALARS = st.one_of(
+    NUMBERS, st.booleans(), SAFE_TEXT, st.sampled_from(["mpc", "floor", "perfect", "linear", "clamp", "dp"])
+)
 VALUES = st.one_of(
-    SCALARS, st.lists(SCALARS, max_size=3), st.dictionaries(st.sampled_from(["a", "start", "file"]), SCALARS, max_size=2)
+    SCALARS,
+    st.lists(SCALARS, max_size=3),
+    st.dictionaries(st.sampled_from(["a", "start", "file"]), SCALARS, max_size=2),
 )
 
 EXPERIMENT_KEYS = [
-    "job", "profile", "interpolation", "out_of_grid", "workload_range", "steps", "start", "penalty_s", "modes",
-    "strategies", "output", "typo", "cpu.budget_millicores", "cpu.min_millicores", "cpu.step_millicores",
-    "cpu.max_millicores", "cpu.exppo_max_millicores", "cpu.typo", "planner.allocator", "planner.discount",
-    "planner.horizon", "planner.length_punishment", "planner.dp_max_segment", "planner.optimum_max_segment",
-    "forecast.source", "forecast.horizon", "forecast.actual",
+    "job",
+    "profile",
+    "interpolation",
+    "out_of_grid",
+    "workload_range",
+    "steps",
+    "start",
+    "penalty_s",
+    "modes",
+    "strategies",
+    "output",
+    "typo",
+    "cpu.budget_millicores",
+    "cpu.min_millicores",
+    "cpu.step_millicores",
+    "cpu.max_millicores",
+    "cpu.exppo_max_millicores",
+    "cpu.typo",
+    "planner.allocator",
+    "planner.discount",
+    "planner.horizon",
+    "planner.length_punishment",
+    "planner.dp_max_segment",
+    "planner.optimum_max_segment",
+    "forecast.source",
+    "forecast.horizon",
+    "forecast.actual",
 ]
 
 
@@ -218,12 +245,16 @@ FLAGS = st.one_of(
     st.tuples(st.just("--start"), st.integers(-3, 120).map(str)),
     st.tuples(
         st.just("--strategies"),
-        st.lists(st.sampled_from(["mpc", "floor", "dp", "static:2", "static:0", "exppo", "bogus", ""]), max_size=4).map(",".join),
+        st.lists(st.sampled_from(["mpc", "floor", "dp", "static:2", "static:0", "exppo", "bogus", ""]), max_size=4).map(
+            ",".join
+        ),
     ),
     st.tuples(st.just("--mode"), st.sampled_from(["perfect", "forecast", "both", ""])),
     st.tuples(st.just("--allocator"), st.sampled_from(["greedy", "exact", "magic"])),
     st.tuples(st.just("--forecasts"), st.sampled_from(["seasonal-naive", "persistence", "nowhere", ""])),
-    st.tuples(st.just("--set"), st.tuples(st.sampled_from(EXPERIMENT_KEYS + ["", "a.b.c"]), SCALARS.map(str)).map("=".join)),
+    st.tuples(
+        st.just("--set"), st.tuples(st.sampled_from(EXPERIMENT_KEYS + ["", "a.b.c"]), SCALARS.map(str)).map("=".join)
+    ),
     st.tuples(st.just("--set"), SAFE_TEXT),
 )
 
@@ -239,8 +270,20 @@ def test_random_flag_values(world, flags):
     check_outcome(folder, code, err)
 
 
-JOB_KEYS = ["name", "workers", "typo", "task.name", "task.stressor", "task.ops_per_unit", "task.workers", "task.worker",
-            "task.series.first_row", "task.series.last_row", "task.series.file", "task.series.typo"]
+JOB_KEYS = [
+    "name",
+    "workers",
+    "typo",
+    "task.name",
+    "task.stressor",
+    "task.ops_per_unit",
+    "task.workers",
+    "task.worker",
+    "task.series.first_row",
+    "task.series.last_row",
+    "task.series.file",
+    "task.series.typo",
+]
 
 
 @PROPS
@@ -306,7 +349,7 @@ def test_mutated_profiles_and_their_metadata(world, data):
         mutate_file(folder / "profile.csv", data)
     else:
         meta = '{"format": 1, "tasks": {"affinity": {"stressor": "affinity", "ops_per_unit": 10, "workers": 1}}}'
-        meta = data.draw(st.sampled_from([meta, meta.replace("10", "11"), meta.replace("affinity\"}", "x\"}")]))
+        meta = data.draw(st.sampled_from([meta, meta.replace("10", "11"), meta.replace('affinity"}', 'x"}')]))
         (folder / "profile.meta.json").write_text(meta[: data.draw(st.integers(0, len(meta)))])
     code, err = simulate(folder, *FAST)
     check_outcome(folder, code, err)
@@ -330,7 +373,9 @@ def test_mutated_forecast_and_trace_files(world, data):
     write_trace(folder / "trace", TASKS, 10 + 40 * rng.random((2, 5)))
     which = data.draw(st.sampled_from(["fc", "trace"]))
     mutate_file(folder / which / f"{data.draw(st.sampled_from(TASKS))}.csv", data)
-    code, err = simulate(folder, "-q", "--strategies", "mpc,floor", "--forecasts", folder / "fc", "--actual", folder / "trace")
+    code, err = simulate(
+        folder, "-q", "--strategies", "mpc,floor", "--forecasts", folder / "fc", "--actual", folder / "trace"
+    )
     check_outcome(folder, code, err)
 
 
@@ -343,12 +388,35 @@ def test_forecast_commands_on_mutated_series_and_flags(world, data):
     horizon = data.draw(st.sampled_from(["10", "5", "0", "-1", "500", "x"]))
     exp = folder / "exp.toml"
     if data.draw(st.booleans()):
-        code, err = run_cli("forecast", "evaluate", "-f", "persistence", "-f", "seasonal-naive", "--experiment", exp,
-                            "--horizon", horizon, "--out", folder / "out")
+        code, err = run_cli(
+            "forecast",
+            "evaluate",
+            "-f",
+            "persistence",
+            "-f",
+            "seasonal-naive",
+            "--experiment",
+            exp,
+            "--horizon",
+            horizon,
+            "--out",
+            folder / "out",
+        )
     else:
-        code, err = run_cli("forecast", "predict", "-f", data.draw(st.sampled_from(["seasonal-naive", "persistence"])),
-                            "--experiment", exp, "--horizon", horizon, "--steps", data.draw(st.sampled_from(["5", "0", "1000"])),
-                            "--out", folder / "out")
+        code, err = run_cli(
+            "forecast",
+            "predict",
+            "-f",
+            data.draw(st.sampled_from(["seasonal-naive", "persistence"])),
+            "--experiment",
+            exp,
+            "--horizon",
+            horizon,
+            "--steps",
+            data.draw(st.sampled_from(["5", "0", "1000"])),
+            "--out",
+            folder / "out",
+        )
     if code == 0:  # a success may write into out/: nothing more to check about it
         shutil.rmtree(folder)
         return
@@ -368,14 +436,37 @@ def test_profile_heatmap_on_mutated_profiles(world, data):
     check_outcome(folder, code, err)
 
 
-ENV_KEYS = ["experiment", "overrides", "mode", "window", "actions", "episode_steps", "penalty_scale", "obs_scale",
-            "reward_scale", "obs_high", "typo", "train.start", "train.steps", "train.typo", "eval.start", "eval.steps",
-            "agent.algo", "agent.timesteps", "agent.gamma", "agent.net_arch", "agent.learning_rate", "agent.typo"]
+ENV_KEYS = [
+    "experiment",
+    "overrides",
+    "mode",
+    "window",
+    "actions",
+    "episode_steps",
+    "penalty_scale",
+    "obs_scale",
+    "reward_scale",
+    "obs_high",
+    "typo",
+    "train.start",
+    "train.steps",
+    "train.typo",
+    "eval.start",
+    "eval.steps",
+    "agent.algo",
+    "agent.timesteps",
+    "agent.gamma",
+    "agent.net_arch",
+    "agent.learning_rate",
+    "agent.typo",
+]
 
 
 @PROPS
-@given(changes=st.lists(st.tuples(st.sampled_from(ENV_KEYS), VALUES), min_size=1, max_size=3),
-       overrides=st.lists(st.tuples(st.sampled_from(ENV_KEYS), SCALARS.map(str)).map("=".join), max_size=2))
+@given(
+    changes=st.lists(st.tuples(st.sampled_from(ENV_KEYS), VALUES), min_size=1, max_size=3),
+    overrides=st.lists(st.tuples(st.sampled_from(ENV_KEYS), SCALARS.map(str)).map("=".join), max_size=2),
+)
 def test_mutated_rl_environment_files_and_env_set(tmp_path_factory, changes, overrides):
     """The RL environment settings (what `rl train`/`rl evaluate` read first): every value through the
     one loader, an InputError naming the file or flag and the field otherwise."""
@@ -398,8 +489,15 @@ def test_mutated_rl_environment_files_and_env_set(tmp_path_factory, changes, ove
 
 
 @PROPS
-@given(values=st.dictionaries(st.sampled_from(["units", "epochs", "lags", "val_fraction", "init", "calendar", "l2",
-                                               "learning_rate", "window", "typo"]), VALUES, max_size=3))
+@given(
+    values=st.dictionaries(
+        st.sampled_from(
+            ["units", "epochs", "lags", "val_fraction", "init", "calendar", "l2", "learning_rate", "window", "typo"]
+        ),
+        VALUES,
+        max_size=3,
+    )
+)
 def test_lstm_settings_from_any_table(values):
     from bsp_planner.errors import InputError
     from bsp_planner.forecasting.lstm import LSTMSettings

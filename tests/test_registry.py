@@ -39,7 +39,11 @@ def test_a_part_whose_module_is_absent_is_reported_not_raised():
 def test_every_shipped_part_resolves():
     assert set(PLANNERS.names()) >= {"exppo", "static", "dp", "mpc", "rl", "dqn"}
     assert BOUNDS.names() == ["floor", "optimum"]
-    assert {n: make_allocator(n).name for n in ALLOCATORS} == {"greedy": "greedy", "threshold": "threshold", "exact": "exact"}
+    assert {n: make_allocator(n).name for n in ALLOCATORS} == {
+        "greedy": "greedy",
+        "threshold": "threshold",
+        "exact": "exact",
+    }
     for name in ("exppo", "dp", "mpc", "static"):
         assert callable(PLANNERS.get(name))
     with pytest.raises(InputError, match="unknown allocator .magic.; known: exact, greedy"):
@@ -70,11 +74,19 @@ def test_explicit_parameters_win_over_the_context(tmp_path):
     assert not np.array_equal(short.actions, typed.actions) or short.total_s != typed.total_s
 
 
-def test_forecasters_are_one_registry_and_only_the_learned_take_settings():
+def test_forecasters_are_one_registry_and_only_the_learned_are_trained():
     from bsp_planner.forecasting.registry import FORECASTERS, default_settings, is_learned
 
-    assert list(FORECASTERS) == ["lstm", "lstm-thesis", "persistence", "seasonal-naive"]
+    assert list(FORECASTERS) == [
+        "lstm",
+        "lstm-thesis",
+        "persistence",
+        "seasonal-naive",
+        "seasonal-naive-weekly",
+        "mstl",
+    ]
     assert [n for n in FORECASTERS if is_learned(n)] == ["lstm", "lstm-thesis"]
     assert default_settings("persistence") == {} and default_settings("lstm")["units"] == 32
+    assert default_settings("seasonal-naive") == {"season": "day"}  # fitted on the spot, with settings
     with pytest.raises(InputError, match="unknown forecaster 'arima'; known: lstm, lstm-thesis"):
         is_learned("arima")

@@ -47,7 +47,9 @@ def write_profile(path: Path, seed: int = 0) -> Path:
     return path
 
 
-def write_setup(folder: Path, penalty_s: float = 1.0, env_lines: tuple[str, ...] = (), agent_lines: tuple[str, ...] = ()) -> Path:
+def write_setup(
+    folder: Path, penalty_s: float = 1.0, env_lines: tuple[str, ...] = (), agent_lines: tuple[str, ...] = ()
+) -> Path:
     """An experiment on the shipped thesis-8 job and an environment file on it; returns the env file."""
     folder.mkdir(parents=True, exist_ok=True)
     prof = folder / "profile.csv"
@@ -57,11 +59,12 @@ def write_setup(folder: Path, penalty_s: float = 1.0, env_lines: tuple[str, ...]
         f'job = "{DATA / "jobs" / "thesis-8.toml"}"\nprofile = "{prof}"\nsteps = 100\npenalty_s = {penalty_s!r}\n'
         f'strategies = ["mpc"]\noutput = "{folder / "out"}"\n'
         "[cpu]\nbudget_millicores = 8000\nmin_millicores = 250\nstep_millicores = 50\nmax_millicores = 2000\n"
-        "[planner]\nhorizon = 10\ndp_max_segment = 20\n[forecast]\nsource = \"seasonal-naive\"\nhorizon = 20\n"
+        '[planner]\nhorizon = 10\ndp_max_segment = 20\n[forecast]\nsource = "seasonal-naive"\nhorizon = 20\n'
     )
     env = folder / "env.toml"
     env.write_text(
-        'experiment = "exp.toml"\nepisode_steps = 40\n' + "".join(line + "\n" for line in env_lines)
+        'experiment = "exp.toml"\nepisode_steps = 40\n'
+        + "".join(line + "\n" for line in env_lines)
         + "[train]\nstart = 100\nsteps = 200\n[eval]\nstart = 0\nsteps = 100\n"
         + "[agent]\nlearning_starts = 200\nbuffer_size = 5000\neval_every = 1000\ncheckpoint_every = 1000\n"
         + "target_update_interval = 250\nexploration_fraction = 0.5\n"
@@ -154,8 +157,12 @@ def test_observation_rows_are_the_planners_predictions(train_data):
             # its first i steps are the frame a_i was built for: the table's own window time
             assert obs[i, :i].sum() * scale == pytest.approx(window_times[i - 1], rel=1e-5)
             for k in range(m):
-                assert obs[i, k] * scale == pytest.approx(ctx.configs.predicted_time(t + 0, cfgs[i - 1], k + 1)
-                                                          - ctx.configs.predicted_time(t, cfgs[i - 1], k), rel=1e-4, abs=1e-6)
+                assert obs[i, k] * scale == pytest.approx(
+                    ctx.configs.predicted_time(t + 0, cfgs[i - 1], k + 1)
+                    - ctx.configs.predicted_time(t, cfgs[i - 1], k),
+                    rel=1e-4,
+                    abs=1e-6,
+                )
     # the planner computes the same observation from the context alone
     from bsp_planner.rl.features import observation
 
@@ -260,7 +267,7 @@ def test_sb3_vectorised_environments(train_data):
     for _ in range(train_data.settings.episode_steps + 5):  # across an automatic reset
         obs, rewards, dones, infos = venv.step(np.array([0, 1, 3]))
         ended += int(dones.sum())
-        for done, info in zip(dones, infos):
+        for done, info in zip(dones, infos, strict=True):
             if done:  # truncated, not terminated: the job goes on after the segment
                 assert info["TimeLimit.truncated"] and info["terminal_observation"].shape == (4, 6)
     assert obs.shape == (3, 4, 6) and rewards.shape == (3,)
@@ -275,9 +282,12 @@ def train(env_file, tmp, *extra, timesteps=3000):
     from bsp_planner.rl.train import train_agent
 
     s = load_env_settings(env_file, [f"agent.timesteps={timesteps}", *extra])
-    return train_agent(s, tmp / "run", tmp / "agent" / "dqn.zip", plot=False, tensorboard=False, checkpoints=False, compare=None)
+    return train_agent(
+        s, tmp / "run", tmp / "agent" / "dqn.zip", plot=False, tensorboard=False, checkpoints=False, compare=None
+    )
 
 
+@pytest.mark.slow
 def test_huge_penalty_agent_learns_never_to_reconfigure(tmp_path):
     env_file = write_setup(tmp_path / "setup", penalty_s=1000.0)
     result = train(env_file, tmp_path, timesteps=3000)
@@ -291,6 +301,7 @@ def test_huge_penalty_agent_learns_never_to_reconfigure(tmp_path):
     assert result.evals[-1]["reconfigurations"] == 0  # and on the held-out steps
 
 
+@pytest.mark.slow
 def test_free_reconfiguration_agent_learns_to_follow_the_workload(tmp_path):
     # Perfect predictions and no penalty: a1's configuration is the best for every step, so an agent
     # that learned anything reconfigures often and beats keeping its first configuration.
@@ -308,6 +319,7 @@ def test_free_reconfiguration_agent_learns_to_follow_the_workload(tmp_path):
     assert learned.total_s < keep.total_s - 0.5 * (keep.total_s - always_a1.total_s)
 
 
+@pytest.mark.slow
 def test_training_is_deterministic_under_a_seed(tmp_path):
     env_file = write_setup(tmp_path / "setup")
     a = train(env_file, tmp_path / "a", timesteps=1200)
@@ -319,12 +331,28 @@ def test_training_is_deterministic_under_a_seed(tmp_path):
     assert za.read("policy.pth") == zb.read("policy.pth")
 
 
+@pytest.mark.slow
 def test_cli_train_then_simulate_end_to_end(tmp_path, monkeypatch, capsys):
     env_file = write_setup(tmp_path / "setup")
     agent = tmp_path / "agents" / "dqn.zip"
     run_dir = tmp_path / "run"
-    code, out, err = run_cli(["rl", "train", str(env_file), "-n", "1500", "--agent", str(agent), "--run-dir", str(run_dir),
-                              "--strict", "-q"], monkeypatch, capsys)
+    code, out, err = run_cli(
+        [
+            "rl",
+            "train",
+            str(env_file),
+            "-n",
+            "1500",
+            "--agent",
+            str(agent),
+            "--run-dir",
+            str(run_dir),
+            "--strict",
+            "-q",
+        ],
+        monkeypatch,
+        capsys,
+    )
     assert code == 0, err
     assert "dqn" in out and "mpc" in out
     for name in ("eval.csv", "learning_curve.png", "summary.json"):
@@ -339,15 +367,30 @@ def test_cli_train_then_simulate_end_to_end(tmp_path, monkeypatch, capsys):
     # the agent is a planner: `dqn` (here through the override variable) and rl:PATH
     monkeypatch.setenv("BSP_PLANNER_DQN_AGENT", str(agent))
     out_dir = tmp_path / "sim"
-    code, out, err = run_cli(["simulate", str(tmp_path / "setup" / "exp.toml"), "-q", "-m", "forecast", "-s",
-                              f"dqn,rl:{agent},mpc", "-o", str(out_dir)], monkeypatch, capsys)
+    code, out, err = run_cli(
+        [
+            "simulate",
+            str(tmp_path / "setup" / "exp.toml"),
+            "-q",
+            "-m",
+            "forecast",
+            "-s",
+            f"dqn,rl:{agent},mpc",
+            "-o",
+            str(out_dir),
+        ],
+        monkeypatch,
+        capsys,
+    )
     assert code == 0, err
     results = {r["strategy"]: r for r in json.loads((out_dir / "comparison.json").read_text())["results"]}
     assert results["dqn"]["total_s"] == results[f"rl:{agent}"]["total_s"]
     # the same run as the training's held-out evaluation (steps 0..99 are the experiment's steps)
     assert results["dqn"]["total_s"] == pytest.approx(meta["eval"]["total_s"], abs=1e-3)
 
-    code, out, err = run_cli(["rl", "evaluate", "--agent", str(agent), "--strict", "-o", str(tmp_path / "ev.json")], monkeypatch, capsys)
+    code, out, err = run_cli(
+        ["rl", "evaluate", "--agent", str(agent), "--strict", "-o", str(tmp_path / "ev.json")], monkeypatch, capsys
+    )
     assert code == 0, err
     ev = json.loads((tmp_path / "ev.json").read_text())
     assert ev["out_of_sample"] and ev["results"]["dqn"]["total_s"] == pytest.approx(meta["eval"]["total_s"], abs=1e-3)
@@ -378,12 +421,14 @@ def tiny_agent(tmp_path_factory):
 
 def test_agent_trained_on_another_shape_is_refused(tiny_agent, monkeypatch, capsys, tmp_path):
     agent, env_file = tiny_agent
-    code, out, err = run_cli(["rl", "evaluate", "--agent", str(agent), "--env", str(env_file), "--env-set", "window=8"],
-                             monkeypatch, capsys)
+    code, out, err = run_cli(
+        ["rl", "evaluate", "--agent", str(agent), "--env", str(env_file), "--env-set", "window=8"], monkeypatch, capsys
+    )
     assert code == 2
     assert "shape (4, 6)" in err and "(4, 8)" in err and "retrain" in err
-    code, out, err = run_cli(["rl", "evaluate", "--agent", str(agent), "--env", str(env_file), "--env-set", "actions=6"],
-                             monkeypatch, capsys)
+    code, out, err = run_cli(
+        ["rl", "evaluate", "--agent", str(agent), "--env", str(env_file), "--env-set", "actions=6"], monkeypatch, capsys
+    )
     assert code == 2 and "4 actions" in err and "6 actions" in err
     # metadata that does not match the model (a model swapped under another agent's metadata)
     bad = tmp_path / "bad.zip"
@@ -397,24 +442,75 @@ def test_agent_trained_on_another_shape_is_refused(tiny_agent, monkeypatch, caps
 
 def test_agent_needing_more_forecast_than_given(tiny_agent, tmp_path, monkeypatch, capsys):
     agent, env_file = tiny_agent
-    code, out, err = run_cli(["simulate", str(env_file.parent / "exp.toml"), "-q", "-m", "forecast", "-s", f"rl:{agent}",
-                              "--set", "forecast.horizon=10", "--set", "planner.horizon=4", "-o", str(tmp_path / "o")],
-                             monkeypatch, capsys)
+    code, out, err = run_cli(
+        [
+            "simulate",
+            str(env_file.parent / "exp.toml"),
+            "-q",
+            "-m",
+            "forecast",
+            "-s",
+            f"rl:{agent}",
+            "--set",
+            "forecast.horizon=10",
+            "--set",
+            "planner.horizon=4",
+            "-o",
+            str(tmp_path / "o"),
+        ],
+        monkeypatch,
+        capsys,
+    )
     assert code == 0, err  # 10 >= 6: fine
-    code, out, err = run_cli(["simulate", str(env_file.parent / "exp.toml"), "-q", "-m", "forecast", "-s", f"rl:{agent}",
-                              "--set", "forecast.horizon=5", "--set", "planner.horizon=4", "-o", str(tmp_path / "o2")],
-                             monkeypatch, capsys)
+    code, out, err = run_cli(
+        [
+            "simulate",
+            str(env_file.parent / "exp.toml"),
+            "-q",
+            "-m",
+            "forecast",
+            "-s",
+            f"rl:{agent}",
+            "--set",
+            "forecast.horizon=5",
+            "--set",
+            "planner.horizon=4",
+            "-o",
+            str(tmp_path / "o2"),
+        ],
+        monkeypatch,
+        capsys,
+    )
     assert code == 2 and "cover 5 steps ahead" in err
 
 
 def test_overlapping_ranges_with_strict(tmp_path, monkeypatch, capsys, tiny_agent):
     env_file = write_setup(tmp_path / "setup")
-    code, out, err = run_cli(["rl", "train", str(env_file), "-n", "300", "--train-range", "50:250", "--strict", "-q",
-                              "--run-dir", str(tmp_path / "run"), "--agent", str(tmp_path / "a.zip")], monkeypatch, capsys)
+    code, out, err = run_cli(
+        [
+            "rl",
+            "train",
+            str(env_file),
+            "-n",
+            "300",
+            "--train-range",
+            "50:250",
+            "--strict",
+            "-q",
+            "--run-dir",
+            str(tmp_path / "run"),
+            "--agent",
+            str(tmp_path / "a.zip"),
+        ],
+        monkeypatch,
+        capsys,
+    )
     assert code == 2 and "50..249 overlaps the evaluation range 0..99" in err
     assert not (tmp_path / "a.zip").exists()
     agent, env_file = tiny_agent
-    code, out, err = run_cli(["rl", "evaluate", "--agent", str(agent), "--eval-range", "150:250", "--strict"], monkeypatch, capsys)
+    code, out, err = run_cli(
+        ["rl", "evaluate", "--agent", str(agent), "--eval-range", "150:250", "--strict"], monkeypatch, capsys
+    )
     assert code == 2 and "100..299" in err and "not out of sample" in err
 
 
@@ -452,7 +548,9 @@ def test_missing_and_corrupt_agent_files(tiny_agent, tmp_path, monkeypatch, caps
     assert code == 2 and "not a readable DQN agent" in err
 
 
-@pytest.mark.parametrize("setting", ["penalty_scale=0", "penalty_scale=-1", "reward_scale=0", "obs_scale=-2", "obs_high=0"])
+@pytest.mark.parametrize(
+    "setting", ["penalty_scale=0", "penalty_scale=-1", "reward_scale=0", "obs_scale=-2", "obs_high=0"]
+)
 def test_non_positive_scales(setting, setup_dir):
     key = setting.split("=")[0]
     with pytest.raises(InputError, match=f"field '{key}'.*expected a number > 0"):

@@ -22,23 +22,20 @@ import pytest
 from bsp_planner.errors import InputError
 from bsp_planner.runtime import zk as Z
 from bsp_planner.runtime.coordinator import Coordinator, RunFailed, RunInterrupted
-from zk_fixtures import (  # noqa: F401  (fixtures)
+
+from zk_fixtures import (
     PREFIX,
     StressGate,
     assert_nothing_left,
-    creds_file,
     needs_tasks,
-    own_zk,
-    reap_runs,
     run_cgroups,
     run_processes,
     settings,
     tiny_experiment,
     write_profile,
-    zk_server,
 )
 
-pytestmark = [needs_tasks, pytest.mark.usefixtures("reap_runs")]
+pytestmark = [needs_tasks, pytest.mark.usefixtures("reap_runs"), pytest.mark.slow]  # live runs
 
 
 def coordinator(tmp_path, exp, zk, creds, run_id, resume=False, runs="runs", say=None, **kw) -> Coordinator:
@@ -72,7 +69,20 @@ def root_exists(zk, creds_file, run_id: str) -> bool:
 
 
 def cli_args(runs, zk, *args) -> list[str]:
-    return [sys.executable, "-m", "bsp_planner.cli", "run", *args, "--runs-dir", str(runs), "--zookeeper", zk.hosts, "--cgroup-prefix", PREFIX, "-q"]
+    return [
+        sys.executable,
+        "-m",
+        "bsp_planner.cli",
+        "run",
+        *args,
+        "--runs-dir",
+        str(runs),
+        "--zookeeper",
+        zk.hosts,
+        "--cgroup-prefix",
+        PREFIX,
+        "-q",
+    ]
 
 
 def flat(text: str) -> str:
@@ -89,12 +99,27 @@ def snapshot(run_dir) -> dict[str, tuple[str, int]]:
 
 
 # -- two coordinators, one run ----------------------------------------------------------------------
-def test_two_runs_started_with_one_id_at_the_same_moment_one_is_refused_and_the_other_is_untouched(tmp_path, zk_server, creds_file):
+def test_two_runs_started_with_one_id_at_the_same_moment_one_is_refused_and_the_other_is_untouched(
+    tmp_path, zk_server, creds_file
+):
     exp = tiny_experiment(tmp_path / "exp", steps=4)
     gate = StressGate(tmp_path / "gate")
     gate.hold(3)  # whichever run wins holds in step 2 until the loser has been refused
     runs = tmp_path / "runs"
-    args = cli_args(runs, zk_server, "-e", str(exp), "--planner", "mpc", "--run-id", "twin", "--zk-auth-file", str(creds_file), "--stress-ng", str(gate.path))
+    args = cli_args(
+        runs,
+        zk_server,
+        "-e",
+        str(exp),
+        "--planner",
+        "mpc",
+        "--run-id",
+        "twin",
+        "--zk-auth-file",
+        str(creds_file),
+        "--stress-ng",
+        str(gate.path),
+    )
     procs = [subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
     try:
         gate.wait_held(3, alive=lambda: any(p.poll() is None for p in procs))
@@ -122,7 +147,9 @@ def test_two_runs_started_with_one_id_at_the_same_moment_one_is_refused_and_the_
     assert_nothing_left("twin")
 
 
-def test_a_second_coordinator_of_a_running_run_on_another_machine_is_refused_by_zookeeper(tmp_path, zk_server, creds_file):
+def test_a_second_coordinator_of_a_running_run_on_another_machine_is_refused_by_zookeeper(
+    tmp_path, zk_server, creds_file
+):
     """Two run folders (two machines), one ZooKeeper root: the second sees the run's root and its live
     coordinator, says so, and leaves the first alone."""
     exp = tiny_experiment(tmp_path / "exp", steps=4)
@@ -132,7 +159,9 @@ def test_a_second_coordinator_of_a_running_run_on_another_machine_is_refused_by_
     th, out = in_thread(first)
     gate.wait_held(3, alive=th.is_alive)
     second = coordinator(tmp_path, exp, zk_server, creds_file, "shared", runs="other-machine")
-    with pytest.raises(InputError, match=rf"already holds run 'shared', coordinated now by pid {os.getpid()}.*--resume shared"):
+    with pytest.raises(
+        InputError, match=rf"already holds run 'shared', coordinated now by pid {os.getpid()}.*--resume shared"
+    ):
         second.run()
     assert not (tmp_path / "other-machine" / "shared").exists()
     gate.release(3)
@@ -149,8 +178,21 @@ def test_resume_of_a_run_that_is_still_running_is_refused_and_touches_nothing(tm
     gate.hold(3)
     runs = tmp_path / "runs"
     proc = subprocess.Popen(
-        cli_args(runs, zk_server, "-e", str(exp), "--run-id", "busy", "--zk-auth-file", str(creds_file), "--stress-ng", str(gate.path)),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cli_args(
+            runs,
+            zk_server,
+            "-e",
+            str(exp),
+            "--run-id",
+            "busy",
+            "--zk-auth-file",
+            str(creds_file),
+            "--stress-ng",
+            str(gate.path),
+        ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         gate.wait_held(3, alive=lambda: proc.poll() is None)
@@ -184,7 +226,9 @@ def test_resume_after_zookeeper_lost_its_data_says_so_and_continues_from_the_run
     exp = tiny_experiment(tmp_path / "exp", steps=5)
     gate = StressGate(tmp_path / "gate")
     gate.hold(3)
-    coord = coordinator(tmp_path, exp, own_zk, creds_file, "amnesia", session_timeout_s=4.0, zk_wait_s=2.0, stress_ng=str(gate.path))
+    coord = coordinator(
+        tmp_path, exp, own_zk, creds_file, "amnesia", session_timeout_s=4.0, zk_wait_s=2.0, stress_ng=str(gate.path)
+    )
     th, out = in_thread(coord)
     gate.wait_held(3, alive=th.is_alive)
     own_zk.kill()
@@ -196,7 +240,17 @@ def test_resume_after_zookeeper_lost_its_data_says_so_and_continues_from_the_run
     empty.start()
     try:
         said: list[str] = []
-        result = coordinator(tmp_path, exp, empty, creds_file, "amnesia", resume=True, say=said.append, session_timeout_s=4.0, zk_wait_s=10.0).run()
+        result = coordinator(
+            tmp_path,
+            exp,
+            empty,
+            creds_file,
+            "amnesia",
+            resume=True,
+            say=said.append,
+            session_timeout_s=4.0,
+            zk_wait_s=10.0,
+        ).run()
         assert result.status == "finished"
         assert any("has no state of this run" in line and "continuing at step 2" in line for line in said), said
         assert steps_logged(run_dir) == [0, 1, 2, 3, 4]
@@ -219,7 +273,9 @@ def test_a_step_past_the_step_timeout_fails_with_the_resume_hint_and_resumes(tmp
     with pytest.raises(RunFailed) as info:
         coord.run()
     message = str(info.value)
-    assert "step 0 did not finish within 2 s (the step timeout: --step-timeout): task a did not report step 0" in message
+    assert (
+        "step 0 did not finish within 2 s (the step timeout: --step-timeout): task a did not report step 0" in message
+    )
     assert "the run stopped before its first step" in message and "--resume slowstep" in message
     run_dir = tmp_path / "runs" / "slowstep"
     assert json.loads((run_dir / "run.json").read_text())["status"] == "failed"
@@ -233,10 +289,18 @@ def test_a_bad_step_timeout_is_refused(tmp_path, zk_server, creds_file):
     exp = tiny_experiment(tmp_path / "exp", steps=3)
     for value in ("0", "nan", "-5"):
         out = subprocess.run(
-            cli_args(tmp_path / "runs", zk_server, "-e", str(exp), "--zk-auth-file", str(creds_file), "--step-timeout", value),
-            capture_output=True, text=True, timeout=120,
+            cli_args(
+                tmp_path / "runs", zk_server, "-e", str(exp), "--zk-auth-file", str(creds_file), "--step-timeout", value
+            ),
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
-        assert out.returncode == 2 and "--step-timeout" in out.stderr and "positive, finite number of seconds" in flat(out.stderr), out.stderr
+        assert (
+            out.returncode == 2
+            and "--step-timeout" in out.stderr
+            and "positive, finite number of seconds" in flat(out.stderr)
+        ), out.stderr
         assert "Traceback" not in out.stderr
     assert not (tmp_path / "runs").exists() or list((tmp_path / "runs").iterdir()) == []
 
@@ -307,7 +371,20 @@ def test_a_worker_in_a_pod_that_cannot_reach_zookeeper_points_at_worker_zookeepe
     from bsp_planner.runtime.zkserver import free_port
 
     env = dict(os.environ, KUBERNETES_SERVICE_HOST="10.0.0.1", **{Z.ENV_AUTH_FILE: str(creds_file)})
-    args = [sys.executable, "-m", "bsp_planner.cli", "worker", "--zookeeper", f"127.0.0.1:{free_port()}", "--root", "/r", "--task", "a", "--zk-wait", "1"]
+    args = [
+        sys.executable,
+        "-m",
+        "bsp_planner.cli",
+        "worker",
+        "--zookeeper",
+        f"127.0.0.1:{free_port()}",
+        "--root",
+        "/r",
+        "--task",
+        "a",
+        "--zk-wait",
+        "1",
+    ]
     out = subprocess.run(args, capture_output=True, text=True, timeout=60, env=env)
     err = flat(out.stderr)
     assert out.returncode == 3, err

@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from bsp_planner.experiment import load_experiment
@@ -23,9 +21,12 @@ def test_live_jobs_are_made_of_thesis_8_tasks():
         for t in load_job(path).tasks:
             assert t.name in thesis, f"{path.name}: {t.name} is not a thesis-8 task"
             ref = thesis[t.name]
-            assert (t.stressor, t.ops_per_unit, t.workers, t.series) == (ref.stressor, ref.ops_per_unit, ref.workers, ref.series), (
-                f"{path.name}: task {t.name} differs from thesis-8's, so the profile does not describe it"
-            )
+            assert (t.stressor, t.ops_per_unit, t.workers, t.series) == (
+                ref.stressor,
+                ref.ops_per_unit,
+                ref.workers,
+                ref.series,
+            ), f"{path.name}: task {t.name} differs from thesis-8's, so the profile does not describe it"
 
 
 @pytest.mark.parametrize("path", LIVE_EXPERIMENTS, ids=lambda p: p.name)
@@ -63,10 +64,16 @@ def test_a_job_whose_tasks_differ_from_the_profiled_ones_is_refused(tmp_path):
 
     from bsp_planner.errors import InputError
     from bsp_planner.runtime.coordinator import Coordinator, RunSettings
+
     from zk_fixtures import tiny_experiment
 
     exp = tiny_experiment(tmp_path / "exp")
-    meta = {"tasks": {"a": {"stressor": "zero", "ops_per_unit": 20, "workers": 1}, "b": {"stressor": "memcpy", "ops_per_unit": 0.5, "workers": 1}}}
+    meta = {
+        "tasks": {
+            "a": {"stressor": "zero", "ops_per_unit": 20, "workers": 1},
+            "b": {"stressor": "memcpy", "ops_per_unit": 0.5, "workers": 1},
+        }
+    }
     (tmp_path / "exp" / "profile.meta.json").write_text(json.dumps(meta))
     Coordinator(RunSettings(experiment=str(exp)), "ok", tmp_path / "runs")._load()  # the same tasks: fine
     meta["tasks"]["b"]["ops_per_unit"] = 0.7

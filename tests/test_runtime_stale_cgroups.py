@@ -58,7 +58,10 @@ def test_a_killed_profilers_cgroup_is_removed_by_the_next_profile_run(tmp_path):
         assert backend.stale_removed == [f"{prefix}/{left[0]}"]
         assert not group.path.exists()
         for pid in inside:
-            assert not os.path.exists(f"/proc/{pid}") or "Z" in open(f"/proc/{pid}/status").read().split("State:")[1].split()[0]
+            assert (
+                not os.path.exists(f"/proc/{pid}")
+                or "Z" in open(f"/proc/{pid}/status").read().split("State:")[1].split()[0]
+            )
         assert live.path.is_dir(), "a group whose profiler still runs is not touched"
     finally:
         profiler.kill()
@@ -76,7 +79,10 @@ def test_a_killed_profilers_cgroup_is_removed_by_the_next_profile_run(tmp_path):
             pass
 
 
-@pytest.mark.parametrize("name, pid", [("a-123-456", 123), ("check-77", 77), ("g88-3", 88), ("my-task-name-9-10", 9), ("other", None), ("a-b", None)])
+@pytest.mark.parametrize(
+    "name, pid",
+    [("a-123-456", 123), ("check-77", 77), ("g88-3", 88), ("my-task-name-9-10", 9), ("other", None), ("a-b", None)],
+)
 def test_only_groups_named_by_a_runner_carry_an_owner(name, pid):
     from bsp_planner.profiling.cgroups import owner_pid
 

@@ -11,7 +11,8 @@ import pytest
 
 from bsp_planner.errors import InputError
 from bsp_planner.runtime import zk as Z
-from zk_fixtures import creds_file, needs_zk, own_zk, zk_server  # noqa: F401  (fixtures)
+
+from zk_fixtures import needs_zk
 
 pytestmark = needs_zk
 
@@ -112,7 +113,10 @@ def test_another_client_can_neither_enter_the_barrier_nor_rewrite_a_workload(zk_
     paths = RunPaths(root)
     try:
         s.ensure_path(root.rsplit("/", 1)[0], acl=creds.parent_acl())
-        s.create(root, Z.run_value("r", "j", [{"name": "a", "stressor": "zero", "ops_per_unit": 1.0, "workers": 1}], (10, 50), 3))
+        s.create(
+            root,
+            Z.run_value("r", "j", [{"name": "a", "stressor": "zero", "ops_per_unit": 1.0, "workers": 1}], (10, 50), 3),
+        )
         s.ensure_path(paths.steps("a"))
         s.ensure_path(paths.barriers)
         s.create(paths.step("a", 0), Z.step_value(0, 20.0))
@@ -268,7 +272,9 @@ def test_zk_cli_starts_reports_and_stops_a_server(tmp_path):
     port = free_port()
     cli = [sys.executable, "-m", "bsp_planner.cli", "zk"]
     d = str(tmp_path / "srv")
-    out = subprocess.run(cli + ["start", "--port", str(port), "--data-dir", d], capture_output=True, text=True, timeout=90)
+    out = subprocess.run(
+        cli + ["start", "--port", str(port), "--data-dir", d], capture_output=True, text=True, timeout=90
+    )
     try:
         assert out.returncode == 0, out.stderr
         assert f"127.0.0.1:{port}" in out.stdout

@@ -10,6 +10,7 @@ import pytest
 from bsp_planner import cli
 from bsp_planner.experiment import load_experiment
 from bsp_planner.scenario import build_scenario, run_strategy
+
 from synthetic import DATA, THESIS_TASKS, write_experiment, write_profile
 
 
@@ -45,9 +46,23 @@ def test_simulate_writes_the_comparison(tmp_path, synthetic_profile, monkeypatch
 def test_cli_overrides_reach_the_run(tmp_path, synthetic_profile, monkeypatch, capsys):
     exp = write_experiment(tmp_path, synthetic_profile)
     code, out, err = run_cli(
-        ["simulate", str(exp), "-q", "--strategies", "mpc,floor", "--mode", "perfect", "--steps", "25",
-         "--penalty", "1000", "--set", "planner.horizon=5"],
-        monkeypatch, capsys,
+        [
+            "simulate",
+            str(exp),
+            "-q",
+            "--strategies",
+            "mpc,floor",
+            "--mode",
+            "perfect",
+            "--steps",
+            "25",
+            "--penalty",
+            "1000",
+            "--set",
+            "planner.horizon=5",
+        ],
+        monkeypatch,
+        capsys,
     )
     assert code == 0, err
     results = json.loads((tmp_path / "out" / "comparison.json").read_text())
@@ -76,7 +91,8 @@ def test_replayed_trace_and_forecast_files(tmp_path, synthetic_profile, monkeypa
     exp = write_experiment(tmp_path, synthetic_profile, steps=steps, strategies=["static:1", "floor"])
     code, out, err = run_cli(
         ["simulate", str(exp), "-q", "--actual", str(tmp_path / "trace"), "--forecasts", str(tmp_path / "fc")],
-        monkeypatch, capsys,
+        monkeypatch,
+        capsys,
     )
     assert code == 0, err
     assert "recorded" in out
@@ -128,7 +144,7 @@ def test_profile_bad_values(tmp_path, monkeypatch, capsys, line, field):
 
 def test_profile_missing_grid_cell(tmp_path, monkeypatch, capsys):
     prof = write_profile(tmp_path / "p" / "profile.csv")
-    lines = [l for l in profile_rows(prof) if not l.startswith("cap,30,750,")]
+    lines = [line for line in profile_rows(prof) if not line.startswith("cap,30,750,")]
     prof.write_text("\n".join(lines) + "\n")
     exp = write_experiment(tmp_path, prof)
     expect_error(tmp_path, exp, monkeypatch, capsys, "profile.csv", "cap", "workload 30, 750m")
@@ -173,7 +189,9 @@ def test_job_with_unknown_stressor(tmp_path, synthetic_profile, monkeypatch, cap
     body = body.replace("../datasets/", str(DATA / "datasets") + "/")
     job = write_job(tmp_path, body)
     exp = write_experiment(tmp_path, synthetic_profile, job=str(job))
-    expect_error(tmp_path, exp, monkeypatch, capsys, "job.toml", "task[3].stressor", "unknown stress-ng stressor 'capp'")
+    expect_error(
+        tmp_path, exp, monkeypatch, capsys, "job.toml", "task[3].stressor", "unknown stress-ng stressor 'capp'"
+    )
 
 
 def test_dataset_shorter_than_the_job(tmp_path, synthetic_profile, monkeypatch, capsys):
@@ -193,7 +211,9 @@ def test_levels_off_the_profile_grid(tmp_path, synthetic_profile, monkeypatch, c
 
 
 def test_off_grid_levels_allowed_when_clamping(tmp_path, synthetic_profile, monkeypatch, capsys):
-    exp = write_experiment(tmp_path, synthetic_profile, cpu__max_millicores=2500, out_of_grid="clamp", strategies=["floor"])
+    exp = write_experiment(
+        tmp_path, synthetic_profile, cpu__max_millicores=2500, out_of_grid="clamp", strategies=["floor"]
+    )
     code, out, err = run_cli(["simulate", str(exp), "-q"], monkeypatch, capsys)
     assert code == 0, err
 

@@ -10,6 +10,7 @@ from bsp_planner import cli
 from bsp_planner.experiment import load_experiment
 from bsp_planner.parallel_runs import run_pairs
 from bsp_planner.scenario import build_scenario
+
 from synthetic import write_experiment
 
 TIMING_COLUMNS = {"mean_decision_ms", "decision_ms", "prepare_ms"}
@@ -33,7 +34,7 @@ def test_parallel_results_equal_serial_results(tmp_path, synthetic_profile):
     serial = run_pairs(scen, pairs, 1)
     parallel = run_pairs(build_scenario(exp), pairs, 3)
     assert [(r.mode, r.strategy) for r in parallel] == [(r.mode, r.strategy) for r in serial]
-    for a, b in zip(serial, parallel):
+    for a, b in zip(serial, parallel, strict=True):
         for field in ("levels", "step_s", "reconfigured", "actions"):
             assert np.array_equal(getattr(a, field), getattr(b, field)), (a.mode, a.strategy, field)
         assert a.total_s == b.total_s
@@ -47,7 +48,9 @@ def _rows_without_timings(path):
 def test_cli_jobs_writes_the_same_comparison(tmp_path, synthetic_profile, monkeypatch, capsys):
     exp = write_experiment(tmp_path, synthetic_profile)
     for jobs, out in (("1", "one"), ("2", "two")):
-        code, _, err = run_cli(["simulate", str(exp), "-q", "--jobs", jobs, "--out", str(tmp_path / out)], monkeypatch, capsys)
+        code, _, err = run_cli(
+            ["simulate", str(exp), "-q", "--jobs", jobs, "--out", str(tmp_path / out)], monkeypatch, capsys
+        )
         assert code == 0, err
     for name in ("comparison.csv", "steps.csv"):
         one, two = _rows_without_timings(tmp_path / "one" / name), _rows_without_timings(tmp_path / "two" / name)

@@ -20,16 +20,14 @@ from bsp_planner.job import load_job
 from bsp_planner.runtime import zk as Z
 from bsp_planner.runtime.coordinator import Coordinator
 from bsp_planner.runtime.executor import RunFailed
-from zk_fixtures import (  # noqa: F401  (fixtures)
+
+from zk_fixtures import (
     DATA,
     EXPERIMENT,
     assert_nothing_left,
-    creds_file,
     needs_tasks,
-    reap_runs,
     settings,
     write_profile,
-    zk_server,
 )
 
 TASK = """
@@ -47,8 +45,10 @@ def process_experiment(folder: Path, steps: int = 4, sync: str = "barrier", pena
     extra = ', "--self-sync"' if sync == "observe" else ""
     rows = ((0, 1998), (1999, 3997), (0, 1998))
     tasks = "".join(
-        TASK.format(name=n, python=sys.executable, control=control, extra=extra, data=DATA / "datasets", first=f, last=la)
-        for n, (f, la) in zip("abc", rows)
+        TASK.format(
+            name=n, python=sys.executable, control=control, extra=extra, data=DATA / "datasets", first=f, last=la
+        )
+        for n, (f, la) in zip("abc", rows, strict=True)
     )
     (folder / "job.toml").write_text(f'name = "app"\nsync = "{sync}"\n' + tasks)
     write_profile(folder / "profile.csv")
@@ -103,7 +103,7 @@ def test_a_job_may_observe_only_process_tasks(tmp_path):
     process_experiment(tmp_path, sync="observe")
     job = load_job(tmp_path / "job.toml")
     assert job.sync == "observe" and all(t.kind == "process" for t in job.tasks)
-    text = (tmp_path / "job.toml").read_text().replace('process = [', 'command = [', 1)
+    text = (tmp_path / "job.toml").read_text().replace("process = [", "command = [", 1)
     (tmp_path / "job.toml").write_text(text)
     with pytest.raises(InputError, match="needs every task to be a `process`"):
         load_job(tmp_path / "job.toml")
@@ -117,8 +117,13 @@ def test_a_task_of_another_run_or_without_its_credentials_is_refused(tmp_path, z
     try:
         s.create(root, Z.run_value("run1", "app", [{"name": "a", "process": ["x"], "workers": 1}], (10, 50), 3))
         s.create(Z.RunPaths(root).members)
-        env = {"BSP_RUN_ID": "run1", "BSP_TASK": "a", "BSP_ZOOKEEPER": zk_server.hosts, "BSP_ZK_ROOT": root,
-               "BSP_ZK_AUTH": f"{creds.user}:{creds.password}"}
+        env = {
+            "BSP_RUN_ID": "run1",
+            "BSP_TASK": "a",
+            "BSP_ZOOKEEPER": zk_server.hosts,
+            "BSP_ZK_ROOT": root,
+            "BSP_ZK_AUTH": f"{creds.user}:{creds.password}",
+        }
         with pytest.raises(task.TaskJoinError, match="holds run 'run1', not 'run2': this task does not belong to it"):
             task.join({**env, "BSP_RUN_ID": "run2"})
         with pytest.raises(task.TaskJoinError, match="run run1 has no task 'z'"):
@@ -133,10 +138,13 @@ def test_a_task_of_another_run_or_without_its_credentials_is_refused(tmp_path, z
 
 
 # -- live ------------------------------------------------------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.usefixtures("reap_runs")
 @needs_tasks
 @pytest.mark.parametrize("sync", ["barrier", "observe"])
-def test_process_tasks_run_the_whole_run_in_one_process_each_with_cpu_changed_in_place(tmp_path, zk_server, creds_file, sync):
+def test_process_tasks_run_the_whole_run_in_one_process_each_with_cpu_changed_in_place(
+    tmp_path, zk_server, creds_file, sync
+):
     exp, control = process_experiment(tmp_path / "exp", steps=5, sync=sync, penalty=0.0)
     coord = coordinator(tmp_path, exp, zk_server, creds_file, f"proc{sync}", planner="static:1")
     quotas: dict[int, dict] = {}
@@ -154,7 +162,7 @@ def test_process_tasks_run_the_whole_run_in_one_process_each_with_cpu_changed_in
         ran = pids(result.run_dir, name)
         assert sorted(ran) == [0, 1, 2, 3, 4] and len(set(ran.values())) == 1  # started once, never restarted
     for r in records:
-        for i, t in enumerate(r["tasks"]):
+        for t in r["tasks"]:
             assert t["measured_s"] > 0 and t["cpu_s"] >= 0
             if sync == "observe":  # the application's own drifting load, as it reported it
                 assert t["observed_workload"] == 10 + ("abc".index(t["task"]) * 7 + r["step"] * 3) % 30
@@ -170,6 +178,7 @@ def test_process_tasks_run_the_whole_run_in_one_process_each_with_cpu_changed_in
     assert_nothing_left(f"proc{sync}")
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("reap_runs")
 @needs_tasks
 @pytest.mark.parametrize(
@@ -180,7 +189,9 @@ def test_process_tasks_run_the_whole_run_in_one_process_each_with_cpu_changed_in
         ("nan", "task b step 1 reported workload nan"),
     ],
 )
-def test_a_process_fault_stops_the_run_naming_task_and_step_and_it_resumes(tmp_path, zk_server, creds_file, fault, expected):
+def test_a_process_fault_stops_the_run_naming_task_and_step_and_it_resumes(
+    tmp_path, zk_server, creds_file, fault, expected
+):
     exp, control = process_experiment(tmp_path / "exp", steps=3)
     (control / f"{fault}-b-1").touch()
     run_id = f"pf{fault}"
@@ -196,6 +207,7 @@ def test_a_process_fault_stops_the_run_naming_task_and_step_and_it_resumes(tmp_p
     assert_nothing_left(run_id)
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("reap_runs")
 @needs_tasks
 def test_a_process_that_stops_reporting_is_a_timeout_naming_task_and_step(tmp_path, zk_server, creds_file):
@@ -205,3 +217,30 @@ def test_a_process_that_stops_reporting_is_a_timeout_naming_task_and_step(tmp_pa
         coordinator(tmp_path, exp, zk_server, creds_file, "phang", step_timeout_s=3.0).run()
     assert "step 0 did not finish within 3 s" in str(info.value) and "task c did not report step 0" in str(info.value)
     assert_nothing_left("phang")
+
+
+@pytest.mark.usefixtures("reap_runs")
+@needs_tasks
+def test_a_job_without_series_runs_online_from_the_workloads_its_processes_report(tmp_path, zk_server, creds_file):
+    exp, control = process_experiment(tmp_path / "exp", steps=5, sync="observe")
+    job = tmp_path / "exp" / "job.toml"
+    job.write_text("\n".join(line for line in job.read_text().splitlines() if not line.startswith("series")) + "\n")
+    kw = dict(
+        mode="forecast",
+        overrides=["online=true", "learn=true", "forecast.source=persistence", "learning.max_ratio=1000"],
+    )
+    with pytest.raises(InputError, match="task 'a' has no series"):  # offline, there is nothing to plan from
+        coordinator(tmp_path, exp, zk_server, creds_file, "noseries-off").run()
+    result = coordinator(tmp_path, exp, zk_server, creds_file, "noseries", **kw).run()
+    assert result.status == "finished"
+    records = records_of(result.run_dir)
+    assert [r["step"] for r in records] == [0, 1, 2, 3, 4]
+    for r in records:
+        for t in r["tasks"]:
+            rank = "abc".index(t["task"])
+            assert t["observed_workload"] == 10 + (rank * 7 + r["step"] * 3) % 30  # what the process reported
+            # persistence: each task is told the workload it reported the step before (the range's middle first)
+            told = 30.0 if r["step"] == 0 else 10 + (rank * 7 + (r["step"] - 1) * 3) % 30
+            assert t["workload"] == pytest.approx(told)
+        assert r["learning"]["measured_s"] == pytest.approx([t["measured_s"] for t in r["tasks"]])
+    assert_nothing_left("noseries")

@@ -111,7 +111,9 @@ def default_scenario():
     from bsp_planner.experiment import load_experiment
     from bsp_planner.scenario import build_scenario
 
-    exp = load_experiment(ROOT / "bsp_planner" / "data" / "experiments" / "default.toml", ["strategies=mpc", "modes=perfect"])
+    exp = load_experiment(
+        ROOT / "bsp_planner" / "data" / "experiments" / "default.toml", ["strategies=mpc", "modes=perfect"]
+    )
     return build_scenario(exp)
 
 

@@ -48,9 +48,19 @@ def built(tmp_path_factory):
     # the build backend pip would call, in-process so that -W error turns any (deprecation) warning of
     # setuptools about pyproject.toml into a failure; no build isolation, hence no download
     build = subprocess.run(
-        [sys.executable, "-W", "error", "-c",
-         f"from setuptools import build_meta as b; print(b.build_wheel({str(dist)!r}))"],
-        cwd=src, env=_clean_env(), capture_output=True, text=True, timeout=300, check=False,
+        [
+            sys.executable,
+            "-W",
+            "error",
+            "-c",
+            f"from setuptools import build_meta as b; print(b.build_wheel({str(dist)!r}))",
+        ],
+        cwd=src,
+        env=_clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
     )
     assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
     return dist / build.stdout.strip().splitlines()[-1], build.stdout + build.stderr
@@ -64,13 +74,33 @@ def venv(built, tmp_path_factory):
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True, timeout=120)
     python = root / "bin" / "python"
     install = subprocess.run(
-        [sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-index",
-         "--disable-pip-version-check", "-q", str(wheel)],
-        env=_clean_env(), capture_output=True, text=True, timeout=300, check=False,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(python),
+            "install",
+            "--no-deps",
+            "--no-index",
+            "--disable-pip-version-check",
+            "-q",
+            str(wheel),
+        ],
+        env=_clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
     )
     assert install.returncode == 0, install.stdout + install.stderr
-    purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                             capture_output=True, text=True, check=True, env=_clean_env()).stdout.strip()
+    purelib = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=_clean_env(),
+    ).stdout.strip()
     shared = dict.fromkeys([sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]])
     Path(purelib, "_shared_dependencies.pth").write_text("".join(f"{p}\n" for p in shared))
     return python, root / "bin"
@@ -81,12 +111,14 @@ def test_the_wheel_holds_the_shipped_defaults_and_the_licences(built):
     assert "Deprecat" not in log
     names = set(zipfile.ZipFile(wheel).namelist())
     data = ROOT / "bsp_planner" / "data"
-    shipped = {
-        p.relative_to(ROOT).as_posix() for p in data.rglob("*") if p.is_file() and "__pycache__" not in p.parts
-    }
+    shipped = {p.relative_to(ROOT).as_posix() for p in data.rglob("*") if p.is_file() and "__pycache__" not in p.parts}
     assert shipped and shipped <= names, sorted(shipped - names)[:10]
-    for must in ("bsp_planner/data/experiments/default.toml", "bsp_planner/data/agents/default/dqn.zip",
-                 "bsp_planner/data/models/thesis-8/lstm/affinity.keras", "bsp_planner/testing/fake_apiserver.py"):
+    for must in (
+        "bsp_planner/data/experiments/default.toml",
+        "bsp_planner/data/agents/default/dqn.zip",
+        "bsp_planner/data/models/thesis-8/lstm/affinity.keras",
+        "bsp_planner/testing/fake_apiserver.py",
+    ):
         assert must in names
     licences = {n.split("/licenses/", 1)[1] for n in names if "/licenses/" in n}
     assert {"LICENSE", "bsp_planner/data/datasets/LICENSE-NAB.txt"} <= licences
@@ -96,16 +128,29 @@ def test_the_wheel_holds_the_shipped_defaults_and_the_licences(built):
 
 def test_the_installed_wheel_runs_the_shipped_default_from_an_empty_directory(venv, tmp_path):
     python, bin_dir = venv
-    where = subprocess.run([str(python), "-c", "import bsp_planner; print(bsp_planner.__file__)"], cwd=tmp_path,
-                           env=_clean_env(), capture_output=True, text=True, check=True).stdout.strip()
+    where = subprocess.run(
+        [str(python), "-c", "import bsp_planner; print(bsp_planner.__file__)"],
+        cwd=tmp_path,
+        env=_clean_env(),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     assert Path(where).is_relative_to(bin_dir.parent) and not Path(where).is_relative_to(ROOT)
 
     work = tmp_path / "work"
     work.mkdir()
     # a cache of its own: forecasts for 20 steps are regenerated from the shipped models, not found elsewhere
     env = _clean_env(XDG_CACHE_HOME=str(tmp_path / "cache"), MPLCONFIGDIR=str(tmp_path / "mpl"))
-    run = subprocess.run([str(bin_dir / "bsp-planner"), "simulate", "--steps", "20", "-q"], cwd=work, env=env,
-                         capture_output=True, text=True, timeout=600, check=False)
+    run = subprocess.run(
+        [str(bin_dir / "bsp-planner"), "simulate", "--steps", "20", "-q"],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert "Traceback" not in run.stderr
     out = work / "experiments" / "out" / "default"
@@ -128,8 +173,15 @@ def test_the_installed_wheel_runs_the_shipped_default_from_an_empty_directory(ve
         assert str(tmp_path) not in text and str(ROOT) not in text
 
     # and the editable copy works from the installed package too
-    init = subprocess.run([str(bin_dir / "bsp-planner"), "init", "mine"], cwd=work, env=env, capture_output=True,
-                          text=True, timeout=120, check=False)
+    init = subprocess.run(
+        [str(bin_dir / "bsp-planner"), "init", "mine"],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert init.returncode == 0, init.stderr
     assert (work / "mine" / "experiments" / "default.toml").is_file()
     assert (work / "mine" / "datasets" / "nyc_taxi.csv").is_file()

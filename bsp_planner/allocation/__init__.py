@@ -6,12 +6,14 @@ for: it needs scipy's HiGHS).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ..registry import Registry
 from .base import Allocator, CpuLevels, discount_weights, frame_time
 from .greedy import GreedyAllocator
 from .threshold import ThresholdAllocator
 
-ALLOCATORS: Registry = Registry("allocator", field="planner.allocator")
+ALLOCATORS: Registry[Callable[[], Allocator]] = Registry("allocator", field="planner.allocator")
 ALLOCATORS.register("greedy", GreedyAllocator)
 ALLOCATORS.register("threshold", ThresholdAllocator)
 ALLOCATORS.register("exact", "bsp_planner.allocation.exact:ExactAllocator")
@@ -21,4 +23,13 @@ def make_allocator(name: str) -> Allocator:
     return ALLOCATORS.get(name)()
 
 
-__all__ = ["Allocator", "CpuLevels", "GreedyAllocator", "ThresholdAllocator", "discount_weights", "frame_time", "make_allocator", "ALLOCATORS"]
+__all__ = [
+    "Allocator",
+    "CpuLevels",
+    "GreedyAllocator",
+    "ThresholdAllocator",
+    "discount_weights",
+    "frame_time",
+    "make_allocator",
+    "ALLOCATORS",
+]

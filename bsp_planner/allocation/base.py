@@ -6,6 +6,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from ..errors import InputError
 
@@ -52,7 +53,7 @@ class CpuLevels:
             )
         return int(np.floor(spare / self.step_millicores + 1e-9))
 
-    def to_millicores(self, levels: np.ndarray) -> np.ndarray:
+    def to_millicores(self, levels: npt.ArrayLike) -> np.ndarray:
         return self.min_millicores + self.step_millicores * np.asarray(levels)
 
 
@@ -74,9 +75,12 @@ class Allocator(ABC):
         max_level: (tasks,) highest allowed level index per task; budget_steps: CPU steps above every
         task's minimum. Returns level indices (B, tasks)."""
 
-    def allocate(self, durations: np.ndarray, weights: np.ndarray, max_level: np.ndarray, budget_steps: int) -> np.ndarray:
+    def allocate(
+        self, durations: np.ndarray, weights: np.ndarray, max_level: np.ndarray, budget_steps: int
+    ) -> np.ndarray:
         """One frame: durations (tasks, levels, k), weights (k,) -> level indices (tasks,)."""
-        return self.allocate_batch(durations[None], np.asarray(weights)[None], max_level, budget_steps)[0]
+        levels: np.ndarray = self.allocate_batch(durations[None], np.asarray(weights)[None], max_level, budget_steps)[0]
+        return levels
 
 
 def frame_time(durations: np.ndarray, levels: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
@@ -87,4 +91,5 @@ def frame_time(durations: np.ndarray, levels: np.ndarray, weights: np.ndarray | 
     slowest = per_task.max(axis=-2)
     if weights is not None:
         slowest = slowest * weights
-    return slowest.sum(axis=-1)
+    total: np.ndarray = slowest.sum(axis=-1)
+    return total

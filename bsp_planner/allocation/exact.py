@@ -39,16 +39,16 @@ from __future__ import annotations
 import time
 import warnings
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.optimize import Bounds, LinearConstraint, milp
+from scipy.optimize import Bounds, LinearConstraint, OptimizeResult, milp
 from scipy.sparse import csr_array
 
 from ..errors import InputError
 from .base import Allocator, frame_time
 from .greedy import GreedyAllocator
-
 
 
 def _quiet_highs_options() -> None:
@@ -99,7 +99,7 @@ class ExactStats:
     milp_seconds: float = 0.0
     seconds: float = 0.0
     nodes: int = 0
-    milp_times: list = field(default_factory=list)
+    milp_times: list[float] = field(default_factory=list)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -119,7 +119,9 @@ def need_counts(d: np.ndarray, thresholds: np.ndarray) -> np.ndarray:
     return out
 
 
-def floors_without_each_task(d: np.ndarray, lo: np.ndarray, hi: np.ndarray, budget: int):
+def floors_without_each_task(
+    d: np.ndarray, lo: np.ndarray, hi: np.ndarray, budget: int
+) -> tuple[np.ndarray, np.ndarray]:
     """For every task i, the per-step floor of the other tasks when they share b budget steps:
     fm[i, b, k] = min over their configurations (levels in lo..hi, sum <= b) of their slowest time at
     step k (inf when b < the sum of their minimum levels). Also returns the floor of all tasks (k,).
@@ -151,7 +153,7 @@ def floors_without_each_task(d: np.ndarray, lo: np.ndarray, hi: np.ndarray, budg
     return vals.transpose(0, 2, 1), floor_all  # (n, budget+1, k), (k,)
 
 
-def level_bound_terms(d: np.ndarray, lo: np.ndarray, hi: np.ndarray, budget: int):
+def level_bound_terms(d: np.ndarray, lo: np.ndarray, hi: np.ndarray, budget: int) -> tuple[np.ndarray, np.ndarray]:
     """G[i, l, k] = max(d[i, l, k], floor of the others at budget - l): a lower bound on step k's time
     whenever task i runs at level l (inf outside lo_i..hi_i). Returns (G, floor of all tasks)."""
     n, L, k = d.shape
@@ -164,7 +166,9 @@ def level_bound_terms(d: np.ndarray, lo: np.ndarray, hi: np.ndarray, budget: int
     return G, floor_all
 
 
-def shrink_levels(lb: np.ndarray, lo: np.ndarray, hi: np.ndarray, budget: int, limit: float):
+def shrink_levels(
+    lb: np.ndarray, lo: np.ndarray, hi: np.ndarray, budget: int, limit: float
+) -> tuple[np.ndarray, np.ndarray] | None:
     """Keep the levels whose bound lb[i, l] (n, L) does not exceed `limit`; then no task may take so
     much that the others cannot reach their lowest remaining level. Returns (lo, hi) or None if some
     task has no level left (nothing can beat `limit`)."""
@@ -185,8 +189,10 @@ def proportional_floor(d: np.ndarray, max_level: np.ndarray, budget: int, floor_
     greedy and small moves cannot cross): every step aims at the same multiple a of its own floor,
     each task takes the fewest levels that reach a x floor_k at all its steps, and a is the smallest
     multiple (bisection) whose levels fit the budget."""
+
     def levels_for(a: float) -> np.ndarray:
-        return (d > a * floor_k[None, None, :]).sum(axis=1).max(axis=1)  # (n,)
+        levels: np.ndarray = (d > a * floor_k[None, None, :]).sum(axis=1).max(axis=1)  # (n,)
+        return levels
 
     lo, hi = 1.0, float(np.max(d[:, 0, :].max(axis=0) / floor_k)) * (1 + 1e-12) + 1e-12
     for _ in range(40):
@@ -202,7 +208,9 @@ def proportional_floor(d: np.ndarray, max_level: np.ndarray, budget: int, floor_
     return lv
 
 
-def _moves(n: int, pair_steps=(1, 2, 3, 5, 8), triple_steps=(1, 2, 3)) -> tuple[np.ndarray, np.ndarray]:
+def _moves(
+    n: int, pair_steps: tuple[int, ...] = (1, 2, 3, 5, 8), triple_steps: tuple[int, ...] = (1, 2, 3)
+) -> tuple[np.ndarray, np.ndarray]:
     """Level changes that keep the budget: CPU steps from one task to another, and from one task to
     two others (or from two to one). Returns (pair moves, triple moves), each (moves, n)."""
     pairs = []
@@ -232,8 +240,9 @@ def _moves(n: int, pair_steps=(1, 2, 3, 5, 8), triple_steps=(1, 2, 3)) -> tuple[
 _MOVES: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
 
-def local_search(d: np.ndarray, w: np.ndarray, levels: np.ndarray, max_level: np.ndarray, budget: int,
-                 max_rounds: int = 200) -> tuple[np.ndarray, float]:
+def local_search(
+    d: np.ndarray, w: np.ndarray, levels: np.ndarray, max_level: np.ndarray, budget: int, max_rounds: int = 200
+) -> tuple[np.ndarray, float]:
     """Improve a configuration by moving CPU steps between two tasks (or from unused budget) while the
     frame gets shorter, then, when no such move helps, between three; every candidate move of a round
     is evaluated at once. Only a better incumbent for the MILP (tighter bounds, earlier pruning);
@@ -246,7 +255,8 @@ def local_search(d: np.ndarray, w: np.ndarray, levels: np.ndarray, max_level: np
     dw = d * w[None, None, :]  # weights are >= 0, so max_i(d) * w == max_i(d * w) step by step
 
     def times(cand: np.ndarray) -> np.ndarray:  # (P, n) -> (P,) weighted frame times
-        return dw[tasks, cand].max(axis=1).sum(axis=1)
+        weighted: np.ndarray = dw[tasks, cand].max(axis=1).sum(axis=1)
+        return weighted
 
     gains = {id(pairs): pairs > 0, id(triples): triples > 0}
     lv = levels.copy()
@@ -292,43 +302,55 @@ class _Model:
     var_lo: np.ndarray
     var_hi: np.ndarray
     constant: float
-    decode: object  # x -> levels
+    decode: Callable[[np.ndarray], np.ndarray]  # x -> levels
 
 
-def _pairs(rows_from: int, a: np.ndarray, b: np.ndarray):
-    """Rows a - b >= 0, one per pair, as COO pieces."""
-    m = a.size
-    r = np.repeat(np.arange(rows_from, rows_from + m), 2)
-    c = np.stack([a, b], axis=1).ravel()
-    v = np.tile([1.0, -1.0], m)
-    return r, c, v, m
+class _CooRows:
+    """Constraint rows collected as COO pieces (row, column, value), numbered as they are added."""
+
+    def __init__(self) -> None:
+        self.R: list[np.ndarray] = []
+        self.C: list[np.ndarray] = []
+        self.V: list[np.ndarray] = []
+        self.count = 0
+
+    def add_pairs(self, a: np.ndarray, b: np.ndarray) -> None:
+        """Rows x[a] - x[b] >= 0, one per pair."""
+        m = a.size
+        self.R.append(np.repeat(np.arange(self.count, self.count + m), 2))
+        self.C.append(np.stack([a, b], axis=1).ravel())
+        self.V.append(np.tile([1.0, -1.0], m))
+        self.count += m
+
+    def add_row(self, cols: np.ndarray, values: np.ndarray) -> int:
+        """One row sum values * x[cols]; returns its index."""
+        self.R.append(np.full(cols.size, self.count))
+        self.C.append(cols)
+        self.V.append(values)
+        self.count += 1
+        return self.count - 1
+
+    def matrix(self, n_vars: int) -> csr_array:
+        return csr_array(
+            (np.concatenate(self.V), (np.concatenate(self.R), np.concatenate(self.C))), shape=(self.count, n_vars)
+        )
 
 
-def build_threshold_model(d, w, lo, hi, budget, floor_k) -> _Model:
-    """The closure + budget model described in the module docstring, on levels lo..hi."""
+@dataclass
+class _Thresholds:
+    """The candidate step times of the threshold model, all steps laid end to end: (nv,) arrays."""
+
+    T: np.ndarray  # the thresholds, descending within each step
+    step: np.ndarray  # the step each belongs to
+    first_of_step: np.ndarray  # bool: the step's first (highest) threshold
+    cost: np.ndarray  # objective coefficient of its v: -w_k (previous threshold - T)
+
+
+def _step_thresholds(
+    d: np.ndarray, w: np.ndarray, lo: np.ndarray, hi: np.ndarray, top: np.ndarray, bottom: np.ndarray
+) -> _Thresholds:
+    """Candidate thresholds per step: durations at allowed levels in [bottom, top), descending."""
     n, L, k = d.shape
-    ar = np.arange(n)
-    ny_i = hi - lo
-    yoff = np.concatenate([[0], np.cumsum(ny_i)]).astype(np.int64)
-    ny = int(yoff[-1])
-    R, Cc, V = [], [], []
-    r = 0
-    # y chains: y[i, l] >= y[i, l+1]
-    task_of = np.repeat(ar, ny_i)
-    idx = np.arange(ny)
-    not_last = np.ones(ny, dtype=bool)
-    not_last[yoff[1:][ny_i > 0] - 1] = False
-    a = idx[not_last]
-    rr, cc, vv, m = _pairs(r, a, a + 1)
-    R.append(rr); Cc.append(cc); V.append(vv); r += m
-    n_ge = r
-    # budget
-    budget_row = r
-    R.append(np.full(ny, r)); Cc.append(idx); V.append(np.ones(ny)); r += 1
-    top = d[ar, lo, :].max(axis=0)  # (k,)
-    bottom = np.maximum(floor_k, d[ar, hi, :].max(axis=0))
-    constant = float(np.dot(w, top))
-    # Candidate thresholds per step: durations at allowed levels in [bottom, top), descending.
     lv = np.arange(L)
     allowed = (lv[None, :, None] >= lo[:, None, None]) & (lv[None, :, None] <= hi[:, None, None])
     vals = np.where(allowed & (d < top[None, None, :]) & (d >= bottom[None, None, :]), d, np.nan)  # (n, L, k)
@@ -341,16 +363,40 @@ def build_threshold_model(d, w, lo, hi, budget, floor_k) -> _Model:
     uniq = np.ones(sv.size, dtype=bool)
     uniq[1:] = (sk[1:] != sk[:-1]) | (sv[1:] != sv[:-1])
     T, Tk = sv[uniq], sk[uniq]
-    nv = T.size
-    vid = ny + np.arange(nv)
-    first_of_step = np.ones(nv, dtype=bool)
+    first_of_step = np.ones(T.size, dtype=bool)
     first_of_step[1:] = Tk[1:] != Tk[:-1]
     prev_T = np.where(first_of_step, top[Tk], np.concatenate([[0.0], T[:-1]]))
-    cost_v = -w[Tk] * (prev_T - T)
+    return _Thresholds(T, Tk, first_of_step, -w[Tk] * (prev_T - T))
+
+
+def build_threshold_model(
+    d: np.ndarray, w: np.ndarray, lo: np.ndarray, hi: np.ndarray, budget: int, floor_k: np.ndarray
+) -> _Model:
+    """The closure + budget model described in the module docstring, on levels lo..hi."""
+    n, L, k = d.shape
+    ar = np.arange(n)
+    ny_i = hi - lo
+    yoff = np.concatenate([[0], np.cumsum(ny_i)]).astype(np.int64)
+    ny = int(yoff[-1])
+    rows = _CooRows()
+    # y chains: y[i, l] >= y[i, l+1]
+    task_of = np.repeat(ar, ny_i)
+    idx = np.arange(ny)
+    not_last = np.ones(ny, dtype=bool)
+    not_last[yoff[1:][ny_i > 0] - 1] = False
+    a = idx[not_last]
+    rows.add_pairs(a, a + 1)
+    budget_row = rows.add_row(idx, np.ones(ny))
+    top = d[ar, lo, :].max(axis=0)  # (k,)
+    bottom = np.maximum(floor_k, d[ar, hi, :].max(axis=0))
+    constant = float(np.dot(w, top))
+    th = _step_thresholds(d, w, lo, hi, top, bottom)
+    T, Tk, first_of_step = th.T, th.step, th.first_of_step
+    nv = T.size
+    vid = ny + np.arange(nv)
     # v chains within a step
     chain = ~first_of_step
-    rr, cc, vv, m = _pairs(r, vid[np.nonzero(chain)[0] - 1], vid[chain])
-    R.append(rr); Cc.append(cc); V.append(vv); r += m
+    rows.add_pairs(vid[np.nonzero(chain)[0] - 1], vid[chain])
     # links: need_i(T) per threshold; keep rows where need increases along the step's thresholds
     if nv:
         dk = d[:, :, Tk]  # (n, L, nv)
@@ -359,25 +405,26 @@ def build_threshold_model(d, w, lo, hi, budget, floor_k) -> _Model:
         prev_need = np.where(first_of_step[None, :], lo[:, None], np.concatenate([lo[:, None], need[:, :-1]], axis=1))
         ii, tt = np.nonzero(need > prev_need)
         yidx = yoff[ii] + need[ii, tt] - lo[ii] - 1
-        rr, cc, vv, m = _pairs(r, yidx, vid[tt])
-        R.append(rr); Cc.append(cc); V.append(vv); r += m
-    A = csr_array((np.concatenate(V), (np.concatenate(R), np.concatenate(Cc))), shape=(r, ny + nv))
+        rows.add_pairs(yidx, vid[tt])
+    r = rows.count
     row_lo = np.zeros(r)
     row_hi = np.full(r, np.inf)
     row_lo[budget_row] = -np.inf
     row_hi[budget_row] = budget - lo.sum()
-    c = np.concatenate([np.zeros(ny), cost_v])
+    c = np.concatenate([np.zeros(ny), th.cost])
     integrality = np.concatenate([np.ones(ny), np.zeros(nv)])
-    del n_ge
 
-    def decode(x):
+    def decode(x: np.ndarray) -> np.ndarray:
         y = x[:ny] > 0.5
         return lo + np.bincount(task_of[y], minlength=n).astype(np.int64)
 
+    A = rows.matrix(ny + nv)
     return _Model(c, A, row_lo, row_hi, integrality, np.zeros(ny + nv), np.ones(ny + nv), constant, decode)
 
 
-def build_assignment_model(d, w, lo, hi, budget, floor_k) -> _Model:
+def build_assignment_model(
+    d: np.ndarray, w: np.ndarray, lo: np.ndarray, hi: np.ndarray, budget: int, floor_k: np.ndarray
+) -> _Model:
     """The textbook model: x[i, l] binary (one level per task), z_k >= sum_l d[i, l, k] x[i, l]."""
     n, L, k = d.shape
     sizes = hi - lo + 1
@@ -403,7 +450,7 @@ def build_assignment_model(d, w, lo, hi, budget, floor_k) -> _Model:
     c = np.concatenate([np.zeros(nx), w])
     integrality = np.concatenate([np.ones(nx), np.zeros(k)])
 
-    def decode(x):
+    def decode(x: np.ndarray) -> np.ndarray:
         out = lo.copy()
         chosen = x[:nx] > 0.5
         out[task_of[chosen]] = level_of[chosen]
@@ -415,34 +462,51 @@ def build_assignment_model(d, w, lo, hi, budget, floor_k) -> _Model:
 FORMULATIONS = {"threshold": build_threshold_model, "assignment": build_assignment_model}
 
 
-def _run_milp(model: _Model, cutoff: float | None, rel_gap: float, time_limit: float, scale: float):
+def _run_milp(model: _Model, cutoff: float | None, rel_gap: float, time_limit: float, scale: float) -> OptimizeResult:
     """HiGHS through scipy.optimize.milp. `cutoff` (in frame seconds) becomes HiGHS's objective_bound,
     so every node that cannot beat it is pruned; the gap is absolute, rel_gap x scale seconds."""
     options = {"time_limit": float(time_limit), "mip_rel_gap": 0.0, "presolve": True}
     # Passed to HiGHS verbatim (scipy warns that it does not check them).
     # No primal heuristics: the incumbent (greedy improved by local search) is already within a
     # fraction of a percent, and its time is the objective bound, so HiGHS only has to prove.
-    extra = {"mip_abs_gap": max(rel_gap * scale, 1e-12), "threads": 1, "mip_heuristic_effort": 0.0,
-             "mip_heuristic_run_rins": False, "mip_heuristic_run_rens": False,
-             "mip_heuristic_run_root_reduced_cost": False, "mip_heuristic_run_zi_round": False,
-             "mip_heuristic_run_shifting": False, "mip_heuristic_run_feasibility_jump": False}
+    extra = {
+        "mip_abs_gap": max(rel_gap * scale, 1e-12),
+        "threads": 1,
+        "mip_heuristic_effort": 0.0,
+        "mip_heuristic_run_rins": False,
+        "mip_heuristic_run_rens": False,
+        "mip_heuristic_run_root_reduced_cost": False,
+        "mip_heuristic_run_zi_round": False,
+        "mip_heuristic_run_shifting": False,
+        "mip_heuristic_run_feasibility_jump": False,
+    }
     if cutoff is not None and np.isfinite(cutoff):
         extra["objective_bound"] = float(cutoff - model.constant)
     constraints = LinearConstraint(model.A, model.row_lo, model.row_hi)
     _quiet_highs_options()
     try:
-        return milp(model.c, constraints=constraints, integrality=model.integrality,
-                    bounds=Bounds(model.var_lo, model.var_hi), options={**options, **extra})
+        return milp(
+            model.c,
+            constraints=constraints,
+            integrality=model.integrality,
+            bounds=Bounds(model.var_lo, model.var_hi),
+            options={**options, **extra},
+        )
     except (AttributeError, ValueError, TypeError):  # a HiGHS build without one of the extras
-        return milp(model.c, constraints=constraints, integrality=model.integrality,
-                    bounds=Bounds(model.var_lo, model.var_hi), options=options)
+        return milp(
+            model.c,
+            constraints=constraints,
+            integrality=model.integrality,
+            bounds=Bounds(model.var_lo, model.var_hi),
+            options=options,
+        )
 
 
 # ----------------------------------------------------------------------------------------------------
 # One frame
 
 
-def check_frame(durations: np.ndarray, weights: np.ndarray, max_level: np.ndarray, budget_steps: int):
+def check_frame(durations: np.ndarray, weights: np.ndarray, max_level: np.ndarray, budget_steps: int) -> None:
     """The bad inputs every exact solve refuses, with what was expected."""
     if durations.ndim != 3:
         raise InputError(f"expected durations (tasks, levels, steps), got shape {durations.shape}", field="durations")
@@ -454,7 +518,9 @@ def check_frame(durations: np.ndarray, weights: np.ndarray, max_level: np.ndarra
             f"a frame of {weights.size} steps is beyond the forecast horizon of {k} steps", field="forecast.horizon"
         )
     if max_level.shape != (n,):
-        raise InputError(f"expected one maximum level per task ({n}), got shape {max_level.shape}", field="cpu.max_millicores")
+        raise InputError(
+            f"expected one maximum level per task ({n}), got shape {max_level.shape}", field="cpu.max_millicores"
+        )
     if int(budget_steps) != budget_steps or budget_steps < 0:
         raise InputError(
             f"no feasible configuration: the budget leaves {budget_steps} CPU steps once every task has the "
@@ -464,7 +530,8 @@ def check_frame(durations: np.ndarray, weights: np.ndarray, max_level: np.ndarra
     if np.any(max_level < 0):
         raise InputError(
             f"no feasible configuration: task {int(np.argmin(max_level))} has no allowed CPU level "
-            f"(max level {int(max_level.min())})", field="cpu.max_millicores",
+            f"(max level {int(max_level.min())})",
+            field="cpu.max_millicores",
         )
     if np.any(weights < 0) or not np.all(np.isfinite(weights)):
         raise InputError("expected finite weights >= 0", field="planner.discount")
@@ -525,39 +592,117 @@ def solve_frame(
     weights = np.asarray(weights, dtype=np.float64)
     max_level = np.asarray(max_level, dtype=np.int64)
     check_frame(durations, weights, max_level, budget_steps)
-    budget = int(budget_steps)
-    n, L, _ = durations.shape
-    M = np.minimum(max_level, L - 1)
+    L = durations.shape[1]
     active = np.nonzero(weights > 0)[0]
-    d = durations[:, :, active]
-    w = weights[active]
-    k = active.size
+    fr = _Frame(durations[:, :, active], weights[active], np.minimum(max_level, L - 1), int(budget_steps), fill, t0)
+    closed = _closed_form(fr)
+    if closed is not None:
+        return closed
+    best_lv, best_v = _incumbent(fr, incumbents)
+    d, w, M, budget = fr.d, fr.w, fr.M, fr.budget
+    limit = best_v if cutoff is None else min(best_v, float(cutoff))
+    scale = max(abs(best_v) if np.isfinite(best_v) else float(np.dot(w, d.max(axis=(0, 1)))), 1e-9)
+    tol = 1e-12 * scale
+    inc = _Incumbent(best_lv, best_v, limit, cutoff)
+
+    lo = np.zeros(fr.n, dtype=np.int64)
+    hi = np.minimum(M, budget)
+    G, floor_k = level_bound_terms(d, lo, hi, budget)
+    lb_all = float(np.dot(w, floor_k))
+    if lower_bound is not None:
+        lb_all = max(lb_all, float(lower_bound))
+    if lb_all >= limit - tol:  # the bounds already meet the limit: nothing beats it
+        return _proved(fr, inc, lb_all)
+    rounds = shrink_rounds if np.isfinite(limit) else 0
+    fixed = _fix_levels(fr, G, floor_k, lo, hi, limit + tol, rounds, level_bounds)
+    if fixed is None:  # no level of some task can beat the limit: nothing beats it
+        return _proved(fr, inc, lb_all)
+    lo, hi, floor_k = fixed
+    if np.all(lo == hi):
+        v = float(frame_time(d, lo, w))
+        if v < limit - tol or best_lv is None:
+            lv = fill_budget(d, w, lo, M, budget) if fill else lo
+            return FrameSolution(lv, float(frame_time(d, lv, w)), v, True, "bounds", seconds=time.perf_counter() - t0)
+        return _proved(fr, inc, lb_all)
+
+    model = FORMULATIONS[formulation](d, w, lo, hi, budget, floor_k)
+    cut = limit + max(rel_gap * scale, tol) if np.isfinite(limit) else None
+    t1 = time.perf_counter()
+    res = _run_milp(model, cut, rel_gap, time_limit, scale)
+    return _milp_solution(fr, inc, model, res, time.perf_counter() - t1, lb_all, tol)
+
+
+@dataclass
+class _Frame:
+    """One frame's problem with only its weighted steps: d (tasks, levels, k), w (k,), M (tasks,)."""
+
+    d: np.ndarray
+    w: np.ndarray
+    M: np.ndarray  # the highest level each task may take, within the table
+    budget: int
+    fill: bool  # hand out leftover budget in the answer
+    t0: float  # when solving began (perf_counter)
+
+    @property
+    def n(self) -> int:
+        return int(self.d.shape[0])
+
+    def filled(self, levels: np.ndarray) -> np.ndarray:
+        return fill_budget(self.d, self.w, levels, self.M, self.budget) if self.fill else levels
+
+    def time_of(self, levels: np.ndarray) -> float:
+        return float(frame_time(self.d, levels, self.w))
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.t0
+
+
+@dataclass
+class _Incumbent:
+    """The best configuration known before the MILP, and what a solution must beat."""
+
+    levels: np.ndarray | None
+    value: float
+    limit: float  # min(value, cutoff)
+    cutoff: float | None
+
+
+def _closed_form(fr: _Frame) -> FrameSolution | None:
+    """The frames that need no search: no weighted step, everyone at the maximum, or one step."""
+    d, w, M, budget, n = fr.d, fr.w, fr.M, fr.budget, fr.n
+    k = w.size
     if k == 0:
-        lv = fill_budget(d, w, np.zeros(n, dtype=np.int64), M, budget) if fill else np.zeros(n, dtype=np.int64)
-        return FrameSolution(lv, 0.0, 0.0, True, "empty", seconds=time.perf_counter() - t0)
+        lv = fill_budget(d, w, np.zeros(n, dtype=np.int64), M, budget) if fr.fill else np.zeros(n, dtype=np.int64)
+        return FrameSolution(lv, 0.0, 0.0, True, "empty", seconds=fr.elapsed())
     if M.sum() <= budget:  # everyone at the maximum fits: nothing is faster
         lv = M.copy()
-        v = float(frame_time(d, lv, w))
-        return FrameSolution(lv, v, v, True, "all-max", seconds=time.perf_counter() - t0)
+        v = fr.time_of(lv)
+        return FrameSolution(lv, v, v, True, "all-max", seconds=fr.elapsed())
     if k == 1:
         from ..planners.floor import floor_levels
 
         lvs, times = floor_levels(d, M, budget)
-        lv = fill_budget(d, w, lvs[0], M, budget) if fill else lvs[0]
+        lv = fr.filled(lvs[0])
         v = float(w[0] * times[0])
-        return FrameSolution(lv, v, v, True, "single-step", seconds=time.perf_counter() - t0)
+        return FrameSolution(lv, v, v, True, "single-step", seconds=fr.elapsed())
+    return None
 
-    # Incumbent: the best of the given configurations, the min-max configuration of the frame's
-    # weighted mean durations and the proportional-floor one, improved by local search.
+
+def _incumbent(fr: _Frame, incumbents: np.ndarray | None) -> tuple[np.ndarray | None, float]:
+    """The best of the given configurations, the min-max configuration of the frame's weighted mean
+    durations and the proportional-floor one, improved by local search: (levels, weighted time)."""
     from ..planners.floor import floor_levels
 
+    d, w, M, budget, n = fr.d, fr.w, fr.M, fr.budget, fr.n
     floor_k = floor_levels(d, M, budget)[1]
     mean = (d * w[None, None, :]).sum(axis=2, keepdims=True) / w.sum()
-    inc = [fill_budget(d, w, floor_levels(mean, M, budget)[0][0], M, budget)[None],
-           fill_budget(d, w, proportional_floor(d, M, budget, floor_k), M, budget)[None]]
+    starts = [
+        fill_budget(d, w, floor_levels(mean, M, budget)[0][0], M, budget)[None],
+        fill_budget(d, w, proportional_floor(d, M, budget, floor_k), M, budget)[None],
+    ]
     if incumbents is not None and len(incumbents):
-        inc.append(np.minimum(np.asarray(incumbents, dtype=np.int64).reshape(-1, n), M[None, :]))
-    inc = np.concatenate(inc)
+        starts.append(np.minimum(np.asarray(incumbents, dtype=np.int64).reshape(-1, n), M[None, :]))
+    inc = np.concatenate(starts)
     inc = inc[inc.sum(axis=1) <= budget]
     inc = np.unique(inc, axis=0)
     vals = frame_time(np.broadcast_to(d, (len(inc),) + d.shape), inc, w)
@@ -566,95 +711,134 @@ def solve_frame(
         lv, v = local_search(d, w, inc[j], M, budget)
         if v < best_v:
             best_lv, best_v = lv, v
-    limit = best_v if cutoff is None else min(best_v, float(cutoff))
-    scale = max(abs(best_v) if np.isfinite(best_v) else float(np.dot(w, d.max(axis=(0, 1)))), 1e-9)
-    tol = 1e-12 * scale
+    return best_lv, best_v
 
-    lo = np.zeros(n, dtype=np.int64)
-    hi = np.minimum(M, budget)
-    G, floor_k = level_bound_terms(d, lo, hi, budget)
-    lb_all = float(np.dot(w, floor_k))
-    if lower_bound is not None:
-        lb_all = max(lb_all, float(lower_bound))
-    if lb_all >= limit - tol:  # the bounds already meet the limit: nothing beats it
-        return _proved(best_lv, best_v, limit, cutoff, lb_all, t0, d, w, M, budget, fill)
-    for r in range(shrink_rounds if np.isfinite(limit) else 0):
+
+def _fix_levels(
+    fr: _Frame,
+    G: np.ndarray,
+    floor_k: np.ndarray,
+    lo: np.ndarray,
+    hi: np.ndarray,
+    limit: float,
+    rounds: int,
+    level_bounds: np.ndarray | None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """Rounds of level fixing: drop the levels whose weighted bound from G (tasks, levels, k) exceeds
+    `limit` (level_bounds, when given, in the first round instead). G and floor_k (k,) are
+    level_bound_terms of lo..hi. Returns the new (lo, hi, floor_k), or None when some task has no level
+    left (nothing beats the limit)."""
+    d, w, budget = fr.d, fr.w, fr.budget
+    for r in range(rounds):
         if r == 0 and level_bounds is not None:
             lb = np.asarray(level_bounds, dtype=np.float64)
         else:
             lb = (G * w[None, None, :]).sum(axis=2)
-        got = shrink_levels(lb, lo, hi, budget, limit + tol)
-        if got is None:  # no level of some task can beat the limit: nothing beats it
-            return _proved(best_lv, best_v, limit, cutoff, lb_all, t0, d, w, M, budget, fill)
+        got = shrink_levels(lb, lo, hi, budget, limit)
+        if got is None:
+            return None
         lo2, hi2 = got
         if np.array_equal(lo2, lo) and np.array_equal(hi2, hi) and not (r == 0 and level_bounds is not None):
             break
         lo, hi = lo2, hi2
         G, floor_k = level_bound_terms(d, lo, hi, budget)
-    if np.all(lo == hi):
-        v = float(frame_time(d, lo, w))
-        if v < limit - tol or best_lv is None:
-            lv = fill_budget(d, w, lo, M, budget) if fill else lo
-            return FrameSolution(lv, float(frame_time(d, lv, w)), v, True, "bounds", seconds=time.perf_counter() - t0)
-        return _proved(best_lv, best_v, limit, cutoff, lb_all, t0, d, w, M, budget, fill)
+    return lo, hi, floor_k
 
-    model = FORMULATIONS[formulation](d, w, lo, hi, budget, floor_k)
-    cut = limit + max(rel_gap * scale, tol) if np.isfinite(limit) else None
-    t1 = time.perf_counter()
-    res = _run_milp(model, cut, rel_gap, time_limit, scale)
-    solve_s = time.perf_counter() - t1
+
+def _milp_solution(
+    fr: _Frame, inc: _Incumbent, model: _Model, res: OptimizeResult, solve_s: float, lb_all: float, tol: float
+) -> FrameSolution:
+    """The answer from HiGHS's result: its solution, the incumbent proved optimal (or only a bound,
+    below a cutoff), or ExactSolverError when it stopped without a proof."""
+    d = fr.d
     nodes = int(res.mip_node_count or 0)
+
+    def proved(bound: float) -> FrameSolution:
+        sol = _proved(fr, inc, bound, method="milp")
+        sol.nodes, sol.milp_seconds = nodes, solve_s
+        return sol
+
     if res.status == 0 and res.x is not None:
         lv = model.decode(res.x)
-        v = float(frame_time(d, lv, w))
+        v = fr.time_of(lv)
         bound = float(res.mip_dual_bound + model.constant) if res.mip_dual_bound is not None else v
-        if v < limit - tol or best_lv is None:
-            lv2 = fill_budget(d, w, lv, M, budget) if fill else lv
-            v2 = float(frame_time(d, lv2, w))
-            sol = FrameSolution(lv2, v2, min(bound, v2), True, "milp", nodes, time.perf_counter() - t0)
+        if v < inc.limit - tol or inc.levels is None:
+            lv2 = fr.filled(lv)
+            v2 = fr.time_of(lv2)
+            sol = FrameSolution(lv2, v2, min(bound, v2), True, "milp", nodes, fr.elapsed())
             sol.milp_seconds = solve_s
             return sol
         # Nothing strictly better than the incumbent / cutoff.
-        sol = _proved(best_lv, best_v, limit, cutoff, lb_all, t0, d, w, M, budget, fill, method="milp")
-        sol.nodes, sol.milp_seconds = nodes, solve_s
-        if cutoff is not None and v < best_v:  # found something below the incumbent, not below the cutoff
+        sol = proved(lb_all)
+        if inc.cutoff is not None and v < inc.value:  # found something below the incumbent, not below the cutoff
             sol.levels, sol.value = lv, v
         return sol
     if res.status == 2 or (res.status == 0 and res.x is None):  # nothing beats the objective bound
-        sol = _proved(best_lv, best_v, limit, cutoff, lb_all, t0, d, w, M, budget, fill, method="milp")
-        sol.nodes, sol.milp_seconds = nodes, solve_s
-        return sol
+        return proved(lb_all)
     bound = res.mip_dual_bound + model.constant if res.mip_dual_bound is not None else lb_all
     bound = max(float(bound), lb_all) if np.isfinite(bound) else lb_all
-    found = frame_time(d, model.decode(res.x), w) if res.x is not None else best_v
-    if bound >= limit - tol and found >= limit - tol:  # stopped, but had already proved nothing beats it
-        sol = _proved(best_lv, best_v, limit, cutoff, bound, t0, d, w, M, budget, fill, method="milp")
-        sol.nodes, sol.milp_seconds = nodes, solve_s
-        return sol
-    inc = min(found, best_v)
-    gap = (inc - bound) / max(abs(inc), 1e-12) if np.isfinite(inc) else np.inf
+    found = fr.time_of(model.decode(res.x)) if res.x is not None else inc.value
+    if bound >= inc.limit - tol and found >= inc.limit - tol:  # stopped, but had already proved nothing beats it
+        return proved(bound)
+    best = min(found, inc.value)
+    gap = (best - bound) / max(abs(best), 1e-12) if np.isfinite(best) else np.inf
+    n, L, k = d.shape
     raise ExactSolverError(
         f"the exact allocator's MILP stopped before proving optimality ({res.message.strip()}) on a frame of "
         f"{n} tasks x {k} steps x {L} levels after {solve_s:.2f} s: best bound {bound:.6g} s, best "
-        f"configuration {inc:.6g} s, gap {100 * gap:.4g}%; raise the time limit or use allocator = \"greedy\"",
+        f'configuration {best:.6g} s, gap {100 * gap:.4g}%; raise the time limit or use allocator = "greedy"',
         bound=float(bound),
-        incumbent=float(inc),
+        incumbent=float(best),
     )
 
 
-def _proved(best_lv, best_v, limit, cutoff, lb_all, t0, d, w, M, budget, fill, method="incumbent") -> FrameSolution:
+def _proved(fr: _Frame, inc: _Incumbent, lb_all: float, method: str = "incumbent") -> FrameSolution:
     """Nothing beats `limit`: the incumbent is optimal, or (with a cutoff below it) only a bound is known."""
-    if cutoff is not None and cutoff < best_v:
-        lv = best_lv if best_lv is not None else np.zeros(d.shape[0], dtype=np.int64)
-        v = best_v if best_lv is not None else np.inf
-        return FrameSolution(lv, v, max(float(cutoff), lb_all), False, "cutoff", seconds=time.perf_counter() - t0)
-    lv = fill_budget(d, w, best_lv, M, budget) if fill else best_lv
-    v = float(frame_time(d, lv, w))
-    return FrameSolution(lv, v, v, True, method, seconds=time.perf_counter() - t0)
+    if inc.cutoff is not None and inc.cutoff < inc.value:
+        lv = inc.levels if inc.levels is not None else np.zeros(fr.n, dtype=np.int64)
+        v = inc.value if inc.levels is not None else np.inf
+        return FrameSolution(lv, v, max(float(inc.cutoff), lb_all), False, "cutoff", seconds=fr.elapsed())
+    assert inc.levels is not None  # without a cutoff the limit is the incumbent's value, finite
+    lv = fr.filled(inc.levels)
+    v = fr.time_of(lv)
+    return FrameSolution(lv, v, v, True, method, seconds=fr.elapsed())
 
 
 # ----------------------------------------------------------------------------------------------------
 # The allocator
+
+
+@dataclass
+class _Batch:
+    """A batch of frames: durations (B, tasks, levels, k), weights (B, j), and per frame still to solve
+    its cache key and the indices of its weighted steps."""
+
+    durations: np.ndarray
+    weights: np.ndarray
+    max_level: np.ndarray  # (tasks,) as given
+    M: np.ndarray  # (tasks,) within the table
+    budget_steps: int
+    keys: dict[int, bytes] = field(default_factory=dict)
+    active: dict[int, np.ndarray] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, durations: np.ndarray, weights: np.ndarray, max_level: np.ndarray, budget_steps: int) -> _Batch:
+        durations = np.asarray(durations, dtype=np.float64)
+        weights = np.asarray(weights, dtype=np.float64)
+        if durations.ndim != 4 or weights.ndim != 2 or weights.shape[0] != durations.shape[0]:
+            raise InputError(
+                f"expected durations (B, tasks, levels, k) and weights (B, j), got {durations.shape} and {weights.shape}",
+                field="durations",
+            )
+        L, k = durations.shape[2:]
+        j = weights.shape[1]
+        if j > k:
+            raise InputError(
+                f"a frame of {j} steps is beyond the forecast horizon of {k} steps", field="forecast.horizon"
+            )
+        max_level = np.asarray(max_level, dtype=np.int64)
+        check_frame(durations[0], weights[0], max_level, budget_steps)
+        return cls(durations, weights, max_level, np.minimum(max_level, L - 1), budget_steps)
 
 
 class ExactAllocator(Allocator):
@@ -674,9 +858,15 @@ class ExactAllocator(Allocator):
 
     name = "exact"
 
-    def __init__(self, rel_gap: float = DEFAULT_REL_GAP, time_limit: float = DEFAULT_TIME_LIMIT_S,
-                 cache_size: int = 500_000, pool_size: int = 16, formulation: str = "threshold",
-                 threads: int | None = None) -> None:
+    def __init__(
+        self,
+        rel_gap: float = DEFAULT_REL_GAP,
+        time_limit: float = DEFAULT_TIME_LIMIT_S,
+        cache_size: int = 500_000,
+        pool_size: int = 16,
+        formulation: str = "threshold",
+        threads: int | None = None,
+    ) -> None:
         import os
 
         self.rel_gap = rel_gap
@@ -691,15 +881,20 @@ class ExactAllocator(Allocator):
         self.stats = ExactStats()
 
     @staticmethod
-    def _key(d, w, M, budget) -> bytes:
+    def _key(d: np.ndarray, w: np.ndarray, M: np.ndarray, budget: int) -> bytes:
         """Digest of a frame: durations of its weighted steps, weights relative to the first (a frame's
         optimum scales with its weights, so a sub-frame and the frame that starts there share a key)."""
         import hashlib
 
         h = hashlib.blake2b(digest_size=20)
         rel = np.round(np.asarray(w, dtype=np.float64) / w[0], 12) if len(w) else np.zeros(0)
-        for part in (np.int64(budget), np.ascontiguousarray(M, dtype=np.int64), rel,
-                     np.int64(d.shape[1]), np.ascontiguousarray(d)):
+        for part in (
+            np.int64(budget),
+            np.ascontiguousarray(M, dtype=np.int64),
+            rel,
+            np.int64(d.shape[1]),
+            np.ascontiguousarray(d),
+        ):
             h.update(part.tobytes())
         return h.digest()
 
@@ -718,7 +913,9 @@ class ExactAllocator(Allocator):
             return list(range(1, ka))
         return sorted({1, 2, 3, ka // 3, ka // 2, (2 * ka) // 3, ka - 3, ka - 2, ka - 1})
 
-    def _sub_frames(self, d, w, M, budget):
+    def _sub_frames(
+        self, d: np.ndarray, w: np.ndarray, M: np.ndarray, budget: int
+    ) -> tuple[float | None, list[np.ndarray]]:
         """Lower bound and incumbents from solved sub-frames: for a cut m, the frame's optimum is at
         least the optimum of its first m steps plus that of the rest (one configuration serves both),
         each known from the cache (a one-step part: its floor)."""
@@ -745,27 +942,44 @@ class ExactAllocator(Allocator):
                 best = v if best is None else max(best, v)
         return best, cands
 
-    def allocate_batch(self, durations, weights, max_level, budget_steps):
+    def allocate_batch(
+        self, durations: np.ndarray, weights: np.ndarray, max_level: np.ndarray, budget_steps: int
+    ) -> np.ndarray:
         t0 = time.perf_counter()
-        durations = np.asarray(durations, dtype=np.float64)
-        weights = np.asarray(weights, dtype=np.float64)
-        if durations.ndim != 4 or weights.ndim != 2 or weights.shape[0] != durations.shape[0]:
-            raise InputError(
-                f"expected durations (B, tasks, levels, k) and weights (B, j), got {durations.shape} and {weights.shape}",
-                field="durations",
-            )
-        b, n, L, k = durations.shape
-        j = weights.shape[1]
-        if j > k:
-            raise InputError(f"a frame of {j} steps is beyond the forecast horizon of {k} steps", field="forecast.horizon")
-        max_level = np.asarray(max_level, dtype=np.int64)
-        check_frame(durations[0], weights[0], max_level, budget_steps)
-        M = np.minimum(max_level, L - 1)
+        batch = _Batch.of(durations, weights, max_level, budget_steps)
+        b, n = batch.durations.shape[:2]
         out = np.empty((b, n), dtype=np.int64)
-        todo, keys, active = [], {}, {}
-        for f in range(b):
-            act = np.nonzero(weights[f] > 0)[0]
-            key = self._key(durations[f][:, :, act], weights[f][act], M, budget_steps)
+        todo = self._answer_from_cache(batch, out)
+        if todo:
+            # Greedy is one vectorised pass over a batch (cheap per frame); for one or two frames the
+            # starts that solve_frame always tries are as good and far cheaper.
+            greedy: list[np.ndarray | None] = [None] * len(todo)
+            if len(todo) >= 4:
+                idx = np.array(todo)
+                j = batch.weights.shape[1]
+                greedy = list(
+                    self._greedy.allocate_batch(
+                        batch.durations[idx][:, :, :, :j], batch.weights[idx], batch.max_level, budget_steps
+                    )
+                )
+            greedy_of = dict(zip(todo, greedy, strict=True))
+            # Shorter frames first: a batch often holds the sub-frames of its longer frames (MPC's
+            # windows, padded rows), whose solutions then bound and seed the longer ones.
+            by_len: dict[int, list[int]] = {}
+            for f in todo:
+                by_len.setdefault(batch.active[f].size, []).append(f)
+            for ka in sorted(by_len):
+                self._solve_group(batch, by_len[ka], greedy_of, out)
+        self.stats.frames += b
+        self.stats.seconds += time.perf_counter() - t0
+        return out
+
+    def _answer_from_cache(self, batch: _Batch, out: np.ndarray) -> list[int]:
+        """Fill out[f] for every frame seen before; returns the others, noting their keys."""
+        todo = []
+        for f in range(batch.durations.shape[0]):
+            act = np.nonzero(batch.weights[f] > 0)[0]
+            key = self._key(batch.durations[f][:, :, act], batch.weights[f][act], batch.M, batch.budget_steps)
             hit = self._cache.get(key)
             if hit is not None:
                 self._cache.move_to_end(key)
@@ -773,59 +987,57 @@ class ExactAllocator(Allocator):
                 self.stats.cache_hits += 1
                 continue
             todo.append(f)
-            keys[f], active[f] = key, act
-        if todo:
-            idx = np.array(todo)
-            # Greedy is one vectorised pass over a batch (cheap per frame); for one or two frames the
-            # starts that solve_frame always tries are as good and far cheaper.
-            if len(todo) >= 4:
-                greedy = self._greedy.allocate_batch(durations[idx][:, :, :, :j], weights[idx], max_level, budget_steps)
-            else:
-                greedy = [None] * len(todo)
-            greedy_of = dict(zip(todo, greedy))
-            # Shorter frames first: a batch often holds the sub-frames of its longer frames (MPC's
-            # windows, padded rows), whose solutions then bound and seed the longer ones.
-            by_len: dict[int, list[int]] = {}
-            for f in todo:
-                by_len.setdefault(active[f].size, []).append(f)
-            for ka in sorted(by_len):
-                pool = list(self._pool)
-                jobs = []
-                for f in by_len[ka]:
-                    act = active[f]
-                    g = greedy_of[f]
-                    lower, subs = (None, [])
-                    if ka > 1:
-                        lower, subs = self._sub_frames(durations[f][:, :, act], weights[f][act], M, budget_steps)
-                    cands = subs + ([] if g is None else [g]) + pool
-                    jobs.append((f, g, np.array(cands) if cands else None, lower))
+            batch.keys[f], batch.active[f] = key, act
+        return todo
 
-                def run(job):
-                    f, g, cands, lower = job
-                    return solve_frame(
-                        durations[f][:, :, :j], weights[f], max_level, budget_steps, incumbents=cands,
-                        rel_gap=self.rel_gap, time_limit=self.time_limit, formulation=self.formulation,
-                        lower_bound=lower,
-                    )
+    def _solve_group(
+        self, batch: _Batch, frames: list[int], greedy_of: dict[int, np.ndarray | None], out: np.ndarray
+    ) -> None:
+        """Solve frames with the same number of weighted steps (on `threads` threads), each seeded with
+        its sub-frames' solutions, greedy's configuration and the recent pool fixed before any starts."""
+        d_all, w_all, M, budget_steps = batch.durations, batch.weights, batch.M, batch.budget_steps
+        j = w_all.shape[1]
+        pool = list(self._pool)
+        jobs = []
+        for f in frames:
+            act = batch.active[f]
+            g = greedy_of[f]
+            lower: float | None = None
+            subs: list[np.ndarray] = []
+            if act.size > 1:
+                lower, subs = self._sub_frames(d_all[f][:, :, act], w_all[f][act], M, budget_steps)
+            cands = subs + ([] if g is None else [g]) + pool
+            jobs.append((f, g, np.array(cands) if cands else None, lower))
 
-                if self.threads > 1 and len(jobs) > 1:
-                    from concurrent.futures import ThreadPoolExecutor
+        def run(job: tuple[int, np.ndarray | None, np.ndarray | None, float | None]) -> FrameSolution:
+            f, g, cands, lower = job
+            return solve_frame(
+                d_all[f][:, :, :j],
+                w_all[f],
+                batch.max_level,
+                budget_steps,
+                incumbents=cands,
+                rel_gap=self.rel_gap,
+                time_limit=self.time_limit,
+                formulation=self.formulation,
+                lower_bound=lower,
+            )
 
-                    with ThreadPoolExecutor(self.threads) as ex:
-                        sols = list(ex.map(run, jobs))
-                else:
-                    sols = [run(job) for job in jobs]
-                for (f, g, _, _), sol in zip(jobs, sols):
-                    out[f] = sol.levels
-                    self._note(sol, None if g is None else frame_time(durations[f][:, :, :j], g, weights[f]))
-                    self._remember(sol.levels)
-                    first_w = weights[f][active[f][0]] if active[f].size else 1.0
-                    self._cache[keys[f]] = (sol.levels.copy(), sol.bound / first_w)  # bound per unit first weight
-                    if len(self._cache) > self.cache_size:
-                        self._cache.popitem(last=False)
-        self.stats.frames += b
-        self.stats.seconds += time.perf_counter() - t0
-        return out
+        if self.threads > 1 and len(jobs) > 1:
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(self.threads) as ex:
+                sols = list(ex.map(run, jobs))
+        else:
+            sols = [run(job) for job in jobs]
+        for (f, g, _, _), sol in zip(jobs, sols, strict=True):
+            out[f] = sol.levels
+            self._note(sol, None if g is None else float(frame_time(d_all[f][:, :, :j], g, w_all[f])))
+            self._remember(sol.levels)
+            first_w = w_all[f][batch.active[f][0]] if batch.active[f].size else 1.0
+            self._cache[batch.keys[f]] = (sol.levels.copy(), sol.bound / first_w)  # bound per unit first weight
+            if len(self._cache) > self.cache_size:
+                self._cache.popitem(last=False)
 
     def _note(self, sol: FrameSolution, greedy_value: float | None) -> None:
         s = self.stats

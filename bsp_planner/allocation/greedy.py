@@ -29,6 +29,8 @@ about 25 numpy calls (against ~35 calls on (frames, tasks, steps) arrays, often 
 
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 
 from .base import Allocator
@@ -39,7 +41,7 @@ def _unique_view(a: np.ndarray) -> np.ndarray:
     return a[tuple(0 if s == 0 and a.shape[i] > 0 else slice(None) for i, s in enumerate(a.strides))]
 
 
-def _straggler_gains(cur: np.ndarray, nxt: np.ndarray, weights: np.ndarray):
+def _straggler_gains(cur: np.ndarray, nxt: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """cur, nxt: (B, n, k); weights: (B, k). Returns (gain (B, n), straggles (B, n) bool)."""
     b, n, k = cur.shape
     strag = cur.argmax(axis=1)  # (B, k): first slowest task at each step
@@ -52,7 +54,7 @@ def _straggler_gains(cur: np.ndarray, nxt: np.ndarray, weights: np.ndarray):
     return gain, count > 0
 
 
-def _allocate_plain(durations, weights, max_level, budget_steps):
+def _allocate_plain(durations: np.ndarray, weights: np.ndarray, max_level: np.ndarray, budget_steps: int) -> np.ndarray:
     """The straightforward version: every straggler and gain recomputed at every step. Used for inputs
     with NaN or infinite values, where the fast version's -inf markers would be ambiguous."""
     b, n, n_levels, k = durations.shape
@@ -83,7 +85,7 @@ def _allocate_plain(durations, weights, max_level, budget_steps):
     return lvl
 
 
-def _allocate_fast(durations, weights, max_level, budget_steps):
+def _allocate_fast(durations: np.ndarray, weights: np.ndarray, max_level: np.ndarray, budget_steps: int) -> np.ndarray:
     """Same as _allocate_plain for finite inputs (see the module docstring)."""
     b, n, n_levels, k = durations.shape
     top_level = n_levels - 1
@@ -104,8 +106,8 @@ def _allocate_fast(durations, weights, max_level, budget_steps):
     k_of = np.zeros((b, kmax), dtype=np.int64)  # their steps
     k_of[filled] = ent_k
 
-    can = np.broadcast_to(max_level > 0, (b, n)).copy()
-    hascan = can.any(axis=1)
+    can: np.ndarray = np.broadcast_to(max_level > 0, (b, n)).copy()
+    hascan = cast(np.ndarray, can.any(axis=1))  # numpy types an axis reduction as "array or scalar"
     any_maxed = not can.all()
     cur = durations[ent_b, :, 0, ent_k]  # (E, n)
     nxt = durations[ent_b, :, min(1, top_level), ent_k]
@@ -134,7 +136,7 @@ def _allocate_fast(durations, weights, max_level, budget_steps):
     level_pair = np.minimum(np.arange(n_levels)[:, None] + both, top_level)  # a level and the next
     dense = e == b * k  # every frame has every step: no need to pick each frame's steps
 
-    def frames(r):
+    def frames(r: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Index arrays for the frames r that give a step this round (kept while r stays the same)."""
         # pick: where each frame's entries lie in the flattened (R, 2, k) block of gathered durations
         pick = (np.arange(r.size)[:, None, None] * 2 + both[:, :, None]) * k + k_of[r][:, None, :]
@@ -198,7 +200,9 @@ def _allocate_fast(durations, weights, max_level, budget_steps):
 class GreedyAllocator(Allocator):
     name = "greedy"
 
-    def allocate_batch(self, durations, weights, max_level, budget_steps):
+    def allocate_batch(
+        self, durations: np.ndarray, weights: np.ndarray, max_level: np.ndarray, budget_steps: int
+    ) -> np.ndarray:
         durations = np.asarray(durations, dtype=np.float64)
         b, n, n_levels, k = durations.shape
         weights = np.broadcast_to(np.asarray(weights, dtype=np.float64), (b, k))

@@ -34,9 +34,15 @@ allocator: BENCHMARKS.md). `greedy` stays the default and is unchanged.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any, cast
+
 import numpy as np
 
 from .base import Allocator
+
+#: tiebreak(frame, flat entries i * L + l) -> each entry's weighted frame time (see levels_for_ratios)
+TieBreak = Callable[[int | np.integer[Any], np.ndarray], np.ndarray]
 
 
 def _kth_largest(values: np.ndarray, k: int, axis: int) -> np.ndarray:
@@ -46,20 +52,24 @@ def _kth_largest(values: np.ndarray, k: int, axis: int) -> np.ndarray:
         shape = list(values.shape)
         del shape[axis]
         return np.full(shape, -np.inf)
-    return np.take(np.partition(values, size - k, axis=axis), size - k, axis=axis)
+    kth: np.ndarray = np.take(np.partition(values, size - k, axis=axis), size - k, axis=axis)
+    return kth
 
 
 def step_floors(d: np.ndarray, max_level: np.ndarray, budget_steps: int) -> np.ndarray:
     """Per-step min-max floors. d (..., n, L, k) seconds, non-increasing along L -> (..., k) seconds."""
     n, L = d.shape[-3], d.shape[-2]
     below_max = np.arange(L)[None, :] < max_level[:, None]  # (n, L): levels a task may still leave
-    at_max = np.take_along_axis(d, np.broadcast_to(max_level[:, None, None], d.shape[:-3] + (n, 1, d.shape[-1])), axis=-2)
+    at_max = np.take_along_axis(
+        d, np.broadcast_to(max_level[:, None, None], d.shape[:-3] + (n, 1, d.shape[-1])), axis=-2
+    )
     slowest_at_max = at_max[..., 0, :].max(axis=-2)  # (..., k)
     leavable = np.where(below_max[:, :, None], d, -np.inf).reshape(d.shape[:-3] + (n * L, d.shape[-1]))
-    return np.maximum(slowest_at_max, _kth_largest(leavable, budget_steps + 1, axis=-2))
+    floors: np.ndarray = np.maximum(slowest_at_max, _kth_largest(leavable, budget_steps + 1, axis=-2))
+    return floors
 
 
-def levels_for_ratios(ratio: np.ndarray, tiebreak, budgets: list[int]) -> list[np.ndarray]:
+def levels_for_ratios(ratio: np.ndarray, tiebreak: TieBreak, budgets: list[int]) -> list[np.ndarray]:
     """ratio (F, n, L), non-increasing along L, -inf at the levels a task may not leave (its maximum
     and above): R[i, l] = the threshold multiple task i meets at level l. tiebreak(frame, entries) -> the
     weighted frame time of the flat entries i * L + l, non-increasing along L: orders entries of equal
@@ -95,7 +105,8 @@ def _ratio_tables(d: np.ndarray, floors: np.ndarray, max_level: np.ndarray) -> n
     f = np.broadcast_to(floors[..., None, None, :], d.shape)
     out = np.divide(d, f, out=np.where(d > 0, np.inf, 0.0), where=f > 0)
     out[..., np.arange(d.shape[-2])[None, :] >= max_level[:, None], :] = -np.inf
-    return out
+    ratios: np.ndarray = out
+    return ratios
 
 
 class _RangeMax:
@@ -114,12 +125,14 @@ class _RangeMax:
         so each power of two fills one contiguous block of out."""
         p = np.floor(np.log2(ends - starts)).astype(np.int64)
         bounds = np.flatnonzero(np.diff(np.concatenate([[-1], p, [-1]])))
-        for i0, i1 in zip(bounds[:-1], bounds[1:]):
+        for i0, i1 in zip(bounds[:-1], bounds[1:], strict=True):
             table = self.levels[p[i0]]
             np.maximum(table[starts[i0:i1]], table[ends[i0:i1] - (1 << int(p[i0]))], out=out[i0:i1])
 
 
-def frame_ratios(durations: np.ndarray, weights: np.ndarray, max_level: np.ndarray, budget_steps: int):
+def frame_ratios(
+    durations: np.ndarray, weights: np.ndarray, max_level: np.ndarray, budget_steps: int
+) -> tuple[np.ndarray, np.ndarray, TieBreak]:
     """Steps 1 and 2 of the module docstring up to the ratios: durations (B, n, L, k), weights (B, k)
     -> (order (B,), R (B, n, L), tiebreak): R[j] belongs to frame order[j] (windows are grouped for the
     range maxima), -inf where a task may not leave a level; tiebreak(j) is each level's weighted frame
@@ -133,7 +146,9 @@ def frame_ratios(durations: np.ndarray, weights: np.ndarray, max_level: np.ndarr
         table = durations[0]
         # float32: half the memory traffic in the passes over (windows, n, L); ties it creates are
         # broken like any others.
-        ratio = _ratio_tables(table, step_floors(table, max_level, budget_steps), max_level).astype(np.float32)  # (n, L, k)
+        ratio = _ratio_tables(table, step_floors(table, max_level, budget_steps), max_level).astype(
+            np.float32
+        )  # (n, L, k)
         starts = support.argmax(axis=1)
         ends = starts + support.sum(axis=1)
         live = ends > starts
@@ -153,8 +168,15 @@ def frame_ratios(durations: np.ndarray, weights: np.ndarray, max_level: np.ndarr
     return np.arange(b), R, lambda j, idx: durations[j].reshape(n * L, k)[idx] @ weights[j]
 
 
-def greedy_from(durations: np.ndarray, weights: np.ndarray, max_level: np.ndarray, start: np.ndarray, budget_steps,
-                tasks: np.ndarray | None = None, real: np.ndarray | None = None) -> np.ndarray:
+def greedy_from(
+    durations: np.ndarray,
+    weights: np.ndarray,
+    max_level: np.ndarray,
+    start: np.ndarray,
+    budget_steps: int | np.ndarray,
+    tasks: np.ndarray | None = None,
+    real: np.ndarray | None = None,
+) -> np.ndarray:
     """The greedy rule (see greedy.py), one CPU step per frame and round, from a start configuration,
     until each frame's budget is spent or no task can grow. durations (B, N, L, k); max_level (N,);
     budget_steps: a number or one per frame. tasks (B, n): the tasks each frame works on (default all
@@ -212,7 +234,9 @@ def greedy_from(durations: np.ndarray, weights: np.ndarray, max_level: np.ndarra
     return lvl
 
 
-def polish(durations: np.ndarray, weights: np.ndarray, max_level: np.ndarray, start: np.ndarray, budget_steps: int) -> np.ndarray:
+def polish(
+    durations: np.ndarray, weights: np.ndarray, max_level: np.ndarray, start: np.ndarray, budget_steps: int
+) -> np.ndarray:
     """Spend the r = budget - sum(start) last steps by the greedy rule, on the few tasks that can matter.
 
     After j rounds at most j tasks have changed, so the slowest task at a step is one of that step's
@@ -254,7 +278,8 @@ def _frame_times(durations: np.ndarray, levels: np.ndarray, weights: np.ndarray)
         per_task = durations[0][np.arange(n)[None, :], levels]  # (B, n, k)
     else:
         per_task = durations[np.arange(b)[:, None], np.arange(n)[None, :], levels]
-    return (per_task.max(axis=1) * weights).sum(axis=1)
+    times: np.ndarray = (per_task.max(axis=1) * weights).sum(axis=1)
+    return times
 
 
 class ThresholdAllocator(Allocator):
@@ -262,14 +287,16 @@ class ThresholdAllocator(Allocator):
     #: Steps of the budget the greedy rule spends last (see polish); the better of the two is kept.
     polish_steps = 8
 
-    def allocate_batch(self, durations, weights, max_level, budget_steps):
+    def allocate_batch(
+        self, durations: np.ndarray, weights: np.ndarray, max_level: np.ndarray, budget_steps: int
+    ) -> np.ndarray:
         durations = np.asarray(durations, dtype=np.float64)
         b, n, n_levels, k = durations.shape
         weights = np.broadcast_to(np.asarray(weights, dtype=np.float64), (b, k))
         max_level = np.minimum(np.asarray(max_level, dtype=np.int64), n_levels - 1)
         if budget_steps <= 0 or b == 0 or n == 0 or not (max_level > 0).any():
             return np.zeros((b, n), dtype=np.int64)
-        used = (weights > 0).any(axis=1)
+        used = cast(np.ndarray, (weights > 0).any(axis=1))  # numpy types it as "array or scalar"
         if budget_steps >= max_level.sum():
             return np.where(used[:, None], max_level[None, :], 0)
         order, R, tiebreak = frame_ratios(durations, weights, max_level, budget_steps)

@@ -53,7 +53,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    kernel(int(round(args.size * args.ops_per_unit)))
+    kernel(round(args.size * args.ops_per_unit))
     print(json.dumps({"workload": args.size}), flush=True)
     return 0
 

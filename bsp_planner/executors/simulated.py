@@ -26,7 +26,9 @@ class SimulatedExecutor:
         self.penalty_s = float(penalty_s)
         self.n_tasks = int(actual.shape[0])
         if self.workloads.shape != (self.n_tasks, actual.shape[2]):
-            raise ValueError(f"workloads of shape {self.workloads.shape} do not match durations of shape {actual.shape}")
+            raise ValueError(
+                f"workloads of shape {self.workloads.shape} do not match durations of shape {actual.shape}"
+            )
         self._levels: np.ndarray | None = None
 
     def apply(self, step: int, levels: np.ndarray, reconfigure: bool) -> float:

@@ -34,7 +34,7 @@ class Forecaster(ABC):
         return self.quantiles.index(0.5)
 
     @abstractmethod
-    def fit(self, history: np.ndarray) -> "Forecaster":
+    def fit(self, history: np.ndarray) -> Forecaster:
         """Learn from a training history (n,)."""
 
     @abstractmethod
@@ -100,7 +100,9 @@ class PointForecaster(Forecaster):
                 gamma=self.interval_gamma,
             )
         else:
-            offsets = np.broadcast_to(self.error_quantiles_[:, None, :], (len(self.quantiles), len(origins), self.horizon))
+            offsets = np.broadcast_to(
+                self.error_quantiles_[:, None, :], (len(self.quantiles), len(origins), self.horizon)
+            )
         return np.sort(point[None, :, :] + offsets, axis=0)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import numpy as np
 import typer
@@ -28,14 +28,22 @@ app = typer.Typer(
 console = Console()
 
 ExperimentOpt = Annotated[
-    Optional[Path],
-    typer.Option("--experiment", "-e", help="Experiment file (or a shipped experiment's name) for the job, workload range, start, steps and H [default: the shipped default]."),
+    Path | None,
+    typer.Option(
+        "--experiment",
+        "-e",
+        help="Experiment file (or a shipped experiment's name) for the job, workload range, start, steps and H "
+        "[default: the shipped default].",
+    ),
 ]
-JobOpt = Annotated[Optional[Path], typer.Option("--job", help="Job file (instead of the experiment's job).")]
-TaskOpt = Annotated[Optional[list[str]], typer.Option("--task", "-t", help="Only this task (repeatable).")]
-HorizonOpt = Annotated[Optional[int], typer.Option("--horizon", "-H", help="Steps ahead to forecast [default: the experiment's forecast.horizon].")]
+JobOpt = Annotated[Path | None, typer.Option("--job", help="Job file (instead of the experiment's job).")]
+TaskOpt = Annotated[list[str] | None, typer.Option("--task", "-t", help="Only this task (repeatable).")]
+HorizonOpt = Annotated[
+    int | None,
+    typer.Option("--horizon", "-H", help="Steps ahead to forecast [default: the experiment's forecast.horizon]."),
+]
 GapsOpt = Annotated[
-    Optional[str],
+    str | None,
     typer.Option(
         "--gaps",
         help="Gaps in a series' timestamps: error (refuse), fill (interpolate on the regular grid) or ignore (rows as "
@@ -44,12 +52,18 @@ GapsOpt = Annotated[
     ),
 ]
 SetOpt = Annotated[
-    Optional[list[str]],
-    typer.Option("--set", help="A forecaster setting, KEY=VALUE or FORECASTER.KEY=VALUE, e.g. --set units=64 (repeatable)."),
+    list[str] | None,
+    typer.Option(
+        "--set", help="A forecaster setting, KEY=VALUE or FORECASTER.KEY=VALUE, e.g. --set units=64 (repeatable)."
+    ),
 ]
 ModelsOpt = Annotated[
-    Optional[Path],
-    typer.Option("--models", help="Where models are saved: <models>/<job>/<forecaster>/<task>.keras [default: the shipped models].", show_default=False),
+    Path | None,
+    typer.Option(
+        "--models",
+        help="Where models are saved: <models>/<job>/<forecaster>/<task>.keras [default: the shipped models].",
+        show_default=False,
+    ),
 ]
 RetrainOpt = Annotated[bool, typer.Option("--retrain", help="Train anew even if a saved model matches.")]
 
@@ -86,9 +100,7 @@ def _parse_settings(items: list[str] | None, names: list[str]) -> dict[str, dict
         for n in targets:
             out.setdefault(n, {})[key] = value
     for n, values in out.items():  # checked now, by the settings loader, before any data is read
-        if not is_learned(n):
-            raise InputError(f"the {n} forecaster takes no settings, got {', '.join(values)}", field="--set")
-        try:
+        try:  # a forecaster without settings refuses any (baselines.NoSettings)
             FORECASTERS.get(n).settings_type.from_dict(values)  # type: ignore[attr-defined]
         except InputError as exc:
             raise InputError(f"{exc.message} (from --set)", field=exc.field) from None
@@ -123,7 +135,8 @@ def _context(experiment, job, tasks, horizon, gaps, settings, names):
     filled = [(p.task, p.filled) for p in ws.prepared if p.filled]
     if filled:
         console.print(
-            "[yellow]gaps filled by interpolation:[/] " + ", ".join(f"{t} ({n} steps)" for t, n in filled), highlight=False
+            "[yellow]gaps filled by interpolation:[/] " + ", ".join(f"{t} ({n} steps)" for t, n in filled),
+            highlight=False,
         )
     return ws, exp
 
@@ -137,11 +150,16 @@ def _shipped_gap_policy(exp, job_path: Path) -> str:
         return "error"
     name = load_job(job_path).name
     for folder, meta in shipped_folders(exp.path.parent, DEFAULT_FORECASTER):
-        if meta["inputs"].get("job") == name and meta.get("experiment", exp.name) == exp.name and "gaps" in meta["inputs"]:
+        if (
+            meta["inputs"].get("job") == name
+            and meta.get("experiment", exp.name) == exp.name
+            and "gaps" in meta["inputs"]
+        ):
             policy = meta["inputs"]["gaps"]
             if policy != "error":
                 console.print(
-                    f"[dim]gaps: {policy}, as the shipped forecasts in {folder} were made (--gaps to choose)[/]", highlight=False
+                    f"[dim]gaps: {policy}, as the shipped forecasts in {folder} were made (--gaps to choose)[/]",
+                    highlight=False,
                 )
             return policy
     return "error"
@@ -149,7 +167,9 @@ def _shipped_gap_policy(exp, job_path: Path) -> str:
 
 @app.command()
 def train(
-    forecaster: Annotated[list[str], typer.Option("--forecaster", "-f", help="lstm or lstm-thesis (repeatable).")] = [DEFAULT_FORECASTER],  # noqa: B006
+    forecaster: Annotated[list[str], typer.Option("--forecaster", "-f", help="lstm or lstm-thesis (repeatable).")] = [  # noqa: B006  (typer needs a list; only read)
+        DEFAULT_FORECASTER
+    ],
     experiment: ExperimentOpt = None,
     job: JobOpt = None,
     task: TaskOpt = None,
@@ -193,13 +213,15 @@ def train(
             )
     console.print(table)
     where = ", ".join(str(model_folder(models, ws.job.name, n)) for n in forecaster)
-    console.print(f"trained {len(forecaster) * len(ws.prepared)} models in {time.perf_counter() - total:.1f} s; saved in {where}")
+    console.print(
+        f"trained {len(forecaster) * len(ws.prepared)} models in {time.perf_counter() - total:.1f} s; saved in {where}"
+    )
 
 
 @app.command()
 def evaluate(
     forecaster: Annotated[
-        Optional[list[str]], typer.Option("--forecaster", "-f", help="Forecasters to compare (repeatable) [default: all].")
+        list[str] | None, typer.Option("--forecaster", "-f", help="Forecasters to compare (repeatable) [default: all].")
     ] = None,
     experiment: ExperimentOpt = None,
     job: JobOpt = None,
@@ -209,15 +231,14 @@ def evaluate(
     settings: SetOpt = None,
     models: ModelsOpt = None,
     retrain: RetrainOpt = False,
-    out: Annotated[Path, typer.Option("--out", "-o", help="Folder for evaluation.json, rmse_by_lead.csv and the plot.")] = Path(
-        "out/forecast-eval"
-    ),
+    out: Annotated[
+        Path, typer.Option("--out", "-o", help="Folder for evaluation.json, rmse_by_lead.csv and the plot.")
+    ] = Path("out/forecast-eval"),
 ) -> None:
     """RMSE per lead time on the test halves, every forecaster side by side, and 80% interval coverage."""
+    from ..outputs import check_output_dir
     from .pipeline import evaluate as run_evaluation
     from .pipeline import plot_evaluation
-
-    from ..outputs import check_output_dir
 
     names = list(forecaster or FORECASTERS)
     check_output_dir(out, "--out")  # before any training
@@ -237,7 +258,9 @@ def evaluate(
             for t, s in ev.scores[n].items():
                 for h, v in enumerate(s.rmse, start=1):
                     fh.write(f"{n},{t},{h},{v:.4f}\n")
-    png = plot_evaluation(ev, out / "rmse_by_lead.png", title=f"Forecast error against lead time · job {ws.job.name} (test halves)")
+    png = plot_evaluation(
+        ev, out / "rmse_by_lead.png", title=f"Forecast error against lead time · job {ws.job.name} (test halves)"
+    )
     console.print(f"wrote {out / 'evaluation.json'}, {out / 'rmse_by_lead.csv'} and {png}")
 
 
@@ -265,7 +288,11 @@ def print_evaluation(ev, job_name: str) -> None:
     t.add_row(
         "all tasks",
         *[
-            (f"[bold]{overall[n]:.3f} · {ev.overall_coverage(n):.1%}[/]" if overall[n] == best else f"{overall[n]:.3f} · {ev.overall_coverage(n):.1%}")
+            (
+                f"[bold]{overall[n]:.3f} · {ev.overall_coverage(n):.1%}[/]"
+                if overall[n] == best
+                else f"{overall[n]:.3f} · {ev.overall_coverage(n):.1%}"
+            )
             for n in names
         ],
     )
@@ -282,19 +309,26 @@ def print_evaluation(ev, job_name: str) -> None:
 
 @app.command()
 def predict(
-    forecaster: Annotated[str, typer.Option("--forecaster", "-f", help="Which forecaster makes them.")] = DEFAULT_FORECASTER,
+    forecaster: Annotated[
+        str, typer.Option("--forecaster", "-f", help="Which forecaster makes them.")
+    ] = DEFAULT_FORECASTER,
     experiment: ExperimentOpt = None,
     job: JobOpt = None,
     horizon: HorizonOpt = None,
     gaps: GapsOpt = None,
     settings: SetOpt = None,
-    start: Annotated[Optional[int], typer.Option("--start", help="First step [default: the experiment's].")] = None,
-    steps: Annotated[Optional[int], typer.Option("--steps", help="Steps [default: the experiment's].")] = None,
+    start: Annotated[int | None, typer.Option("--start", help="First step [default: the experiment's].")] = None,
+    steps: Annotated[int | None, typer.Option("--steps", help="Steps [default: the experiment's].")] = None,
     models: ModelsOpt = None,
     retrain: RetrainOpt = False,
     out: Annotated[
-        Optional[Path],
-        typer.Option("--out", "-o", help="Folder for <task>.csv + forecasts.json [default: experiments/forecasts/<experiment>/ for lstm, .../<experiment>-<forecaster>/ otherwise]."),
+        Path | None,
+        typer.Option(
+            "--out",
+            "-o",
+            help="Folder for <task>.csv + forecasts.json [default: experiments/forecasts/<experiment>/ for lstm, "
+            ".../<experiment>-<forecaster>/ otherwise].",
+        ),
     ] = None,
 ) -> None:
     """Write the forecast matrices of an experiment's steps (row t: the next H values predicted before step t)."""
@@ -307,12 +341,20 @@ def predict(
     start = exp.start if start is None else start
     steps = exp.steps if steps is None else steps
     if out is None:
-        out = output_base(exp.path) / "forecasts" / (exp.name if forecaster == DEFAULT_FORECASTER else f"{exp.name}-{forecaster}")
+        out = (
+            output_base(exp.path)
+            / "forecasts"
+            / (exp.name if forecaster == DEFAULT_FORECASTER else f"{exp.name}-{forecaster}")
+        )
     check_output_dir(out, "--out")  # before any training
     t0 = time.perf_counter()
-    matrix, meta = forecast_experiment(ws, forecaster, start, steps, model_root=_models(models), retrain=retrain, say=_say)
+    matrix, meta = forecast_experiment(
+        ws, forecaster, start, steps, model_root=_models(models), retrain=retrain, say=_say
+    )
     meta["experiment"] = exp.name
-    write_forecasts(out, ws.job.task_names if len(ws.prepared) == len(ws.job.tasks) else [p.task for p in ws.prepared], matrix, meta)
+    write_forecasts(
+        out, ws.job.task_names if len(ws.prepared) == len(ws.job.tasks) else [p.task for p in ws.prepared], matrix, meta
+    )
     console.print(
         f"wrote {forecaster} forecasts for steps {start}..{start + steps - 1} (H = {ws.horizon}) of {len(ws.prepared)} tasks "
         f"to {out} in {time.perf_counter() - t0:.1f} s · digest {meta['digest']}"

@@ -23,7 +23,9 @@ from ..errors import InputError, open_text
 FORECAST_META = "forecasts.json"
 
 
-def write_forecasts(folder: str | Path, task_names: list[str], matrix: np.ndarray, metadata: dict | None = None) -> None:
+def write_forecasts(
+    folder: str | Path, task_names: list[str], matrix: np.ndarray, metadata: dict | None = None
+) -> None:
     """matrix: (tasks, steps, H) workloads. Writes each file whole, then renames it into place."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -31,7 +33,7 @@ def write_forecasts(folder: str | Path, task_names: list[str], matrix: np.ndarra
     if matrix.ndim != 3 or matrix.shape[0] != len(task_names):
         raise ValueError(f"expected (tasks={len(task_names)}, steps, H), got {matrix.shape}")
     horizon = matrix.shape[2]
-    for name, rows in zip(task_names, matrix):
+    for name, rows in zip(task_names, matrix, strict=True):
         tmp = folder / f".{name}.csv.tmp"
         with tmp.open("w", newline="") as fh:
             w = csv.writer(fh)
@@ -77,7 +79,7 @@ def _read_numeric_csv(path: Path, expected_header: list[str] | None, what: str) 
             if len(row) != len(header):
                 raise InputError(f"expected {len(header)} columns, got {len(row)}", path=path, line=lineno)
             values = []
-            for col, text in zip(header, row):
+            for col, text in zip(header, row, strict=True):
                 try:
                     v = float(text)
                 except ValueError as exc:
@@ -120,7 +122,7 @@ def read_forecasts(folder: str | Path, task_names: list[str], steps: int, horizo
 def write_trace(folder: str | Path, task_names: list[str], workloads: np.ndarray) -> None:
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    for name, series in zip(task_names, np.asarray(workloads)):
+    for name, series in zip(task_names, np.asarray(workloads), strict=True):
         with (folder / f"{name}.csv").open("w", newline="") as fh:
             w = csv.writer(fh)
             w.writerow(["workload"])
@@ -128,7 +130,11 @@ def write_trace(folder: str | Path, task_names: list[str], workloads: np.ndarray
 
 
 def read_trace(
-    folder: str | Path, task_names: list[str], steps: int, start: int = 0, valid_range: tuple[float, float] | None = None
+    folder: str | Path,
+    task_names: list[str],
+    steps: int,
+    start: int = 0,
+    valid_range: tuple[float, float] | None = None,
 ) -> np.ndarray:
     """Replayed actual workloads: (tasks, steps). Every workload read must be >= 0 and, with
     valid_range (the profile's grid when extrapolation is off), inside it: else an InputError naming
@@ -143,15 +149,17 @@ def read_trace(
         if data.shape[1] != 1:
             raise InputError(f"expected one column 'workload', got {data.shape[1]}", path=path, line=1)
         if data.shape[0] < start + steps:
-            raise InputError(
-                f"has {data.shape[0]} steps but the experiment needs {start + steps}", path=path
-            )
+            raise InputError(f"has {data.shape[0]} steps but the experiment needs {start + steps}", path=path)
         values = data[start : start + steps, 0]
         lo, hi = valid_range if valid_range is not None else (0.0, math.inf)
         bad = np.nonzero((values < 0) | (values < lo - 1e-9) | (values > hi + 1e-9))[0]
         if bad.size:
             k = int(bad[0])
-            want = "a workload >= 0" if values[k] < 0 else f"a workload inside the profile's grid [{lo:g}, {hi:g}] (out_of_grid is 'error')"
+            want = (
+                "a workload >= 0"
+                if values[k] < 0
+                else f"a workload inside the profile's grid [{lo:g}, {hi:g}] (out_of_grid is 'error')"
+            )
             raise InputError(f"expected {want}, got {values[k]:g}", path=path, line=start + k + 2, field="workload")
         out[i] = values
     return out

@@ -23,8 +23,8 @@ def keras(threads: int | None = None):
     os.environ.setdefault("KERAS_BACKEND", "tensorflow")
     os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
     try:
-        import tensorflow as tf
         import keras as _keras
+        import tensorflow as tf
     except ModuleNotFoundError as exc:  # the `forecast` extra is optional
         raise InputError(
             "the LSTM forecasters need TensorFlow; install it with `pip install 'bsp-planner[forecast]'`"

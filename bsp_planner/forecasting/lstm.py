@@ -37,9 +37,9 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -63,7 +63,9 @@ class LSTMSettings:
 
     window: int = setting(0, ge=0)  # past steps read; 0: one daily period, capped at max_window
     max_window: int = setting(48, ge=1)
-    lags: tuple[int, ...] = setting((), ge=1)  # seasonal lags in periods; (): (1, 7) if a week fits, else (1, 2) or (1,)
+    lags: tuple[int, ...] = setting(
+        (), ge=1
+    )  # seasonal lags in periods; (): (1, 7) if a week fits, else (1, 2) or (1,)
     units: int = setting(32, ge=1)
     epochs: int = setting(250, ge=1)
     batch_size: int = setting(64, ge=1)
@@ -72,13 +74,19 @@ class LSTMSettings:
     val_fraction: float = setting(0.2, gt=0, lt=1)
     calendar: bool = True
     level: bool = False  # the last value's level as an input too (not only changes)
-    # output layer starts as a ridge fit on the seasonal inputs ("linear") or at zero ("zero")
-    init: str = setting("linear", choices=("linear", "zero"))
+    # output layer starts as a blend of the MSTL forecast and last week's value ("statistical", with
+    # statistical = true), a ridge fit on the seasonal inputs ("linear") or at zero ("zero")
+    init: str = setting("statistical", choices=("statistical", "linear", "zero"))
     l2: float = setting(0.0, ge=0)
     ensemble: int = setting(1, ge=1)  # independent LSTM branches trained side by side, forecasts averaged
-    freeze_linear: bool = False  # keep the ridge-fitted seasonal part fixed while the LSTM trains
-    interval_window: int = setting(240, ge=0)  # recent forecasts whose errors set the quantiles (0: validation errors only)
-    interval_gamma: float = setting(0.01, ge=0, lt=1)  # adaptive-conformal step for the quantile levels (0: fixed levels)
+    freeze_linear: bool = True  # keep the starting seasonal/statistical part fixed while the LSTM trains
+    statistical: bool = True  # the `mstl` forecast (fitted on the training half) as an input ahead
+    interval_window: int = setting(
+        240, ge=0
+    )  # recent forecasts whose errors set the quantiles (0: validation errors only)
+    interval_gamma: float = setting(
+        0.01, ge=0, lt=1
+    )  # adaptive-conformal step for the quantile levels (0: fixed levels)
     seed: int = 0
 
     @classmethod
@@ -194,7 +202,9 @@ class _KerasForecaster(PointForecaster):
         return keras_path
 
     @classmethod
-    def load(cls, folder: str | Path, task: str, expect: dict | None = None, keras_engine: bool = False) -> "_KerasForecaster":
+    def load(
+        cls, folder: str | Path, task: str, expect: dict | None = None, keras_engine: bool = False
+    ) -> _KerasForecaster:
         """Load a saved model; with `expect` (a spec()), refuse one whose settings differ.
 
         Forecasts run in NumPy from <task>.npz when it is there (no TensorFlow import: a `predict`
@@ -208,7 +218,8 @@ class _KerasForecaster(PointForecaster):
         meta = json.loads(meta_path.read_text())
         if meta.get("forecaster") != cls.name:
             raise InputError(
-                f"the saved model for task '{task}' is a {meta.get('forecaster')!r} model, not {cls.name!r}", path=meta_path
+                f"the saved model for task '{task}' is a {meta.get('forecaster')!r} model, not {cls.name!r}",
+                path=meta_path,
             )
         if expect is not None:
             diffs = spec_differences(expect, meta)
@@ -372,12 +383,17 @@ class LSTMForecaster(_KerasForecaster):
 
     def min_history(self, lags: tuple[int, ...] | None = None) -> int:
         """Training steps needed: the window, the longest lag, H, and room for a validation tail."""
-        lags = lags or (1,)
-        first = self.window + self.period * max(lags)
+        first = self._first_origin(lags or (1,))
         return first + self.horizon + max(4 * self.horizon, 2 * self.horizon + 10)
 
     def _min_origin(self) -> int:
-        return self.window + self.period * max(self.lags_)
+        return self._first_origin(self.lags_)
+
+    def _first_origin(self, lags: tuple[int, ...]) -> int:
+        first = self.window + self.period * max(lags)
+        if self.settings.statistical:  # the MSTL input needs two days before its first forecast
+            first = max(first, 2 * self.period, 2 * self.horizon)
+        return first
 
     def _weekly(self) -> bool:
         return bool(self.settings.calendar and self.interval_s and self.weekly_)
@@ -414,8 +430,25 @@ class LSTMForecaster(_KerasForecaster):
             back = np.where(future, seasonal_back(np.maximum(h, 0), P, k), P * k)
             src = tau - back
             feats.append(u[src] - anchor)
+        if self.settings.statistical:
+            feats.append(self._statistical(u, o[:, 0], tau.shape) - anchor)
         feats += self._calendar(tau)
         return np.stack(feats, axis=-1)
+
+    def _statistical(self, u: np.ndarray, origins: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
+        """(len(origins), window + H): the MSTL forecasts made at each origin (statistical.py) at the
+        future positions, on the u scale; 0 at the past positions. The MSTL model is fitted on the
+        training half (the first fit_length_ values of any series given here), again after a load."""
+        from .statistical import MSTLForecaster
+
+        w = self._from_u(u)
+        if getattr(self, "mstl_", None) is None:
+            self.mstl_ = MSTLForecaster(horizon=self.horizon, period=self.period).fit(
+                w[: self.fit_length_], errors=False
+            )
+        out = np.zeros(shape)
+        out[:, self.window :] = self._to_u(self.mstl_._point(w, origins))
+        return out
 
     def targets(self, u: np.ndarray, origins: np.ndarray) -> np.ndarray:
         o = np.asarray(origins, dtype=np.int64)
@@ -470,7 +503,9 @@ class LSTMForecaster(_KerasForecaster):
         F = X.shape[-1]
         kernel = np.zeros((H, F), dtype=np.float32)
         bias = np.zeros(H, dtype=np.float32)
-        if self.settings.init != "linear":
+        if self.settings.init == "statistical" and self.settings.statistical:
+            return self._statistical_init(X, Y, kernel, bias)
+        if self.settings.init not in ("linear", "statistical"):
             return kernel, bias
         lam = 1e-3 * len(X)
         for h in range(H):
@@ -484,7 +519,24 @@ class LSTMForecaster(_KerasForecaster):
             bias[h] = ym - mu @ coef
         return kernel, bias
 
-    def fit(self, history: np.ndarray) -> "LSTMForecaster":
+    def _statistical_init(self, X, Y, kernel, bias):
+        """The forecast starts as a blend, per lead time, of the MSTL forecast and the longest
+        seasonal lag (last week's value where the series has a week): weights alpha and 1 - alpha,
+        alpha from {0, 0.25, .., 1} by the least squared error on X, Y (the validation tail)."""
+        W = self.window
+        col_stat = 2 + int(self.settings.level) + len(self.lags_)
+        col_lag = 2 + int(self.settings.level) + int(np.argmax(self.lags_))
+        alphas = np.linspace(0.0, 1.0, 5)
+        self.blend_ = []
+        for h in range(self.horizon):
+            a, b = X[:, W + h, col_stat], X[:, W + h, col_lag]
+            err = [np.mean((al * a + (1 - al) * b - Y[:, h]) ** 2) for al in alphas]
+            al = float(alphas[int(np.argmin(err))])
+            kernel[h, col_stat], kernel[h, col_lag] = al, 1.0 - al
+            self.blend_.append(al)
+        return kernel, bias
+
+    def fit(self, history: np.ndarray) -> LSTMForecaster:
         from .keras_setup import seed_everything
 
         w = np.asarray(history, dtype=np.float64)
@@ -504,6 +556,9 @@ class LSTMForecaster(_KerasForecaster):
         span_s = len(w) * (self.interval_s or 0)
         self.weekly_ = bool(self.interval_s) and span_s >= 2 * SECONDS_PER_WEEK and self.period > 1
         u = self._to_u(w)
+        self.fit_length_ = len(w)
+        self.mstl_ = None
+        self.blend_ = None
         origins = np.arange(self._min_origin(), len(u) - self.horizon + 1)
         n_val = max(2 * self.horizon, int(round(len(origins) * s.val_fraction)))
         val_o = origins[-n_val:]
@@ -515,7 +570,10 @@ class LSTMForecaster(_KerasForecaster):
         k = _keras()
         trainer, self.model = self.build(X_tr.shape[-1])
         K = max(1, s.ensemble)
-        trainer.get_layer("seasonal_linear").set_weights(list(self._linear_init(X_tr, Y_tr)))
+        if s.init == "statistical" and s.statistical:  # the blend is chosen on the validation tail
+            trainer.get_layer("seasonal_linear").set_weights(list(self._linear_init(X_va, Y_va)))
+        else:
+            trainer.get_layer("seasonal_linear").set_weights(list(self._linear_init(X_tr, Y_tr)))
         self._compile(trainer, s.learning_rate)
         initial = trainer.get_weights()
         initial_val = float(np.mean((self._predict(X_va) - Y_va) ** 2))
@@ -526,7 +584,10 @@ class LSTMForecaster(_KerasForecaster):
             def on_epoch_end(self, epoch, logs=None):
                 logs = logs or {}
                 if (epoch + 1) % 10 == 0:
-                    say(f"epoch {epoch + 1}: loss {logs.get('loss', float('nan')):.4f}, val {logs.get('val_loss', float('nan')):.4f}")
+                    say(
+                        f"epoch {epoch + 1}: loss {logs.get('loss', float('nan')):.4f}, val "
+                        f"{logs.get('val_loss', float('nan')):.4f}"
+                    )
 
         stop = k.callbacks.EarlyStopping(monitor="val_loss", patience=s.patience, restore_best_weights=True)
         ys = (lambda y: y.astype(np.float32)) if K == 1 else (lambda y: [y.astype(np.float32)] * K)
@@ -559,6 +620,7 @@ class LSTMForecaster(_KerasForecaster):
             "train_origins": int(len(train_o)),
             "val_origins": int(len(val_o)),
             "lags": list(self.lags_),
+            "statistical_blend": getattr(self, "blend_", None),
             "window": self.window,
             "train_seconds": round(time.perf_counter() - start, 2),
             "history_digest": _digest(w),
@@ -603,12 +665,14 @@ class ThesisLSTMForecaster(_KerasForecaster):
         out = k.layers.Dense(self.horizon, name="next_differences")(x)
         return k.Model(inp, out, name="lstm_thesis")
 
-    def fit(self, history: np.ndarray) -> "ThesisLSTMForecaster":
+    def fit(self, history: np.ndarray) -> ThesisLSTMForecaster:
         from .keras_setup import seed_everything
 
         w = np.asarray(history, dtype=np.float64)
         if len(w) < self.min_history():
-            raise InputError(f"lstm-thesis: the training history has {len(w)} steps but needs at least {self.min_history()}")
+            raise InputError(
+                f"lstm-thesis: the training history has {len(w)} steps but needs at least {self.min_history()}"
+            )
         d = difference(w)
         try:
             self.scaler_ = MinMaxScaler.fit(d)
@@ -622,7 +686,12 @@ class ThesisLSTMForecaster(_KerasForecaster):
         self._compile(self.model, s.learning_rate)
         start = time.perf_counter()
         hist = self.model.fit(
-            X[:, :, None].astype(np.float32), Y.astype(np.float32), epochs=s.epochs, batch_size=s.batch_size, shuffle=True, verbose=0
+            X[:, :, None].astype(np.float32),
+            Y.astype(np.float32),
+            epochs=s.epochs,
+            batch_size=s.batch_size,
+            shuffle=True,
+            verbose=0,
         )
         self._freeze()
         # Quantiles from its own errors on the training half (it keeps no validation tail).
@@ -652,5 +721,3 @@ class ThesisLSTMForecaster(_KerasForecaster):
 
     def _min_origin(self) -> int:
         return 2
-
-

@@ -13,9 +13,9 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -83,11 +83,7 @@ class Workspace:
         """Full settings (defaults + overrides) of a forecaster: what identifies its models."""
         full = default_settings(name)
         over = self.settings.get(name, {})
-        if over and not is_learned(name):
-            raise InputError(f"the {name} forecaster takes no settings", field="settings")
-        if is_learned(name):
-            full = FORECASTERS.get(name).settings_type.from_dict({**full, **over}).to_dict()
-        return full
+        return FORECASTERS.get(name).settings_type.from_dict({**full, **over}).to_dict()
 
     def data_identity(self, p: PreparedSeries) -> dict:
         """What a model's training depends on besides its settings."""
@@ -293,7 +289,14 @@ def evaluate(
         for n in names:
             t0 = time.perf_counter()
             prefix = f"[{i + 1}/{len(ws.prepared)}] {p.task} · {n}"
-            f, got = obtain(ws, n, p, model_root=model_root, retrain=retrain, say=(lambda m, pf=prefix: say(pf, m)) if say else _quiet)
+            f, got = obtain(
+                ws,
+                n,
+                p,
+                model_root=model_root,
+                retrain=retrain,
+                say=(lambda m, pf=prefix: say(pf, m)) if say else _quiet,
+            )
             score, _ = score_task(f, p, ws.horizon)
             scores[n][p.task] = score
             how[n][p.task] = got
@@ -315,7 +318,14 @@ def plot_evaluation(ev: Evaluation, path: Path, title: str = "") -> Path:
     cols = 3
     rows = int(np.ceil(n_panels / cols))
     fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.1 * rows), squeeze=False)
-    styles = {"lstm": ("C0", "-", "o"), "lstm-thesis": ("C3", "--", "s"), "persistence": ("C7", ":", "^"), "seasonal-naive": ("C2", "-.", "v")}
+    styles = {
+        "lstm": ("C0", "-", "o"),
+        "lstm-thesis": ("C3", "--", "s"),
+        "persistence": ("C7", ":", "^"),
+        "seasonal-naive": ("C2", "-.", "v"),
+        "seasonal-naive-weekly": ("C4", "-.", "D"),
+        "mstl": ("C1", "--", "x"),
+    }
     for k, ax in enumerate(axes.flat):
         if k >= n_panels:
             ax.axis("off")
@@ -337,7 +347,9 @@ def plot_evaluation(ev: Evaluation, path: Path, title: str = "") -> Path:
         ax.set_ylim(bottom=0)
     handles, labels = axes.flat[0].get_legend_handles_labels()
     fig.suptitle(title or "Forecast error against lead time (test halves, workload scale [10, 50])", fontsize=11)
-    fig.legend(handles, labels, loc="upper center", ncol=len(labels), fontsize=9, frameon=False, bbox_to_anchor=(0.5, 0.962))
+    fig.legend(
+        handles, labels, loc="upper center", ncol=len(labels), fontsize=9, frameon=False, bbox_to_anchor=(0.5, 0.962)
+    )
     fig.tight_layout(rect=(0, 0, 1, 0.94))
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

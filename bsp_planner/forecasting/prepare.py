@@ -97,7 +97,6 @@ class PreparedSeries:
         lead = self.lead_map(o, forecaster.horizon)
         return np.take_along_axis(pred, np.broadcast_to(lead[None], pred.shape), axis=2)
 
-
     def predict_rows_median(self, forecaster, row_origins: np.ndarray) -> np.ndarray:
         """Only the median forecasts for rows o..o+H-1: (len(origins), H)."""
         o = np.asarray(row_origins, dtype=np.int64)
@@ -174,7 +173,8 @@ def prepare_task(
         more = f" and {len(found) - 5} more" if len(found) > 5 else ""
         raise InputError(
             f"task '{ts.task}': {len(found)} gap(s) in the timestamps larger than the sampling interval "
-            f"({_duration(interval)}), before data row{'s' if len(found) > 1 else ''} {where}{more}. Fill them by linear interpolation "
+            f"({_duration(interval)}), before data row{'s' if len(found) > 1 else ''} {where}{more}. Fill them by "
+            "linear interpolation "
             "with `--gaps fill` (or treat the rows as consecutive steps, as simulate does, with "
             "`--gaps ignore`)",
             path=ts.source,

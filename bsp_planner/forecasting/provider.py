@@ -2,7 +2,8 @@
 
 Sources:
 
-- ``persistence``, ``seasonal-naive``: computed on the spot (no training);
+- ``persistence``, ``seasonal-naive``, ``seasonal-naive-weekly``, ``mstl``: fitted on the training half
+  and computed on the spot (no saved model);
 - ``lstm`` (also ``default``: the default forecaster) and ``lstm-thesis``: the shipped forecasts when a
   folder under ``<experiment dir>/forecasts/`` was made from exactly this request (its
   ``forecasts.json`` digest covers the series, the split, start/steps/H, the gap policy and the
@@ -108,12 +109,23 @@ def shipped_folders(base_dir: Path | None, name: str | None) -> list[tuple[Path,
 
 
 def _learned(name, job_series, start, steps, horizon, *, base_dir, gaps, job, say):
-    from .pipeline import DEFAULT_MODEL_ROOT, Workspace, describe_differences, forecast_experiment, inputs_digest, request_inputs
+    from .pipeline import (
+        DEFAULT_MODEL_ROOT,
+        Workspace,
+        describe_differences,
+        forecast_experiment,
+        inputs_digest,
+        request_inputs,
+    )
 
     shipped = shipped_folders(base_dir, name)
     # Folders made for this job's tasks (by any forecaster) say which job it is and how its gaps were
     # treated when nobody says otherwise.
-    related = [m for _, m in shipped_folders(base_dir, None) if [t.get("task") for t in m["inputs"].get("tasks", [])] == job_series.task_names]
+    related = [
+        m
+        for _, m in shipped_folders(base_dir, None)
+        if [t.get("task") for t in m["inputs"].get("tasks", [])] == job_series.task_names
+    ]
     if gaps is not None:
         policies = [gaps]
     else:

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
-from ..errors import InputError
 from ..registry import Registry
 from .base import DEFAULT_QUANTILES, Forecaster
 from .prepare import PreparedSeries
@@ -17,6 +16,8 @@ FORECASTERS.register("lstm", "bsp_planner.forecasting.lstm:LSTMForecaster")
 FORECASTERS.register("lstm-thesis", "bsp_planner.forecasting.lstm:ThesisLSTMForecaster")
 FORECASTERS.register("persistence", "bsp_planner.forecasting.baselines:PersistenceForecaster")
 FORECASTERS.register("seasonal-naive", "bsp_planner.forecasting.baselines:SeasonalNaiveForecaster")
+FORECASTERS.register("seasonal-naive-weekly", "bsp_planner.forecasting.baselines:WeeklySeasonalNaiveForecaster")
+FORECASTERS.register("mstl", "bsp_planner.forecasting.statistical:MSTLForecaster")
 # Bump when a change to a forecaster's code changes what it predicts: shipped forecasts and saved
 # models made by an older version are then stale.
 FORECASTER_VERSION = 1
@@ -32,9 +33,7 @@ def is_learned(name: str) -> bool:
 
 
 def default_settings(name: str) -> dict:
-    """A forecaster's settings with every default filled in ({} for the baselines)."""
-    if not is_learned(name):
-        return {}
+    """A forecaster's settings with every default filled in ({} for one without settings)."""
     return FORECASTERS.get(name).settings_type().to_dict()  # type: ignore[attr-defined]
 
 
@@ -48,10 +47,10 @@ def make_forecaster(
     progress: Callable[[str], None] | None = None,
 ) -> Forecaster:
     cls = FORECASTERS.get(name)
-    if not cls.learned:
-        if settings:
-            raise InputError(f"the {name} forecaster takes no settings, got {', '.join(settings)}", field="settings")
-        return cls(horizon=horizon, quantiles=quantiles, period=p.period)
+    if not cls.learned:  # fitted on the spot: the baselines and the statistical model
+        return cls(
+            horizon=horizon, quantiles=quantiles, period=p.period, settings=cls.settings_type.from_dict(settings or {})
+        )
     return cls(
         horizon=horizon,
         quantiles=quantiles,

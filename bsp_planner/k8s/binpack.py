@@ -12,8 +12,9 @@ them), so it runs the same on objects from the client, from the fake API server 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Callable, Iterable, Mapping
+from typing import Literal
 
 from .names import cpu_millicores
 
@@ -104,7 +105,7 @@ def node_capacities(
     return sorted(out, key=lambda c: c.name)
 
 
-def _search(items: list[tuple[str, float]], free: dict[str, float]) -> dict[str, str] | None | bool:
+def _search(items: list[tuple[str, float]], free: dict[str, float]) -> dict[str, str] | None | Literal[False]:
     """Exact placement by depth-first search (largest task first; nodes with equal free CPU are
     interchangeable, so only one of them is tried). None: none exists; False: gave up."""
     steps = 0
@@ -193,9 +194,7 @@ def pack(requests: Mapping[str, float], nodes: Iterable[NodeCapacity]) -> dict[s
     return exact
 
 
-def fits_in_place(
-    changes: Mapping[str, tuple[str, float, float]], nodes: Iterable[NodeCapacity]
-) -> dict[str, bool]:
+def fits_in_place(changes: Mapping[str, tuple[str, float, float]], nodes: Iterable[NodeCapacity]) -> dict[str, bool]:
     """For in-place resizes: task -> (its node, current CPU, new CPU). A pod cannot move, so a node
     must cover the increases of the pods on it. Increases are granted smallest first per node (node
     capacity here counts the pods' current requests); decreases free room first. Returns task -> fits."""

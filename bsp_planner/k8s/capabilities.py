@@ -38,6 +38,7 @@ class ServerCapabilities:
 
 def parse_version(major: str | None, minor: str | None, git_version: str | None = None) -> tuple[int, int]:
     """(major, minor) from the server's /version: minor may read '33+' (GKE, EKS); fall back on gitVersion."""
+
     def num(text: str | None) -> int | None:
         m = re.match(r"\s*(\d+)", text or "")
         return int(m.group(1)) if m else None
@@ -61,9 +62,7 @@ def detect(version_info: dict, core_resources: dict) -> ServerCapabilities:
 def choose_reconfigure_mode(requested: str, caps: ServerCapabilities) -> tuple[str, str]:
     """('in-place' | 'recreate', why). 'auto' takes in-place resize where the server has it."""
     if requested not in RECONFIGURE_MODES:
-        raise InputError(
-            f"expected one of {', '.join(RECONFIGURE_MODES)}, got {requested!r}", field="--reconfigure"
-        )
+        raise InputError(f"expected one of {', '.join(RECONFIGURE_MODES)}, got {requested!r}", field="--reconfigure")
     if requested == "recreate":
         return "recreate", "asked for with --reconfigure recreate"
     if caps.in_place_resize:

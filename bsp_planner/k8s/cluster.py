@@ -15,8 +15,9 @@ access, which the base Role (namespaced) does not give: :meth:`Cluster.list_node
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any
 
 from ..errors import InputError
 from . import names as n
@@ -123,8 +124,13 @@ class Cluster:
     # -- pods --------------------------------------------------------------------------------------
     def create_pod(self, body: dict) -> dict | None:
         """The created pod, or None if one of that name exists already."""
-        return self._call(f"create pod {body['metadata']['name']}", self.core.create_namespaced_pod,
-                          self.namespace, body, exists_ok=True)
+        return self._call(
+            f"create pod {body['metadata']['name']}",
+            self.core.create_namespaced_pod,
+            self.namespace,
+            body,
+            exists_ok=True,
+        )
 
     def get_pod(self, name: str) -> dict | None:
         return self._call(f"read pod {name}", self.core.read_namespaced_pod, name, self.namespace, missing_ok=True)
@@ -135,33 +141,55 @@ class Cluster:
         return containers[0].get("image") if containers else None
 
     def list_pods(self, selector: str) -> list[dict]:
-        out = self._call(f"list pods ({selector})", self.core.list_namespaced_pod, self.namespace, label_selector=selector)
+        out = self._call(
+            f"list pods ({selector})", self.core.list_namespaced_pod, self.namespace, label_selector=selector
+        )
         return out.get("items") or []
 
     def delete_pod(self, name: str, grace_s: int | None = None) -> bool:
         """True if there was a pod to delete."""
-        kw = {} if grace_s is None else {"grace_period_seconds": int(grace_s)}
-        found = self._call(f"delete pod {name}", self.core.delete_namespaced_pod, name, self.namespace,
-                           missing_ok=True, **kw)
+        kw: dict[str, Any] = {} if grace_s is None else {"grace_period_seconds": int(grace_s)}
+        found = self._call(
+            f"delete pod {name}", self.core.delete_namespaced_pod, name, self.namespace, missing_ok=True, **kw
+        )
         return found is not None
 
     def resize_pod(self, name: str, patch: dict) -> dict:
-        return self._call(f"resize pod {name}", self.core.patch_namespaced_pod_resize, name, self.namespace, patch,
-                          _content_type=STRATEGIC_MERGE)
+        return self._call(
+            f"resize pod {name}",
+            self.core.patch_namespaced_pod_resize,
+            name,
+            self.namespace,
+            patch,
+            _content_type=STRATEGIC_MERGE,
+        )
 
     # -- jobs --------------------------------------------------------------------------------------
     def create_job(self, body: dict) -> dict | None:
-        return self._call(f"create job {body['metadata']['name']}", self.batch.create_namespaced_job,
-                          self.namespace, body, exists_ok=True)
+        return self._call(
+            f"create job {body['metadata']['name']}",
+            self.batch.create_namespaced_job,
+            self.namespace,
+            body,
+            exists_ok=True,
+        )
 
     def list_jobs(self, selector: str) -> list[dict]:
-        out = self._call(f"list jobs ({selector})", self.batch.list_namespaced_job, self.namespace, label_selector=selector)
+        out = self._call(
+            f"list jobs ({selector})", self.batch.list_namespaced_job, self.namespace, label_selector=selector
+        )
         return out.get("items") or []
 
     def delete_job(self, name: str) -> bool:
         """Deletes the job and (in the background) its pods."""
-        found = self._call(f"delete job {name}", self.batch.delete_namespaced_job, name, self.namespace,
-                           propagation_policy="Background", missing_ok=True)
+        found = self._call(
+            f"delete job {name}",
+            self.batch.delete_namespaced_job,
+            name,
+            self.namespace,
+            propagation_policy="Background",
+            missing_ok=True,
+        )
         return found is not None
 
     # -- cluster-wide reads for the fit check (optional) ---------------------------------------------
@@ -171,8 +199,11 @@ class Cluster:
 
     def list_all_pods(self) -> list[dict] | None:
         """Every unfinished pod of every namespace (their requests occupy the nodes), or None (403)."""
-        return self._optional_list("list pods in all namespaces", self.core.list_pod_for_all_namespaces,
-                                   field_selector="status.phase!=Succeeded,status.phase!=Failed")
+        return self._optional_list(
+            "list pods in all namespaces",
+            self.core.list_pod_for_all_namespaces,
+            field_selector="status.phase!=Succeeded,status.phase!=Failed",
+        )
 
     def _optional_list(self, what: str, fn: Callable, **kw) -> list[dict] | None:
         ApiException = _api_exception()
@@ -217,8 +248,21 @@ def _container(items: list[dict] | None, name: str) -> dict:
 
 def pod_state(pod: dict | None, container: str = n.WORKER_CONTAINER) -> PodState:
     if pod is None:
-        return PodState("?", "Gone", None, False, "the pod is gone (deleted outside bsp-planner?)", None, False,
-                        None, None, None, None, None, True)
+        return PodState(
+            "?",
+            "Gone",
+            None,
+            False,
+            "the pod is gone (deleted outside bsp-planner?)",
+            None,
+            False,
+            None,
+            None,
+            None,
+            None,
+            None,
+            True,
+        )
     meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
     name = meta.get("name", "?")
     phase = status.get("phase") or "Pending"
@@ -275,11 +319,14 @@ def pod_state(pod: dict | None, container: str = n.WORKER_CONTAINER) -> PodState
     code = (state.get("terminated") or {}).get("exitCode")
     lost = problem is not None and (
         bool(meta.get("deletionTimestamp"))
-        or status.get("reason") in ("Evicted", "Preempting", "OutOfcpu", "OutOfmemory", "NodeLost", "Terminated", "Shutdown")
+        or status.get("reason")
+        in ("Evicted", "Preempting", "OutOfcpu", "OutOfmemory", "NodeLost", "Terminated", "Shutdown")
         or (dt is not None and dt.get("status") == "True")
         or (phase == "Failed" and code is None)
     )
-    return PodState(name, phase, node, running, problem, waiting, fatal, spec_cpu, actual_cpu, resize, infeasible, code, lost)
+    return PodState(
+        name, phase, node, running, problem, waiting, fatal, spec_cpu, actual_cpu, resize, infeasible, code, lost
+    )
 
 
 def terminated(pod: dict | None) -> dict:
@@ -301,7 +348,9 @@ def resize_done(state: PodState, target_m: float) -> bool:
     )
 
 
-def wait_until(check: Callable[[], bool], timeout_s: float, poll_s: float, sleep=time.sleep, clock=time.monotonic) -> bool:
+def wait_until(
+    check: Callable[[], bool], timeout_s: float, poll_s: float, sleep=time.sleep, clock=time.monotonic
+) -> bool:
     end = clock() + timeout_s
     while True:
         if check():

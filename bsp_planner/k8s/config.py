@@ -10,11 +10,16 @@ that the kustomize base's ``images:`` setting drives the coordinator and its wor
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import InputError
 from .names import DEFAULT_NAMESPACE
+
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient
 
 SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 IMAGE_ENV = "BSP_PLANNER_IMAGE"
@@ -38,7 +43,7 @@ def in_cluster() -> bool:
 
 @dataclass
 class Connection:
-    api_client: object  # kubernetes.client.ApiClient
+    api_client: ApiClient
     namespace: str
     where: str  # 'in-cluster' or 'kubeconfig <path> context <name>'
 
@@ -92,7 +97,7 @@ def _read(path: Path) -> str | None:
         return None
 
 
-def resolve_image(image: str | None, own_pod_image: "callable | None" = None) -> str:
+def resolve_image(image: str | None, own_pod_image: Callable[[str], str | None] | None = None) -> str:
     """The image for worker and profiler pods (see the module's docstring)."""
     if image:
         return image

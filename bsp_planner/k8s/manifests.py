@@ -12,8 +12,8 @@ the quota of the running container without a restart.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from . import names as n
 
@@ -29,8 +29,12 @@ def _resources(cpu_millicores: float, memory: str) -> dict:
 
 
 def _pod_security() -> dict:
-    return {"runAsNonRoot": True, "runAsUser": RUN_AS_USER, "runAsGroup": RUN_AS_USER,
-            "seccompProfile": {"type": "RuntimeDefault"}}
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": RUN_AS_USER,
+        "runAsGroup": RUN_AS_USER,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
 
 
 def _container_security() -> dict:

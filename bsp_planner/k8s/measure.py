@@ -22,6 +22,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from ..profiling.local import cpu_model
 
@@ -30,12 +31,18 @@ MAX_MESSAGE = 4096  # the kubelet keeps at most this many bytes of a termination
 
 
 def measure(args: list[str], timeout_s: float) -> dict:
-    result = {"duration_s": None, "exit_code": None, "reason": "", "node": os.environ.get("BSP_PLANNER_NODE", ""),
-              "cpu_model": cpu_model()}
+    result: dict[str, Any] = {
+        "duration_s": None,
+        "exit_code": None,
+        "reason": "",
+        "node": os.environ.get("BSP_PLANNER_NODE", ""),
+        "cpu_model": cpu_model(),
+    }
     try:
         start = time.perf_counter()
-        proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
+        )
     except OSError as exc:
         result["reason"] = f"cannot start {args[0]}: {exc.strerror}"
         return result
@@ -67,7 +74,10 @@ def main(argv: list[str] | None = None) -> int:
         elif flag == "--out" and argv:
             out = argv.pop(0)
         else:
-            print(f"usage: python -m bsp_planner.k8s.measure [--timeout S] [--out FILE] -- COMMAND...; got {flag!r}", file=sys.stderr)
+            print(
+                f"usage: python -m bsp_planner.k8s.measure [--timeout S] [--out FILE] -- COMMAND...; got {flag!r}",
+                file=sys.stderr,
+            )
             return 2
     command = argv[1:]
     if not command:

@@ -111,8 +111,15 @@ def cpu_quantity(millicores: float) -> str:
     return str(m // 1000) if m % 1000 == 0 else f"{m}m"
 
 
-_SUFFIX = {"n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "": Decimal(1),
-           "k": Decimal(1000), "M": Decimal(10**6), "G": Decimal(10**9)}
+_SUFFIX = {
+    "n": Decimal("1e-9"),
+    "u": Decimal("1e-6"),
+    "m": Decimal("1e-3"),
+    "": Decimal(1),
+    "k": Decimal(1000),
+    "M": Decimal(10**6),
+    "G": Decimal(10**9),
+}
 
 
 def cpu_millicores(quantity: str | int | float | None) -> float:

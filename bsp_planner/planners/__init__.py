@@ -10,17 +10,27 @@ To add a planner: write its module and add one line here.
 
 from __future__ import annotations
 
-from ..registry import Registry
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-PLANNERS: Registry = Registry("strategy", field="strategies")
+from ..registry import Registry
+from .base import PlannerFactory
+
+if TYPE_CHECKING:
+    from ..simulation import StrategyResult
+
+PLANNERS: Registry[PlannerFactory] = Registry("strategy", field="strategies")
 PLANNERS.register("exppo", "bsp_planner.planners.exppo:ExppoPlanner.from_spec")
 PLANNERS.register("static", "bsp_planner.planners.static:StaticWindowPlanner.from_spec")
 PLANNERS.register("dp", "bsp_planner.planners.dp:DpPlanner.from_spec")
 PLANNERS.register("mpc", "bsp_planner.planners.mpc:MpcPlanner.from_spec")
 PLANNERS.register("rl", "bsp_planner.planners.rl:rl_planner")
 PLANNERS.register("dqn", "bsp_planner.planners.rl:dqn_planner")
+PLANNERS.register("mpc-risk", "bsp_planner.planners.risk:RiskAwareMpcPlanner.from_spec")
+PLANNERS.register("mpc-adaptive", "bsp_planner.planners.risk:AdaptiveMpcPlanner.from_spec")
+PLANNERS.register("reactive", "bsp_planner.planners.reactive:ReactivePlanner.from_spec")
 
 #: Rows of the comparison computed from the actual durations, not by a planner.
-BOUNDS: Registry = Registry("bound", field="strategies")
+BOUNDS: Registry[Callable[..., StrategyResult]] = Registry("bound", field="strategies")
 BOUNDS.register("floor", "bsp_planner.simulation:floor_result")
 BOUNDS.register("optimum", "bsp_planner.planners.optimum:optimum_result")

@@ -11,8 +11,9 @@ allocator gives for the next j steps, from the forecast made before this step.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -34,7 +35,9 @@ class ConfigTable:
     predicted (undiscounted) time over that frame.
     """
 
-    def __init__(self, predicted: np.ndarray, allocator: Allocator, max_level: np.ndarray, budget_steps: int, discount: float) -> None:
+    def __init__(
+        self, predicted: np.ndarray, allocator: Allocator, max_level: np.ndarray, budget_steps: int, discount: float
+    ) -> None:
         self.predicted = predicted
         self.allocator = allocator
         self.max_level = np.asarray(max_level)
@@ -46,7 +49,7 @@ class ConfigTable:
 
     @property
     def horizon(self) -> int:
-        return self.predicted.shape[3]
+        return int(self.predicted.shape[3])
 
     def _check(self, j: int) -> None:
         if j > self.horizon:
@@ -88,7 +91,8 @@ class ConfigTable:
     def levels(self, t: int, j: int) -> np.ndarray:
         if self._cfg[t, j - 1, 0] < 0:
             self.ensure_row(t, j)
-        return self._cfg[t, j - 1]
+        levels: np.ndarray = self._cfg[t, j - 1]
+        return levels
 
     def row(self, t: int, jmax: int) -> tuple[np.ndarray, np.ndarray]:
         """(configs (jmax, tasks), window times (jmax,)) for j = 1..jmax at step t."""
@@ -121,7 +125,7 @@ class PlanningContext:
     # The experiment's [planner] settings, only for planners made without their own parameters
     # (make_planner(spec) with no settings, as the live coordinator still does); None: the defaults.
     planner_settings: Any = None
-    extras: dict = field(default_factory=dict)
+    extras: dict[str, Any] = field(default_factory=dict)
 
     @property
     def n_tasks(self) -> int:
@@ -148,13 +152,17 @@ class Planner(ABC):
 
     def __init__(self, arg: str | None = None, params: Any = None) -> None:
         if arg is not None:
-            raise InputError(f"strategy '{self.name}' takes no ':' argument, got '{self.name}:{arg}'", field="strategies")
+            raise InputError(
+                f"strategy '{self.name}' takes no ':' argument, got '{self.name}:{arg}'", field="strategies"
+            )
         self.params = params
 
     @classmethod
-    def from_spec(cls, arg: str | None, settings: Any = None) -> "Planner":
+    def from_spec(cls, arg: str | None, settings: Any = None) -> Planner:
         """The registry's factory: 'name:arg' and the experiment's [planner] settings (None: defaults)."""
-        params = cls.params_type.from_settings(settings) if cls.params_type is not None and settings is not None else None
+        params = (
+            cls.params_type.from_settings(settings) if cls.params_type is not None and settings is not None else None
+        )
         return cls(arg, params)
 
     def reset(self, ctx: PlanningContext) -> None:
@@ -177,4 +185,5 @@ def make_planner(spec: str, settings: Any = None) -> Planner:
 
     name, _, arg = spec.partition(":")
     factory = PLANNERS.get(name, hint=f" (and the bounds {', '.join(BOUNDS.names())})")
-    return factory(arg or None, settings)
+    planner: Planner = factory(arg or None, settings)
+    return planner

@@ -9,10 +9,14 @@ argmin path; with perfect forecasts it is optimal among plans built from allocat
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .base import Decision, Planner
+from .base import Decision, Planner, PlanningContext
+
+if TYPE_CHECKING:
+    from ..experiment import PlannerSettings
 
 
 @dataclass(frozen=True)
@@ -20,7 +24,7 @@ class DpParams:
     max_segment: int = 40  # steps; segments are also never longer than the forecast horizon
 
     @classmethod
-    def from_settings(cls, s) -> "DpParams":
+    def from_settings(cls, s: PlannerSettings | None) -> DpParams:
         return cls() if s is None else cls(max_segment=s.dp_max_segment)
 
 
@@ -50,15 +54,18 @@ class DpPlanner(Planner):
     offline = True
     params_type = DpParams
 
-    def reset(self, ctx) -> None:
+    params: DpParams
+
+    def reset(self, ctx: PlanningContext) -> None:
         super().reset(ctx)
         jmax = min(self.params.max_segment, ctx.configs.horizon, ctx.steps)
         ctx.configs.ensure_all(jmax)
         self.predicted_total, self.segments = segment_dp(ctx.configs.window_times(jmax), ctx.penalty_s, ctx.steps)
         self._starts = {s: j for s, j in self.segments}
 
-    def decide(self, t, current):
+    def decide(self, t: int, current: np.ndarray | None) -> Decision:
         if t in self._starts:
             j = self._starts[t]
             return Decision(j, self.ctx.configs.levels(t, j))
+        assert current is not None  # step 0 always starts a segment
         return Decision(0, current)

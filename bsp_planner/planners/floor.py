@@ -19,7 +19,8 @@ def floor_levels(durations: np.ndarray, max_level: np.ndarray, budget_steps: int
     cols = np.arange(m)
 
     def need(thresholds: np.ndarray) -> np.ndarray:  # (tasks, steps) levels needed to reach the threshold
-        return (durations > thresholds[None, None, :]).sum(axis=1)
+        counts: np.ndarray = (durations > thresholds[None, None, :]).sum(axis=1)
+        return counts
 
     lo = np.zeros(m, dtype=np.int64)
     hi = np.full(m, n * n_levels - 1)

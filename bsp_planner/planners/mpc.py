@@ -16,11 +16,15 @@ otherwise it is a_j for the plan's first window of j steps.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..allocation.base import discount_weights
 from .base import Decision, Planner
+
+if TYPE_CHECKING:
+    from ..experiment import PlannerSettings
 
 
 @dataclass(frozen=True)
@@ -29,7 +33,7 @@ class MpcParams:
     length_punishment: float = 1.0  # a window of j steps is weighted by this ** j
 
     @classmethod
-    def from_settings(cls, s) -> "MpcParams":
+    def from_settings(cls, s: PlannerSettings | None) -> MpcParams:
         return cls() if s is None else cls(horizon=s.horizon, length_punishment=s.length_punishment)
 
 
@@ -51,11 +55,13 @@ class MpcPlanner(Planner):
         starts, lengths = horizon_frames(h)
         k = np.arange(h)
         inside = (k[None, :] >= starts[:, None]) & (k[None, :] < (starts + lengths)[:, None])
-        weights = np.where(inside, discount_weights(h, ctx.discount)[np.clip(k[None, :] - starts[:, None], 0, h - 1)], 0.0)
+        weights = np.where(
+            inside, discount_weights(h, ctx.discount)[np.clip(k[None, :] - starts[:, None], 0, h - 1)], 0.0
+        )
         d = np.broadcast_to(pred, (starts.size,) + pred.shape)
         cfgs = ctx.allocator.allocate_batch(d, weights, ctx.max_level, ctx.budget_steps)  # (frames, tasks)
         per_step = pred[np.arange(pred.shape[0])[None, :], cfgs, :].max(axis=1)  # (frames, h)
-        punish = self.params.length_punishment ** lengths
+        punish = self.params.length_punishment**lengths
         window = (per_step * inside).sum(axis=1) * punish
         penalty = np.full(starts.size, ctx.penalty_s)
         if current is None:
@@ -78,7 +84,7 @@ class MpcPlanner(Planner):
             best[e], back[e] = cand[i], ending[i]
             if current is not None and keep[e - 1] <= best[e]:
                 best[e], back[e] = keep[e - 1], -1
-        windows = []
+        windows: list[tuple[int, int, np.ndarray | None]] = []
         e = h
         while e > 0:
             f = int(back[e])
@@ -90,9 +96,10 @@ class MpcPlanner(Planner):
                 e = int(starts[f])
         return float(best[h]), windows[::-1]
 
-    def decide(self, t, current):
+    def decide(self, t: int, current: np.ndarray | None) -> Decision:
         _, windows = self.plan(t, current)
         start, length, levels = windows[0]
         if levels is None:
+            assert current is not None  # a plan keeps a configuration only when there is one
             return Decision(0, current)
         return Decision(length, levels)

@@ -40,11 +40,23 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..allocation.exact import DEFAULT_REL_GAP, DEFAULT_TIME_LIMIT_S, floors_without_each_task, solve_frame
+from ..allocation.exact import (
+    DEFAULT_REL_GAP,
+    DEFAULT_TIME_LIMIT_S,
+    FrameSolution,
+    floors_without_each_task,
+    solve_frame,
+)
 from ..errors import InputError
+
+if TYPE_CHECKING:
+    from ..experiment import PlannerSettings
+    from ..simulation import StrategyResult
+    from .base import PlanningContext
 
 
 @dataclass
@@ -53,7 +65,7 @@ class OptimumPlan:
     value: float  # V(steps): compute + checkpoints x penalty of the plan
     certified: bool  # no longer run could have helped (optimal over all plans, not only capped ones)
     max_segment: int
-    stats: dict = field(default_factory=dict)
+    stats: dict[str, float] = field(default_factory=dict)
 
     def levels(self, steps: int, n_tasks: int) -> np.ndarray:
         out = np.empty((steps, n_tasks), dtype=np.int64)
@@ -118,7 +130,15 @@ def optimum_plan(
     (e.g. greedy's); never needed for correctness."""
     t_start = time.perf_counter()
     actual = np.asarray(actual, dtype=np.float64)
-    n, L, m = actual.shape
+    _check_inputs(actual, budget_steps, penalty_s, max_segment)
+    dp = _SegmentDP(actual, max_level, int(budget_steps), float(penalty_s), max_segment, rel_gap, time_limit)
+    dp.seed_pool(initial)
+    for e in range(1, dp.m + 1):
+        dp.end_at(e)
+    return dp.plan(t_start)
+
+
+def _check_inputs(actual: np.ndarray, budget_steps: int, penalty_s: float, max_segment: int) -> None:
     if max_segment < 1:
         raise InputError(f"expected optimum_max_segment >= 1, got {max_segment}", field="planner.optimum_max_segment")
     if budget_steps < 0:
@@ -130,89 +150,166 @@ def optimum_plan(
         raise InputError(f"expected penalty_s >= 0, got {penalty_s}", field="penalty_s")
     if not np.all(np.isfinite(actual)):
         raise InputError("actual durations must be finite", field="durations")
-    budget = int(budget_steps)
-    M = np.minimum(np.asarray(max_level, dtype=np.int64), L - 1)
-    cap = min(max_segment, m)
-    C = float(penalty_s)
 
-    # Per-(task, level) bounds for every step, summed by prefix: lb_i(l) on [s, e) in O(1).
-    lo0, hi0 = np.zeros(n, dtype=np.int64), np.minimum(M, budget)
-    fm, floor = floors_without_each_task(actual, lo0, hi0, budget)  # (n, B+1, m), (m,)
-    lv = np.arange(L)
-    G = np.maximum(actual, fm[:, np.clip(budget - lv, 0, budget), :])
-    G[(lv[None, :] > hi0[:, None])] = 1e12  # a level no task may take: finite, so prefix sums stay usable
-    PG = np.concatenate([np.zeros((n, L, 1)), np.cumsum(G, axis=2)], axis=2)  # (n, L, m+1)
-    PF = np.concatenate([[0.0], np.cumsum(floor)])
 
-    pool = _Pool(actual)
-    # Seed: every step's floor configuration (exact for one-step segments, good incumbents nearby).
-    from .floor import floor_levels
+@dataclass
+class _Candidates:
+    """The live starts s of segments [s, e) ending at one e, with what is known of each: (S,) arrays."""
 
-    for c in np.unique(floor_levels(actual, M, budget)[0], axis=0):
-        pool.add(c)
-    if initial is not None:
-        for c in np.asarray(initial, dtype=np.int64).reshape(-1, n):
-            pool.add(np.minimum(c, M))
+    starts: np.ndarray  # start steps, ascending
+    base: np.ndarray  # V(s) + C [s > 0]: the cost of the plan up to s, checkpoint into the segment included
+    lb: np.ndarray  # lower bound on x(s, e) (exact where `exact`)
+    exact: np.ndarray  # bool: lb is x(s, e) itself
+    ub: np.ndarray  # cost of the best pool configuration on [s, e)
+    ub_idx: np.ndarray  # its index in the pool
 
-    V = np.full(m + 1, np.inf)
-    V[0] = 0.0
-    back: list[tuple[int, np.ndarray] | None] = [None] * (m + 1)
-    # H[s, j]: best known lower bound on x(s, s+j) (exact where a MILP or meeting bounds gave it), for
-    # every start of the last `cap` steps, live or not: dead starts still lend their bounds to others.
-    H = np.zeros((m + 1, cap + 1))
-    live: set[int] = set()
-    stats = {"milps": 0, "milp_seconds": 0.0, "cutoff_proofs": 0, "bound_proofs": 0, "pruned_by_bound": 0,
-             "waited": 0, "segments_considered": 0, "max_live": 0, "longest_live": 0}
-    certified = True
+
+class _SegmentDP:
+    """The dynamic programme over segment ends e = 1..m of the module docstring, with its bounds."""
+
     tol = 1e-9
 
-    def solve(s: int, e: int, cutoff: float, inc: np.ndarray | None):
-        stats["milps"] += 1
-        d = actual[:, :, s:e]
-        lb = PG[:, :, e] - PG[:, :, s]
-        sol = solve_frame(d, np.ones(e - s), M, budget, incumbents=None if inc is None else inc[None],
-                          cutoff=cutoff, rel_gap=rel_gap, time_limit=time_limit, level_bounds=lb, fill=False)
-        stats["milp_seconds"] += sol.seconds
+    def __init__(
+        self,
+        actual: np.ndarray,
+        max_level: np.ndarray,
+        budget: int,
+        penalty_s: float,
+        max_segment: int,
+        rel_gap: float,
+        time_limit: float,
+    ) -> None:
+        n, L, m = actual.shape
+        self.actual, self.n, self.m = actual, n, m
+        self.budget = budget
+        self.M = np.minimum(np.asarray(max_level, dtype=np.int64), L - 1)
+        self.cap = min(max_segment, m)
+        self.C = penalty_s
+        self.rel_gap, self.time_limit = rel_gap, time_limit
+        self._bound_tables()
+        self.pool = _Pool(actual)
+        self.V = np.full(m + 1, np.inf)
+        self.V[0] = 0.0
+        self.back: list[tuple[int, np.ndarray] | None] = [None] * (m + 1)
+        # H[s, j]: best known lower bound on x(s, s+j) (exact where a MILP or meeting bounds gave it), for
+        # every start of the last `cap` steps, live or not: dead starts still lend their bounds to others.
+        self.H = np.zeros((m + 1, self.cap + 1))
+        self.live: set[int] = set()
+        self.stats: dict[str, float] = {
+            "milps": 0,
+            "milp_seconds": 0.0,
+            "cutoff_proofs": 0,
+            "bound_proofs": 0,
+            "pruned_by_bound": 0,
+            "waited": 0,
+            "segments_considered": 0,
+            "max_live": 0,
+            "longest_live": 0,
+        }
+        self.certified = True
+
+    def _bound_tables(self) -> None:
+        """Per-(task, level) bounds for every step, summed by prefix: lb_i(l) on [s, e) in O(1)."""
+        actual, n, budget = self.actual, self.n, self.budget
+        L = actual.shape[1]
+        lo0, hi0 = np.zeros(n, dtype=np.int64), np.minimum(self.M, budget)
+        fm, floor = floors_without_each_task(actual, lo0, hi0, budget)  # (n, B+1, m), (m,)
+        lv = np.arange(L)
+        G = np.maximum(actual, fm[:, np.clip(budget - lv, 0, budget), :])
+        G[(lv[None, :] > hi0[:, None])] = 1e12  # a level no task may take: finite, so prefix sums stay usable
+        self.floor = floor
+        self.PG = np.concatenate([np.zeros((n, L, 1)), np.cumsum(G, axis=2)], axis=2)  # (n, L, m+1)
+        self.PF = np.concatenate([[0.0], np.cumsum(floor)])
+
+    def seed_pool(self, initial: np.ndarray | None) -> None:
+        """Every step's floor configuration (exact for one-step segments, good incumbents nearby), and
+        the given configurations."""
+        from .floor import floor_levels
+
+        for c in np.unique(floor_levels(self.actual, self.M, self.budget)[0], axis=0):
+            self.pool.add(c)
+        if initial is not None:
+            for c in np.asarray(initial, dtype=np.int64).reshape(-1, self.n):
+                self.pool.add(np.minimum(c, self.M))
+
+    def solve(self, s: int, e: int, cutoff: float, inc: np.ndarray | None) -> FrameSolution:
+        """The MILP of segment [s, e) below `cutoff`, starting from the pool configuration `inc`."""
+        self.stats["milps"] += 1
+        d = self.actual[:, :, s:e]
+        lb = self.PG[:, :, e] - self.PG[:, :, s]
+        sol = solve_frame(
+            d,
+            np.ones(e - s),
+            self.M,
+            self.budget,
+            incumbents=None if inc is None else inc[None],
+            cutoff=cutoff,
+            rel_gap=self.rel_gap,
+            time_limit=self.time_limit,
+            level_bounds=lb,
+            fill=False,
+        )
+        self.stats["milp_seconds"] += sol.seconds
         if np.isfinite(sol.value):
-            pool.add(sol.levels)
+            self.pool.add(sol.levels)
         return sol
 
-    def split_bound(s: int, e: int) -> float:
+    def split_bound(self, s: int, e: int) -> float:
         """max over m in (s, e) of x(s, m) + x(m, e) >= bound: one configuration serves both parts."""
         ms = np.arange(s + 1, e)
         if not ms.size:
             return 0.0
-        return float(np.max(H[s, ms - s] + H[ms, e - ms]))
+        return float(np.max(self.H[s, ms - s] + self.H[ms, e - ms]))
 
-    for e in range(1, m + 1):
-        live.add(e - 1)
-        for s in [s for s in live if e - s > cap]:
-            live.discard(s)
-        first = max(0, e - cap)
-        # Lower bounds on x(s, e) for every recent start, shortest segment first (splits need them).
+    def end_at(self, e: int) -> None:
+        """V(e) and its last segment, then retire the starts that can no longer help."""
+        self.live.add(e - 1)
+        for s in [s for s in self.live if e - s > self.cap]:
+            self.live.discard(s)
+        self._bound_recent_segments(e)
+        cand = self._candidates(e)
+        dead = self._settle(e, cand)
+        self._retire(e, cand, dead)
+        if self.live:
+            self.stats["longest_live"] = max(self.stats["longest_live"], max(e - s for s in self.live))
+
+    def _bound_recent_segments(self, e: int) -> None:
+        """Lower bounds on x(s, e) for every recent start, shortest segment first (splits need them)."""
+        H, PG, PF, floor = self.H, self.PG, self.PF, self.floor
+        first = max(0, e - self.cap)
         fixed_all = (PG[:, :, e][:, :, None] - PG[:, :, first:e]).min(axis=1).max(axis=0)  # (e-first,)
         for s in range(e - 1, first - 1, -1):
             j = e - s
             b = max(H[s, j - 1] + floor[e - 1], fixed_all[s - first], PF[e] - PF[s])
-            H[s, j] = max(b, split_bound(s, e)) if j > 1 else b
-        starts = np.array(sorted(live), dtype=np.int64)
-        stats["max_live"] = max(stats["max_live"], starts.size)
-        base = V[starts] + C * (starts > 0)
-        lb = H[starts, e - starts].copy()
-        ub, ub_idx = pool.best(starts, e)
-        exact = ub <= lb + tol * np.maximum(1.0, ub)
+            H[s, j] = max(b, self.split_bound(s, e)) if j > 1 else b
+
+    def _candidates(self, e: int) -> _Candidates:
+        """The live starts with their bounds, a bound that the pool meets being exact."""
+        starts = np.array(sorted(self.live), dtype=np.int64)
+        self.stats["max_live"] = max(self.stats["max_live"], starts.size)
+        base = self.V[starts] + self.C * (starts > 0)
+        lb = self.H[starts, e - starts].copy()
+        ub, ub_idx = self.pool.best(starts, e)
+        exact = ub <= lb + self.tol * np.maximum(1.0, ub)
         lb = np.where(exact, ub, lb)
-        H[starts, e - starts] = lb
+        self.H[starts, e - starts] = lb
+        return _Candidates(starts, base, lb, exact, ub, ub_idx)
+
+    def _settle(self, e: int, cand: _Candidates) -> set[int]:
+        """V(e) and back(e): the best pool plan, improved by MILPs on the starts whose bounds leave room,
+        most promising first. Returns the starts found useless for every later end."""
+        H, C, tol, stats = self.H, self.C, self.tol, self.stats
+        starts, base, lb, exact, ub, ub_idx = cand.starts, cand.base, cand.lb, cand.exact, cand.ub, cand.ub_idx
         best_val = float(np.min(base + ub)) if starts.size else np.inf
         j = int(np.argmin(base + ub))
-        best_src = (int(starts[j]), pool.configs[ub_idx[j]].copy()) if np.isfinite(best_val) else None
+        best_src = (int(starts[j]), self.pool.configs[ub_idx[j]].copy()) if np.isfinite(best_val) else None
         order = np.argsort(base + lb, kind="stable")
-        dead = set()
+        dead: set[int] = set()
         for q in order:
             s = int(starts[q])
             stats["segments_considered"] += 1
             if not exact[q]:  # MILPs since the bounds were taken may have tightened the split bound
-                lb[q] = H[s, e - s] = max(lb[q], split_bound(s, e))
+                lb[q] = H[s, e - s] = max(lb[q], self.split_bound(s, e))
             if base[q] + lb[q] >= best_val + C - tol:  # cannot beat "best to e, then reconfigure"
                 dead.add(s)
                 stats["pruned_by_bound"] += 1
@@ -221,8 +318,8 @@ def optimum_plan(
                 stats["waited" if not exact[q] else "bound_proofs"] += 1
                 continue
             cutoff = best_val + C - base[q]
-            inc = pool.configs[ub_idx[q]] if np.isfinite(ub[q]) else None
-            sol = solve(s, e, cutoff, inc)
+            inc = self.pool.configs[ub_idx[q]] if np.isfinite(ub[q]) else None
+            sol = self.solve(s, e, cutoff, inc)
             if not sol.optimal:  # nothing below the cutoff: never useful again
                 stats["cutoff_proofs"] += 1
                 dead.add(s)
@@ -233,38 +330,45 @@ def optimum_plan(
             if base[q] + sol.value < best_val:
                 best_val = float(base[q] + sol.value)
                 best_src = (s, sol.levels.copy())
-        V[e] = best_val
-        back[e] = best_src
-        # Starts whose exact cost already reaches V(e) + C are done; the rest go on.
-        for q, s in enumerate(starts):
+        self.V[e] = best_val
+        self.back[e] = best_src
+        return dead
+
+    def _retire(self, e: int, cand: _Candidates, dead: set[int]) -> None:
+        """Starts whose exact cost already reaches V(e) + C are done; the rest go on."""
+        V, C, tol = self.V, self.C, self.tol
+        for q, s in enumerate(cand.starts):
             s = int(s)
-            if s in dead or (exact[q] and base[q] + lb[q] >= V[e] + C - tol):
-                live.discard(s)
-            elif e - s == cap and e < m:
+            if s in dead or (cand.exact[q] and cand.base[q] + cand.lb[q] >= V[e] + C - tol):
+                self.live.discard(s)
+            elif e - s == self.cap and e < self.m:
                 # Still alive at the cap: a longer run from s might have helped, unless a MILP with
                 # the pruning cutoff says otherwise.
-                if not exact[q]:
-                    sol = solve(s, e, V[e] + C - base[q], pool.configs[ub_idx[q]] if np.isfinite(ub[q]) else None)
-                    if not sol.optimal or base[q] + sol.value >= V[e] + C - tol:
-                        live.discard(s)
+                if not cand.exact[q]:
+                    inc = self.pool.configs[cand.ub_idx[q]] if np.isfinite(cand.ub[q]) else None
+                    sol = self.solve(s, e, V[e] + C - cand.base[q], inc)
+                    if not sol.optimal or cand.base[q] + sol.value >= V[e] + C - tol:
+                        self.live.discard(s)
                         continue
-                certified = False
-        if live:
-            stats["longest_live"] = max(stats["longest_live"], max(e - s for s in live))
+                self.certified = False
 
-    segments = []
-    e = m
-    while e > 0:
-        s, levels = back[e]
-        segments.append((s, e - s, np.asarray(levels, dtype=np.int64)))
-        e = s
-    segments.reverse()
-    stats["seconds"] = time.perf_counter() - t_start
-    stats["pool"] = pool.size
-    return OptimumPlan(segments, float(V[m]), certified, cap, stats)
+    def plan(self, t_start: float) -> OptimumPlan:
+        """The optimal plan, traced back from V(m) (t_start: when planning began, for the stats)."""
+        segments = []
+        e = self.m
+        while e > 0:
+            src = self.back[e]
+            assert src is not None  # every end has a plan: the pool holds each step's floor configuration
+            s, levels = src
+            segments.append((s, e - s, np.asarray(levels, dtype=np.int64)))
+            e = s
+        segments.reverse()
+        self.stats["seconds"] = time.perf_counter() - t_start
+        self.stats["pool"] = self.pool.size
+        return OptimumPlan(segments, float(self.V[self.m]), self.certified, self.cap, self.stats)
 
 
-_PLANS: dict[tuple, OptimumPlan] = {}  # the same actual durations in every mode: plan once
+_PLANS: dict[tuple[object, ...], OptimumPlan] = {}  # the same actual durations in every mode: plan once
 
 
 @dataclass(frozen=True)
@@ -272,11 +376,13 @@ class OptimumParams:
     max_segment: int = 40  # steps; no segment of the plan is longer
 
     @classmethod
-    def from_settings(cls, s) -> "OptimumParams":
+    def from_settings(cls, s: PlannerSettings | None) -> OptimumParams:
         return cls() if s is None else cls(max_segment=s.optimum_max_segment)
 
 
-def optimum_result(ctx, actual: np.ndarray, mode: str, settings=None):
+def optimum_result(
+    ctx: PlanningContext, actual: np.ndarray, mode: str, settings: PlannerSettings | None = None
+) -> StrategyResult:
     """The `optimum` row: the optimal plan computed from the actual durations (perfect knowledge in
     every mode, like `floor`), with its real per-step levels and checkpoints. Like `floor`, tasks may
     go up to EXPPO's maximum level when that is higher, so the bound holds for EXPPO too.
@@ -287,8 +393,14 @@ def optimum_result(ctx, actual: np.ndarray, mode: str, settings=None):
     t0 = time.perf_counter()
     max_level = ctx.max_level if ctx.exppo_max_level is None else np.maximum(ctx.max_level, ctx.exppo_max_level)
     actual = np.ascontiguousarray(actual, dtype=np.float64)
-    key = (actual.shape, hash(actual.tobytes()), np.asarray(max_level).tobytes(), int(ctx.budget_steps),
-           float(ctx.penalty_s), int(max_segment))
+    key = (
+        actual.shape,
+        hash(actual.tobytes()),
+        np.asarray(max_level).tobytes(),
+        int(ctx.budget_steps),
+        float(ctx.penalty_s),
+        int(max_segment),
+    )
     plan = _PLANS.get(key)
     if plan is None:
         plan = optimum_plan(actual, max_level, ctx.budget_steps, ctx.penalty_s, max_segment)

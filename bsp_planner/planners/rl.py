@@ -17,9 +17,12 @@ from __future__ import annotations
 import os
 import warnings
 from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 from ..errors import InputError
-from .base import Decision, Planner
+from .base import Decision, Planner, PlanningContext
 
 AGENT_ENV_VAR = "BSP_PLANNER_DQN_AGENT"
 
@@ -42,7 +45,7 @@ class RlPlanner(Planner):
         self.agent = load_agent(arg)
         self.name = name or f"rl:{arg}"
 
-    def reset(self, ctx) -> None:
+    def reset(self, ctx: PlanningContext) -> None:
         super().reset(ctx)
         a = self.agent
         n = a.actions - 1
@@ -62,7 +65,7 @@ class RlPlanner(Planner):
             )
         ctx.configs.ensure_all(n)  # every a_1..a_n configuration in one batch per frame length
 
-    def decide(self, t, current):
+    def decide(self, t: int, current: np.ndarray | None) -> Decision:
         from ..rl.features import action_configs, observation, resolve_action
 
         a = self.agent
@@ -72,18 +75,21 @@ class RlPlanner(Planner):
         return Decision(action, levels)
 
 
-def rl_planner(arg: str | None, settings=None) -> Planner:
+def rl_planner(arg: str | None, settings: Any = None) -> Planner:
     """rl:PATH (the agent brings its own parameters; the [planner] settings do not apply)."""
     return RlPlanner(arg)
 
 
-def dqn_planner(arg: str | None, settings=None) -> Planner:
+def dqn_planner(arg: str | None, settings: Any = None) -> Planner:
     """dqn or dqn:PATH."""
     if arg:
         planner = RlPlanner(arg, name=f"dqn:{arg}")
     else:
         planner = RlPlanner(str(default_agent_path()), name="dqn")
     if planner.agent.algo != "dqn":
-        raise InputError(f"strategy 'dqn' needs a DQN agent; this one is {planner.agent.algo.upper()} (use rl:PATH)",
-                         path=planner.agent.path, field="strategies")
+        raise InputError(
+            f"strategy 'dqn' needs a DQN agent; this one is {planner.agent.algo.upper()} (use rl:PATH)",
+            path=planner.agent.path,
+            field="strategies",
+        )
     return planner

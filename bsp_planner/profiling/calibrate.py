@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Callable
 
 from ..errors import InputError
 from ..job import Task
@@ -62,8 +62,10 @@ def calibrate_task(
         runs += 1
         r = run(replace(task, ops_per_unit=ops_per_unit), w, cpu, timeout_s)
         if log:
-            log(f"{task.name}: ops_per_unit={ops_per_unit:g} w={w:g} {cpu:g}m -> "
-                + (f"{r.duration_s:.3f} s" if r.ok else r.reason))
+            log(
+                f"{task.name}: ops_per_unit={ops_per_unit:g} w={w:g} {cpu:g}m -> "
+                + (f"{r.duration_s:.3f} s" if r.ok else r.reason)
+            )
         return r.duration_s if r.ok else None
 
     def median(ops_per_unit: float, n: int, **kw) -> float:

@@ -198,8 +198,8 @@ class CpuQuotaGroup:
             q = int((self.path / "cpu.cfs_quota_us").read_text())
             p = int((self.path / "cpu.cfs_period_us").read_text())
             return q, p
-        q, p = (self.path / "cpu.max").read_text().split()
-        return (-1 if q == "max" else int(q)), int(p)
+        q_text, p_text = (self.path / "cpu.max").read_text().split()
+        return (-1 if q_text == "max" else int(q_text)), int(p_text)
 
     def add_pid(self, pid: int) -> None:
         """Move a running process (and, on v1, only that thread group) into the group."""
@@ -277,7 +277,8 @@ def owner_pid(group_name: str) -> int | None:
     return int(next(v for v in m.groupdict().values() if v is not None))
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this pid exists on this machine (owned by anyone)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -299,7 +300,7 @@ def remove_stale_groups(prefix: str = DEFAULT_PREFIX, hierarchy: Hierarchy | Non
         return removed
     for child in sorted(parent.iterdir()):
         pid = owner_pid(child.name) if child.is_dir() else None
-        if pid is None or pid == os.getpid() or _alive(pid):
+        if pid is None or pid == os.getpid() or pid_alive(pid):
             continue
         g = CpuQuotaGroup(child.name, prefix=prefix, hierarchy=h)
         g.created = True  # it exists: remove() kills whatever is inside, then removes it

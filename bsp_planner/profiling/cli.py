@@ -11,11 +11,18 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING
 
 import typer
 
 from ..shipped import data_path
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
+
+    from .calibrate import Calibration
+    from .runner import Failure
 
 app = typer.Typer(help="Measure task durations over a grid of CPU limits x workload sizes.", no_args_is_help=True)
 
@@ -24,7 +31,7 @@ _CPU_HELP = "CPU limits in millicores, comma-separated (1000 = one CPU)."
 _W_HELP = "Workload sizes, comma-separated (bogo-ops = ops_per_unit x workload)."
 
 
-def _task_list(text: Optional[str]) -> list[str] | None:
+def _task_list(text: str | None) -> list[str] | None:
     if text is None:
         return None
     names = [n.strip() for n in text.split(",")]
@@ -43,23 +50,38 @@ def run(
     workloads: str = typer.Option("10,20,30,40,50", "--workloads", help=_W_HELP),
     repeats: int = typer.Option(2, "--repeats", help="Runs per (task, workload, CPU) cell."),
     timeout: float = typer.Option(60.0, "--timeout", help="Seconds before a run is killed and logged as failed."),
-    tasks: Optional[str] = typer.Option(None, "--tasks", help="Only these tasks, comma-separated (default: all)."),
+    tasks: str | None = typer.Option(None, "--tasks", help="Only these tasks, comma-separated (default: all)."),
     stress_ng: str = typer.Option("stress-ng", "--stress-ng", help="The stress-ng executable."),
     cgroup_prefix: str = typer.Option("bsp-planner", "--cgroup-prefix", help="Parent cgroup for the runs' groups."),
     cpu_shares: int = typer.Option(
-        262144, "--cpu-shares",
+        262144,
+        "--cpu-shares",
         help="CPU weight of the runs' groups (v1 cpu.shares; 0 = kernel default). High, so other load on "
         "the host does not stand in for the quota.",
     ),
-    backend: str = typer.Option("local", "--backend", help="local (cgroup quotas on this host) or kubernetes (one Job per run)."),
+    backend: str = typer.Option(
+        "local", "--backend", help="local (cgroup quotas on this host) or kubernetes (one Job per run)."
+    ),
     parallel: int = typer.Option(4, "--parallel", help="kubernetes: Jobs running at once."),
-    namespace: Optional[str] = typer.Option(None, "--namespace", help="kubernetes: the namespace (default: the kubeconfig context's, else bsp-planner)."),
-    image: Optional[str] = typer.Option(None, "--image", help="kubernetes: the image of the Jobs (default $BSP_PLANNER_IMAGE)."),
-    kubeconfig: Optional[Path] = typer.Option(None, "--kubeconfig", help="kubernetes: kubeconfig file (default $KUBECONFIG; in-cluster config inside a pod)."),
-    context: Optional[str] = typer.Option(None, "--context", help="kubernetes: kubeconfig context."),
-    node_selector: Optional[str] = typer.Option(None, "--node-selector", help="kubernetes: key=value[,key=value] for the Jobs' pods."),
-    startup_timeout: float = typer.Option(300.0, "--startup-timeout", help="kubernetes: seconds a Job may take to start (scheduling, image pull)."),
-    profile_id: Optional[str] = typer.Option(None, "--profile-id", help="kubernetes: label of the Jobs (default: derived from --out)."),
+    namespace: str | None = typer.Option(
+        None, "--namespace", help="kubernetes: the namespace (default: the kubeconfig context's, else bsp-planner)."
+    ),
+    image: str | None = typer.Option(
+        None, "--image", help="kubernetes: the image of the Jobs (default $BSP_PLANNER_IMAGE)."
+    ),
+    kubeconfig: Path | None = typer.Option(
+        None, "--kubeconfig", help="kubernetes: kubeconfig file (default $KUBECONFIG; in-cluster config inside a pod)."
+    ),
+    context: str | None = typer.Option(None, "--context", help="kubernetes: kubeconfig context."),
+    node_selector: str | None = typer.Option(
+        None, "--node-selector", help="kubernetes: key=value[,key=value] for the Jobs' pods."
+    ),
+    startup_timeout: float = typer.Option(
+        300.0, "--startup-timeout", help="kubernetes: seconds a Job may take to start (scheduling, image pull)."
+    ),
+    profile_id: str | None = typer.Option(
+        None, "--profile-id", help="kubernetes: label of the Jobs (default: derived from --out)."
+    ),
 ) -> None:
     """Run every task's stressor at every (CPU, workload) cell, REPEATS times; resumable."""
     from rich.console import Console
@@ -77,12 +99,17 @@ def run(
         from .kubernetes import KubernetesProfiler, default_profile_id, run_grid_kubernetes
 
         profiler = KubernetesProfiler(
-            namespace=namespace, kubeconfig=str(kubeconfig) if kubeconfig else None, context=context, image=image,
-            node_selector=parse_node_selector(node_selector or ""), parallelism=parallel,
-            startup_timeout_s=startup_timeout, profile_id=profile_id or default_profile_id(out),
+            namespace=namespace,
+            kubeconfig=str(kubeconfig) if kubeconfig else None,
+            context=context,
+            image=image,
+            node_selector=parse_node_selector(node_selector or ""),
+            parallelism=parallel,
+            startup_timeout_s=startup_timeout,
+            profile_id=profile_id or default_profile_id(out),
         )
         measure = lambda: run_grid_kubernetes(the_job, out, grid, profiler, tasks=_task_list(tasks), timeout_s=timeout)  # noqa: E731
-        runs_on = contextlib.nullcontext()
+        runs_on: contextlib.AbstractContextManager[object] = contextlib.nullcontext()
     elif backend == "local":
         runs_on = LocalBackend(stress_ng=stress_ng, prefix=cgroup_prefix, cpu_shares=cpu_shares or None)
         measure = lambda: run_grid(the_job, out, grid, runs_on, tasks=_task_list(tasks), timeout_s=timeout)  # noqa: E731
@@ -97,32 +124,38 @@ def run(
             console.print(
                 f"[yellow]interrupted[/]: every finished run is in {out}; run the same command again to resume"
             )
-            raise typer.Exit(130)
+            raise typer.Exit(130) from None
     console.print(
         f"{report.measured} run(s) measured, {report.skipped} already in {out}, "
         f"{len(report.failures)} failed, in {report.wall_s:.0f} s; metadata in {metadata_path(out)}"
     )
     if report.failures:
-        from rich.table import Table
-
-        table = Table("task", "workload", "cpu (m)", "repeat", "reason", title="failed runs")
-        for f in report.failures:
-            table.add_row(f.task, f"{f.workload:g}", f"{f.cpu_millicores:g}", str(f.repeat), f.reason)
-        console.print(table)
-        console.print(
-            f"[red]{len(report.failures)} run(s) failed[/] (logged in {failures_path(out)}); "
-            "the profile is incomplete: run the same command again to retry them"
-        )
+        _print_failures(console, report.failures, failures_path(out))
         raise typer.Exit(1)
+
+
+def _print_failures(console: Console, failures: list[Failure], log: Path) -> None:
+    from rich.table import Table
+
+    table = Table("task", "workload", "cpu (m)", "repeat", "reason", title="failed runs")
+    for f in failures:
+        table.add_row(f.task, f"{f.workload:g}", f"{f.cpu_millicores:g}", str(f.repeat), f.reason)
+    console.print(table)
+    console.print(
+        f"[red]{len(failures)} run(s) failed[/] (logged in {log}); "
+        "the profile is incomplete: run the same command again to retry them"
+    )
 
 
 @app.command("calibrate")
 def calibrate(
     job: Path = typer.Option(DEFAULT_JOB, "--job", help="The job file (TOML)."),
     target_s: float = typer.Option(0.3, "--target-s", help="Seconds one run should take at --cpu and --workload."),
-    cpu: float = typer.Option(2000, "--cpu", help="CPU limit (millicores) of the calibration runs: the grid's top level."),
+    cpu: float = typer.Option(
+        2000, "--cpu", help="CPU limit (millicores) of the calibration runs: the grid's top level."
+    ),
     workload: float = typer.Option(10, "--workload", help="Workload of the calibration runs: the grid's lowest."),
-    tasks: Optional[str] = typer.Option(None, "--tasks", help="Only these tasks, comma-separated (default: all)."),
+    tasks: str | None = typer.Option(None, "--tasks", help="Only these tasks, comma-separated (default: all)."),
     checks: int = typer.Option(3, "--checks", help="Verification runs per task (their median counts)."),
     scaling: bool = typer.Option(True, "--scaling/--no-scaling", help="Also time CPU/2 and 2 x workload."),
     timeout: float = typer.Option(60.0, "--timeout", help="Seconds before a run is killed."),
@@ -133,7 +166,6 @@ def calibrate(
 ) -> None:
     """Suggest ops_per_unit per task so one run at CPU and WORKLOAD takes about TARGET_S seconds."""
     from rich.console import Console
-    from rich.table import Table
 
     from ..errors import InputError
     from ..job import load_job
@@ -152,28 +184,25 @@ def calibrate(
     console = Console()
     the_job = load_job(job)
     selected = select_tasks(the_job, _task_list(tasks))
-    results = []
+    results: list[Calibration] = []
     with LocalBackend(stress_ng=stress_ng, prefix=cgroup_prefix, cpu_shares=cpu_shares or None) as backend:
         backend.check(selected, the_job.path)
         for t in selected:
             with console.status(f"calibrating {t.name}..."):
                 results.append(
                     calibrate_task(
-                        backend.run, t, cpu_millicores=cpu, workload=workload, target_s=target_s,
-                        timeout_s=timeout, checks=checks, scaling=scaling,
+                        backend.run,
+                        t,
+                        cpu_millicores=cpu,
+                        workload=workload,
+                        target_s=target_s,
+                        timeout_s=timeout,
+                        checks=checks,
+                        scaling=scaling,
                         log=console.print if verbose else None,
                     )
                 )
-    table = Table("task", "ops_per_unit now", "s now", "suggested", "s (median)", "t(cpu/2)/t", "t(2w)/t", "runs",
-                  title=f"one run at {cpu:g}m, workload {workload:g}; target {target_s:g} s")
-    for r in results:
-        table.add_row(
-            r.task, f"{r.old_ops_per_unit:g}", f"{r.old_duration_s:.3f}" if r.old_duration_s else "failed",
-            f"{r.ops_per_unit:g}", f"{r.duration_s:.3f}",
-            f"{r.cpu_ratio:.2f}" if r.cpu_ratio else "-", f"{r.workload_ratio:.2f}" if r.workload_ratio else "-",
-            str(r.runs),
-        )
-    console.print(table)
+    console.print(_calibration_table(results, cpu, workload, target_s))
     if scaling:
         console.print("ratios near 2 mean the stressor uses its whole CPU quota and costs ops linearly")
     console.print(f"\nops_per_unit values for {job}:")
@@ -181,27 +210,63 @@ def calibrate(
         console.print(f"  {r.task}: ops_per_unit = {r.ops_per_unit:g}", highlight=False)
 
 
+def _calibration_table(results: list[Calibration], cpu: float, workload: float, target_s: float) -> Table:
+    from rich.table import Table
+
+    table = Table(
+        "task",
+        "ops_per_unit now",
+        "s now",
+        "suggested",
+        "s (median)",
+        "t(cpu/2)/t",
+        "t(2w)/t",
+        "runs",
+        title=f"one run at {cpu:g}m, workload {workload:g}; target {target_s:g} s",
+    )
+    for r in results:
+        table.add_row(
+            r.task,
+            f"{r.old_ops_per_unit:g}",
+            f"{r.old_duration_s:.3f}" if r.old_duration_s else "failed",
+            f"{r.ops_per_unit:g}",
+            f"{r.duration_s:.3f}",
+            f"{r.cpu_ratio:.2f}" if r.cpu_ratio else "-",
+            f"{r.workload_ratio:.2f}" if r.workload_ratio else "-",
+            str(r.runs),
+        )
+    return table
+
+
 @app.command("heatmap")
 def heatmap(
     profile: Path = typer.Argument(..., help="A profile CSV."),
-    out_dir: Optional[Path] = typer.Option(None, "--out-dir", help="Where the PNGs go (default: heatmaps/ beside the profile)."),
+    out_dir: Path | None = typer.Option(
+        None, "--out-dir", help="Where the PNGs go (default: heatmaps/ beside the profile)."
+    ),
 ) -> None:
     """One PNG heatmap per task: mean duration over workload x CPU limit."""
     from rich.console import Console
     from rich.table import Table
 
+    from ..outputs import check_output_dir
     from ..profiles import load_profile
     from .heatmap import scaling_exponents, write_heatmaps
-
-    from ..outputs import check_output_dir
 
     prof = load_profile(profile)
     out_dir = out_dir or profile.parent / "heatmaps"
     check_output_dir(out_dir, "--out-dir")
     paths = write_heatmaps(prof, out_dir)
-    table = Table("task", "min s", "max s", "cpu exponent", "workload exponent", "png",
-                  title="duration ~ workload^b x cpu^-a (1 and 1 = ideal)")
-    for p, (name, tp) in zip(paths, prof.tasks.items()):
+    table = Table(
+        "task",
+        "min s",
+        "max s",
+        "cpu exponent",
+        "workload exponent",
+        "png",
+        title="duration ~ workload^b x cpu^-a (1 and 1 = ideal)",
+    )
+    for p, (name, tp) in zip(paths, prof.tasks.items(), strict=True):
         a, b = scaling_exponents(tp)
         table.add_row(name, f"{tp.duration_s.min():.2f}", f"{tp.duration_s.max():.2f}", f"{a:.2f}", f"{b:.2f}", str(p))
     Console().print(table)

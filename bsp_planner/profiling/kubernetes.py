@@ -26,9 +26,9 @@ import hashlib
 import json
 import os
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
 
 from ..errors import InputError
 from ..job import Job, Task
@@ -95,10 +95,13 @@ class KubernetesProfiler:
         if isinstance(self.parallelism, bool) or not isinstance(self.parallelism, int) or self.parallelism < 1:
             raise InputError(f"expected a whole number >= 1, got {self.parallelism!r}", field="--parallel")
         if not self.startup_timeout_s > 0:
-            raise InputError(f"expected a positive number of seconds, got {self.startup_timeout_s!r}", field="--startup-timeout")
+            raise InputError(
+                f"expected a positive number of seconds, got {self.startup_timeout_s!r}", field="--startup-timeout"
+            )
         if not N.is_dns_label(self.profile_id) or len(self.profile_id) > 24:
             raise InputError(
-                f"a profile id is at most 24 lowercase letters, digits and '-', got {self.profile_id!r}", field="--profile-id"
+                f"a profile id is at most 24 lowercase letters, digits and '-', got {self.profile_id!r}",
+                field="--profile-id",
             )
         if self.cluster is None:
             self.cluster = Cluster(connect(self.namespace, kubeconfig=self.kubeconfig, context=self.context))
@@ -115,30 +118,38 @@ class KubernetesProfiler:
     def __enter__(self) -> KubernetesProfiler:
         return self
 
+    @property
+    def _cluster(self) -> Cluster:
+        """The cluster: the one given, or the one __post_init__ connected to."""
+        assert self.cluster is not None
+        return self.cluster
+
     def __exit__(self, *exc) -> None:
         self.close()
 
     @property
     def settings(self) -> M.PodSettings:
         if self._settings is None:
-            image = resolve_image(self.image, self.cluster.pod_image)
-            self._settings = M.PodSettings(self.namespace, image, self.image_pull_policy, self.memory, dict(self.node_selector))
+            image = resolve_image(self.image, self._cluster.pod_image)
+            self._settings = M.PodSettings(
+                self._cluster.namespace, image, self.image_pull_policy, self.memory, dict(self.node_selector)
+            )
         return self._settings
 
     # -- the runner's backend ----------------------------------------------------------------------
     def check(self, tasks: Sequence[Task], job_path: Path | None = None) -> None:
         """The namespace answers with the Role's rights and the image is known. (Whether the image's
         stress-ng has a stressor shows in that task's first run: a failed cell, with the reason.)"""
-        self.cluster.list_jobs(M.profile_selector(self.profile_id))
+        self._cluster.list_jobs(M.profile_selector(self.profile_id))
         self.settings  # noqa: B018
 
     def info(self) -> dict:
-        caps = self.cluster.capabilities()
+        caps = self._cluster.capabilities()
         return {
             "backend": self.name,
             "kubernetes": {
                 "server_version": caps.git_version,
-                "where": self.cluster.conn.where,
+                "where": self._cluster.conn.where,
                 "namespace": self.namespace,
                 "image": self.settings.image,
                 "parallelism": self.parallelism,
@@ -172,7 +183,7 @@ class KubernetesProfiler:
         if cell in self._ahead:
             self._ahead.remove(cell)
         result, job = self._done.pop(cell)
-        self.cluster.delete_job(job)  # only now: a killed session leaves it for the next to collect
+        self._cluster.delete_job(job)  # only now: a killed session leaves it for the next to collect
         return result
 
     def close(self) -> None:
@@ -180,7 +191,7 @@ class KubernetesProfiler:
         ones not handed to the runner yet stay, for the next session to read."""
         for a in list(self._active.values()):
             try:
-                self.cluster.delete_job(a.job)
+                self._cluster.delete_job(a.job)
             except Exception:
                 pass
         self._active.clear()
@@ -188,14 +199,30 @@ class KubernetesProfiler:
     # -- Jobs --------------------------------------------------------------------------------------
     def job_body(self, task: Task, cell: R.Cell, timeout_s: float) -> dict:
         _, workload, cpu, _ = cell
-        command = ["python", "-m", "bsp_planner.k8s.measure", "--timeout", f"{timeout_s:g}", "--",
-                   *task.stress_ng_args(workload, stress_ng="stress-ng")]
-        return M.profile_job(self.settings, self.profile_id, cell_id(cell), cell_text(cell), task.name, cpu,
-                             command, timeout_s, self.startup_timeout_s)
+        command = [
+            "python",
+            "-m",
+            "bsp_planner.k8s.measure",
+            "--timeout",
+            f"{timeout_s:g}",
+            "--",
+            *task.stress_ng_args(workload, stress_ng="stress-ng"),
+        ]
+        return M.profile_job(
+            self.settings,
+            self.profile_id,
+            cell_id(cell),
+            cell_text(cell),
+            task.name,
+            cpu,
+            command,
+            timeout_s,
+            self.startup_timeout_s,
+        )
 
-    def _existing(self) -> dict[str, dict]:
-        """This profile's Jobs in the cluster, by cell id."""
-        jobs = self.cluster.list_jobs(M.profile_selector(self.profile_id))
+    def _existing(self) -> dict[str | None, dict]:
+        """This profile's Jobs in the cluster, by cell id (None: a Job without one)."""
+        jobs = self._cluster.list_jobs(M.profile_selector(self.profile_id))
         return {(j["metadata"].get("labels") or {}).get(N.LABEL_CELL): j for j in jobs}
 
     def _adopt(self) -> None:
@@ -207,7 +234,7 @@ class KubernetesProfiler:
             if cid in wanted:
                 self._active[wanted[cid]] = _Active(wanted[cid], job["metadata"]["name"], self.clock())
             else:
-                self.cluster.delete_job(job["metadata"]["name"])
+                self._cluster.delete_job(job["metadata"]["name"])
 
     def _fill(self, head: R.Cell, timeout_s: float) -> None:
         todo = [head] + [c for c in self._ahead if c != head]
@@ -218,10 +245,10 @@ class KubernetesProfiler:
                 continue
             body = self.job_body(self._tasks[cell[0]], cell, timeout_s)
             name = body["metadata"]["name"]
-            if self.cluster.create_job(body) is None:  # a stale Job of that name: start afresh
-                self.cluster.delete_job(name)
+            if self._cluster.create_job(body) is None:  # a stale Job of that name: start afresh
+                self._cluster.delete_job(name)
                 self._wait_job_gone(cell)
-                self.cluster.create_job(body)
+                self._cluster.create_job(body)
             self.jobs_created += 1
             self._active[cell] = _Active(cell, name, self.clock())
 
@@ -235,8 +262,8 @@ class KubernetesProfiler:
         if not self._active:
             return False
         jobs = self._existing()
-        pods: dict[str, list[dict]] = {}
-        for p in self.cluster.list_pods(M.profile_selector(self.profile_id)):
+        pods: dict[str | None, list[dict]] = {}
+        for p in self._cluster.list_pods(M.profile_selector(self.profile_id)):
             pods.setdefault((p["metadata"].get("labels") or {}).get(N.LABEL_CELL), []).append(p)
         ended = []
         now = self.clock()
@@ -266,11 +293,18 @@ class KubernetesProfiler:
             return RunResult(None, "the Job completed but its pod's result is missing")
         if "Failed" in conds or status.get("failed"):
             if (conds.get("Failed") or {}).get("reason") == "DeadlineExceeded":
-                return RunResult(None, f"timeout: the Job ran past {timeout_s:g} s + {self.startup_timeout_s:g} s to start")
+                return RunResult(
+                    None, f"timeout: the Job ran past {timeout_s:g} s + {self.startup_timeout_s:g} s to start"
+                )
             if report and report.get("reason"):
                 return RunResult(None, report["reason"])
             st = pod_state(pod, N.COMPONENT_PROFILER) if pod else None
-            return RunResult(None, (st.problem if st and st.problem else None) or (conds.get("Failed") or {}).get("message") or "the Job failed")
+            return RunResult(
+                None,
+                (st.problem if st and st.problem else None)
+                or (conds.get("Failed") or {}).get("message")
+                or "the Job failed",
+            )
         if pod is not None:
             st = pod_state(pod, N.COMPONENT_PROFILER)
             if st.phase == "Pending" and (st.fatal_waiting or waited_s > self.startup_timeout_s):
@@ -291,7 +325,10 @@ def _report(pod: dict | None) -> dict | None:
             return json.loads(msg)
         except ValueError:
             return None
-    return {"duration_s": None, "reason": f"exit code {term.get('exitCode')}: {' '.join(msg.split())[-300:]}".rstrip(": ")}
+    return {
+        "duration_s": None,
+        "reason": f"exit code {term.get('exitCode')}: {' '.join(msg.split())[-300:]}".rstrip(": "),
+    }
 
 
 def run_grid_kubernetes(
@@ -317,7 +354,9 @@ def run_grid_kubernetes(
     profiler.expect(selected, [c for c in cells if c not in measured])
     try:
         with profiler:
-            return R.run_grid(job, out, grid, profiler, tasks=tasks, timeout_s=timeout_s, progress=progress, console=console)
+            return R.run_grid(
+                job, out, grid, profiler, tasks=tasks, timeout_s=timeout_s, progress=progress, console=console
+            )
     finally:
         _record_nodes(metadata_path(out), profiler.nodes)
 

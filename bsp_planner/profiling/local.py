@@ -18,14 +18,24 @@ import platform
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import InputError
 from ..job import Task
-from .cgroups import DEFAULT_PREFIX, MAX_SHARES, CpuQuotaGroup, Hierarchy, detect_hierarchy, quota_us, remove_stale_groups
+from .cgroups import (
+    DEFAULT_PREFIX,
+    MAX_SHARES,
+    CpuQuotaGroup,
+    Hierarchy,
+    detect_hierarchy,
+    quota_us,
+    remove_stale_groups,
+)
 
 STRESS_NG_INSTALL = "apt-get install stress-ng"
 SCRATCH_TMPFS = "/dev/shm"
@@ -35,12 +45,11 @@ def check_program(task: Task, job_path: Path | None = None) -> str:
     """The full path of a command/process task's program; InputError if it is missing or not executable."""
     argv = task.command or task.process or ()
     kind = task.kind
-    prog = argv[0] if argv else ""
+    prog = (argv[0] if argv else "").replace("{python}", sys.executable)
     found = prog if "/" in prog else shutil.which(prog)
     if not found or not os.path.exists(found):
         raise InputError(
-            f"task '{task.name}': its {kind} program {prog!r} was not found"
-            + ("" if "/" in prog else " on PATH"),
+            f"task '{task.name}': its {kind} program {prog!r} was not found" + ("" if "/" in prog else " on PATH"),
             path=job_path,
             field=f"{task.name}.{kind}",
         )
@@ -173,7 +182,7 @@ class LocalBackend:
             self._stressors = set(out.stdout.split())
         return self._stressors
 
-    def check(self, tasks: list[Task] | tuple[Task, ...], job_path: Path | None = None) -> None:
+    def check(self, tasks: Sequence[Task], job_path: Path | None = None) -> None:
         """Fail early, with what to do: stress-ng missing, a stressor it lacks, a command task's program
         missing or not executable, no cgroup permission."""
         stressors = [t for t in tasks if t.kind == "stressor"]
@@ -214,7 +223,9 @@ class LocalBackend:
         """Run `workload` units of `task` under a `cpu_millicores` quota; never leaves the cgroup behind."""
         quota_us(cpu_millicores)  # a clear error before creating anything
         if task.kind == "process":
-            raise InputError(f"task '{task.name}' is a long-running process; profile it with a command", field="process")
+            raise InputError(
+                f"task '{task.name}' is a long-running process; profile it with a command", field="process"
+            )
         stress_ng = self.stress_ng_path() if task.kind == "stressor" else "stress-ng"
         args = task.step_args(workload, 0, stress_ng=stress_ng, run_dir=str(self._cwd()))
         env = None if task.kind == "stressor" else {**os.environ, **task.step_env(workload, 0)}

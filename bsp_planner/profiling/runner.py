@@ -24,17 +24,21 @@ import platform
 import socket
 import time
 import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Callable, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import InputError, InputWarning
 from ..job import Job, Task
 from ..outputs import check_output_file
 from ..profiles import PROFILE_COLUMNS, metadata_path, read_metadata, read_profile_rows
-from .cgroups import MIN_QUOTA_US, CFS_PERIOD_US
+from .cgroups import CFS_PERIOD_US, MIN_QUOTA_US
 from .local import RunResult, cpu_model
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 DEFAULT_CPU_MILLICORES = (250, 500, 750, 1000, 1500, 2000)
 DEFAULT_WORKLOADS = (10, 20, 30, 40, 50)
@@ -209,7 +213,7 @@ def load_avg_1m() -> float | None:
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).astimezone().isoformat(timespec="seconds")
+    return datetime.now(UTC).astimezone().isoformat(timespec="seconds")
 
 
 def _write_json(path: Path, data: dict) -> None:
@@ -255,7 +259,11 @@ def _check_compatible(
         if old is None or t.name not in have_rows:
             continue
         new = _task_meta(t)
-        diff = [k for k in sorted(set(old) | set(new)) if k in ("stressor", "ops_per_unit", "workers", "command", "process") and old.get(k) != new.get(k)]
+        diff = [
+            k
+            for k in sorted(set(old) | set(new))
+            if k in ("stressor", "ops_per_unit", "workers", "command", "process") and old.get(k) != new.get(k)
+        ]
         if diff:
             raise InputError(
                 f"task '{t.name}' was measured with "
@@ -324,7 +332,7 @@ def run_grid(
     tasks: Sequence[str] | None = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     progress: bool = True,
-    console=None,
+    console: Console | None = None,
     on_row: Callable[[Cell, RunResult], None] | None = None,
 ) -> GridReport:
     """Measure every missing cell of `grid` for the job's tasks into the profile `out` (resumable)."""
@@ -333,12 +341,7 @@ def run_grid(
         raise InputError(f"expected a positive number of seconds, got {timeout_s!r}", field="--timeout")
     grid = validate_grid(grid)
     selected = select_tasks(job, tasks)
-    if out.suffix.lower() != ".csv":
-        raise InputError("expected a .csv path for the profile", path=out, field="--out")
-    if out.exists() and not out.is_file():
-        raise InputError("expected a file path for the profile, this is a directory", path=out, field="--out")
-
-    check_output_file(out, "--out")
+    _check_profile_path(out)
     meta_file = metadata_path(out)
     meta = read_metadata(out)
     host = host_info()
@@ -356,23 +359,8 @@ def run_grid(
     report = GridReport(profile=out, planned=len(cells), skipped=len(cells) - len(todo))
 
     _ensure_csv(out, PROFILE_COLUMNS)
-    fail_file = failures_path(out)
     by_name = {t.name: t for t in selected}
-
-    session = {
-        "started": _now(),
-        "finished": None,
-        "load_average_1m_start": load_avg_1m(),
-        "load_average_1m_end": None,
-        "grid": grid.as_dict(),
-        "tasks": [t.name for t in selected],
-        "timeout_s": timeout_s,
-        "planned": report.planned,
-        "skipped": report.skipped,
-        "measured": 0,
-        "failed": 0,
-        "interrupted": False,
-    }
+    session = _new_session(grid, selected, timeout_s, report)
     meta = _merge_meta(meta, job, selected, grid, host, backend_info, timeout_s)
     meta.setdefault("sessions", []).append(session)
     _finish_meta(meta, out)
@@ -383,19 +371,11 @@ def run_grid(
     bar = _Progress(todo, console) if progress and todo else None
     try:
         for cell in todo:
-            name, workload, cpu, repeat = cell
+            name, workload, cpu, _ = cell
             if bar:
                 bar.start(cell)
             result = backend.run(by_name[name], workload, cpu, timeout_s)
-            if result.ok:
-                _append(out, _csv_line([name, _fmt(workload), _fmt(cpu), f"{result.duration_s:.4f}", repeat]))
-                report.measured += 1
-            else:
-                f = Failure(name, workload, cpu, repeat, result.reason or "failed", _now())
-                if not fail_file.exists():
-                    _ensure_csv(fail_file, FAILURE_COLUMNS)
-                _append(fail_file, _csv_line([name, _fmt(workload), _fmt(cpu), repeat, f.reason, f.date]))
-                report.failures.append(f)
+            _record(out, cell, result, report)
             load = load_avg_1m()
             if load is not None:
                 loads.append(load)
@@ -411,18 +391,63 @@ def run_grid(
         if bar:
             bar.stop()
         report.wall_s = time.monotonic() - started
-        session.update(
-            finished=_now(),
-            load_average_1m_end=load_avg_1m(),
-            measured=report.measured,
-            failed=len(report.failures),
-            wall_s=round(report.wall_s, 1),
-            load_average_1m_mean=round(sum(loads) / len(loads), 2) if loads else None,
-            load_average_1m_max=max(loads) if loads else None,
-        )
+        _close_session(session, report, loads)
         _finish_meta(meta, out)
         _write_json(meta_file, meta)
     return report
+
+
+def _check_profile_path(out: Path) -> None:
+    if out.suffix.lower() != ".csv":
+        raise InputError("expected a .csv path for the profile", path=out, field="--out")
+    if out.exists() and not out.is_file():
+        raise InputError("expected a file path for the profile, this is a directory", path=out, field="--out")
+    check_output_file(out, "--out")
+
+
+def _new_session(grid: Grid, selected: Sequence[Task], timeout_s: float, report: GridReport) -> dict[str, Any]:
+    """This invocation's entry in the metadata's `sessions`, completed by _close_session."""
+    return {
+        "started": _now(),
+        "finished": None,
+        "load_average_1m_start": load_avg_1m(),
+        "load_average_1m_end": None,
+        "grid": grid.as_dict(),
+        "tasks": [t.name for t in selected],
+        "timeout_s": timeout_s,
+        "planned": report.planned,
+        "skipped": report.skipped,
+        "measured": 0,
+        "failed": 0,
+        "interrupted": False,
+    }
+
+
+def _record(out: Path, cell: Cell, result: RunResult, report: GridReport) -> None:
+    """Append a measured run to the profile, or a failed one to its failures file."""
+    name, workload, cpu, repeat = cell
+    if result.ok:
+        _append(out, _csv_line([name, _fmt(workload), _fmt(cpu), f"{result.duration_s:.4f}", repeat]))
+        report.measured += 1
+        return
+    f = Failure(name, workload, cpu, repeat, result.reason or "failed", _now())
+    fail_file = failures_path(out)
+    if not fail_file.exists():
+        _ensure_csv(fail_file, FAILURE_COLUMNS)
+    _append(fail_file, _csv_line([name, _fmt(workload), _fmt(cpu), repeat, f.reason, f.date]))
+    report.failures.append(f)
+
+
+def _close_session(session: dict[str, Any], report: GridReport, loads: list[float]) -> None:
+    session.update(
+        finished=_now(),
+        load_average_1m_end=load_avg_1m(),
+        measured=report.measured,
+        failed=len(report.failures),
+        wall_s=round(report.wall_s, 1),
+        load_average_1m_mean=round(sum(loads) / len(loads), 2) if loads else None,
+        load_average_1m_max=max(loads) if loads else None,
+    )
 
 
 def _warn_if_appending_another(meta: dict, job: Job, grid: Grid, meta_file: Path) -> None:
@@ -453,7 +478,9 @@ def _warn_if_appending_another(meta: dict, job: Job, grid: Grid, meta_file: Path
             )
 
 
-def _merge_meta(meta: dict, job: Job, tasks: list[Task], grid: Grid, host: dict, backend: dict, timeout_s: float) -> dict:
+def _merge_meta(
+    meta: dict, job: Job, tasks: list[Task], grid: Grid, host: dict, backend: dict, timeout_s: float
+) -> dict:
     meta = dict(meta)
     meta["format"] = META_FORMAT
     meta.update(host)
@@ -480,7 +507,10 @@ def _merge_meta(meta: dict, job: Job, tasks: list[Task], grid: Grid, host: dict,
     meta["tasks"] = task_meta
     meta["ops_per_unit"] = {k: v["ops_per_unit"] for k, v in task_meta.items() if "ops_per_unit" in v}
     meta["workers"] = {k: v["workers"] for k, v in task_meta.items()}
-    meta["duration"] = "wall-clock seconds of the task's process (stress-ng or its command), in its own cgroup with a CFS quota of cpu_millicores * 100 us per 100000 us"
+    meta["duration"] = (
+        "wall-clock seconds of the task's process (stress-ng or its command), in its own cgroup with a CFS quota of "
+        "cpu_millicores * 100 us per 100000 us"
+    )
     return meta
 
 
@@ -515,7 +545,7 @@ class _Progress:
 
     LOG_EVERY_S = 60.0
 
-    def __init__(self, todo: list[Cell], console=None) -> None:
+    def __init__(self, todo: list[Cell], console: Console | None = None) -> None:
         from rich.console import Console
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
@@ -524,7 +554,7 @@ class _Progress:
             TextColumn("[bold]{task.fields[cell]:<34}"),
             BarColumn(),
             TextColumn("{task.fields[runs]}/{task.fields[n]} runs"),
-            TextColumn("[red]{task.fields[fails]}[/] failed" ),
+            TextColumn("[red]{task.fields[fails]}[/] failed"),
             TimeElapsedColumn(),
             TextColumn("ETA"),
             TimeRemainingColumn(),

@@ -11,17 +11,21 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import InputError
 from ..shipped import data_path
 from .settings import ALGOS, EnvSettings, StepRange, settings_from_dict
+
+if TYPE_CHECKING:
+    from stable_baselines3.common.base_class import BaseAlgorithm
 
 FORMAT = 1
 
 
 @dataclass
 class Agent:
-    model: object  # a stable_baselines3 BaseAlgorithm
+    model: BaseAlgorithm
     meta: dict
     path: Path
 
@@ -123,7 +127,12 @@ def read_metadata(path: Path) -> dict:
         meta = json.loads(mpath.read_text())
         for key in ("algo", "env", "obs_scale", "train_range"):
             meta[key]
-        int(meta["env"]["window"]), int(meta["env"]["actions"]), float(meta["env"]["obs_high"]), float(meta["obs_scale"])
+        (
+            int(meta["env"]["window"]),
+            int(meta["env"]["actions"]),
+            float(meta["env"]["obs_high"]),
+            float(meta["obs_scale"]),
+        )
         StepRange(**meta["train_range"])
     except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
         raise InputError(f"corrupt agent metadata ({type(exc).__name__}: {exc})", path=mpath) from exc
@@ -149,7 +158,9 @@ def load_agent(path: str | Path) -> Agent:
     """Load and check an agent; cached per (file, mtime, size), so repeated planners share one model."""
     path = agent_file(path)
     if not path.is_file():
-        raise InputError("agent file not found; train one with `bsp-planner rl train` or give rl:PATH to a .zip", path=path)
+        raise InputError(
+            "agent file not found; train one with `bsp-planner rl train` or give rl:PATH to a .zip", path=path
+        )
     st = path.stat()
     key = (str(path.resolve()), st.st_mtime_ns, st.st_size)
     if key in _CACHE:
@@ -159,14 +170,23 @@ def load_agent(path: str | Path) -> Agent:
     import zipfile
 
     if not zipfile.is_zipfile(path):
-        raise InputError(f"not a readable {meta['algo'].upper()} agent: the file is not a zip archive (corrupt or truncated?)", path=path)
+        raise InputError(
+            f"not a readable {meta['algo'].upper()} agent: the file is not a zip archive (corrupt or truncated?)",
+            path=path,
+        )
     try:
         # Schedules are only needed to keep training; constants keep loading independent of pickles.
-        custom = {"learning_rate": 0.0, "lr_schedule": lambda _: 0.0, "exploration_schedule": lambda _: 0.0,
-                  "clip_range": lambda _: 0.0}
+        custom = {
+            "learning_rate": 0.0,
+            "lr_schedule": lambda _: 0.0,
+            "exploration_schedule": lambda _: 0.0,
+            "clip_range": lambda _: 0.0,
+        }
         model = cls.load(path, device="cpu", custom_objects=custom)
     except Exception as exc:  # SB3 raises many types for a damaged archive
-        raise InputError(f"not a readable {meta['algo'].upper()} agent ({type(exc).__name__}: {exc})", path=path) from exc
+        raise InputError(
+            f"not a readable {meta['algo'].upper()} agent ({type(exc).__name__}: {exc})", path=path
+        ) from exc
     agent = Agent(model, meta, path)
     space = getattr(model, "observation_space", None)
     n_actions = getattr(getattr(model, "action_space", None), "n", None)

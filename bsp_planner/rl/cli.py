@@ -12,18 +12,36 @@ torch, stable-baselines3 and gymnasium are imported inside the commands only.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-app = typer.Typer(help="Reinforcement-learning planners: train and evaluate agents (DQN, PPO, A2C).", no_args_is_help=True)
+if TYPE_CHECKING:
+    from rich.console import Console
 
-EnvArg = Annotated[Optional[Path], typer.Argument(help="Environment file (TOML); default envs/default.toml.")]
-SetOpt = Annotated[Optional[list[str]], typer.Option("--set", help="Experiment override KEY=VALUE (repeatable), e.g. forecast.source=persistence (paths relative to the experiment file).")]
-EnvSetOpt = Annotated[Optional[list[str]], typer.Option("--env-set", help="Environment override KEY=VALUE (repeatable), e.g. window=8, agent.gamma=0.9.")]
+    from .settings import EnvSettings
+    from .train import TrainResult
+
+app = typer.Typer(
+    help="Reinforcement-learning planners: train and evaluate agents (DQN, PPO, A2C).", no_args_is_help=True
+)
+
+EnvArg = Annotated[Path | None, typer.Argument(help="Environment file (TOML); default envs/default.toml.")]
+SetOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--set",
+        help="Experiment override KEY=VALUE (repeatable), e.g. forecast.source=persistence (paths relative to the "
+        "experiment file).",
+    ),
+]
+EnvSetOpt = Annotated[
+    list[str] | None,
+    typer.Option("--env-set", help="Environment override KEY=VALUE (repeatable), e.g. window=8, agent.gamma=0.9."),
+]
 
 
-def _settings(env: Optional[Path], env_set: Optional[list[str]], extra: list[str]):
+def _settings(env: Path | None, env_set: list[str] | None, extra: list[str]):
     from .settings import load_env_settings
 
     return load_env_settings(env, list(env_set or []) + extra)
@@ -32,16 +50,30 @@ def _settings(env: Optional[Path], env_set: Optional[list[str]], extra: list[str
 @app.command("train")
 def train(
     env: EnvArg = None,
-    algo: Annotated[Optional[str], typer.Option("--algo", help="dqn (default), ppo or a2c.")] = None,
-    timesteps: Annotated[Optional[int], typer.Option("--timesteps", "-n", help="Environment steps to train for.")] = None,
-    seed: Annotated[Optional[int], typer.Option("--seed", help="Seed of the learner and the environment.")] = None,
-    train_range: Annotated[Optional[str], typer.Option("--train-range", help="Steps to learn on, START:END (end exclusive).")] = None,
-    eval_range: Annotated[Optional[str], typer.Option("--eval-range", help="Held-out steps to evaluate on, START:END.")] = None,
-    strict: Annotated[bool, typer.Option("--strict", help="Refuse a training range that overlaps the evaluation range.")] = False,
-    agent: Annotated[Optional[Path], typer.Option("--agent", help="Where to save the agent (default agents/<env>/<algo>.zip).")] = None,
-    run_dir: Annotated[Optional[Path], typer.Option("--run-dir", help="Logs, checkpoints, plot (default out/rl/<env>-<algo>).")] = None,
-    eval_every: Annotated[Optional[int], typer.Option("--eval-every", help="Evaluate on the held-out range every N steps.")] = None,
-    checkpoint_every: Annotated[Optional[int], typer.Option("--checkpoint-every", help="Save a checkpoint every N steps.")] = None,
+    algo: Annotated[str | None, typer.Option("--algo", help="dqn (default), ppo or a2c.")] = None,
+    timesteps: Annotated[int | None, typer.Option("--timesteps", "-n", help="Environment steps to train for.")] = None,
+    seed: Annotated[int | None, typer.Option("--seed", help="Seed of the learner and the environment.")] = None,
+    train_range: Annotated[
+        str | None, typer.Option("--train-range", help="Steps to learn on, START:END (end exclusive).")
+    ] = None,
+    eval_range: Annotated[
+        str | None, typer.Option("--eval-range", help="Held-out steps to evaluate on, START:END.")
+    ] = None,
+    strict: Annotated[
+        bool, typer.Option("--strict", help="Refuse a training range that overlaps the evaluation range.")
+    ] = False,
+    agent: Annotated[
+        Path | None, typer.Option("--agent", help="Where to save the agent (default agents/<env>/<algo>.zip).")
+    ] = None,
+    run_dir: Annotated[
+        Path | None, typer.Option("--run-dir", help="Logs, checkpoints, plot (default out/rl/<env>-<algo>).")
+    ] = None,
+    eval_every: Annotated[
+        int | None, typer.Option("--eval-every", help="Evaluate on the held-out range every N steps.")
+    ] = None,
+    checkpoint_every: Annotated[
+        int | None, typer.Option("--checkpoint-every", help="Save a checkpoint every N steps.")
+    ] = None,
     set_: SetOpt = None,
     env_set: EnvSetOpt = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
@@ -52,11 +84,14 @@ def train(
     from .settings import DEFAULT_AGENT_DIR, StepRange
 
     console = Console()
-    extra = []
-    for key, value in (("agent.algo", algo), ("agent.timesteps", timesteps), ("agent.seed", seed),
-                       ("agent.eval_every", eval_every), ("agent.checkpoint_every", checkpoint_every)):
-        if value is not None:
-            extra.append(f"{key}={value}")
+    flags = {
+        "agent.algo": algo,
+        "agent.timesteps": timesteps,
+        "agent.seed": seed,
+        "agent.eval_every": eval_every,
+        "agent.checkpoint_every": checkpoint_every,
+    }
+    extra = [f"{key}={value}" for key, value in flags.items() if value is not None]
     for key, text in (("train", train_range), ("eval", eval_range)):
         if text is not None:
             r = StepRange.parse(text, f"--{key}-range")
@@ -65,18 +100,47 @@ def train(
     a = s.agent
     agent_path = agent if agent is not None else (DEFAULT_AGENT_DIR.parent / s.name / f"{a.algo}.zip")
     out = run_dir if run_dir is not None else Path("out") / "rl" / f"{s.name}-{a.algo}"
-
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
-    from .train import train_agent
-
     console.print(
         f"training {a.algo.upper()} for {a.timesteps} steps on steps {s.train} ({s.mode} mode; window {s.window}, "
         f"actions a0..a{s.horizon_actions}, seed {a.seed}); held-out evaluation on steps {s.eval}"
     )
+    result = _train_with_progress(console, s, out, agent_path, strict, list(set_ or []), quiet)
+    m = result.meta
+    _print_comparison(
+        console,
+        {a.algo: m["eval"], **m["baseline"]},
+        f"held-out steps {s.eval} · {s.mode} mode · {m['eval_forecasts']}",
+    )
+    console.print(f"trained in {m['train_seconds']:.0f} s; agent {result.agent_path} (+ .json)")
+    console.print(f"logs {out}: eval.csv, learning_curve.png, tb/ (tensorboard --logdir {out / 'tb'}), checkpoints/")
+
+
+def _train_with_progress(
+    console: Console, s: EnvSettings, out: Path, agent_path: Path, strict: bool, overrides: list[str], quiet: bool
+) -> TrainResult:
+    """train_agent with a progress bar showing the latest held-out evaluation; Ctrl-C says what is kept."""
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    from .train import train_agent
+
+    a = s.agent
     with Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
-        TextColumn("{task.fields[last]}"), console=console, disable=quiet, transient=False,
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        TextColumn("{task.fields[last]}"),
+        console=console,
+        disable=quiet,
+        transient=False,
     ) as progress:
         bar = progress.add_task(a.algo, total=a.timesteps, last="")
 
@@ -85,21 +149,22 @@ def train(
             progress.update(bar, completed=min(n, a.timesteps), last=text)
 
         try:
-            result = train_agent(
-                s, out, agent_path, strict=strict, extra_overrides=list(set_ or []), progress=tick,
+            return train_agent(
+                s,
+                out,
+                agent_path,
+                strict=strict,
+                extra_overrides=overrides,
+                progress=tick,
                 warn=lambda m: console.print(f"[yellow]warning:[/] {m}"),
             )
         except KeyboardInterrupt:
             progress.stop()
             console.print(f"interrupted: no agent saved; checkpoints so far are in {out / 'checkpoints'}")
             raise typer.Exit(130) from None
-    m = result.meta
-    _print_comparison(console, {a.algo: m["eval"], **m["baseline"]}, f"held-out steps {s.eval} · {s.mode} mode · {m['eval_forecasts']}")
-    console.print(f"trained in {m['train_seconds']:.0f} s; agent {result.agent_path} (+ .json)")
-    console.print(f"logs {out}: eval.csv, learning_curve.png, tb/ (tensorboard --logdir {out / 'tb'}), checkpoints/")
 
 
-def _print_comparison(console, rows: dict[str, dict], title: str) -> None:
+def _print_comparison(console: Console, rows: dict[str, dict], title: str) -> None:
     from rich.table import Table
 
     table = Table(title=title)
@@ -112,12 +177,16 @@ def _print_comparison(console, rows: dict[str, dict], title: str) -> None:
 
 @app.command("evaluate")
 def evaluate(
-    agent: Annotated[Optional[Path], typer.Option("--agent", help="Agent .zip (default: the shipped DQN agent).")] = None,
-    env: Annotated[Optional[Path], typer.Option("--env", help="Environment file (default: the one the agent was trained with).")] = None,
-    strategies: Annotated[str, typer.Option("--strategies", "-s", help="Planners to compare with, comma-separated.")] = "mpc",
-    eval_range: Annotated[Optional[str], typer.Option("--eval-range", help="Steps to evaluate on, START:END.")] = None,
+    agent: Annotated[Path | None, typer.Option("--agent", help="Agent .zip (default: the shipped DQN agent).")] = None,
+    env: Annotated[
+        Path | None, typer.Option("--env", help="Environment file (default: the one the agent was trained with).")
+    ] = None,
+    strategies: Annotated[
+        str, typer.Option("--strategies", "-s", help="Planners to compare with, comma-separated.")
+    ] = "mpc",
+    eval_range: Annotated[str | None, typer.Option("--eval-range", help="Steps to evaluate on, START:END.")] = None,
     strict: Annotated[bool, typer.Option("--strict", help="Refuse steps the agent was trained on.")] = False,
-    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Write the results as JSON here.")] = None,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Write the results as JSON here.")] = None,
     set_: SetOpt = None,
     env_set: EnvSetOpt = None,
 ) -> None:
@@ -126,12 +195,11 @@ def evaluate(
 
     from rich.console import Console
 
+    from ..outputs import check_output_file
     from ..planners.rl import default_agent_path
     from .agent import load_agent
     from .settings import StepRange, apply_env_overrides, load_env_settings
     from .train import evaluate_agent
-
-    from ..outputs import check_output_file
 
     console = Console()
     if out is not None:
@@ -152,18 +220,30 @@ def evaluate(
     rows = {k: v.to_dict() for k, v in runs.items()}
     _print_comparison(console, rows, f"{ag.path.name} · steps {s.eval} · {s.mode} mode · {data.forecast_label}")
     oos = "yes" if not ag.train_range.overlaps(s.eval) else "no"
-    console.print(f"agent trained on steps {ag.train_range} ({ag.meta.get('timesteps')} steps, seed {ag.meta.get('seed')}); out of sample: {oos}")
+    console.print(
+        f"agent trained on steps {ag.train_range} ({ag.meta.get('timesteps')} steps, seed {ag.meta.get('seed')}); "
+        f"out of sample: {oos}"
+    )
     if out is not None:
         from .settings import shipped_relative  # a shipped agent as agents/default/dqn.zip, not this machine's path
 
+        results = {
+            "agent": shipped_relative(ag.path),
+            "eval_range": s.eval.to_dict(),
+            "mode": s.mode,
+            "forecasts": data.forecast_label,
+            "out_of_sample": oos == "yes",
+            "results": rows,
+        }
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps({"agent": shipped_relative(ag.path), "eval_range": s.eval.to_dict(), "mode": s.mode,
-                                   "forecasts": data.forecast_label, "out_of_sample": oos == "yes", "results": rows}, indent=2) + "\n")
+        out.write_text(json.dumps(results, indent=2) + "\n")
         console.print(f"wrote {out}")
 
 
 @app.command("info")
-def info(agent: Annotated[Optional[Path], typer.Argument(help="Agent .zip (default: the shipped DQN agent).")] = None) -> None:
+def info(
+    agent: Annotated[Path | None, typer.Argument(help="Agent .zip (default: the shipped DQN agent).")] = None,
+) -> None:
     """What an agent expects and how it was trained (its metadata), without loading the model."""
     from rich.console import Console
 
@@ -178,14 +258,21 @@ def info(agent: Annotated[Optional[Path], typer.Argument(help="Agent .zip (defau
     m = read_metadata(path)
     e = m["env"]
     console = Console()
-    console.print(f"{path}: {m['algo'].upper()}, observations ({e['actions']}, {e['window']}), actions a0..a{e['actions'] - 1}")
-    console.print(f"trained {m.get('timesteps')} steps, seed {m.get('seed')}, on steps {m['train_range']['start']}.."
-                  f"{m['train_range']['start'] + m['train_range']['steps'] - 1} ({e['mode']} mode, {m.get('forecasts')}), "
-                  f"penalty {m.get('penalty_s')} s, in {m.get('train_seconds')} s")
+    console.print(
+        f"{path}: {m['algo'].upper()}, observations ({e['actions']}, {e['window']}), actions a0..a{e['actions'] - 1}"
+    )
+    console.print(
+        f"trained {m.get('timesteps')} steps, seed {m.get('seed')}, on steps {m['train_range']['start']}.."
+        f"{m['train_range']['start'] + m['train_range']['steps'] - 1} ({e['mode']} mode, {m.get('forecasts')}), "
+        f"penalty {m.get('penalty_s')} s, in {m.get('train_seconds')} s"
+    )
     if m.get("eval"):
         ev = m["eval"]
         r = m["eval_range"]
-        line = f"held-out steps {r['start']}..{r['start'] + r['steps'] - 1}: {ev['total_s']} s, {ev['reconfigurations']} reconfigurations"
+        line = (
+            f"held-out steps {r['start']}..{r['start'] + r['steps'] - 1}: {ev['total_s']} s, "
+            f"{ev['reconfigurations']} reconfigurations"
+        )
         for k, b in (m.get("baseline") or {}).items():
             line += f"; {k} {b['total_s']} s, {b['reconfigurations']}"
         console.print(line)

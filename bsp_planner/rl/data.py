@@ -51,7 +51,9 @@ def resolve_scales(s: EnvSettings, ctx: PlanningContext) -> tuple[float, float]:
     obs = auto_scale(ctx) if s.obs_scale == "auto" else float(s.obs_scale)
     rew = obs if s.reward_scale == "auto" else float(s.reward_scale)
     if not (obs > 0 and rew > 0):
-        raise InputError(f"expected positive scales, got obs_scale={obs!r}, reward_scale={rew!r}", path=s.path, field="obs_scale")
+        raise InputError(
+            f"expected positive scales, got obs_scale={obs!r}, reward_scale={rew!r}", path=s.path, field="obs_scale"
+        )
     return obs, rew
 
 
@@ -66,8 +68,15 @@ def check_horizon(s: EnvSettings, ctx: PlanningContext, where: str | None = None
         )
 
 
-def from_context(s: EnvSettings, ctx: PlanningContext, actual: np.ndarray, split: str, rng: StepRange,
-                 label: str = "", scales: tuple[float, float] | None = None) -> EnvData:
+def from_context(
+    s: EnvSettings,
+    ctx: PlanningContext,
+    actual: np.ndarray,
+    split: str,
+    rng: StepRange,
+    label: str = "",
+    scales: tuple[float, float] | None = None,
+) -> EnvData:
     check_horizon(s, ctx)
     n, m = s.horizon_actions, s.window
     obs_scale, reward_scale = scales if scales is not None else resolve_scales(s, ctx)
@@ -81,8 +90,13 @@ def from_context(s: EnvSettings, ctx: PlanningContext, actual: np.ndarray, split
     return EnvData(s, split, rng, ctx, actual, cfg, rows, step_s, obs_scale, reward_scale, ctx.penalty_s, label)
 
 
-def build_data(s: EnvSettings, split: str = "train", *, extra_overrides: list[str] | None = None,
-               scales: tuple[float, float] | None = None) -> EnvData:
+def build_data(
+    s: EnvSettings,
+    split: str = "train",
+    *,
+    extra_overrides: list[str] | None = None,
+    scales: tuple[float, float] | None = None,
+) -> EnvData:
     """Build the scenario of the training or evaluation range of an environment's experiment."""
     from ..experiment import load_experiment
     from ..scenario import build_scenario
@@ -90,9 +104,15 @@ def build_data(s: EnvSettings, split: str = "train", *, extra_overrides: list[st
     if split not in ("train", "eval"):
         raise ValueError(f"split must be 'train' or 'eval', got {split!r}")
     rng = s.train if split == "train" else s.eval
-    overrides = list(s.overrides) + list(extra_overrides or []) + [
-        f"start={rng.start}", f"steps={rng.steps}", f"modes={s.mode}",
-    ]
+    overrides = (
+        list(s.overrides)
+        + list(extra_overrides or [])
+        + [
+            f"start={rng.start}",
+            f"steps={rng.steps}",
+            f"modes={s.mode}",
+        ]
+    )
     exp = load_experiment(s.experiment_path, overrides)
     scen = build_scenario(exp)
     return from_context(s, scen.contexts[s.mode], scen.actual, split, rng, scen.forecast_label[s.mode], scales)

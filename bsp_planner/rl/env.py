@@ -75,7 +75,7 @@ class ReconfigureEnv(gym.Env):
         t = min(self._t, self.data.steps - 1)
         cur = self.data.cfg[t, self.n - 1] if self._current is None else self._current
         row0 = self._pred[t, self._tasks, cur, : self.window].max(axis=0) / self.data.obs_scale
-        obs = np.empty(self.observation_space.shape, dtype=np.float32)
+        obs = np.empty(self.settings.obs_shape, dtype=np.float32)
         obs[0] = np.clip(row0, 0.0, self.settings.obs_high)
         obs[1:] = self.data.rows[t]
         return obs

@@ -43,7 +43,9 @@ def action_configs(ctx: PlanningContext, t: int, n: int) -> np.ndarray:
     return cfg
 
 
-def observation(ctx: PlanningContext, t: int, current: np.ndarray | None, n: int, window: int, scale: float, high: float) -> np.ndarray:
+def observation(
+    ctx: PlanningContext, t: int, current: np.ndarray | None, n: int, window: int, scale: float, high: float
+) -> np.ndarray:
     """The (n+1, window) float32 observation before step t.
 
     Before the first step of a job (current None) there is no configuration to keep; row 0 then shows

@@ -61,7 +61,7 @@ class StepRange:
         """One past the last step."""
         return self.start + self.steps
 
-    def overlaps(self, other: "StepRange") -> bool:
+    def overlaps(self, other: StepRange) -> bool:
         return self.start < other.end and other.start < self.end
 
     def __str__(self) -> str:
@@ -71,7 +71,7 @@ class StepRange:
         return {"start": self.start, "steps": self.steps}
 
     @classmethod
-    def parse(cls, text: str, what: str) -> "StepRange":
+    def parse(cls, text: str, what: str) -> StepRange:
         """'400:1000' (end exclusive) or '400+600' (start + steps)."""
         try:
             if "+" in text:
@@ -206,7 +206,12 @@ def apply_env_overrides(s: EnvSettings, overrides: list[str]) -> EnvSettings:
 def load_env_settings(path: str | Path | None = None, overrides: list[str] | None = None) -> EnvSettings:
     path = Path(path) if path is not None else DEFAULT_ENV
     shipped = SHIPPED_ROOT / "envs" / f"{path.stem}.toml"
-    if not path.is_file() and path.parent in (Path("."), Path("envs")) and path.suffix in ("", ".toml") and shipped.is_file():
+    if (
+        not path.is_file()
+        and path.parent in (Path("."), Path("envs"))
+        and path.suffix in ("", ".toml")
+        and shipped.is_file()
+    ):
         path = shipped  # a shipped environment by name: default, wide (or envs/wide.toml as before)
     s = _settings.load_settings_file(EnvSettings, path, "environment", {"name": path.stem, "path": path.resolve()})
     if overrides:

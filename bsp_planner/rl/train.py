@@ -17,7 +17,7 @@ import json
 import platform
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -87,21 +87,44 @@ def _make_model(s: EnvSettings, env, tb_dir: Path | None):
     a = s.agent
     cls = algo_class(a.algo)
     policy_kwargs = {"net_arch": list(a.net_arch)}
-    common = dict(policy="MlpPolicy", env=env, seed=a.seed, gamma=a.gamma, learning_rate=a.learning_rate,
-                  policy_kwargs=policy_kwargs, verbose=0, device="cpu",
-                  tensorboard_log=str(tb_dir) if tb_dir is not None else None)
+    common = dict(
+        policy="MlpPolicy",
+        env=env,
+        seed=a.seed,
+        gamma=a.gamma,
+        learning_rate=a.learning_rate,
+        policy_kwargs=policy_kwargs,
+        verbose=0,
+        device="cpu",
+        tensorboard_log=str(tb_dir) if tb_dir is not None else None,
+    )
     if a.algo == "dqn":
-        return cls(**common, buffer_size=a.buffer_size, learning_starts=a.learning_starts, batch_size=a.batch_size,
-                   train_freq=a.train_freq, gradient_steps=a.gradient_steps,
-                   target_update_interval=a.target_update_interval, exploration_fraction=a.exploration_fraction,
-                   exploration_final_eps=a.exploration_final_eps)
+        return cls(
+            **common,
+            buffer_size=a.buffer_size,
+            learning_starts=a.learning_starts,
+            batch_size=a.batch_size,
+            train_freq=a.train_freq,
+            gradient_steps=a.gradient_steps,
+            target_update_interval=a.target_update_interval,
+            exploration_fraction=a.exploration_fraction,
+            exploration_final_eps=a.exploration_final_eps,
+        )
     if a.algo == "ppo":
         return cls(**common, n_steps=a.n_steps, batch_size=min(a.batch_size, a.n_steps * a.n_envs), ent_coef=a.ent_coef)
     return cls(**common, n_steps=min(a.n_steps, 32), ent_coef=a.ent_coef)
 
 
-def _callbacks(s: EnvSettings, train_data: EnvData, eval_data: EnvData, run_dir: Path, progress, evals: list, checkpoints: bool,
-               mpc: PolicyRun | None):
+def _callbacks(
+    s: EnvSettings,
+    train_data: EnvData,
+    eval_data: EnvData,
+    run_dir: Path,
+    progress,
+    evals: list,
+    checkpoints: bool,
+    mpc: PolicyRun | None,
+):
     from .agent import import_sb3
 
     import_sb3()
@@ -125,8 +148,12 @@ def _callbacks(s: EnvSettings, train_data: EnvData, eval_data: EnvData, run_dir:
             act = lambda o: int(model.predict(o, deterministic=True)[0])  # noqa: E731
             res = run_policy(act, eval_data)
             seen = run_policy(act, train_data)  # the whole training range, greedily: in-sample
-            row = {"timesteps": self.num_timesteps, **res.to_dict(), "train_total_s": round(seen.total_s, 3),
-                   "train_reconfigurations": seen.reconfigurations}
+            row = {
+                "timesteps": self.num_timesteps,
+                **res.to_dict(),
+                "train_total_s": round(seen.total_s, 3),
+                "train_reconfigurations": seen.reconfigurations,
+            }
             evals.append(row)
             self.logger.record("eval/train_range_total_s", seen.total_s)
             self.logger.record("eval/total_s", res.total_s)
@@ -180,7 +207,9 @@ def _callbacks(s: EnvSettings, train_data: EnvData, eval_data: EnvData, run_dir:
 
     cbs = [WeightAverage(), HeldOutEval(), Progress()]
     if checkpoints:
-        cbs.append(CheckpointCallback(max(1, a.checkpoint_every // a.n_envs), str(run_dir / "checkpoints"), name_prefix=a.algo))
+        cbs.append(
+            CheckpointCallback(max(1, a.checkpoint_every // a.n_envs), str(run_dir / "checkpoints"), name_prefix=a.algo)
+        )
     return cbs
 
 
@@ -221,14 +250,21 @@ def train_agent(
     run_dir.mkdir(parents=True, exist_ok=True)
     t_build = time.perf_counter()
     train_data = build_data(s, "train", extra_overrides=extra_overrides)
-    eval_data = build_data(s, "eval", extra_overrides=extra_overrides, scales=(train_data.obs_scale, train_data.reward_scale))
+    eval_data = build_data(
+        s, "eval", extra_overrides=extra_overrides, scales=(train_data.obs_scale, train_data.reward_scale)
+    )
     build_s = time.perf_counter() - t_build
     ref = baseline(compare, eval_data) if compare else None
     from .env import BaselineShaping
 
-    env = make_vec_env(ReconfigureEnv, n_envs=a.n_envs, seed=a.seed, env_kwargs={"data": train_data},
-                       monitor_dir=str(run_dir / "monitor"),
-                       wrapper_class=BaselineShaping if a.reward_baseline == "a1" else None)
+    env = make_vec_env(
+        ReconfigureEnv,
+        n_envs=a.n_envs,
+        seed=a.seed,
+        env_kwargs={"data": train_data},
+        monitor_dir=str(run_dir / "monitor"),
+        wrapper_class=BaselineShaping if a.reward_baseline == "a1" else None,
+    )
     model = _make_model(s, env, run_dir / "tb" if tensorboard else None)
     evals: list[dict] = []
     cbs = _callbacks(s, train_data, eval_data, run_dir, progress, evals, checkpoints, ref)
@@ -255,7 +291,7 @@ def train_agent(
         "build_seconds": round(build_s, 1),
         "eval": final,
         "baseline": {compare: ref.to_dict()} if ref else {},
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "versions": _versions(),
     }
     path = save_agent(model, run_dir / "agent.zip", meta)
@@ -265,7 +301,9 @@ def train_agent(
     _write_evals(run_dir / "eval.csv", evals)
     if plot:
         learning_curve(run_dir / "learning_curve.png", run_dir / "monitor", evals, ref, compare, train_data, a.algo)
-    (run_dir / "summary.json").write_text(json.dumps({"agent": str(path), **meta, "evals": evals}, indent=2, default=str) + "\n")
+    (run_dir / "summary.json").write_text(
+        json.dumps({"agent": str(path), **meta, "evals": evals}, indent=2, default=str) + "\n"
+    )
     env.close()
     return TrainResult(path, run_dir, meta, evals)
 
@@ -278,8 +316,13 @@ def _versions() -> dict:
 
     stable_baselines3 = import_sb3()
 
-    return {"python": platform.python_version(), "stable_baselines3": stable_baselines3.__version__,
-            "torch": torch.__version__, "gymnasium": gymnasium.__version__, "numpy": np.__version__}
+    return {
+        "python": platform.python_version(),
+        "stable_baselines3": stable_baselines3.__version__,
+        "torch": torch.__version__,
+        "gymnasium": gymnasium.__version__,
+        "numpy": np.__version__,
+    }
 
 
 def _write_evals(path: Path, evals: list[dict]) -> None:
@@ -287,13 +330,22 @@ def _write_evals(path: Path, evals: list[dict]) -> None:
         w = csv.writer(fh)
         w.writerow(["timesteps", "total_s", "compute_s", "reconfigurations", "train_total_s", "train_reconfigurations"])
         for e in evals:
-            w.writerow([e["timesteps"], e["total_s"], e["compute_s"], e["reconfigurations"], e["train_total_s"],
-                        e["train_reconfigurations"]])
+            w.writerow(
+                [
+                    e["timesteps"],
+                    e["total_s"],
+                    e["compute_s"],
+                    e["reconfigurations"],
+                    e["train_total_s"],
+                    e["train_reconfigurations"],
+                ]
+            )
 
 
 def _monitor_episodes(folder: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(timesteps at episode end, episode reward, episode length) from Monitor CSVs."""
-    ts, rs, ls = [], [], []
+    rs: list[float] = []
+    ls: list[int] = []
     for f in sorted(folder.glob("*.monitor.csv")):
         rows = f.read_text().splitlines()[2:]
         for line in rows:
@@ -306,8 +358,15 @@ def _monitor_episodes(folder: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     return np.cumsum(ls_a), np.array(rs), ls_a
 
 
-def learning_curve(path: Path, monitor_dir: Path, evals: list[dict], ref: PolicyRun | None, compare: str | None,
-                   data: EnvData, algo: str) -> None:
+def learning_curve(
+    path: Path,
+    monitor_dir: Path,
+    evals: list[dict],
+    ref: PolicyRun | None,
+    compare: str | None,
+    data: EnvData,
+    algo: str,
+) -> None:
     """Left: training episodes' mean cost per step; right: held-out total vs the reference planner."""
     import matplotlib
 
@@ -321,10 +380,15 @@ def learning_curve(path: Path, monitor_dir: Path, evals: list[dict], ref: Policy
         ax1.plot(ts, per_step, color="#bbbbbb", lw=0.6, label="episode")
         k = max(1, min(50, rs.size // 10))
         smooth = np.convolve(per_step, np.ones(k) / k, mode="valid")
-        ax1.plot(ts[k - 1:], smooth, color="#4C72B0", label=f"mean of {k} (exploring)")
+        ax1.plot(ts[k - 1 :], smooth, color="#4C72B0", label=f"mean of {k} (exploring)")
     if evals:
-        ax1.plot([e["timesteps"] for e in evals], [e["train_total_s"] / data.steps for e in evals], "o-", color="#55A868",
-                 label="greedy policy, whole range")
+        ax1.plot(
+            [e["timesteps"] for e in evals],
+            [e["train_total_s"] / data.steps for e in evals],
+            "o-",
+            color="#55A868",
+            label="greedy policy, whole range",
+        )
     ax1.set_xlabel("training steps")
     ax1.set_ylabel("cost per step (s), training range")
     ax1.set_title(f"{algo.upper()} training ({data.settings.train})")
@@ -344,8 +408,9 @@ def learning_curve(path: Path, monitor_dir: Path, evals: list[dict], ref: Policy
     plt.close(fig)
 
 
-def evaluate_agent(agent, s: EnvSettings, strategies: list[str], *, extra_overrides: list[str] | None = None,
-                   strict: bool = False) -> tuple[dict[str, PolicyRun], EnvData]:
+def evaluate_agent(
+    agent, s: EnvSettings, strategies: list[str], *, extra_overrides: list[str] | None = None, strict: bool = False
+) -> tuple[dict[str, PolicyRun], EnvData]:
     """The agent and other planners on the evaluation range of settings `s` (through the simulator)."""
     from ..planners.rl import RlPlanner
 
@@ -356,7 +421,12 @@ def evaluate_agent(agent, s: EnvSettings, strategies: list[str], *, extra_overri
             path=agent.path,
         )
     agent.check_shape(s.window, s.actions, f"the environment {s.name!r}")
-    data = build_data(s, "eval", extra_overrides=extra_overrides, scales=(agent.obs_scale, float(agent.meta.get("reward_scale", agent.obs_scale))))
+    data = build_data(
+        s,
+        "eval",
+        extra_overrides=extra_overrides,
+        scales=(agent.obs_scale, float(agent.meta.get("reward_scale", agent.obs_scale))),
+    )
     planner = RlPlanner(str(agent.path), name=agent.algo)
     r = simulate(planner, data.ctx, data.actual, s.mode)
     out = {agent.algo: PolicyRun(r.total_s, r.compute_s, r.checkpoints, r.actions)}

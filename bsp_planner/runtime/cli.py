@@ -14,78 +14,148 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from .zkserver import DEFAULT_DATA_DIR, DEFAULT_PORT
 
-zk_app = typer.Typer(help="A local ZooKeeper server for live runs (Debian's zookeeper package, or ZOOKEEPER_HOME).", no_args_is_help=True)
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from .coordinator import Coordinator, RunSettings
+
+zk_app = typer.Typer(
+    help="A local ZooKeeper server for live runs (Debian's zookeeper package, or ZOOKEEPER_HOME).", no_args_is_help=True
+)
 
 _HOSTS_HELP = "ZooKeeper connection string host:port[,host:port...] (default $BSP_PLANNER_ZOOKEEPER or 127.0.0.1:2181)."
-_AUTH_HELP = "File holding user:password for the run's digest ACL (mode 600); or set $BSP_PLANNER_ZK_AUTH_FILE / $BSP_PLANNER_ZK_AUTH."
+_AUTH_HELP = (
+    "File holding user:password for the run's digest ACL (mode 600); or set $BSP_PLANNER_ZK_AUTH_FILE / "
+    "$BSP_PLANNER_ZK_AUTH."
+)
 
 
-def _hosts(value: Optional[str]) -> str:
+def _hosts(value: str | None) -> str:
     from .zk import DEFAULT_HOSTS, ENV_HOSTS
 
     return value or os.environ.get(ENV_HOSTS) or DEFAULT_HOSTS
 
 
 def run(
-    experiment: Path = typer.Option(Path("live-default"), "--experiment", "-e", help="Experiment file (TOML), or a shipped experiment's name: job, profile, CPU levels, planner settings."),
-    job: Optional[Path] = typer.Option(None, "--job", help="Job file, instead of the experiment's."),
+    experiment: Path = typer.Option(
+        Path("live-default"),
+        "--experiment",
+        "-e",
+        help="Experiment file (TOML), or a shipped experiment's name: job, profile, CPU levels, planner settings.",
+    ),
+    job: Path | None = typer.Option(None, "--job", help="Job file, instead of the experiment's."),
     planner: str = typer.Option("mpc", "--planner", "-p", help="mpc, static:K, exppo, dp, dqn..., as in simulate."),
     mode: str = typer.Option("perfect", "--mode", "-m", help="perfect or forecast: what the planner is told."),
-    reconfigure: Optional[str] = typer.Option(None, "--reconfigure", help="recreate (checkpoint, stop, start under the new quota), in-place (rewrite the quota; Kubernetes 1.33+), or auto (in place where the backend can). Default: the backend's (local: recreate; kubernetes: $BSP_PLANNER_K8S_RECONFIGURE, else auto)."),
-    backend: str = typer.Option("local", "--backend", help="Where tasks run: local (processes under cgroup CPU quotas) or kubernetes (one pod per task)."),
-    steps: Optional[int] = typer.Option(None, "--steps", help="Supersteps to run (default: the experiment's)."),
-    set_: Optional[list[str]] = typer.Option(None, "--set", help="Override an experiment field: KEY=VALUE or SECTION.KEY=VALUE (repeatable)."),
-    zookeeper: Optional[str] = typer.Option(None, "--zookeeper", help=_HOSTS_HELP),
-    zk_root: Optional[str] = typer.Option(None, "--zk-root", help="The run's znode (default /bsp-planner/runs/<run-id>)."),
-    zk_auth_file: Optional[Path] = typer.Option(None, "--zk-auth-file", help=_AUTH_HELP),
-    zk_wait: float = typer.Option(30.0, "--zk-wait", help="Seconds to wait for an unreachable ZooKeeper before giving up (at start and mid-run)."),
+    reconfigure: str | None = typer.Option(
+        None,
+        "--reconfigure",
+        help="recreate (checkpoint, stop, start under the new quota), in-place (rewrite the quota; Kubernetes 1.33+), "
+        "or auto (in place where the backend can). Default: the backend's (local: recreate; kubernetes: "
+        "$BSP_PLANNER_K8S_RECONFIGURE, else auto).",
+    ),
+    backend: str = typer.Option(
+        "local",
+        "--backend",
+        help="Where tasks run: local (processes under cgroup CPU quotas) or kubernetes (one pod per task).",
+    ),
+    steps: int | None = typer.Option(None, "--steps", help="Supersteps to run (default: the experiment's)."),
+    online: bool = typer.Option(
+        False,
+        "--online",
+        help="Forecast the workloads before every step from the history observed so far (the experiment's forecaster, "
+        "seeded with the job's series; no forecast file); implies --mode forecast.",
+    ),
+    learn: bool = typer.Option(
+        False,
+        "--learn",
+        help="The performance model learns from every measured step (the profile its prior); each step's predicted vs "
+        "measured, before and after learning, goes to the run log.",
+    ),
+    set_: list[str] | None = typer.Option(
+        None, "--set", help="Override an experiment field: KEY=VALUE or SECTION.KEY=VALUE (repeatable)."
+    ),
+    zookeeper: str | None = typer.Option(None, "--zookeeper", help=_HOSTS_HELP),
+    zk_root: str | None = typer.Option(None, "--zk-root", help="The run's znode (default /bsp-planner/runs/<run-id>)."),
+    zk_auth_file: Path | None = typer.Option(None, "--zk-auth-file", help=_AUTH_HELP),
+    zk_wait: float = typer.Option(
+        30.0, "--zk-wait", help="Seconds to wait for an unreachable ZooKeeper before giving up (at start and mid-run)."
+    ),
     session_timeout: float = typer.Option(10.0, "--session-timeout", help="ZooKeeper session timeout in seconds."),
-    step_timeout: Optional[float] = typer.Option(None, "--step-timeout", help="Seconds one superstep may take, from publishing it to every task's release, before the run stops (default 600; on --resume, the run's own unless given)."),
-    run_id: Optional[str] = typer.Option(None, "--run-id", help="Name of the run folder runs/<run-id> (default: live-<date>-<time>-<hex>)."),
+    step_timeout: float | None = typer.Option(
+        None,
+        "--step-timeout",
+        help="Seconds one superstep may take, from publishing it to every task's release, before the run stops "
+        "(default 600; on --resume, the run's own unless given).",
+    ),
+    run_id: str | None = typer.Option(
+        None, "--run-id", help="Name of the run folder runs/<run-id> (default: live-<date>-<time>-<hex>)."
+    ),
     runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="Where run folders go."),
-    resume: Optional[str] = typer.Option(None, "--resume", help="Continue this run from its last completed step, with the same plan."),
+    resume: str | None = typer.Option(
+        None, "--resume", help="Continue this run from its last completed step, with the same plan."
+    ),
     keep_zk: bool = typer.Option(False, "--keep-zk", help="Keep the run's znodes when it finishes."),
     stress_ng: str = typer.Option("stress-ng", "--stress-ng", help="The stress-ng executable."),
-    cgroup_prefix: str = typer.Option("bsp-planner", "--cgroup-prefix", help="Name start of the run's cgroup (<prefix>.live.<run-id>)."),
-    cpu_weight: str = typer.Option("guaranteed", "--cpu-weight", help="Local backend: the run group's weight against other processes: guaranteed (tasks get their CPU ahead of other work; quotas still cap each task) or workers (as the profiler weighs its runs)."),
+    cgroup_prefix: str = typer.Option(
+        "bsp-planner", "--cgroup-prefix", help="Name start of the run's cgroup (<prefix>.live.<run-id>)."
+    ),
+    cpu_weight: str = typer.Option(
+        "guaranteed",
+        "--cpu-weight",
+        help="Local backend: the run group's weight against other processes: guaranteed (tasks get their CPU ahead of "
+        "other work; quotas still cap each task) or workers (as the profiler weighs its runs).",
+    ),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No per-step lines."),
-    namespace: Optional[str] = typer.Option(None, "--namespace", help="kubernetes: the namespace (default: the pod's own, the kubeconfig context's, else bsp-planner)."),
-    image: Optional[str] = typer.Option(None, "--image", help="kubernetes: the workers' image (default $BSP_PLANNER_IMAGE, or the coordinator pod's own)."),
-    kubeconfig: Optional[Path] = typer.Option(None, "--kubeconfig", help="kubernetes: kubeconfig file (default $KUBECONFIG; in-cluster config inside a pod)."),
-    context: Optional[str] = typer.Option(None, "--context", help="kubernetes: kubeconfig context."),
-    zk_auth_secret: Optional[str] = typer.Option(None, "--zk-auth-secret", help="kubernetes: Secret (key `auth`) the worker pods read the ZooKeeper credentials from."),
-    worker_zookeeper: Optional[str] = typer.Option(None, "--worker-zookeeper", help="kubernetes: ZooKeeper as the pods reach it (default zookeeper.<namespace>.svc:2181)."),
-    pending_timeout: Optional[float] = typer.Option(None, "--pending-timeout", help="kubernetes: seconds a pod may stay Pending before the run stops, resumable (default 120)."),
-    node_selector: Optional[str] = typer.Option(None, "--node-selector", help="kubernetes: key=value[,key=value] for the worker pods."),
+    namespace: str | None = typer.Option(
+        None,
+        "--namespace",
+        help="kubernetes: the namespace (default: the pod's own, the kubeconfig context's, else bsp-planner).",
+    ),
+    image: str | None = typer.Option(
+        None,
+        "--image",
+        help="kubernetes: the workers' image (default $BSP_PLANNER_IMAGE, or the coordinator pod's own).",
+    ),
+    kubeconfig: Path | None = typer.Option(
+        None, "--kubeconfig", help="kubernetes: kubeconfig file (default $KUBECONFIG; in-cluster config inside a pod)."
+    ),
+    context: str | None = typer.Option(None, "--context", help="kubernetes: kubeconfig context."),
+    zk_auth_secret: str | None = typer.Option(
+        None,
+        "--zk-auth-secret",
+        help="kubernetes: Secret (key `auth`) the worker pods read the ZooKeeper credentials from.",
+    ),
+    worker_zookeeper: str | None = typer.Option(
+        None,
+        "--worker-zookeeper",
+        help="kubernetes: ZooKeeper as the pods reach it (default zookeeper.<namespace>.svc:2181).",
+    ),
+    pending_timeout: float | None = typer.Option(
+        None,
+        "--pending-timeout",
+        help="kubernetes: seconds a pod may stay Pending before the run stops, resumable (default 120).",
+    ),
+    node_selector: str | None = typer.Option(
+        None, "--node-selector", help="kubernetes: key=value[,key=value] for the worker pods."
+    ),
 ) -> None:
     """Run a job live: real tasks under CPU limits, synchronised superstep by superstep through ZooKeeper,
     reconfigured as the planner decides; writes a run log, a chart and a summary to runs/<run-id>/."""
     from rich.console import Console
 
     from ..shipped import find_experiment
-    from . import zk as Z
-    from .coordinator import Coordinator, RunFailed, RunInterrupted, RunSettings, check_run_id, new_run_id
+    from .coordinator import Coordinator, RunSettings, check_run_id, new_run_id
 
     console = Console()
-    err = Console(stderr=True)
     if resume is not None:
         rid = check_run_id(resume)
-        from .run_store import RunStore
-
-        store = RunStore(runs_dir, rid)
-        meta = store.read_meta()  # read only: the coordinator takes the run before writing
-        settings = RunSettings.from_dict(meta["settings"], path=store.meta_path)
-        if zookeeper:
-            settings.zookeeper = zookeeper  # the server may have moved; everything else is the run's
-        settings.zk_wait_s = zk_wait
-        if step_timeout is not None:
-            settings.step_timeout_s = _positive_seconds(step_timeout, "--step-timeout")
+        settings = _resumed_settings(runs_dir, rid, zookeeper, zk_wait)
     else:
         rid = check_run_id(run_id) if run_id else new_run_id()
         overrides = list(set_ or [])
@@ -93,23 +163,24 @@ def run(
             overrides.append(f"job={job.resolve()}")
         if steps is not None:
             overrides.append(f"steps={steps}")
-        if zk_auth_file is not None:
-            auth = f"file:{zk_auth_file.resolve()}"
-        elif os.environ.get(Z.ENV_AUTH_FILE):
-            auth = f"file:{Path(os.environ[Z.ENV_AUTH_FILE]).resolve()}"
-        elif os.environ.get(Z.ENV_AUTH):
-            auth = "env"
-        else:
-            auth = "generated"
+        if online:
+            overrides.append("online=true")
+            if mode == "perfect":
+                mode = "forecast"  # online forecasts are what the planner is told
+        if learn:
+            overrides.append("learn=true")
         k8s: dict = {}
         if backend in ("kubernetes", "k8s"):
-            from ..k8s.config import parse_node_selector
-
-            k8s = {k: v for k, v in dict(
-                namespace=namespace, image=image, kubeconfig=str(kubeconfig.resolve()) if kubeconfig else None,
-                context=context, zk_auth_secret=zk_auth_secret, worker_zk_hosts=worker_zookeeper,
-                pending_timeout_s=pending_timeout, node_selector=parse_node_selector(node_selector) if node_selector else None,
-            ).items() if v is not None}
+            k8s = _kubernetes_settings(
+                namespace,
+                image,
+                kubeconfig,
+                context,
+                zk_auth_secret,
+                worker_zookeeper,
+                pending_timeout,
+                node_selector,
+            )
         settings = RunSettings(
             kubernetes=k8s,
             worker_start_s=300.0 if k8s or backend in ("kubernetes", "k8s") else 60.0,  # pods: scheduling, image pulls
@@ -121,7 +192,7 @@ def run(
             backend=backend,
             zookeeper=_hosts(zookeeper),
             zk_root=zk_root,
-            zk_auth=auth,
+            zk_auth=_auth_source(zk_auth_file),
             session_timeout_s=session_timeout,
             zk_wait_s=zk_wait,
             stress_ng=stress_ng,
@@ -129,15 +200,85 @@ def run(
             cpu_weight=cpu_weight,
             keep_zk=keep_zk,
         )
-        if step_timeout is not None:
-            settings.step_timeout_s = _positive_seconds(step_timeout, "--step-timeout")
+    if step_timeout is not None:
+        settings.step_timeout_s = _positive_seconds(step_timeout, "--step-timeout")
     say = (lambda text: None) if quiet else (lambda text: console.print(text, highlight=False))
     coord = Coordinator(settings, rid, runs_dir, resume=resume is not None, say=say)
     how = settings.reconfigure or "the backend's default"
-    console.print(f"run {rid}: planner {settings.planner}, {settings.mode} mode, reconfigure {how}, ZooKeeper {settings.zookeeper}", highlight=False)
+    console.print(
+        f"run {rid}: planner {settings.planner}, {settings.mode} mode, reconfigure {how}, ZooKeeper {settings.zookeeper}",
+        highlight=False,
+    )
+    _run_to_the_end(console, coord)
+
+
+def _resumed_settings(runs_dir: Path, rid: str, zookeeper: str | None, zk_wait: float) -> RunSettings:
+    """The run's own settings, read (not taken: the coordinator takes the run before writing), with the
+    ZooKeeper address and wait of this invocation."""
+    from .coordinator import RunSettings
+    from .run_store import RunStore
+
+    store = RunStore(runs_dir, rid)
+    meta = store.read_meta()
+    settings = RunSettings.from_dict(meta["settings"], path=store.meta_path)
+    if zookeeper:
+        settings.zookeeper = zookeeper  # the server may have moved; everything else is the run's
+    settings.zk_wait_s = zk_wait
+    return settings
+
+
+def _auth_source(zk_auth_file: Path | None) -> str:
+    """Where a new run's ZooKeeper credentials come from: --zk-auth-file, the environment's file or
+    user:password, else credentials generated for the run."""
+    from . import zk as Z
+
+    if zk_auth_file is not None:
+        return f"file:{zk_auth_file.resolve()}"
+    if os.environ.get(Z.ENV_AUTH_FILE):
+        return f"file:{Path(os.environ[Z.ENV_AUTH_FILE]).resolve()}"
+    if os.environ.get(Z.ENV_AUTH):
+        return "env"
+    return "generated"
+
+
+def _kubernetes_settings(
+    namespace: str | None,
+    image: str | None,
+    kubeconfig: Path | None,
+    context: str | None,
+    zk_auth_secret: str | None,
+    worker_zookeeper: str | None,
+    pending_timeout: float | None,
+    node_selector: str | None,
+) -> dict[str, Any]:
+    """The kubernetes backend's settings that were given (the others come from its environment)."""
+    from ..k8s.config import parse_node_selector
+
+    given = dict(
+        namespace=namespace,
+        image=image,
+        kubeconfig=str(kubeconfig.resolve()) if kubeconfig else None,
+        context=context,
+        zk_auth_secret=zk_auth_secret,
+        worker_zk_hosts=worker_zookeeper,
+        pending_timeout_s=pending_timeout,
+        node_selector=parse_node_selector(node_selector) if node_selector else None,
+    )
+    return {k: v for k, v in given.items() if v is not None}
+
+
+def _run_to_the_end(console: Console, coord: Coordinator) -> None:
+    """Run, turning SIGTERM (`kill`, a deleted pod) into the clean, resumable stop of Ctrl-C; exit 3 when
+    stopped, 1 when the run failed."""
     import signal
 
-    def on_term(signum, frame):  # `kill`, a deleted pod: stop as cleanly as on Ctrl-C (resumable)
+    from rich.console import Console
+
+    from .coordinator import RunFailed, RunInterrupted
+
+    err = Console(stderr=True)
+
+    def on_term(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
 
     previous = signal.signal(signal.SIGTERM, on_term)
@@ -146,15 +287,17 @@ def run(
     except RunInterrupted as exc:
         err.print(f"[yellow]stopped[/]: {exc}", highlight=False)
         _show(console, coord)
-        raise typer.Exit(3)
+        raise typer.Exit(3) from None
     except RunFailed as exc:
         err.print(f"[bold red]run failed[/]: {exc}", highlight=False)
         _show(console, coord)
-        raise typer.Exit(1)
+        raise typer.Exit(1) from None
     finally:
         signal.signal(signal.SIGTERM, previous)
     _show(console, coord)
-    console.print(f"run folder: {result.run_dir} (steps.csv, steps.jsonl, summary.md, chart.png, logs/)", highlight=False)
+    console.print(
+        f"run folder: {result.run_dir} (steps.csv, steps.jsonl, summary.md, chart.png, logs/)", highlight=False
+    )
 
 
 def _positive_seconds(value: float, flag: str) -> float:
@@ -167,32 +310,42 @@ def _positive_seconds(value: float, flag: str) -> float:
     return float(value)
 
 
-def _show(console, coord) -> None:
+def _show(console: Console, coord: Coordinator) -> None:
     from ..report import print_table
 
     sm = coord.summary
     if not sm:
         return
-    print_table(sm["rows"], console, title=f"{coord.run_id}: live vs simulated, {sm['steps_done']} of {sm['steps']} steps")
+    print_table(
+        sm["rows"], console, title=f"{coord.run_id}: live vs simulated, {sm['steps_done']} of {sm['steps']} steps"
+    )
     console.print(
         f"total: live {sm['live_total_s']:.2f} s, simulated {sm['simulated_total_s']:.2f} s ({sm['total_error_pct']:+.1f}%); "
-        f"with measured reconfiguration cost {sm['simulated_total_measured_penalty_s']:.2f} s ({sm['total_error_measured_penalty_pct']:+.1f}%); "
-        f"per-step error mean |.| {sm['step_error_pct']['mean_abs']:.1f}%; barrier overhead mean {1e3 * sm['barrier_s']['mean']:.1f} ms; "
+        f"with measured reconfiguration cost {sm['simulated_total_measured_penalty_s']:.2f} s "
+        f"({sm['total_error_measured_penalty_pct']:+.1f}%); "
+        f"per-step error mean |.| {sm['step_error_pct']['mean_abs']:.1f}%; barrier overhead mean "
+        f"{1e3 * sm['barrier_s']['mean']:.1f} ms; "
         f"{sm['reconfigurations']} reconfiguration(s), mean {sm['reconfig_s_mean']:.3f} s",
         highlight=False,
     )
 
 
 def worker(
-    zookeeper: Optional[str] = typer.Option(None, "--zookeeper", help=_HOSTS_HELP),
+    zookeeper: str | None = typer.Option(None, "--zookeeper", help=_HOSTS_HELP),
     root: str = typer.Option(..., "--root", help="The run's znode."),
     task: str = typer.Option(..., "--task", help="This worker's task name."),
-    incarnation: int = typer.Option(0, "--incarnation", help="How many times this task was started before (set by the coordinator)."),
-    zk_auth_file: Optional[Path] = typer.Option(None, "--zk-auth-file", help=_AUTH_HELP),
+    incarnation: int = typer.Option(
+        0, "--incarnation", help="How many times this task was started before (set by the coordinator)."
+    ),
+    zk_auth_file: Path | None = typer.Option(None, "--zk-auth-file", help=_AUTH_HELP),
     stress_ng: str = typer.Option("stress-ng", "--stress-ng", help="The stress-ng executable."),
     session_timeout: float = typer.Option(10.0, "--session-timeout", help="ZooKeeper session timeout in seconds."),
-    zk_wait: float = typer.Option(120.0, "--zk-wait", help="Seconds ZooKeeper may stay unreachable before the worker gives up."),
-    step_timeout: float = typer.Option(3600.0, "--step-timeout", help="Seconds one step (its barriers and its stress-ng) may take."),
+    zk_wait: float = typer.Option(
+        120.0, "--zk-wait", help="Seconds ZooKeeper may stay unreachable before the worker gives up."
+    ),
+    step_timeout: float = typer.Option(
+        3600.0, "--step-timeout", help="Seconds one step (its barriers and its stress-ng) may take."
+    ),
 ) -> None:
     """One task of a live run (started by a backend; also a Kubernetes container's command)."""
     from ..errors import InputError
@@ -201,7 +354,10 @@ def worker(
 
     creds = Z.load_credentials(zk_auth_file)
     if creds is None:
-        raise InputError(f"no ZooKeeper credentials: set ${Z.ENV_AUTH_FILE} (a file holding user:password) or ${Z.ENV_AUTH}", field="zk-auth")
+        raise InputError(
+            f"no ZooKeeper credentials: set ${Z.ENV_AUTH_FILE} (a file holding user:password) or ${Z.ENV_AUTH}",
+            field="zk-auth",
+        )
     code = main(
         WorkerConfig(
             hosts=_hosts(zookeeper),
@@ -220,7 +376,7 @@ def worker(
     raise typer.Exit(code)
 
 
-def _server(data_dir: Path, port: Optional[int]):
+def _server(data_dir: Path, port: int | None):
     from .zkserver import LocalZooKeeper
 
     cfg = data_dir / "zoo.cfg"
@@ -234,7 +390,9 @@ def _server(data_dir: Path, port: Optional[int]):
 @zk_app.command("start")
 def zk_start(
     port: int = typer.Option(DEFAULT_PORT, "--port", help="Client port on 127.0.0.1."),
-    data_dir: Path = typer.Option(DEFAULT_DATA_DIR, "--data-dir", help="Folder for zoo.cfg, the data, server.log and server.pid."),
+    data_dir: Path = typer.Option(
+        DEFAULT_DATA_DIR, "--data-dir", help="Folder for zoo.cfg, the data, server.log and server.pid."
+    ),
     wait: float = typer.Option(60.0, "--wait", help="Seconds to wait for the server to answer."),
 ) -> None:
     """Start a standalone ZooKeeper on 127.0.0.1 in the background."""
@@ -257,7 +415,9 @@ def zk_stop(data_dir: Path = typer.Option(DEFAULT_DATA_DIR, "--data-dir", help="
 
 
 @zk_app.command("status")
-def zk_status(data_dir: Path = typer.Option(DEFAULT_DATA_DIR, "--data-dir", help="The folder `zk start` used.")) -> None:
+def zk_status(
+    data_dir: Path = typer.Option(DEFAULT_DATA_DIR, "--data-dir", help="The folder `zk start` used."),
+) -> None:
     """Whether the server of DATA_DIR runs and answers."""
     z = _server(data_dir, None)
     pid = z.recorded_pid()

@@ -47,8 +47,17 @@ from .runlog import RunLog, step_record
 from .summary import write_summary
 
 __all__ = [
-    "Coordinator", "LiveResult", "RunFailed", "RunHeld", "RunInterrupted", "RunSettings", "RECONFIGURE",
-    "check_run_id", "new_run_id", "DEFAULT_EXPERIMENT", "DEFAULT_RUNS_DIR",
+    "Coordinator",
+    "LiveResult",
+    "RunFailed",
+    "RunHeld",
+    "RunInterrupted",
+    "RunSettings",
+    "RECONFIGURE",
+    "check_run_id",
+    "new_run_id",
+    "DEFAULT_EXPERIMENT",
+    "DEFAULT_RUNS_DIR",
 ]
 
 DEFAULT_EXPERIMENT = data_path("experiments/live-default.toml")  # shipped (package data)
@@ -68,7 +77,9 @@ class RunInterrupted(Exception):
 
 
 class LiveResult:
-    def __init__(self, run_id: str, run_dir: Path, status: str, records: list[dict], summary: dict, paths: dict[str, Path]) -> None:
+    def __init__(
+        self, run_id: str, run_dir: Path, status: str, records: list[dict], summary: dict, paths: dict[str, Path]
+    ) -> None:
         self.run_id, self.run_dir, self.status = run_id, run_dir, status
         self.records, self.summary, self.paths = records, summary, paths
 
@@ -117,6 +128,7 @@ class Coordinator:
         make_planner(s.planner)  # an unknown planner fails before anything starts
         overrides = list(s.overrides) + [f"strategies={s.planner}", f"modes={s.mode}"]
         exp = load_experiment(find_experiment(s.experiment), overrides)
+        assert exp.path is not None  # read from a file, never built in memory
         source_profile = str(exp.profile_path)
         check_profile_matches(exp)
         fit_profile(exp, self.run_dir, write=not self.resume, say=self.say)
@@ -126,13 +138,25 @@ class Coordinator:
             Z.check_task_name(t, self.job.path)
         self.scen = build_scenario(exp)
         self.ctx = self.scen.contexts[s.mode]
+        self.predictions = None
+        if s.mode in self.scen.step_sources:
+            # online forecasts and/or a learning model: the context's rows are made step by step from
+            # what the run observed (the same StepPredictions `simulate --online/--learn` uses)
+            from ..predictions import refuse_offline
+            from ..scenario import step_predictions
+
+            refuse_offline(make_planner(s.planner), "--online" if exp.online else "--learn")
+            self.ctx, self.predictions = step_predictions(self.scen, s.mode)
         self.tasks = self.scen.task_names
         self.inputs = {
             "experiment": str(exp.path),
             "job": str(exp.job_path),
             "profile": str(exp.profile_path),
             "profile_source": source_profile,
-            "sha256": {k: sha256(p) for k, p in (("experiment", exp.path), ("job", exp.job_path), ("profile", exp.profile_path))},
+            "sha256": {
+                k: sha256(p)
+                for k, p in (("experiment", exp.path), ("job", exp.job_path), ("profile", exp.profile_path))
+            },
         }
 
     def cpu_of(self, level: int) -> float:
@@ -154,7 +178,11 @@ class Coordinator:
     def _connect(self) -> None:
         s = self.settings
         self.session = Z.ZkSession(
-            s.zookeeper, self.creds, session_timeout_s=s.session_timeout_s, connect_timeout_s=s.zk_wait_s, op_deadline_s=s.zk_wait_s
+            s.zookeeper,
+            self.creds,
+            session_timeout_s=s.session_timeout_s,
+            connect_timeout_s=s.zk_wait_s,
+            op_deadline_s=s.zk_wait_s,
         ).start()
         self.session.add_listener(lambda st: setattr(self, "_lock_lost", True) if st == "LOST" else None)
 
@@ -162,16 +190,23 @@ class Coordinator:
         """Create the run's root (or find our own, on resume), take the coordinator lock, and make sure
         the tasks' checkpoints are not behind the run log (a server that lost its data)."""
         s = self.session
+        assert s is not None  # run() opened it
         tasks = [{"name": t.name, **t.identity()} for t in self.job.tasks]
         value = Z.run_value(self.run_id, self.job.name, tasks, self.exp.workload_range, self.exp.steps)
         self.lock = RunLock(s, self.paths.lock, self.run_id, self.instance)
-        self._created_root = claim_root(s, self.paths, self.creds, value, self.run_id, self.tasks, self.resume, self.lock)
+        self._created_root = claim_root(
+            s, self.paths, self.creds, value, self.run_id, self.tasks, self.resume, self.lock
+        )
         # the one coordinator: a live one refuses us here, before anything of the run was touched
         self.lock.acquire(self.settings.session_timeout_s * 1.5 + 5, ended_instance=self.store.ended_instance())
         self._lock_lost = False
         rebuilt = prepare_tree(s, self.paths, self.tasks, logged_steps, self.store.incarnations())
         if rebuilt:
-            what = "has no state of this run" if self._created_root else f"has checkpoints behind the run log for {', '.join(rebuilt)}"
+            what = (
+                "has no state of this run"
+                if self._created_root
+                else f"has checkpoints behind the run log for {', '.join(rebuilt)}"
+            )
             note = (
                 f"ZooKeeper {s.hosts} {what} (the server lost its data, or it is another server); "
                 f"rebuilt the tasks' checkpoints from the run log: continuing at step {logged_steps}"
@@ -180,7 +215,7 @@ class Coordinator:
             self.zk_state_note = note
 
     def _relock_if_lost(self) -> None:
-        if self._lock_lost and self.session.connected:
+        if self._lock_lost and self.session is not None and self.session.connected:
             self.say("ZooKeeper session expired and was renewed; taking the coordinator lock again")
             self.lock = RunLock(self.session, self.paths.lock, self.run_id, self.instance)
             self.lock.acquire(self.settings.session_timeout_s * 1.5 + 5, ended_instance=None)
@@ -202,20 +237,21 @@ class Coordinator:
             changed = [k for k, v in self.inputs["sha256"].items() if before.get(k) not in (None, v)]
             if changed:
                 raise InputError(
-                    f"the {', '.join(changed)} changed since run {self.run_id} started; a resumed run must plan from the same inputs",
+                    f"the {', '.join(changed)} changed since run {self.run_id} started; a resumed run must plan from "
+                    "the same inputs",
                     field="--resume",
                 )
         records = RunLog.load(self.run_dir) if self.resume else []
-        planner = make_planner(s.planner)
-        t_prep = time.perf_counter()
-        planner.reset(self.ctx)
-        prepare_ms = (time.perf_counter() - t_prep) * 1e3
-        current = self._replay(planner, records)
         self.creds = self._credentials()
         self.paths = Z.RunPaths(self.zk_root)
         self.backend = self._backend or make_backend(
-            s.backend, run_id=self.run_id, log_dir=self.run_dir / "logs", stress_ng=s.stress_ng, cgroup_prefix=s.cgroup_prefix,
-            reconfigure=s.reconfigure, cpu_weight=s.cpu_weight,
+            s.backend,
+            run_id=self.run_id,
+            log_dir=self.run_dir / "logs",
+            stress_ng=s.stress_ng,
+            cgroup_prefix=s.cgroup_prefix,
+            reconfigure=s.reconfigure,
+            cpu_weight=s.cpu_weight,
             **(s.kubernetes if s.backend in ("kubernetes", "k8s") else {}),
         )
         caps = self.backend.capabilities()
@@ -224,9 +260,20 @@ class Coordinator:
         if s.reconfigure == "auto":  # in place where the backend can (Kubernetes 1.33+), else recreation
             s.reconfigure = "in-place" if caps.in_place else "recreate"
         if s.reconfigure == "in-place" and not caps.in_place:
-            raise InputError(f"the {self.backend.name} backend cannot resize a task in place; use --reconfigure recreate", field="--reconfigure")
+            raise InputError(
+                f"the {self.backend.name} backend cannot resize a task in place; use --reconfigure recreate",
+                field="--reconfigure",
+            )
         c = self.exp.cpu
-        self.backend.check(self.job, max(c.max_millicores, c.exppo_max_millicores or 0), c.budget_millicores, path=self.exp.path)
+        self.backend.check(
+            self.job, max(c.max_millicores, c.exppo_max_millicores or 0), c.budget_millicores, path=self.exp.path
+        )
+        self._plan_with_method_cost()
+        planner = make_planner(s.planner)
+        t_prep = time.perf_counter()
+        planner.reset(self.ctx)
+        prepare_ms = (time.perf_counter() - t_prep) * 1e3
+        current = self._replay(planner, records)
         self._connect()
         self._claim(len(records))
         # the run is ours from here on
@@ -246,6 +293,7 @@ class Coordinator:
             instance=self.instance,
             status="starting",
             resumes=resumes,
+            reconfigure_cost=self.reconfigure_cost,
             **({"zk_state": self.zk_state_note} if self.zk_state_note else {}),
         )
         runlog = RunLog(self.run_dir, self.tasks)
@@ -255,13 +303,46 @@ class Coordinator:
             raise RunStoreUnwritable(f"cannot write the run log in {self.run_dir}: {exc.strerror or exc}") from None
         self.backend.cleanup_stale()
         self.executor = LiveExecutor(
-            s, self.session, self.paths, self.backend, self.tasks, self.cpu_of, self._worker_env(),
-            self.store.incarnations(), lambda inc: self.store.write_meta(incarnations=dict(inc)),
-            self._relock_if_lost, lambda text: self.say(text),
+            s,
+            self.session,
+            self.paths,
+            self.backend,
+            self.tasks,
+            self.cpu_of,
+            self._worker_env(),
+            self.store.incarnations(),
+            lambda inc: self.store.write_meta(incarnations=dict(inc)),
+            self._relock_if_lost,
+            lambda text: self.say(text),
             processes={t.name: t.process for t in self.job.tasks if t.process},
-            sync=self.job.sync, run_id=self.run_id, run_dir=str(self.run_dir.resolve()),
+            sync=self.job.sync,
+            run_id=self.run_id,
+            run_dir=str(self.run_dir.resolve()),
         )
         return planner, prepare_ms, current, records, runlog
+
+    def _plan_with_method_cost(self) -> None:
+        """The planner's reconfiguration penalty is the cost of the method this run uses: the
+        experiment's [reconfigure_cost] for it, else (a resumed run) the cost the run planned with,
+        else what the backend measures now, else penalty_s. Recorded in run.json."""
+        import dataclasses
+
+        method = self.settings.reconfigure
+        assert method is not None and self.backend is not None  # resolved and made in _prepare
+        planned, source = self.exp.reconfigure_cost.of(method), "experiment [reconfigure_cost]"
+        before = self.run_meta.get("reconfigure_cost") if self.resume else None
+        if planned is None and isinstance(before, dict) and before.get("method") == method:
+            planned, source = float(before["planned_s"]), before.get("source", "run.json")
+        if planned is None:
+            planned, source = (
+                self.backend.measure_reconfigure_cost(method),
+                f"measured by the {self.backend.name} backend",
+            )
+        if planned is None:
+            planned, source = float(self.exp.penalty_s), "the experiment's penalty_s"
+        self.ctx = dataclasses.replace(self.ctx, penalty_s=float(planned))
+        self.reconfigure_cost = {"method": method, "planned_s": float(planned), "source": source}
+        self.say(f"planning with a {method} reconfiguration cost of {planned:.4g} s ({source})")
 
     def _abandon(self, exc: BaseException) -> None:
         """A run that failed before any task started: a new one leaves nothing (its folder, its znodes);
@@ -293,12 +374,17 @@ class Coordinator:
         except RunStoreUnwritable as exc:
             self._abandon(exc)
             raise RunInterrupted(
-                f"{exc}; nothing ran; free some space (or fix the folder's permissions) and `bsp-planner run --resume {self.run_id}`",
+                f"{exc}; nothing ran; free some space (or fix the folder's permissions) and `bsp-planner run --resume "
+                f"{self.run_id}`",
                 self.run_id,
             ) from None
         except OSError as exc:  # the run folder of a new run (its credentials, its profile copy) cannot be written
             self._abandon(exc)
-            raise InputError(f"cannot write {exc.filename or self.run_dir}: {exc.strerror or exc}", path=self.run_dir, field="--runs-dir") from None
+            raise InputError(
+                f"cannot write {exc.filename or self.run_dir}: {exc.strerror or exc}",
+                path=self.run_dir,
+                field="--runs-dir",
+            ) from None
         except BaseException as exc:
             self._abandon(exc)
             raise
@@ -307,6 +393,7 @@ class Coordinator:
         try:
             self.store.write_meta(status="running")
             self._loop(planner, records, current, runlog)
+            assert self.executor is not None and self.session is not None  # set up by _prepare
             self.executor.finish(self.exp.steps)
             if not self.settings.keep_zk:
                 self.session.delete_tree(self.paths.root)
@@ -329,6 +416,7 @@ class Coordinator:
             )
             raise RunFailed(message) from exc
         finally:
+            assert self.backend is not None and self.session is not None  # set up by _prepare
             try:
                 self.backend.close()
             finally:
@@ -336,7 +424,9 @@ class Coordinator:
                     self.lock.release()
                 self.session.close()
                 try:
-                    self.store.write_meta(status=status, message=message, ended=now_iso(), prepare_ms=round(prepare_ms, 3))
+                    self.store.write_meta(
+                        status=status, message=message, ended=now_iso(), prepare_ms=round(prepare_ms, 3)
+                    )
                 except RunStoreUnwritable as exc:
                     self.say(f"could not record the run's status: {exc}")
                 if records:
@@ -352,6 +442,8 @@ class Coordinator:
         current = None
         for rec in records:
             t = rec["step"]
+            if self.predictions is not None:
+                self.predictions.before_step(t)
             d = planner.decide(t, current)
             levels = np.asarray(d.levels, dtype=np.int64)
             if levels.tolist() != rec["levels"]:
@@ -362,13 +454,36 @@ class Coordinator:
                     line=t + 1,
                 )
             current = levels
+            if self.predictions is not None:  # learn again from the logged measurements, in order
+                self.predictions.after_step(t, levels, self._observation(t, rec))
         return current
+
+    def _observation(self, t: int, rec: dict):
+        """What step t measured (from its record): each task's duration, the workload it reported (else
+        the one it was given), the step's wall time. Checked: NaN, negative or absurd values name the
+        task and step."""
+        from ..loop import StepObservation, check_observation
+
+        by_task = {x["task"]: x for x in rec["tasks"]}
+        tasks = [by_task[name] for name in self.tasks]
+        obs = StepObservation(
+            t,
+            np.array([x["measured_s"] for x in tasks], dtype=np.float64),
+            np.array([x.get("observed_workload", x["workload"]) for x in tasks], dtype=np.float64),
+            float(rec["step_s"]),
+            np.array([x.get("next_workload", np.nan) for x in tasks], dtype=np.float64),
+        )
+        check_observation(obs, t, self.tasks)
+        return obs
 
     def _loop(self, planner, records: list[dict], current: np.ndarray | None, runlog: RunLog) -> None:
         ex = self.executor
+        assert ex is not None  # set up by _prepare
         n = len(self.tasks)
         first = len(records)
         for t in range(first, self.exp.steps):
+            if self.predictions is not None:  # forecast (and model) as of everything observed so far
+                self.predictions.before_step(t)
             t_dec = time.perf_counter()
             d = planner.decide(t, current)
             decision_ms = (time.perf_counter() - t_dec) * 1e3
@@ -387,15 +502,37 @@ class Coordinator:
                 self._relock_if_lost()
                 reconfig_s, _ = ex.reconfigure(levels, t)
             t_pub = time.perf_counter()
-            fresh = ex.publish(t, self.scen.actual_workloads[:, t], self.exp.workload_range)
+            given = self.scen.actual_workloads[:, t]
+            if self.scen.job_series is None and self.predictions is not None:
+                # the tasks know their workloads, we do not: they are told the forecast (and report the truth)
+                given = np.clip(self.predictions.expected_workloads(t)[:, 0], *self.exp.workload_range)
+            fresh = ex.publish(t, given, self.exp.workload_range)
             published = time.perf_counter()
             outcome = ex.wait_step(t)
             t_done = time.perf_counter()
             res = ex.results(t)
             rec = step_record(
-                self, t, d.action, levels, reconfigured, reconfig_s, decision_ms, t_done - t_pub, published - t_pub,
-                outcome.released_at, res, outcome.restarts, not fresh,
+                self,
+                t,
+                d.action,
+                levels,
+                reconfigured,
+                reconfig_s,
+                decision_ms,
+                t_done - t_pub,
+                published - t_pub,
+                outcome.released_at,
+                res,
+                outcome.restarts,
+                not fresh,
             )
+            rec["reconfig_method"] = self.settings.reconfigure if reconfigured else None  # and reconfig_s: what it cost
+            for i, x in enumerate(rec["tasks"]):
+                x["workload"] = float(given[i])  # what the task was told
+            if self.predictions is not None:
+                learned = self.predictions.after_step(t, levels, self._observation(t, rec))
+                if learned is not None:
+                    rec["learning"] = {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in learned.items()}
             try:
                 runlog.append(rec)
             except OSError as exc:

@@ -8,9 +8,10 @@ hands it the planner's configuration.
 
 from __future__ import annotations
 
+import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
@@ -85,16 +86,24 @@ class LiveExecutor:
             return self._process_launch(task, k)
         args = (
             "worker",
-            "--zookeeper", s.zookeeper,
-            "--root", self.paths.root,
-            "--task", task,
-            "--incarnation", str(k),
-            "--stress-ng", s.stress_ng,
-            "--session-timeout", f"{s.session_timeout_s:g}",
-            "--zk-wait", f"{max(s.zk_wait_s * 4, 60):g}",
+            "--zookeeper",
+            s.zookeeper,
+            "--root",
+            self.paths.root,
+            "--task",
+            task,
+            "--incarnation",
+            str(k),
+            "--stress-ng",
+            s.stress_ng,
+            "--session-timeout",
+            f"{s.session_timeout_s:g}",
+            "--zk-wait",
+            f"{max(s.zk_wait_s * 4, 60):g}",
             # the worker's own limit is only a backstop: the coordinator's step timeout always fires first
             # and names the tasks that did not report (one limit racing the other gave either message)
-            "--step-timeout", f"{worker_step_timeout_s(s.step_timeout_s):g}",
+            "--step-timeout",
+            f"{worker_step_timeout_s(s.step_timeout_s):g}",
         )
         return WorkerLaunch(task=task, args=args, env=dict(self.worker_env), incarnation=k)
 
@@ -102,14 +111,20 @@ class LiveExecutor:
         """A process task: the user's program itself, with the environment bsp_planner.task joins from."""
         from ..job import substitute
 
-        values = {"task": task, "run_dir": self.run_dir}
+        values = {"task": task, "run_dir": self.run_dir, "python": sys.executable}
         args = tuple(substitute(a, values) for a in self.processes[task])
         env = dict(self.worker_env)
-        env.update({
-            "BSP_RUN_ID": self.run_id, "BSP_TASK": task, "BSP_ZOOKEEPER": self.settings.zookeeper,
-            "BSP_ZK_ROOT": self.paths.root, "BSP_SYNC": self.sync, "BSP_RUN_DIR": self.run_dir,
-            "BSP_INCARNATION": str(k),
-        })
+        env.update(
+            {
+                "BSP_RUN_ID": self.run_id,
+                "BSP_TASK": task,
+                "BSP_ZOOKEEPER": self.settings.zookeeper,
+                "BSP_ZK_ROOT": self.paths.root,
+                "BSP_SYNC": self.sync,
+                "BSP_RUN_DIR": self.run_dir,
+                "BSP_INCARNATION": str(k),
+            }
+        )
         return WorkerLaunch(task=task, args=args, env=env, incarnation=k, program=True)
 
     def _wait_ready(self, tasks: list[str], next_step: int) -> None:
@@ -141,9 +156,13 @@ class LiveExecutor:
             for t in pending:
                 st = self.backend.poll_task(t)
                 if st.alive is False:
-                    raise RunFailed(f"task {t}'s worker exited with code {st.exit_code} while starting:\n{self.backend.log_tail(t)}")
+                    raise RunFailed(
+                        f"task {t}'s worker exited with code {st.exit_code} while starting:\n{self.backend.log_tail(t)}"
+                    )
             if time.monotonic() > deadline:
-                raise RunFailed(f"worker(s) {', '.join(sorted(pending))} did not join within {self.settings.worker_start_s:g} s")
+                raise RunFailed(
+                    f"worker(s) {', '.join(sorted(pending))} did not join within {self.settings.worker_start_s:g} s"
+                )
             return False
 
         s.wait_for(check, None, interrupt=interrupt, tick_s=0.05)
@@ -189,7 +208,9 @@ class LiveExecutor:
         s = self.session
         barrier = Z.StepBarrier(s, self.paths, t, self.tasks)
         setup = barrier.setup_ops() if self.sync == "barrier" else []
-        ops = setup + [("create", self.paths.step(task, t), Z.step_value(t, workloads[i])) for i, task in enumerate(self.tasks)]
+        ops = setup + [
+            ("create", self.paths.step(task, t), Z.step_value(t, workloads[i])) for i, task in enumerate(self.tasks)
+        ]
         results = s.commit(ops)
         if not any(isinstance(r, Exception) for r in results):
             return True
@@ -202,7 +223,9 @@ class LiveExecutor:
             if v is None:
                 s.create(path, Z.step_value(t, workloads[i]))
             elif got is None or got != float(workloads[i]):
-                raise Z.MalformedValue(f"{path} holds workload {got!r}, the run's series says {float(workloads[i])!r}", field=path)
+                raise Z.MalformedValue(
+                    f"{path} holds workload {got!r}, the run's series says {float(workloads[i])!r}", field=path
+                )
         return False
 
     def wait_step(self, t: int) -> StepOutcome:
@@ -237,19 +260,26 @@ class LiveExecutor:
                         dead = time.monotonic() - since > self.settings.session_timeout_s
                 if not dead:
                     continue
+                if task in self.processes and st.exit_code == 0 and s.exists(self.paths.result(task, t)):
+                    continue  # it reported step t (observe mode: perhaps its last) and ended normally
                 if task in self.processes:  # its state is gone with it: a restart is a resume, not a retry
                     raise RunFailed(
                         f"task {task}'s process exited with code {st.exit_code} in step {t} (it keeps its state in "
                         f"memory, so it is not restarted mid-run); its log ends with:\n{self.backend.log_tail(task)}"
                     )
                 if st.exit_code in (EXIT_INPUT, EXIT_STRESS):
-                    raise RunFailed(f"task {task}'s worker failed in step {t} (exit code {st.exit_code}):\n{self.backend.log_tail(task)}")
+                    raise RunFailed(
+                        f"task {task}'s worker failed in step {t} (exit code {st.exit_code}):\n{self.backend.log_tail(task)}"
+                    )
                 restarts[task] = restarts.get(task, 0) + 1
                 if restarts[task] > self.settings.max_restarts:
                     raise RunFailed(
-                        f"task {task}'s worker died {restarts[task]} times in step {t}; its log ends with:\n{self.backend.log_tail(task)}"
+                        f"task {task}'s worker died {restarts[task]} times in step {t}; its log ends "
+                        f"with:\n{self.backend.log_tail(task)}"
                     )
-                self.say(f"step {t}: task {task}'s worker is gone (exit code {st.exit_code}); restarting it from its checkpoint")
+                self.say(
+                    f"step {t}: task {task}'s worker is gone (exit code {st.exit_code}); restarting it from its checkpoint"
+                )
                 self.backend.start_task(self._launch(task), self.cpu_of(self.levels_now[task]))
                 self._save_incarnations(self.incarnation)
                 missing_since.pop(task, None)

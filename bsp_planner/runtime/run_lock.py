@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass
 
 from ..errors import InputError
+from ..profiling.cgroups import pid_alive
 
 LOCK_NODE = re.compile(r"__lock__(\d{10})$")
 
@@ -43,16 +44,6 @@ class Holder:
 
     def describe(self) -> str:
         return f"pid {self.pid} on {self.host}" if self.pid is not None else "an unidentified coordinator"
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class RunLock:

@@ -8,7 +8,16 @@ from . import zk as Z
 from .run_lock import RunLock
 
 
-def claim_root(session: Z.ZkSession, paths: Z.RunPaths, creds: Z.Credentials, value: dict, run_id: str, tasks: list[str], resume: bool, lock: RunLock) -> bool:
+def claim_root(
+    session: Z.ZkSession,
+    paths: Z.RunPaths,
+    creds: Z.Credentials,
+    value: dict,
+    run_id: str,
+    tasks: list[str],
+    resume: bool,
+    lock: RunLock,
+) -> bool:
     """Create the run's root with its description `value`, or find it: True if this call created it.
     Raises RootHeld for a root of another run, of this run without --resume (naming its live coordinator
     if it has one), or of this run with other tasks."""
@@ -40,13 +49,17 @@ def claim_root(session: Z.ZkSession, paths: Z.RunPaths, creds: Z.Credentials, va
     if not resume:
         holders = lock.holders()
         live = f", coordinated now by {holders[0].describe()}" if holders else ""
-        raise Z.RootHeld(f"{root} already holds run {run_id!r}{live}; continue it with --resume {run_id}", field="--zk-root")
+        raise Z.RootHeld(
+            f"{root} already holds run {run_id!r}{live}; continue it with --resume {run_id}", field="--zk-root"
+        )
     if any(info.tasks.get(t) is None for t in tasks):
         raise Z.RootHeld(f"{root} holds run {run_id!r} with other tasks than this job", field="--zk-root")
     return False
 
 
-def prepare_tree(session: Z.ZkSession, paths: Z.RunPaths, tasks: list[str], logged_steps: int, incarnations: dict[str, int]) -> list[str]:
+def prepare_tree(
+    session: Z.ZkSession, paths: Z.RunPaths, tasks: list[str], logged_steps: int, incarnations: dict[str, int]
+) -> list[str]:
     """The nodes under the root (idempotent: a resumed run finds them), and every task's checkpoint at
     least at the last logged step: the run log is the record of what every task completed, so a
     checkpoint behind it (a server restarted without its data) is moved up to it. Returns the tasks

@@ -34,7 +34,9 @@ class RunSettings:
     session_timeout_s: float = setting(10.0, gt=0)
     zk_wait_s: float = setting(30.0, gt=0)  # bounded wait for an unreachable ZooKeeper, at start and during the run
     worker_start_s: float = setting(60.0, gt=0)  # how long a (re)started worker may take to join
-    step_timeout_s: float = setting(DEFAULT_STEP_TIMEOUT_S, gt=0)  # one superstep, from publishing it to every task's release
+    step_timeout_s: float = setting(
+        DEFAULT_STEP_TIMEOUT_S, gt=0
+    )  # one superstep, from publishing it to every task's release
     max_restarts: int = setting(3, ge=0)  # restarts of one task within one step before the run fails
     stress_ng: str = setting("stress-ng")
     cgroup_prefix: str = setting("bsp-planner")
@@ -48,7 +50,9 @@ class RunSettings:
         if not isinstance(self.kubernetes, dict):
             from ..errors import InputError
 
-            raise InputError(f"expected a table of kubernetes options, got {self.kubernetes!r}", path=path, field="kubernetes")
+            raise InputError(
+                f"expected a table of kubernetes options, got {self.kubernetes!r}", path=path, field="kubernetes"
+            )
 
     def checked(self) -> RunSettings:
         """A copy with every field through the settings loader: a RunSettings built in code (the command

@@ -13,7 +13,7 @@ import json
 import re
 import secrets
 import shutil
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from ..errors import InputError
@@ -38,7 +38,7 @@ def check_run_id(run_id: str) -> str:
 
 
 def now_iso() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 def unwritable(path: Path, exc: OSError) -> RunStoreUnwritable:
@@ -70,7 +70,9 @@ class RunStore:
                 field="--run-id",
             ) from None
         except OSError as exc:
-            raise InputError(f"cannot create the run folder {self.run_dir}: {exc.strerror}", path=self.run_dir, field="--runs-dir") from None
+            raise InputError(
+                f"cannot create the run folder {self.run_dir}: {exc.strerror}", path=self.run_dir, field="--runs-dir"
+            ) from None
         self.claimed = True
 
     def discard(self) -> None:
@@ -83,15 +85,21 @@ class RunStore:
     def read_meta(self) -> dict:
         """run.json of a run to resume, checked to be resumable; nothing is written."""
         if not self.meta_path.is_file():
-            raise InputError(f"no run {self.run_id!r} in {self.runs_dir} (run.json missing)", path=self.meta_path, field="--resume")
+            raise InputError(
+                f"no run {self.run_id!r} in {self.runs_dir} (run.json missing)", path=self.meta_path, field="--resume"
+            )
         try:
             meta = json.loads(self.meta_path.read_text())
         except (OSError, ValueError) as exc:
             raise InputError(f"cannot read the run's state: {exc}", path=self.meta_path, field="--resume") from None
         if not isinstance(meta, dict) or not isinstance(meta.get("settings"), dict):
-            raise InputError("not a run.json of bsp-planner (no settings object)", path=self.meta_path, field="--resume")
+            raise InputError(
+                "not a run.json of bsp-planner (no settings object)", path=self.meta_path, field="--resume"
+            )
         if meta.get("status") == "finished":
-            raise InputError(f"run {self.run_id!r} has finished; nothing to resume", path=self.meta_path, field="--resume")
+            raise InputError(
+                f"run {self.run_id!r} has finished; nothing to resume", path=self.meta_path, field="--resume"
+            )
         self.meta = meta
         return meta
 

@@ -29,8 +29,18 @@ from pathlib import Path
 import numpy as np
 
 STEP_FIELDS = (
-    "step", "action", "reconfigured", "reconfig_s", "decision_ms", "step_s", "predicted_step_s",
-    "slowest_s", "sync_s", "barrier_s", "restarts", "resumed",
+    "step",
+    "action",
+    "reconfigured",
+    "reconfig_s",
+    "decision_ms",
+    "step_s",
+    "predicted_step_s",
+    "slowest_s",
+    "sync_s",
+    "barrier_s",
+    "restarts",
+    "resumed",
 )
 TASK_FIELDS = ("cpu_millicores", "workload", "predicted_s", "measured_s")
 TASK_PREFIX = {"cpu_millicores": "cpu", "workload": "workload", "predicted_s": "predicted", "measured_s": "measured"}
@@ -64,7 +74,9 @@ def csv_row(rec: dict, task_names: list[str]) -> list:
     row = []
     for f in STEP_FIELDS:
         v = rec.get(f)
-        row.append(int(v) if isinstance(v, bool) else ("" if v is None else (f"{v:.6f}" if isinstance(v, float) else v)))
+        row.append(
+            int(v) if isinstance(v, bool) else ("" if v is None else (f"{v:.6f}" if isinstance(v, float) else v))
+        )
     by_task = {x["task"]: x for x in rec["tasks"]}
     for f in TASK_FIELDS:
         for t in task_names:
@@ -88,7 +100,7 @@ class RunLog:
         path = Path(run_dir) / "steps.jsonl"
         if not path.is_file():
             return []
-        records = []
+        records: list[dict] = []
         for line in path.read_text().splitlines():
             try:
                 rec = json.loads(line)
@@ -120,11 +132,30 @@ class RunLog:
                 os.fsync(fh.fileno())
 
 
-def step_record(run, t, action, levels, reconfigured, reconfig_s, decision_ms, wall_s, publish_s, released_at, res, restarts, resumed) -> dict:
+def step_record(
+    run,
+    t,
+    action,
+    levels,
+    reconfigured,
+    reconfig_s,
+    decision_ms,
+    wall_s,
+    publish_s,
+    released_at,
+    res,
+    restarts,
+    resumed,
+) -> dict:
     """One step's record (see the module docstring); `run` is the coordinator (scen, ctx, tasks, cpu_of)."""
     scen = run.scen
     n = len(run.tasks)
-    pred = scen.actual[np.arange(n), levels, t]
+    if all("observed_workload" in r for r in res):  # the model at the workloads the tasks really ran
+        w_obs = np.array([r["observed_workload"] for r in res], dtype=np.float64)
+        w_obs = np.clip(w_obs, *run.exp.workload_range)
+        pred = (scen.true_model or scen.model).durations(w_obs[:, None])[np.arange(n), levels, 0]
+    else:
+        pred = scen.actual[np.arange(n), levels, t]
     forecast = run.ctx.configs.predicted[t, np.arange(n), levels, 0]
     measured = np.array([r["duration_s"] for r in res])
     slowest = float(measured.max())
@@ -185,7 +216,7 @@ def step_chart(records: list[dict], path: Path, title: str = "", penalty_s: floa
     ax1.plot(steps, pred, "o-", ms=3, color="#4C72B0", label="predicted (model, slowest task)")
     ax1.plot(steps, meas, "s-", ms=3, color="#C44E52", label="measured (step wall time)")
     ax1.plot(steps, slow, ".", ms=4, color="#8172B2", alpha=0.7, label="measured slowest task")
-    for s, ch in zip(steps, changed):
+    for s, ch in zip(steps, changed, strict=True):
         if ch:
             ax1.axvline(s - 0.5, color="#DD8452", lw=0.8, alpha=0.6)
     ax1.set_ylabel("step time (s)")
@@ -195,7 +226,13 @@ def step_chart(records: list[dict], path: Path, title: str = "", penalty_s: floa
     if changed.any():
         ax1.plot([], [], color="#DD8452", lw=0.8, label="reconfiguration")
         ax1.legend(fontsize=8, loc="best", framealpha=0.6)
-    ax2.plot(steps, np.cumsum(pred + penalty_s * changed), "-", color="#4C72B0", label=f"simulated (model + {penalty_s:g} s per reconfiguration)")
+    ax2.plot(
+        steps,
+        np.cumsum(pred + penalty_s * changed),
+        "-",
+        color="#4C72B0",
+        label=f"simulated (model + {penalty_s:g} s per reconfiguration)",
+    )
     ax2.plot(steps, np.cumsum(meas + reconf), "-", color="#C44E52", label="measured (steps + reconfigurations)")
     ax2.set_xlabel("superstep")
     ax2.set_ylabel("cumulative time (s)")

@@ -28,17 +28,30 @@ def write_summary(run, records: list[dict], prepare_ms: float) -> tuple[dict, di
     reconf_s = np.array([r["reconfig_s"] for r in records])
     measured_penalty = float(reconf_s[reconf].mean()) if reconf.any() else 0.0
     live = StrategyResult(
-        strategy=f"{name} (live)", mode=mode, levels=levels, step_s=step_s, reconfigured=reconf,
-        penalty_s=measured_penalty, decision_ms=np.array([r["decision_ms"] for r in records]),
-        actions=np.array([r["action"] for r in records]), prepare_ms=prepare_ms,
+        strategy=f"{name} (live)",
+        mode=mode,
+        levels=levels,
+        step_s=step_s,
+        reconfigured=reconf,
+        penalty_s=measured_penalty,
+        decision_ms=np.array([r["decision_ms"] for r in records]),
+        actions=np.array([r["action"] for r in records]),
+        prepare_ms=prepare_ms,
     )
     sim_full = simulate(make_planner(name), run.ctx, run.scen.actual, mode)
     floor_full = floor_result(run.ctx, run.scen.actual, mode)
 
     def head(r: StrategyResult, label: str) -> StrategyResult:
         return StrategyResult(
-            strategy=label, mode=r.mode, levels=r.levels[:k], step_s=r.step_s[:k], reconfigured=r.reconfigured[:k],
-            penalty_s=r.penalty_s, decision_ms=r.decision_ms[:k], actions=r.actions[:k], prepare_ms=r.prepare_ms,
+            strategy=label,
+            mode=r.mode,
+            levels=r.levels[:k],
+            step_s=r.step_s[:k],
+            reconfigured=r.reconfigured[:k],
+            penalty_s=r.penalty_s,
+            decision_ms=r.decision_ms[:k],
+            actions=r.actions[:k],
+            prepare_ms=r.prepare_ms,
         )
 
     sim = head(sim_full, f"{name} (simulated)")
@@ -63,7 +76,9 @@ def write_summary(run, records: list[dict], prepare_ms: float) -> tuple[dict, di
         "simulated_total_s": round(sim.total_s, 4),
         "simulated_total_measured_penalty_s": round(sim_measured_penalty, 4),
         "total_error_pct": round(100 * (live_total / sim.total_s - 1), 2) if sim.total_s else None,
-        "total_error_measured_penalty_pct": round(100 * (live_total / sim_measured_penalty - 1), 2) if sim_measured_penalty else None,
+        "total_error_measured_penalty_pct": round(100 * (live_total / sim_measured_penalty - 1), 2)
+        if sim_measured_penalty
+        else None,
         "compute_error_pct": round(100 * (step_s.sum() / pred.sum() - 1), 2),
         "step_error_pct": {
             "mean": round(100 * float(err.mean()), 2),
@@ -71,11 +86,16 @@ def write_summary(run, records: list[dict], prepare_ms: float) -> tuple[dict, di
             "max_abs": round(100 * float(np.abs(err).max()), 2),
         },
         "slowest_task_error_pct_mean": round(100 * float(((slow - pred) / pred).mean()), 2),
-        "barrier_s": {"mean": round(float(barrier.mean()), 5), "p95": round(float(np.percentile(barrier, 95)), 5), "max": round(float(barrier.max()), 5)},
+        "barrier_s": {
+            "mean": round(float(barrier.mean()), 5),
+            "p95": round(float(np.percentile(barrier, 95)), 5),
+            "max": round(float(barrier.max()), 5),
+        },
         "sync_s": {"mean": round(float(sync.mean()), 5), "p95": round(float(np.percentile(sync, 95)), 5)},
         "reconfigurations": int(reconf.sum()),
         "reconfig_s_mean": round(measured_penalty, 4),
-        "penalty_s_assumed": run.exp.penalty_s,
+        "penalty_s_assumed": run.ctx.penalty_s,
+        "reconfigure_cost": getattr(run, "reconfigure_cost", None),
         "restarts": int(sum(r["restarts"] for r in records)),
         "rows": rows,
     }
@@ -95,17 +115,20 @@ def write_summary(run, records: list[dict], prepare_ms: float) -> tuple[dict, di
         f"- experiment: {run.inputs['experiment']}",
         f"- job: {run.job.name} ({len(run.tasks)} tasks), planner {name}, {mode} mode, reconfigure {run.settings.reconfigure}",
         f"- steps: {k} of {run.exp.steps}; same plan as simulated: {'yes' if summary['same_plan_as_simulated'] else 'NO'}",
-        f"- total: live {live_total:.3f} s, simulated {sim.total_s:.3f} s (penalty {run.exp.penalty_s:g} s per reconfiguration) "
+        f"- total: live {live_total:.3f} s, simulated {sim.total_s:.3f} s (penalty {run.ctx.penalty_s:.4g} s per "
+        "reconfiguration) "
         f"-> {summary['total_error_pct']:+.2f}%; with the measured reconfiguration cost: {sim_measured_penalty:.3f} s "
         f"-> {summary['total_error_measured_penalty_pct']:+.2f}%",
         f"- per-step error (measured step vs predicted): mean {summary['step_error_pct']['mean']:+.2f}%, "
         f"mean |.| {summary['step_error_pct']['mean_abs']:.2f}%, max |.| {summary['step_error_pct']['max_abs']:.2f}%",
-        f"- barrier overhead (last task's report to release): mean {1e3 * barrier.mean():.1f} ms, p95 {1e3 * np.percentile(barrier, 95):.1f} ms",
-        f"- reconfigurations: {int(reconf.sum())}, mean real cost {measured_penalty:.3f} s ({run.settings.reconfigure})",
+        f"- barrier overhead (last task's report to release): mean {1e3 * barrier.mean():.1f} ms, p95 "
+        f"{1e3 * np.percentile(barrier, 95):.1f} ms",
+        f"- reconfigurations: {int(reconf.sum())}, mean real cost {measured_penalty:.3f} s ({run.settings.reconfigure}; "
+        f"planned with {run.ctx.penalty_s:.4g} s: {(getattr(run, 'reconfigure_cost', None) or {}).get('source', 'penalty_s')})",
         f"- worker restarts: {summary['restarts']}",
         "",
         to_markdown(rows),
     ]
     atomic_write(paths["md"], "\n".join(lines))
-    step_chart(records, paths["chart"], f"{run.run_id}: {name}, {mode}, {run.settings.reconfigure}", run.exp.penalty_s)
+    step_chart(records, paths["chart"], f"{run.run_id}: {name}, {mode}, {run.settings.reconfigure}", run.ctx.penalty_s)
     return summary, paths

@@ -20,20 +20,22 @@ the coordinator restarts the task as it would a dead worker, since running the s
 from __future__ import annotations
 
 import json
-import math
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import InputError
 from ..job import SeriesRef, Task
 from . import zk as Z
+
+if TYPE_CHECKING:
+    from ..task import TaskSession
 
 EXIT_OK = 0
 EXIT_INPUT = 2
@@ -69,16 +71,17 @@ class WorkerConfig:
 
 
 class Worker:
+    """The stress-ng (or command) worker: one user of the task library (:mod:`bsp_planner.task`), which
+    joins, waits for each step, passes the barrier, times the step and reports it; the worker only runs
+    the step's program and maps failures to its exit codes."""
+
     def __init__(self, cfg: WorkerConfig) -> None:
         self.cfg = cfg
-        self.paths = Z.RunPaths(cfg.root)
         self.task_name = Z.check_task_name(cfg.task)
-        self.session: Z.ZkSession | None = None
+        self.session: TaskSession | None = None  # once joining starts
         self._child: subprocess.Popen | None = None
         self._stopping = False
-        self._need_member = False
         self._parent = os.getppid()
-        self.next_step = 0
 
     # -- signals and liveness ----------------------------------------------------------------------
     def _on_term(self, signum, frame) -> None:
@@ -92,16 +95,7 @@ class Worker:
     def _interrupt(self) -> bool:
         if self._stopping or self._orphaned():
             raise Stop()
-        if self._need_member and self.session is not None and self.session.connected:
-            self._register()
-        s = self.session
-        if s is not None and s.down_for() > self.cfg.zk_wait_s:
-            raise Z.ZkUnavailable(f"ZooKeeper at {self.cfg.hosts} unreachable for {s.down_for():.0f} s", field="--zookeeper")
         return False
-
-    def _on_state(self, state: str) -> None:
-        if state == "LOST":  # the session expired: its ephemeral membership node is gone
-            self._need_member = True
 
     def _kill_child(self) -> None:
         p = self._child
@@ -111,31 +105,10 @@ class Worker:
             except (ProcessLookupError, PermissionError):
                 pass
 
-    # -- membership --------------------------------------------------------------------------------
-    def _register(self) -> None:
-        from kazoo.exceptions import NoNodeError
-
-        s = self.session
-        path = self.paths.member(self.task_name)
-        value = Z.member_value(self.cfg.incarnation, os.getpid(), socket.gethostname(), self.next_step)
-        for _ in range(20):
-            if s.create(path, value, ephemeral=True):
-                break
-            try:
-                raw, stat = s.retry(s.client.get, path)
-            except NoNodeError:
-                continue
-            if stat.ephemeralOwner == s.session_id():
-                break  # ours (a retried create)
-            # a dead incarnation's node, waiting for its session to expire: replace it
-            try:
-                s.retry(s.client.delete, path, version=stat.version)
-            except Exception:
-                time.sleep(0.05)
-        self._need_member = False
-
     # -- the loop ----------------------------------------------------------------------------------
     def run(self) -> int:
+        from ..task import TaskJoinError
+
         signal.signal(signal.SIGTERM, self._on_term)
         signal.signal(signal.SIGINT, self._on_term)
         try:
@@ -146,7 +119,7 @@ class Worker:
         except Z.ZkUnavailable as exc:
             self._say(f"error: {exc}")
             return EXIT_ZK
-        except InputError as exc:
+        except (InputError, TaskJoinError) as exc:
             self._say(f"error: {exc}")
             return EXIT_INPUT
         except StressFailed as exc:
@@ -165,77 +138,67 @@ class Worker:
         print(f"[worker {self.task_name}#{self.cfg.incarnation}] {text}", file=sys.stderr, flush=True)
 
     def _run(self) -> int:
+        from ..task import RunEnded, TaskSession
+
         cfg = self.cfg
         in_pod = bool(os.environ.get("KUBERNETES_SERVICE_HOST"))  # set by the kubelet in every container
-        s = self.session = Z.ZkSession(
-            cfg.hosts, cfg.creds, session_timeout_s=cfg.session_timeout_s, connect_timeout_s=cfg.connect_timeout_s,
-            op_deadline_s=cfg.zk_wait_s, unreachable_hint=Z.POD_HINT if in_pod else Z.LOCAL_HINT,
+        session = self.session = TaskSession(
+            cfg.hosts,
+            cfg.creds,
+            cfg.root,
+            None,
+            self.task_name,
+            "barrier",
+            os.environ.get("BSP_RUN_DIR", os.getcwd()),
+            cfg.incarnation,
+            cfg.step_timeout_s,
+            session_timeout_s=cfg.session_timeout_s,
+            connect_timeout_s=cfg.connect_timeout_s,
+            zk_wait_s=cfg.zk_wait_s,
+            interrupt=self._interrupt,
+            unreachable_hint=Z.POD_HINT if in_pod else Z.LOCAL_HINT,
         )
-        s.add_listener(self._on_state)
-        s.start()
-        info = self._read_run()
-        spec = info.tasks.get(self.task_name)
-        if spec is None:
-            raise InputError(f"the run at {cfg.root} has no task {self.task_name!r} (it has {', '.join(info.tasks)})", field="--task")
+        try:
+            session._join()
+        except RunEnded:
+            raise Stop() from None
+        assert session.info is not None  # read when it joined
+        spec = session.info.tasks[self.task_name]
         command = spec.get("command")
-        task = Task(self.task_name, spec["stressor"], spec["ops_per_unit"] if not command else 1.0, SeriesRef(Path("-")),
-                    spec["workers"], command=tuple(command) if command else None)
+        if spec.get("process"):
+            raise InputError(
+                f"task {self.task_name} is a process task: its own program joins the run, not a worker", field="--task"
+            )
+        task = Task(
+            self.task_name,
+            spec["stressor"],
+            spec["ops_per_unit"] if not command else 1.0,
+            SeriesRef(Path("-")),
+            spec["workers"],
+            command=tuple(command) if command else None,
+        )
         stress_ng = shutil.which(cfg.stress_ng) if not command else cfg.stress_ng
         if not stress_ng:
-            raise InputError(f"stress-ng not found (looked for {cfg.stress_ng!r}); install it: `apt-get install stress-ng`", field="--stress-ng")
-
-        # restore
-        cp_path = self.paths.checkpoint(self.task_name)
-        cp = s.get(cp_path)
-        last = Z.parse_checkpoint(cp_path, cp) if cp is not None else -1
-        self.next_step = last + 1
-        self._register()
-        self._say(f"joined at step {self.next_step} (checkpoint: last completed {last})")
-        if last >= 0:
-            barrier = Z.StepBarrier(s, self.paths, last, list(info.tasks))
-            if s.exists(self.paths.barrier(last)) and not barrier.is_done():
-                barrier.leave(self.task_name, cfg.step_timeout_s, interrupt=self._interrupt)
-
-        t = self.next_step
+            raise InputError(
+                f"stress-ng not found (looked for {cfg.stress_ng!r}); install it: `apt-get install stress-ng`",
+                field="--stress-ng",
+            )
+        self._say(f"joined at step {session.first_step} (checkpoint: last completed {session.first_step - 1})")
+        t = session.first_step
         while True:
-            self.next_step = t
-            workload = self._wait_step(t, info)
-            if workload is None:
-                self._say(f"stop order at step {t}")
-                return EXIT_OK
-            barrier = Z.StepBarrier(s, self.paths, t, list(info.tasks))
-            result_path = self.paths.result(self.task_name, t)
-            if not s.exists(result_path):
-                enter_wait = barrier.enter(self.task_name, cfg.step_timeout_s, interrupt=self._interrupt)
-                duration, observed = self._stress(task, workload, stress_ng, t)
-                self._report(t, duration, enter_wait, result_path, cp_path, observed)
-            barrier.leave(self.task_name, cfg.step_timeout_s, interrupt=self._interrupt)
+            try:
+                with session.step(t) as st:
+                    workload = st.assigned_workload
+                    assert workload is not None  # a worker's job is series-driven: every step has one
+                    _, observed = self._stress(task, workload, stress_ng, t)
+                    st.workload = observed.get("workload")
+                    st.next_workload = observed.get("next_workload")
+            except RunEnded:
+                if not self._stopping and session.session.exists(cfg.root):
+                    self._say(f"stop order at step {t}")
+                    return EXIT_OK
+                raise Stop() from None
             t += 1
-
-    def _read_run(self) -> Z.RunInfo:
-        s = self.session
-        root = self.cfg.root
-        v = s.get(root)
-        if v is None:
-            raise InputError(f"no run at {root} in ZooKeeper {self.cfg.hosts}", field="--root")
-        return Z.parse_run(root, v)
-
-    def _wait_step(self, t: int, info: Z.RunInfo) -> float | None | bool:
-        s = self.session
-        path = self.paths.step(self.task_name, t)
-
-        def check(watch):
-            # exists() leaves a watch on a missing node (get() would not)
-            v = s.get(path) if s.exists(path, watch=watch) else None
-            if v is None:
-                if not s.exists(self.cfg.root):
-                    raise Stop()  # the run was removed
-                return None
-            w = Z.parse_step(path, v, t, info.workload_range)
-            return ("stop",) if w is None else (w,)
-
-        got = s.wait_for(check, None, interrupt=self._interrupt)
-        return None if got[0] == "stop" else got[0]
 
     def _stress(self, task: Task, workload: float, stress_ng: str, t: int = 0) -> tuple[float, dict]:
         """Run step t (stress-ng, or the task's command); (wall seconds, what it reported on stdout)."""
@@ -246,8 +209,12 @@ class Worker:
         start = time.perf_counter()
         try:
             self._child = subprocess.Popen(
-                args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE if is_command else subprocess.DEVNULL,
-                stderr=subprocess.PIPE, start_new_session=True, env=env,
+                args,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE if is_command else subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+                env=env,
             )
         except OSError as exc:  # missing, not executable: the program's fault, not worth a restart
             raise InputError(f"{what} cannot start {args[0]!r}: {exc.strerror or exc}", field="command") from None
@@ -255,7 +222,9 @@ class Worker:
             out, err = self._child.communicate(timeout=self.cfg.step_timeout_s)
         except subprocess.TimeoutExpired:
             self._kill_child()
-            raise StressFailed(f"{what} ran past the step timeout ({self.cfg.step_timeout_s:g} s, --step-timeout)") from None
+            raise StressFailed(
+                f"{what} ran past the step timeout ({self.cfg.step_timeout_s:g} s, --step-timeout)"
+            ) from None
         duration = time.perf_counter() - start
         code = self._child.returncode
         self._child = None
@@ -265,19 +234,6 @@ class Worker:
             tail = " ".join((err or b"").decode(errors="replace").split())[-300:]
             raise StressFailed(f"{what} exited with code {code}: {' '.join(args)}: {tail}")
         return duration, (parse_workload_report(out or b"", what) if is_command else {})
-
-    def _report(self, t: int, duration: float, enter_wait: float, result_path: str, cp_path: str, observed: dict | None = None) -> None:
-        """The result and the checkpoint, in one transaction: both or neither."""
-        from kazoo.exceptions import NodeExistsError
-
-        s = self.session
-        value = Z.result_value(t, duration, enter_wait, self.cfg.incarnation, time.time(), **(observed or {}))
-        results = s.commit([("create", result_path, value), ("set", cp_path, Z.checkpoint_value(t, self.cfg.incarnation))])
-        failed = [r for r in results if isinstance(r, Exception)]
-        if failed and not isinstance(results[0], NodeExistsError):
-            raise failed[0]
-        # NodeExists: an earlier try of this very transaction went through (connection loss), or another
-        # incarnation reported t first; either way step t is counted once.
 
 
 def parse_workload_report(stdout: bytes, what: str) -> dict:
@@ -292,7 +248,10 @@ def parse_workload_report(stdout: bytes, what: str) -> dict:
         try:
             v = json.loads(line, parse_constant=lambda c: float(c))  # NaN/Infinity parsed, then refused below
         except ValueError:
-            raise InputError(f"{what} printed a malformed workload report {line[:200]!r} (expected one JSON line like {{\"workload\": 37.5}})", field="workload") from None
+            raise InputError(
+                f'{what} printed a malformed workload report {line[:200]!r} (expected one JSON line like {{"workload": 37.5}})',
+                field="workload",
+            ) from None
         if not isinstance(v, dict):
             continue
         found = {"workload": _reported(v, "workload", what)}
@@ -302,10 +261,9 @@ def parse_workload_report(stdout: bytes, what: str) -> dict:
 
 
 def _reported(v: dict, key: str, what: str) -> float:
-    x = v.get(key)
-    if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(float(x)) or not 0 <= float(x) <= Z.MAX_WORKLOAD:
-        raise InputError(f"{what} reported {key} {x!r}; expected a finite number in 0..{Z.MAX_WORKLOAD:g}", field=key)
-    return float(x)
+    from ..task.reports import check_report_workload
+
+    return check_report_workload(v.get(key), what, key)
 
 
 def _signal_name(signum: int) -> str:

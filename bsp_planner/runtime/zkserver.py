@@ -41,7 +41,9 @@ INSTALL_HINT = (
 def find_java() -> str:
     java = os.environ.get("JAVA") or shutil.which("java")
     if not java:
-        raise InputError(f"java not found on PATH; the ZooKeeper server is a Java program: {INSTALL_HINT}", field="java")
+        raise InputError(
+            f"java not found on PATH; the ZooKeeper server is a Java program: {INSTALL_HINT}", field="java"
+        )
     return java
 
 
@@ -60,7 +62,9 @@ def zookeeper_classpath() -> str:
         jars = sorted(Path(home).glob("*.jar")) + sorted((Path(home) / "lib").glob("*.jar"))
         if jars:
             return os.pathsep.join(str(j) for j in jars)
-    raise InputError(f"the ZooKeeper server's jars were not found (looked for {DEBIAN_JAR}); {INSTALL_HINT}", field="zookeeper")
+    raise InputError(
+        f"the ZooKeeper server's jars were not found (looked for {DEBIAN_JAR}); {INSTALL_HINT}", field="zookeeper"
+    )
 
 
 def free_port(host: str = DEFAULT_HOST) -> int:
@@ -222,7 +226,9 @@ class LocalZooKeeper:
                 return self._proc.pid
             time.sleep(0.1)
         self.stop()
-        raise InputError(f"the ZooKeeper server did not answer on {self.hosts} within {wait_s:g} s; see {self.log_path}", field="zk")
+        raise InputError(
+            f"the ZooKeeper server did not answer on {self.hosts} within {wait_s:g} s; see {self.log_path}", field="zk"
+        )
 
     def stop(self, timeout_s: float = 15.0, sig: int = signal.SIGTERM) -> bool:
         """Stop the server (SIGTERM, then SIGKILL after timeout_s); False if none was running."""

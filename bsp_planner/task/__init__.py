@@ -20,5 +20,13 @@ from .local import LocalSession, local_session
 from .session import ENV, StepTimer, TaskSession, join
 
 __all__ = [
-    "ENV", "LocalSession", "RunEnded", "StepOrderError", "StepTimer", "TaskJoinError", "TaskSession", "join", "local_session",
+    "ENV",
+    "LocalSession",
+    "RunEnded",
+    "StepOrderError",
+    "StepTimer",
+    "TaskJoinError",
+    "TaskSession",
+    "join",
+    "local_session",
 ]

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Sequence
 
 from .errors import RunEnded, StepOrderError
 from .reports import check_report_workload
@@ -20,8 +20,15 @@ class LocalSession:
 
     sync = "local"
 
-    def __init__(self, task_name: str, *, workloads: Sequence[float] | None = None, steps: int | None = None,
-                 reports_file: str | Path | None = None, first_step: int = 0) -> None:
+    def __init__(
+        self,
+        task_name: str,
+        *,
+        workloads: Sequence[float] | None = None,
+        steps: int | None = None,
+        reports_file: str | Path | None = None,
+        first_step: int = 0,
+    ) -> None:
         self.task_name = task_name
         self.workloads = list(workloads) if workloads is not None else None
         self.steps = steps
@@ -52,7 +59,8 @@ class LocalSession:
     def step(self, step: int, workload: float | None = None, next_workload: float | None = None) -> Iterator[StepTimer]:
         if step != self._next:
             raise StepOrderError(
-                f"task {self.task_name} reported step {step} but its next step is {self._next} (out of order or repeated)", field="step"
+                f"task {self.task_name} reported step {step} but its next step is {self._next} (out of order or repeated)",
+                field="step",
             )
         if self.steps is not None and step >= self.steps:
             raise RunEnded(f"the run has {self.steps} steps")

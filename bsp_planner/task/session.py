@@ -22,8 +22,8 @@ from __future__ import annotations
 import os
 import socket
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 from ..runtime import zk as Z
 from .errors import RunEnded, StepOrderError, TaskJoinError
@@ -69,20 +69,24 @@ def join(env: dict | None = None, *, step_timeout_s: float | None = None) -> Tas
         Z.check_task_name(task)
     except Exception:
         raise TaskJoinError(f"${ENV['task']} is not a task name: {task!r}", field=ENV["task"]) from None
+    creds: Z.Credentials | None
     if env.get(ENV["auth"]):
         creds = Z.parse_credentials(env[ENV["auth"]], f"${ENV['auth']}")
     else:
         creds = Z.load_credentials(None, env)
     if creds is None:
         raise TaskJoinError(
-            f"no ZooKeeper credentials: set ${ENV['auth']} (user:password) or ${Z.ENV_AUTH_FILE}; a task joins only with its run's",
+            f"no ZooKeeper credentials: set ${ENV['auth']} (user:password) or ${Z.ENV_AUTH_FILE}; a task joins only "
+            "with its run's",
             field=ENV["auth"],
         )
     root = env.get(ENV["root"]) or f"{Z.DEFAULT_PARENT}/{run_id}"
     try:
         incarnation = int(env.get(ENV["incarnation"], "0"))
     except ValueError:
-        raise TaskJoinError(f"expected an integer ${ENV['incarnation']}, got {env[ENV['incarnation']]!r}", field=ENV["incarnation"]) from None
+        raise TaskJoinError(
+            f"expected an integer ${ENV['incarnation']}, got {env[ENV['incarnation']]!r}", field=ENV["incarnation"]
+        ) from None
     s = TaskSession(hosts, creds, root, run_id, task, sync, env.get(ENV["run_dir"], ""), incarnation, step_timeout_s)
     try:
         s._join()
@@ -93,19 +97,66 @@ def join(env: dict | None = None, *, step_timeout_s: float | None = None) -> Tas
 
 
 class TaskSession:
-    """One task of a live run (made by :func:`join`)."""
+    """One task of a live run (made by :func:`join`, or by the stress-ng worker with its own settings).
 
-    def __init__(self, hosts: str, creds: Z.Credentials, root: str, run_id: str, task: str, sync: str, run_dir: str,
-                 incarnation: int, step_timeout_s: float | None) -> None:
+    `run_id` None accepts the run the root holds (the worker is told its root, not its id). `interrupt`
+    is called while waiting (it may raise to leave); `zk_wait_s` bounds how long ZooKeeper may stay
+    unreachable (then ZkUnavailable). A session lost and renewed re-registers the member node."""
+
+    def __init__(
+        self,
+        hosts: str,
+        creds: Z.Credentials,
+        root: str,
+        run_id: str | None,
+        task: str,
+        sync: str,
+        run_dir: str,
+        incarnation: int,
+        step_timeout_s: float | None,
+        *,
+        session_timeout_s: float = 10.0,
+        connect_timeout_s: float = 30.0,
+        zk_wait_s: float = 120.0,
+        interrupt: Callable[[], bool] | None = None,
+        unreachable_hint: str = Z.LOCAL_HINT,
+    ) -> None:
         self.hosts, self.root, self.run_id, self.task_name = hosts, root, run_id, task
         self.sync, self.run_dir, self.incarnation = sync, run_dir, incarnation
         self.step_timeout_s = step_timeout_s
+        self.zk_wait_s = zk_wait_s
+        self._user_interrupt = interrupt
         self.paths = Z.RunPaths(root)
-        self.session = Z.ZkSession(hosts, creds, op_deadline_s=120.0)
+        self.session = Z.ZkSession(
+            hosts,
+            creds,
+            session_timeout_s=session_timeout_s,
+            connect_timeout_s=connect_timeout_s,
+            op_deadline_s=zk_wait_s,
+            unreachable_hint=unreachable_hint,
+        )
+        self.session.add_listener(self._on_state)
+        self._need_member = False
         self._ended = False
         self.first_step = 0
         self._next = 0
         self.info: Z.RunInfo | None = None
+
+    def _on_state(self, state: str) -> None:
+        if state == "LOST":  # the session expired: its ephemeral member node is gone
+            self._need_member = True
+
+    def _interrupt(self) -> bool:
+        if self._user_interrupt is not None and self._user_interrupt():
+            return True
+        s = self.session
+        if self._need_member and s.connected:
+            self._register()
+        if s.down_for() > self.zk_wait_s:
+            raise Z.ZkUnavailable(
+                f"ZooKeeper at {self.hosts} unreachable for {s.down_for():.0f} s", field="--zookeeper"
+            )
+        return False
 
     # -- joining ---------------------------------------------------------------------------------
     def _join(self) -> None:
@@ -116,17 +167,26 @@ class TaskSession:
             v = s.get(self.root)
         except NoAuthError:
             raise TaskJoinError(
-                f"task {self.task_name} is refused by run {self.run_id}: its credentials are not the run's ({self.root} in ZooKeeper {self.hosts})",
+                f"task {self.task_name} is refused by run {self.run_id}: its credentials are not the run's "
+                f"({self.root} in ZooKeeper {self.hosts})",
                 field=ENV["auth"],
             ) from None
         if v is None:
-            raise TaskJoinError(f"no run at {self.root} in ZooKeeper {self.hosts} (${ENV['run_id']}={self.run_id})", field=ENV["run_id"])
+            raise TaskJoinError(
+                f"no run at {self.root} in ZooKeeper {self.hosts} (${ENV['run_id']}={self.run_id})", field=ENV["run_id"]
+            )
         info = self.info = Z.parse_run(self.root, v)
-        if info.run_id != self.run_id:
-            raise TaskJoinError(f"{self.root} holds run {info.run_id!r}, not {self.run_id!r}: this task does not belong to it", field=ENV["run_id"])
+        if self.run_id is None:
+            self.run_id = info.run_id
+        elif info.run_id != self.run_id:
+            raise TaskJoinError(
+                f"{self.root} holds run {info.run_id!r}, not {self.run_id!r}: this task does not belong to it",
+                field=ENV["run_id"],
+            )
         if self.task_name not in info.tasks:
             raise TaskJoinError(
-                f"run {self.run_id} has no task {self.task_name!r} (it has {', '.join(info.tasks)}): this process does not belong to it",
+                f"run {self.run_id} has no task {self.task_name!r} (it has {', '.join(info.tasks)}): this process "
+                "does not belong to it",
                 field=ENV["task"],
             )
         cp_path = self.paths.checkpoint(self.task_name)
@@ -136,11 +196,14 @@ class TaskSession:
             self.first_step = self._next = last + 1
             self._register()
         except NoAuthError:
-            raise TaskJoinError(f"task {self.task_name} is refused by run {self.run_id}: its credentials are not the run's", field=ENV["auth"]) from None
+            raise TaskJoinError(
+                f"task {self.task_name} is refused by run {self.run_id}: its credentials are not the run's",
+                field=ENV["auth"],
+            ) from None
         if self.sync == "barrier" and last >= 0:  # restarted after reporting `last`: leave that barrier too
             barrier = self._barrier(last)
             if s.exists(self.paths.barrier(last)) and not barrier.is_done():
-                barrier.leave(self.task_name, self.step_timeout_s)
+                barrier.leave(self.task_name, self.step_timeout_s, interrupt=self._interrupt)
 
     def _register(self) -> None:
         """The ephemeral member node with this incarnation; a dead incarnation's node (its session not yet
@@ -150,6 +213,7 @@ class TaskSession:
         s = self.session
         path = self.paths.member(self.task_name)
         value = Z.member_value(self.incarnation, os.getpid(), socket.gethostname(), self._next)
+        self._need_member = False
         for _ in range(50):
             if s.create(path, value, ephemeral=True):
                 return
@@ -163,7 +227,9 @@ class TaskSession:
                 s.retry(s.client.delete, path, version=stat.version)
             except Exception:
                 time.sleep(0.05)
-        raise TaskJoinError(f"task {self.task_name}: cannot register at {path} (another live process holds it)", field=ENV["task"])
+        raise TaskJoinError(
+            f"task {self.task_name}: cannot register at {path} (another live process holds it)", field=ENV["task"]
+        )
 
     def __enter__(self) -> TaskSession:
         return self
@@ -182,13 +248,9 @@ class TaskSession:
     @property
     def ended(self) -> bool:
         """True once the run is over for this task (its last step reported, or a stop order seen)."""
-        if not self._ended and (self._next >= self.steps or self._stop_at(self._next)):
+        if not self._ended and self._next >= self.steps:  # the coordinator stops a run only after its last step
             self._ended = True
         return self._ended
-
-    def _stop_at(self, t: int) -> bool:
-        v = self.session.get(self.paths.step(self.task_name, t))
-        return v is not None and v.get("stop") is True
 
     def assigned_workload(self, step: int) -> float | None:
         """The workload the run assigns to `step` (a series-driven job), None where it observes them."""
@@ -196,10 +258,12 @@ class TaskSession:
         v = self.session.get(path)
         if v is None:
             return None
+        assert self.info is not None  # read when the task joined
         w = Z.parse_step(path, v, step, self.info.workload_range)
         return None if w is None or v.get("assigned") is False else w
 
     def _barrier(self, t: int) -> Z.StepBarrier:
+        assert self.info is not None  # read when the task joined
         return Z.StepBarrier(self.session, self.paths, t, list(self.info.tasks))
 
     def _wait_published(self, t: int) -> float | None:
@@ -215,7 +279,7 @@ class TaskSession:
                 return None
             return (Z.parse_step(path, v, t, self.info.workload_range),)
 
-        got = s.wait_for(check, self.step_timeout_s)
+        got = s.wait_for(check, None, interrupt=self._interrupt)
         if got is None:
             raise TimeoutError(f"task {self.task_name}: step {t} was not published within {self.step_timeout_s} s")
         if got[0] == "ended" or got[0] is None:
@@ -230,7 +294,8 @@ class TaskSession:
         what = f"task {self.task_name} step {step}"
         if step != self._next:
             raise StepOrderError(
-                f"{what}: reported out of order or repeated (its next step is {self._next}); nothing was recorded", field="step"
+                f"{what}: reported out of order or repeated (its next step is {self._next}); nothing was recorded",
+                field="step",
             )
         if self._ended or step >= self.steps:
             self._ended = True
@@ -243,11 +308,8 @@ class TaskSession:
         if self.sync == "barrier":
             assigned = self._wait_published(step)
             barrier = self._barrier(step)
-            enter_wait = barrier.enter(self.task_name, self.step_timeout_s)
-        else:
-            if self._stop_at(step):
-                self._ended = True
-                raise RunEnded(f"run {self.run_id} ended before step {step}")
+            enter_wait = barrier.enter(self.task_name, self.step_timeout_s, interrupt=self._interrupt)
+        else:  # nothing to wait for, nothing to read: the report is the only round trip
             assigned = None
         st = StepTimer(step, assigned, workload, next_workload)
         st.start()
@@ -259,7 +321,7 @@ class TaskSession:
         self._report(st, enter_wait)
         self._next = step + 1
         if barrier is not None:
-            barrier.leave(self.task_name, self.step_timeout_s)
+            barrier.leave(self.task_name, self.step_timeout_s, interrupt=self._interrupt)
 
     def _report(self, st: StepTimer, enter_wait: float) -> None:
         """The report and the checkpoint in one transaction: both or neither, and a step counted once."""
@@ -267,11 +329,15 @@ class TaskSession:
 
         s = self.session
         t = st.step
-        value = Z.result_value(t, st.wall_s, enter_wait, self.incarnation, time.time(), st.workload, st.next_workload, st.cpu_s)
-        results = s.commit([
-            ("create", self.paths.result(self.task_name, t), value),
-            ("set", self.paths.checkpoint(self.task_name), Z.checkpoint_value(t, self.incarnation)),
-        ])
+        value = Z.result_value(
+            t, st.wall_s, enter_wait, self.incarnation, time.time(), st.workload, st.next_workload, st.cpu_s
+        )
+        results = s.commit(
+            [
+                ("create", self.paths.result(self.task_name, t), value),
+                ("set", self.paths.checkpoint(self.task_name), Z.checkpoint_value(t, self.incarnation)),
+            ]
+        )
         failed = [r for r in results if isinstance(r, Exception)]
         if failed and not isinstance(results[0], NodeExistsError):
             raise failed[0]

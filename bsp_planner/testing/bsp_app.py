@@ -58,13 +58,18 @@ def main(argv: list[str] | None = None) -> int:
 
     with task.join() as session:
         name = session.task_name
+        assert session.info is not None  # read when the task joined
         rank = args.rank if args.rank is not None else sorted(session.info.tasks).index(name)
         run_dir = Path(session.run_dir)
         step = session.first_step
         while not session.ended:
             try:
                 with session.step(step) as st:
-                    w = st.assigned_workload if st.assigned_workload is not None and not args.self_sync else own_workload(rank, step)
+                    w = (
+                        st.assigned_workload
+                        if st.assigned_workload is not None and not args.self_sync
+                        else own_workload(rank, step)
+                    )
                     st.workload = w if not flag("nan", name, step) else float("nan")
                     with open(run_dir / f"pids-{name}", "a") as fh:
                         fh.write(f"{step} {os.getpid()}\n")

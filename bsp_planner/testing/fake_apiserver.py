@@ -33,14 +33,26 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Callable
+from typing import Any, Protocol
 from urllib.parse import parse_qs, urlparse
 
 from ..k8s.binpack import pod_cpu_request
 from ..k8s.names import cpu_millicores
+
+
+class PodProcess(Protocol):
+    """What pod_runner returns for a pod's container: a Popen-like process."""
+
+    def poll(self) -> int | None: ...
+
+    def terminate(self) -> None: ...
+
+    def kill(self) -> None: ...
+
 
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 
@@ -58,7 +70,7 @@ RESOURCE_LIST = [
 
 
 def now_iso() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass
@@ -120,19 +132,21 @@ class FakeApiServer:
         delete_delay_s: float = 0.0,
         resize_delay_s: float = 0.0,
         job_runner: Callable[[dict], JobOutcome] | None = None,
-        pod_runner: Callable[[dict], object] | None = None,
+        pod_runner: Callable[[dict], PodProcess] | None = None,
     ) -> None:
         self.version = version
         m = re.match(r"v(\d+)\.(\d+)", version)
         self.major, self.minor = (int(m.group(1)), int(m.group(2))) if m else (1, 0)
-        self.resize_subresource = (self.major, self.minor) >= (1, 33) if resize_subresource is None else resize_subresource
+        self.resize_subresource = (
+            (self.major, self.minor) >= (1, 33) if resize_subresource is None else resize_subresource
+        )
         self.rules = rules  # None: everything allowed
         self.start_delay_s = start_delay_s
         self.delete_delay_s = delete_delay_s
         self.resize_delay_s = resize_delay_s
         self.job_runner = job_runner
         self.pod_runner = pod_runner
-        self._procs: dict[tuple[str, str], object] = {}
+        self._procs: dict[tuple[str, str], PodProcess] = {}
         self.state = FakeState()
         self.calls: list[Call] = []
         self.lock = threading.RLock()
@@ -151,8 +165,9 @@ class FakeApiServer:
         handler = type("Handler", (_Handler,), {"fake": self})
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.02},
-                                       name="fake-apiserver", daemon=True)
+        self.thread = threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, name="fake-apiserver", daemon=True
+        )
         self.thread.start()
         return self
 
@@ -192,7 +207,9 @@ class FakeApiServer:
     def write_kubeconfig(self, path) -> str:
         """Write a kubeconfig for this server to `path` (JSON, which is YAML) and return the path."""
         config = {
-            "apiVersion": "v1", "kind": "Config", "current-context": "fake",
+            "apiVersion": "v1",
+            "kind": "Config",
+            "current-context": "fake",
             "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
             "users": [{"name": "u", "user": {"token": "t"}}],
             "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "u"}}],
@@ -202,30 +219,61 @@ class FakeApiServer:
         return str(path)
 
     # -- test controls -----------------------------------------------------------------------------
-    def add_node(self, name: str, cpu: str, *, labels: dict | None = None, taints: list | None = None,
-                 unschedulable: bool = False, ready: bool = True) -> None:
+    def add_node(
+        self,
+        name: str,
+        cpu: str,
+        *,
+        labels: dict | None = None,
+        taints: list | None = None,
+        unschedulable: bool = False,
+        ready: bool = True,
+    ) -> None:
         with self.lock:
             self.state.nodes[name] = {
-                "apiVersion": "v1", "kind": "Node",
-                "metadata": {"name": name, "uid": str(uuid.uuid4()), "labels": {"kubernetes.io/hostname": name, **(labels or {})},
-                             "creationTimestamp": now_iso(), "resourceVersion": str(next(self._rv))},
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {
+                    "name": name,
+                    "uid": str(uuid.uuid4()),
+                    "labels": {"kubernetes.io/hostname": name, **(labels or {})},
+                    "creationTimestamp": now_iso(),
+                    "resourceVersion": str(next(self._rv)),
+                },
                 "spec": {"unschedulable": unschedulable, **({"taints": taints} if taints else {})},
-                "status": {"allocatable": {"cpu": cpu, "memory": "64Gi", "pods": "110"},
-                           "capacity": {"cpu": cpu, "memory": "64Gi", "pods": "110"},
-                           "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
-                           "nodeInfo": _node_info()},
+                "status": {
+                    "allocatable": {"cpu": cpu, "memory": "64Gi", "pods": "110"},
+                    "capacity": {"cpu": cpu, "memory": "64Gi", "pods": "110"},
+                    "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+                    "nodeInfo": _node_info(),
+                },
             }
 
     def add_foreign_pod(self, namespace: str, name: str, node: str, cpu: str) -> None:
         """A pod of someone else, bound to `node` and holding `cpu` there."""
         with self.lock:
-            pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace},
-                   "spec": {"containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": cpu}}}]}}
+            pod: dict[str, Any] = {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": name, "namespace": namespace},
+                "spec": {"containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": cpu}}}]},
+            }
             self._stamp(pod)
             pod["spec"]["nodeName"] = node
-            pod["status"] = {"phase": "Running", "conditions": [{"type": "PodScheduled", "status": "True"}],
-                             "containerStatuses": [{"name": "c", "ready": True, "restartCount": 0, "image": "x", "imageID": "",
-                                                    "state": {"running": {"startedAt": now_iso()}}}]}
+            pod["status"] = {
+                "phase": "Running",
+                "conditions": [{"type": "PodScheduled", "status": "True"}],
+                "containerStatuses": [
+                    {
+                        "name": "c",
+                        "ready": True,
+                        "restartCount": 0,
+                        "image": "x",
+                        "imageID": "",
+                        "state": {"running": {"startedAt": now_iso()}},
+                    }
+                ],
+            }
             self.state.pods[(namespace, name)] = pod
 
     def evict(self, namespace: str, name: str, message: str = "The node was low on resource: memory.") -> None:
@@ -264,8 +312,11 @@ class FakeApiServer:
     def _node_free(self, node: str, skip: tuple[str, str] | None = None) -> float:
         alloc = cpu_millicores(self.state.nodes[node]["status"]["allocatable"]["cpu"])
         used = sum(
-            pod_cpu_request(p) for key, p in self.state.pods.items()
-            if key != skip and p["spec"].get("nodeName") == node and p["status"].get("phase") not in ("Succeeded", "Failed")
+            pod_cpu_request(p)
+            for key, p in self.state.pods.items()
+            if key != skip
+            and p["spec"].get("nodeName") == node
+            and p["status"].get("phase") not in ("Succeeded", "Failed")
         )
         return alloc - used
 
@@ -297,8 +348,14 @@ class FakeApiServer:
             pod["status"]["phase"] = "Succeeded" if code == 0 else "Failed"
             for cs in pod["status"]["containerStatuses"]:
                 cs["ready"] = False
-                cs["state"] = {"terminated": {"exitCode": code, "reason": "Completed" if code == 0 else "Error",
-                                              "message": getattr(proc, "message", ""), "finishedAt": now_iso()}}
+                cs["state"] = {
+                    "terminated": {
+                        "exitCode": code,
+                        "reason": "Completed" if code == 0 else "Error",
+                        "message": getattr(proc, "message", ""),
+                        "finishedAt": now_iso(),
+                    }
+                }
         for key, pod in sorted(self.state.pods.items(), key=lambda kv: kv[1]["metadata"]["creationTimestamp"]):
             status = pod["status"]
             if status.get("phase") != "Pending" or key in self._pending_delete:
@@ -309,8 +366,14 @@ class FakeApiServer:
                 fit = [nm for nm in candidates if self._node_free(nm) + 1e-6 >= need]
                 if not fit:
                     total = len(self.state.nodes)
-                    status["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-                                             "message": f"0/{total} nodes are available: {total} Insufficient cpu."}]
+                    status["conditions"] = [
+                        {
+                            "type": "PodScheduled",
+                            "status": "False",
+                            "reason": "Unschedulable",
+                            "message": f"0/{total} nodes are available: {total} Insufficient cpu.",
+                        }
+                    ]
                     continue
                 pod["spec"]["nodeName"] = fit[0]
                 status["conditions"] = [{"type": "PodScheduled", "status": "True"}]
@@ -319,9 +382,15 @@ class FakeApiServer:
                 status["phase"] = "Running"
                 status["startTime"] = now_iso()
                 status["containerStatuses"] = [
-                    {"name": c["name"], "ready": True, "restartCount": 0, "image": c.get("image", ""), "imageID": "",
-                     "state": {"running": {"startedAt": now_iso()}},
-                     "resources": copy.deepcopy(c.get("resources") or {})}
+                    {
+                        "name": c["name"],
+                        "ready": True,
+                        "restartCount": 0,
+                        "image": c.get("image", ""),
+                        "imageID": "",
+                        "state": {"running": {"startedAt": now_iso()}},
+                        "resources": copy.deepcopy(c.get("resources") or {}),
+                    }
                     for c in pod["spec"]["containers"]
                 ]
                 if key in self._job_pods:
@@ -334,9 +403,11 @@ class FakeApiServer:
                 del self._resize_at[key]
                 continue
             if now >= at:
-                for c, cs in zip(pod["spec"]["containers"], pod["status"].get("containerStatuses") or []):
+                for c, cs in zip(pod["spec"]["containers"], pod["status"].get("containerStatuses") or [], strict=False):
                     cs["resources"] = copy.deepcopy(c.get("resources") or {})
-                pod["status"]["conditions"] = [c for c in pod["status"]["conditions"] if not c["type"].startswith("PodResize")]
+                pod["status"]["conditions"] = [
+                    c for c in pod["status"]["conditions"] if not c["type"].startswith("PodResize")
+                ]
                 del self._resize_at[key]
         for key, (at, outcome) in list(self._job_done_at.items()):
             if now < at:
@@ -349,13 +420,22 @@ class FakeApiServer:
             pod["status"]["phase"] = "Succeeded" if ok else "Failed"
             for cs in pod["status"]["containerStatuses"]:
                 cs["ready"] = False
-                cs["state"] = {"terminated": {"exitCode": outcome.exit_code, "reason": "Completed" if ok else "Error",
-                                              "message": outcome.message, "finishedAt": now_iso()}}
+                cs["state"] = {
+                    "terminated": {
+                        "exitCode": outcome.exit_code,
+                        "reason": "Completed" if ok else "Error",
+                        "message": outcome.message,
+                        "finishedAt": now_iso(),
+                    }
+                }
             job = self.state.jobs.get((key[0], pod["metadata"]["labels"]["job-name"]))
             if job is not None:
                 cond = "Complete" if ok else "Failed"
-                job["status"] = {"succeeded" if ok else "failed": 1, "active": 0,
-                                 "conditions": [{"type": cond, "status": "True", "reason": outcome.reason or cond}]}
+                job["status"] = {
+                    "succeeded" if ok else "failed": 1,
+                    "active": 0,
+                    "conditions": [{"type": cond, "status": "True", "reason": outcome.reason or cond}],
+                }
                 self._stamp(job)
 
     def _run_job(self, ns: str, job: dict) -> None:
@@ -365,15 +445,23 @@ class FakeApiServer:
         meta = template.setdefault("metadata", {})
         meta["name"] = name
         meta["namespace"] = ns
-        meta.setdefault("labels", {}).update({"job-name": job["metadata"]["name"], "batch.kubernetes.io/job-name": job["metadata"]["name"]})
-        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": template["spec"], "status": {"phase": "Pending"}}
+        meta.setdefault("labels", {}).update(
+            {"job-name": job["metadata"]["name"], "batch.kubernetes.io/job-name": job["metadata"]["name"]}
+        )
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": meta,
+            "spec": template["spec"],
+            "status": {"phase": "Pending"},
+        }
         self._stamp(pod)
         self.state.pods[(ns, name)] = pod
         self._job_pods[(ns, name)] = outcome
         job["status"] = {"active": 1}
 
 
-def _terminate(proc, kill: bool = False) -> None:
+def _terminate(proc: PodProcess, kill: bool = False) -> None:
     """SIGTERM (the pod's grace period), or SIGKILL once it is over."""
     if proc.poll() is None:
         try:
@@ -383,14 +471,30 @@ def _terminate(proc, kill: bool = False) -> None:
 
 
 def _node_info() -> dict:
-    return {"architecture": "amd64", "bootID": "", "containerRuntimeVersion": "fake://1", "kernelVersion": "fake",
-            "kubeProxyVersion": "", "kubeletVersion": "fake", "machineID": "", "operatingSystem": "linux",
-            "osImage": "fake", "systemUUID": ""}
+    return {
+        "architecture": "amd64",
+        "bootID": "",
+        "containerRuntimeVersion": "fake://1",
+        "kernelVersion": "fake",
+        "kubeProxyVersion": "",
+        "kubeletVersion": "fake",
+        "machineID": "",
+        "operatingSystem": "linux",
+        "osImage": "fake",
+        "systemUUID": "",
+    }
 
 
 def _status(code: int, reason: str, message: str) -> dict:
-    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message,
-            "reason": reason, "code": code}
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
 
 
 def _match_labels(obj: dict, selector: str | None) -> bool:
@@ -418,7 +522,7 @@ def _match_fields(obj: dict, selector: str | None) -> bool:
         neg = "!=" in part
         k, v = part.split("!=" if neg else "=", 1)
         path = k.strip().split(".")
-        cur = obj
+        cur: Any = obj
         for p in path:
             cur = (cur or {}).get(p) if isinstance(cur, dict) else None
         if (str(cur) == v.strip()) == neg:
@@ -512,31 +616,66 @@ class _Handler(BaseHTTPRequestHandler):
         route = self._route()
         body = self._body() if method in ("POST", "PUT", "PATCH") else None
         if route is None:
-            return self._send(404, _status(404, "NotFound", f"the server could not find the requested resource {self.path}"))
+            return self._send(
+                404, _status(404, "NotFound", f"the server could not find the requested resource {self.path}")
+            )
         kind, group, resource, ns, name, sub, q = route
         if kind == "version":
-            return self._send(200, {"major": str(fake.major), "minor": str(fake.minor), "gitVersion": fake.version,
-                                    "gitCommit": "fake", "gitTreeState": "clean", "buildDate": "2025-01-01T00:00:00Z",
-                                    "goVersion": "go1.24", "compiler": "gc", "platform": "linux/amd64"})
+            return self._send(
+                200,
+                {
+                    "major": str(fake.major),
+                    "minor": str(fake.minor),
+                    "gitVersion": fake.version,
+                    "gitCommit": "fake",
+                    "gitTreeState": "clean",
+                    "buildDate": "2025-01-01T00:00:00Z",
+                    "goVersion": "go1.24",
+                    "compiler": "gc",
+                    "platform": "linux/amd64",
+                },
+            )
         if kind == "discovery":
-            res = RESOURCE_LIST + ([("pods/resize", "Pod", True, ["get", "patch", "update"])] if fake.resize_subresource else [])
+            res = RESOURCE_LIST + (
+                [("pods/resize", "Pod", True, ["get", "patch", "update"])] if fake.resize_subresource else []
+            )
             if group == "batch":
                 res = [("jobs", "Job", True, ["create", "delete", "get", "list", "patch", "update", "watch"])]
-            return self._send(200, {"kind": "APIResourceList", "groupVersion": f"{group + '/' if group else ''}v1",
-                                    "resources": [{"name": r, "singularName": "", "namespaced": nsd, "kind": k, "verbs": v}
-                                                  for r, k, nsd, v in res]})
+            return self._send(
+                200,
+                {
+                    "kind": "APIResourceList",
+                    "groupVersion": f"{group + '/' if group else ''}v1",
+                    "resources": [
+                        {"name": r, "singularName": "", "namespaced": nsd, "kind": k, "verbs": v}
+                        for r, k, nsd, v in res
+                    ],
+                },
+            )
         full = f"{resource}/{sub}" if sub else resource
         if method == "GET":
             verb = "watch" if q.get("watch") in ("true", "1") else ("get" if name else "list")
         else:
-            verb = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete" if name else "deletecollection"}[method]
+            verb = {
+                "POST": "create",
+                "PUT": "update",
+                "PATCH": "patch",
+                "DELETE": "delete" if name else "deletecollection",
+            }[method]
         call = Call(verb, group, full, ns, name)
         with fake.lock:
             fake.calls.append(call)
             if fake.rules is not None and not any(r.allows(verb, group, full, ns) for r in fake.rules):
                 call.status = 403
                 scope = f' in the namespace "{ns}"' if ns else " at the cluster scope"
-                return self._send(403, _status(403, "Forbidden", f'{full} is forbidden: User cannot {verb} resource "{full}" in API group "{group}"{scope}'))
+                return self._send(
+                    403,
+                    _status(
+                        403,
+                        "Forbidden",
+                        f'{full} is forbidden: User cannot {verb} resource "{full}" in API group "{group}"{scope}',
+                    ),
+                )
             try:
                 fake._advance()
                 code, out = self._serve(method, verb, group, resource, ns, name, sub, q, body)
@@ -550,26 +689,44 @@ class _Handler(BaseHTTPRequestHandler):
         store = {("", "pods"): fake.state.pods, ("batch", "jobs"): fake.state.jobs}
         if (group, resource) == ("", "nodes"):
             if verb == "list":
-                return 200, {"kind": "NodeList", "apiVersion": "v1", "metadata": {}, "items": list(fake.state.nodes.values())}
+                return 200, {
+                    "kind": "NodeList",
+                    "apiVersion": "v1",
+                    "metadata": {},
+                    "items": list(fake.state.nodes.values()),
+                }
             return 405, _status(405, "MethodNotAllowed", "the fake serves only node lists")
         if (group, resource) not in store:
             return 404, _status(404, "NotFound", f"the fake does not serve {group}/{resource}")
         objects = store[(group, resource)]
         kind = {"pods": "Pod", "jobs": "Job"}[resource]
         if verb == "list":
-            items = [o for (ons, _), o in sorted(objects.items()) if (ns is None or ons == ns)
-                     and _match_labels(o, q.get("labelSelector")) and _match_fields(o, q.get("fieldSelector"))]
-            return 200, {"kind": f"{kind}List", "apiVersion": "v1" if not group else f"{group}/v1",
-                         "metadata": {"resourceVersion": str(next(fake._rv))}, "items": items}
+            items = [
+                o
+                for (ons, _), o in sorted(objects.items())
+                if (ns is None or ons == ns)
+                and _match_labels(o, q.get("labelSelector"))
+                and _match_fields(o, q.get("fieldSelector"))
+            ]
+            return 200, {
+                "kind": f"{kind}List",
+                "apiVersion": "v1" if not group else f"{group}/v1",
+                "metadata": {"resourceVersion": str(next(fake._rv))},
+                "items": items,
+            }
         if verb == "create":
             err = _validate(group, resource, body)
             if err:
                 return 422, _status(422, "Invalid", err)
             oname = body["metadata"].get("name") or ""
             if not (_DNS_SUBDOMAIN.match(oname) and len(oname) <= (63 if resource == "pods" else 253)):
-                return 422, _status(422, "Invalid", f'{kind} "{oname}" is invalid: metadata.name: must be a DNS-1123 name')
+                return 422, _status(
+                    422, "Invalid", f'{kind} "{oname}" is invalid: metadata.name: must be a DNS-1123 name'
+                )
             if body["metadata"].get("namespace", ns) != ns:
-                return 400, _status(400, "BadRequest", "the namespace of the object does not match the namespace of the request")
+                return 400, _status(
+                    400, "BadRequest", "the namespace of the object does not match the namespace of the request"
+                )
             if (ns, oname) in objects:
                 return 409, _status(409, "AlreadyExists", f'{resource} "{oname}" already exists')
             obj = copy.deepcopy(body)
@@ -605,12 +762,16 @@ class _Handler(BaseHTTPRequestHandler):
         if verb == "patch" and resource == "pods" and sub == "resize":
             ctype = (self.headers.get("Content-Type") or "").split(";")[0].strip()
             if ctype == "application/json-patch+json" and not isinstance(body, list):
-                return 400, _status(400, "BadRequest", "json: cannot unmarshal object into Go value of type jsonpatch.Patch")
+                return 400, _status(
+                    400, "BadRequest", "json: cannot unmarshal object into Go value of type jsonpatch.Patch"
+                )
             if ctype not in ("application/strategic-merge-patch+json", "application/merge-patch+json"):
                 return 415, _status(415, "UnsupportedMediaType", f"the fake takes merge patches, got {ctype}")
             extra = set(body) - {"spec"} or set(body.get("spec", {})) - {"containers"}
             if extra:
-                return 422, _status(422, "Invalid", f"resize may change only spec.containers[*].resources, got {sorted(extra)}")
+                return 422, _status(
+                    422, "Invalid", f"resize may change only spec.containers[*].resources, got {sorted(extra)}"
+                )
             if obj["status"].get("phase") != "Running":
                 return 400, _status(400, "BadRequest", "the fake resizes only running pods")
             trial = copy.deepcopy(obj["spec"])
@@ -624,20 +785,38 @@ class _Handler(BaseHTTPRequestHandler):
             room = fake._node_free(obj["spec"]["nodeName"], skip=(ns, name))  # alloc - the other pods
             alloc = cpu_millicores(fake.state.nodes[obj["spec"]["nodeName"]]["status"]["allocatable"]["cpu"])
             if pod_cpu_request(obj) > alloc:
-                obj["status"]["conditions"] = [c for c in obj["status"]["conditions"] if not c["type"].startswith("PodResize")] + [
-                    {"type": "PodResizePending", "status": "True", "reason": "Infeasible",
-                     "message": f"Node didn't have enough capacity: cpu, requested: {pod_cpu_request(obj):.0f}, capacity: {alloc:.0f}"}]
+                obj["status"]["conditions"] = [
+                    c for c in obj["status"]["conditions"] if not c["type"].startswith("PodResize")
+                ] + [
+                    {
+                        "type": "PodResizePending",
+                        "status": "True",
+                        "reason": "Infeasible",
+                        "message": f"Node didn't have enough capacity: cpu, requested: {pod_cpu_request(obj):.0f}, "
+                        f"capacity: {alloc:.0f}",
+                    }
+                ]
             elif pod_cpu_request(obj) > room + 1e-6:
-                obj["status"]["conditions"] = [c for c in obj["status"]["conditions"] if not c["type"].startswith("PodResize")] + [
-                    {"type": "PodResizePending", "status": "True", "reason": "Deferred",
-                     "message": "Node didn't have enough resource: cpu"}]
+                obj["status"]["conditions"] = [
+                    c for c in obj["status"]["conditions"] if not c["type"].startswith("PodResize")
+                ] + [
+                    {
+                        "type": "PodResizePending",
+                        "status": "True",
+                        "reason": "Deferred",
+                        "message": "Node didn't have enough resource: cpu",
+                    }
+                ]
             else:
-                obj["status"]["conditions"] = [c for c in obj["status"]["conditions"] if not c["type"].startswith("PodResize")] + [
-                    {"type": "PodResizeInProgress", "status": "True"}]
+                obj["status"]["conditions"] = [
+                    c for c in obj["status"]["conditions"] if not c["type"].startswith("PodResize")
+                ] + [{"type": "PodResizeInProgress", "status": "True"}]
                 fake._resize_at[(ns, name)] = time.monotonic() + fake.resize_delay_s
                 fake._advance()
             return 200, obj
-        return 405, _status(405, "MethodNotAllowed", f"the fake does not serve {verb} on {resource}{'/' + sub if sub else ''}")
+        return 405, _status(
+            405, "MethodNotAllowed", f"the fake does not serve {verb} on {resource}{'/' + sub if sub else ''}"
+        )
 
 
 def _validate(group: str, resource: str, body) -> str | None:
@@ -663,8 +842,12 @@ def rules_from_manifests(docs: list[dict], namespace: str, service_account: str)
         if b.get("kind") not in ("RoleBinding", "ClusterRoleBinding"):
             continue
         subjects = b.get("subjects") or []
-        if not any(s.get("kind") == "ServiceAccount" and s.get("name") == service_account
-                   and s.get("namespace", b["metadata"].get("namespace")) == namespace for s in subjects):
+        if not any(
+            s.get("kind") == "ServiceAccount"
+            and s.get("name") == service_account
+            and s.get("namespace", b["metadata"].get("namespace")) == namespace
+            for s in subjects
+        ):
             continue
         ref = b["roleRef"]
         role = roles.get((ref["kind"], ref["name"]))
@@ -672,5 +855,12 @@ def rules_from_manifests(docs: list[dict], namespace: str, service_account: str)
             continue
         scope = None if b["kind"] == "ClusterRoleBinding" else b["metadata"].get("namespace", namespace)
         for r in role.get("rules") or []:
-            out.append(Rule(tuple(r.get("apiGroups") or [""]), tuple(r.get("resources") or []), tuple(r.get("verbs") or []), scope))
+            out.append(
+                Rule(
+                    tuple(r.get("apiGroups") or [""]),
+                    tuple(r.get("resources") or []),
+                    tuple(r.get("verbs") or []),
+                    scope,
+                )
+            )
     return out

@@ -7,7 +7,8 @@ is the application's own synchronisation: a rank cannot start superstep t+1 befo
 finished superstep t. Every file has exactly one reader, which deletes it once read.
 
 A rank that stops (end of its steps, or the run told it to) writes ``end-r<r>``; a neighbour waiting for
-its files sees that marker and stops too, instead of waiting for files that will never come.
+its files sees that marker and stops too, instead of waiting for files that will never come. A rank that
+ran all its steps then waits for every rank's marker before it exits (a collective end).
 """
 
 from __future__ import annotations
@@ -32,7 +33,9 @@ class ExchangeTimeout(Exception):
 class FileExchange:
     """The exchange folder as seen by one rank."""
 
-    def __init__(self, folder: str | Path, rank: int, ranks: int, *, timeout_s: float = 600.0, poll_s: float = 0.002) -> None:
+    def __init__(
+        self, folder: str | Path, rank: int, ranks: int, *, timeout_s: float = 600.0, poll_s: float = 0.002
+    ) -> None:
         self.folder = Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
         self.rank = rank
@@ -86,3 +89,21 @@ class FileExchange:
     def finish(self) -> None:
         """Tell the neighbours this rank stops (idempotent)."""
         self._end_marker(self.rank).touch()
+
+    def finalize(self) -> None:
+        """A rank that ran all its steps: mark its end, then wait until every rank has marked its end (a
+        collective end, like MPI_Finalize), so that no rank leaves while another is still in its last
+        superstep. Bounded by the exchange timeout; a rank that never ends is an ExchangeTimeout."""
+        self.finish()
+        deadline = time.monotonic() + self.timeout_s
+        poll = self.poll_s
+        while True:
+            missing = [r for r in range(self.ranks) if not self._end_marker(r).exists()]
+            if not missing:
+                return
+            if time.monotonic() > deadline:
+                raise ExchangeTimeout(
+                    f"rank {self.rank}: rank(s) {', '.join(map(str, missing))} did not finish within {self.timeout_s:g} s"
+                )
+            time.sleep(poll)
+            poll = min(poll * 1.5, 0.02)

@@ -12,8 +12,10 @@ themselves through the boundary exchange (:mod:`.exchange`).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -41,6 +43,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--neighbours", type=int, default=Physics.neighbours, help="neighbours per side a particle feels")
     p.add_argument("--reports", default=None, help="standalone: append each step's report to this JSONL file")
     p.add_argument("--timeout-s", type=float, default=600.0, help="longest wait for a neighbour's particles")
+    p.add_argument(
+        "--timings",
+        default=None,
+        help="append per step {step, enter_s, compute_s, leave_s, exchange_s} (JSON lines): the time spent "
+        "entering and leaving session.step, in the compute, and in the boundary exchange",
+    )
     args = p.parse_args(argv)
     if args.ranks < 1:
         p.error(f"--ranks: expected at least 1, got {args.ranks}")
@@ -74,6 +82,7 @@ def run_rank(args: argparse.Namespace) -> int:
     task_name = os.environ.get("BSP_TASK") or f"p{args.rank}"
     ended = run_ended_errors()
     step = 0
+    timings = open(args.timings, "a") if args.timings else None
     try:
         with open_session(task_name, reports=args.reports, steps=args.steps) as session:
             if session.first_step != 0:
@@ -88,14 +97,29 @@ def run_rank(args: argparse.Namespace) -> int:
                 while args.steps is None or step < args.steps:
                     if session.ended:
                         break
+                    t0 = time.perf_counter()
                     with session.step(step, workload=state.count):
+                        t1 = time.perf_counter()
                         state = advance(state, physics, step_rng(args.seed, args.rank, step))
                         kept, to_left, to_right = split_outgoing(state, args.rank, args.ranks)
+                        t2 = time.perf_counter()
+                    t3 = time.perf_counter()
                     from_left, from_right = exchange.swap(step, to_left, to_right)
                     state = merge_incoming(kept, from_left, from_right)
+                    if timings is not None:
+                        times = {
+                            "enter_s": t1 - t0,
+                            "compute_s": t2 - t1,
+                            "leave_s": t3 - t2,
+                            "exchange_s": time.perf_counter() - t3,
+                        }
+                        timings.write(json.dumps({"step": step, **times}) + "\n")
+                        timings.flush()
                     step += 1
             except ended:
                 pass  # the coordinator ended the run (barrier mode): a normal end
+            # still joined: every rank has run (and reported) its last superstep before any leaves
+            exchange.finalize()
     except NeighbourGone as exc:
         print(f"particles rank {args.rank}: {exc}; stopping at step {step}", file=sys.stderr)
         return 0
@@ -104,6 +128,8 @@ def run_rank(args: argparse.Namespace) -> int:
         return 1
     finally:
         exchange.finish()
+        if timings is not None:
+            timings.close()
     return 0
 
 

@@ -79,13 +79,16 @@ def initial_particles(total: int, seed: int, physics: Physics) -> RankState:
     n_right = total // 4
     n_left = total // 4
     n_back = total - n_right - n_left
-    x = np.concatenate(
-        [
-            rng.uniform(0.0, 1.0, n_back),
-            rng.normal(0.15, 0.04, n_right),
-            rng.normal(0.65, 0.04, n_left),
-        ]
-    ) % 1.0
+    x = (
+        np.concatenate(
+            [
+                rng.uniform(0.0, 1.0, n_back),
+                rng.normal(0.15, 0.04, n_right),
+                rng.normal(0.65, 0.04, n_left),
+            ]
+        )
+        % 1.0
+    )
     u = np.concatenate(
         [np.zeros(n_back), np.full(n_right, physics.crowd_speed), np.full(n_left, -physics.crowd_speed / 2)]
     )

@@ -26,7 +26,7 @@ import sys
 import tempfile
 import time
 import tomllib
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from ...profiles import PROFILE_COLUMNS
@@ -35,17 +35,33 @@ from ...profiling.local import cpu_model
 from .model import Physics
 
 
-def measure_in_group(workload: int, cpu_millicores: float, steps: int, timeout_s: float, prefix: str = DEFAULT_PREFIX) -> list[float]:
+def measure_in_group(
+    workload: int, cpu_millicores: float, steps: int, timeout_s: float, prefix: str = DEFAULT_PREFIX
+) -> list[float]:
     """Wall seconds of each superstep block of a one-rank run of `workload` particles under the quota."""
     with tempfile.TemporaryDirectory(prefix="particles-profile-") as tmp:
         reports = Path(tmp) / "reports.jsonl"
         args = [
-            sys.executable, "-m", "bsp_planner.apps.particles", "--rank", "0", "--ranks", "1",
-            "--particles", str(workload), "--steps", str(steps), "--exchange-dir", str(Path(tmp) / "x"),
-            "--reports", str(reports),
+            sys.executable,
+            "-m",
+            "bsp_planner.apps.particles",
+            "--rank",
+            "0",
+            "--ranks",
+            "1",
+            "--particles",
+            str(workload),
+            "--steps",
+            str(steps),
+            "--exchange-dir",
+            str(Path(tmp) / "x"),
+            "--reports",
+            str(reports),
         ]
         env = {k: v for k, v in os.environ.items() if not k.startswith("BSP_")}  # standalone, not a run
-        with CpuQuotaGroup(f"particles-{os.getpid()}-{time.monotonic_ns()}", millicores=cpu_millicores, prefix=prefix) as group:
+        with CpuQuotaGroup(
+            f"particles-{os.getpid()}-{time.monotonic_ns()}", millicores=cpu_millicores, prefix=prefix
+        ) as group:
             group.set_weight(MAX_SHARES)
             proc = subprocess.run(
                 args, preexec_fn=group.preexec_fn, env=env, capture_output=True, timeout=timeout_s, check=False
@@ -63,7 +79,9 @@ def _job_tasks(path: str) -> tuple[str, Path, list[dict]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bsp_planner.apps.particles.profile_rank", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m bsp_planner.apps.particles.profile_rank", description=__doc__.split("\n\n")[0]
+    )
     p.add_argument("--job", required=True, action="append", help="job file(s) whose tasks get the rows")
     p.add_argument("--out", required=True, action="append", help="profile CSV per job (same order)")
     p.add_argument("--cpu", default="100,250,500,1000", help="CPU levels, millicores")
@@ -77,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     cpus = [float(c) for c in args.cpu.split(",")]
     workloads = [int(w) for w in args.workloads.split(",")]
     jobs = [_job_tasks(j) for j in args.job]
-    started = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    started = datetime.now(UTC).isoformat(timespec="seconds")
     load_start = os.getloadavg()[0]
     cells: list[tuple[int, float, float, list[float]]] = []
     for cpu in cpus:
@@ -86,8 +104,8 @@ def main(argv: list[str] | None = None) -> int:
             d = statistics.median(walls[1:])
             cells.append((w, cpu, d, walls))
             print(f"{w:>6} particles {cpu:>6g}m: {d:.3f} s (steps {', '.join(f'{x:.3f}' for x in walls)})", flush=True)
-    finished = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    for (job_name, job_path, tasks), out in zip(jobs, args.out):
+    finished = datetime.now(UTC).isoformat(timespec="seconds")
+    for (job_name, job_path, tasks), out in zip(jobs, args.out, strict=True):
         out = Path(out)
         out.parent.mkdir(parents=True, exist_ok=True)
         lines = [",".join(PROFILE_COLUMNS)]

@@ -9,10 +9,19 @@ import argparse
 import numpy as np
 
 from .main import DEFAULT_PARTICLES, step_rng
-from .model import Physics, RankState, advance, initial_rank_state, merge_incoming, split_outgoing
+from .model import (
+    Physics,
+    RankState,
+    advance,
+    initial_rank_state,
+    merge_incoming,
+    split_outgoing,
+)
 
 
-def run_serial(ranks: int, particles: int, seed: int, steps: int, physics: Physics | None = None) -> tuple[np.ndarray, list[RankState]]:
+def run_serial(
+    ranks: int, particles: int, seed: int, steps: int, physics: Physics | None = None
+) -> tuple[np.ndarray, list[RankState]]:
     """(counts, states): counts[t, r] is rank r's particle count (its workload) at the start of superstep
     t, shape (steps + 1, ranks) (the last row: after the last superstep); states are the final ones."""
     physics = physics or Physics()

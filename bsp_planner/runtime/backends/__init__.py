@@ -53,13 +53,16 @@ class Backend(ABC):
     worker may still be starting: the coordinator waits for its ZooKeeper membership."""
 
     name = "backend"
-    #: how a run reconfigures when --reconfigure is not given (recreate, in-place or auto)
-    default_reconfigure = "recreate"
+
+    @property
+    def default_reconfigure(self) -> str:
+        """How a run reconfigures when --reconfigure is not given (recreate, in-place or auto)."""
+        return "recreate"
 
     @abstractmethod
     def capabilities(self) -> Capabilities: ...
 
-    def check(self, job, millicores_max: float, budget_millicores: float, path=None) -> None:
+    def check(self, job, millicores_max: float, budget_millicores: float, path=None) -> None:  # noqa: B027  (optional hook)
         """Fail before anything starts if the platform cannot run this job (InputError)."""
 
     def check_configuration(self, millicores: dict[str, float]) -> dict[str, str]:
@@ -74,6 +77,12 @@ class Backend(ABC):
     @abstractmethod
     def start_task(self, launch: WorkerLaunch, millicores: float) -> None:
         """Start the task's worker under a CPU limit of `millicores` (a restart if a dead one is there)."""
+
+    def measure_reconfigure_cost(self, method: str) -> float | None:
+        """Seconds one reconfiguration with `method` ('in-place' or 'recreate') costs on this platform,
+        measured now; None where the backend cannot measure it before the run (the experiment's
+        penalty_s is used then)."""
+        return None
 
     @abstractmethod
     def resize_task(self, task: str, millicores: float) -> None:
@@ -93,7 +102,7 @@ class Backend(ABC):
     def log_tail(self, task: str, limit: int = 2000) -> str:
         return ""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027  (optional hook: a backend that holds nothing has nothing to release)
         """Stop every task still running and release everything."""
 
     def info(self) -> dict:
@@ -111,7 +120,7 @@ def make_backend(name: str, **kwargs) -> Backend:
     kwargs.pop("cpu_weight", None)  # a local cgroup matter
     if name in ("kubernetes", "k8s"):
         try:
-            from .kubernetes import KubernetesBackend  # type: ignore[import-not-found]
+            from .kubernetes import KubernetesBackend
         except ImportError:
             raise InputError("the kubernetes backend is not part of this installation yet", field="--backend") from None
         return KubernetesBackend(**kwargs)

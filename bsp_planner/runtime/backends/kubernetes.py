@@ -31,9 +31,9 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping
 
 from ...errors import InputError
 from ...k8s import manifests as M
@@ -42,7 +42,7 @@ from ...k8s.binpack import DoesNotFit, NodeCapacity, fits_in_place, node_capacit
 from ...k8s.capabilities import RECONFIGURE_MODES, choose_reconfigure_mode
 from ...k8s.cluster import Cluster, PodState, pod_state, resize_done, terminated
 from ...k8s.config import connect, parse_node_selector, resolve_image
-from . import Backend, Capabilities, TaskStatus, WorkerLaunch
+from . import Backend, Capabilities, TaskLost, TaskStatus, WorkerLaunch
 
 log = logging.getLogger("bsp_planner.runtime")
 
@@ -56,18 +56,12 @@ IMAGE_STRESS_NG = "stress-ng"  # on the PATH of the image jobs/Dockerfile builds
 SECRET_KEY = "auth"
 
 
-try:  # the coordinator stops a run on TaskLost and leaves it resumable
-    from . import TaskLost as _TaskLost
-except ImportError:  # pragma: no cover - a runtime without it: the run stops as on any bad input
-    _TaskLost = InputError
-
-
-class PodLost(_TaskLost):
+class PodLost(TaskLost):  # the coordinator stops a run on TaskLost and leaves it resumable
     """A task's pod cannot run: pending past the timeout, evicted, preempted or deleted. The run stops and
     stays resumable (every completed step is in ZooKeeper and the run log)."""
 
 
-class ConfigurationDoesNotFit(_TaskLost):
+class ConfigurationDoesNotFit(TaskLost):
     """A configuration cannot be placed on the nodes' allocatable CPU (checked before any pod changes, so
     the run stops where it is and resumes once the cluster has room)."""
 
@@ -89,6 +83,11 @@ class _Task:
     last: PodState | None = None
     plan: str | None = None  # 'in-place' | 'recreate' for the configuration being applied
     last_logged: str = ""
+
+
+def _running(state: PodState | None) -> bool:
+    """Whether a polled pod runs (poll_task has set the state of every task it polled)."""
+    return state is not None and state.running
 
 
 @dataclass
@@ -123,7 +122,9 @@ class KubernetesBackend(Backend):
         self._from_env()
         self.run_key = N.run_key(self.run_id)
         if self.reconfigure not in RECONFIGURE_MODES:
-            raise InputError(f"expected one of {', '.join(RECONFIGURE_MODES)}, got {self.reconfigure!r}", field="--reconfigure")
+            raise InputError(
+                f"expected one of {', '.join(RECONFIGURE_MODES)}, got {self.reconfigure!r}", field="--reconfigure"
+            )
         for name in ("pending_timeout_s", "resize_timeout_s", "delete_timeout_s"):
             if not getattr(self, name) > 0:
                 raise InputError(f"expected a positive number of seconds, got {getattr(self, name)!r}", field=name)
@@ -160,18 +161,25 @@ class KubernetesBackend(Backend):
             except ValueError:
                 raise InputError(f"expected seconds, got {text!r}", field=f"${ENV_PREFIX}PENDING_TIMEOUT") from None
 
+    @property
+    def _cluster(self) -> Cluster:
+        """The cluster: the one given, or the one __post_init__ connected to."""
+        assert self.cluster is not None
+        return self.cluster
+
     # -- what the platform can do ------------------------------------------------------------------
     @property
     def default_reconfigure(self) -> str:
         """--reconfigure when not given: $BSP_PLANNER_K8S_RECONFIGURE, else auto (in place where the
         server can resize pods)."""
+        assert self.reconfigure is not None  # _from_env fills it
         return self.reconfigure
 
     @property
     def mode(self) -> str:
         """'in-place' or 'recreate', from --reconfigure and the server's capabilities."""
         if self._mode is None:
-            self._mode = choose_reconfigure_mode(self.reconfigure, self.cluster.capabilities())
+            self._mode = choose_reconfigure_mode(self.default_reconfigure, self._cluster.capabilities())
         return self._mode[0]
 
     def capabilities(self) -> Capabilities:
@@ -179,18 +187,21 @@ class KubernetesBackend(Backend):
         nodes' free allocatable CPU when first asked (None where nodes cannot be read)."""
         if self._capacity_m is False:
             nodes = self._node_capacities(movable_own=True)
-            self._capacity_m = None if nodes is None else sum(max(0.0, c.free_m) for c in nodes if c.unschedulable is None)
-        return Capabilities(in_place=self.mode == "in-place", recreate=True, sees_exit=True,
-                            capacity_millicores=self._capacity_m)
+            self._capacity_m = (
+                None if nodes is None else sum(max(0.0, c.free_m) for c in nodes if c.unschedulable is None)
+            )
+        return Capabilities(
+            in_place=self.mode == "in-place", recreate=True, sees_exit=True, capacity_millicores=self._capacity_m
+        )
 
     def info(self) -> dict:
-        caps = self.cluster.capabilities()
+        caps = self._cluster.capabilities()
         return {
             "backend": self.name,
             "kubernetes": {
                 **caps.as_dict(),
                 "namespace": self.namespace,
-                "where": self.cluster.conn.where,
+                "where": self._cluster.conn.where,
                 "image": self._settings.image if self._settings else self.image,
                 "reconfigure": self.mode,
                 "reconfigure_reason": self._mode[1] if self._mode else "",
@@ -209,9 +220,15 @@ class KubernetesBackend(Backend):
     @property
     def settings(self) -> M.PodSettings:
         if self._settings is None:
-            image = resolve_image(self.image, self.cluster.pod_image)
-            self._settings = M.PodSettings(self.namespace, image, self.image_pull_policy, self.memory,
-                                           dict(self.node_selector), self.termination_grace_s)
+            image = resolve_image(self.image, self._cluster.pod_image)
+            self._settings = M.PodSettings(
+                self._cluster.namespace,
+                image,
+                self.image_pull_policy,
+                self.memory,
+                dict(self.node_selector or {}),
+                self.termination_grace_s,
+            )
         return self._settings
 
     # -- checks ------------------------------------------------------------------------------------
@@ -223,9 +240,10 @@ class KubernetesBackend(Backend):
             raise InputError(
                 f"task(s) {', '.join(own)} run the user's own program: the kubernetes backend runs stress-ng tasks only "
                 "so far (a task `image` is not supported yet); run this job with --backend local",
-                path=getattr(job, "path", None), field="task",
+                path=getattr(job, "path", None),
+                field="task",
             )
-        self.cluster.list_pods(N.run_selector(self.run_key))  # reachability and the Role, at once
+        self._cluster.list_pods(N.run_selector(self.run_key))  # reachability and the Role, at once
         self.mode  # noqa: B018  (raises if in-place is forced and impossible)
         self.settings  # noqa: B018  (raises if no image is known)
         nodes = self._node_capacities(movable_own=True)
@@ -239,20 +257,22 @@ class KubernetesBackend(Backend):
             raise ConfigurationDoesNotFit(
                 f"the CPU budget ({budget_millicores:g}m) exceeds the free allocatable CPU of the schedulable "
                 f"nodes ({free:.0f}m: {where}); lower cpu.budget_millicores or add nodes",
-                path=path, field="cpu.budget_millicores",
+                path=path,
+                field="cpu.budget_millicores",
             )
         if millicores_max > biggest + 1e-6:
             raise ConfigurationDoesNotFit(
                 f"one task may get up to {millicores_max:g}m but no node has more than {biggest:.0f}m free "
                 f"({where}); lower cpu.max_millicores",
-                path=path, field="cpu.max_millicores",
+                path=path,
+                field="cpu.max_millicores",
             )
 
     def _node_capacities(self, *, movable_own: bool) -> list | None:
         if not self.fit_check:
             return None
-        nodes = self.cluster.list_nodes()
-        pods = self.cluster.list_all_pods() if nodes is not None else None
+        nodes = self._cluster.list_nodes()
+        pods = self._cluster.list_all_pods() if nodes is not None else None
         if nodes is None or pods is None:
             self._warn(
                 "cannot read the cluster's nodes and pods (the Role is namespaced): the fit check is off and a "
@@ -264,8 +284,10 @@ class KubernetesBackend(Backend):
 
         def movable(pod: Mapping) -> bool:
             meta = pod.get("metadata") or {}
-            return movable_own and meta.get("namespace") == self.namespace and (
-                (meta.get("labels") or {}).get(N.LABEL_RUN) == self.run_key or meta.get("name") in own
+            return (
+                movable_own
+                and meta.get("namespace") == self.namespace
+                and ((meta.get("labels") or {}).get(N.LABEL_RUN) == self.run_key or meta.get("name") in own)
             )
 
         return node_capacities(nodes, pods, movable=movable, node_selector=self.node_selector)
@@ -291,7 +313,9 @@ class KubernetesBackend(Backend):
             try:
                 plan = self._fit(millicores, plan, nodes)
             except DoesNotFit as exc:
-                raise ConfigurationDoesNotFit(f"the configuration does not fit the cluster: {exc}", field="configuration") from None
+                raise ConfigurationDoesNotFit(
+                    f"the configuration does not fit the cluster: {exc}", field="configuration"
+                ) from None
         for task, how in plan.items():
             if task in self.tasks:
                 self.tasks[task].plan = how
@@ -303,9 +327,12 @@ class KubernetesBackend(Backend):
         for task, t in self.tasks.items():
             where[task] = t.last.node if t.last is not None else None
             if where[task] is None:
-                where[task] = pod_state(self.cluster.get_pod(self._pod_name(task))).node
-        in_place = {task: (where[task], self.tasks[task].millicores, float(millicores[task]))
-                    for task, how in plan.items() if how == "in-place" and where.get(task)}
+                where[task] = pod_state(self._cluster.get_pod(self._pod_name(task))).node
+        in_place = {
+            task: (node, self.tasks[task].millicores, float(millicores[task]))
+            for task, how in plan.items()
+            if how == "in-place" and (node := where.get(task))
+        }
         ok = fits_in_place(in_place, nodes)
         for task, fits in ok.items():
             if not fits:
@@ -319,18 +346,26 @@ class KubernetesBackend(Backend):
                 room[where[task]] -= float(millicores[task]) - self.tasks[task].millicores
         placed = {t: float(millicores[t]) for t, how in plan.items() if how in ("start", "recreate")}
         if placed:
-            caps = [NodeCapacity(c.name, c.allocatable_m, c.allocatable_m - room[c.name], c.unschedulable) for c in nodes]
+            caps = [
+                NodeCapacity(c.name, c.allocatable_m, c.allocatable_m - room[c.name], c.unschedulable) for c in nodes
+            ]
             pack(placed, caps)
         return plan
 
     # -- pods --------------------------------------------------------------------------------------
+    @property
+    def _worker_hosts(self) -> str:
+        """The ZooKeeper address the pods reach (__post_init__ fills it)."""
+        assert self.worker_zk_hosts is not None
+        return self.worker_zk_hosts
+
     def _pod_name(self, task: str) -> str:
         return N.pod_name(self.run_key, task)
 
     def _worker_args(self, launch: WorkerLaunch) -> list[str]:
         """The coordinator's worker arguments, with the ZooKeeper address the pods reach and the image's
         stress-ng (the coordinator's may be a path on its own machine)."""
-        replace = {f: self.worker_zk_hosts for f in ZK_FLAGS}
+        replace = {f: self._worker_hosts for f in ZK_FLAGS}
         replace[STRESS_NG_FLAG] = IMAGE_STRESS_NG
         args = list(launch.args)
         out: list[str] = []
@@ -348,11 +383,13 @@ class KubernetesBackend(Backend):
 
     def _worker_env(self, launch: WorkerLaunch) -> tuple[dict[str, str], list[dict]]:
         env = {k: v for k, v in launch.env.items() if k not in (ENV_AUTH, ENV_AUTH_FILE)}
-        env[ENV_HOSTS] = self.worker_zk_hosts
+        env[ENV_HOSTS] = self._worker_hosts
         refs: list[dict] = []
         has_auth = ENV_AUTH in launch.env or ENV_AUTH_FILE in launch.env
         if self.zk_auth_secret:
-            refs.append({"name": ENV_AUTH, "valueFrom": {"secretKeyRef": {"name": self.zk_auth_secret, "key": SECRET_KEY}}})
+            refs.append(
+                {"name": ENV_AUTH, "valueFrom": {"secretKeyRef": {"name": self.zk_auth_secret, "key": SECRET_KEY}}}
+            )
         elif has_auth:
             auth = launch.env.get(ENV_AUTH)
             if auth is None:
@@ -378,14 +415,14 @@ class KubernetesBackend(Backend):
     def _delete_and_wait(self, task: str, grace_s: int | None) -> dict | None:
         """Delete the task's pod and wait until it is gone; returns the pod as last seen (None if none)."""
         name = self._pod_name(task)
-        pod = self.cluster.get_pod(name)
+        pod = self._cluster.get_pod(name)
         if pod is None:
             return None
         last = pod
-        self.cluster.delete_pod(name, grace_s)
+        self._cluster.delete_pod(name, grace_s)
         deadline = self.clock() + self.delete_timeout_s
         while True:
-            pod = self.cluster.get_pod(name)
+            pod = self._cluster.get_pod(name)
             if pod is None:
                 return last
             last = pod
@@ -405,9 +442,9 @@ class KubernetesBackend(Backend):
         old = self.tasks.pop(launch.task, None)
         self._delete_and_wait(launch.task, 0 if old is None else self.termination_grace_s)
         body = self._pod_body(launch, millicores)
-        if self.cluster.create_pod(body) is None:  # created by someone in between
+        if self._cluster.create_pod(body) is None:  # created by someone in between
             self._delete_and_wait(launch.task, 0)
-            self.cluster.create_pod(body)
+            self._cluster.create_pod(body)
         self.tasks[launch.task] = _Task(launch, float(millicores), self.clock())
         self.events.append(ReconfigEvent(launch.task, "start", float(millicores), self.clock() - started))
 
@@ -419,34 +456,48 @@ class KubernetesBackend(Backend):
             return self.recreate_task(t.launch, millicores, detail="planned" if t.plan == "recreate" else "")
         started = self.clock()
         name = self._pod_name(task)
-        self.cluster.resize_pod(name, M.resize_patch(millicores))
+        self._cluster.resize_pod(name, M.resize_patch(millicores))
         deadline = started + self.resize_timeout_s
         while True:
-            st = pod_state(self.cluster.get_pod(name))
+            st = pod_state(self._cluster.get_pod(name))
             t.last = st
             if st.problem:
-                raise PodLost(f"task {task!r}: {st.problem} (pod {name}); the run stops and can be resumed", field="kubernetes")
+                raise PodLost(
+                    f"task {task!r}: {st.problem} (pod {name}); the run stops and can be resumed", field="kubernetes"
+                )
             if resize_done(st, millicores):
                 t.millicores = float(millicores)
                 t.plan = None
                 self.events.append(ReconfigEvent(task, "in-place", float(millicores), self.clock() - started))
                 return
             if st.resize_infeasible or self.clock() >= deadline:
-                why = st.resize_infeasible or f"not applied after {self.resize_timeout_s:g} s ({st.resize or 'no status'})"
+                why = (
+                    st.resize_infeasible
+                    or f"not applied after {self.resize_timeout_s:g} s ({st.resize or 'no status'})"
+                )
                 self._warn(f"in-place resize of {task!r} to {millicores:g}m: {why}; recreating the pod instead")
                 return self.recreate_task(t.launch, millicores, detail=f"resize failed: {why}", started=started)
             self.sleep(self.poll_s)
 
-    def recreate_task(self, launch: WorkerLaunch, millicores: float, *, detail: str = "", started: float | None = None) -> None:
+    def recreate_task(
+        self, launch: WorkerLaunch, millicores: float, *, detail: str = "", started: float | None = None
+    ) -> None:
         """Delete the pod (SIGTERM: the worker leaves with its checkpoint in ZooKeeper), wait until it is
         gone, create it again with the new CPU."""
         started = self.clock() if started is None else started
         old = self.tasks.pop(launch.task, None)
         self._keep_log(launch.task, self._delete_and_wait(launch.task, self.termination_grace_s))
-        self.cluster.create_pod(self._pod_body(launch, millicores))
+        self._cluster.create_pod(self._pod_body(launch, millicores))
         self.tasks[launch.task] = _Task(launch, float(millicores), self.clock())
-        self.events.append(ReconfigEvent(launch.task, "recreate", float(millicores), self.clock() - started,
-                                         detail or (f"from {old.millicores:g}m" if old else "")))
+        self.events.append(
+            ReconfigEvent(
+                launch.task,
+                "recreate",
+                float(millicores),
+                self.clock() - started,
+                detail or (f"from {old.millicores:g}m" if old else ""),
+            )
+        )
 
     def stop_task(self, task: str, timeout_s: float = 10.0) -> TaskStatus:
         self.tasks.pop(task, None)
@@ -466,7 +517,7 @@ class KubernetesBackend(Backend):
         if t is None:
             return TaskStatus(alive=False, detail="not started")
         name = self._pod_name(task)
-        pod = self.cluster.get_pod(name)
+        pod = self._cluster.get_pod(name)
         st = pod_state(pod)
         t.last = st
         if st.problem and st.platform_lost:
@@ -481,6 +532,7 @@ class KubernetesBackend(Backend):
             return TaskStatus(alive=False, exit_code=st.exit_code, detail=st.problem or "")
         if st.phase == "Pending":
             waited = self.clock() - t.created_at
+            assert self.pending_timeout_s is not None  # _from_env fills it
             if st.fatal_waiting or waited > self.pending_timeout_s:
                 raise PodLost(
                     f"task {task!r}: pod {name} is still pending after {waited:.0f} s ({st.waiting}); the run stops "
@@ -496,7 +548,7 @@ class KubernetesBackend(Backend):
         start = self.clock()
         todo = list(tasks if tasks is not None else self.tasks)
         while todo:
-            todo = [t for t in todo if not (self.poll_task(t).alive and self.tasks[t].last.running)]
+            todo = [t for t in todo if not (self.poll_task(t).alive and _running(self.tasks[t].last))]
             if todo:
                 self.sleep(self.poll_s)
         return self.clock() - start
@@ -508,7 +560,7 @@ class KubernetesBackend(Backend):
     def log_tail(self, task: str, limit: int = 2000) -> str:
         """The worker's last words: the termination message of its container (its log's tail when it failed),
         which needs no log access; also kept in <log_dir>/<task>.log."""
-        pod = self.cluster.get_pod(self._pod_name(task))
+        pod = self._cluster.get_pod(self._pod_name(task))
         text = _termination_message(pod)
         if not text and self.log_dir is not None:
             try:
@@ -533,15 +585,15 @@ class KubernetesBackend(Backend):
     def cleanup_stale(self) -> list[str]:
         """Delete this run's pods that an earlier, killed coordinator left behind."""
         removed = []
-        for pod in self.cluster.list_pods(N.run_selector(self.run_key)):
+        for pod in self._cluster.list_pods(N.run_selector(self.run_key)):
             name = pod["metadata"]["name"]
             task = (pod["metadata"].get("annotations") or {}).get(N.ANNOTATION_TASK)
             if task in self.tasks:
                 continue
-            self.cluster.delete_pod(name, 0)
+            self._cluster.delete_pod(name, 0)
             removed.append(name)
         deadline = self.clock() + self.delete_timeout_s
-        while removed and any(self.cluster.get_pod(n) is not None for n in removed) and self.clock() < deadline:
+        while removed and any(self._cluster.get_pod(n) is not None for n in removed) and self.clock() < deadline:
             self.sleep(self.poll_s)
         return removed
 
@@ -550,10 +602,10 @@ class KubernetesBackend(Backend):
         names = [self._pod_name(t) for t in self.tasks]
         self.tasks.clear()
         for name in names:
-            self.cluster.delete_pod(name, self.termination_grace_s)
+            self._cluster.delete_pod(name, self.termination_grace_s)
         deadline = self.clock() + self.delete_timeout_s
         while names and self.clock() < deadline:
-            names = [n for n in names if self.cluster.get_pod(n) is not None]
+            names = [n for n in names if self._cluster.get_pod(n) is not None]
             if names:
                 self.sleep(self.poll_s)
 

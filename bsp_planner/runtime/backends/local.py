@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from ...errors import InputError
@@ -33,6 +34,7 @@ GROUP_INFIX = ".live."  # a run's parent group: <cgroup-prefix>.live.<run-id>
 CPU_WEIGHTS = ("guaranteed", "workers")
 MAX_SHARES = 262_144
 
+_prctl: Callable[..., int] | None
 try:
     _prctl = ctypes.CDLL(None, use_errno=True).prctl
 except (OSError, AttributeError):  # not Linux/glibc: no parent-death signal, the stop path still cleans up
@@ -71,7 +73,9 @@ class LocalBackend(Backend):
         cpu_weight: str = "guaranteed",
     ) -> None:
         if cpu_weight not in CPU_WEIGHTS:
-            raise InputError(f"expected --cpu-weight {' or '.join(CPU_WEIGHTS)}, got {cpu_weight!r}", field="--cpu-weight")
+            raise InputError(
+                f"expected --cpu-weight {' or '.join(CPU_WEIGHTS)}, got {cpu_weight!r}", field="--cpu-weight"
+            )
         self.cpu_weight = cpu_weight
         self.run_id = run_id
         self.log_dir = Path(log_dir)
@@ -97,7 +101,12 @@ class LocalBackend(Backend):
         h = self.hierarchy
         return {
             "backend": self.name,
-            "cgroup": {"version": h.version, "root": str(h.root), "run_group": self.run_prefix, "cpu_weight": self.cpu_weight},
+            "cgroup": {
+                "version": h.version,
+                "root": str(h.root),
+                "run_group": self.run_prefix,
+                "cpu_weight": self.cpu_weight,
+            },
             "capacity_millicores": self.capacity,
         }
 
@@ -216,7 +225,9 @@ class LocalBackend(Backend):
         env["PYTHONUNBUFFERED"] = "1"
         args = list(launch.args) if launch.program else [self.python, "-m", "bsp_planner.cli", *launch.args]
         with open(log_path, "ab") as log:
-            log.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} incarnation {launch.incarnation}, {millicores:g}m\n".encode())
+            log.write(
+                f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} incarnation {launch.incarnation}, {millicores:g}m\n".encode()
+            )
             log.flush()
             try:
                 proc = subprocess.Popen(
@@ -243,6 +254,25 @@ class LocalBackend(Backend):
             set_weight(1024 * self.workers.get(task, 1))
         elif group.hierarchy.version == 1:
             (group.path / "cpu.shares").write_text(str(1024 * self.workers.get(task, 1)))
+
+    def measure_reconfigure_cost(self, method: str) -> float | None:
+        """in-place: the median time to rewrite a CFS quota (what a reconfiguration does per changed task,
+        times the tasks it changes at most), on a throw-away group; recreate: None (a worker's stop,
+        restart and rejoin is not measurable before the run: the experiment's penalty_s, measured by
+        benchmarks/bench_live.py)."""
+        if method != "in-place":
+            return None
+        import statistics
+
+        n = max(1, len(self.workers))
+        times = []
+        with CpuQuotaGroup(f"probe-{os.getpid()}", millicores=1000, prefix=self.prefix, hierarchy=self.hierarchy) as g:
+            for i in range(7):
+                t0 = time.perf_counter()
+                for _ in range(n):
+                    g.set_quota(500 if i % 2 else 1000)
+                times.append(time.perf_counter() - t0)
+        return statistics.median(times)
 
     def resize_task(self, task: str, millicores: float) -> None:
         t = self._get(task)

@@ -36,7 +36,11 @@ class StepBarrier:
         return f"{self.base}/done"
 
     def setup_ops(self) -> list[tuple]:
-        return [("create", self.base, None), ("create", f"{self.base}/enter", None), ("create", f"{self.base}/leave", None)]
+        return [
+            ("create", self.base, None),
+            ("create", f"{self.base}/enter", None),
+            ("create", f"{self.base}/leave", None),
+        ]
 
     def _pass(self, phase: str, flag: str, name: str, timeout_s: float | None, interrupt) -> float:
         if name not in self.participants:
@@ -97,7 +101,9 @@ class StepBarrier:
                 if count.numChildren == n:
                     here = self.participants
                 else:
-                    here = self.participants.intersection(client.get_children_async(f"{self.base}/{phase}").get(timeout=5))
+                    here = self.participants.intersection(
+                        client.get_children_async(f"{self.base}/{phase}").get(timeout=5)
+                    )
                 if len(here) == n:
                     try:
                         client.create_async(flag_path, encode({"step": self.t}), acl=s.acl).get(timeout=5)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import secrets
 import stat
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,7 +56,9 @@ def read_credentials_file(path: str | Path) -> Credentials:
     try:
         st = path.stat()
     except OSError as exc:
-        raise InputError(f"cannot read the ZooKeeper credentials file: {exc.strerror}", path=path, field="zk-auth") from exc
+        raise InputError(
+            f"cannot read the ZooKeeper credentials file: {exc.strerror}", path=path, field="zk-auth"
+        ) from exc
     if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
         raise InputError(
             f"the credentials file is readable by other users (mode {stat.filemode(st.st_mode)}); `chmod 600 {path}`",
@@ -65,15 +68,15 @@ def read_credentials_file(path: str | Path) -> Credentials:
     return parse_credentials(path.read_text(), str(path))
 
 
-def load_credentials(file: str | Path | None = None, env: dict | None = None) -> Credentials | None:
+def load_credentials(file: str | Path | None = None, env: Mapping[str, str] | None = None) -> Credentials | None:
     """From --zk-auth-file, else $BSP_PLANNER_ZK_AUTH_FILE, else $BSP_PLANNER_ZK_AUTH; None if none."""
-    env = os.environ if env is None else env
+    environ = os.environ if env is None else env
     if file is not None:
         return read_credentials_file(file)
-    if env.get(ENV_AUTH_FILE):
-        return read_credentials_file(env[ENV_AUTH_FILE])
-    if env.get(ENV_AUTH):
-        return parse_credentials(env[ENV_AUTH], f"${ENV_AUTH}")
+    if environ.get(ENV_AUTH_FILE):
+        return read_credentials_file(environ[ENV_AUTH_FILE])
+    if environ.get(ENV_AUTH):
+        return parse_credentials(environ[ENV_AUTH], f"${ENV_AUTH}")
     return None
 
 
@@ -91,7 +94,6 @@ def write_credentials_file(path: Path, creds: Credentials) -> Path:
     return path
 
 
-
 def run_credentials(source: str, generated_file: Path, may_create: bool) -> Credentials:
     """A run's credentials from its source: ``generated`` (kept in `generated_file`, made on a new run),
     ``file:<path>``, or ``env`` ($BSP_PLANNER_ZK_AUTH)."""
@@ -99,14 +101,18 @@ def run_credentials(source: str, generated_file: Path, may_create: bool) -> Cred
         if generated_file.is_file():
             return read_credentials_file(generated_file)
         if not may_create:
-            raise InputError(f"the run's credentials file {generated_file} is missing", path=generated_file, field="zk-auth")
+            raise InputError(
+                f"the run's credentials file {generated_file} is missing", path=generated_file, field="zk-auth"
+            )
         return read_credentials_file(write_credentials_file(generated_file, generate_credentials()))
     if source.startswith("file:"):
         return read_credentials_file(source[5:])
     if source == "env":
         creds = load_credentials(None)
         if creds is None:
-            raise InputError(f"this run takes its ZooKeeper credentials from ${ENV_AUTH}, which is not set", field="zk-auth")
+            raise InputError(
+                f"this run takes its ZooKeeper credentials from ${ENV_AUTH}, which is not set", field="zk-auth"
+            )
         return creds
     raise InputError(f"unknown credentials source {source!r}", field="zk-auth")
 

@@ -51,7 +51,9 @@ def _no_constant(name: str):
 
 
 def _bad(path: str, key: str, expected: str, got: Any) -> MalformedValue:
-    return MalformedValue(f"malformed value in ZooKeeper at {path}: field '{key}': expected {expected}, got {got!r}"[:400], field=path)
+    return MalformedValue(
+        f"malformed value in ZooKeeper at {path}: field '{key}': expected {expected}, got {got!r}"[:400], field=path
+    )
 
 
 def get_int(path: str, v: dict, key: str, lo: int | None = None, hi: int | None = None, default: Any = ...) -> int:
@@ -65,7 +67,9 @@ def get_int(path: str, v: dict, key: str, lo: int | None = None, hi: int | None 
     return x
 
 
-def get_float(path: str, v: dict, key: str, lo: float | None = None, hi: float | None = None, default: Any = ...) -> float:
+def get_float(
+    path: str, v: dict, key: str, lo: float | None = None, hi: float | None = None, default: Any = ...
+) -> float:
     if key not in v:
         if default is not ...:
             return default
@@ -111,8 +115,16 @@ class RunPaths:
 
     def __post_init__(self) -> None:
         r = self.root
-        if not r.startswith("/") or r.endswith("/") or "//" in r or any(p in (".", "..") for p in r.split("/")[1:]) or r == "/":
-            raise InputError(f"expected an absolute znode path like /bsp-planner/runs/NAME, got {r!r}", field="--zk-root")
+        if (
+            not r.startswith("/")
+            or r.endswith("/")
+            or "//" in r
+            or any(p in (".", "..") for p in r.split("/")[1:])
+            or r == "/"
+        ):
+            raise InputError(
+                f"expected an absolute znode path like /bsp-planner/runs/NAME, got {r!r}", field="--zk-root"
+            )
 
     @property
     def lock(self) -> str:
@@ -194,8 +206,18 @@ def parse_run(path: str, v: dict) -> RunInfo:
         name = get_str(path, t, "name", TASK_NAME)
         command = t.get("command", t.get("process"))
         if command is not None:
-            if not (isinstance(command, list) and command and len(command) <= 4096 and all(isinstance(a, str) for a in command)):
-                raise _bad(path, f"tasks[{i}].{'command' if 'command' in t else 'process'}", "a list of strings (a program and its arguments)", command)
+            if not (
+                isinstance(command, list)
+                and command
+                and len(command) <= 4096
+                and all(isinstance(a, str) for a in command)
+            ):
+                raise _bad(
+                    path,
+                    f"tasks[{i}].{'command' if 'command' in t else 'process'}",
+                    "a list of strings (a program and its arguments)",
+                    command,
+                )
             stressor = None
         else:
             stressor = get_str(path, t, "stressor")
@@ -209,7 +231,12 @@ def parse_run(path: str, v: dict) -> RunInfo:
             "workers": get_int(path, t, "workers", 1, 1024),
         }
     wr = v.get("workload_range")
-    if not (isinstance(wr, list) and len(wr) == 2 and all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in wr) and 0 <= wr[0] < wr[1]):
+    if not (
+        isinstance(wr, list)
+        and len(wr) == 2
+        and all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in wr)
+        and 0 <= wr[0] < wr[1]
+    ):
         raise _bad(path, "workload_range", "[low, high] with 0 <= low < high", wr)
     steps = get_int(path, v, "steps", 1, 10**9)
     return RunInfo(run_id, job, tasks, (float(wr[0]), float(wr[1])), steps)
@@ -234,8 +261,14 @@ def parse_step(path: str, v: dict, t: int, workload_range: tuple[float, float]) 
 
 
 def result_value(
-    t: int, duration_s: float, enter_wait_s: float, incarnation: int, finished_at: float,
-    workload: float | None = None, next_workload: float | None = None, cpu_s: float | None = None,
+    t: int,
+    duration_s: float,
+    enter_wait_s: float,
+    incarnation: int,
+    finished_at: float,
+    workload: float | None = None,
+    next_workload: float | None = None,
+    cpu_s: float | None = None,
 ) -> dict:
     """A task's report of step t; `workload`/`next_workload`: what the task observed (None: not reported)."""
     v = {
@@ -304,4 +337,3 @@ def parse_member(path: str, v: dict) -> dict:
         "host": get_str(path, v, "host"),
         "next_step": get_int(path, v, "next_step", 0),
     }
-

@@ -6,7 +6,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ...errors import InputError
 from .credentials import Credentials
@@ -19,7 +20,10 @@ RECHECK_S = 1.0  # a wait re-reads its node at least this often, whatever the wa
 log = logging.getLogger("bsp_planner.runtime")
 
 #: what to do about an unreachable ZooKeeper, on this machine and from a pod
-LOCAL_HINT = "start a local server with `bsp-planner zk start` or point --zookeeper (or $BSP_PLANNER_ZOOKEEPER) at a running ensemble"
+LOCAL_HINT = (
+    "start a local server with `bsp-planner zk start` or point --zookeeper (or $BSP_PLANNER_ZOOKEEPER) at a "
+    "running ensemble"
+)
 POD_HINT = (
     "this worker runs in a Kubernetes pod, which reaches ZooKeeper at the address the coordinator passed with "
     "--worker-zookeeper (default zookeeper.<namespace>.svc:2181): deploy the ZooKeeper of jobs/k8s in the run's "
@@ -29,7 +33,6 @@ POD_HINT = (
 
 class ZkUnavailable(InputError):
     """ZooKeeper cannot be reached (at start, or for longer than the run's bounded wait)."""
-
 
 
 def quiet_kazoo(level: int = logging.CRITICAL) -> None:
@@ -74,7 +77,8 @@ class ZkSession:
             )
         except ValueError as exc:
             raise InputError(
-                f"expected a ZooKeeper connection string host:port[,host:port...], got {hosts!r} ({exc})", field="--zookeeper"
+                f"expected a ZooKeeper connection string host:port[,host:port...], got {hosts!r} ({exc})",
+                field="--zookeeper",
             ) from None
         self._wakers: set[threading.Event] = set()
         self._lock = threading.Lock()
@@ -168,7 +172,8 @@ class ZkSession:
             except (ConnectionLoss, SessionExpiredError, OperationTimeoutError, KazooTimeoutError) as exc:
                 if time.monotonic() > deadline:
                     raise ZkUnavailable(
-                        f"lost ZooKeeper at {self.hosts} for more than {self.op_deadline_s if deadline_s is None else deadline_s:g} s "
+                        f"lost ZooKeeper at {self.hosts} for more than "
+                        f"{self.op_deadline_s if deadline_s is None else deadline_s:g} s "
                         f"({type(exc).__name__})",
                         field="--zookeeper",
                     ) from None
@@ -179,11 +184,17 @@ class ZkSession:
         """A kazoo call with a timeout: the client's `*_async` twin where there is one."""
         name = getattr(fn, "__name__", "")
         owner = getattr(fn, "__self__", None)
-        if owner is self.client and name in ("create", "exists", "get", "get_children", "set", "delete") and not kwargs.get("recursive"):
+        if (
+            owner is self.client
+            and name in ("create", "exists", "get", "get_children", "set", "delete")
+            and not kwargs.get("recursive")
+        ):
             return getattr(self.client, f"{name}_async")(*args, **kwargs).get(timeout=timeout_s)
         return fn(*args, **kwargs)
 
-    def create(self, path: str, value: dict | None = None, *, ephemeral: bool = False, makepath: bool = False, acl=None) -> bool:
+    def create(
+        self, path: str, value: dict | None = None, *, ephemeral: bool = False, makepath: bool = False, acl=None
+    ) -> bool:
         """Create a node; False if it already existed (an earlier try of the same write, or a restart)."""
         from kazoo.exceptions import NodeExistsError
 
@@ -328,4 +339,3 @@ class ZkSession:
             return True if self.exists(path, watch=on_event) else None
 
         return bool(self.wait_for(check, timeout_s, **kw))
-

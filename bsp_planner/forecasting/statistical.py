@@ -1,0 +1,201 @@
+"""`mstl`: a statistical baseline from statsforecast: MSTL (multiple seasonal-trend decomposition by
+Loess) with a daily and, where the series has room for one, a weekly season, and an automatically
+chosen exponential-smoothing model (AutoETS, no season) for the seasonally adjusted rest.
+
+statsforecast's AutoETS alone fits no season longer than 24 steps, so it cannot see the 48-step day
+or the 336-step week of a half-hourly series; MSTL removes those seasons first.
+
+How a forecast at origin o is made, using only values before o:
+
+* the decomposition is refitted every ``refit_every`` steps (a day by default) on at most ``window``
+  steps before the refit point r <= o (statsforecast's `mstl`), with the seasons of which it holds
+  two (early origins see only the day); between refits each seasonal component continues as its
+  last observed season;
+* the seasonally adjusted series up to o goes through the ETS model fitted once on the training half
+  (its parameters kept; statsforecast's `forward`), which forecasts the next H values;
+* the forecast is that plus the seasonal components at the target steps.
+
+Refitting the decomposition at every origin would cost 0.1-0.3 s a forecast (minutes for one
+evaluation); once a day keeps it to seconds and never reads a value at or after the origin.
+Quantiles, as for every forecaster here, come from its own recent errors (`base.PointForecaster`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+from ..errors import InputError
+from .base import DEFAULT_QUANTILES, PointForecaster
+
+WEEK_DAYS = 7
+
+
+@dataclass(frozen=True)
+class MSTLSettings:
+    """seasons: "day", "week" (kept where the training half holds two weeks) or whole steps;
+    refit_every: steps between re-decompositions (0: one day); window: most past steps one
+    decomposition reads (0: six of the longest season)."""
+
+    seasons: tuple = ("day", "week")
+    refit_every: int = 0
+    window: int = 0
+
+    @classmethod
+    def from_dict(cls, d: dict) -> MSTLSettings:
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise InputError(
+                f"unknown mstl setting(s) {', '.join(unknown)}; known: {', '.join(sorted(names))}", field="settings"
+            )
+        d = dict(d)
+        if "seasons" in d:
+            raw = d["seasons"]
+            if isinstance(raw, str):
+                raw = [x.strip() for x in raw.split(",") if x.strip()]  # --set mstl.seasons=day,week
+            elif not isinstance(raw, (list, tuple)):
+                raw = [raw]
+            seasons = []
+            for s in raw:
+                if isinstance(s, str) and s.isdigit():
+                    s = int(s)
+                if isinstance(s, bool) or not (s in ("day", "week") or (isinstance(s, int) and s >= 2)):
+                    raise InputError(
+                        f"expected seasons among day, week or whole steps >= 2, got {s!r}", field="seasons"
+                    )
+                seasons.append(s)
+            d["seasons"] = tuple(seasons)
+        for key in ("refit_every", "window"):
+            if key in d and (not isinstance(d[key], int) or isinstance(d[key], bool) or d[key] < 0):
+                raise InputError(f"expected a whole number >= 0, got {d[key]!r}", field=key)
+        return cls(**d)
+
+    def to_dict(self) -> dict:
+        return {"seasons": list(self.seasons), "refit_every": self.refit_every, "window": self.window}
+
+
+class MSTLForecaster(PointForecaster):
+    """MSTL + AutoETS from statsforecast (see the module's notes)."""
+
+    name = "mstl"
+    settings_type = MSTLSettings
+
+    def __init__(
+        self, horizon: int = 20, quantiles: tuple[float, ...] = DEFAULT_QUANTILES, period: int = 1, *, settings=None
+    ) -> None:
+        super().__init__(horizon=horizon, quantiles=quantiles, period=period)
+        self.settings = settings if settings is not None else MSTLSettings()
+        self.info: dict = {}
+        self._decompositions: dict = {}
+        self._forecasts: dict = {}
+
+    def resolve_seasons(self, n_train: int) -> tuple[int, ...]:
+        """The seasons in steps; each must fit twice in the training half, before H origins."""
+        out = []
+        for s in self.settings.seasons:
+            steps = self.period if s == "day" else WEEK_DAYS * self.period if s == "week" else int(s)
+            if steps >= 2 and 2 * steps + 2 * self.horizon <= n_train and steps not in out:
+                out.append(steps)
+        return tuple(sorted(out))
+
+    @property
+    def refit_every(self) -> int:
+        return self.settings.refit_every or max(1, self.period)
+
+    @property
+    def window(self) -> int:
+        longest = max(self.seasons_, default=self.period)
+        return self.settings.window or 6 * longest
+
+    def _min_origin(self) -> int:
+        # two of the shortest season (a decomposition keeps the seasons it has two of), and room for
+        # the ETS model
+        seasons = getattr(self, "seasons_", (self.period,))  # before fit: the daily season's need
+        return max(2 * min(seasons, default=1), 2 * self.horizon)
+
+    def fit(self, history: np.ndarray, *, errors: bool = True) -> MSTLForecaster:
+        """Fit on a training history; errors=False skips measuring its own errors there (no
+        quantiles: for use as another model's input, where only the point forecasts are read)."""
+        from statsforecast.models import MSTL, AutoETS
+
+        w = np.asarray(history, dtype=np.float64)
+        self.seasons_ = self.resolve_seasons(len(w))
+        first = self._min_origin()
+        if len(w) < first + 2 * self.horizon:
+            raise InputError(
+                f"mstl: the training history has {len(w)} steps but needs at least {first + 2 * self.horizon}",
+                field="history",
+            )
+        if not np.ptp(w) > 0:
+            raise InputError("mstl: the training history is constant")
+        if self.seasons_:
+            model = MSTL(season_length=list(self.seasons_), trend_forecaster=AutoETS(model="ZZN")).fit(
+                w[-self.window :]
+            )
+            self.trend_ = model.trend_forecaster
+        else:
+            self.trend_ = AutoETS(model="ZZN").fit(w)
+        self._decompositions.clear()
+        self._forecasts.clear()
+        self.fit_length_ = len(w)
+        self.info = {"seasons_steps": list(self.seasons_), "trend_model": str(self.trend_.model_.get("method", ""))}
+        if not errors:
+            return self
+        origins = np.arange(first, len(w) - self.horizon + 1)
+        point = self._point(w, origins)
+        truth = w[origins[:, None] + np.arange(self.horizon)[None, :]]
+        errs = truth - point
+        self.error_quantiles_ = np.quantile(errs, self.quantiles, axis=0)
+        self.error_quantiles_[self.median_index] = 0.0
+        self.info["train_rmse"] = float(np.sqrt(np.mean(errs**2)))
+        return self
+
+    # -- forecasting ---------------------------------------------------------------------------------
+    def _seasonal(self, series: np.ndarray, r: int) -> tuple[int, np.ndarray]:
+        """(a, seasonal total for steps a..r+refit_every+H-1): the decomposition of series[a:r],
+        each component continued as its last season after r."""
+        from statsforecast.mstl import mstl
+
+        a = max(0, r - self.window)
+        key = (r, hashlib.blake2b(np.ascontiguousarray(series[a:r]).tobytes(), digest_size=16).digest())
+        hit = self._decompositions.get(key)
+        if hit is not None:
+            return a, hit
+        length = r - a
+        ahead = self.refit_every + self.horizon
+        total = np.zeros(length + ahead)
+        seasons = [s for s in self.seasons_ if 2 * s <= length]  # early origins: the seasons with room
+        if seasons:
+            parts = mstl(series[a:r], period=seasons)
+            for s in seasons:
+                comp = parts[f"seasonal{s}"].to_numpy() if f"seasonal{s}" in parts else parts["seasonal"].to_numpy()
+                tail = comp[length - s + (np.arange(ahead) % s)]
+                total += np.concatenate([comp, tail])
+        self._decompositions[key] = total
+        return a, total
+
+    def _point(self, series: np.ndarray, origins: np.ndarray) -> np.ndarray:
+        series = np.asarray(series, dtype=np.float64)
+        origins = np.asarray(origins, dtype=np.int64)
+        out = np.empty((len(origins), self.horizon))
+        first = self._min_origin()
+        K = self.refit_every
+        for i, o in enumerate(origins):
+            o = int(o)
+            r = max(first, (o // K) * K)
+            a, seas = self._seasonal(series, r)
+            key = (o, r, hashlib.blake2b(np.ascontiguousarray(series[a:o]).tobytes(), digest_size=16).digest())
+            hit = self._forecasts.get(key)
+            if hit is None:
+                adjusted = series[a:o] - seas[: o - a]
+                mean = np.asarray(self.trend_.forward(y=adjusted, h=self.horizon)["mean"], dtype=np.float64)
+                hit = mean + seas[o - a : o - a + self.horizon]
+                self._forecasts[key] = hit
+            out[i] = hit
+        return out
+
+
+STATISTICAL = {c.name: c for c in (MSTLForecaster,)}

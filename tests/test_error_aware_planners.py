@@ -1,0 +1,138 @@
+"""Planners that know their error (mpc-risk, mpc-adaptive) and the reactive baseline, on small
+synthetic jobs whose answer is known."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from bsp_planner.allocation import CpuLevels, GreedyAllocator
+from bsp_planner.errors import InputError
+from bsp_planner.planners.base import ConfigTable, PlanningContext, make_planner
+from bsp_planner.planners.observed import MIN_ERRORS, attach, observations
+from bsp_planner.simulation import simulate
+
+N_LEVELS = 10
+H = 5
+RANGE = (10.0, 50.0)
+
+
+def durations(workloads: np.ndarray) -> np.ndarray:
+    """workloads (tasks, *shape) -> (tasks, levels, *shape): work / (level + 1)."""
+    w = np.asarray(workloads, dtype=np.float64)
+    lv = np.arange(1, N_LEVELS + 1).reshape((1, N_LEVELS) + (1,) * (w.ndim - 1))
+    return w[:, None] / lv
+
+
+def forecast_context(
+    actual_w: np.ndarray, forecast_w: np.ndarray, *, penalty: float = 0.0, budget_steps: int = 8, horizon: int = 3
+):
+    n, m = actual_w.shape
+    predicted = durations(np.clip(forecast_w, *RANGE)).transpose(2, 0, 1, 3)  # (steps, n, L, H)
+    max_level = np.full(n, N_LEVELS - 1)
+    ctx = PlanningContext(
+        steps=m,
+        cpu=CpuLevels(100, 100, 100 * N_LEVELS, 100 * (n + budget_steps)),
+        max_level=max_level,
+        penalty_s=penalty,
+        configs=ConfigTable(predicted, GreedyAllocator(), max_level, budget_steps, 0.95),
+        planner_settings=SimpleNamespace(horizon=horizon, length_punishment=1.0),
+        mid_durations=durations(np.full((n, 1), 30.0))[:, :, 0],
+    )
+    attach(ctx, actual_w, forecast_w, durations, RANGE)
+    return ctx
+
+
+def uncertain_task_job(m: int = 120, seed: int = 0):
+    """Two tasks forecast at 30 every step; task 0 really runs 30 every step (its forecast is exact),
+    task 1 runs 30 or 42 at random (its forecast is right half the time and 12 too low otherwise)."""
+    rng = np.random.default_rng(seed)
+    actual = np.full((2, m), 30.0)
+    actual[1] = 30.0 + rng.choice([0.0, 12.0], size=m)
+    forecast = np.full((2, m, H), 30.0)
+    return actual, forecast
+
+
+def test_risk_aware_mpc_gives_more_cpu_to_the_task_whose_forecast_is_uncertain():
+    actual, forecast = uncertain_task_job()
+    late = np.arange(MIN_ERRORS + H + 5, actual.shape[1])  # once enough errors are known
+    ctx = forecast_context(actual, forecast)
+    plain = simulate(make_planner("mpc"), ctx, durations(actual))
+    risky = simulate(make_planner("mpc-risk:0.8"), forecast_context(actual, forecast), durations(actual))
+    # the median forecasts are the same for both tasks, so plain MPC splits the CPU evenly
+    assert np.all(plain.levels[late, 0] == plain.levels[late, 1])
+    # planning on the 80% quantile, the uncertain task gets more
+    assert np.all(risky.levels[late, 1] > risky.levels[late, 0])
+    # and before enough errors are known it plans exactly as mpc does
+    early = np.arange(0, MIN_ERRORS)
+    np.testing.assert_array_equal(risky.levels[early], plain.levels[early])
+
+
+def test_risk_offsets_use_only_errors_whose_targets_ran_before_the_step():
+    actual, forecast = uncertain_task_job(m=80)
+    ctx = forecast_context(actual, forecast)
+    obs = observations(ctx, "test")
+    full = obs.error_quantile_offsets(0.8, H)
+    t = 50
+    changed = actual.copy()
+    changed[:, t:] = 50.0  # the future differs wildly
+    ctx2 = forecast_context(changed, forecast)
+    part = observations(ctx2, "test").error_quantile_offsets(0.8, H)
+    np.testing.assert_array_equal(part[:, : t + 1], full[:, : t + 1])
+    assert np.all(full[0] == 0.0)  # the exact forecast's quantile offset is 0
+    assert np.all(full[1, MIN_ERRORS + H :] > 0)
+
+
+def test_risk_aware_mpc_in_perfect_mode_is_mpc():
+    actual, forecast = uncertain_task_job(m=60)
+    ctx = forecast_context(actual, forecast)
+    ctx.extras["observations"] = type(observations(ctx, "x"))(actual, None, durations, RANGE)
+    a = simulate(make_planner("mpc"), ctx, durations(actual))
+    b = simulate(make_planner("mpc-risk"), ctx, durations(actual))
+    np.testing.assert_array_equal(a.levels, b.levels)
+
+
+@pytest.mark.parametrize("spec", ["mpc-risk:0.4", "mpc-risk:1", "mpc-risk:high"])
+def test_bad_risk_levels_are_refused(spec):
+    with pytest.raises(InputError, match="quantile level"):
+        make_planner(spec)
+
+
+def test_planners_that_learn_from_observations_refuse_a_context_without_them():
+    actual, forecast = uncertain_task_job(m=30)
+    ctx = forecast_context(actual, forecast)
+    del ctx.extras["observations"]
+    for name in ("mpc-risk", "mpc-adaptive", "reactive"):
+        with pytest.raises(InputError, match="observed workloads"):
+            simulate(make_planner(name), ctx, durations(actual))
+
+
+def test_reactive_follows_the_last_observed_workloads_one_step_late():
+    m = 40
+    actual = np.full((2, m), 20.0)
+    actual[0, 20:] = 45.0  # task 0 jumps at step 20
+    forecast = np.full((2, m, H), 30.0)  # forecasts it ignores
+    ctx = forecast_context(actual, forecast, penalty=0.0)
+    r = simulate(make_planner("reactive"), ctx, durations(actual))
+    assert np.all(r.levels[1:21, 0] == r.levels[1:21, 1])  # equal workloads seen: even split
+    assert np.all(r.levels[21:, 0] > r.levels[21:, 1])  # the jump seen at step 21, not before
+    assert r.levels[20, 0] == r.levels[20, 1]
+
+
+def test_adaptive_mpc_shortens_its_horizon_where_errors_grow_with_lead_time():
+    rng = np.random.default_rng(3)
+    m = 100
+    actual = 30 + 5 * rng.standard_normal((2, m))
+    forecast = np.empty((2, m, H))
+    for h in range(H):  # the forecast made at t for step t+h is off by (h+1)**2 * noise
+        target = np.minimum(np.arange(m) + h, m - 1)
+        forecast[:, :, h] = actual[:, target] + (h + 1) ** 2 * 0.5 * rng.standard_normal((2, m))
+    ctx = forecast_context(actual, forecast, horizon=H)
+    p = make_planner("mpc-adaptive")
+    simulate(p, ctx, durations(actual))
+    early_h, early_l = p.adapted(5)
+    late_h, late_l = p.adapted(m - 1)
+    assert (early_h, early_l) == (H, 1.0)  # nothing measured yet: the configured horizon, no punishment
+    assert 2 <= late_h < H and late_l > 1.0

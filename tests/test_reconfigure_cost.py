@@ -1,0 +1,60 @@
+"""Reconfiguration costs that match the method (issue 15 part 3): a live run plans with the cost of the
+method it uses (the experiment's [reconfigure_cost], else what the backend measures, else penalty_s),
+records it in run.json and the summary, and logs which method each reconfiguration used and its cost."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bsp_planner.runtime.coordinator import Coordinator
+
+from zk_fixtures import (
+    assert_nothing_left,
+    needs_tasks,
+    settings,
+    tiny_experiment,
+)
+
+pytestmark = [needs_tasks, pytest.mark.usefixtures("reap_runs")]
+
+
+@pytest.mark.parametrize(
+    "how, overrides, source",
+    [
+        ("in-place", [], "measured by the local backend"),
+        ("in-place", ["reconfigure_cost.in_place_s=0.25"], "experiment [reconfigure_cost]"),
+        ("recreate", [], "the experiment's penalty_s"),
+    ],
+)
+def test_a_run_plans_with_the_cost_of_its_method_and_reports_each_reconfiguration(
+    tmp_path, zk_server, creds_file, how, overrides, source
+):
+    exp = tiny_experiment(tmp_path / "exp", steps=4, penalty=0.0)
+    run_id = f"cost-{how}-{len(overrides)}"
+    coord = Coordinator(
+        settings(exp, zk_server, creds_file, planner="static:1", reconfigure=how, overrides=overrides),
+        run_id,
+        tmp_path / "runs",
+    )
+    result = coord.run()
+    assert result.status == "finished"
+    meta = json.loads((result.run_dir / "run.json").read_text())
+    cost = meta["reconfigure_cost"]
+    assert cost["method"] == how and cost["source"] == source
+    assert coord.ctx.penalty_s == cost["planned_s"]  # what the planner was given
+    if source.startswith("measured"):
+        assert 0 < cost["planned_s"] < 0.5  # a quota rewrite: far below a restart
+    elif source.startswith("experiment ["):
+        assert cost["planned_s"] == 0.25
+    else:
+        assert cost["planned_s"] == 0.0  # penalty_s of this experiment
+    records = [json.loads(line) for line in (result.run_dir / "steps.jsonl").read_text().splitlines()]
+    assert any(r["reconfigured"] for r in records)
+    for r in records:
+        assert r["reconfig_method"] == (how if r["reconfigured"] else None)
+    summary = json.loads((result.run_dir / "summary.json").read_text())
+    assert summary["reconfigure_cost"] == cost
+    assert f"planned with {cost['planned_s']:.4g} s: {source}" in (result.run_dir / "summary.md").read_text()
+    assert_nothing_left(run_id)
