@@ -45,7 +45,7 @@ def prepare(coord: Z.ZkSession, root: str, t_steps: int, names: list[str]) -> Z.
 
 def wait_arrivals(coord: Z.ZkSession, b: CountingBarrier, phase: str, count: int) -> None:
     """Until the counter sees `count` arrivals (woken by the child watch, not by a sleep)."""
-    assert coord.wait_for(lambda watch: True if len(b.arrived(phase, watch=watch)) >= count else None, 30), (
+    assert coord.wait_for(lambda watch: True if len(b.arrived(phase, watch=watch)) >= count else None, 120), (
         f"{count} arrivals never seen"
     )
 
@@ -62,10 +62,10 @@ def test_participants_pass_only_when_all_have_arrived_in_both_phases(zk_server, 
     def participant(name: str, t: int) -> None:
         try:
             b = CountingBarrier(sessions[name], paths, t, names)
-            go_on[name].wait(30)
-            b.enter(name, timeout_s=30)
+            go_on[name].wait(120)
+            b.enter(name, timeout_s=120)
             passed["enter"].set()
-            b.leave(name, timeout_s=30)
+            b.leave(name, timeout_s=120)
             passed["leave"].set()
         except BaseException as exc:  # reported by the main thread
             errors.append(exc)
@@ -88,7 +88,7 @@ def test_participants_pass_only_when_all_have_arrived_in_both_phases(zk_server, 
             assert not passed["enter"].is_set() and not coord.exists(counter.go_path)
             go_on[names[-1]].set()
             for th in (ct, *threads):
-                th.join(60)
+                th.join(120)
             assert not errors, errors
             assert released and counter.is_done()
             assert coord.get(counter.go_path) == {"step": t, "arrived": len(names)}
@@ -185,7 +185,7 @@ def test_a_zookeeper_restart_neither_loses_nor_double_counts_an_arrival(own_zk, 
         # an arrival retried after the restart (its first try went through) must not count twice
         CountingBarrier(sessions["p0"], paths, 0, names).enter("p0", timeout_s=60)
         for th in (ct, *threads):
-            th.join(60)
+            th.join(120)
         assert not errors, errors
         assert released
         assert sorted(coord.children(f"{paths.barrier(0)}/enter")) == names
@@ -228,7 +228,7 @@ def test_a_counter_killed_mid_step_is_resumed_by_a_new_one(zk_server, creds, roo
         counter = CountingBarrier(resumed, paths, 0, names)  # knows nothing: finds `go` there, counts `leave`
         counter.run_step(timeout_s=60)
         for th in threads:
-            th.join(60)
+            th.join(120)
         assert not errors, errors
         assert counter.is_done() and sorted(resumed.children(f"{paths.barrier(0)}/leave")) == names
     finally:
