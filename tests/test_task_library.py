@@ -194,6 +194,10 @@ def test_a_process_fault_stops_the_run_naming_task_and_step_and_it_resumes(
 ):
     exp, control = process_experiment(tmp_path / "exp", steps=3)
     (control / f"{fault}-b-1").touch()
+    # a and c are held in step 2 until the resume: however late b's fault is noticed (a repeat comes
+    # after b's step 1, so step 2 may already be published), they cannot finish the run before it is
+    for other in "ac":
+        (control / f"hang-{other}-2").touch()
     run_id = f"pf{fault}"
     with pytest.raises(RunFailed) as info:
         coordinator(tmp_path, exp, zk_server, creds_file, run_id).run()
@@ -201,6 +205,8 @@ def test_a_process_fault_stops_the_run_naming_task_and_step_and_it_resumes(
     assert expected in message and f"--resume {run_id}" in message, message
     assert_nothing_left(run_id)
     (control / f"{fault}-b-1").unlink()
+    for other in "ac":
+        (control / f"hang-{other}-2").unlink()
     result = coordinator(tmp_path, exp, zk_server, creds_file, run_id, resume=True).run()
     assert result.status == "finished"
     assert [r["step"] for r in records_of(result.run_dir)] == [0, 1, 2]  # nothing twice, nothing lost

@@ -152,10 +152,20 @@ class LiveExecutor:
                 pending.discard(t)
             return True if not pending else None
 
+        def ran_ahead_and_ended(t: str, exit_code: int | None) -> bool:
+            # On resume, steps published before the interruption are there at once: a quick process may run
+            # them and end normally (exit 0, its checkpoint past the run log) before we saw it join.
+            if t not in self.processes or exit_code != 0:
+                return False
+            v = s.get(self.paths.checkpoint(t))
+            return v is not None and Z.parse_checkpoint(self.paths.checkpoint(t), v) >= next_step
+
         def interrupt():
-            for t in pending:
+            for t in list(pending):
                 st = self.backend.poll_task(t)
-                if st.alive is False:
+                if st.alive is False and ran_ahead_and_ended(t, st.exit_code):
+                    pending.discard(t)
+                elif st.alive is False:
                     raise RunFailed(
                         f"task {t}'s worker exited with code {st.exit_code} while starting:\n{self.backend.log_tail(t)}"
                     )
