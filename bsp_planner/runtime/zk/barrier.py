@@ -10,16 +10,13 @@ from .schema import RunPaths, encode
 from .session import RECHECK_S, ZkSession
 
 
-class StepBarrier:
-    """Double barrier for step t among a fixed set of named participants (kazoo's DoubleBarrier, per step
-    and restartable).
+class BarrierNodes:
+    """The nodes of step t's barrier: ``barrier/<t>/{enter,leave}/<name>`` and the flags ``go`` and
+    ``done``, made when the step is published and removed in one transaction once everyone is past it.
+    Shared by :class:`StepBarrier` and :class:`~.counting_barrier.CountingBarrier`, which differ only in
+    who counts the arrivals."""
 
-    Entering creates ``enter/<name>``; whoever then counts every participant there creates ``go``, and
-    everyone waits for ``go``. Leaving is the same with ``leave/<name>`` and ``done``. The nodes are
-    persistent and creating one twice is harmless, so a participant restarted inside a step simply enters
-    (and leaves) again: when the others have passed already, ``go`` is there and it goes straight through.
-    The coordinator creates ``barrier/<t>``, ``enter`` and ``leave`` when it publishes the step.
-    """
+    PHASES = {"enter": "go", "leave": "done"}
 
     def __init__(self, session: ZkSession, paths: RunPaths, t: int, participants: list[str] | tuple[str, ...]) -> None:
         self.session = session
@@ -41,6 +38,31 @@ class StepBarrier:
             ("create", f"{self.base}/enter", None),
             ("create", f"{self.base}/leave", None),
         ]
+
+    def cleanup_ops(self) -> list[tuple]:
+        """Deletes of this step's barrier nodes, for one transaction once everyone is past it."""
+        s = self.session
+        ops: list[tuple] = []
+        for phase, flag in self.PHASES.items():
+            for c in s.children(f"{self.base}/{phase}"):
+                ops.append(("delete", f"{self.base}/{phase}/{c}"))
+            ops.append(("delete", f"{self.base}/{phase}"))
+            if s.exists(f"{self.base}/{flag}"):
+                ops.append(("delete", f"{self.base}/{flag}"))
+        ops.append(("delete", self.base))
+        return ops
+
+
+class StepBarrier(BarrierNodes):
+    """Double barrier for step t among a fixed set of named participants (kazoo's DoubleBarrier, per step
+    and restartable).
+
+    Entering creates ``enter/<name>``; whoever then counts every participant there creates ``go``, and
+    everyone waits for ``go``. Leaving is the same with ``leave/<name>`` and ``done``. The nodes are
+    persistent and creating one twice is harmless, so a participant restarted inside a step simply enters
+    (and leaves) again: when the others have passed already, ``go`` is there and it goes straight through.
+    The coordinator creates ``barrier/<t>``, ``enter`` and ``leave`` when it publishes the step.
+    """
 
     def _pass(self, phase: str, flag: str, name: str, timeout_s: float | None, interrupt) -> float:
         if name not in self.participants:
@@ -135,16 +157,3 @@ class StepBarrier:
 
     def is_done(self, watch=None) -> bool:
         return self.session.exists(self.done_path, watch=watch)
-
-    def cleanup_ops(self) -> list[tuple]:
-        """Deletes of this step's barrier nodes, for one transaction once everyone is past it."""
-        s = self.session
-        ops: list[tuple] = []
-        for phase, flag in (("enter", "go"), ("leave", "done")):
-            for c in s.children(f"{self.base}/{phase}"):
-                ops.append(("delete", f"{self.base}/{phase}/{c}"))
-            ops.append(("delete", f"{self.base}/{phase}"))
-            if s.exists(f"{self.base}/{flag}"):
-                ops.append(("delete", f"{self.base}/{flag}"))
-        ops.append(("delete", self.base))
-        return ops

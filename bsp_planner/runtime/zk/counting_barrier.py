@@ -5,11 +5,12 @@ from __future__ import annotations
 import time
 
 from ...errors import InputError
+from .barrier import BarrierNodes
 from .schema import RunPaths, encode
 from .session import ZkSession
 
 
-class CountingBarrier:
+class CountingBarrier(BarrierNodes):
     """Double barrier for step t among a fixed set of named participants, released by one counter.
 
     Participants never look at each other. To pass a phase (``enter`` or ``leave``) a participant sends,
@@ -44,31 +45,11 @@ class CountingBarrier:
     ``poll``, ``run_step``, ``missing``, ``absent``) is new and must run somewhere (the coordinator) for any participant to pass.
     """
 
-    PHASES = {"enter": "go", "leave": "done"}
-
     def __init__(self, session: ZkSession, paths: RunPaths, t: int, participants: list[str] | tuple[str, ...]) -> None:
-        self.session = session
-        self.t = t
-        self.base = paths.barrier(t)
-        self.participants = frozenset(participants)
+        super().__init__(session, paths, t, participants)
         if not self.participants:
             raise InputError("a barrier needs at least one participant", field="task")
         self._released: set[str] = set()  # phases this counter has released (or found released)
-
-    @property
-    def go_path(self) -> str:
-        return f"{self.base}/go"
-
-    @property
-    def done_path(self) -> str:
-        return f"{self.base}/done"
-
-    def setup_ops(self) -> list[tuple]:
-        return [
-            ("create", self.base, None),
-            ("create", f"{self.base}/enter", None),
-            ("create", f"{self.base}/leave", None),
-        ]
 
     # -- participant side ----------------------------------------------------------------------------
     def enter(self, name: str, timeout_s: float | None = None, interrupt=None) -> float:
@@ -190,16 +171,3 @@ class CountingBarrier:
             f"step {self.t}: {phase} barrier: {len(missing)} of {len(self.participants)} participants missing after "
             f"{timeout_s} s: {shown}"
         )
-
-    def cleanup_ops(self) -> list[tuple]:
-        """Deletes of this step's barrier nodes, for one transaction once everyone is past it."""
-        s = self.session
-        ops: list[tuple] = []
-        for phase, flag in self.PHASES.items():
-            for c in s.children(f"{self.base}/{phase}"):
-                ops.append(("delete", f"{self.base}/{phase}/{c}"))
-            ops.append(("delete", f"{self.base}/{phase}"))
-            if s.exists(f"{self.base}/{flag}"):
-                ops.append(("delete", f"{self.base}/{flag}"))
-        ops.append(("delete", self.base))
-        return ops
