@@ -1,13 +1,24 @@
 """Overhead of the task library (bsp_planner.task) per superstep, beyond the barrier itself.
 
-    .venv/bin/python benchmarks/bench_task_library.py --tasks 8 --steps 200
+    .venv/bin/python benchmarks/bench_task_library.py --tasks 8 --steps 200            # barrier mode, both barriers
+    .venv/bin/python benchmarks/bench_task_library.py --sync observe                   # observe mode (no barrier)
+    .venv/bin/python benchmarks/bench_task_library.py --profile prof.txt               # cProfile of task p0's steps
 
-Starts its own ZooKeeper on a free loopback port, creates a run with N tasks, and starts N processes
-that each join it (`task.join()`, observe mode: no barrier) and run `with session.step(t): pass` for
-every step: everything such a step costs is the library's own work (the checks, the CPU and wall
-timing, and the report + checkpoint written in one ZooKeeper transaction), since there is no compute
-and no barrier to wait for. All N processes report at the same time, as the tasks of a BSP job do.
-Prints the median and p95 per step over all tasks, and writes them to --out (JSON).
+Starts its own ZooKeeper on a free loopback port, creates a run with N tasks, and starts N processes that
+each join it (`task.join()`) and run `with session.step(t, workload=10.0): pass` for every step, all at
+once, as the tasks of a BSP job do. With no compute in the block, a step's time is the library's own work
+plus the barrier's. Every step is published before the processes start (so waiting for the coordinator
+is not counted); with the counting barrier, a thread of this process counts the arrivals, as the
+coordinator does.
+
+Barrier mode measures, in the same processes right after the library's steps, the bare barrier (the same
+kind, `enter` then `leave`, on its own steps) and reports the library's overhead beyond the barrier two ways:
+
+- ``overhead_ms``: median library step minus median bare barrier step (wall), and the same for the CPU
+  time of the process (``overhead_cpu_ms``: what the library costs whatever the load on the machine);
+- ``beyond_barrier_ms``: the median of (step wall - time inside the barrier's enter and leave) per step.
+
+and where a step's time goes (`TaskSession.timings` medians). Writes everything to --out (JSON).
 """
 
 from __future__ import annotations
@@ -19,6 +30,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from datetime import date
 from pathlib import Path
@@ -30,43 +42,88 @@ from bsp_planner.runtime import zk as Z  # noqa: E402
 from bsp_planner.runtime.zkserver import LocalZooKeeper, free_port  # noqa: E402
 
 CHILD = """
-import json, sys, time
+import json, os, sys, time
 from bsp_planner import task
-steps, go = int(sys.argv[1]), sys.argv[2]
-times = []
+from bsp_planner.runtime import zk as Z
+steps, go, bare, profile = int(sys.argv[1]), sys.argv[2], sys.argv[3] == "1", sys.argv[4]
+lib, timings, base = [], [], []
 with task.join() as session:
-    import os
     while not os.path.exists(go):  # all tasks start together
         time.sleep(0.001)
-    for t in range(session.first_step, steps):
-        t0 = time.perf_counter()
+    if profile:
+        import cProfile
+        prof = cProfile.Profile()
+        prof.enable()
+    for t in range(steps):
+        w0, c0 = time.perf_counter(), time.process_time()
         with session.step(t, workload=10.0):
             pass
-        times.append(time.perf_counter() - t0)
-print(json.dumps(times))
+        lib.append((time.perf_counter() - w0, time.process_time() - c0))
+        timings.append(session.timings)
+    if profile:
+        prof.disable()
+        import io, pstats
+        out = io.StringIO()
+        pstats.Stats(prof, stream=out).sort_stats("cumulative").print_stats(40)
+        open(profile, "w").write(out.getvalue())
+    if bare:  # the bare barrier of the same kind, on steps of its own
+        names = list(session.info.tasks)
+        for t in range(steps, 2 * steps):
+            b = Z.step_barrier(session.info.barrier, session.session, session.paths, t, names)
+            w0, c0 = time.perf_counter(), time.process_time()
+            b.enter(session.task_name, 120)
+            b.leave(session.task_name, 120)
+            base.append((time.perf_counter() - w0, time.process_time() - c0))
+print(json.dumps({"lib": lib, "timings": timings, "bare": base}))
 """
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--tasks", type=int, default=8)
-    ap.add_argument("--steps", type=int, default=200)
-    ap.add_argument("--out", default="bench_task_library.json")
-    args = ap.parse_args()
+def _publish_all(s: Z.ZkSession, paths: Z.RunPaths, names: list[str], steps: int, barrier: str, sync: str) -> None:
+    ops: list[tuple] = []
+    for t in range(steps):
+        if sync == "barrier":
+            ops += Z.step_barrier(barrier, s, paths, t, names).setup_ops()
+        ops += [("create", paths.step(n, t), Z.step_value(t, 10.0)) for n in names]
+        if len(ops) > 400:
+            s.commit(ops)
+            ops = []
+    if ops:
+        s.commit(ops)
+
+
+def _count(s: Z.ZkSession, paths: Z.RunPaths, names: list[str], steps: int, stop: threading.Event) -> None:
+    """The coordinator's part of the counting barrier: release every step's phases in turn."""
+    for t in range(steps):
+        b = Z.CountingBarrier(s, paths, t, names)
+        if s.wait_for(lambda watch, b=b: True if b.poll(watch) else None, None, interrupt=stop.is_set) is None:
+            return
+
+
+def median_ms(xs: list[float]) -> float:
+    return round(1e3 * statistics.median(xs), 3)
+
+
+def p95_ms(xs: list[float]) -> float:
+    xs = sorted(xs)
+    return round(1e3 * xs[int(0.95 * (len(xs) - 1))], 3)
+
+
+def bench(tasks: int, steps: int, sync: str, barrier: str, profile: str | None) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         server = LocalZooKeeper(Path(tmp) / "zk", port=free_port())
         server.start()
         creds = Z.Credentials("bench", "bench-" + os.urandom(6).hex())
         root = "/bench-task-library"
         s = Z.ZkSession(server.hosts, creds).start()
+        stop = threading.Event()
+        bare = sync == "barrier"
+        total = 2 * steps if bare else steps
         try:
-            names = [f"p{i}" for i in range(args.tasks)]
-            s.create(
-                root,
-                Z.run_value(
-                    "bench", "bench", [{"name": n, "process": ["-"], "workers": 1} for n in names], (0, 100), args.steps
-                ),
+            names = [f"p{i}" for i in range(tasks)]
+            value = Z.run_value(
+                "bench", "bench", [{"name": n, "process": ["-"], "workers": 1} for n in names], (0, 100), total, barrier
             )
+            s.create(root, value)
             paths = Z.RunPaths(root)
             for p in (paths.members, paths.tasks, paths.barriers):
                 s.create(p)
@@ -74,9 +131,14 @@ def main() -> int:
                 for p in (paths.task(n), paths.steps(n), paths.results(n)):
                     s.create(p)
                 s.create(paths.checkpoint(n), Z.checkpoint_value(-1, 0))
+            _publish_all(s, paths, names, total, barrier, sync)
+            counter = None
+            if bare and barrier == "counting":
+                counter = threading.Thread(target=_count, args=(s, paths, names, total, stop), daemon=True)
+                counter.start()
             go = Path(tmp) / "go"
             procs = []
-            for n in names:
+            for i, n in enumerate(names):
                 env = dict(
                     os.environ,
                     BSP_RUN_ID="bench",
@@ -84,40 +146,71 @@ def main() -> int:
                     BSP_ZOOKEEPER=server.hosts,
                     BSP_ZK_ROOT=root,
                     BSP_ZK_AUTH=f"{creds.user}:{creds.password}",
-                    BSP_SYNC="observe",
+                    BSP_SYNC=sync,
                     PYTHONPATH=str(ROOT),
                 )
+                args = [str(steps), str(go), "1" if bare else "0", profile if (profile and i == 0) else ""]
                 procs.append(
-                    subprocess.Popen(
-                        [sys.executable, "-c", CHILD, str(args.steps), str(go)],
-                        env=env,
-                        stdout=subprocess.PIPE,
-                        text=True,
-                    )
+                    subprocess.Popen([sys.executable, "-c", CHILD, *args], env=env, stdout=subprocess.PIPE, text=True)
                 )
             deadline = time.monotonic() + 60
-            while len(s.children(paths.members)) < args.tasks and time.monotonic() < deadline:
+            while len(s.children(paths.members)) < tasks and time.monotonic() < deadline:
                 time.sleep(0.01)
+            load_before = os.getloadavg()[0]
             go.touch()
-            times = []
+            runs = []
             for p in procs:
                 out, _ = p.communicate(timeout=600)
-                times += json.loads(out.strip().splitlines()[-1])
+                runs.append(json.loads(out.strip().splitlines()[-1]))
+            load_after = os.getloadavg()[0]
         finally:
+            stop.set()
             s.delete_tree(root)
             s.close()
             server.stop()
-    times.sort()
-    result = {
+    lib_wall = [w for r in runs for w, _ in r["lib"]]
+    lib_cpu = [c for r in runs for _, c in r["lib"]]
+    timings = [x for r in runs for x in r["timings"]]
+    result: dict = {
         "date": date.today().isoformat(),
-        "tasks": args.tasks,
-        "steps": args.steps,
-        "median_ms": round(1e3 * statistics.median(times), 3),
-        "p95_ms": round(1e3 * times[int(0.95 * (len(times) - 1))], 3),
-        "load_1m": os.getloadavg()[0],
+        "tasks": tasks,
+        "steps": steps,
+        "sync": sync,
+        "barrier": barrier if bare else None,
+        "step_median_ms": median_ms(lib_wall),
+        "step_p95_ms": p95_ms(lib_wall),
+        "step_cpu_median_ms": median_ms(lib_cpu),
+        "where_median_ms": {k: median_ms([x[k] for x in timings]) for k in timings[0]},
+        "load_1m": [load_before, load_after],
     }
-    print(json.dumps(result, indent=2))
-    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    if bare:
+        base_wall = [w for r in runs for w, _ in r["bare"]]
+        base_cpu = [c for r in runs for _, c in r["bare"]]
+        result |= {
+            "bare_barrier_median_ms": median_ms(base_wall),
+            "bare_barrier_cpu_median_ms": median_ms(base_cpu),
+            "overhead_ms": round(median_ms(lib_wall) - median_ms(base_wall), 3),
+            "overhead_cpu_ms": round(median_ms(lib_cpu) - median_ms(base_cpu), 3),
+            "beyond_barrier_ms": median_ms([x["total_s"] - x["enter_s"] - x["leave_s"] for x in timings]),
+        }
+    return result
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--tasks", type=int, default=8)
+    ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--sync", choices=["barrier", "observe"], default="barrier")
+    ap.add_argument("--barrier", choices=["double", "counting", "both"], default="both")
+    ap.add_argument("--profile", default=None, help="write task p0's cProfile (cumulative, top 40) here")
+    ap.add_argument("--out", default="bench_task_library.json")
+    args = ap.parse_args()
+    kinds = ["double", "counting"] if args.barrier == "both" else [args.barrier]
+    if args.sync == "observe":
+        kinds = ["double"]  # no barrier: the kind does not matter
+    results = [bench(args.tasks, args.steps, args.sync, k, args.profile) for k in kinds]
+    print(json.dumps(results, indent=2))
+    Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
     return 0
 
 

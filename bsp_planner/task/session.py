@@ -9,7 +9,8 @@ task's steps exactly as its own worker's:
   coordinator it is ready.
 * barrier mode, per step t: wait for the coordinator to publish t (its workload, or a stop order:
   :class:`RunEnded`), enter t's barrier (CPU changes are applied before the coordinator publishes),
-  run the block (timed), write the report and move the checkpoint in one transaction, leave the barrier.
+  run the block (timed), then leave the barrier with the report and the checkpoint in the same transaction
+  as the leave arrival (all or nothing, one round trip).
 * observe mode: the block is timed and reported (result + checkpoint, one transaction) without waiting
   for anyone; the program keeps its own synchronisation.
 
@@ -141,6 +142,9 @@ class TaskSession:
         self.first_step = 0
         self._next = 0
         self.info: Z.RunInfo | None = None
+        #: where the last step's time went, in seconds (a few perf_counter reads per step): waiting for and
+        #: reading the step's publication, entering the barrier, the block, the report, leaving the barrier
+        self.timings: dict[str, float] = {}
 
     def _on_state(self, state: str) -> None:
         if state == "LOST":  # the session expired: its ephemeral member node is gone
@@ -273,10 +277,13 @@ class TaskSession:
         path = self.paths.step(self.task_name, t)
 
         def check(watch):
-            v = s.get(path) if s.exists(path, watch=watch) else None
+            v = s.get(path)  # usually published already: one round trip
             if v is None:
-                if not s.exists(self.root):
+                if s.exists(path, watch=watch):
+                    v = s.get(path)
+                elif not s.exists(self.root):
                     return ("ended",)
+            if v is None:
                 return None
             return (Z.parse_step(path, v, t, self.info.workload_range),)
 
@@ -306,8 +313,11 @@ class TaskSession:
                 check_report_workload(x, what, k)
         enter_wait = 0.0
         barrier = None
+        t0 = time.perf_counter()
+        t_pub = t0
         if self.sync == "barrier":
             assigned = self._wait_published(step)
+            t_pub = time.perf_counter()
             barrier = self._barrier(step)
             enter_wait = barrier.enter(self.task_name, self.step_timeout_s, interrupt=self._interrupt)
         else:  # nothing to wait for, nothing to read: the report is the only round trip
@@ -316,29 +326,45 @@ class TaskSession:
         st.start()
         yield st
         st.stop()
+        t_block = time.perf_counter()
         for k in ("workload", "next_workload"):
             if getattr(st, k) is not None:
                 setattr(st, k, check_report_workload(getattr(st, k), what, k))
-        self._report(st, enter_wait)
+        report = self._report_ops(st, enter_wait)
+        t_rep = time.perf_counter()
+        leave_s = 0.0
+        if barrier is None:
+            self._report(report)
+            t_rep = time.perf_counter()
         self._next = step + 1
-        if barrier is not None:
-            barrier.leave(self.task_name, self.step_timeout_s, interrupt=self._interrupt)
+        if barrier is not None:  # the report and the checkpoint travel with the leave arrival: one round trip
+            leave_s = barrier.leave(self.task_name, self.step_timeout_s, interrupt=self._interrupt, with_ops=report)
+        self.timings = {
+            "published_s": t_pub - t0,
+            "enter_s": enter_wait,
+            "block_s": st.wall_s,
+            "report_s": t_rep - t_block,
+            "leave_s": leave_s,
+            "total_s": time.perf_counter() - t0,
+        }
 
-    def _report(self, st: StepTimer, enter_wait: float) -> None:
-        """The report and the checkpoint in one transaction: both or neither, and a step counted once."""
-        from kazoo.exceptions import NodeExistsError
-
-        s = self.session
+    def _report_ops(self, st: StepTimer, enter_wait: float) -> list[tuple]:
+        """The report and the checkpoint, for one transaction: both or neither, and a step counted once."""
         t = st.step
         value = Z.result_value(
             t, st.wall_s, enter_wait, self.incarnation, time.time(), st.workload, st.next_workload, st.cpu_s
         )
-        results = s.commit(
-            [
-                ("create", self.paths.result(self.task_name, t), value),
-                ("set", self.paths.checkpoint(self.task_name), Z.checkpoint_value(t, self.incarnation)),
-            ]
-        )
+        return [
+            ("create", self.paths.result(self.task_name, t), value),
+            ("set", self.paths.checkpoint(self.task_name), Z.checkpoint_value(t, self.incarnation)),
+        ]
+
+    def _report(self, ops: list[tuple]) -> None:
+        """Commit the report (observe mode: no barrier to carry it); a report already there is not an error
+        (another incarnation reported the step, or a retried commit went through)."""
+        from kazoo.exceptions import NodeExistsError
+
+        results = self.session.commit(ops)
         failed = [r for r in results if isinstance(r, Exception)]
         if failed and not isinstance(results[0], NodeExistsError):
             raise failed[0]

@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 
 from ...errors import InputError
-from .barrier import BarrierNodes
-from .schema import RunPaths, encode
+from .barrier import ArrivalRefused, BarrierNodes
+from .schema import RunPaths
 from .session import ZkSession
 
 
@@ -56,12 +56,17 @@ class CountingBarrier(BarrierNodes):
         """Enter; returns once the counter has seen every participant enter (the wait, in seconds)."""
         return self._arrive("enter", name, timeout_s, interrupt)
 
-    def leave(self, name: str, timeout_s: float | None = None, interrupt=None) -> float:
-        """Leave; returns once the counter has seen every participant leave (the wait, in seconds)."""
-        return self._arrive("leave", name, timeout_s, interrupt)
+    def leave(
+        self, name: str, timeout_s: float | None = None, interrupt=None, with_ops: list[tuple] | None = None
+    ) -> float:
+        """Leave, committing `with_ops` (the step's report) in one transaction with the arrival; returns
+        once the counter has seen every participant leave (the wait, in seconds)."""
+        return self._arrive("leave", name, timeout_s, interrupt, with_ops)
 
-    def _arrive(self, phase: str, name: str, timeout_s: float | None, interrupt) -> float:
-        from kazoo.exceptions import KazooException, NodeExistsError
+    def _arrive(
+        self, phase: str, name: str, timeout_s: float | None, interrupt, with_ops: list[tuple] | None = None
+    ) -> float:
+        from kazoo.exceptions import KazooException
 
         if name not in self.participants:
             raise InputError(f"{name!r} is not a participant of this barrier", field="task")
@@ -69,7 +74,6 @@ class CountingBarrier(BarrierNodes):
         s = self.session
         client = s.client
         flag_path = f"{self.base}/{self.PHASES[phase]}"
-        arrival = f"{self.base}/{phase}/{name}"
         arrived: list[bool] = []
         released: list[bool] = []
 
@@ -86,15 +90,14 @@ class CountingBarrier(BarrierNodes):
                 return None  # kazoo would queue the requests without a bound; wait for the reconnect
             try:
                 # one round trip: the server answers a session's requests in order
-                f_arrive = None if arrived else client.create_async(arrival, encode({"step": self.t}), acl=s.acl)
+                f_arrive = None if arrived else self.arrival_async(phase, name, with_ops)
                 f_flag = client.exists_async(flag_path, watch=on_flag)
                 if f_arrive is not None:
-                    try:
-                        f_arrive.get(timeout=s.op_deadline_s)
-                    except NodeExistsError:  # our earlier try, before a connection loss, went through
-                        pass
+                    self.settle_arrival(f_arrive, phase, name, s.op_deadline_s, with_ops)  # earlier tries' nodes: ours
                     arrived.append(True)
                 return True if f_flag.get(timeout=s.op_deadline_s) is not None else None
+            except ArrivalRefused:
+                raise
             except (KazooException, Exception):  # connection trouble: re-check on reconnect or tick
                 return None
 

@@ -272,19 +272,24 @@ class ZkSession:
         are applied). A retry after a connection loss builds the transaction afresh."""
 
         def attempt():
-            tx = self.client.transaction()
-            for op in ops:
-                if op[0] == "create":
-                    tx.create(op[1], encode(op[2]) if op[2] is not None else b"", acl=self.acl)
-                elif op[0] == "set":
-                    tx.set_data(op[1], encode(op[2]))
-                elif op[0] == "delete":
-                    tx.delete(op[1])
-                else:
-                    raise ValueError(op[0])
-            return tx.commit_async().get(timeout=max(1.0, self.op_deadline_s))
+            return self.transaction(ops).commit_async().get(timeout=max(1.0, self.op_deadline_s))
 
         return self.retry(attempt)
+
+    def transaction(self, ops: list[tuple]):
+        """A kazoo transaction holding `ops` (as :meth:`commit` takes them), not yet committed: the caller
+        may add to it and commit it asynchronously (pipelined with other requests)."""
+        tx = self.client.transaction()
+        for op in ops:
+            if op[0] == "create":
+                tx.create(op[1], encode(op[2]) if op[2] is not None else b"", acl=self.acl)
+            elif op[0] == "set":
+                tx.set_data(op[1], encode(op[2]))
+            elif op[0] == "delete":
+                tx.delete(op[1])
+            else:
+                raise ValueError(op[0])
+        return tx
 
     # -- waiting ---------------------------------------------------------------------------------
     def wait_for(
