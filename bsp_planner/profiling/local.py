@@ -1,4 +1,6 @@
-"""The local profiling backend: each run is one stress-ng process in its own fresh CPU-quota cgroup.
+"""The local profiling backend: each run is one stress-ng process (or a command task's program) in its
+own fresh CPU-quota cgroup; a long-running process task is started once per CPU level in such a group
+and driven through a profiling session (:mod:`.process`).
 
 By default the groups get the highest CPU weight (``cpu.shares`` 262144, v2 ``cpu.weight`` 10000), so
 that on a host busy with other work a run still gets the CPU its quota allows: the profile measures the
@@ -23,6 +25,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from ..errors import InputError
@@ -290,7 +293,9 @@ class LocalBackend:
         with self._group(task, cpu_millicores) as group:
             if self.cpu_shares is not None:
                 group.set_weight(self.cpu_shares)
-            return drive_process(task, workloads, group, timeout_s, steps, self._cwd())
+            results = drive_process(task, workloads, group, timeout_s, steps, self._cwd())
+            stat = group.cpu_stat()  # the whole process's: every CPU level's cells share one group
+            return {w: replace(r, cpu_stat=stat) if r.ok else r for w, r in results.items()}
 
     @staticmethod
     def _kill(proc: subprocess.Popen, group: CpuQuotaGroup) -> None:

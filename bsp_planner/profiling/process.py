@@ -113,18 +113,20 @@ def cell_results(
     A cell all of whose steps were reported is measured even if the process failed later; a cell with a
     reported workload other than the assigned one fails (and so do the cells after it)."""
     results: dict[float, RunResult] = {}
+    misreported = False  # once a process reported a workload it was not given, none of its later cells count
     by_step = {int(r["step"]): r for r in reports}
     for i, w in enumerate(workloads):
         first = i * steps.per_workload
         cell = [by_step.get(first + k) for k in range(steps.per_workload)]
         wrong = next((r for r in cell if r is not None and not _same_workload(r.get("workload"), w)), None)
-        if wrong is not None:
+        if wrong is not None and not misreported:
+            misreported = True
             failure = (
                 f"task '{task.name}' reported workload {wrong.get('workload')} in step {wrong['step']} but the "
                 f"profiler assigned {w:g}: its process must size each step's work by "
                 "session.assigned_workload(step) when profiled"
             )
-        if wrong is None and all(r is not None for r in cell):
+        if not misreported and all(r is not None for r in cell):
             measured = [r for r in cell[steps.warmup :] if r is not None]
             results[float(w)] = RunResult(
                 statistics.median(float(r["wall_s"]) for r in measured),

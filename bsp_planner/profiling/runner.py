@@ -531,7 +531,7 @@ def _warn_if_appending_another(meta: dict, job: Job, grid: Grid, meta_file: Path
             f"{meta_file}: the profile was measured for job '{old_job}'; appending rows of job '{job.name}' "
             "(its metadata keeps the first job and lists both under 'jobs')",
             InputWarning,
-            stacklevel=3,
+            stacklevel=4,
         )
     old = meta.get("grid")
     if isinstance(old, dict):
@@ -546,7 +546,7 @@ def _warn_if_appending_another(meta: dict, job: Job, grid: Grid, meta_file: Path
                 f"{meta_file}: appending rows of another grid: {'; '.join(diff)}; the profile is usable only "
                 "once every task has every cell of the union",
                 InputWarning,
-                stacklevel=3,
+                stacklevel=4,
             )
 
 
