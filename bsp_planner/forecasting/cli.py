@@ -101,7 +101,7 @@ def _parse_settings(items: list[str] | None, names: list[str]) -> dict[str, dict
             out.setdefault(n, {})[key] = value
     for n, values in out.items():  # checked now, by the settings loader, before any data is read
         try:  # a forecaster without settings refuses any (baselines.NoSettings)
-            FORECASTERS.get(n).settings_type.from_dict(values)  # type: ignore[attr-defined]
+            FORECASTERS.get(n).settings_type.from_dict(values)
         except InputError as exc:
             raise InputError(f"{exc.message} (from --set)", field=exc.field) from None
     return out
@@ -179,7 +179,8 @@ def train(
     models: ModelsOpt = None,
 ) -> None:
     """Train one model per task on the first half of its series and save it (Keras format + metadata)."""
-    from .pipeline import model_folder, train_one
+    from .base import LearnedForecaster
+    from .pipeline import model_folder, prefixed, train_one
     from .registry import is_learned
 
     ws, _ = _context(experiment, job, task, horizon, gaps, settings, forecaster)
@@ -197,7 +198,8 @@ def train(
             prefix = f"[{i + 1}/{len(ws.prepared)}] {p.task} · {n}"
             _say(prefix, "training")
             t0 = time.perf_counter()
-            f = train_one(ws, n, p, say=lambda m, pf=prefix: _say(pf, m))
+            f = train_one(ws, n, p, say=prefixed(_say, prefix))
+            assert isinstance(f, LearnedForecaster)  # checked with is_learned above
             f.save(folder, p.task, extra={"data": ws.data_identity(p)})
             dt = time.perf_counter() - t0
             info = f.info

@@ -23,10 +23,10 @@ from ..errors import InputError
 from ..job import Job, load_job
 from ..series import JobSeries, load_job_series
 from ..shipped import data_path
-from .base import DEFAULT_QUANTILES, Forecaster
+from .base import DEFAULT_QUANTILES, Forecaster, LearnedForecaster
 from .lstm import _digest, spec_differences
 from .prepare import PreparedSeries, prepare_job
-from .registry import FORECASTER_VERSION, FORECASTERS, check_name, default_settings, is_learned, make_forecaster
+from .registry import FORECASTER_VERSION, FORECASTERS, check_name, default_settings, make_forecaster
 
 Say = Callable[[str], None]
 DEFAULT_MODEL_ROOT = data_path("models")  # the shipped models (package data)
@@ -34,6 +34,13 @@ DEFAULT_MODEL_ROOT = data_path("models")  # the shipped models (package data)
 
 def _quiet(_msg: str) -> None:
     pass
+
+
+def prefixed(say: Callable[[str, str], None] | None, prefix: str) -> Say:
+    """A one-argument progress callback that passes `prefix` (which task, which forecaster) along."""
+    if say is None:
+        return _quiet
+    return lambda msg: say(prefix, msg)
 
 
 @dataclass
@@ -102,8 +109,8 @@ def model_folder(root: Path, job: str, forecaster: str) -> Path:
 
 def train_one(ws: Workspace, name: str, p: PreparedSeries, say: Say = _quiet) -> Forecaster:
     f = make_forecaster(name, p, ws.horizon, quantiles=ws.quantiles, settings=ws.settings.get(name), progress=say)
-    if is_learned(name):
-        need = f.min_history(f.resolved_lags(p.n_train_grid)) if hasattr(f, "resolved_lags") else f.min_history()
+    if isinstance(f, LearnedForecaster):
+        need = f.history_needed(p.n_train_grid)
         if p.n_train_grid < need:
             window = getattr(f, "window", 1)
             raise InputError(
@@ -144,11 +151,13 @@ def obtain(
     error with on_mismatch="error", or retrained with on_mismatch="retrain".
     """
     check_name(name)
-    if not is_learned(name):
-        return train_one(ws, name, p, say), "fitted"
     cls = FORECASTERS.get(name)
+    if not issubclass(cls, LearnedForecaster):
+        return train_one(ws, name, p, say), "fitted"
     folder = model_folder(model_root, ws.job.name, name) if model_root is not None else None
-    expect = make_forecaster(name, p, ws.horizon, quantiles=ws.quantiles, settings=ws.settings.get(name)).spec()
+    template = make_forecaster(name, p, ws.horizon, quantiles=ws.quantiles, settings=ws.settings.get(name))
+    assert isinstance(template, LearnedForecaster)  # make_forecaster builds the registered class
+    expect = template.spec()
     identity = ws.data_identity(p)
     if folder is not None and not retrain and (folder / f"{p.task}.json").is_file():
         meta = json.loads((folder / f"{p.task}.json").read_text())
@@ -168,10 +177,10 @@ def obtain(
                 path=folder / f"{p.task}.json",
             )
         say(f"saved model does not match ({'; '.join(diffs[:3])}{'; ...' if len(diffs) > 3 else ''}); retraining")
-    f = train_one(ws, name, p, say)
-    if folder is not None and save:
-        f.save(folder, p.task, extra={"data": identity})
-    return f, "trained"
+    trained = train_one(ws, name, p, say)
+    if folder is not None and save and isinstance(trained, LearnedForecaster):
+        trained.save(folder, p.task, extra={"data": identity})
+    return trained, "trained"
 
 
 # -- evaluation ------------------------------------------------------------------------------------
@@ -295,7 +304,7 @@ def evaluate(
                 p,
                 model_root=model_root,
                 retrain=retrain,
-                say=(lambda m, pf=prefix: say(pf, m)) if say else _quiet,
+                say=prefixed(say, prefix),
             )
             score, _ = score_task(f, p, ws.horizon)
             scores[n][p.task] = score
@@ -441,7 +450,7 @@ def forecast_experiment(
             retrain=retrain,
             on_mismatch=on_mismatch,
             save=save_models,
-            say=(lambda m, pf=prefix: say(pf, m)) if say else _quiet,
+            say=prefixed(say, prefix),
         )
         origins = p.n_train + start + np.arange(steps)
         out[i] = p.predict_rows_median(f, origins)
