@@ -2,7 +2,8 @@
 series and judged on the second (thesis section 4.2).
 
 Models are saved under ``<models>/<job>/<forecaster>/<task>.keras`` (the shipped ones: package data,
-``bsp_planner/data/models/``) with ``<task>.json`` beside them
+``bsp_planner/data/models/``; what the CLI trains goes to ``./models`` unless told otherwise, since the
+package folder may be an installed, read-only copy) with ``<task>.json`` beside them
 (settings, scaling, error quantiles, what data they were trained on). A saved model is reused only
 when all of that matches the request; otherwise `obtain` refuses (``on_mismatch="error"``, the
 CLI's way) or retrains (``"retrain"``, what `simulate` does, with a message).
@@ -30,6 +31,7 @@ from .registry import FORECASTER_VERSION, FORECASTERS, check_name, default_setti
 
 Say = Callable[[str], None]
 DEFAULT_MODEL_ROOT = data_path("models")  # the shipped models (package data)
+LOCAL_MODEL_ROOT = Path("models")  # where the CLI saves what it trains: ./models of the current directory
 
 
 def _quiet(_msg: str) -> None:
@@ -142,13 +144,15 @@ def obtain(
     retrain: bool = False,
     on_mismatch: str = "error",
     save: bool = True,
+    save_root: Path | None = None,
     say: Say = _quiet,
 ) -> tuple[Forecaster, str]:
     """A fitted forecaster for one task and how it was had: "fitted" (baselines), "loaded", "trained".
 
     Learned forecasters load from `model_root` when a saved model matches the settings and the
     training data; with none saved they train (and save). A saved model that does not match is an
-    error with on_mismatch="error", or retrained with on_mismatch="retrain".
+    error with on_mismatch="error", or retrained with on_mismatch="retrain". What it trains is saved
+    (save=True) under `save_root`, by default `model_root`.
     """
     check_name(name)
     cls = FORECASTERS.get(name)
@@ -178,8 +182,9 @@ def obtain(
             )
         say(f"saved model does not match ({'; '.join(diffs[:3])}{'; ...' if len(diffs) > 3 else ''}); retraining")
     trained = train_one(ws, name, p, say)
-    if folder is not None and save and isinstance(trained, LearnedForecaster):
-        trained.save(folder, p.task, extra={"data": identity})
+    root = save_root if save_root is not None else model_root
+    if root is not None and save and isinstance(trained, LearnedForecaster):
+        trained.save(model_folder(root, ws.job.name, name), p.task, extra={"data": identity})
     return trained, "trained"
 
 
@@ -286,9 +291,11 @@ def evaluate(
     *,
     model_root: Path | None = DEFAULT_MODEL_ROOT,
     retrain: bool = False,
+    save_root: Path | None = None,
     say: Callable[[str, str], None] | None = None,
 ) -> Evaluation:
-    """Every forecaster on every task's test half."""
+    """Every forecaster on every task's test half (models it trains are saved under `save_root`,
+    by default `model_root`)."""
     for n in names:
         check_name(n)
     scores: dict[str, dict[str, TaskScore]] = {n: {} for n in names}
@@ -304,6 +311,7 @@ def evaluate(
                 p,
                 model_root=model_root,
                 retrain=retrain,
+                save_root=save_root,
                 say=prefixed(say, prefix),
             )
             score, _ = score_task(f, p, ws.horizon)
@@ -433,9 +441,11 @@ def forecast_experiment(
     retrain: bool = False,
     on_mismatch: str = "error",
     save_models: bool = True,
+    save_root: Path | None = None,
     say: Callable[[str, str], None] | None = None,
 ) -> tuple[np.ndarray, dict]:
-    """Median forecasts for steps start..start+steps-1 of every task: (tasks, steps, H), and metadata."""
+    """Median forecasts for steps start..start+steps-1 of every task: (tasks, steps, H), and metadata.
+    Models it trains are saved (save_models) under `save_root`, by default `model_root`."""
     check_experiment_span(ws, start, steps)
     out = np.empty((len(ws.prepared), steps, ws.horizon))
     how = {}
@@ -450,6 +460,7 @@ def forecast_experiment(
             retrain=retrain,
             on_mismatch=on_mismatch,
             save=save_models,
+            save_root=save_root,
             say=prefixed(say, prefix),
         )
         origins = p.n_train + start + np.arange(steps)
