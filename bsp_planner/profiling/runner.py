@@ -35,7 +35,9 @@ from ..job import Job, Task
 from ..outputs import check_output_file
 from ..profiles import PROFILE_COLUMNS, metadata_path, read_metadata, read_profile_rows
 from .cgroups import CFS_PERIOD_US, MIN_QUOTA_US
-from .local import RunResult, cpu_model
+from .local import cpu_model
+from .process import ProcessSteps
+from .results import RunResult
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -48,6 +50,8 @@ FAILURE_COLUMNS = ("task", "workload", "cpu_millicores", "repeat", "reason", "da
 META_FORMAT = 1
 
 Cell = tuple[str, float, float, int]  # (task, workload, cpu_millicores, repeat)
+#: what a task's rows depend on: a resumed profile must not mix rows measured with other values
+COMPARABLE_TASK_FIELDS = ("stressor", "ops_per_unit", "workers", "command", "process", "warmup_steps", "measure_steps")
 
 
 class Backend(Protocol):
@@ -232,15 +236,23 @@ def host_info() -> dict:
     }
 
 
-def _task_meta(t: Task) -> dict:
+def _task_meta(t: Task, steps: ProcessSteps) -> dict:
     meta = t.identity()
     if "ops_per_unit" in meta:
         meta["ops_per_unit"] = _num(meta["ops_per_unit"])
+    if t.kind == "process":
+        meta.update(steps.as_dict())
     return meta
 
 
 def _check_compatible(
-    meta: dict, tasks: list[Task], host: dict, backend: dict, measured: set[Cell], meta_file: Path
+    meta: dict,
+    tasks: list[Task],
+    host: dict,
+    backend: dict,
+    measured: set[Cell],
+    meta_file: Path,
+    steps: ProcessSteps,
 ) -> None:
     """A resumed profile must keep measuring the same thing, the same way, on the same kind of machine."""
     if measured:
@@ -258,12 +270,8 @@ def _check_compatible(
         old = old_tasks.get(t.name)
         if old is None or t.name not in have_rows:
             continue
-        new = _task_meta(t)
-        diff = [
-            k
-            for k in sorted(set(old) | set(new))
-            if k in ("stressor", "ops_per_unit", "workers", "command", "process") and old.get(k) != new.get(k)
-        ]
+        new = _task_meta(t, steps)
+        diff = [k for k in sorted(set(old) | set(new)) if k in COMPARABLE_TASK_FIELDS and old.get(k) != new.get(k)]
         if diff:
             raise InputError(
                 f"task '{t.name}' was measured with "
@@ -331,58 +339,50 @@ def run_grid(
     *,
     tasks: Sequence[str] | None = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
+    process_steps: ProcessSteps | None = None,
     progress: bool = True,
     console: Console | None = None,
     on_row: Callable[[Cell, RunResult], None] | None = None,
 ) -> GridReport:
-    """Measure every missing cell of `grid` for the job's tasks into the profile `out` (resumable)."""
+    """Measure every missing cell of `grid` for the job's tasks into the profile `out` (resumable).
+
+    `process_steps`: the warm-up and measured steps per workload of a `process` task (see
+    :mod:`bsp_planner.profiling.process`); `timeout_s` bounds one run, or for a process one step."""
     out = Path(out)
-    if not (isinstance(timeout_s, (int, float)) and math.isfinite(timeout_s) and timeout_s > 0):
-        raise InputError(f"expected a positive number of seconds, got {timeout_s!r}", field="--timeout")
+    steps = process_steps or ProcessSteps()
+    _check_timeout(timeout_s)
     grid = validate_grid(grid)
     selected = select_tasks(job, tasks)
+    _check_process_support(backend, selected)
     _check_profile_path(out)
-    meta_file = metadata_path(out)
-    meta = read_metadata(out)
-    host = host_info()
-    if out.exists():
-        _ensure_csv(out, PROFILE_COLUMNS)
-    measured = measured_cells(out)
-    backend.check(selected, job.path)  # stress-ng present, stressors known, cgroups writable
-    backend_info = backend.info()
-    _check_compatible(meta, selected, host, backend_info, measured, meta_file)
-    if measured:
-        _warn_if_appending_another(meta, job, grid, meta_file)
+    meta, measured, backend_info = _open_profile(out, job, selected, grid, backend, steps)
 
     cells = plan_cells(selected, grid)
     todo = [c for c in cells if c not in measured]
     report = GridReport(profile=out, planned=len(cells), skipped=len(cells) - len(todo))
-
     _ensure_csv(out, PROFILE_COLUMNS)
-    by_name = {t.name: t for t in selected}
     session = _new_session(grid, selected, timeout_s, report)
-    meta = _merge_meta(meta, job, selected, grid, host, backend_info, timeout_s)
+    meta = _merge_meta(meta, job, selected, grid, host_info(), backend_info, timeout_s, steps)
     meta.setdefault("sessions", []).append(session)
     _finish_meta(meta, out)
-    _write_json(meta_file, meta)
+    _write_json(metadata_path(out), meta)
 
     started = time.monotonic()
     loads: list[float] = []  # the 1-minute load average after each run: how busy the host was
     bar = _Progress(todo, console) if progress and todo else None
     try:
-        for cell in todo:
-            name, workload, cpu, _ = cell
+        for batch in plan_batches(todo, {t.name: t for t in selected}):
             if bar:
-                bar.start(cell)
-            result = backend.run(by_name[name], workload, cpu, timeout_s)
-            _record(out, cell, result, report)
-            load = load_avg_1m()
-            if load is not None:
-                loads.append(load)
-            if on_row:
-                on_row(cell, result)
-            if bar:
-                bar.done(cell, result)
+                bar.start(batch.cells[0])
+            for cell, result in run_batch(backend, batch, timeout_s, steps):
+                _record(out, cell, result, report)
+                load = load_avg_1m()
+                if load is not None:
+                    loads.append(load)
+                if on_row:
+                    on_row(cell, result)
+                if bar:
+                    bar.done(cell, result)
     except KeyboardInterrupt:
         report.interrupted = True
         session["interrupted"] = True
@@ -393,8 +393,80 @@ def run_grid(
         report.wall_s = time.monotonic() - started
         _close_session(session, report, loads)
         _finish_meta(meta, out)
-        _write_json(meta_file, meta)
+        _write_json(metadata_path(out), meta)
     return report
+
+
+def _check_timeout(timeout_s: float) -> None:
+    if not (isinstance(timeout_s, (int, float)) and math.isfinite(timeout_s) and timeout_s > 0):
+        raise InputError(f"expected a positive number of seconds, got {timeout_s!r}", field="--timeout")
+
+
+def _check_process_support(backend: Backend, selected: Sequence[Task]) -> None:
+    """Refuse, before any run, process tasks on a backend that cannot drive them."""
+    processes = [t.name for t in selected if t.kind == "process"]
+    if processes and not callable(getattr(backend, "run_process", None)):
+        raise InputError(
+            f"task(s) {', '.join(processes)} are long-running processes, which the {backend.name} backend cannot "
+            "profile; profile them with the local backend (--backend local), or leave them out with --tasks",
+            field="--backend",
+        )
+
+
+def _open_profile(
+    out: Path, job: Job, selected: list[Task], grid: Grid, backend: Backend, steps: ProcessSteps
+) -> tuple[dict, set[Cell], dict]:
+    """(metadata, cells already measured, backend info) of the profile to write or resume, after checking
+    that the backend can run (stress-ng, programs, cgroups) and that resuming would measure the same thing."""
+    meta_file = metadata_path(out)
+    meta = read_metadata(out)
+    if out.exists():
+        _ensure_csv(out, PROFILE_COLUMNS)
+    measured = measured_cells(out)
+    backend.check(selected, job.path)  # stress-ng present, stressors known, cgroups writable
+    backend_info = backend.info()
+    _check_compatible(meta, selected, host_info(), backend_info, measured, meta_file, steps)
+    if measured:
+        _warn_if_appending_another(meta, job, grid, meta_file)
+    return meta, measured, backend_info
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Cells measured by one start of a program: one cell, or a process task's missing workloads at one
+    CPU level and repeat (one start per CPU level: see :mod:`bsp_planner.profiling.process`)."""
+
+    task: Task
+    cells: tuple[Cell, ...]
+
+
+def plan_batches(todo: Sequence[Cell], tasks: dict[str, Task]) -> list[Batch]:
+    """`todo` (in the runner's order) as batches, each process batch where its first cell was."""
+    batches: list[Batch] = []
+    where: dict[tuple[str, float, int], int] = {}
+    for cell in todo:
+        name, _, cpu, repeat = cell
+        task = tasks[name]
+        key = (name, cpu, repeat)
+        if task.kind == "process" and key in where:
+            i = where[key]
+            batches[i] = Batch(task, (*batches[i].cells, cell))
+            continue
+        if task.kind == "process":
+            where[key] = len(batches)
+        batches.append(Batch(task, (cell,)))
+    return batches
+
+
+def run_batch(backend: Backend, batch: Batch, timeout_s: float, steps: ProcessSteps) -> list[tuple[Cell, RunResult]]:
+    """Run one batch: each of its cells with its result."""
+    task = batch.task
+    if task.kind == "process":
+        cpu = batch.cells[0][2]
+        results = backend.run_process(task, [c[1] for c in batch.cells], cpu, timeout_s, steps)  # type: ignore[attr-defined]
+        return [(c, results[c[1]]) for c in batch.cells]
+    (cell,) = batch.cells
+    return [(cell, backend.run(task, cell[1], cell[2], timeout_s))]
 
 
 def _check_profile_path(out: Path) -> None:
@@ -459,7 +531,7 @@ def _warn_if_appending_another(meta: dict, job: Job, grid: Grid, meta_file: Path
             f"{meta_file}: the profile was measured for job '{old_job}'; appending rows of job '{job.name}' "
             "(its metadata keeps the first job and lists both under 'jobs')",
             InputWarning,
-            stacklevel=3,
+            stacklevel=4,
         )
     old = meta.get("grid")
     if isinstance(old, dict):
@@ -474,12 +546,19 @@ def _warn_if_appending_another(meta: dict, job: Job, grid: Grid, meta_file: Path
                 f"{meta_file}: appending rows of another grid: {'; '.join(diff)}; the profile is usable only "
                 "once every task has every cell of the union",
                 InputWarning,
-                stacklevel=3,
+                stacklevel=4,
             )
 
 
 def _merge_meta(
-    meta: dict, job: Job, tasks: list[Task], grid: Grid, host: dict, backend: dict, timeout_s: float
+    meta: dict,
+    job: Job,
+    tasks: list[Task],
+    grid: Grid,
+    host: dict,
+    backend: dict,
+    timeout_s: float,
+    steps: ProcessSteps,
 ) -> dict:
     meta = dict(meta)
     meta["format"] = META_FORMAT
@@ -503,13 +582,15 @@ def _merge_meta(
     }
     task_meta = dict(meta.get("tasks", {}))
     for t in tasks:
-        task_meta[t.name] = _task_meta(t)
+        task_meta[t.name] = _task_meta(t, steps)
     meta["tasks"] = task_meta
     meta["ops_per_unit"] = {k: v["ops_per_unit"] for k, v in task_meta.items() if "ops_per_unit" in v}
     meta["workers"] = {k: v["workers"] for k, v in task_meta.items()}
     meta["duration"] = (
         "wall-clock seconds of the task's process (stress-ng or its command), in its own cgroup with a CFS quota of "
-        "cpu_millicores * 100 us per 100000 us"
+        "cpu_millicores * 100 us per 100000 us; for a long-running process task, the median wall seconds of its "
+        "measure_steps step blocks at that workload after warmup_steps discarded ones, the process started once per "
+        "CPU level and repeat in such a cgroup"
     )
     return meta
 
