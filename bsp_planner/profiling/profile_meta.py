@@ -205,7 +205,7 @@ def merge_meta(
 
 DURATION_NOTE = (
     "wall-clock seconds of the task's process (stress-ng or its command), in its own cgroup with a CFS quota of "
-    "cpu_millicores * 100 us per 100000 us; for a long-running process task, the median wall seconds of its "
+    "cpu_millicores * 100 us per 100000 us; for a long-running process task, the mean wall seconds of its "
     "measure_steps step blocks at that workload after warmup_steps discarded ones, the process started once per "
     "CPU level and repeat in such a cgroup"
 )
