@@ -155,7 +155,6 @@ def _build(exp: Experiment) -> Scenario:
             discount=p.discount,
             mid_durations=dm.durations(mid[:, None])[:, :, 0],
             exppo_max_level=exppo_max,
-            planner_settings=p,
         )
 
     for mode in exp.modes:

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -293,6 +294,9 @@ def test_a_stopped_or_killed_coordinator_leaves_nothing_running_and_resume_finis
     assert sm["same_plan_as_simulated"]
     meta = json.loads((runs / "killc" / "run.json").read_text())
     assert meta["status"] == "finished" and len(meta["resumes"]) == 2
+    # the inputs are named relative to the run folder (what the two resumes found), never by an absolute path
+    assert (runs / "killc" / meta["settings"]["experiment"]).resolve() == exp.resolve()
+    assert not any(Path(p).is_absolute() for k, p in meta["inputs"].items() if k != "sha256")
     assert_nothing_left("killc")
 
 

@@ -216,11 +216,12 @@ def _resumed_settings(runs_dir: Path, rid: str, zookeeper: str | None, zk_wait: 
     """The run's own settings, read (not taken: the coordinator takes the run before writing), with the
     ZooKeeper address and wait of this invocation."""
     from .coordinator import RunSettings
-    from .run_store import RunStore
+    from .run_store import RunStore, resolved_path
 
     store = RunStore(runs_dir, rid)
     meta = store.read_meta()
     settings = RunSettings.from_dict(meta["settings"], path=store.meta_path)
+    settings.experiment = str(resolved_path(settings.experiment, store.run_dir))  # recorded relative to the run
     if zookeeper:
         settings.zookeeper = zookeeper  # the server may have moved; everything else is the run's
     settings.zk_wait_s = zk_wait

@@ -129,6 +129,15 @@ class LocalBackend(Backend):
                 path=path,
                 field="cpu.max_millicores",
             )
+        imaged = [t.name for t in job.tasks if getattr(t, "image", None)]
+        if imaged:
+            raise InputError(
+                f"task(s) {', '.join(imaged)} name a container image, which only the kubernetes backend runs (their "
+                "programs are the image's); run with --backend kubernetes, or drop `image` to run the programs on "
+                "this machine",
+                path=path or job.path,
+                field="task.image",
+            )
         self.workers = {t.name: t.workers for t in job.tasks}
         probe = ProfilingBackend(stress_ng=self.stress_ng, prefix=self.prefix, hierarchy=self._hierarchy)
         probe.check(list(job.tasks), job.path)  # stress-ng, its stressors, and a throw-away cgroup
