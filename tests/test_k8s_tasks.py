@@ -547,13 +547,39 @@ def test_profile_run_times_an_image_command_task_as_jobs_in_its_image(tmp_path):
     assert len(rows) == 3 and all(float(r.split(",")[3]) > 0 for r in rows)  # task,workload,cpu,duration_s,...
 
 
+def test_a_profile_resumed_with_another_image_is_refused(tmp_path):
+    from bsp_planner.profiling import runner as R
+    from bsp_planner.profiling.kubernetes import KubernetesProfiler, run_grid_kubernetes
+    from bsp_planner.testing.fake_apiserver import JobOutcome
+
+    def ok(body: dict) -> JobOutcome:
+        return JobOutcome(0, json.dumps({"duration_s": 1.0, "exit_code": 0, "reason": "", "node": "n"}))
+
+    path = tmp_path / "job.toml"
+    text = 'name = "j"\n\n[[task]]\nname = "k"\nimage = "me/kernel:{v}"\ncommand = ["kernel", "{{workload}}"]\n'
+    grid = R.Grid((1000, 2000), (10, 20), 1)
+    with FakeApiServer(job_runner=ok) as api:
+        api.add_node("n", "4")
+        path.write_text(text.format(v=1))
+        p = KubernetesProfiler(namespace=NS, kubeconfig=api.kubeconfig, image="bsp-planner:dev", poll_s=0.01)
+        run_grid_kubernetes(load_job(path), tmp_path / "p.csv", grid, p, tasks=None, progress=False)
+        path.write_text(text.format(v=2))
+        p = KubernetesProfiler(namespace=NS, kubeconfig=api.kubeconfig, image="bsp-planner:dev", poll_s=0.01)
+        with pytest.raises(InputError, match="task 'k' was measured with image='me/kernel:1'"):
+            run_grid_kubernetes(
+                load_job(path), tmp_path / "p.csv", R.Grid((1000, 2000), (10, 20), 2), p, progress=False
+            )
+
+
 def test_profile_run_refuses_process_tasks_on_kubernetes(api, tmp_path):
     from bsp_planner.profiling.kubernetes import KubernetesProfiler
 
     path = tmp_path / "job.toml"
     path.write_text('name = "j"\n\n[[task]]\nname = "p"\nimage = "me/app:1"\nprocess = ["app"]\n')
     p = KubernetesProfiler(namespace=NS, kubeconfig=api.kubeconfig, image="bsp-planner:dev")
-    with pytest.raises(InputError, match="task 'p' is a long-running process: a profile times one run per cell"):
+    with pytest.raises(
+        InputError, match="task 'p' is a long-running process: the kubernetes profiler .* process tasks yet"
+    ):
         p.check(list(load_job(path).tasks), path)
 
 
@@ -562,10 +588,12 @@ def test_the_backend_measures_a_pod_recreation_with_a_probe_pod_and_leaves_nothi
     """The probe pod's container is a quick local process here; the fake's scheduling takes 0.4 s and its
     deletion 0.2 s, so a recreation cannot cost less than 0.4 s: the measurement sees them."""
     ran: list[dict] = []
+    procs: list[subprocess.Popen] = []
 
     def run_pod(pod: dict):
         ran.append(pod)
-        return subprocess.Popen([sys.executable, "-c", "pass"])
+        procs.append(subprocess.Popen([sys.executable, "-c", "pass"]))
+        return procs[-1]
 
     with FakeApiServer(start_delay_s=0.4, delete_delay_s=0.2, pod_runner=run_pod) as api:
         api.add_node("node-a", "4")
@@ -581,6 +609,8 @@ def test_the_backend_measures_a_pod_recreation_with_a_probe_pod_and_leaves_nothi
         assert info["seconds"] == pytest.approx(cost, abs=1e-3) and info["millicores"] == 1500
         assert "created_to_started_s" in info and "started_to_finished_s" in info  # from the pod's timestamps
         assert b.measure_reconfigure_cost("in-place") is None
+    for p in procs:
+        p.wait(timeout=30)
 
 
 def test_a_recreation_probe_that_cannot_be_placed_falls_back_with_a_warning(tmp_path):

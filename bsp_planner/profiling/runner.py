@@ -51,7 +51,16 @@ META_FORMAT = 1
 
 Cell = tuple[str, float, float, int]  # (task, workload, cpu_millicores, repeat)
 #: what a task's rows depend on: a resumed profile must not mix rows measured with other values
-COMPARABLE_TASK_FIELDS = ("stressor", "ops_per_unit", "workers", "command", "process", "warmup_steps", "measure_steps")
+COMPARABLE_TASK_FIELDS = (
+    "stressor",
+    "ops_per_unit",
+    "workers",
+    "command",
+    "process",
+    "image",
+    "warmup_steps",
+    "measure_steps",
+)
 
 
 class Backend(Protocol):
