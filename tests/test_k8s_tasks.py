@@ -341,7 +341,7 @@ PROCESS_TASK = """
 [[task]]
 name = "{name}"
 image = "{image}"
-process = ["{{python}}", "-m", "bsp_planner.testing.bsp_app", "--ranks", "3"{extra}]
+process = ["{{python}}", "-m", "bsp_planner.testing.bsp_app", "--ranks", "3", "--control", "{control}"{extra}]
 series = {{ file = "{data}/nyc_taxi.csv", first_row = {first}, last_row = {last} }}
 """
 
@@ -358,7 +358,9 @@ def image_experiment(folder: Path, kind: str, images=("me/kernel:1",) * 3, steps
     template = COMMAND_TASK if kind == "command" else PROCESS_TASK
     extra = ', "--self-sync"' if sync == "observe" else ""
     tasks = "".join(
-        template.format(name=n, image=img, kernel=kernel, data=DATA / "datasets", first=f, last=la, extra=extra)
+        template.format(
+            name=n, image=img, kernel=kernel, data=DATA / "datasets", first=f, last=la, extra=extra, control=control
+        )
         for n, img, (f, la) in zip("abc", images, ROWS, strict=True)
     )
     (folder / "job.toml").write_text(f'name = "own"\nsync = "{sync}"\n' + tasks)
@@ -494,6 +496,49 @@ def test_process_tasks_run_one_pod_each_for_the_whole_run_resized_in_place(tmp_p
     for name in "abc":  # one process ran every step (the app appends its pid per step)
         pids = {line.split()[1] for line in (tmp_path / "scratch" / f"pids-{name}").read_text().splitlines()}
         assert len(pids) == 1
+
+
+@pytest.mark.slow
+@needs_zk
+def test_a_process_pod_dying_mid_run_names_task_and_step(tmp_path, zk_server, creds_file):
+    from bsp_planner.runtime.executor import RunFailed
+
+    exp, control = image_experiment(tmp_path / "exp", "process", images=("me/app:1",) * 3, steps=3)
+    (control / "die-b-1").touch()
+    api, b, coord = live(tmp_path, zk_server, creds_file, exp, "k8s-procdie")
+    try:
+        with pytest.raises(RunFailed) as info:
+            coord.run()
+        assert api.pods(NS) == []
+    finally:
+        api.stop()
+    text = str(info.value)
+    assert "task b's process exited with code 9 in step 1" in text and "--resume k8s-procdie" in text, text
+
+
+@pytest.mark.slow
+@needs_zk
+def test_a_process_pod_evicted_mid_run_stops_the_run_resumable_naming_task_and_step(tmp_path, zk_server, creds_file):
+    from bsp_planner.runtime.coordinator import RunInterrupted
+
+    exp, control = image_experiment(tmp_path / "exp", "process", images=("me/app:1",) * 3, steps=4)
+    (control / "hang-a-2").touch()  # step 2 cannot end before the eviction is seen
+    api, b, coord = live(tmp_path, zk_server, creds_file, exp, "k8s-evict")
+
+    def say(text: str) -> None:
+        if text.startswith("step    1"):  # step 1 is logged: the node evicts b's pod
+            api.evict(NS, b._pod_name("b"))
+
+    coord.say = say
+    try:
+        with pytest.raises(RunInterrupted) as info:
+            coord.run()
+        assert api.pods(NS) == []
+    finally:
+        api.stop()
+    text = str(info.value)
+    assert "task 'b': the pod was evicted" in text and "after step 1" in text, text
+    assert "--resume k8s-evict" in text, text
 
 
 # -- profile run: command tasks as Jobs ------------------------------------------------------------------
