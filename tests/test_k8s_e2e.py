@@ -161,3 +161,76 @@ def test_the_default_job_runs_live_on_the_cluster(cluster, tmp_path, monkeypatch
     assert cluster["cluster"].list_pods(N.run_selector(N.run_key(run_id))) == []
     summary = json.loads((tmp_path / "runs" / run_id / "summary.json").read_text())
     assert summary["steps_done"] == steps
+
+
+OWN_TASK = """
+[[task]]
+name = "{name}"
+image = "{image}"
+{what}
+series = {{ file = "{data}/datasets/nyc_taxi.csv", first_row = {first}, last_row = {last} }}
+"""
+
+
+@pytest.mark.parametrize("kind", ["command", "process"])
+def test_own_programs_run_live_in_their_image_on_the_cluster(cluster, tmp_path, monkeypatch, kind):
+    """Image tasks: a command run every step by our worker in the task's image, or one long-running
+    process pod per task resized in place (the stand-in application of bsp_planner.testing.bsp_app)."""
+    from bsp_planner.runtime.backends.kubernetes import KubernetesBackend
+    from bsp_planner.runtime.coordinator import Coordinator, RunSettings
+
+    how = "in-place" if cluster["cluster"].capabilities().in_place_resize else "recreate"
+    if kind == "process" and how != "in-place":
+        pytest.skip(f"the server ({cluster['version']}) cannot resize pods in place: process tasks are never recreated")
+    what = {
+        "command": 'command = ["python3", "-c", "import sys; sum(i * i for i in range(int(float(sys.argv[1]) * 2000)))", '
+        '"{workload}"]',
+        "process": 'process = ["{python}", "-m", "bsp_planner.testing.bsp_app", "--ranks", "3"]',
+    }[kind]
+    rows = ((0, 1998), (1999, 3997), (0, 1998))
+    job = tmp_path / "job.toml"
+    job.write_text(
+        'name = "own"\n'
+        + "".join(
+            OWN_TASK.format(name=n, image=IMAGE, what=what, data=DATA, first=f, last=la)
+            for n, (f, la) in zip("abc", rows, strict=True)
+        )
+    )
+    steps = int(os.environ.get("BSP_PLANNER_E2E_STEPS", "6"))
+    experiment = tmp_path / "exp.toml"
+    from zk_fixtures import write_profile
+
+    write_profile(tmp_path / "profile.csv")  # a synthetic profile of tasks a, b, c: the plan only needs one
+    experiment.write_text(
+        f'job = "{job}"\nprofile = "{tmp_path / "profile.csv"}"\nsteps = {steps}\npenalty_s = 0.5\n'
+        'modes = ["perfect"]\nstrategies = ["static:1"]\noutput = "out"\n'
+        "[cpu]\nbudget_millicores = 1500\nmin_millicores = 250\nstep_millicores = 50\nmax_millicores = 1000\n"
+    )
+    forward, port = _port_forward(cluster["kubeconfig"])
+    monkeypatch.setenv("BSP_PLANNER_ZK_AUTH", cluster["auth"])
+    run_id = f"e2e-{kind}-{int(time.time()) % 100000}"
+    try:
+        backend = KubernetesBackend(
+            run_id, cluster=cluster["cluster"], image=IMAGE, reconfigure=how, zk_auth_secret=SECRET, poll_s=0.5
+        )
+        settings = RunSettings(
+            experiment=str(experiment),
+            planner="static:1",
+            reconfigure=how,
+            overrides=[o for o in os.environ.get("BSP_PLANNER_E2E_SET", "").split(",") if o],
+            backend="kubernetes",
+            zookeeper=f"127.0.0.1:{port}",
+            zk_auth="env",
+            worker_start_s=300.0,
+            step_timeout_s=600.0,
+            zk_wait_s=30.0,
+        )
+        result = Coordinator(settings, run_id, tmp_path / "runs", backend=backend).run()
+    finally:
+        forward.kill()
+    assert result.status == "finished"
+    assert [r["step"] for r in result.records] == list(range(steps))
+    assert all(t["measured_s"] > 0 for r in result.records for t in r["tasks"])
+    if kind == "process":
+        assert {e.mode for e in backend.events} <= {"start", "in-place"}
+    assert cluster["cluster"].list_pods(N.run_selector(N.run_key(run_id))) == []

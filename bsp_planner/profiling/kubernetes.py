@@ -144,12 +144,14 @@ class KubernetesProfiler:
     def check(self, tasks: Sequence[Task], job_path: Path | None = None) -> None:
         """The namespace answers with the Role's rights and the image is known. (Whether the image's
         stress-ng has a stressor shows in that task's first run: a failed cell, with the reason.) A process
-        task is refused: it runs once for the whole run, so it has no per-cell run to time."""
+        task is refused: it is started once per CPU level and driven step by step through a profiling
+        session (bsp_planner.profiling.process), which this profiler does not do on Jobs yet."""
         for t in tasks:
             if t.kind == "process":
                 raise InputError(
-                    f"task '{t.name}' is a long-running process: a profile times one run per cell; profile its "
-                    "step with a `command` task (the same program doing one step), as the local profiler asks",
+                    f"task '{t.name}' is a long-running process: the kubernetes profiler times one Job per cell and "
+                    "does not profile process tasks yet; profile it with `profile run --backend local` (one start "
+                    "per CPU level, driven step by step), or profile its step as a `command` task",
                     path=job_path,
                     field=f"{t.name}.process",
                 )

@@ -24,7 +24,16 @@ if TYPE_CHECKING:
 
 META_FORMAT = 1
 #: what a task's rows depend on: a resumed profile must not mix rows measured with other values
-COMPARABLE_TASK_FIELDS = ("stressor", "ops_per_unit", "workers", "command", "process", "warmup_steps", "measure_steps")
+COMPARABLE_TASK_FIELDS = (
+    "stressor",
+    "ops_per_unit",
+    "workers",
+    "command",
+    "process",
+    "image",
+    "warmup_steps",
+    "measure_steps",
+)
 
 
 def load_avg_1m() -> float | None:

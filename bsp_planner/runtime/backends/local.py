@@ -279,13 +279,13 @@ class LocalBackend(Backend):
         """Seconds one reconfiguration costs here, measured now on throw-away groups (median of a few).
 
         in-place: rewriting a CFS quota, times the tasks a reconfiguration changes at most.
-        recreate: what :meth:`recreate_task` and the wait for the new worker cost one task: SIGTERM to a
-        running worker-like process and its exit, its group removed, a new group created with the
-        quota, a new process started in it and ready: our worker's interpreter and imports
-        (:data:`PROBE_READY`), under the quota a task gets on average (budget / tasks, from
-        :meth:`check`). Not included: the worker's ZooKeeper join (a few round trips on the same host)
-        and, for a process task, whatever its own program does before its first step; the per-step
-        records (``reconfig_s``) hold what each reconfiguration really cost, join included."""
+        recreate: what a reconfiguration that recreates every task costs (as in-place counts every task):
+        per task in turn, SIGTERM to a running worker-like process and its exit, its group removed, a new
+        group made and a new process started in it; then until all of them have loaded what a worker
+        loads (:data:`PROBE_READY`), each under the quota a task gets on average (budget / tasks, from
+        :meth:`check`). Not included: the worker's ZooKeeper join and leave (a few round trips on the
+        same host) and, for a process task, whatever its own program does before its first step; the
+        per-step records (``reconfig_s``) hold what each reconfiguration really cost, join included."""
         import statistics
 
         if method == "in-place":
@@ -305,42 +305,56 @@ class LocalBackend(Backend):
         return None
 
     def _probe_restart(self) -> float:
-        """One recreation of a worker-like process under the average task's quota (see
-        measure_reconfigure_cost): seconds from the stop signal to the new process being ready."""
-        millicores = self.probe_millicores
-        old = CpuQuotaGroup(
-            f"probe-{os.getpid()}-a", millicores=millicores, prefix=self.prefix, hierarchy=self.hierarchy
-        )
-        new = CpuQuotaGroup(
-            f"probe-{os.getpid()}-b", millicores=millicores, prefix=self.prefix, hierarchy=self.hierarchy
-        )
-        proc: subprocess.Popen | None = None
-        first: subprocess.Popen | None = None
+        """One reconfiguration that recreates every task, as :meth:`recreate_task` and the executor do it:
+        each old worker-like process stopped in turn (SIGTERM, its exit, its group removed) and its
+        replacement started in a new group, then the wait until all of them are ready. Each process runs
+        under the average task's quota. Seconds from the first stop signal to the last one ready."""
+        n = max(1, len(self.workers))
+        olds: list[CpuQuotaGroup] = []
+        news: list[CpuQuotaGroup] = []
+        procs: list[subprocess.Popen] = []
         try:
-            old.create()
-            proc = first = self._start_probe(old)
+            for i in range(n):
+                olds.append(self._probe_group(f"a{i}").create())
+                procs.append(self._spawn_probe(olds[i]))
+            self._weigh_run()
+            first = list(procs)
+            for p in first:
+                self._await_ready(p)
             t0 = time.perf_counter()
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(timeout=PROBE_TIMEOUT_S)
-            old.remove()
-            new.create()
-            proc = self._start_probe(new)
+            for i, p in enumerate(first):
+                p.send_signal(signal.SIGTERM)
+                p.wait(timeout=PROBE_TIMEOUT_S)
+                olds[i].remove()
+                news.append(self._probe_group(f"b{i}").create())
+                procs.append(self._spawn_probe(news[i]))
+            for p in procs[n:]:
+                self._await_ready(p)
             return time.perf_counter() - t0
         finally:
-            for p in {proc, first} - {None}:
-                assert p is not None
+            for p in procs:
                 if p.poll() is None:
                     p.kill()
                     p.wait(timeout=PROBE_TIMEOUT_S)
                 for pipe in (p.stdin, p.stdout):
                     if pipe is not None:
                         pipe.close()
-            old.remove()
-            new.remove()
+            for g in olds + news:
+                g.remove()
 
-    def _start_probe(self, group: CpuQuotaGroup) -> subprocess.Popen:
-        """A process in `group` that loads what a worker loads and says so; returns once it did."""
-        proc = subprocess.Popen(
+    def _probe_group(self, suffix: str) -> CpuQuotaGroup:
+        # in the run's own parent group, weighed as it will be for the workers (_weigh_run): the probes
+        # compete with the host's other work as the run's workers will (on a busy host that decides it)
+        return CpuQuotaGroup(
+            f"probe-{os.getpid()}-{suffix}",
+            millicores=self.probe_millicores,
+            prefix=self.run_prefix,
+            hierarchy=self.hierarchy,
+        )
+
+    def _spawn_probe(self, group: CpuQuotaGroup) -> subprocess.Popen:
+        """A process in `group` that loads what a worker loads, then says "ready" (see _await_ready)."""
+        return subprocess.Popen(
             [self.python, "-c", PROBE_READY],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -348,7 +362,9 @@ class LocalBackend(Backend):
             preexec_fn=group.preexec_fn,
             cwd=self._cwd(),
         )
-        assert proc.stdout is not None  # a pipe, asked for above
+
+    def _await_ready(self, proc: subprocess.Popen) -> None:
+        assert proc.stdout is not None  # a pipe (_spawn_probe)
         line = proc.stdout.readline()  # blocks until the probe is ready (or dies: EOF)
         if line.strip() != b"ready":
             proc.kill()
@@ -358,7 +374,6 @@ class LocalBackend(Backend):
                 f"{proc.returncode}); give it in the experiment instead: [reconfigure_cost] recreate_s = ...",
                 field="reconfigure_cost.recreate_s",
             )
-        return proc
 
     def resize_task(self, task: str, millicores: float) -> None:
         t = self._get(task)
