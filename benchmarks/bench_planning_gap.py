@@ -46,7 +46,7 @@ def run_setting(
     overrides = [f"penalty_s={setting['penalty_s']}", f"start={setting['start']}", "modes=forecast", "steps=400"]
     if forecasts:
         overrides.append(f"forecast.source={forecasts}")
-    apply_overrides(exp, overrides)
+    exp = apply_overrides(exp, overrides)
     t0 = time.perf_counter()
     scen = build_scenario(exp)
     for s in [*strategies, "optimum"]:

@@ -122,6 +122,22 @@ def test_mstl_beats_persistence_and_the_daily_seasonal_naive_on_daily_plus_weekl
     assert e_mstl < 1.5  # noise sd 0.5: within a few noise levels
 
 
+def test_mstl_decomposition_with_loess_jumps_stays_within_noise_of_the_exact_one():
+    """The decompositions evaluate STL's loess every k-th point (R's stl() default jumps, for speed);
+    the seasonal total they give must stay far inside the series' noise of the exact one."""
+    from statsforecast.mstl import mstl
+
+    from bsp_planner.forecasting.statistical import stl_jumps
+
+    x = two_seasons(6 * WEEK)  # noise sd 0.5
+    exact = mstl(x, period=[DAY, WEEK])
+    jumped = mstl(x, period=[DAY, WEEK], stl_kwargs=stl_jumps(DAY))
+    seasonal = [f"seasonal{DAY}", f"seasonal{WEEK}"]
+    diff = sum(np.asarray(jumped[k]) for k in seasonal) - sum(np.asarray(exact[k]) for k in seasonal)
+    assert stl_jumps(DAY)["trend_jump"] > 1 and stl_jumps(DAY)["low_pass_jump"] > 1  # it does skip points
+    assert np.max(np.abs(diff)) < 0.05
+
+
 def test_mstl_never_reads_the_origin_or_later_and_gives_ordered_quantiles():
     from bsp_planner.forecasting.statistical import MSTLForecaster
 
