@@ -33,15 +33,15 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from bench_simulate import big_context  # noqa: E402
 
 from bsp_planner.allocation import make_allocator  # noqa: E402
-from bsp_planner.experiment import load_experiment  # noqa: E402
+from bsp_planner.experiment import PlannerSettings, load_experiment  # noqa: E402
 from bsp_planner.planners.base import make_planner  # noqa: E402
 from bsp_planner.scenario import build_scenario, run_strategy  # noqa: E402
 from bsp_planner.simulation import simulate  # noqa: E402
 
 
-def timed_mpc(ctx, actual):
-    """Run MPC; returns (result, wall ms per decision, CPU ms per decision)."""
-    planner = make_planner("mpc")
+def timed_mpc(ctx, actual, horizon: int):
+    """Run MPC with a horizon of `horizon` steps; returns (result, wall ms per decision, CPU ms per decision)."""
+    planner = make_planner("mpc", PlannerSettings(horizon=horizon))
     cpu_ms = []
     decide = planner.decide
 
@@ -131,7 +131,7 @@ def growth(cases, steps: int) -> None:
         ctx, actual = big_context(
             n, steps, h, allocator=make_allocator("threshold"), budget_per_task_millicores=per_task
         )
-        _, wall, cpu = timed_mpc(ctx, actual)
+        _, wall, cpu = timed_mpc(ctx, actual, h)
         # The last h-1 decisions see shorter horizons: only full ones count.
         wall, cpu = wall[: steps - h + 1], cpu[: steps - h + 1]
         print(

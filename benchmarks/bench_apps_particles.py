@@ -61,7 +61,6 @@ def contexts(ranks: int, steps: int):
             discount=p.discount,
             mid_durations=dm.durations(mid[:, None])[:, :, 0],
             exppo_max_level=max_level,
-            planner_settings=p,
         )
 
     # perfect knowledge: the true durations of steps t..t+h-1

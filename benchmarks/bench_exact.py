@@ -94,7 +94,7 @@ def bench_mpc(path, overrides, steps: int = 60) -> None:
         ctx.configs.allocator = alloc
         sub = type(ctx)(**{**ctx.__dict__, "steps": steps})
         c0 = time.process_time()
-        r = simulate(make_planner("mpc"), sub, scen.actual[:, :, :steps], "forecast")
+        r = simulate(make_planner("mpc", exp.planner), sub, scen.actual[:, :, :steps], "forecast")
         cpu = time.process_time() - c0
         d = r.decision_ms
         rows.append((label, np.median(d), pct(d, 90), d.max(), 1e3 * cpu / steps, alloc.stats.milps / steps))

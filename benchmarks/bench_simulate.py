@@ -93,7 +93,6 @@ def big_context(
         penalty_s=exp.penalty_s,
         configs=ConfigTable(predicted, allocator or GreedyAllocator(), max_level, cpu.budget_steps(n_tasks), 0.95),
         mid_durations=actual.mean(axis=2),
-        planner_settings=PlannerSettings(horizon=horizon),
     )
     return ctx, actual
 
@@ -102,7 +101,7 @@ def mpc_run(n_tasks: int, steps: int, horizon: int):
     """(wall s, CPU s, median decision ms) of an MPC simulation."""
     ctx, actual = big_context(n_tasks, steps, horizon)
     t0, c0 = time.perf_counter(), time.process_time()
-    r = simulate(make_planner("mpc"), ctx, actual)
+    r = simulate(make_planner("mpc", PlannerSettings(horizon=horizon)), ctx, actual)
     return time.perf_counter() - t0, time.process_time() - c0, float(np.median(r.decision_ms))
 
 

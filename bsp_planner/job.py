@@ -25,12 +25,17 @@ BSP_WORKLOAD, BSP_STEP, BSP_TASK in its environment. Its wall time is the step's
 exit is the task's failure (with its stderr tail); one JSON line `{"workload": 37.5}` on its stdout is
 the step's observed workload. A program named with a `/` is relative to the job file.
 
+On Kubernetes a command or process task may name its container image (``image = "registry/app:1.2"``):
+the task's pod runs that image, and its `command`/`process` paths are the image's (never resolved
+against the job file). The image must contain bsp-planner (docs/kubernetes.md says why and how).
+
 Paths are relative to the job file. Rows count data rows from 0 (the header is not a row), both ends
 included; `last_row` may be left out to mean "to the end of the file".
 """
 
 from __future__ import annotations
 
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,6 +55,33 @@ class SeriesRef:
 
 
 PLACEHOLDERS = ("workload", "step", "task", "run_dir", "python")
+
+# A container image reference: [registry[:port]/]path[:tag][@algorithm:hex] (the grammar of
+# distribution/reference, lowercase path components, a tag of at most 128 word characters, '.' and '-').
+_IMAGE_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_IMAGE_REGISTRY = (
+    r"(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*(?::[0-9]+)?/)?"
+)
+IMAGE_REFERENCE = re.compile(
+    rf"^{_IMAGE_REGISTRY}{_IMAGE_COMPONENT}(?:/{_IMAGE_COMPONENT})*(?::[\w][\w.-]{{0,127}})?"
+    r"(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?$"
+)
+
+
+def image_problem(image: str) -> str | None:
+    """Why `image` is not a container image reference (None if it is one)."""
+    if not image.strip():
+        return "an empty image name"
+    if image != image.strip() or any(c.isspace() for c in image):
+        return f"{image!r} contains whitespace"
+    if len(image) > 255 + 128 + 80:
+        return f"{image[:40]!r}... is too long for an image reference"
+    if not IMAGE_REFERENCE.match(image):
+        return (
+            f"{image!r} is not an image reference (expected [registry[:port]/]name[:tag][@sha256:digest], "
+            "the name in lowercase, e.g. ghcr.io/me/kernel:1.2)"
+        )
+    return None
 
 
 def format_workload(workload: float) -> str:
@@ -75,6 +107,7 @@ class Task:
     workers: int = 1
     command: tuple[str, ...] | None = None  # the user's program, run afresh every step
     process: tuple[str, ...] | None = None  # the user's long-running process (bsp_planner.task)
+    image: str | None = None  # Kubernetes: the container image the task's pod runs (command/process tasks)
 
     @property
     def kind(self) -> str:
@@ -83,10 +116,11 @@ class Task:
 
     def identity(self) -> dict:
         """What makes two measurements of this task comparable (kept in a profile's metadata and a run)."""
+        image = {"image": self.image} if self.image else {}
         if self.command:
-            return {"command": list(self.command), "workers": self.workers}
+            return {"command": list(self.command), "workers": self.workers, **image}
         if self.process:
-            return {"process": list(self.process), "workers": self.workers}
+            return {"process": list(self.process), "workers": self.workers, **image}
         return {"stressor": self.stressor, "ops_per_unit": self.ops_per_unit, "workers": self.workers}
 
     def step_args(
@@ -162,6 +196,7 @@ class TaskSpec:
     command: list[str] | None = setting(None, min_items=1)
     process: list[str] | None = setting(None, min_items=1)
     series: SeriesSpec | None = setting(None)  # command/process tasks: optional (workloads observed)
+    image: str | None = setting(None)  # Kubernetes: the container image of a command/process task
     workers: int | None = setting(None, ge=1)  # None: the job's `workers`
 
 
@@ -191,6 +226,14 @@ class JobFile:
                 raise InputError(f"duplicate task name '{t.name}'", path=path, field=f"task[{i}].name")
             seen.add(t.name)
             kinds = [k for k in ("stressor", "command", "process") if getattr(t, k) is not None]
+            if not kinds and t.image is not None:
+                raise InputError(
+                    f"task '{t.name}' gives an image but no command or process: give `command` (run by our worker "
+                    "inside the image, afresh every step) or `process` (the image's long-running program); the "
+                    "image's own ENTRYPOINT is not used, since the API server cannot tell what it is",
+                    path=path,
+                    field=f"task[{i}]",
+                )
             if len(kinds) != 1:
                 raise InputError(
                     f"task '{t.name}' must give exactly one of stressor, command or process"
@@ -206,6 +249,8 @@ class JobFile:
                         path=path,
                         field=f"task[{i}].{k}",
                     )
+            if t.image is not None:
+                self._check_image(t, i, kinds[0], path)
             if t.stressor is None:
                 if t.ops_per_unit is not None:
                     raise InputError(
@@ -236,6 +281,20 @@ class JobFile:
             self._check_rows(t, i, path)
 
     @staticmethod
+    def _check_image(t: TaskSpec, i: int, kind: str, path) -> None:
+        assert t.image is not None  # the caller checks
+        if kind == "stressor":
+            raise InputError(
+                f"task '{t.name}' gives an image but runs a stress-ng stressor: `image` goes with `command` or "
+                "`process` (stressor tasks run in the run's image, --image)",
+                path=path,
+                field=f"task[{i}].image",
+            )
+        problem = image_problem(t.image)
+        if problem:
+            raise InputError(f"task '{t.name}': {problem}", path=path, field=f"task[{i}].image")
+
+    @staticmethod
     def _check_rows(t: TaskSpec, i: int, path) -> None:
         assert t.series is not None  # the callers check
         first, last = t.series.first_row, t.series.last_row
@@ -262,8 +321,9 @@ def load_job(path: str | Path) -> Job:
                 file=(path.parent / t.series.file).resolve(), first_row=t.series.first_row, last_row=t.series.last_row
             ),
             workers=t.workers if t.workers is not None else spec.workers,
-            command=_program(t.command, path),
-            process=_program(t.process, path),
+            command=_program(t.command, path, in_image=t.image is not None),
+            process=_program(t.process, path, in_image=t.image is not None),
+            image=t.image,
         )
         for t in spec.task
     )
@@ -276,12 +336,13 @@ def load_job(path: str | Path) -> Job:
     )
 
 
-def _program(argv: list[str] | None, job_path: Path) -> tuple[str, ...] | None:
-    """A program named with a `/` is relative to the job file; a bare name is looked up on PATH when run."""
+def _program(argv: list[str] | None, job_path: Path, *, in_image: bool = False) -> tuple[str, ...] | None:
+    """A program named with a `/` is relative to the job file; a bare name is looked up on PATH when run.
+    In an image task the paths are the image's: left as written."""
     if argv is None:
         return None
     prog = argv[0]
-    if "/" in prog and "{" not in prog and not Path(prog).is_absolute():
+    if not in_image and "/" in prog and "{" not in prog and not Path(prog).is_absolute():
         prog = str((job_path.parent / prog).resolve())
     return (prog, *argv[1:])
 

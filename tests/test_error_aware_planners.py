@@ -3,13 +3,12 @@ synthetic jobs whose answer is known."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import numpy as np
 import pytest
 
 from bsp_planner.allocation import CpuLevels, GreedyAllocator
 from bsp_planner.errors import InputError
+from bsp_planner.experiment import PlannerSettings
 from bsp_planner.planners.base import ConfigTable, PlanningContext, make_planner
 from bsp_planner.planners.observed import MIN_ERRORS, attach, observations
 from bsp_planner.simulation import simulate
@@ -26,9 +25,12 @@ def durations(workloads: np.ndarray) -> np.ndarray:
     return w[:, None] / lv
 
 
-def forecast_context(
-    actual_w: np.ndarray, forecast_w: np.ndarray, *, penalty: float = 0.0, budget_steps: int = 8, horizon: int = 3
-):
+def planner(spec: str, horizon: int = 3):
+    """A planner made as `simulate` makes it: with the experiment's [planner] settings (here a horizon)."""
+    return make_planner(spec, PlannerSettings(horizon=horizon))
+
+
+def forecast_context(actual_w: np.ndarray, forecast_w: np.ndarray, *, penalty: float = 0.0, budget_steps: int = 8):
     n, m = actual_w.shape
     predicted = durations(np.clip(forecast_w, *RANGE)).transpose(2, 0, 1, 3)  # (steps, n, L, H)
     max_level = np.full(n, N_LEVELS - 1)
@@ -38,7 +40,6 @@ def forecast_context(
         max_level=max_level,
         penalty_s=penalty,
         configs=ConfigTable(predicted, GreedyAllocator(), max_level, budget_steps, 0.95),
-        planner_settings=SimpleNamespace(horizon=horizon, length_punishment=1.0),
         mid_durations=durations(np.full((n, 1), 30.0))[:, :, 0],
     )
     attach(ctx, actual_w, forecast_w, durations, RANGE)
@@ -59,8 +60,8 @@ def test_risk_aware_mpc_gives_more_cpu_to_the_task_whose_forecast_is_uncertain()
     actual, forecast = uncertain_task_job()
     late = np.arange(MIN_ERRORS + H + 5, actual.shape[1])  # once enough errors are known
     ctx = forecast_context(actual, forecast)
-    plain = simulate(make_planner("mpc"), ctx, durations(actual))
-    risky = simulate(make_planner("mpc-risk:0.8"), forecast_context(actual, forecast), durations(actual))
+    plain = simulate(planner("mpc"), ctx, durations(actual))
+    risky = simulate(planner("mpc-risk:0.8"), forecast_context(actual, forecast), durations(actual))
     # the median forecasts are the same for both tasks, so plain MPC splits the CPU evenly
     assert np.all(plain.levels[late, 0] == plain.levels[late, 1])
     # planning on the 80% quantile, the uncertain task gets more
@@ -89,8 +90,8 @@ def test_risk_aware_mpc_in_perfect_mode_is_mpc():
     actual, forecast = uncertain_task_job(m=60)
     ctx = forecast_context(actual, forecast)
     ctx.extras["observations"] = type(observations(ctx, "x"))(actual, None, durations, RANGE)
-    a = simulate(make_planner("mpc"), ctx, durations(actual))
-    b = simulate(make_planner("mpc-risk"), ctx, durations(actual))
+    a = simulate(planner("mpc"), ctx, durations(actual))
+    b = simulate(planner("mpc-risk"), ctx, durations(actual))
     np.testing.assert_array_equal(a.levels, b.levels)
 
 
@@ -106,7 +107,7 @@ def test_planners_that_learn_from_observations_refuse_a_context_without_them():
     del ctx.extras["observations"]
     for name in ("mpc-risk", "mpc-adaptive", "reactive"):
         with pytest.raises(InputError, match="observed workloads"):
-            simulate(make_planner(name), ctx, durations(actual))
+            simulate(planner(name), ctx, durations(actual))
 
 
 def test_reactive_follows_the_last_observed_workloads_one_step_late():
@@ -115,7 +116,7 @@ def test_reactive_follows_the_last_observed_workloads_one_step_late():
     actual[0, 20:] = 45.0  # task 0 jumps at step 20
     forecast = np.full((2, m, H), 30.0)  # forecasts it ignores
     ctx = forecast_context(actual, forecast, penalty=0.0)
-    r = simulate(make_planner("reactive"), ctx, durations(actual))
+    r = simulate(planner("reactive"), ctx, durations(actual))
     assert np.all(r.levels[1:21, 0] == r.levels[1:21, 1])  # equal workloads seen: even split
     assert np.all(r.levels[21:, 0] > r.levels[21:, 1])  # the jump seen at step 21, not before
     assert r.levels[20, 0] == r.levels[20, 1]
@@ -129,8 +130,8 @@ def test_adaptive_mpc_shortens_its_horizon_where_errors_grow_with_lead_time():
     for h in range(H):  # the forecast made at t for step t+h is off by (h+1)**2 * noise
         target = np.minimum(np.arange(m) + h, m - 1)
         forecast[:, :, h] = actual[:, target] + (h + 1) ** 2 * 0.5 * rng.standard_normal((2, m))
-    ctx = forecast_context(actual, forecast, horizon=H)
-    p = make_planner("mpc-adaptive")
+    ctx = forecast_context(actual, forecast)
+    p = planner("mpc-adaptive", horizon=H)
     simulate(p, ctx, durations(actual))
     early_h, early_l = p.adapted(5)
     late_h, late_l = p.adapted(m - 1)

@@ -80,7 +80,7 @@ def test_known_answers_for_zero_and_huge_penalties():
     assert len(one.segments) == 1 and one.value == pytest.approx(whole.value)
 
 
-def perfect_context(actual, penalty, budget_steps, allocator="greedy", **kw):
+def perfect_context(actual, penalty, budget_steps, allocator="greedy"):
     n, levels, m = actual.shape
     padded = np.concatenate([actual, np.repeat(actual[:, :, -1:], m - 1, axis=2)], axis=2)
     predicted = sliding_window_view(padded, m, axis=2).transpose(2, 0, 1, 3)
@@ -92,7 +92,6 @@ def perfect_context(actual, penalty, budget_steps, allocator="greedy", **kw):
         penalty_s=penalty,
         configs=ConfigTable(predicted, make_allocator(allocator), max_level, budget_steps, 0.95),
         mid_durations=actual.mean(axis=2),
-        planner_settings=PlannerSettings(**kw),  # what planners made without their parameters use
     )
 
 
@@ -102,21 +101,22 @@ def test_optimum_brackets_every_perfect_strategy(seed):
     work = rng.uniform(1, 10, (4, 24)) * (1 + np.sin(np.arange(24) / 3.0 + np.arange(4)[:, None]) / 2)
     actual = durations_from_work(work, 10)
     for allocator in ("greedy", "exact"):
-        ctx = perfect_context(actual, 0.8, 14, allocator, dp_max_segment=8, horizon=6, optimum_max_segment=24)
+        ctx = perfect_context(actual, 0.8, 14, allocator)
+        settings = PlannerSettings(dp_max_segment=8, horizon=6, optimum_max_segment=24)
         floor = floor_result(ctx, actual, "perfect")
-        opt = optimum_result(ctx, actual, "perfect")
+        opt = optimum_result(ctx, actual, "perfect", settings)
         assert floor.total_s <= opt.total_s + 1e-9
         assert opt.notes["certified_optimal"]
         for s in ["exppo", "static:1", "static:3", "dp", "mpc"]:
-            r = simulate(make_planner(s), ctx, actual, "perfect")
+            r = simulate(make_planner(s, settings), ctx, actual, "perfect")
             assert opt.total_s <= r.total_s + 1e-9, (allocator, s, opt.total_s, r.total_s)
 
 
 def test_plan_is_real_levels_and_checkpoints():
     rng = np.random.default_rng(3)
     actual = durations_from_work(rng.uniform(1, 10, (3, 20)), 6)
-    ctx = perfect_context(actual, 0.5, 7, optimum_max_segment=20)
-    r = optimum_result(ctx, actual, "perfect")
+    ctx = perfect_context(actual, 0.5, 7)
+    r = optimum_result(ctx, actual, "perfect", PlannerSettings(optimum_max_segment=20))
     assert r.levels.shape == (20, 3) and np.all(r.levels.sum(axis=1) <= 7)
     assert np.array_equal(r.reconfigured[1:], np.any(r.levels[1:] != r.levels[:-1], axis=1)) and not r.reconfigured[0]
     assert np.allclose(r.step_s, step_times(actual, r.levels))

@@ -19,7 +19,7 @@ def durations_from_work(work: np.ndarray) -> np.ndarray:
     return work[:, None, :] / np.arange(1, N_LEVELS + 1)[None, :, None]
 
 
-def perfect_context(actual: np.ndarray, penalty: float, budget_steps: int, **kw) -> PlanningContext:
+def perfect_context(actual: np.ndarray, penalty: float, budget_steps: int) -> PlanningContext:
     n, _, m = actual.shape
     padded = np.concatenate([actual, np.repeat(actual[:, :, -1:], m - 1, axis=2)], axis=2)
     predicted = sliding_window_view(padded, m, axis=2).transpose(2, 0, 1, 3)
@@ -31,7 +31,6 @@ def perfect_context(actual: np.ndarray, penalty: float, budget_steps: int, **kw)
         penalty_s=penalty,
         configs=ConfigTable(predicted, GreedyAllocator(), max_level, budget_steps, 0.95),
         mid_durations=actual.mean(axis=2),
-        planner_settings=PlannerSettings(**kw),  # what planners made without their parameters use
     )
 
 
@@ -50,7 +49,7 @@ def test_dp_equals_brute_force_over_all_plans(seed):
     rng = np.random.default_rng(seed)
     m, cap, penalty = 7, 4, float(rng.uniform(0.5, 4))
     actual = durations_from_work(rng.uniform(1, 10, (3, m)))
-    ctx = perfect_context(actual, penalty, budget_steps=5, dp_max_segment=cap)
+    ctx = perfect_context(actual, penalty, budget_steps=5)
     ctx.configs.ensure_all(cap)
     best = np.inf
     for plan in compositions(m, cap):
@@ -63,7 +62,7 @@ def test_dp_equals_brute_force_over_all_plans(seed):
     assert total == pytest.approx(best)
     assert sum(j for _, j in segments) == m
     # The simulated plan never costs more than DP predicted (an unchanged configuration is free).
-    result = simulate(make_planner("dp"), ctx, actual)
+    result = simulate(make_planner("dp", PlannerSettings(dp_max_segment=cap)), ctx, actual)
     assert result.total_s <= total + 1e-9
 
 
@@ -77,29 +76,29 @@ def two_phase_job(n_steps=12, switch=4):
 
 def test_mpc_keeps_when_penalty_outweighs_the_gain():
     actual = two_phase_job()
-    ctx = perfect_context(actual, penalty=1000.0, budget_steps=4, horizon=6)
-    result = simulate(make_planner("mpc"), ctx, actual)
+    ctx = perfect_context(actual, penalty=1000.0, budget_steps=4)
+    result = simulate(make_planner("mpc", PlannerSettings(horizon=6)), ctx, actual)
     assert result.checkpoints == 0
     assert np.all(result.actions[1:] == 0)
 
 
 def test_mpc_reconfigures_when_the_gain_outweighs_the_penalty():
     actual = two_phase_job()
-    ctx = perfect_context(actual, penalty=0.5, budget_steps=4, horizon=6)
-    result = simulate(make_planner("mpc"), ctx, actual)
+    ctx = perfect_context(actual, penalty=0.5, budget_steps=4)
+    result = simulate(make_planner("mpc", PlannerSettings(horizon=6)), ctx, actual)
     assert result.checkpoints == 1
     assert result.reconfigured[4]  # exactly when the heavy task changes
     # The first phase favours task 0, the second task 1.
     assert result.levels[0, 0] > result.levels[0, 1] and result.levels[4, 1] > result.levels[4, 0]
-    keep_all = simulate(make_planner("mpc"), perfect_context(actual, 1000.0, 4, horizon=6), actual)
+    keep_all = simulate(make_planner("mpc", PlannerSettings(horizon=6)), perfect_context(actual, 1000.0, 4), actual)
     assert result.total_s < keep_all.total_s
 
 
 def test_mpc_waits_for_the_change_instead_of_reconfiguring_early():
     # With a horizon that sees the switch coming, MPC does not reconfigure before it.
     actual = two_phase_job(n_steps=14, switch=7)
-    ctx = perfect_context(actual, penalty=0.5, budget_steps=4, horizon=10)
-    result = simulate(make_planner("mpc"), ctx, actual)
+    ctx = perfect_context(actual, penalty=0.5, budget_steps=4)
+    result = simulate(make_planner("mpc", PlannerSettings(horizon=10)), ctx, actual)
     assert not result.reconfigured[:7].any()
 
 

@@ -18,7 +18,7 @@ from bsp_planner.errors import InputError
 from bsp_planner.job import Job, SeriesRef, Task
 from bsp_planner.profiles import load_profile, metadata_path, read_profile_rows
 from bsp_planner.profiling.calibrate import calibrate_task, round_sig
-from bsp_planner.profiling.cgroups import CgroupUnavailable, CpuQuotaGroup, detect_hierarchy, quota_us
+from bsp_planner.profiling.cgroups import CFS_PERIOD_US, CgroupUnavailable, CpuQuotaGroup, detect_hierarchy, quota_us
 from bsp_planner.profiling.local import LocalBackend, RunResult
 from bsp_planner.profiling.runner import Grid, failures_path, parse_levels, run_grid, validate_grid
 
@@ -41,8 +41,10 @@ _problem = _cgroup_problem()
 needs_cgroups = pytest.mark.skipif(_problem is not None, reason=_problem or "")
 
 
-def cpu_task(name: str = "spin", ops_per_unit: float = 100.0) -> Task:
-    return Task(name=name, stressor="cpu", ops_per_unit=ops_per_unit, series=SeriesRef(Path("unused.csv")), workers=1)
+def cpu_task(name: str = "spin", ops_per_unit: float = 100.0, workers: int = 1) -> Task:
+    return Task(
+        name=name, stressor="cpu", ops_per_unit=ops_per_unit, series=SeriesRef(Path("unused.csv")), workers=workers
+    )
 
 
 def make_job(*tasks: Task) -> Job:
@@ -93,12 +95,26 @@ class CountingBackend:
 
 # -- the quota is real -----------------------------------------------------------------------------
 @needs_cgroups
-def test_half_cpu_takes_about_twice_as_long(backend):
-    task = cpu_task(ops_per_unit=CPU_OPS_PER_S * 0.4 / 10)  # ~0.4 s of one CPU at workload 10
-    full = min(backend.run(task, 10, 1000, 30).duration_s for _ in range(2))
-    half = backend.run(task, 10, 500, 30).duration_s
-    assert 0.1 < full < 2.0
-    assert half > 1.5 * full, (full, half)
+@pytest.mark.parametrize("millicores", [250, 500])
+def test_a_run_gets_no_more_cpu_than_its_quota_so_half_a_cpu_takes_twice_its_cpu_time(backend, millicores):
+    """The kernel's own accounting, not a ratio of two wall times (which a busy host skews): two workers
+    want two CPUs, the group's quota gives them `millicores`, so the group is throttled, and over the run
+    they got at most that share of a CPU: at 500m a run takes at least twice the CPU seconds it used.
+    Load on the host can only lengthen the run, never let it use more than its quota. (Levels of at most
+    half a CPU: the group, at the highest CPU weight, reaches its quota even beside three other busy
+    groups of that weight on 2 cores, so it is throttled whatever else runs.)"""
+    task = cpu_task(ops_per_unit=CPU_OPS_PER_S * 0.8 / 10, workers=2)  # ~0.8 CPU-seconds at workload 10
+    result = backend.run(task, 10, millicores, 120)
+    assert result.ok, result.reason
+    assert result.cpu_stat is not None and result.cpu_s is not None
+    assert result.cpu_stat.nr_throttled > 0, result.cpu_stat  # it hit its quota
+    assert result.cpu_s > 0.2  # the work ran (and was counted)
+    # the quota per 100 ms period over the periods the run touched (its first and last are partial, and
+    # start with a whole quota), plus 5% for the kernel's accounting grain; without the quota two workers
+    # would use about twice the wall time in CPU seconds
+    period_s = CFS_PERIOD_US / 1e6
+    allowed = millicores / 1000 * (result.duration_s + 2 * period_s) * 1.05
+    assert result.cpu_s <= allowed, (result.cpu_s, result.duration_s, result.cpu_stat)
 
 
 @needs_cgroups

@@ -1,8 +1,9 @@
 """How the example apps obtain a bsp-planner task session (docs/tasks.md).
 
-Under a bsp-planner run (the coordinator sets ``BSP_RUN_ID`` in the process's environment) a program
-joins it with ``bsp_planner.task.join()``. Started by hand it uses ``bsp_planner.task.local_session``: the
-same API with no coordinator, each report appended to a JSON-lines file.
+Under a bsp-planner run (the coordinator sets ``BSP_RUN_ID`` in the process's environment) or started by
+``bsp-planner profile run`` (``BSP_PROFILE``) a program joins with ``bsp_planner.task.join()``. Started by
+hand it uses ``bsp_planner.task.local_session``: the same API with no coordinator, each report appended
+to a JSON-lines file.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ from bsp_planner import task
 
 
 def under_coordinator() -> bool:
-    """True when a bsp-planner coordinator started this process (its environment names a run)."""
-    return bool(os.environ.get("BSP_RUN_ID"))
+    """True when bsp-planner started this process: a coordinator (its environment names a run) or the
+    profiler (``BSP_PROFILE`` names its plan); ``task.join()`` then returns the matching session."""
+    return bool(os.environ.get("BSP_RUN_ID") or os.environ.get(task.PROFILE_ENV))
 
 
 def open_session(task_name: str, reports: str | Path | None = None, steps: int | None = None):

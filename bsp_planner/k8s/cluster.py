@@ -237,6 +237,8 @@ class PodState:
     exit_code: int | None = None  # the container's, once it terminated
     platform_lost: bool = False  # the platform took the pod (evicted, deleted, preempted, rejected by the
     #                              kubelet), as opposed to a container that exited by itself
+    generation: int | None = None  # metadata.generation (1.35+: bumped by every resize)
+    observed_generation: int | None = None  # status.observedGeneration: the generation the kubelet acted on
 
 
 def _container(items: list[dict] | None, name: str) -> dict:
@@ -325,8 +327,29 @@ def pod_state(pod: dict | None, container: str = n.WORKER_CONTAINER) -> PodState
         or (phase == "Failed" and code is None)
     )
     return PodState(
-        name, phase, node, running, problem, waiting, fatal, spec_cpu, actual_cpu, resize, infeasible, code, lost
+        name,
+        phase,
+        node,
+        running,
+        problem,
+        waiting,
+        fatal,
+        spec_cpu,
+        actual_cpu,
+        resize,
+        infeasible,
+        code,
+        lost,
+        _int_or_none(meta.get("generation")),
+        _int_or_none(status.get("observedGeneration")),
     )
+
+
+def _int_or_none(value) -> int | None:
+    try:
+        return None if value is None else int(value)
+    except (TypeError, ValueError):
+        return None
 
 
 def terminated(pod: dict | None) -> dict:
@@ -339,9 +362,16 @@ def terminated(pod: dict | None) -> dict:
 
 
 def resize_done(state: PodState, target_m: float) -> bool:
-    """The kubelet applied the new limit: the status reports it and no resize is pending or running."""
+    """The kubelet applied the new limit: the status reports it, no resize is pending or running, and
+    (where the server keeps pod generations, 1.35+) the kubelet has acted on the resized spec: status
+    ``observedGeneration`` has caught up with ``metadata.generation`` (the conditions alone may still be
+    those of the generation before the resize)."""
+    caught_up = (
+        state.generation is None or state.observed_generation is None or state.observed_generation >= state.generation
+    )
     return (
         state.running
+        and caught_up
         and state.resize is None
         and state.actual_cpu_m is not None
         and abs(state.actual_cpu_m - target_m) < 0.5

@@ -21,6 +21,7 @@ DEFAULT_MEMORY = "256Mi"
 DEFAULT_IMAGE_PULL_POLICY = "IfNotPresent"
 RUN_AS_USER = 10001  # the user jobs/Dockerfile creates
 SCRATCH_DIR = "/scratch"  # stress-ng writes its temporary files in its working directory
+RUN_DIR_MOUNT = "/bsp-run"  # where a run's shared folder (a PersistentVolumeClaim) is mounted, if it has one
 
 
 def _resources(cpu_millicores: float, memory: str) -> dict:
@@ -73,19 +74,28 @@ def worker_pod(
     args: Sequence[str],
     *,
     env: dict[str, str] | None = None,
+    command: Sequence[str] = ("bsp-planner",),
+    image: str | None = None,
+    run_dir_claim: str | None = None,
 ) -> dict:
     """The pod of one task of a live run: `args` are the worker's arguments (``bsp-planner <args>``,
-    e.g. ``worker --task ...``); the worker reads its task's stressor and workloads from ZooKeeper.
+    e.g. ``worker --task ...``); the worker reads its task's stressor (or command) and workloads from
+    ZooKeeper. A process task's pod runs the user's program instead (`command`, no `args`), and a task
+    with its own `image` runs that image (the run's otherwise).
 
     ``restartPolicy: Never``: a worker that fails is reported by the coordinator, which stops the run
-    (resumable), rather than restarted behind its back."""
-    volumes = [{"name": "scratch", "emptyDir": {}}]
+    (resumable), rather than restarted behind its back. `run_dir_claim`: a PersistentVolumeClaim mounted
+    at :data:`RUN_DIR_MOUNT` in every pod of the run (the tasks' shared run folder, ``{run_dir}``)."""
+    volumes: list[dict] = [{"name": "scratch", "emptyDir": {}}]
     mounts = [{"name": "scratch", "mountPath": SCRATCH_DIR}]
+    if run_dir_claim:
+        volumes.append({"name": "run-dir", "persistentVolumeClaim": {"claimName": run_dir_claim}})
+        mounts.append({"name": "run-dir", "mountPath": RUN_DIR_MOUNT})
     container = {
         "name": n.WORKER_CONTAINER,
-        "image": settings.image,
+        "image": image or settings.image,
         "imagePullPolicy": settings.image_pull_policy,
-        "command": ["bsp-planner"],
+        "command": list(command),
         "args": list(args),
         "env": _downward_env() + [{"name": k, "value": v} for k, v in sorted((env or {}).items())],
         "resources": _resources(cpu_millicores, settings.memory),
@@ -98,12 +108,15 @@ def worker_pod(
         "securityContext": _container_security(),
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
+    security = _pod_security()
+    if run_dir_claim:  # the claim's files belong to the pods' group, whoever created the volume
+        security["fsGroup"] = RUN_AS_USER
     spec = {
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
         "terminationGracePeriodSeconds": settings.termination_grace_s,
-        "securityContext": _pod_security(),
+        "securityContext": security,
         "containers": [container],
         "volumes": volumes,
     }
@@ -160,19 +173,23 @@ def profile_job(
     command: Sequence[str],
     timeout_s: float,
     startup_s: float,
+    *,
+    image: str | None = None,
+    env: dict[str, str] | None = None,
 ) -> dict:
     """One profiling run (one grid cell) as a Job: a single pod, never retried (a failure is logged by
     the runner and retried by the next session), killed by ``activeDeadlineSeconds`` if the run's own
     timeout (enforced inside the container) and the allowance for scheduling and image pull are spent.
-    The result travels in the container's termination message (no log access needed)."""
+    The result travels in the container's termination message (no log access needed). A command task
+    that names its own `image` is measured in that image, with `env` (BSP_WORKLOAD...) added."""
     labels = profile_labels(profile_id, cell_id, task)
     annotations = {n.ANNOTATION_CELL: cell_text, n.ANNOTATION_TASK: task, n.ANNOTATION_CPU: str(int(cpu_millicores))}
     container = {
         "name": n.COMPONENT_PROFILER,
-        "image": settings.image,
+        "image": image or settings.image,
         "imagePullPolicy": settings.image_pull_policy,
         "command": list(command),
-        "env": _downward_env(),
+        "env": _downward_env() + [{"name": k, "value": v} for k, v in sorted((env or {}).items())],
         "resources": _resources(cpu_millicores, settings.memory),
         "workingDir": SCRATCH_DIR,
         "volumeMounts": [{"name": "scratch", "mountPath": SCRATCH_DIR}],

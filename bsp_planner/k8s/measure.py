@@ -79,7 +79,8 @@ def main(argv: list[str] | None = None) -> int:
                 file=sys.stderr,
             )
             return 2
-    command = argv[1:]
+    # `{python}` in a command task's arguments: this container's Python (the profiler's path means nothing here)
+    command = [sys.executable if a == "{python}" else a for a in argv[1:]]
     if not command:
         print("no command after --", file=sys.stderr)
         return 2

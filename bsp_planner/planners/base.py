@@ -122,9 +122,6 @@ class PlanningContext:
     # Durations at the middle of the workload range (tasks, levels): what EXPPO sizes for.
     mid_durations: np.ndarray | None = None
     exppo_max_level: np.ndarray | None = None
-    # The experiment's [planner] settings, only for planners made without their own parameters
-    # (make_planner(spec) with no settings, as the live coordinator still does); None: the defaults.
-    planner_settings: Any = None
     extras: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -146,7 +143,7 @@ class Planner(ABC):
     name = "planner"
     #: A planner that plans the whole job at once (dp, optimum) reads every forecast row in reset().
     offline = False
-    #: Its own typed parameters: a frozen dataclass with `from_settings(planner_settings or None)`.
+    #: Its own typed parameters: a frozen dataclass with `from_settings([planner] settings or None)`.
     params_type: Any = None
     params: Any = None  # an instance of params_type, set when made or at reset
 
@@ -168,7 +165,7 @@ class Planner(ABC):
     def reset(self, ctx: PlanningContext) -> None:
         self.ctx = ctx
         if self.params is None and self.params_type is not None:
-            self.params = self.params_type.from_settings(ctx.planner_settings)
+            self.params = self.params_type.from_settings(None)  # made without settings: the defaults
 
     @abstractmethod
     def decide(self, t: int, current: np.ndarray | None) -> Decision:
@@ -180,7 +177,7 @@ PlannerFactory = Callable[[str | None, Any], Planner]
 
 def make_planner(spec: str, settings: Any = None) -> Planner:
     """'mpc', 'static:3', 'rl:path/to/agent.zip'... -> a planner instance, with its parameters taken
-    from the experiment's [planner] settings (None: from the context it is reset with)."""
+    from the experiment's [planner] settings (None: the planner's defaults)."""
     from . import BOUNDS, PLANNERS
 
     name, _, arg = spec.partition(":")

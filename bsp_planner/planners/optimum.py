@@ -386,10 +386,10 @@ def optimum_result(
     """The `optimum` row: the optimal plan computed from the actual durations (perfect knowledge in
     every mode, like `floor`), with its real per-step levels and checkpoints. Like `floor`, tasks may
     go up to EXPPO's maximum level when that is higher, so the bound holds for EXPPO too.
-    settings: the experiment's [planner] table (None: the context's, else the defaults)."""
+    settings: the experiment's [planner] table (None: the defaults)."""
     from ..simulation import StrategyResult, step_times
 
-    max_segment = OptimumParams.from_settings(settings if settings is not None else ctx.planner_settings).max_segment
+    max_segment = OptimumParams.from_settings(settings).max_segment
     t0 = time.perf_counter()
     max_level = ctx.max_level if ctx.exppo_max_level is None else np.maximum(ctx.max_level, ctx.exppo_max_level)
     actual = np.ascontiguousarray(actual, dtype=np.float64)

@@ -37,6 +37,17 @@ DEFAULT_PREFIX = "bsp-planner"
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 
 
+@dataclass(frozen=True)
+class CpuStat:
+    """The kernel's CFS bandwidth accounting of one group (its ``cpu.stat``): of the `nr_periods`
+    100 ms periods in which the group ran, `nr_throttled` ended with the group throttled (it had used its
+    whole quota), for `throttled_s` seconds in all. Proof that a quota is enforced, whatever the host's load."""
+
+    nr_periods: int
+    nr_throttled: int
+    throttled_s: float
+
+
 class CgroupUnavailable(InputError):
     """The host cannot give this process CPU-quota cgroups (no cpu controller, or no permission)."""
 
@@ -200,6 +211,19 @@ class CpuQuotaGroup:
             return q, p
         q_text, p_text = (self.path / "cpu.max").read_text().split()
         return (-1 if q_text == "max" else int(q_text)), int(p_text)
+
+    def cpu_stat(self) -> CpuStat:
+        """The group's bandwidth accounting so far (v1 ``throttled_time`` is in ns, v2 ``throttled_usec`` in us)."""
+        fields: dict[str, int] = {}
+        for line in (self.path / "cpu.stat").read_text().splitlines():
+            key, _, value = line.partition(" ")
+            if value.strip().lstrip("-").isdigit():
+                fields[key] = int(value)
+        if "throttled_usec" in fields:
+            throttled_s = fields["throttled_usec"] / 1e6
+        else:
+            throttled_s = fields.get("throttled_time", 0) / 1e9
+        return CpuStat(fields.get("nr_periods", 0), fields.get("nr_throttled", 0), throttled_s)
 
     def add_pid(self, pid: int) -> None:
         """Move a running process (and, on v1, only that thread group) into the group."""

@@ -49,8 +49,18 @@ def run(
     cpu: str = typer.Option("250,500,750,1000,1500,2000", "--cpu", help=_CPU_HELP),
     workloads: str = typer.Option("10,20,30,40,50", "--workloads", help=_W_HELP),
     repeats: int = typer.Option(2, "--repeats", help="Runs per (task, workload, CPU) cell."),
-    timeout: float = typer.Option(60.0, "--timeout", help="Seconds before a run is killed and logged as failed."),
+    timeout: float = typer.Option(
+        60.0,
+        "--timeout",
+        help="Seconds before a run (a process task: a step) is killed and logged as failed.",
+    ),
     tasks: str | None = typer.Option(None, "--tasks", help="Only these tasks, comma-separated (default: all)."),
+    warmup_steps: int = typer.Option(
+        1, "--warmup-steps", help="process tasks: steps per workload run first and discarded (cold caches)."
+    ),
+    measure_steps: int = typer.Option(
+        5, "--measure-steps", help="process tasks: steps per workload timed after the warm-up; their mean counts."
+    ),
     stress_ng: str = typer.Option("stress-ng", "--stress-ng", help="The stress-ng executable."),
     cgroup_prefix: str = typer.Option("bsp-planner", "--cgroup-prefix", help="Parent cgroup for the runs' groups."),
     cpu_shares: int = typer.Option(
@@ -83,16 +93,21 @@ def run(
         None, "--profile-id", help="kubernetes: label of the Jobs (default: derived from --out)."
     ),
 ) -> None:
-    """Run every task's stressor at every (CPU, workload) cell, REPEATS times; resumable."""
+    """Run every task at every (CPU, workload) cell, REPEATS times; resumable.
+
+    A stressor or command task is started afresh for each cell; a long-running process task once per CPU
+    level and repeat, its profiling session assigning the workloads step by step (docs/profiling.md)."""
     from rich.console import Console
 
     from ..job import load_job
     from ..profiles import metadata_path
     from .local import LocalBackend
+    from .process import ProcessSteps
     from .runner import Grid, failures_path, parse_levels, run_grid
 
     console = Console()
     grid = Grid(parse_levels(cpu, "--cpu"), parse_levels(workloads, "--workloads"), repeats)
+    steps = ProcessSteps(warmup_steps, measure_steps)
     the_job = load_job(job)
     if backend in ("kubernetes", "k8s"):
         from ..k8s.config import parse_node_selector
@@ -112,7 +127,9 @@ def run(
         runs_on: contextlib.AbstractContextManager[object] = contextlib.nullcontext()
     elif backend == "local":
         runs_on = LocalBackend(stress_ng=stress_ng, prefix=cgroup_prefix, cpu_shares=cpu_shares or None)
-        measure = lambda: run_grid(the_job, out, grid, runs_on, tasks=_task_list(tasks), timeout_s=timeout)  # noqa: E731
+        measure = lambda: run_grid(  # noqa: E731
+            the_job, out, grid, runs_on, tasks=_task_list(tasks), timeout_s=timeout, process_steps=steps
+        )
     else:
         from ..errors import InputError
 

@@ -3,7 +3,9 @@
 Each grid cell (task, workload, CPU level, repeat) is one Job whose single container has CPU requests =
 limits = the cell's CPU level and runs ``python -m bsp_planner.k8s.measure -- stress-ng ...``: the
 stressor's wall-clock time under the kubelet's CFS quota, as the local profiler measures it under its
-own cgroup. The result comes back in the container's termination message (pods ``list``, no log access).
+own cgroup. A command task's cell runs ``... measure -- <its command>`` instead, in the task's own
+image when it names one (the image then needs bsp-planner installed, as for live runs). The result
+comes back in the container's termination message (pods ``list``, no log access).
 
 :class:`KubernetesProfiler` is a plain backend of :func:`bsp_planner.profiling.runner.run_grid`
 (``check``, ``info``, ``run``), so the files are the local profiler's, written by the same code: rows
@@ -25,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -42,6 +45,7 @@ from .local import RunResult
 
 DEFAULT_PARALLELISM = 4
 DEFAULT_STARTUP_S = 300.0  # scheduling + image pull allowance per Job
+PYTHON_PLACEHOLDER = "{python}"  # left for the measurement in the container to fill with its own Python
 
 
 def _fmt(x: float) -> str:
@@ -139,7 +143,16 @@ class KubernetesProfiler:
     # -- the runner's backend ----------------------------------------------------------------------
     def check(self, tasks: Sequence[Task], job_path: Path | None = None) -> None:
         """The namespace answers with the Role's rights and the image is known. (Whether the image's
-        stress-ng has a stressor shows in that task's first run: a failed cell, with the reason.)"""
+        stress-ng has a stressor shows in that task's first run: a failed cell, with the reason.) A process
+        task is refused: it runs once for the whole run, so it has no per-cell run to time."""
+        for t in tasks:
+            if t.kind == "process":
+                raise InputError(
+                    f"task '{t.name}' is a long-running process: a profile times one run per cell; profile its "
+                    "step with a `command` task (the same program doing one step), as the local profiler asks",
+                    path=job_path,
+                    field=f"{t.name}.process",
+                )
         self._cluster.list_jobs(M.profile_selector(self.profile_id))
         self.settings  # noqa: B018
 
@@ -198,16 +211,17 @@ class KubernetesProfiler:
 
     # -- Jobs --------------------------------------------------------------------------------------
     def job_body(self, task: Task, cell: R.Cell, timeout_s: float) -> dict:
+        """One cell's Job: the measurement around stress-ng, or around the task's command (in the task's
+        image when it names one; ``{python}`` is the container's own Python, ``{run_dir}`` its scratch
+        folder, BSP_WORKLOAD/BSP_STEP/BSP_TASK in its environment, as the live worker runs it)."""
         _, workload, cpu, _ = cell
-        command = [
-            "python",
-            "-m",
-            "bsp_planner.k8s.measure",
-            "--timeout",
-            f"{timeout_s:g}",
-            "--",
-            *task.stress_ng_args(workload, stress_ng="stress-ng"),
-        ]
+        if task.kind == "command":
+            program = task.step_args(workload, 0, run_dir=M.SCRATCH_DIR)
+            program = [PYTHON_PLACEHOLDER if a == sys.executable else a for a in program]
+            env = task.step_env(workload, 0)
+        else:
+            program, env = task.stress_ng_args(workload, stress_ng="stress-ng"), {}
+        command = ["python", "-m", "bsp_planner.k8s.measure", "--timeout", f"{timeout_s:g}", "--", *program]
         return M.profile_job(
             self.settings,
             self.profile_id,
@@ -218,6 +232,8 @@ class KubernetesProfiler:
             command,
             timeout_s,
             self.startup_timeout_s,
+            image=task.image,
+            env=env,
         )
 
     def _existing(self) -> dict[str | None, dict]:

@@ -1,4 +1,6 @@
-"""The local profiling backend: each run is one stress-ng process in its own fresh CPU-quota cgroup.
+"""The local profiling backend: each run is one stress-ng process (or a command task's program) in its
+own fresh CPU-quota cgroup; a long-running process task is started once per CPU level in such a group
+and driven through a profiling session (:mod:`.process`).
 
 By default the groups get the highest CPU weight (``cpu.shares`` 262144, v2 ``cpu.weight`` 10000), so
 that on a host busy with other work a run still gets the CPU its quota allows: the profile measures the
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import os
 import platform
+import resource
 import shutil
 import signal
 import subprocess
@@ -22,7 +25,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import replace
 from pathlib import Path
 
 from ..errors import InputError
@@ -36,6 +39,10 @@ from .cgroups import (
     quota_us,
     remove_stale_groups,
 )
+from .process import ProcessSteps, drive_process
+from .results import RunResult, stderr_tail
+
+__all__ = ["LocalBackend", "RunResult", "check_program", "cpu_model"]
 
 STRESS_NG_INSTALL = "apt-get install stress-ng"
 SCRATCH_TMPFS = "/dev/shm"
@@ -60,24 +67,6 @@ def check_program(task: Task, job_path: Path | None = None) -> str:
             field=f"{task.name}.{kind}",
         )
     return found
-
-
-@dataclass(frozen=True)
-class RunResult:
-    """One run: its wall-clock duration, or why it failed (non-zero exit, timeout)."""
-
-    duration_s: float | None
-    reason: str = ""
-
-    @property
-    def ok(self) -> bool:
-        return self.duration_s is not None and not self.reason
-
-
-def _tail(data: bytes | None, limit: int = 300) -> str:
-    text = (data or b"").decode(errors="replace").strip()
-    text = " ".join(text.split())
-    return text[-limit:]
 
 
 def cpu_model() -> str:
@@ -176,6 +165,13 @@ class LocalBackend:
             self._version = (out.stdout or out.stderr).strip() or "unknown"
         return self._version
 
+    def _stress_ng_version_if_installed(self) -> str | None:
+        """For the metadata: a profile of command or process tasks only does not need stress-ng."""
+        try:
+            return self.stress_ng_version()
+        except InputError:
+            return None
+
     def installed_stressors(self) -> set[str]:
         if self._stressors is None:
             out = subprocess.run([self.stress_ng_path(), "--stressors"], capture_output=True, text=True, timeout=30)
@@ -210,7 +206,7 @@ class LocalBackend:
         return {
             "backend": self.name,
             "cgroup": {"version": h.version, "root": str(h.root), "prefix": self.prefix},
-            "stress_ng": self.stress_ng_version(),
+            "stress_ng": self._stress_ng_version_if_installed(),
             "scratch_fs": self.scratch_fs(),
             "cpu_shares": self.cpu_shares,
             "cpu_shares_note": "cgroup CPU weight of each run's group and its prefix group (v1 cpu.shares; "
@@ -218,60 +214,95 @@ class LocalBackend:
             "other load on the host, limits the runs",
         }
 
-    # -- one run -----------------------------------------------------------------------------------
-    def run(self, task: Task, workload: float, cpu_millicores: float, timeout_s: float) -> RunResult:
-        """Run `workload` units of `task` under a `cpu_millicores` quota; never leaves the cgroup behind."""
-        quota_us(cpu_millicores)  # a clear error before creating anything
-        if task.kind == "process":
-            raise InputError(
-                f"task '{task.name}' is a long-running process; profile it with a command", field="process"
-            )
-        stress_ng = self.stress_ng_path() if task.kind == "stressor" else "stress-ng"
-        args = task.step_args(workload, 0, stress_ng=stress_ng, run_dir=str(self._cwd()))
-        env = None if task.kind == "stressor" else {**os.environ, **task.step_env(workload, 0)}
+    # -- one run ---------------------------------------------------------------------------------
+    def _group(self, task: Task, cpu_millicores: float) -> CpuQuotaGroup:
+        """A fresh group for one run of `task` (created on entering it), named so that a later runner
+        can tell whether its owner is gone (:func:`remove_stale_groups`)."""
         safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in task.name)
-        group = CpuQuotaGroup(
+        return CpuQuotaGroup(
             f"{safe}-{os.getpid()}-{time.monotonic_ns()}",
             millicores=cpu_millicores,
             prefix=self.prefix,
             hierarchy=self.hierarchy,
         )
-        with group:
+
+    def run(self, task: Task, workload: float, cpu_millicores: float, timeout_s: float) -> RunResult:
+        """Run `workload` units of a stressor or command `task` under a `cpu_millicores` quota; never leaves
+        the cgroup behind. The result carries the run's CPU seconds and its group's throttling."""
+        quota_us(cpu_millicores)  # a clear error before creating anything
+        if task.kind == "process":
+            raise InputError(
+                f"task '{task.name}' is a long-running process: it is profiled a whole CPU level at a time "
+                "(run_process), not one workload per start",
+                field="process",
+            )
+        stress_ng = self.stress_ng_path() if task.kind == "stressor" else "stress-ng"
+        args = task.step_args(workload, 0, stress_ng=stress_ng, run_dir=str(self._cwd()))
+        env = None if task.kind == "stressor" else {**os.environ, **task.step_env(workload, 0)}
+        with self._group(task, cpu_millicores) as group:
             if self.cpu_shares is not None:
                 group.set_weight(self.cpu_shares)
-            proc = None
+            return self._run_in(group, args, env, timeout_s)
+
+    def _run_in(self, group: CpuQuotaGroup, args: list[str], env: dict | None, timeout_s: float) -> RunResult:
+        """One program started inside `group`, timed from just before its start to its exit.
+
+        Its CPU seconds are this process's children's resource usage before and after reaping it: the
+        runner starts one run at a time, so no other child is reaped in between."""
+        proc = None
+        try:
+            cpu_before = _children_cpu_s()
+            start = time.perf_counter()
+            proc = subprocess.Popen(
+                args,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                cwd=self._cwd(),
+                env=env,
+                preexec_fn=group.preexec_fn,
+                start_new_session=True,
+            )
             try:
-                start = time.perf_counter()
-                proc = subprocess.Popen(
-                    args,
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.PIPE,
-                    cwd=self._cwd(),
-                    env=env,
-                    preexec_fn=group.preexec_fn,
-                    start_new_session=True,
-                )
+                _, err = proc.communicate(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                self._kill(proc, group)
+                proc.communicate()
+                return RunResult(None, f"timeout after {timeout_s:g} s")
+            duration = time.perf_counter() - start
+            cpu_s = _children_cpu_s() - cpu_before
+        except BaseException:
+            # Ctrl-C or anything else: no stress-ng may outlive the run, nor its cgroup
+            if proc is not None:
+                self._kill(proc, group)
                 try:
-                    _, err = proc.communicate(timeout=timeout_s)
+                    proc.wait(timeout=5)
                 except subprocess.TimeoutExpired:
-                    self._kill(proc, group)
-                    proc.communicate()
-                    return RunResult(None, f"timeout after {timeout_s:g} s")
-                duration = time.perf_counter() - start
-            except BaseException:
-                # Ctrl-C or anything else: no stress-ng may outlive the run, nor its cgroup
-                if proc is not None:
-                    self._kill(proc, group)
-                    try:
-                        proc.wait(timeout=5)
-                    except subprocess.TimeoutExpired:
-                        pass
-                raise
-            if proc.returncode != 0:
-                detail = _tail(err)
-                return RunResult(None, f"exit code {proc.returncode}" + (f": {detail}" if detail else ""))
-            return RunResult(duration)
+                    pass
+            raise
+        if proc.returncode != 0:
+            detail = stderr_tail(err)
+            return RunResult(None, f"exit code {proc.returncode}" + (f": {detail}" if detail else ""))
+        return RunResult(duration, cpu_s=cpu_s, cpu_stat=group.cpu_stat())
+
+    def run_process(
+        self,
+        task: Task,
+        workloads: list[float],
+        cpu_millicores: float,
+        timeout_s: float,
+        steps: ProcessSteps,
+    ) -> dict[float, RunResult]:
+        """Profile a long-running `process` task at every one of `workloads` under one `cpu_millicores`
+        quota: one start, its profiling session assigning the workloads in turn (see
+        :mod:`bsp_planner.profiling.process`). Returns each workload's cell; never leaves the group behind."""
+        quota_us(cpu_millicores)
+        with self._group(task, cpu_millicores) as group:
+            if self.cpu_shares is not None:
+                group.set_weight(self.cpu_shares)
+            results = drive_process(task, workloads, group, timeout_s, steps, self._cwd())
+            stat = group.cpu_stat()  # the whole process's: every CPU level's cells share one group
+            return {w: replace(r, cpu_stat=stat) if r.ok else r for w, r in results.items()}
 
     @staticmethod
     def _kill(proc: subprocess.Popen, group: CpuQuotaGroup) -> None:
@@ -280,3 +311,8 @@ class LocalBackend:
         except (ProcessLookupError, PermissionError):
             pass
         group.kill_all()
+
+
+def _children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime

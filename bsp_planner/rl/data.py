@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import InputError
+from ..experiment import PlannerSettings
 from ..planners.base import PlanningContext
 from .features import auto_scale, predicted_rows
 from .settings import EnvSettings, StepRange
@@ -33,6 +34,7 @@ class EnvData:
     reward_scale: float
     penalty_s: float
     forecast_label: str
+    planner: PlannerSettings | None = None  # the experiment's [planner] settings (baselines are made with them)
 
     @property
     def steps(self) -> int:
@@ -76,6 +78,7 @@ def from_context(
     rng: StepRange,
     label: str = "",
     scales: tuple[float, float] | None = None,
+    planner: PlannerSettings | None = None,
 ) -> EnvData:
     check_horizon(s, ctx)
     n, m = s.horizon_actions, s.window
@@ -87,7 +90,9 @@ def from_context(
     rows = np.stack([predicted_rows(ctx, t, cfg[t], m) for t in range(T)])  # (T, n, m) seconds
     rows = np.clip(rows / obs_scale, 0.0, s.obs_high).astype(np.float32)
     step_s = actual[tasks[None, None, :], cfg, np.arange(T)[:, None, None]].max(axis=2)  # (T, n)
-    return EnvData(s, split, rng, ctx, actual, cfg, rows, step_s, obs_scale, reward_scale, ctx.penalty_s, label)
+    return EnvData(
+        s, split, rng, ctx, actual, cfg, rows, step_s, obs_scale, reward_scale, ctx.penalty_s, label, planner
+    )
 
 
 def build_data(
@@ -115,4 +120,5 @@ def build_data(
     )
     exp = load_experiment(s.experiment_path, overrides)
     scen = build_scenario(exp)
-    return from_context(s, scen.contexts[s.mode], scen.actual, split, rng, scen.forecast_label[s.mode], scales)
+    label = scen.forecast_label[s.mode]
+    return from_context(s, scen.contexts[s.mode], scen.actual, split, rng, label, scales, exp.planner)

@@ -69,7 +69,7 @@ def baseline(strategy: str, data: EnvData) -> PolicyRun:
     """Another planner on the same range and context (e.g. MPC), through the simulator."""
     from ..planners.base import make_planner
 
-    r = simulate(make_planner(strategy), data.ctx, data.actual, data.settings.mode)
+    r = simulate(make_planner(strategy, data.planner), data.ctx, data.actual, data.settings.mode)
     return PolicyRun(r.total_s, r.compute_s, r.checkpoints, np.maximum(r.actions, 0))
 
 

@@ -42,7 +42,7 @@ from .run_inputs import check_profile_matches, fit_profile, sha256
 from .run_lock import RunHeld, RunLock
 from .run_root import claim_root, prepare_tree
 from .run_settings import RECONFIGURE, RunSettings
-from .run_store import RUN_FORMAT, RunStore, RunStoreUnwritable, check_run_id, new_run_id, now_iso
+from .run_store import RUN_FORMAT, RunStore, RunStoreUnwritable, check_run_id, new_run_id, now_iso, recorded_path
 from .runlog import RunLog, step_record
 from .summary import write_summary
 
@@ -145,14 +145,14 @@ class Coordinator:
             from ..predictions import refuse_offline
             from ..scenario import step_predictions
 
-            refuse_offline(make_planner(s.planner), "--online" if exp.online else "--learn")
+            refuse_offline(make_planner(s.planner, exp.planner), "--online" if exp.online else "--learn")
             self.ctx, self.predictions = step_predictions(self.scen, s.mode)
         self.tasks = self.scen.task_names
-        self.inputs = {
-            "experiment": str(exp.path),
-            "job": str(exp.job_path),
-            "profile": str(exp.profile_path),
-            "profile_source": source_profile,
+        self.inputs = {  # named relative to the run folder (or shipped), never by a machine's absolute path
+            "experiment": recorded_path(exp.path, self.run_dir),
+            "job": recorded_path(exp.job_path, self.run_dir),
+            "profile": recorded_path(exp.profile_path, self.run_dir),
+            "profile_source": recorded_path(source_profile, self.run_dir),
             "sha256": {
                 k: sha256(p)
                 for k, p in (("experiment", exp.path), ("job", exp.job_path), ("profile", exp.profile_path))
@@ -192,10 +192,12 @@ class Coordinator:
         s = self.session
         assert s is not None  # run() opened it
         tasks = [{"name": t.name, **t.identity()} for t in self.job.tasks]
-        value = Z.run_value(self.run_id, self.job.name, tasks, self.exp.workload_range, self.exp.steps)
+        value = Z.run_value(
+            self.run_id, self.job.name, tasks, self.exp.workload_range, self.exp.steps, self.settings.barrier
+        )
         self.lock = RunLock(s, self.paths.lock, self.run_id, self.instance)
         self._created_root = claim_root(
-            s, self.paths, self.creds, value, self.run_id, self.tasks, self.resume, self.lock
+            s, self.paths, self.creds, value, self.run_id, self.tasks, self.resume, self.lock, self.settings.barrier
         )
         # the one coordinator: a live one refuses us here, before anything of the run was touched
         self.lock.acquire(self.settings.session_timeout_s * 1.5 + 5, ended_instance=self.store.ended_instance())
@@ -269,7 +271,7 @@ class Coordinator:
             self.job, max(c.max_millicores, c.exppo_max_millicores or 0), c.budget_millicores, path=self.exp.path
         )
         self._plan_with_method_cost()
-        planner = make_planner(s.planner)
+        planner = make_planner(s.planner, self.exp.planner)  # the experiment's [planner] settings, as `simulate`
         t_prep = time.perf_counter()
         planner.reset(self.ctx)
         prepare_ms = (time.perf_counter() - t_prep) * 1e3
@@ -284,7 +286,7 @@ class Coordinator:
             format=RUN_FORMAT,
             run_id=self.run_id,
             created=self.run_meta.get("created", now_iso()),
-            settings=asdict(s),
+            settings={**asdict(s), "experiment": recorded_path(s.experiment, self.run_dir)},
             inputs=self.inputs,
             zk_root=self.paths.root,
             tasks=self.tasks,

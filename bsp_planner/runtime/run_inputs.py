@@ -51,6 +51,7 @@ def fit_profile(exp, run_dir: Path, write: bool, say) -> None:
     source profile rather than rewrite it."""
     from ..job import load_job
     from ..profiles import load_profile, metadata_path, read_profile_rows
+    from .run_store import recorded_path
     from .runlog import atomic_write
 
     job = load_job(exp.job_path)
@@ -68,7 +69,7 @@ def fit_profile(exp, run_dir: Path, write: bool, say) -> None:
         meta = metadata_path(exp.profile_path)
         if meta.is_file():
             d = json.loads(meta.read_text())
-            d["subset_of"] = str(exp.profile_path)
+            d["subset_of"] = recorded_path(exp.profile_path, run_dir)  # never a machine's absolute path
             atomic_write(metadata_path(sub), json.dumps(d, indent=2) + "\n")
         say(f"the profile has more tasks than the job; predicting from {sub} (the job's {len(names)} tasks)")
     elif not sub.is_file() or sub.read_text() != text:

@@ -10,6 +10,7 @@ stops, resumable once the disk has room again.
 from __future__ import annotations
 
 import json
+import os
 import re
 import secrets
 import shutil
@@ -39,6 +40,31 @@ def check_run_id(run_id: str) -> str:
 
 def now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+SHIPPED = "shipped:"  # a recorded path inside the package's data: "shipped:experiments/live-default.toml"
+
+
+def recorded_path(path: Path | str, run_dir: Path) -> str:
+    """How run.json names an input file, never by a machine's absolute path: a shipped one by its place in
+    the package's data ("shipped:experiments/live-default.toml"), another by its path relative to the
+    run folder ("../../exp.toml"), so a run folder moved with its inputs (or a fresh install) resumes."""
+    from ..shipped import data_dir, is_shipped
+
+    p = Path(path).resolve()
+    if is_shipped(p):
+        return SHIPPED + p.relative_to(data_dir().resolve()).as_posix()
+    return Path(os.path.relpath(p, Path(run_dir).resolve())).as_posix()
+
+
+def resolved_path(recorded: str, run_dir: Path) -> Path:
+    """The file a run.json's `recorded_path` names (an absolute one, from an older run.json, as it is)."""
+    from ..shipped import data_path
+
+    if recorded.startswith(SHIPPED):
+        return data_path(recorded[len(SHIPPED) :])
+    p = Path(recorded)
+    return p if p.is_absolute() else (Path(run_dir) / p).resolve()
 
 
 def unwritable(path: Path, exc: OSError) -> RunStoreUnwritable:

@@ -38,7 +38,7 @@ def write_summary(run, records: list[dict], prepare_ms: float) -> tuple[dict, di
         actions=np.array([r["action"] for r in records]),
         prepare_ms=prepare_ms,
     )
-    sim_full = simulate(make_planner(name), run.ctx, run.scen.actual, mode)
+    sim_full = simulate(make_planner(name, run.exp.planner), run.ctx, run.scen.actual, mode)
     floor_full = floor_result(run.ctx, run.scen.actual, mode)
 
     def head(r: StrategyResult, label: str) -> StrategyResult:

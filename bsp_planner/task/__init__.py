@@ -12,16 +12,20 @@
 ``join()`` reads BSP_RUN_ID, BSP_TASK, BSP_ZOOKEEPER, the credentials (BSP_ZK_AUTH or
 BSP_PLANNER_ZK_AUTH / BSP_PLANNER_ZK_AUTH_FILE), BSP_SYNC ("barrier" or "observe"), BSP_RUN_DIR and
 BSP_ZK_ROOT; :func:`local_session` gives the same API with no coordinator, for running and testing a
-program standalone. Only kazoo is needed.
+program standalone; started by `bsp-planner profile run` (BSP_PROFILE set) ``join()`` returns the
+profiler's session (:mod:`.profiling`). Only kazoo is needed.
 """
 
 from .errors import RunEnded, StepOrderError, TaskJoinError
 from .local import LocalSession, local_session
-from .session import ENV, StepTimer, TaskSession, join
+from .profiling import PROFILE_ENV, ProfilingSession, join
+from .session import ENV, StepTimer, TaskSession
 
 __all__ = [
     "ENV",
     "LocalSession",
+    "PROFILE_ENV",
+    "ProfilingSession",
     "RunEnded",
     "StepOrderError",
     "StepTimer",

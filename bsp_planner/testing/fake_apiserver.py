@@ -13,7 +13,13 @@ evicts a pod when a test says so. What it does check like a real server:
 - names (DNS-1123) and duplicates (409), missing objects (404);
 - (optionally) a pod's container as a local process: ``pod_runner(pod)`` returns a ``Popen``-like
   object when the pod starts; its exit makes the pod Succeeded or Failed, deleting the pod terminates
-  it. No CPU limit is applied to it: resizes only change the reported status;
+  it; an OSError from it (the program is not in the image) fails the container with reason StartError
+  and exit code 128, as the kubelet reports it. No CPU limit is applied to it: resizes only change the
+  reported status;
+- resize progress as the kubelet reports it since 1.33: conditions ``PodResizePending`` (reason
+  Deferred: no room on the node now; Infeasible: more than the node's allocatable) and
+  ``PodResizeInProgress``, the applied values in ``containerStatuses[].resources``, and from 1.35
+  ``metadata.generation`` (bumped by the resize) against ``status.observedGeneration``;
 - authorisation, when given RBAC rules (e.g. parsed from jobs/k8s/rbac.yaml): a request its rules do
   not grant gets 403, like the API server's RBAC authoriser. Every request is recorded in ``calls`` as
   (verb, apiGroup, resource[/subresource], namespace), for tests of which verbs the code uses.
@@ -45,7 +51,8 @@ from ..k8s.names import cpu_millicores
 
 
 class PodProcess(Protocol):
-    """What pod_runner returns for a pod's container: a Popen-like process."""
+    """What pod_runner returns for a pod's container: a Popen-like process (with, optionally,
+    ``log_tail() -> str``: its output so far, for terminationMessagePolicy FallbackToLogsOnError)."""
 
     def poll(self) -> int | None: ...
 
@@ -140,6 +147,8 @@ class FakeApiServer:
         self.resize_subresource = (
             (self.major, self.minor) >= (1, 33) if resize_subresource is None else resize_subresource
         )
+        # 1.35+: pods carry metadata.generation (bumped by a resize) and status.observedGeneration
+        self._generations = (self.major, self.minor) >= (1, 35)
         self.rules = rules  # None: everything allowed
         self.start_delay_s = start_delay_s
         self.delete_delay_s = delete_delay_s
@@ -346,13 +355,18 @@ class FakeApiServer:
             if pod is None or code is None or key in self._pending_delete or pod["status"].get("phase") != "Running":
                 continue
             pod["status"]["phase"] = "Succeeded" if code == 0 else "Failed"
+            message = getattr(proc, "message", "")
+            policy = pod["spec"]["containers"][0].get("terminationMessagePolicy")
+            if not message and code != 0 and policy == "FallbackToLogsOnError" and hasattr(proc, "log_tail"):
+                message = _log_fallback(proc.log_tail())
             for cs in pod["status"]["containerStatuses"]:
                 cs["ready"] = False
                 cs["state"] = {
                     "terminated": {
                         "exitCode": code,
                         "reason": "Completed" if code == 0 else "Error",
-                        "message": getattr(proc, "message", ""),
+                        "message": message,
+                        "startedAt": ((cs.get("state") or {}).get("running") or {}).get("startedAt", now_iso()),
                         "finishedAt": now_iso(),
                     }
                 }
@@ -393,10 +407,15 @@ class FakeApiServer:
                     }
                     for c in pod["spec"]["containers"]
                 ]
+                if self._generations:
+                    status["observedGeneration"] = pod["metadata"].get("generation", 1)
                 if key in self._job_pods:
                     self._job_done_at[key] = (now + self._job_pods[key].delay_s, self._job_pods[key])
                 elif self.pod_runner is not None:
-                    self._procs[key] = self.pod_runner(copy.deepcopy(pod))
+                    try:
+                        self._procs[key] = self.pod_runner(copy.deepcopy(pod))
+                    except OSError as exc:  # the program is not in the image: the runtime cannot start it
+                        _start_error(pod, pod["spec"]["containers"][0].get("command") or ["?"], exc)
         for key, at in list(self._resize_at.items()):
             pod = self.state.pods.get(key)
             if pod is None:
@@ -405,6 +424,8 @@ class FakeApiServer:
             if now >= at:
                 for c, cs in zip(pod["spec"]["containers"], pod["status"].get("containerStatuses") or [], strict=False):
                     cs["resources"] = copy.deepcopy(c.get("resources") or {})
+                if self._generations:
+                    pod["status"]["observedGeneration"] = pod["metadata"].get("generation", 1)
                 pod["status"]["conditions"] = [
                     c for c in pod["status"]["conditions"] if not c["type"].startswith("PodResize")
                 ]
@@ -528,6 +549,30 @@ def _match_fields(obj: dict, selector: str | None) -> bool:
         if (str(cur) == v.strip()) == neg:
             return False
     return True
+
+
+def _log_fallback(log: str) -> str:
+    """terminationMessagePolicy FallbackToLogsOnError: the last 80 lines or 2048 bytes of the log,
+    whichever is shorter (what the kubelet takes when the container failed without a message)."""
+    tail = "\n".join(log.splitlines()[-80:])
+    return tail.encode()[-2048:].decode(errors="replace")
+
+
+def _start_error(pod: dict, command: list[str], exc: OSError) -> None:
+    """What the kubelet reports when the runtime cannot start a container's program (restartPolicy
+    Never): the container terminated with reason StartError and exit code 128, the pod Failed."""
+    message = (
+        "failed to create containerd task: failed to create shim task: OCI runtime create failed: runc create "
+        f'failed: unable to start container process: exec: "{command[0]}": '
+        + ("executable file not found in $PATH" if isinstance(exc, FileNotFoundError) else (exc.strerror or str(exc)))
+        + ": unknown"
+    )
+    pod["status"]["phase"] = "Failed"
+    for cs in pod["status"]["containerStatuses"]:
+        cs["ready"] = False
+        cs["state"] = {
+            "terminated": {"exitCode": 128, "reason": "StartError", "message": message, "finishedAt": now_iso()}
+        }
 
 
 def _merge(dst: dict, patch: dict) -> None:
@@ -734,6 +779,8 @@ class _Handler(BaseHTTPRequestHandler):
             fake._stamp(obj)
             if resource == "pods":
                 obj["status"] = {"phase": "Pending"}
+                if fake._generations:
+                    obj["metadata"]["generation"] = 1
             objects[(ns, oname)] = obj
             if resource == "jobs":
                 fake._run_job(ns, obj)
@@ -782,6 +829,8 @@ class _Handler(BaseHTTPRequestHandler):
                     return 422, _status(422, "Invalid", "Pod QOS Class may not change as a result of resizing")
             obj["spec"] = trial
             fake._stamp(obj)
+            if fake._generations:  # a resize is a spec change: the kubelet acts on the new generation
+                obj["metadata"]["generation"] = int(obj["metadata"].get("generation", 1)) + 1
             room = fake._node_free(obj["spec"]["nodeName"], skip=(ns, name))  # alloc - the other pods
             alloc = cpu_millicores(fake.state.nodes[obj["spec"]["nodeName"]]["status"]["allocatable"]["cpu"])
             if pod_cpu_request(obj) > alloc:
@@ -796,6 +845,8 @@ class _Handler(BaseHTTPRequestHandler):
                         f"capacity: {alloc:.0f}",
                     }
                 ]
+                if fake._generations:
+                    obj["status"]["observedGeneration"] = obj["metadata"]["generation"]
             elif pod_cpu_request(obj) > room + 1e-6:
                 obj["status"]["conditions"] = [
                     c for c in obj["status"]["conditions"] if not c["type"].startswith("PodResize")
@@ -807,6 +858,8 @@ class _Handler(BaseHTTPRequestHandler):
                         "message": "Node didn't have enough resource: cpu",
                     }
                 ]
+                if fake._generations:
+                    obj["status"]["observedGeneration"] = obj["metadata"]["generation"]
             else:
                 obj["status"]["conditions"] = [
                     c for c in obj["status"]["conditions"] if not c["type"].startswith("PodResize")

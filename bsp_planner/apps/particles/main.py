@@ -4,9 +4,11 @@
 
 Under a bsp-planner run (``process = [...]`` in the job file) the coordinator sets the environment and the
 rank joins the run through ``bsp_planner.task``; in barrier mode each superstep waits for our barrier, in
-observe mode it only reports. Started by hand it runs ``--steps`` supersteps with a local session
-(``--reports FILE`` keeps each step's report as a JSON line). Either way the ranks synchronise among
-themselves through the boundary exchange (:mod:`.exchange`).
+observe mode it only reports. Started by ``bsp-planner profile run`` (a profiling session) the rank
+runs alone: each superstep it holds the particle count the profiler assigns (regenerated when that
+changes) and does the same compute as in a run, without the exchange. Started by hand it runs ``--steps``
+supersteps with a local session (``--reports FILE`` keeps each step's report as a JSON line). Either way
+the ranks of a run synchronise among themselves through the boundary exchange (:mod:`.exchange`).
 """
 
 from __future__ import annotations
@@ -20,9 +22,18 @@ from pathlib import Path
 
 import numpy as np
 
+from ... import task
 from ..session import open_session, run_ended_errors, under_coordinator
 from .exchange import ExchangeTimeout, FileExchange, NeighbourGone
-from .model import Physics, advance, initial_rank_state, merge_incoming, split_outgoing
+from .model import (
+    Physics,
+    RankState,
+    advance,
+    initial_particles,
+    initial_rank_state,
+    merge_incoming,
+    split_outgoing,
+)
 
 DEFAULT_PARTICLES = 24_000
 
@@ -75,8 +86,35 @@ def step_rng(seed: int, rank: int, step: int) -> np.random.Generator:
     return np.random.default_rng([seed, rank, step])
 
 
+def profiled_state(state: RankState, assigned: float | None, seed: int, physics: Physics) -> RankState:
+    """Under the profiler, the particles of a step it assigns `assigned` particles to: the current ones
+    while the count matches, else a fresh, seeded set of that many (spread as at step 0)."""
+    if assigned is None or int(round(assigned)) == state.count:
+        return state
+    return initial_particles(int(round(assigned)), seed, physics)
+
+
+def run_profiled(args: argparse.Namespace, session, physics: Physics) -> int:
+    """The step loop under `bsp-planner profile run`: the same timed block as :func:`run_rank` (advance and
+    split) on the assigned number of particles; the particles that would leave stay (no neighbours run),
+    so the count is the assigned one every step."""
+    state = RankState.empty()
+    step = session.first_step
+    while not session.ended:
+        state = profiled_state(state, session.assigned_workload(step), args.seed, physics)
+        with session.step(step, workload=state.count):
+            state = advance(state, physics, step_rng(args.seed, args.rank, step))
+            kept, to_left, to_right = split_outgoing(state, args.rank, args.ranks)
+        state = merge_incoming(kept, to_left, to_right)
+        step += 1
+    return 0
+
+
 def run_rank(args: argparse.Namespace) -> int:
     physics = Physics(substeps=args.substeps, neighbours=args.neighbours)
+    if os.environ.get(task.PROFILE_ENV):
+        with open_session(os.environ.get("BSP_TASK") or f"p{args.rank}") as session:
+            return run_profiled(args, session, physics)
     exchange = FileExchange(args.exchange_dir, args.rank, args.ranks, timeout_s=args.timeout_s)
     state = initial_rank_state(args.rank, args.ranks, args.particles, args.seed, physics)
     task_name = os.environ.get("BSP_TASK") or f"p{args.rank}"

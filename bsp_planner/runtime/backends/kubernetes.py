@@ -9,13 +9,19 @@ and limit equal to the task's configured CPU.
              arguments' ZooKeeper address is rewritten to the in-cluster one
     credentials the run's ZooKeeper credentials reach the workers from a Secret (``zk_auth_secret``, key
              ``auth``) when one is named, otherwise as a plain environment value of the pod
+    own programs a command task's pod runs our worker in the task's ``image`` (the run's otherwise), which
+             runs the command every step as on the local backend (so the image needs bsp-planner); a
+             process task's pod runs the user's program itself (container command = ``process``) with
+             the BSP_* environment of bsp_planner.task, ``{python}`` the image's ``python3`` and
+             BSP_RUN_DIR the pods' run folder (``/scratch``, or a shared claim: ``run_dir_claim``)
 
 Reconfiguration (``reconfigure``): ``in-place`` patches the ``pods/resize`` subresource (Kubernetes 1.33+)
 and waits until the kubelet reports the new limit applied; ``recreate`` deletes the pod (SIGTERM: the
 worker leaves, its checkpoint is in ZooKeeper), waits until it is gone and creates it again with the new
 limit (the new worker restores from the checkpoint). ``auto`` takes in-place where the server lists
 ``pods/resize``. A resize the kubelet calls Infeasible, or that is still pending after
-``resize_timeout_s``, falls back to recreation. Every reconfiguration is timed and kept in
+``resize_timeout_s``, falls back to recreation, except for a process task (its state is in memory):
+the run then stops (:class:`ResizeRefused`), resumable, saying Infeasible or Deferred. Every reconfiguration is timed and kept in
 :attr:`KubernetesBackend.events` (task, mode, seconds, detail) for the run log.
 
 Before a configuration is applied, :meth:`KubernetesBackend.check_configuration` packs it onto the
@@ -30,6 +36,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -54,6 +61,10 @@ ZK_FLAGS = ("--zookeeper", "--zk", "--zk-hosts")
 STRESS_NG_FLAG = "--stress-ng"
 IMAGE_STRESS_NG = "stress-ng"  # on the PATH of the image jobs/Dockerfile builds
 SECRET_KEY = "auth"
+ENV_RUN_DIR = "BSP_RUN_DIR"
+ENV_TASK_HOSTS = "BSP_ZOOKEEPER"  # what bsp_planner.task joins through (process tasks)
+ENV_TASK_AUTH = "BSP_ZK_AUTH"
+IMAGE_PYTHON = "python3"  # `{python}` in a pod: the image's Python (the one bsp-planner is installed in)
 
 
 class PodLost(TaskLost):  # the coordinator stops a run on TaskLost and leaves it resumable
@@ -64,6 +75,20 @@ class PodLost(TaskLost):  # the coordinator stops a run on TaskLost and leaves i
 class ConfigurationDoesNotFit(TaskLost):
     """A configuration cannot be placed on the nodes' allocatable CPU (checked before any pod changes, so
     the run stops where it is and resumes once the cluster has room)."""
+
+
+class ImageUnusable(TaskLost):
+    """A task's container could not start its program (not in the image): the run stops, resumable."""
+
+
+class ResizeRefused(TaskLost):
+    """A process task cannot be resized in place (the kubelet calls it Infeasible, or defers it past the
+    timeout, or its node has no room) and is never recreated behind its back: the run stops, resumable."""
+
+
+START_FAILURES = ("StartError", "ContainerCannotRun")
+PROBE_TASK = "cost-probe"  # the task name of the pod that measures a recreation (never a job's task)
+MIN_PROBE_MILLICORES = 10
 
 
 @dataclass
@@ -110,6 +135,7 @@ class KubernetesBackend(Backend):
     termination_grace_s: int = 10
     poll_s: float = 0.5
     fit_check: bool = True
+    run_dir_claim: str | None = None  # a PersistentVolumeClaim shared by the run's pods as BSP_RUN_DIR
     stress_ng: str = IMAGE_STRESS_NG  # accepted for the coordinator's make_backend call; pods use the image's
     cgroup_prefix: str | None = None  # accepted likewise; the kubelet makes the pods' cgroups
     cluster: Cluster | None = None
@@ -132,6 +158,10 @@ class KubernetesBackend(Backend):
             self.cluster = Cluster(connect(self.namespace, kubeconfig=self.kubeconfig, context=self.context))
         self.namespace = self.cluster.namespace
         self.tasks: dict[str, _Task] = {}
+        self.images: dict[str, str] = {}  # task -> its own image (command/process tasks that name one)
+        self.processes: set[str] = set()  # process tasks: resized in place only, never recreated behind their back
+        self.probe_millicores = 1000.0  # the CPU a recreation is measured under: budget / tasks (check)
+        self.recreate_probe: dict = {}  # what measure_reconfigure_cost('recreate') saw
         self.events: list[ReconfigEvent] = []
         self.warnings: list[str] = []
         self._mode: tuple[str, str] | None = None
@@ -152,6 +182,8 @@ class KubernetesBackend(Backend):
             self.worker_zk_hosts = env.get(f"{ENV_PREFIX}WORKER_ZOOKEEPER") or None
         if self.zk_auth_secret is None:
             self.zk_auth_secret = env.get(f"{ENV_PREFIX}ZK_AUTH_SECRET") or None
+        if self.run_dir_claim is None:
+            self.run_dir_claim = env.get(f"{ENV_PREFIX}RUN_DIR_CLAIM") or None
         if self.node_selector is None:
             self.node_selector = parse_node_selector(env.get(f"{ENV_PREFIX}NODE_SELECTOR", ""))
         if self.pending_timeout_s is None:
@@ -208,6 +240,7 @@ class KubernetesBackend(Backend):
                 "worker_zookeeper": self.worker_zk_hosts,
                 "zk_auth_secret": self.zk_auth_secret,
                 "pending_timeout_s": self.pending_timeout_s,
+                **({"recreate_probe": dict(self.recreate_probe)} if self.recreate_probe else {}),
             },
             "warnings": list(self.warnings),
         }
@@ -235,14 +268,10 @@ class KubernetesBackend(Backend):
     def check(self, job, millicores_max: float, budget_millicores: float, path=None) -> None:
         """The namespace is reachable with the Role's rights, the reconfiguration mode is possible, the
         image is known, and (where nodes can be read) the budget and the largest task fit the nodes."""
-        own = [t.name for t in getattr(job, "tasks", ()) if getattr(t, "kind", "stressor") != "stressor"]
-        if own:
-            raise InputError(
-                f"task(s) {', '.join(own)} run the user's own program: the kubernetes backend runs stress-ng tasks only "
-                "so far (a task `image` is not supported yet); run this job with --backend local",
-                path=getattr(job, "path", None),
-                field="task",
-            )
+        n = max(1, len(getattr(job, "tasks", ())))
+        self.probe_millicores = float(max(MIN_PROBE_MILLICORES, round(budget_millicores / n)))
+        self.images = {t.name: t.image for t in getattr(job, "tasks", ()) if getattr(t, "image", None)}
+        self.processes = {t.name for t in getattr(job, "tasks", ()) if getattr(t, "kind", "stressor") == "process"}
         self._cluster.list_pods(N.run_selector(self.run_key))  # reachability and the Role, at once
         self.mode  # noqa: B018  (raises if in-place is forced and impossible)
         self.settings  # noqa: B018  (raises if no image is known)
@@ -335,6 +364,14 @@ class KubernetesBackend(Backend):
         }
         ok = fits_in_place(in_place, nodes)
         for task, fits in ok.items():
+            if not fits and task in self.processes:
+                node, was, want = in_place[task]
+                raise ConfigurationDoesNotFit(
+                    f"task {task!r}'s CPU cannot grow in place from {was:g}m to {want:g}m on its node {node} (not enough "
+                    "free allocatable CPU there), and a process task is never recreated behind its back (its state is "
+                    "in memory)",
+                    field="configuration",
+                )
             if not fits:
                 plan[task] = "recreate"
         # the pods that will be (re)created leave their node first; the in-place ones change in place
@@ -381,17 +418,41 @@ class KubernetesBackend(Backend):
             i += 1
         return out
 
+    @property
+    def pod_run_dir(self) -> str:
+        """BSP_RUN_DIR (and ``{run_dir}``) inside the pods: the shared claim's mount when the run has one,
+        else each pod's own scratch folder (tasks of different pods then share no files)."""
+        return M.RUN_DIR_MOUNT if self.run_dir_claim else M.SCRATCH_DIR
+
+    def _program_args(self, launch: WorkerLaunch) -> list[str]:
+        """A process task's program as the pod runs it: the coordinator's substitutions made for its own
+        machine are mapped to the pod's (``{python}``: the image's ``python3``; ``{run_dir}``: the pods'
+        run folder)."""
+        local_run_dir = launch.env.get(ENV_RUN_DIR) or ""
+        out = []
+        for a in launch.args:
+            if a == sys.executable:
+                a = IMAGE_PYTHON
+            elif local_run_dir and local_run_dir in a:
+                a = a.replace(local_run_dir, self.pod_run_dir)
+            out.append(a)
+        return out
+
     def _worker_env(self, launch: WorkerLaunch) -> tuple[dict[str, str], list[dict]]:
-        env = {k: v for k, v in launch.env.items() if k not in (ENV_AUTH, ENV_AUTH_FILE)}
+        env = {k: v for k, v in launch.env.items() if k not in (ENV_AUTH, ENV_AUTH_FILE, ENV_TASK_AUTH)}
         env[ENV_HOSTS] = self._worker_hosts
+        if ENV_RUN_DIR in env:  # the coordinator's folder: not in the pod
+            env[ENV_RUN_DIR] = self.pod_run_dir
+        if ENV_TASK_HOSTS in env:  # a process task joins through the address the pods reach
+            env[ENV_TASK_HOSTS] = self._worker_hosts
         refs: list[dict] = []
-        has_auth = ENV_AUTH in launch.env or ENV_AUTH_FILE in launch.env
+        has_auth = any(k in launch.env for k in (ENV_AUTH, ENV_AUTH_FILE, ENV_TASK_AUTH))
         if self.zk_auth_secret:
             refs.append(
                 {"name": ENV_AUTH, "valueFrom": {"secretKeyRef": {"name": self.zk_auth_secret, "key": SECRET_KEY}}}
             )
         elif has_auth:
-            auth = launch.env.get(ENV_AUTH)
+            auth = launch.env.get(ENV_TASK_AUTH) or launch.env.get(ENV_AUTH)
             if auth is None:
                 from ..zk import read_credentials_file
 
@@ -405,8 +466,25 @@ class KubernetesBackend(Backend):
         return env, refs
 
     def _pod_body(self, launch: WorkerLaunch, millicores: float) -> dict:
+        """A stressor or command task: our worker (in the task's image, if it names one); a process task:
+        the user's program, in its image."""
         env, refs = self._worker_env(launch)
-        body = M.worker_pod(self.settings, self.run_key, launch.task, millicores, self._worker_args(launch), env=env)
+        image = self.images.get(launch.task)
+        if launch.program:
+            command, args = self._program_args(launch), []
+        else:
+            command, args = ["bsp-planner"], self._worker_args(launch)
+        body = M.worker_pod(
+            self.settings,
+            self.run_key,
+            launch.task,
+            millicores,
+            args,
+            env=env,
+            command=command,
+            image=image,
+            run_dir_claim=self.run_dir_claim,
+        )
         container = body["spec"]["containers"][0]
         container["env"] += refs
         body["metadata"]["annotations"][f"{N.DOMAIN}/incarnation"] = str(launch.incarnation)
@@ -472,9 +550,18 @@ class KubernetesBackend(Backend):
                 return
             if st.resize_infeasible or self.clock() >= deadline:
                 why = (
-                    st.resize_infeasible
-                    or f"not applied after {self.resize_timeout_s:g} s ({st.resize or 'no status'})"
+                    f"the kubelet calls it Infeasible: {st.resize_infeasible}"
+                    if st.resize_infeasible
+                    else f"not applied after {self.resize_timeout_s:g} s ({_resize_progress(st)})"
                 )
+                if task in self.processes:
+                    raise ResizeRefused(
+                        f"task {task!r}: the in-place resize of pod {name} from {t.millicores:g}m to {millicores:g}m "
+                        f"failed: {why}. A process task keeps its state in memory and is never recreated behind its "
+                        "back; the run stops here and can be resumed (lower cpu.max_millicores, free room on the "
+                        "node, or run with --reconfigure recreate if the program restores its own state)",
+                        field="kubernetes",
+                    )
                 self._warn(f"in-place resize of {task!r} to {millicores:g}m: {why}; recreating the pod instead")
                 return self.recreate_task(t.launch, millicores, detail=f"resize failed: {why}", started=started)
             self.sleep(self.poll_s)
@@ -525,6 +612,8 @@ class KubernetesBackend(Backend):
             raise PodLost(
                 f"task {task!r}: {st.problem} (pod {name}); the run stops here and can be resumed", field="kubernetes"
             )
+        if st.phase == "Failed":
+            self._refuse_start_failure(task, pod)
         if st.phase in ("Succeeded", "Failed"):  # the worker exited by itself: the coordinator decides
             if t.last_logged != st.name + st.phase:
                 self._keep_log(task, pod)
@@ -542,6 +631,33 @@ class KubernetesBackend(Backend):
                 )
             return TaskStatus(alive=True, detail=f"pending: {st.waiting}")
         return TaskStatus(alive=True)
+
+    def _refuse_start_failure(self, task: str, pod: dict | None) -> None:
+        """A container the runtime could not start at all (its program is not in the image: reason
+        StartError / ContainerCannotRun) is the job's mistake, not a crash worth a restart: say which
+        program, which image, and what the image needs."""
+        term = terminated(pod)
+        if term.get("reason") not in START_FAILURES:
+            return
+        self._keep_log(task, pod)
+        image = self.images.get(task) or self.settings.image
+        why = " ".join((term.get("message") or "").split())[-400:]
+        t = self.tasks.get(task)
+        if t is not None and t.launch.program:
+            what = f"its process program {t.launch.args[0]!r}" if t.launch.args else "its process"
+            need = "the `process` program must be in the image (on its PATH, or an absolute path in the image)"
+        else:
+            what = "the bsp-planner worker"
+            need = (
+                "a command task's container runs `bsp-planner worker`, which runs the command every step: install "
+                "bsp-planner in the image (`pip install 'bsp-planner[live]'`) or build it FROM the bsp-planner image "
+                "(docs/kubernetes.md)"
+            )
+        raise ImageUnusable(
+            f"task {task!r}: the container of image {image!r} could not start {what} ({term.get('reason')}: {why}); "
+            f"{need}; the run stops and can be resumed once the image is fixed",
+            field="kubernetes",
+        )
 
     def wait_running(self, tasks: list[str] | None = None) -> float:
         """Block until the tasks' pods run (or raise PodLost as poll_task does); returns the seconds waited."""
@@ -582,6 +698,73 @@ class KubernetesBackend(Backend):
         with open(path / f"{task}.log", "a") as fh:
             fh.write(line + "\n" + (msg + "\n" if msg else ""))
 
+    # -- what a recreation costs on this cluster ----------------------------------------------------
+    def measure_reconfigure_cost(self, method: str) -> float | None:
+        """recreate: seconds one pod recreation costs on this cluster, measured now with a probe pod of the
+        run's image under the average task's CPU (budget / tasks): created -> scheduled -> container
+        started -> our worker's interpreter and imports done (it runs ``bsp-planner worker --help`` and
+        exits) -> deleted and gone. Our wall clock times it; the pod's timestamps (creation, container
+        start and finish: whole seconds) say where the time went (:attr:`recreate_probe`, in run.json's
+        backend info). None (the experiment's penalty_s then) for in-place, and where the probe cannot
+        run (with a warning): the per-step records hold what each reconfiguration really cost."""
+        if method != "recreate":
+            return None
+        name = N.dns_label(f"bsp-{self.run_key}-cost-probe")
+        body = M.worker_pod(
+            self.settings, self.run_key, PROBE_TASK, self.probe_millicores, ["worker", "--help"], env={}
+        )
+        body["metadata"]["name"] = name
+        started = self.clock()
+        try:
+            self._cluster.delete_pod(name, 0)
+            if self._cluster.get_pod(name) is not None:
+                self._wait_gone(name)
+            started = self.clock()
+            self._cluster.create_pod(body)
+            deadline = started + float(self.pending_timeout_s or 120.0)
+            while True:
+                pod = self._cluster.get_pod(name)
+                st = pod_state(pod)
+                if st.phase in ("Succeeded", "Failed") or st.problem:
+                    break
+                if (st.phase == "Pending" and st.fatal_waiting) or self.clock() >= deadline:
+                    self._warn(
+                        f"could not measure a pod recreation: the probe pod {name} did not finish within "
+                        f"{self.clock() - started:.0f} s ({st.waiting or st.phase}); planning with the experiment's "
+                        "penalty_s (or give [reconfigure_cost] recreate_s)"
+                    )
+                    self._cluster.delete_pod(name, 0)
+                    return None
+                self.sleep(self.poll_s)
+            ran_s = self.clock() - started
+            deleted = self.clock()
+            self._cluster.delete_pod(name, 0)
+            self._wait_gone(name)
+            gone_s = self.clock() - deleted
+        except TaskLost:
+            raise
+        except InputError as exc:
+            self._warn(f"could not measure a pod recreation ({exc}); planning with the experiment's penalty_s")
+            return None
+        if st.exit_code not in (0, None):
+            self._warn(
+                f"the recreation probe pod {name} exited with code {st.exit_code} ({st.problem}); its time still "
+                "counts, but check the image: it runs `bsp-planner worker --help`"
+            )
+        self.recreate_probe = {
+            "seconds": round(ran_s + gone_s, 3),
+            "start_to_exit_s": round(ran_s, 3),
+            "delete_to_gone_s": round(gone_s, 3),
+            "millicores": self.probe_millicores,
+            **_pod_timeline(pod),
+        }
+        return ran_s + gone_s
+
+    def _wait_gone(self, name: str) -> None:
+        deadline = self.clock() + self.delete_timeout_s
+        while self._cluster.get_pod(name) is not None and self.clock() < deadline:
+            self.sleep(self.poll_s)
+
     def cleanup_stale(self) -> list[str]:
         """Delete this run's pods that an earlier, killed coordinator left behind."""
         removed = []
@@ -613,6 +796,45 @@ class KubernetesBackend(Backend):
         if task not in self.tasks:
             raise InputError(f"task {task!r} is not running", field="task")
         return self.tasks[task]
+
+
+def _timestamp(text: str | None) -> float | None:
+    """An RFC 3339 timestamp of the API ('2026-11-23T09:30:44Z') in seconds since the epoch."""
+    from datetime import datetime
+
+    if not text:
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def _pod_timeline(pod: dict | None) -> dict[str, float]:
+    """Where a finished pod's time went, from its own timestamps (whole seconds): creation to its
+    container's start (scheduling, image, container creation) and the container's run."""
+    created = _timestamp(((pod or {}).get("metadata") or {}).get("creationTimestamp"))
+    cs = (((pod or {}).get("status") or {}).get("containerStatuses") or [{}])[0]
+    state = cs.get("state") or {}
+    term = state.get("terminated") or {}
+    started = _timestamp(term.get("startedAt") or (state.get("running") or {}).get("startedAt"))
+    finished = _timestamp(term.get("finishedAt"))
+    out: dict[str, float] = {}
+    if created is not None and started is not None:
+        out["created_to_started_s"] = max(0.0, started - created)
+    if started is not None and finished is not None:
+        out["started_to_finished_s"] = max(0.0, finished - started)
+    return out
+
+
+def _resize_progress(st: PodState) -> str:
+    """Where a resize stands, from the pod's conditions and generations (for messages)."""
+    parts = [st.resize or "no resize condition"]
+    if st.generation is not None and st.observed_generation is not None and st.observed_generation < st.generation:
+        parts.append(f"the kubelet has seen generation {st.observed_generation} of {st.generation}")
+    if st.actual_cpu_m is not None:
+        parts.append(f"applied limit {st.actual_cpu_m:g}m")
+    return "; ".join(parts)
 
 
 def _termination_message(pod: dict | None) -> str:

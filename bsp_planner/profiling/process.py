@@ -1,0 +1,235 @@
+"""Profiling a long-running `process` task: one start per (CPU level, repeat), one workload after another.
+
+Why not one process per cell, as for stressors and commands: a process task is started once in a run
+and keeps its state; a superstep of it never includes the interpreter's start-up, its imports or the
+first allocation of its data, which for a short step would dominate a per-cell start. So the profiler
+starts the program once per (task, CPU level, repeat) inside the cgroup whose quota is that CPU level,
+with a profiling session (:mod:`bsp_planner.task.profiling`: ``BSP_PROFILE`` names a plan) that assigns
+the grid's workloads step by step: `warmup` steps, then `measure` steps, of each workload in turn. The
+program sizes each step's work by ``session.assigned_workload(step)`` and reports it; the session times
+each step block (wall and CPU seconds) and appends the report to a file the profiler follows.
+
+A cell's duration is the mean wall time of its `measure` consecutive steps (their total over their
+number): the warm-up steps (the first step after start-up or after the workload changed, when caches and
+allocations are cold) are discarded. Mean, not median: the kernel enforces a quota per 100 ms CFS period,
+so a step shorter than its share of a period runs unthrottled or waits for the next period depending on
+where in the period it starts (at 500m, a 21 ms step took 21 or 70 ms); one step's wall time is that
+phase, and only the rate over consecutive steps is the CPU limit's effect, which is what a rank running
+step after step gets. For steps longer than a period the two agree.
+
+A process that exits non-zero, ends before its last planned step, reports another workload than the one
+assigned (it does not size its work by the assignment), or reports no step for `timeout_s` seconds is a
+failure of every cell it did not finish; the cells it finished before are kept.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import InputError
+from ..job import Task, substitute
+from ..task.profiling import PROFILE_ENV, write_plan
+from .cgroups import CpuQuotaGroup
+from .results import RunResult, stderr_tail
+
+POLL_S = 0.05  # how often the profiler looks at the process and its reports (not part of any timing)
+
+
+@dataclass(frozen=True)
+class ProcessSteps:
+    """How many steps of each workload a profiled process runs: `warmup` discarded, then `measure` timed."""
+
+    warmup: int = 1
+    measure: int = 5
+
+    def __post_init__(self) -> None:
+        for option, value, least in (("--warmup-steps", self.warmup, 0), ("--measure-steps", self.measure, 1)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < least:
+                raise InputError(f"expected a whole number >= {least}, got {value!r}", field=option)
+
+    @property
+    def per_workload(self) -> int:
+        return self.warmup + self.measure
+
+    def as_dict(self) -> dict[str, int]:
+        return {"warmup_steps": self.warmup, "measure_steps": self.measure}
+
+
+def step_workloads(workloads: Sequence[float], steps: ProcessSteps) -> list[float]:
+    """The workload of every step of one profiled process: each of `workloads` for `per_workload` steps."""
+    return [float(w) for w in workloads for _ in range(steps.per_workload)]
+
+
+def process_args(task: Task, run_dir: str | Path) -> list[str]:
+    """The process's argument list, with `{task}`, `{run_dir}` and `{python}` substituted as a run does."""
+    if not task.process:
+        raise InputError(f"task '{task.name}' runs a {task.kind}, not a process", field="process")
+    values = {"task": task.name, "run_dir": str(run_dir), "python": sys.executable}
+    return [substitute(a, values) for a in task.process]
+
+
+def process_env(task: Task, plan: Path, run_dir: Path) -> dict[str, str]:
+    """The caller's environment without any bsp-planner run's variables, plus the profiling session's."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BSP_")}
+    env.update({PROFILE_ENV: str(plan), "BSP_TASK": task.name, "BSP_RUN_DIR": str(run_dir)})
+    return env
+
+
+class ReportFollower:
+    """The complete JSON lines appended to a reports file so far (a torn last line waits for its end)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0
+        self.reports: list[dict] = []
+
+    def poll(self) -> int:
+        """Read what was appended; returns how many new reports."""
+        try:
+            with open(self.path, "rb") as fh:
+                fh.seek(self.offset)
+                data = fh.read()
+        except FileNotFoundError:
+            return 0
+        end = data.rfind(b"\n") + 1
+        self.offset += end
+        new = [json.loads(line) for line in data[:end].splitlines() if line.strip()]
+        self.reports.extend(new)
+        return len(new)
+
+
+def cell_results(
+    task: Task, reports: list[dict], workloads: Sequence[float], steps: ProcessSteps, failure: str | None
+) -> dict[float, RunResult]:
+    """Each workload's cell from the reports: the mean wall time of its measured steps, or why not.
+
+    A cell all of whose steps were reported is measured even if the process failed later; a cell with a
+    reported workload other than the assigned one fails (and so do the cells after it)."""
+    results: dict[float, RunResult] = {}
+    misreported = False  # once a process reported a workload it was not given, none of its later cells count
+    by_step = {int(r["step"]): r for r in reports}
+    for i, w in enumerate(workloads):
+        first = i * steps.per_workload
+        cell = [by_step.get(first + k) for k in range(steps.per_workload)]
+        wrong = next((r for r in cell if r is not None and not _same_workload(r.get("workload"), w)), None)
+        if wrong is not None and not misreported:
+            misreported = True
+            failure = (
+                f"task '{task.name}' reported workload {wrong.get('workload')} in step {wrong['step']} but the "
+                f"profiler assigned {w:g}: its process must size each step's work by "
+                "session.assigned_workload(step) when profiled"
+            )
+        if not misreported and all(r is not None for r in cell):
+            measured = [r for r in cell[steps.warmup :] if r is not None]
+            results[float(w)] = RunResult(
+                statistics.fmean(float(r["wall_s"]) for r in measured),
+                cpu_s=statistics.fmean(float(r.get("cpu_s", 0.0)) for r in measured),
+            )
+        else:
+            results[float(w)] = RunResult(None, failure or "the process ended before this cell's steps")
+    return results
+
+
+def _same_workload(reported: object, assigned: float) -> bool:
+    if reported is None:
+        return True  # the process did not say; the assignment stands
+    return isinstance(reported, (int, float)) and math.isclose(float(reported), assigned, rel_tol=1e-9, abs_tol=0.5)
+
+
+def drive_process(
+    task: Task,
+    workloads: Sequence[float],
+    group: CpuQuotaGroup,
+    timeout_s: float,
+    steps: ProcessSteps,
+    workdir: Path,
+) -> dict[float, RunResult]:
+    """Start `task`'s process once inside `group`, run `workloads` through its profiling session, and
+    return each workload's cell. Kills the process (and everything in the group) on timeout and on any
+    exception, Ctrl-C included."""
+    with tempfile.TemporaryDirectory(prefix=f"profile-{task.name}-", dir=workdir) as tmp:
+        scratch = Path(tmp)
+        run_dir = scratch / "run"
+        run_dir.mkdir()
+        reports_file = scratch / "reports.jsonl"
+        plan = write_plan(scratch / "plan.json", task.name, step_workloads(workloads, steps), reports_file)
+        follower = ReportFollower(reports_file)
+        with open(scratch / "stderr", "w+b") as err:
+            proc = subprocess.Popen(
+                process_args(task, run_dir),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+                cwd=run_dir,
+                env=process_env(task, plan, run_dir),
+                preexec_fn=group.preexec_fn,
+                start_new_session=True,
+            )
+            try:
+                failure = _follow(proc, group, follower, timeout_s, workloads, steps)
+            except BaseException:
+                _kill(proc, group)
+                raise
+            if failure is not None and proc.returncode not in (None, 0):
+                err.seek(0)
+                detail = stderr_tail(err.read())
+                failure += f": {detail}" if detail else ""
+        return cell_results(task, follower.reports, workloads, steps, failure)
+
+
+def _follow(
+    proc: subprocess.Popen,
+    group: CpuQuotaGroup,
+    follower: ReportFollower,
+    timeout_s: float,
+    workloads: Sequence[float],
+    steps: ProcessSteps,
+) -> str | None:
+    """Wait for the process to end, following its reports; None when it ran every planned step and exited
+    0, else why not (the process is killed on a timeout)."""
+    planned = len(workloads) * steps.per_workload
+    last_progress = time.monotonic()
+    while True:
+        try:
+            proc.wait(timeout=POLL_S)
+            exited = True
+        except subprocess.TimeoutExpired:
+            exited = False
+        if follower.poll():
+            last_progress = time.monotonic()
+        done = len(follower.reports)
+        if exited:
+            if proc.returncode != 0:
+                return f"its process exited with code {proc.returncode} after {done} of {planned} steps"
+            if done < planned:
+                return (
+                    f"its process exited after {done} of {planned} steps (the profiling session ends after {planned})"
+                )
+            return None
+        if time.monotonic() - last_progress > timeout_s:
+            _kill(proc, group)
+            w = workloads[min(done // steps.per_workload, len(workloads) - 1)]
+            return f"timeout: no step reported within {timeout_s:g} s (step {done}, workload {w:g})"
+
+
+def _kill(proc: subprocess.Popen, group: CpuQuotaGroup) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    group.kill_all()
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        pass
