@@ -108,7 +108,7 @@ def decisions(tasks: list[int], steps: int = 30) -> None:
     print("|---|---|---|---|---|---|")
     for n in tasks:
         ctx, actual = big_context(n, steps, 10, allocator=make_allocator("threshold"))
-        _, wall, cpu = timed_mpc(ctx, actual)
+        _, wall, cpu = timed_mpc(ctx, actual, 10)
         wall, cpu = wall[: steps - 9], cpu[: steps - 9]  # full horizons only
         goal = "50 ms" if n <= 1024 else "1000 ms"
         print(
