@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bsp_planner.allocation import GreedyAllocator, ThresholdAllocator, discount_weights, frame_time, make_allocator
-from bsp_planner.allocation.threshold import greedy_from, polish
+from bsp_planner.allocation.greedy import greedy_rounds
+from bsp_planner.allocation.threshold import polish
 from bsp_planner.planners.floor import floor_levels
 from bsp_planner.planners.mpc import horizon_frames
 
@@ -89,17 +90,19 @@ def test_broadcast_batches_give_the_same_levels_as_spelled_out_frames(seed):
 
 
 @pytest.mark.parametrize("seed", range(10))
-def test_polish_on_candidate_tasks_equals_greedy_on_all_tasks(seed):
-    # While no task reaches its maximum, the greedy rule only ever looks at each step's r+1 slowest
-    # tasks: running it on those alone must give what it gives on all of them.
+@pytest.mark.parametrize("maxed", [False, True])
+def test_polish_on_candidate_tasks_equals_greedy_on_all_tasks(seed, maxed):
+    # The greedy rule only ever looks at each step's r+1 slowest growable tasks and the slowest task at
+    # its maximum: running it on those alone must give what it gives on all of them, also when
+    # stragglers at their maximum send it to the slowest growable task instead.
     rng = np.random.default_rng(seed)
     b, n, n_levels, k = 4, 30, 40, 6
     d = np.sort(rng.uniform(0.5, 5, (b, n, n_levels, k)), axis=2)[:, :, ::-1, :].copy()
     w = np.tile(discount_weights(k, 0.9), (b, 1))
-    max_level = np.full(n, n_levels - 1)
-    start = rng.integers(0, 10, (b, n))
+    max_level = rng.integers(0, 12, n) if maxed else np.full(n, n_levels - 1)
+    start = np.minimum(rng.integers(0, 10, (b, n)), max_level[None, :])
     budget = int(start.sum(axis=1).max()) + 8
-    assert np.array_equal(polish(d, w, max_level, start, budget), greedy_from(d, w, max_level, start, budget))
+    assert np.array_equal(polish(d, w, max_level, start, budget), greedy_rounds(d, w, max_level, budget, start))
 
 
 def test_registered_by_name():

@@ -8,7 +8,7 @@ When no straggler can grow (all at their maximum), the stragglers among the task
 take their turn, so budget is never left idle while someone could use it.
 
 How it is computed (the same results, bit for bit, as the plain version that recomputes everything
-every round, kept below for inputs with NaN or infinities; tests/test_greedy_equivalence.py checks it).
+every round, `greedy_rounds` below, used for inputs with NaN or infinities; tests/test_greedy_equivalence.py checks it).
 A frame gives out one CPU step per round, so the rounds are sequential; each round is one fixed
 sequence of numpy calls over all frames, kept short and on small arrays:
 
@@ -54,39 +54,78 @@ def _straggler_gains(cur: np.ndarray, nxt: np.ndarray, weights: np.ndarray) -> t
     return gain, count > 0
 
 
-def _allocate_plain(durations: np.ndarray, weights: np.ndarray, max_level: np.ndarray, budget_steps: int) -> np.ndarray:
-    """The straightforward version: every straggler and gain recomputed at every step. Used for inputs
-    with NaN or infinite values, where the fast version's -inf markers would be ambiguous."""
-    b, n, n_levels, k = durations.shape
-    lvl = np.zeros((b, n), dtype=np.int64)
-    cur = durations[:, :, 0, :].copy()
-    nxt = durations[:, :, min(1, n_levels - 1), :].copy()
-    rows = np.arange(b)
-    for _ in range(budget_steps):
-        can = lvl < max_level[None, :]
-        if not can.any():
+def greedy_rounds(
+    durations: np.ndarray,
+    weights: np.ndarray,
+    max_level: np.ndarray,
+    budget_steps: int | np.ndarray,
+    start: np.ndarray | None = None,
+    tasks: np.ndarray | None = None,
+    real: np.ndarray | None = None,
+) -> np.ndarray:
+    """The greedy rule, straightforward: every straggler and gain recomputed at every round, one CPU
+    step per frame and round, until each frame's budget is spent or it cannot give a step.
+
+    durations (B, N, L, k) seconds (a broadcast batch stays unexpanded: only the working tasks'
+    current and next durations are gathered); weights (B, k); max_level (N,); budget_steps: levels
+    above the minimum, one number or one per frame (B,). Optional: start (B, n) levels to begin from
+    (default all 0); tasks (B, n) the tasks each frame works on (default all N, in order); real (B, n)
+    False for padding (never a straggler, never grows). Returns levels (B, n) of those tasks.
+
+    Used by the allocator for inputs with NaN or infinities (where the fast version's -inf markers
+    would be ambiguous) and by the threshold allocator's polish (a few rounds on a few tasks)."""
+    b, n_all, n_levels, k = durations.shape
+    if tasks is None:
+        tasks = np.broadcast_to(np.arange(n_all)[None, :], (b, n_all))
+    n = tasks.shape[1]
+    max_of = np.asarray(max_level)[tasks]
+    if real is not None:
+        max_of = np.where(real, max_of, 0)
+    lvl = np.zeros((b, n), dtype=np.int64) if start is None else start.copy()
+    left = np.broadcast_to(np.asarray(budget_steps) - lvl.sum(axis=1), (b,)).copy()
+    fb, tb = np.arange(b)[:, None, None], tasks[:, :, None]
+    ki = np.arange(k)[None, None, :]
+    cur = durations[fb, tb, lvl[:, :, None], ki]  # (B, n, k)
+    nxt = durations[fb, tb, np.minimum(lvl + 1, n_levels - 1)[:, :, None], ki]
+    if real is not None:
+        cur[~real] = -np.inf
+        nxt[~real] = -np.inf
+    while True:
+        can = lvl < max_of
+        live = (left > 0) & can.any(axis=1)
+        if not live.any():
             break
-        gain, straggles = _straggler_gains(cur, nxt, weights)
-        candidates = straggles & can
-        stuck = ~candidates.any(axis=1) & can.any(axis=1)
+        f = np.nonzero(live)[0]
+        every = f.size == b  # all frames: no copies
+        cur_f, nxt_f = (cur, nxt) if every else (cur[f], nxt[f])
+        w_f, can_f = (weights, can) if every else (weights[f], can[f])
+        gain, straggles = _straggler_gains(cur_f, nxt_f, w_f)
+        candidates = straggles & can_f
+        stuck = ~candidates.any(axis=1)
         if stuck.any():
             # The slowest tasks are all at their maximum: look at the slowest among those that can grow.
-            masked = np.where(can[stuck][:, :, None], cur[stuck], -np.inf)
-            g2, s2 = _straggler_gains(masked, np.where(can[stuck][:, :, None], nxt[stuck], -np.inf), weights[stuck])
+            cs = can_f[stuck][:, :, None]
+            g2, s2 = _straggler_gains(
+                np.where(cs, cur_f[stuck], -np.inf), np.where(cs, nxt_f[stuck], -np.inf), w_f[stuck]
+            )
             gain[stuck] = np.nan_to_num(g2, nan=0.0, neginf=0.0, posinf=0.0)
-            candidates[stuck] = s2 & can[stuck]
+            candidates[stuck] = s2 & can_f[stuck]
         score = np.where(candidates, gain, -np.inf)
         choice = score.argmax(axis=1)
-        ok = candidates[rows, choice]
-        r, c = rows[ok], choice[ok]
-        lvl[r, c] += 1
-        cur[r, c] = durations[r, c, lvl[r, c]]
-        nxt[r, c] = durations[r, c, np.minimum(lvl[r, c] + 1, n_levels - 1)]
+        ok = candidates[np.arange(f.size), choice]
+        left[f[~ok]] = 0  # a frame that cannot give a step now never will
+        r, c = f[ok], choice[ok]
+        lv = lvl[r, c] + 1
+        lvl[r, c] = lv
+        left[r] -= 1
+        t = tasks[r, c]
+        cur[r, c] = durations[r, t, lv]
+        nxt[r, c] = durations[r, t, np.minimum(lv + 1, n_levels - 1)]
     return lvl
 
 
 def _allocate_fast(durations: np.ndarray, weights: np.ndarray, max_level: np.ndarray, budget_steps: int) -> np.ndarray:
-    """Same as _allocate_plain for finite inputs (see the module docstring)."""
+    """Same as greedy_rounds for finite inputs (see the module docstring)."""
     b, n, n_levels, k = durations.shape
     top_level = n_levels - 1
     ninf = -np.inf
@@ -210,5 +249,5 @@ class GreedyAllocator(Allocator):
         if budget_steps <= 0 or b == 0 or n == 0 or not (max_level > 0).any():
             return np.zeros((b, n), dtype=np.int64)
         if not (np.isfinite(_unique_view(durations)).all() and np.isfinite(weights).all()):
-            return _allocate_plain(durations, weights, max_level, budget_steps)
+            return greedy_rounds(durations, weights, max_level, budget_steps)
         return _allocate_fast(durations, weights, max_level, budget_steps)

@@ -40,6 +40,7 @@ from typing import Any, cast
 import numpy as np
 
 from .base import Allocator
+from .greedy import greedy_rounds
 
 #: tiebreak(frame, flat entries i * L + l) -> each entry's weighted frame time (see levels_for_ratios)
 TieBreak = Callable[[int | np.integer[Any], np.ndarray], np.ndarray]
@@ -168,94 +169,33 @@ def frame_ratios(
     return np.arange(b), R, lambda j, idx: durations[j].reshape(n * L, k)[idx] @ weights[j]
 
 
-def greedy_from(
-    durations: np.ndarray,
-    weights: np.ndarray,
-    max_level: np.ndarray,
-    start: np.ndarray,
-    budget_steps: int | np.ndarray,
-    tasks: np.ndarray | None = None,
-    real: np.ndarray | None = None,
-) -> np.ndarray:
-    """The greedy rule (see greedy.py), one CPU step per frame and round, from a start configuration,
-    until each frame's budget is spent or no task can grow. durations (B, N, L, k); max_level (N,);
-    budget_steps: a number or one per frame. tasks (B, n): the tasks each frame works on (default all
-    N, in order), real (B, n): False for padding (never the slowest, never grows); start (B, n) and the
-    result are levels of those tasks."""
-    b, _, L, k = durations.shape
-    if tasks is None:
-        tasks = np.broadcast_to(np.arange(durations.shape[1])[None, :], (b, durations.shape[1]))
-    n = tasks.shape[1]
-    max_of = np.asarray(max_level)[tasks]
-    if real is not None:
-        max_of = np.where(real, max_of, 0)
-    lvl = start.copy()
-    left = budget_steps - lvl.sum(axis=1)
-    alive = (left > 0) & (weights > 0).any(axis=1)
-    ki = np.arange(k)[None, None, :]
-    while alive.any():
-        f = np.nonzero(alive)[0]
-        fi = np.arange(f.size)[:, None]
-        lv = lvl[f]
-        can = lv < max_of[f]
-        fb, tb = f[:, None, None], tasks[f][:, :, None]
-        cur = durations[fb, tb, lv[:, :, None], ki]  # (F, n, k), gathered: a broadcast batch stays unexpanded
-        nxt = durations[fb, tb, np.minimum(lv + 1, L - 1)[:, :, None], ki]
-        if real is not None:
-            pad = ~real[f]
-            cur[pad] = -1.0
-            nxt[pad] = -1.0
-        w = weights[f]
-        # Stragglers among all tasks; where all of a frame's stragglers are at their maximum, among
-        # the tasks that can still grow (as greedy.py does).
-        choice = np.zeros(f.size, dtype=np.int64)
-        ok = np.zeros(f.size, dtype=bool)
-        for vals in (cur, np.where(can[:, :, None], cur, -np.inf)):
-            strag = vals.argmax(axis=1)  # (F, k)
-            saved = (cur[fi, strag, ki[0]] - nxt[fi, strag, ki[0]]) * w
-            flat = (fi * n + strag).ravel()
-            gain = np.bincount(flat, weights=saved.ravel(), minlength=f.size * n).reshape(f.size, n)
-            count = np.bincount(flat, weights=(w > 0).ravel(), minlength=f.size * n).reshape(f.size, n)
-            cand = (count > 0) & can
-            if not np.isfinite(gain).all():  # infinite durations: no finite saving to rank by
-                gain = np.nan_to_num(gain, nan=0.0, posinf=0.0, neginf=0.0)
-            score = np.where(cand, gain, -np.inf)
-            c = score.argmax(axis=1)
-            got = cand[np.arange(f.size), c] & ~ok
-            choice[got] = c[got]
-            ok |= got
-            if ok.all():
-                break
-        g = f[ok]
-        lvl[g, choice[ok]] += 1
-        left[g] -= 1
-        alive[f[~ok]] = False
-        alive &= left > 0
-    return lvl
-
-
 def polish(
     durations: np.ndarray, weights: np.ndarray, max_level: np.ndarray, start: np.ndarray, budget_steps: int
 ) -> np.ndarray:
     """Spend the r = budget - sum(start) last steps by the greedy rule, on the few tasks that can matter.
 
-    After j rounds at most j tasks have changed, so the slowest task at a step is one of that step's
-    r + 1 slowest at the start, or a task already chosen (itself one of those): greedy runs on the
-    union of every step's r + 1 slowest tasks (at most k (r + 1) per frame, padded with inert tasks),
-    not on all n. (Only the fallback for frames whose stragglers are all at their maximum may look
-    beyond that set in greedy.py; here it picks within it.)"""
+    In greedy's rounds the straggler at a step is either the slowest task at its maximum there (they
+    never change) or the slowest task that can grow; after j rounds at most j tasks have changed, so
+    the latter is one of that step's r + 1 slowest growable tasks at the start, or a task already
+    chosen (itself one of those). Greedy runs on the union, per step, of those r + 1 and the slowest
+    task at its maximum (at most k (r + 2) per frame, padded with inert tasks), not on all n, and gives
+    what it gives on all n (tests/test_threshold_allocator.py), up to ties at the edge of the r + 1."""
     b, n, L, k = durations.shape
     r = int(budget_steps - start.sum(axis=1).min())
     if r <= 0:
         return start
-    if r + 1 >= n:  # every task is a candidate
-        return greedy_from(durations, weights, max_level, start, budget_steps)
+    if r + 2 >= n:  # every task is a candidate
+        return greedy_rounds(durations, weights, max_level, budget_steps, start)
     fb = np.arange(b)[:, None, None]
     cur = durations[fb, np.arange(n)[None, :, None], start[:, :, None], np.arange(k)[None, None, :]]  # (B, n, k)
+    can = (start < max_level[None, :])[:, :, None]
     m = r + 1
-    top = np.argpartition(cur, n - m, axis=1)[:, n - m :, :]
+    top = np.argpartition(np.where(can, cur, -np.inf), n - m, axis=1)[:, n - m :, :]  # (B, m, k)
     chosen = np.zeros((b, n), dtype=bool)
-    chosen[np.arange(b)[:, None, None], top] = True
+    chosen[fb, top] = True
+    at_max = np.where(can, -np.inf, cur)
+    fi, ki = np.nonzero(at_max.max(axis=1) > -np.inf)  # (frame, step) pairs with a task at its maximum
+    chosen[fi, at_max.argmax(axis=1)[fi, ki]] = True
     width = int(chosen.sum(axis=1).max())
     # Each frame's candidates in task order (keeps greedy's lower-index tie rule), padded with others
     # marked inert.
@@ -264,27 +204,17 @@ def polish(
     sub_start = np.where(real, np.take_along_axis(start, order, axis=1), 0)
     spare = budget_steps - start.sum(axis=1)
     # Each frame spends its own spare steps on its candidates.
-    lvl_sub = greedy_from(durations, weights, max_level, sub_start, sub_start.sum(axis=1) + spare, order, real)
+    lvl_sub = greedy_rounds(durations, weights, max_level, sub_start.sum(axis=1) + spare, sub_start, order, real)
     out = start.copy()
     rows = np.nonzero(real)
     out[rows[0], order[rows]] = lvl_sub[rows]
     return out
 
 
-def _frame_times(durations: np.ndarray, levels: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    """base.frame_time for a batch, gathering from the one table when the batch is a broadcast."""
-    b, n = levels.shape
-    if durations.strides[0] == 0:
-        per_task = durations[0][np.arange(n)[None, :], levels]  # (B, n, k)
-    else:
-        per_task = durations[np.arange(b)[:, None], np.arange(n)[None, :], levels]
-    times: np.ndarray = (per_task.max(axis=1) * weights).sum(axis=1)
-    return times
-
-
 class ThresholdAllocator(Allocator):
     name = "threshold"
-    #: Steps of the budget the greedy rule spends last (see polish); the better of the two is kept.
+    #: Steps of the budget the greedy rule spends last, from the threshold's configuration for the rest
+    #: (see polish).
     polish_steps = 8
 
     def allocate_batch(
@@ -301,11 +231,9 @@ class ThresholdAllocator(Allocator):
             return np.where(used[:, None], max_level[None, :], 0)
         order, R, tiebreak = frame_ratios(durations, weights, max_level, budget_steps)
         r = min(self.polish_steps, budget_steps)
-        levels, start = np.empty((2, b, n), dtype=np.int64)
-        levels[order], start[order] = levels_for_ratios(R, tiebreak, [budget_steps, budget_steps - r])
+        levels = np.empty((b, n), dtype=np.int64)
+        (levels[order],) = levels_for_ratios(R, tiebreak, [budget_steps - r])
         if r > 0:
-            polished = polish(durations, weights, max_level, start, budget_steps)
-            better = _frame_times(durations, polished, weights) < _frame_times(durations, levels, weights)
-            levels = np.where(better[:, None], polished, levels)
+            levels = polish(durations, weights, max_level, levels, budget_steps)
         levels[~used] = 0
         return levels
