@@ -113,7 +113,7 @@ def test_a_process_task_is_profiled_once_per_cpu_level_under_its_quota(tmp_path,
     assert prof.tasks["loop"].duration_s.shape == (2, 2)
     meta = json.loads(metadata_path(out).read_text())
     assert meta["tasks"]["loop"]["warmup_steps"] == 1 and meta["tasks"]["loop"]["measure_steps"] == 2
-    assert "median wall seconds" in meta["duration"]
+    assert "mean wall seconds" in meta["duration"]
     results = {(cell[1], cell[2]): result for cell, result in rows}
     # the kernel's accounting of the process's group, not a wall-clock ratio: at 200m the loop wanted a
     # whole CPU, was throttled, and each step got at most 0.2 CPU over the periods it touched

@@ -59,7 +59,7 @@ def run(
         1, "--warmup-steps", help="process tasks: steps per workload run first and discarded (cold caches)."
     ),
     measure_steps: int = typer.Option(
-        3, "--measure-steps", help="process tasks: steps per workload timed after the warm-up; their median counts."
+        5, "--measure-steps", help="process tasks: steps per workload timed after the warm-up; their mean counts."
     ),
     stress_ng: str = typer.Option("stress-ng", "--stress-ng", help="The stress-ng executable."),
     cgroup_prefix: str = typer.Option("bsp-planner", "--cgroup-prefix", help="Parent cgroup for the runs' groups."),

@@ -165,6 +165,13 @@ class LocalBackend:
             self._version = (out.stdout or out.stderr).strip() or "unknown"
         return self._version
 
+    def _stress_ng_version_if_installed(self) -> str | None:
+        """For the metadata: a profile of command or process tasks only does not need stress-ng."""
+        try:
+            return self.stress_ng_version()
+        except InputError:
+            return None
+
     def installed_stressors(self) -> set[str]:
         if self._stressors is None:
             out = subprocess.run([self.stress_ng_path(), "--stressors"], capture_output=True, text=True, timeout=30)
@@ -199,7 +206,7 @@ class LocalBackend:
         return {
             "backend": self.name,
             "cgroup": {"version": h.version, "root": str(h.root), "prefix": self.prefix},
-            "stress_ng": self.stress_ng_version(),
+            "stress_ng": self._stress_ng_version_if_installed(),
             "scratch_fs": self.scratch_fs(),
             "cpu_shares": self.cpu_shares,
             "cpu_shares_note": "cgroup CPU weight of each run's group and its prefix group (v1 cpu.shares; "

@@ -9,9 +9,13 @@ the grid's workloads step by step: `warmup` steps, then `measure` steps, of each
 program sizes each step's work by ``session.assigned_workload(step)`` and reports it; the session times
 each step block (wall and CPU seconds) and appends the report to a file the profiler follows.
 
-A cell's duration is the median wall time of its `measure` steps: the warm-up steps (the first step
-after start-up or after the workload changed, when caches and allocations are cold) are discarded, and
-the median keeps one step disturbed by the busy host from moving the cell.
+A cell's duration is the mean wall time of its `measure` consecutive steps (their total over their
+number): the warm-up steps (the first step after start-up or after the workload changed, when caches and
+allocations are cold) are discarded. Mean, not median: the kernel enforces a quota per 100 ms CFS period,
+so a step shorter than its share of a period runs unthrottled or waits for the next period depending on
+where in the period it starts (at 500m, a 21 ms step took 21 or 70 ms); one step's wall time is that
+phase, and only the rate over consecutive steps is the CPU limit's effect, which is what a rank running
+step after step gets. For steps longer than a period the two agree.
 
 A process that exits non-zero, ends before its last planned step, reports another workload than the one
 assigned (it does not size its work by the assignment), or reports no step for `timeout_s` seconds is a
@@ -47,7 +51,7 @@ class ProcessSteps:
     """How many steps of each workload a profiled process runs: `warmup` discarded, then `measure` timed."""
 
     warmup: int = 1
-    measure: int = 3
+    measure: int = 5
 
     def __post_init__(self) -> None:
         for option, value, least in (("--warmup-steps", self.warmup, 0), ("--measure-steps", self.measure, 1)):
@@ -108,7 +112,7 @@ class ReportFollower:
 def cell_results(
     task: Task, reports: list[dict], workloads: Sequence[float], steps: ProcessSteps, failure: str | None
 ) -> dict[float, RunResult]:
-    """Each workload's cell from the reports: the median wall time of its measured steps, or why not.
+    """Each workload's cell from the reports: the mean wall time of its measured steps, or why not.
 
     A cell all of whose steps were reported is measured even if the process failed later; a cell with a
     reported workload other than the assigned one fails (and so do the cells after it)."""
@@ -129,8 +133,8 @@ def cell_results(
         if not misreported and all(r is not None for r in cell):
             measured = [r for r in cell[steps.warmup :] if r is not None]
             results[float(w)] = RunResult(
-                statistics.median(float(r["wall_s"]) for r in measured),
-                cpu_s=statistics.median(float(r.get("cpu_s", 0.0)) for r in measured),
+                statistics.fmean(float(r["wall_s"]) for r in measured),
+                cpu_s=statistics.fmean(float(r.get("cpu_s", 0.0)) for r in measured),
             )
         else:
             results[float(w)] = RunResult(None, failure or "the process ended before this cell's steps")
