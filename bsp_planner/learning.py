@@ -36,7 +36,6 @@ not a finite positive number, or one more than `max_ratio` times away from the m
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
@@ -79,10 +78,11 @@ class DurationCorrection:
         self.settings = settings or LearningSettings()
         self.cpu_ref = float(cpu_ref)
         self.workload_ref = float(workload_ref)
-        self._rows: list[deque] = [deque(maxlen=self.settings.window) for _ in task_names]  # (r, *features)
-        self._long: list[deque] = [deque(maxlen=self.settings.slope_window) for _ in task_names]
-        self.measurements = 0  # steps learned from so far
         n, k = len(task_names), self.n_features
+        # (capacity, tasks, 1 + 3): every task's residual and features of its last steps, a ring buffer
+        # (every step adds one row per task; the fits need which rows, not their order)
+        self._history = np.zeros((max(self.settings.window, self.settings.slope_window), n, 1 + k))
+        self.measurements = 0  # steps learned from so far
         self.level = np.zeros(n)  # (tasks,) log correction at the centre of the recent measurements
         self.slopes = np.zeros((n, k))  # (tasks, 3) its change per unit of each feature
         self.centre = np.zeros((n, k))  # (tasks, 3) mean features of the recent measurements
@@ -152,29 +152,33 @@ class DurationCorrection:
         self.measurements += 1
         shrink = self.measurements / (self.measurements + self.settings.prior_weight)
         x = self.features(workloads, cpu_millicores)  # (tasks, 3)
-        for i, rows in enumerate(self._rows):
-            rows.append((float(np.log(measured_s[i] / prior_s[i])), *map(float, x[i])))
-            self._long[i].append(rows[-1])
-            data = np.asarray(rows)  # (k, 1 + 3)
-            # The level is the recent mean residual, shrunk towards the profile while measurements are
-            # few; the slopes explain only how residuals vary around it.
-            self.level[i] = shrink * data[:, 0].mean()
-            self.centre[i] = data[:, 1:].mean(axis=0)
-        self._fit_slopes()
+        cap = self._history.shape[0]
+        self._history[(self.measurements - 1) % cap] = np.column_stack([np.log(measured_s / prior_s), x])
+        recent = self._last(self.settings.window)  # (k, tasks, 1 + 3)
+        # The level is the recent mean residual, shrunk towards the profile while measurements are few;
+        # the slopes explain only how residuals vary around it.
+        self.level = shrink * recent[:, :, 0].mean(axis=0)
+        self.centre = recent[:, :, 1:].mean(axis=0)
+        self._fit_slopes(self._last(self.settings.slope_window))
 
-    def _fit_slopes(self) -> None:
-        """Shared slopes from every task's demeaned residuals, then each task's shrunk towards them."""
-        deviations = []  # per task: (k, 3) feature and (k,) residual deviations from the task's own means
-        for long in self._long:
-            d = np.asarray(long)  # (k, 1 + 3): r, features
-            deviations.append((d[:, 1:] - d[:, 1:].mean(axis=0), d[:, 0] - d[:, 0].mean()))
-        xd_all = np.concatenate([x for x, _ in deviations])
-        rd_all = np.concatenate([r for _, r in deviations])
+    def _last(self, k: int) -> np.ndarray:
+        """(min(k, measurements), tasks, 1 + 3) the rows of the last k steps, in no particular order."""
+        cap = self._history.shape[0]
+        k = min(k, self.measurements)
+        return self._history[(self.measurements - k + np.arange(k)) % cap]
+
+    def _fit_slopes(self, rows: np.ndarray) -> None:
+        """Shared slopes from every task's demeaned residuals, then each task's shrunk towards them.
+
+        rows: (k, tasks, 1 + 3) residuals and features of the last `slope_window` steps."""
+        dev = rows - rows.mean(axis=0)  # deviations from each task's own means
+        rd, xd = dev[:, :, 0], dev[:, :, 1:]
+        xtx = np.einsum("kti,ktj->tij", xd, xd)  # (tasks, 3, 3)
+        xtr = np.einsum("kti,kt->ti", xd, rd)  # (tasks, 3)
         eye = np.eye(self.n_features)
-        shared = np.linalg.solve(xd_all.T @ xd_all + self.settings.slope_weight * eye + 1e-12 * eye, xd_all.T @ rd_all)
+        shared = np.linalg.solve(xtx.sum(axis=0) + (self.settings.slope_weight + 1e-12) * eye, xtr.sum(axis=0))
         lam = self.settings.task_slope_weight
-        for i, (xd, rd) in enumerate(deviations):
-            self.slopes[i] = np.linalg.solve(xd.T @ xd + (lam + 1e-12) * eye, xd.T @ rd + lam * shared)
+        self.slopes = np.linalg.solve(xtx + (lam + 1e-12) * eye, (xtr + lam * shared)[:, :, None])[:, :, 0]
         self.shared_slopes = shared
 
 

@@ -69,7 +69,6 @@ def simulate(
     from .parallel_runs import check_jobs
     from .report import write_outputs
     from .scenario import build_scenario, check_strategies
-    from .shipped import describe_experiment
 
     if experiment is not None and experiment_opt is not None and experiment != experiment_opt:
         raise InputError(
@@ -77,8 +76,61 @@ def simulate(
         )
 
     console = Console()
-    # Every flag is an override, applied and checked by the same settings loader as the file; an
-    # error names the flag it came from.
+    flagged = _flag_overrides(
+        set_=set_,
+        strategies=strategies,
+        steps=steps,
+        start=start,
+        penalty=penalty,
+        budget=budget,
+        allocator=allocator,
+        forecasts=forecasts,
+        mode=mode,
+        actual=actual,
+        online=online,
+        learn=learn,
+        true_profile=true_profile,
+    )
+    exp = _experiment_with_flags(experiment if experiment is not None else experiment_opt, flagged)
+    if (
+        (exp.online or exp.learn)
+        and strategies is None
+        and not any(item.startswith("strategies=") for _, item in flagged)
+    ):
+        _leave_out_offline_strategies(console, exp)
+    check_strategies(exp.strategies, exp)
+    check_jobs(jobs)
+    out_dir = out if out is not None else exp.output_path
+    check_output_dir(out_dir, "--out" if out is not None else "output")
+    t0 = time.perf_counter()
+    scen = build_scenario(exp)
+    results = _run_with_progress(console, scen, [(m, s) for m in exp.modes for s in exp.strategies], jobs, quiet)
+    elapsed = time.perf_counter() - t0
+    paths = write_outputs(
+        out_dir, results, _run_meta(exp, scen, out_dir, elapsed), scen.task_names, scen.cpu.to_millicores
+    )
+    _print_summary(console, exp, scen, results, elapsed)
+    _print_written(console, paths)
+
+
+def _flag_overrides(
+    *,
+    set_: list[str] | None,
+    strategies: str | None,
+    steps: int | None,
+    start: int | None,
+    penalty: float | None,
+    budget: float | None,
+    allocator: str | None,
+    forecasts: str | None,
+    mode: list[str] | None,
+    actual: Path | None,
+    online: bool,
+    learn: bool,
+    true_profile: Path | None,
+) -> list[tuple[str, str]]:
+    """Every flag given as an override (flag, KEY=VALUE), in the order they apply: --set first, then the
+    named flags. They go through the same settings loader as the file, so an error names the flag."""
     flagged: list[tuple[str, str]] = [("--set", item) for item in set_ or []]
     for flag, key, value in (
         ("--strategies", "strategies", strategies),
@@ -101,22 +153,14 @@ def simulate(
         flagged.append(("--learn", "learn=true"))
     if true_profile is not None:
         flagged.append(("--true-profile", f"true_profile={true_profile.resolve()}"))
-    exp = _experiment_with_flags(experiment if experiment is not None else experiment_opt, flagged)
-    if (
-        (exp.online or exp.learn)
-        and strategies is None
-        and not any(item.startswith("strategies=") for _, item in flagged)
-    ):
-        _leave_out_offline_strategies(console, exp)
-    check_strategies(exp.strategies, exp)
-    check_jobs(jobs)
-    out_dir = out if out is not None else exp.output_path
-    check_output_dir(out_dir, "--out" if out is not None else "output")
-    t0 = time.perf_counter()
-    scen = build_scenario(exp)
-    results = _run_with_progress(console, scen, [(m, s) for m in exp.modes for s in exp.strategies], jobs, quiet)
-    elapsed = time.perf_counter() - t0
-    meta = {
+    return flagged
+
+
+def _run_meta(exp: Experiment, scen: Scenario, out_dir: Path, elapsed: float) -> dict:
+    """What comparison.json records about the run besides its results."""
+    from .shipped import describe_experiment
+
+    return {
         # how the experiment and profile were named, never this machine's absolute paths
         "experiment": describe_experiment(exp.path, out_dir),
         "job": scen.job.name,
@@ -129,8 +173,9 @@ def simulate(
         "settings": exp.to_dict(),
         "elapsed_s": round(elapsed, 3),
     }
-    paths = write_outputs(out_dir, results, meta, scen.task_names, scen.cpu.to_millicores)
-    _print_summary(console, exp, scen, results, elapsed)
+
+
+def _print_written(console: Console, paths: dict[str, Path]) -> None:
     learned = f", {paths['learning'].name}" if "learning" in paths else ""
     console.print(
         f"wrote {paths['md']}, {paths['csv'].name}, {paths['json'].name}, {paths['steps'].name}{learned}, "

@@ -3,6 +3,8 @@ durations within a few steps, the plan catches up with the one made on the true 
 measurements nothing should learn from are refused with the task and step named."""
 
 import csv
+import json
+import shutil
 import sys
 
 import numpy as np
@@ -18,6 +20,7 @@ from bsp_planner.planners.base import make_planner
 from bsp_planner.scenario import build_scenario, run_strategy, step_predictions
 
 from synthetic import THESIS_TASKS, write_experiment
+from zk_fixtures import assert_nothing_left, needs_tasks, settings
 
 # 40% off, both ways: half the tasks profiled 1.4x too slow, half 0.6x (too fast).
 FACTORS = {t: (1.4 if i % 2 == 0 else 0.6) for i, t in enumerate(THESIS_TASKS)}
@@ -272,3 +275,42 @@ def test_a_profile_from_another_machine_class_converges(tmp_path, synthetic_prof
     assert err[0].max() > 0.25
     assert err[15:].max() < 0.05, err.max(axis=1)  # the goal: below 5% within 15 steps, and staying there
     assert abs(r.total_s / run_strategy(truth, "mpc", "perfect").total_s - 1) < 0.02
+
+
+@pytest.mark.usefixtures("reap_runs")
+@needs_tasks
+def test_a_wrong_profile_converges_on_a_real_run(tmp_path, zk_server, creds_file):
+    """The shipped kernel-3 job (three real programs under cgroup quotas, ZooKeeper barriers), planned on
+    its profile x4 with `--learn`: after ten measured steps the model's predictions are far closer to the
+    measured durations than the profile's first ones. (The error is taken in log, median over the tasks
+    of the last three steps, so a burst of load on the shared machine in one step cannot decide it;
+    how close it gets, and how fast, is benchmarks/bench_learning_live.py's.)"""
+    from bsp_planner.runtime.coordinator import Coordinator
+    from bsp_planner.shipped import data_dir
+
+    data = data_dir()
+    wrong = scaled_profile(
+        data / "profiles" / "kernel-3" / "profile.csv",
+        tmp_path / "wrong" / "profile.csv",
+        {t: 4.0 for t in ("k-taxi", "k-temp", "k-art")},
+    )
+    shutil.copy(data / "profiles" / "kernel-3" / "profile.meta.json", wrong.parent)
+    text = (data / "experiments" / "kernel-3.toml").read_text()
+    text = text.replace('job = "../jobs/kernel-3.toml"', f'job = "{data / "jobs" / "kernel-3.toml"}"')
+    text = text.replace('profile = "../profiles/kernel-3/profile.csv"', f'profile = "{wrong}"')
+    text = text.replace("steps = 20", "steps = 10").replace('output = "out/kernel-3"', f'output = "{tmp_path}/out"')
+    exp = tmp_path / "exp.toml"
+    exp.write_text(text)
+    run = settings(exp, zk_server, creds_file, planner="mpc", reconfigure="in-place", overrides=["learn=true"])
+    result = Coordinator(run, "learnlive", tmp_path / "runs").run()
+    assert result.status == "finished"
+    records = [json.loads(line) for line in (result.run_dir / "steps.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == list(range(10))
+    log_err = [
+        np.abs(np.log(np.array(r["learning"]["predicted_before_s"]) / np.array(r["learning"]["measured_s"])))
+        for r in records
+    ]
+    first, last = np.median(log_err[0]), np.median(np.concatenate(log_err[-3:]))
+    assert first > 0.5, "the profile x4 is far off what the tasks measure"
+    assert last < 0.5 * first, (first, last, [np.round(e, 2).tolist() for e in log_err])
+    assert_nothing_left("learnlive")
