@@ -24,7 +24,17 @@ if TYPE_CHECKING:
 
 META_FORMAT = 1
 #: what a task's rows depend on: a resumed profile must not mix rows measured with other values
-COMPARABLE_TASK_FIELDS = ("stressor", "ops_per_unit", "workers", "command", "process", "warmup_steps", "measure_steps")
+COMPARABLE_TASK_FIELDS = (
+    "stressor",
+    "ops_per_unit",
+    "workers",
+    "command",
+    "process",
+    "image",
+    "warmup_steps",
+    "measure_steps",
+    "min_measure_s",
+)
 
 
 def load_avg_1m() -> float | None:
@@ -206,7 +216,8 @@ def merge_meta(
 DURATION_NOTE = (
     "wall-clock seconds of the task's process (stress-ng or its command), in its own cgroup with a CFS quota of "
     "cpu_millicores * 100 us per 100000 us; for a long-running process task, the mean wall seconds of its "
-    "measure_steps step blocks at that workload after warmup_steps discarded ones, the process started once per "
+    "measured step blocks at that workload (at least measure_steps, lasting at least min_measure_s together) "
+    "after warmup_steps discarded ones, the process started once per "
     "CPU level and repeat in such a cgroup"
 )
 
