@@ -1,6 +1,7 @@
 """A performance model that learns online, started from a profile 40% off.
 
     .venv/bin/python benchmarks/bench_learning.py [--steps 400] [--strategies mpc,static:3] [--modes perfect,forecast]
+        [--only LABEL-PART ...] [--set learning.KEY=VALUE ...]
 
 The shipped default experiment (8 tasks, budget 8000m, penalty 0.3 s) is simulated with the shipped
 profile as the truth (`true_profile`) while the planner plans on a wrong copy of it:
@@ -10,6 +11,9 @@ profile as the truth (`true_profile`) while the planner plans on a wrong copy of
   misleads the allocation between tasks, not only the checkpoint trade-off);
 * machine class: x1.4 * (cpu / 1000m)^0.15 (1.13x at 250m, 1.55x at 2000m): another machine whose
   speed ratio depends on the CPU quota, which one factor per task cannot fit exactly;
+* machine class, linear in 1/cpu: 1.4x at 250m, 1.06x at 1000m, 1.0x at 2000m (a shape the
+  correction's straight line in log cpu does not have: its curvature term has to learn it);
+* workload: x1.4 * (w / 30)^0.2 (1.12x at workload 10, 1.55x at 50): a per-unit cost measured wrong;
 * the mixed and machine-class cases again with 3% measurement noise (seeded, log-normal): the error is
   then taken against the noise-free duration (noise cannot be predicted), and totals against the true
   profile's plan run under the same noise.
@@ -50,7 +54,8 @@ from bsp_planner.shipped import find_experiment
 
 
 def wrong_profile(src_csv: Path, folder: Path, factor_of) -> Path:
-    """A copy of a profile (and its metadata) with every duration scaled by factor_of(task index, cpu millicores)."""
+    """A copy of a profile (and its metadata) with every duration scaled by
+    factor_of(task index, cpu millicores, workload)."""
     folder.mkdir(parents=True, exist_ok=True)
     meta = src_csv.with_name("profile.meta.json")
     if meta.is_file():
@@ -62,11 +67,16 @@ def wrong_profile(src_csv: Path, folder: Path, factor_of) -> Path:
         w = csv.DictWriter(fh, fieldnames=list(rows[0]))
         w.writeheader()
         for r in rows:
-            r["duration_s"] = (
-                f"{float(r['duration_s']) * factor_of(order.index(r['task']), float(r['cpu_millicores'])):.6f}"
-            )
+            factor = factor_of(order.index(r["task"]), float(r["cpu_millicores"]), float(r["workload"]))
+            r["duration_s"] = f"{float(r['duration_s']) * factor:.6f}"
             w.writerow(r)
     return out
+
+
+def machine_class_inverse(cpu_millicores: float) -> float:
+    """A profile from a machine whose gap is linear in 1/cpu (not the correction's log-linear form):
+    1.4x at 250m, 1.06x at 1000m, 1.0x at 2000m."""
+    return 1.0 + 0.4 * (250 / cpu_millicores - 0.125) / 0.875
 
 
 def task_errors(result, actual: np.ndarray | None = None) -> np.ndarray:
@@ -123,6 +133,7 @@ def main() -> None:
     ap.add_argument(
         "--set", action="append", default=[], help="Experiment override, e.g. learning.slope_weight=0.5 (repeatable)."
     )
+    ap.add_argument("--only", action="append", default=[], help="Run the cases whose label contains this (repeatable).")
     args = ap.parse_args()
     strategies = args.strategies.split(",")
     modes = args.modes.split(",")
@@ -132,13 +143,17 @@ def main() -> None:
     )
     true_csv = base.profile_path
     cases = {
-        "uniform x1.4": (lambda i, c: 1.4, 0.0),
-        "mixed x1.4 / x0.6": (lambda i, c: 1.4 if i % 2 == 0 else 0.6, 0.0),
-        "machine class x1.4 (cpu/1000m)^0.15": (lambda i, c: 1.4 * (c / 1000) ** 0.15, 0.0),
-        "mixed, 3% noise": (lambda i, c: 1.4 if i % 2 == 0 else 0.6, 0.03),
-        "machine class, 3% noise": (lambda i, c: 1.4 * (c / 1000) ** 0.15, 0.03),
+        "uniform x1.4": (lambda i, c, w: 1.4, 0.0),
+        "mixed x1.4 / x0.6": (lambda i, c, w: 1.4 if i % 2 == 0 else 0.6, 0.0),
+        "machine class x1.4 (cpu/1000m)^0.15": (lambda i, c, w: 1.4 * (c / 1000) ** 0.15, 0.0),
+        "machine class 1.4 at 250m .. 1.0 at 2000m, linear in 1/cpu": (lambda i, c, w: machine_class_inverse(c), 0.0),
+        "workload x1.4 (w/30)^0.2": (lambda i, c, w: 1.4 * (w / 30) ** 0.2, 0.0),
+        "mixed, 3% noise": (lambda i, c, w: 1.4 if i % 2 == 0 else 0.6, 0.03),
+        "machine class, 3% noise": (lambda i, c, w: 1.4 * (c / 1000) ** 0.15, 0.03),
     }
-    t0 = time.perf_counter()
+    if args.only:
+        cases = {k: v for k, v in cases.items() if any(x in k for x in args.only)}
+    t0, cpu0 = time.perf_counter(), time.process_time()
     truth = build_scenario(base)
     best = {(m, s): run_strategy(truth, s, m).total_s for m in modes for s in strategies}
     rows = []
@@ -175,11 +190,13 @@ def main() -> None:
                             "blind": blind_total,
                         }
                     )
-    elapsed = time.perf_counter() - t0
+    elapsed, cpu_s = time.perf_counter() - t0, time.process_time() - cpu0
     print(
         f"Command: `.venv/bin/python benchmarks/bench_learning.py --steps {args.steps} --strategies {args.strategies} "
-        f"--modes {args.modes}{''.join(' --set ' + x for x in args.set)}`, "
-        f"{platform.node() or 'host'} ({os.cpu_count()} cores), {time.strftime('%Y-%m-%d')}, {elapsed:.0f} s.\n"
+        f"--modes {args.modes}{''.join(' --set ' + x for x in args.set)}{''.join(' --only ' + repr(x) for x in args.only)}`, "
+        f"{platform.node() or 'host'} ({os.cpu_count()} cores), {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC, "
+        f"{elapsed:.0f} s wall, "
+        f"{cpu_s:.0f} s CPU, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} at the end.\n"
     )
     print(
         "| wrong profile | mode | strategy | error < 5% from step | error step 0 | error step 14 | max error after "

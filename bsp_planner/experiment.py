@@ -37,7 +37,8 @@ horizon = 20                # columns of the forecast matrix
 # [learning]
 # window = 20               # steps of residuals each task's correction is fitted to
 # prior_weight = 1.0        # how many measurements the profile counts as
-# slope_weight = 0.3        # ridge on how the correction changes with CPU and workload
+# slope_weight = 0.3        # ridge on how the correction changes with CPU and workload (shared by the tasks)
+# task_slope_weight = 3.0   # ridge on each task's own shape towards the shared one
 # slope_window = 200        # steps those slopes are fitted to
 # max_ratio = 10.0          # a measurement this many times off the model is refused
 """

@@ -3,7 +3,7 @@
 The profile's interpolated model is the prior. Each task carries a multiplicative correction that
 may depend on the CPU and the workload it runs at:
 
-    duration(w, c) = profile(w, c) * exp(a + b * log(c / c_ref) + g * log(w / w_ref))
+    duration(w, c) = profile(w, c) * exp(a + b * log(c / c_ref) + g * log(w / w_ref) + q * log(c / c_ref)**2)
 
 with c_ref, w_ref the middle (geometric) of the CPU levels and of the workload range. After every step,
 each task's measured duration d and the profile's prediction p at the workload and CPU it really ran
@@ -13,12 +13,18 @@ with give a residual r = log(d / p). Over the `window` most recent residuals of 
   the profile while measurements are few: mean(recent r) * k / (k + prior_weight) after k
   measurements in all (k = 1, prior_weight = 1: halfway), so the profile's weight fades as they
   accumulate;
-* the slopes b and g (how the gap changes per e-fold of CPU or workload) are a ridge fit
-  (`slope_weight`) of the residuals' deviations from their mean on the features' deviations from
-  theirs, over the longer `slope_window` (a machine's shape changes slowly, and a planner moves a task
-  over few CPU levels within 20 steps), so they move only when the measurements spread over CPU
-  levels or workloads and disagree with the profile's shape (a profile measured on another machine
-  class); measurements at one point leave the profile's shape as it is.
+* the slopes b, g and q (how the gap changes per e-fold of CPU or workload, and how the CPU line
+  bends: a gap linear in 1/cpu is curved in log cpu) are fitted over the longer `slope_window` (a
+  machine's shape changes slowly) in two stages. First one set shared by all tasks:
+  a ridge fit (`slope_weight`, towards the profile's shape) of every task's residuals on its CPU and
+  workload, each task's own mean taken out (so tasks that run 1.4x and 0.6x their profile do not
+  fake a slope). A profile measured on another machine class is off by a CPU-dependent ratio common
+  to the job's tasks, and the tasks spread over many CPU levels at once, so the shared slope is
+  learned within a few steps, before any one task has visited the level it will jump to. Then each
+  task's own slopes: a ridge fit of its residuals shrunk towards the shared set
+  (`task_slope_weight`: how many points of spread the shared set counts as), so a task that
+  really differs from the others gets its own shape once its measurements spread enough to show it;
+  measurements at one point leave the shared shape as it is.
 
 A few numbers per task, readable in the report ("task x runs 1.38x its profile at 1000m, 9% more per
 doubling of CPU"), and a machine that drifts is followed within `window` steps. Durations stay
@@ -46,7 +52,8 @@ class LearningSettings:
 
     window: int = setting(20, ge=1)  # steps of residuals the correction is fitted to
     prior_weight: float = setting(1.0, ge=0)  # how many measurements the profile counts as (fades as they accumulate)
-    slope_weight: float = setting(0.3, ge=0)  # ridge on the CPU and workload slopes of the correction
+    slope_weight: float = setting(0.3, ge=0)  # ridge on the slopes shared by all tasks (towards the profile's shape)
+    task_slope_weight: float = setting(3.0, ge=0)  # ridge on each task's slopes towards the shared ones
     slope_window: int = setting(200, ge=1)  # steps the slopes are fitted to (a machine's shape changes slowly)
     max_ratio: float = setting(10.0, gt=1)  # a measurement this many times off the model is refused
 
@@ -55,8 +62,10 @@ class DurationCorrection:
     """Per-task corrections learned from (profile's prediction, measurement) pairs.
 
     cpu_ref, workload_ref: where the correction's intercept applies (millicores, workload units).
-    coef: (tasks, 3) the current (a, b, g) of every task.
+    coef: (tasks, 4) the current (a, b, g, q) of every task.
     """
+
+    n_features = 3  # x_cpu, x_w, x_cpu**2 (see `features`)
 
     def __init__(
         self,
@@ -70,17 +79,19 @@ class DurationCorrection:
         self.settings = settings or LearningSettings()
         self.cpu_ref = float(cpu_ref)
         self.workload_ref = float(workload_ref)
-        self._rows: list[deque] = [deque(maxlen=self.settings.window) for _ in task_names]  # (r, x_cpu, x_w)
+        self._rows: list[deque] = [deque(maxlen=self.settings.window) for _ in task_names]  # (r, *features)
         self._long: list[deque] = [deque(maxlen=self.settings.slope_window) for _ in task_names]
         self.measurements = 0  # steps learned from so far
-        n = len(task_names)
+        n, k = len(task_names), self.n_features
         self.level = np.zeros(n)  # (tasks,) log correction at the centre of the recent measurements
-        self.slopes = np.zeros((n, 2))  # (tasks, 2) its change per e-fold of CPU and of workload
-        self.centre = np.zeros((n, 2))  # (tasks, 2) mean (log cpu/cpu_ref, log w/w_ref) of the recent measurements
+        self.slopes = np.zeros((n, k))  # (tasks, 3) its change per unit of each feature
+        self.centre = np.zeros((n, k))  # (tasks, 3) mean features of the recent measurements
+        self.shared_slopes = np.zeros(k)  # (3,) the slopes common to the job's tasks (the machine's shape)
 
     @property
     def coef(self) -> np.ndarray:
-        """(tasks, 3) (a, b, g): log correction at (cpu_ref, workload_ref) and its CPU and workload slopes."""
+        """(tasks, 4) (a, b, g, q): log correction at (cpu_ref, workload_ref), its slopes per e-fold of
+        CPU and of workload, and its curvature in log CPU."""
         a = self.level - np.sum(self.slopes * self.centre, axis=1)
         return np.column_stack([a, self.slopes])
 
@@ -89,16 +100,26 @@ class DurationCorrection:
         """(tasks,) each task's correction at the centre of its recent measurements."""
         return np.exp(self.level)
 
-    def _features(self, workloads, cpu_millicores) -> tuple[np.ndarray, np.ndarray]:
+    def features(self, workloads, cpu_millicores) -> np.ndarray:
+        """(*broadcast shape, 3): log(cpu / cpu_ref), log(w / w_ref), log(cpu / cpu_ref)**2.
+
+        The square lets the shared CPU shape bend (a gap linear in 1/cpu is not a straight line in
+        log cpu); it is learned with the slopes and shrunk the same way."""
         xc = np.log(np.asarray(cpu_millicores, dtype=np.float64) / self.cpu_ref)
         xw = np.log(np.maximum(np.asarray(workloads, dtype=np.float64), 1e-9) / self.workload_ref)
-        return xc, xw
+        xc, xw = np.broadcast_arrays(xc, xw)
+        return np.stack([xc, xw, xc * xc], axis=-1)
+
+    def log_factor(self, features: np.ndarray) -> np.ndarray:
+        """Log correction at `features` (tasks, ..., 3) -> (tasks, ...)."""
+        coef = self.coef
+        extra = (1,) * (features.ndim - 2)
+        a = coef[:, 0].reshape((-1,) + extra)
+        return a + np.einsum("t...k,tk->t...", features, coef[:, 1:])
 
     def factor_at(self, workloads: np.ndarray, cpu_millicores: np.ndarray) -> np.ndarray:
         """(tasks,) each task's correction at its own (workload, cpu) point."""
-        xc, xw = self._features(workloads, cpu_millicores)
-        a, b, g = self.coef.T
-        return np.exp(a + b * xc + g * xw)
+        return np.exp(self.log_factor(self.features(workloads, cpu_millicores)))
 
     def check(
         self, step: int, prior_s: np.ndarray, measured_s: np.ndarray, workloads: np.ndarray, cpu_millicores: np.ndarray
@@ -130,22 +151,31 @@ class DurationCorrection:
         self.check(step, prior_s, measured_s, workloads, cpu_millicores)
         self.measurements += 1
         shrink = self.measurements / (self.measurements + self.settings.prior_weight)
-        xc, xw = self._features(workloads, cpu_millicores)
-        ridge = self.settings.slope_weight * np.eye(2)
+        x = self.features(workloads, cpu_millicores)  # (tasks, 3)
         for i, rows in enumerate(self._rows):
-            rows.append((float(np.log(measured_s[i] / prior_s[i])), float(xc[i]), float(xw[i])))
+            rows.append((float(np.log(measured_s[i] / prior_s[i])), *map(float, x[i])))
             self._long[i].append(rows[-1])
-            data = np.asarray(rows)  # (k, 3)
-            r, x = data[:, 0], data[:, 1:]
-            centre = x.mean(axis=0)
-            long = np.asarray(self._long[i])
-            xd, rd = long[:, 1:] - long[:, 1:].mean(axis=0), long[:, 0] - long[:, 0].mean()
+            data = np.asarray(rows)  # (k, 1 + 3)
             # The level is the recent mean residual, shrunk towards the profile while measurements are
-            # few; the slopes explain only how residuals vary around it (ridge: the profile's shape
-            # stands until measurements spread over CPU or workloads say otherwise).
-            self.level[i] = shrink * r.mean()
-            self.slopes[i] = np.linalg.lstsq(xd.T @ xd + ridge, xd.T @ rd, rcond=None)[0]
-            self.centre[i] = centre
+            # few; the slopes explain only how residuals vary around it.
+            self.level[i] = shrink * data[:, 0].mean()
+            self.centre[i] = data[:, 1:].mean(axis=0)
+        self._fit_slopes()
+
+    def _fit_slopes(self) -> None:
+        """Shared slopes from every task's demeaned residuals, then each task's shrunk towards them."""
+        deviations = []  # per task: (k, 3) feature and (k,) residual deviations from the task's own means
+        for long in self._long:
+            d = np.asarray(long)  # (k, 1 + 3): r, features
+            deviations.append((d[:, 1:] - d[:, 1:].mean(axis=0), d[:, 0] - d[:, 0].mean()))
+        xd_all = np.concatenate([x for x, _ in deviations])
+        rd_all = np.concatenate([r for _, r in deviations])
+        eye = np.eye(self.n_features)
+        shared = np.linalg.solve(xd_all.T @ xd_all + self.settings.slope_weight * eye + 1e-12 * eye, xd_all.T @ rd_all)
+        lam = self.settings.task_slope_weight
+        for i, (xd, rd) in enumerate(deviations):
+            self.slopes[i] = np.linalg.solve(xd.T @ xd + (lam + 1e-12) * eye, xd.T @ rd + lam * shared)
+        self.shared_slopes = shared
 
 
 class LearnedDurations:
@@ -174,15 +204,9 @@ class LearnedDurations:
         w = np.asarray(workloads, dtype=np.float64)
         d = self.model.durations(w)  # (tasks, levels, *shape)
         c = self.correction
-        xc, xw = c._features(w, self.model.cpu_levels)[0], c._features(w, 1.0)[1]  # (levels,), (tasks, *shape)
-        extra = (1,) * (w.ndim - 1)
-        coef = c.coef
-        log_f = (
-            coef[:, 0].reshape((-1, 1) + extra)
-            + coef[:, 1].reshape((-1, 1) + extra) * xc.reshape((1, -1) + extra)
-            + coef[:, 2].reshape((-1, 1) + extra) * xw[:, None]
-        )
-        out = d * np.exp(log_f)
+        levels = np.asarray(self.model.cpu_levels, dtype=np.float64).reshape((1, -1) + (1,) * (w.ndim - 1))
+        x = c.features(w[:, None], levels)  # (tasks, levels, *shape, 3)
+        out = d * np.exp(c.log_factor(x))
         np.minimum.accumulate(out, axis=1, out=out)  # more CPU never slows a task down
         return out
 

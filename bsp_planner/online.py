@@ -150,7 +150,7 @@ def online_forecasts(
         for i, s in enumerate(job_series.series):
             history = job_series.history_workloads(i)
             f = cls(horizon=horizon, period=s.period_steps)
-            need = f._min_origin() + horizon  # type: ignore[attr-defined]
+            need = f._min_origin() + horizon
             if s.n_train < need:
                 raise InputError(
                     f"task '{s.task}': the training half of its series has {s.n_train} values but the {name} "
@@ -230,7 +230,7 @@ def unseeded_online_forecasts(
     forecasters, histories = [], []
     for _ in range(n_tasks):
         f = cls(horizon=horizon, period=1)
-        seed = np.full(f._min_origin() + horizon, mid)  # type: ignore[attr-defined]
+        seed = np.full(f._min_origin() + horizon, mid)
         f.fit(seed)
         forecasters.append(f)
         histories.append(seed)

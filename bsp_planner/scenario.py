@@ -113,7 +113,14 @@ def _build(exp: Experiment) -> Scenario:
     exppo_max = np.full(n, cpu.level_of(c.exppo_max_millicores)) if c.exppo_max_millicores else max_level
     observed = [t.name for t in job.tasks if t.series is None]  # workloads only the tasks know (they report them)
     if observed and not exp.online and not exp.forecast.actual:
-        load_job_series(job, exp.workload_range)  # raises: which task has no series, and what to do
+        raise InputError(
+            f"task '{observed[0]}' has no series (its workloads are the ones it reports as it runs), so there is "
+            "nothing to plan from: replay a recorded trace of its workloads (`simulate --actual DIR` or "
+            "forecast.actual, perfect mode), plan online (`--online` or online = true), or give every task a "
+            "`series = { file = ... }`",
+            path=job.path,
+            field=f"{observed[0]}.series",
+        )
     job_series = None if observed else load_job_series(job, exp.workload_range)
     if exp.forecast.actual:
         grid = profile.workload_range if exp.out_of_grid == "error" else None

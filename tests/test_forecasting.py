@@ -471,3 +471,31 @@ def test_provider_uses_shipped_forecasts_only_when_their_digest_matches(small_jo
     # the regenerated forecasts are cached: the same request again needs no work
     fc, label = provider.forecast_matrix("lstm", js, 0, 30, H, base_dir=small_job, say=messages.append)
     assert len(calls) == 1 and "cached" in label and np.all(fc == 21.0)
+
+
+def test_train_and_rl_train_refuse_both_a_folder_and_the_shipped_copy(small_job, tmp_path):
+    from bsp_planner.cli import app
+
+    args = ["forecast", "train", "-e", str(small_job / "exp.toml"), "--models", str(tmp_path / "m"), "--shipped"]
+    r = CliRunner().invoke(app, args)
+    assert isinstance(r.exception, InputError) and "--shipped" in str(r.exception)
+    r = CliRunner().invoke(app, ["rl", "train", "--agent", str(tmp_path / "a.zip"), "--shipped", "-q"])
+    assert isinstance(r.exception, InputError) and "--shipped" in str(r.exception)
+    assert not (tmp_path / "m").exists() and not (tmp_path / "a.zip").exists()
+
+
+@pytest.mark.slow
+def test_train_saves_into_the_current_directory_not_the_package(small_job, monkeypatch):
+    from bsp_planner.forecasting.pipeline import DEFAULT_MODEL_ROOT
+
+    monkeypatch.chdir(small_job)
+    exp = ["-e", "exp.toml", "-f", "lstm-thesis", "--gaps", "ignore"]
+    r = _run(["forecast", "train", *exp, "--set", "lstm-thesis.epochs=1"])
+    assert r.exit_code == 0, r.output
+    assert (small_job / "models" / "small" / "lstm-thesis" / "alpha.keras").is_file()
+    assert not (DEFAULT_MODEL_ROOT / "small").exists()  # the package's shipped models are untouched
+    # predict reads them with --models (the shipped folder has no model of this job)
+    args = ["forecast", "predict", *exp, "--set", "lstm-thesis.epochs=1", "--models", "models", "-o", "fc"]
+    r = _run(args)
+    assert r.exit_code == 0, r.output
+    assert read_forecast_metadata(small_job / "fc")["models"] == {"alpha": "loaded", "beta": "loaded"}

@@ -109,6 +109,10 @@ def test_a_live_run_through_the_kubernetes_backend(tmp_path, zk_server, creds_fi
     meta = json.loads((tmp_path / "runs" / f"k8s-{how}" / "run.json").read_text())
     assert meta["backend"]["backend"] == "kubernetes" and meta["backend"]["kubernetes"]["reconfigure"] == "in-place"
     assert creds_file.read_text().strip().split(":")[1] not in json.dumps(meta)
+    if how == "recreate":  # planned with what a probe pod's recreation cost on this (fake) cluster
+        cost = meta["reconfigure_cost"]
+        assert cost["source"] == "measured by the kubernetes backend" and cost["planned_s"] > 0
+        assert meta["backend"]["kubernetes"]["recreate_probe"]["seconds"] == pytest.approx(cost["planned_s"], abs=1e-3)
     # the workers joined through the address and Secret the pods were given
     pod_log = (tmp_path / f"{N.pod_name(f'k8s-{how}', 'a')}.log").read_text()
     assert "joined at step 0" in pod_log

@@ -555,3 +555,39 @@ def test_profile_run_refuses_process_tasks_on_kubernetes(api, tmp_path):
     p = KubernetesProfiler(namespace=NS, kubeconfig=api.kubeconfig, image="bsp-planner:dev")
     with pytest.raises(InputError, match="task 'p' is a long-running process: a profile times one run per cell"):
         p.check(list(load_job(path).tasks), path)
+
+
+# -- what a recreation costs (issue 15 part 3) ----------------------------------------------------------------
+def test_the_backend_measures_a_pod_recreation_with_a_probe_pod_and_leaves_nothing(tmp_path):
+    """The probe pod's container is a quick local process here; the fake's scheduling takes 0.4 s and its
+    deletion 0.2 s, so a recreation cannot cost less than 0.4 s: the measurement sees them."""
+    ran: list[dict] = []
+
+    def run_pod(pod: dict):
+        ran.append(pod)
+        return subprocess.Popen([sys.executable, "-c", "pass"])
+
+    with FakeApiServer(start_delay_s=0.4, delete_delay_s=0.2, pod_runner=run_pod) as api:
+        api.add_node("node-a", "4")
+        b = checked(backend(api, zk_auth_secret=SECRET), _Task("a", "stressor"), _Task("b", "stressor"))
+        cost = b.measure_reconfigure_cost("recreate")
+        assert cost is not None and 0.4 <= cost < 30
+        assert api.pods(NS) == []  # the probe is gone
+        (probe,) = ran
+        c = probe["spec"]["containers"][0]
+        assert c["command"] == ["bsp-planner"] and c["args"] == ["worker", "--help"]  # our worker's start
+        assert c["resources"]["limits"]["cpu"] == "1500m"  # the average task's: budget 3000m / 2 tasks
+        info = b.info()["kubernetes"]["recreate_probe"]
+        assert info["seconds"] == pytest.approx(cost, abs=1e-3) and info["millicores"] == 1500
+        assert "created_to_started_s" in info and "started_to_finished_s" in info  # from the pod's timestamps
+        assert b.measure_reconfigure_cost("in-place") is None
+
+
+def test_a_recreation_probe_that_cannot_be_placed_falls_back_with_a_warning(tmp_path):
+    with FakeApiServer() as api:
+        api.add_node("node-a", "1")  # less than the probe's 1500m
+        b = checked(backend(api, zk_auth_secret=SECRET, pending_timeout_s=0.3, fit_check=False), _Task("a", "stressor"))
+        b.probe_millicores = 1500.0
+        assert b.measure_reconfigure_cost("recreate") is None
+        assert any("could not measure a pod recreation" in w and "penalty_s" in w for w in b.warnings)
+        assert api.pods(NS) == []

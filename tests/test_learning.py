@@ -131,6 +131,64 @@ def test_correction_learns_a_gap_that_grows_with_cpu():
         assert c.factor_at(np.array([30.0]), np.array([cpu]))[0] == pytest.approx(1.4 * (cpu / 1000) ** 0.15, rel=0.03)
 
 
+def test_a_machine_wide_cpu_gap_is_learned_from_all_tasks_at_once():
+    """Four tasks, each seen at two CPU levels only, with the gap 1.4 x (cpu/1000)^0.15 every task shares:
+    the shared slope predicts each task at a level it never ran at (2000m) from eight steps."""
+    c = DurationCorrection(list("abcd"), LearningSettings(slope_weight=0.0, prior_weight=0.0))
+    seen = {0: (250.0, 500.0), 1: (500.0, 750.0), 2: (750.0, 1000.0), 3: (1000.0, 1500.0)}
+    scale = np.array([1.0, 2.0, 0.5, 1.0])  # each task's own level must not leak into the slope
+    for step in range(8):
+        cpu = np.array([seen[i][step % 2] for i in range(4)])
+        c.update(step, np.ones(4), scale * 1.4 * (cpu / 1000) ** 0.15, np.full(4, 30.0), cpu)
+    # the truth is a straight line in log cpu: the shared fit recovers it exactly
+    np.testing.assert_allclose(c.shared_slopes, [0.15, 0.0, 0.0], atol=1e-9)
+    at_2000 = c.factor_at(np.full(4, 30.0), np.full(4, 2000.0))
+    np.testing.assert_allclose(at_2000, scale * 1.4 * 2**0.15, rtol=1e-9)
+
+
+def test_tasks_off_by_different_factors_at_different_cpus_fake_no_slope():
+    """x1.4 at 250m and x0.6 at 2000m is two tasks' levels, not a CPU shape: every slope stays 0."""
+    c = DurationCorrection(["slow", "fast"])
+    cpu, w = np.array([250.0, 2000.0]), np.array([20.0, 40.0])
+    for step in range(10):
+        c.update(step, np.ones(2), np.array([1.4, 0.6]), w, cpu)
+    assert np.array_equal(c.shared_slopes, np.zeros(3)) and np.array_equal(c.slopes, np.zeros((2, 3)))
+
+
+def test_a_gap_linear_in_inverse_cpu_is_followed_by_the_curvature():
+    """1.4x at 250m down to 1.0x at 2000m, linear in 1/cpu (not a straight line in log cpu): within 2% at
+    every profiled level once the tasks have spread over them."""
+    rng = np.random.default_rng(1)
+    levels = np.array([250.0, 500.0, 750.0, 1000.0, 1500.0, 2000.0])
+
+    def gap(cpu):
+        return 1.0 + 0.4 * (250 / cpu - 0.125) / 0.875
+
+    c = DurationCorrection(list("abcdefgh"), cpu_ref=707.0)
+    for step in range(15):
+        cpu = rng.choice(levels, size=8)
+        c.update(step, np.ones(8), gap(cpu), rng.uniform(10, 50, size=8), cpu)
+    for level in levels:
+        got = c.factor_at(np.full(8, 30.0), np.full(8, level))
+        assert np.all(np.abs(got / gap(level) - 1) < 0.03), (level, got / gap(level))
+
+
+def test_a_task_unlike_the_others_gets_its_own_cpu_shape():
+    """Seven tasks with a flat gap, one whose gap grows with CPU: spread over the levels, that task's
+    correction leaves the shared shape (nearly flat) for its own, and the others stay flat."""
+    rng = np.random.default_rng(2)
+    slope = np.array([0.0] * 7 + [0.3])
+    c = DurationCorrection(list("abcdefgh"))
+    for step in range(150):
+        cpu = rng.choice([250.0, 500.0, 1000.0, 2000.0], size=8)
+        c.update(step, np.ones(8), 1.2 * (cpu / 1000) ** slope, np.full(8, 30.0), cpu)
+    for cpu in (250.0, 2000.0):
+        got = c.factor_at(np.full(8, 30.0), np.full(8, cpu))
+        truth = 1.2 * (cpu / 1000) ** slope
+        assert np.all(np.abs(got / truth - 1) < 0.03), (cpu, got / truth)
+    assert abs(c.shared_slopes[0]) < 0.1 < c.slopes[7, 0]
+
+
 @pytest.mark.parametrize(
     "measured, needle",
     [
@@ -194,7 +252,7 @@ def test_a_later_run_without_learning_removes_the_old_learning_csv(tmp_path, syn
 
 def test_a_profile_from_another_machine_class_converges(tmp_path, synthetic_profile):
     """The wrong profile's gap grows with CPU (1.4 x (cpu/1000m)^0.15): one factor per task cannot fit
-    it; the correction's CPU slope does."""
+    it; the correction's CPU slope, shared by the tasks, does within 15 steps."""
     rows = list(csv.DictReader(synthetic_profile.open()))
     wrong = tmp_path / "wrong" / "profile.csv"
     wrong.parent.mkdir()
@@ -212,6 +270,5 @@ def test_a_profile_from_another_machine_class_converges(tmp_path, synthetic_prof
     r = run_strategy(learned, "mpc", "perfect")
     err = errors_by_step(r)
     assert err[0].max() > 0.25
-    assert np.mean(err[15:] >= 0.05) < 0.02, np.mean(err[15:] >= 0.05)
-    assert np.median(err[15:]) < 0.01
+    assert err[15:].max() < 0.05, err.max(axis=1)  # the goal: below 5% within 15 steps, and staying there
     assert abs(r.total_s / run_strategy(truth, "mpc", "perfect").total_s - 1) < 0.02

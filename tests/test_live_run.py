@@ -27,6 +27,7 @@ from zk_fixtures import (
     PREFIX,
     StressGate,
     assert_nothing_left,
+    both_barriers,
     needs_tasks,
     run_processes,
     settings,
@@ -131,11 +132,14 @@ def test_reconfiguration_in_place_rewrites_quotas_and_recreate_restarts(tmp_path
     assert_nothing_left(f"re-{how}")
 
 
-def test_a_worker_killed_mid_step_reruns_that_step_from_its_checkpoint(tmp_path, zk_server, creds_file):
+@both_barriers
+def test_a_worker_killed_mid_step_reruns_that_step_from_its_checkpoint(tmp_path, zk_server, creds_file, barrier):
     exp = tiny_experiment(tmp_path / "exp", steps=5, ops_a=60)
     gate = StressGate(tmp_path / "gate")
     gate.hold(3)  # task a's third stress-ng run: step 2, which the run cannot pass while it is held
-    coord = coordinator(tmp_path, exp, zk_server, creds_file, "killw", keep_zk=True, stress_ng=str(gate.path))
+    coord = coordinator(
+        tmp_path, exp, zk_server, creds_file, "killw", keep_zk=True, stress_ng=str(gate.path), barrier=barrier
+    )
     th, out = in_thread(coord)
     run_dir = tmp_path / "runs" / "killw"
     gate.wait_held(3, alive=th.is_alive)  # task a's worker is computing step 2 (its stress-ng is running)
@@ -156,6 +160,11 @@ def test_a_worker_killed_mid_step_reruns_that_step_from_its_checkpoint(tmp_path,
         for task in ("a", "b", "c"):
             assert sorted(s.children(coord.paths.results(task))) == [Z.step_name(i) for i in range(5)]
             assert Z.parse_checkpoint("cp", s.get(coord.paths.checkpoint(task))) == 4
+        # the run's description tells the tasks which barrier to pass; the counting one is released by
+        # the coordinator, which writes the count into the flag (the last step's barrier is kept)
+        assert Z.parse_run(coord.paths.root, s.get(coord.paths.root)).barrier == barrier
+        go = s.get(f"{coord.paths.barrier(4)}/go")
+        assert go is not None and (go.get("arrived") == 3) == (barrier == "counting")
         s.delete_tree(coord.paths.root)
     finally:
         s.close()
@@ -164,12 +173,21 @@ def test_a_worker_killed_mid_step_reruns_that_step_from_its_checkpoint(tmp_path,
     assert_nothing_left("killw")
 
 
-def test_the_run_continues_when_zookeeper_restarts_within_the_session_timeout(tmp_path, own_zk, creds_file):
+@both_barriers
+def test_the_run_continues_when_zookeeper_restarts_within_the_session_timeout(tmp_path, own_zk, creds_file, barrier):
     exp = tiny_experiment(tmp_path / "exp", steps=6)
     gate = StressGate(tmp_path / "gate")
     gate.hold(3)  # the server goes down while step 2 is certainly under way
     coord = coordinator(
-        tmp_path, exp, own_zk, creds_file, "zkbounce", session_timeout_s=10.0, zk_wait_s=120.0, stress_ng=str(gate.path)
+        tmp_path,
+        exp,
+        own_zk,
+        creds_file,
+        "zkbounce",
+        session_timeout_s=10.0,
+        zk_wait_s=120.0,
+        stress_ng=str(gate.path),
+        barrier=barrier,
     )
     th, out = in_thread(coord)
     gate.wait_held(3, alive=th.is_alive)
@@ -185,12 +203,21 @@ def test_the_run_continues_when_zookeeper_restarts_within_the_session_timeout(tm
     assert_nothing_left("zkbounce")
 
 
-def test_zookeeper_gone_too_long_stops_the_run_cleanly_and_it_resumes(tmp_path, own_zk, creds_file):
+@both_barriers
+def test_zookeeper_gone_too_long_stops_the_run_cleanly_and_it_resumes(tmp_path, own_zk, creds_file, barrier):
     exp = tiny_experiment(tmp_path / "exp", steps=5)
     gate = StressGate(tmp_path / "gate")
     gate.hold(3)  # the server goes for good while step 2 is under way: the run cannot have finished
     coord = coordinator(
-        tmp_path, exp, own_zk, creds_file, "zkgone", session_timeout_s=4.0, zk_wait_s=10.0, stress_ng=str(gate.path)
+        tmp_path,
+        exp,
+        own_zk,
+        creds_file,
+        "zkgone",
+        session_timeout_s=4.0,
+        zk_wait_s=10.0,
+        stress_ng=str(gate.path),
+        barrier=barrier,
     )
     th, out = in_thread(coord)
     run_dir = tmp_path / "runs" / "zkgone"
@@ -207,7 +234,7 @@ def test_zookeeper_gone_too_long_stops_the_run_cleanly_and_it_resumes(tmp_path, 
     assert done == 2
     own_zk.start()
     result = coordinator(
-        tmp_path, exp, own_zk, creds_file, "zkgone", resume=True, session_timeout_s=4.0, zk_wait_s=10.0
+        tmp_path, exp, own_zk, creds_file, "zkgone", resume=True, session_timeout_s=4.0, zk_wait_s=10.0, barrier=barrier
     ).run()
     assert result.status == "finished"
     records = check_log(run_dir, 5)
@@ -226,8 +253,9 @@ def cli(*args, env=None, timeout=120) -> subprocess.CompletedProcess:
     return out
 
 
+@both_barriers
 def test_a_stopped_or_killed_coordinator_leaves_nothing_running_and_resume_finishes_the_same_plan(
-    tmp_path, zk_server, creds_file
+    tmp_path, zk_server, creds_file, barrier
 ):
     exp = tiny_experiment(tmp_path / "exp", steps=7)
     runs = tmp_path / "runs"
@@ -259,6 +287,8 @@ def test_a_stopped_or_killed_coordinator_leaves_nothing_running_and_resume_finis
         str(creds_file),
         "--stress-ng",
         str(gate.path),
+        "--barrier",
+        barrier,
     )
     try:
         gate.wait_held(3, alive=lambda: proc.poll() is None)

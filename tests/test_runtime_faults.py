@@ -27,6 +27,7 @@ from zk_fixtures import (
     PREFIX,
     StressGate,
     assert_nothing_left,
+    both_barriers,
     needs_tasks,
     run_cgroups,
     run_processes,
@@ -220,14 +221,25 @@ def test_resume_of_a_run_that_is_still_running_is_refused_and_touches_nothing(tm
 
 
 # -- ZooKeeper lost its data ------------------------------------------------------------------------
-def test_resume_after_zookeeper_lost_its_data_says_so_and_continues_from_the_run_log(tmp_path, own_zk, creds_file):
+@both_barriers
+def test_resume_after_zookeeper_lost_its_data_says_so_and_continues_from_the_run_log(
+    tmp_path, own_zk, creds_file, barrier
+):
     from bsp_planner.runtime.zkserver import LocalZooKeeper
 
     exp = tiny_experiment(tmp_path / "exp", steps=5)
     gate = StressGate(tmp_path / "gate")
     gate.hold(3)
     coord = coordinator(
-        tmp_path, exp, own_zk, creds_file, "amnesia", session_timeout_s=4.0, zk_wait_s=2.0, stress_ng=str(gate.path)
+        tmp_path,
+        exp,
+        own_zk,
+        creds_file,
+        "amnesia",
+        session_timeout_s=4.0,
+        zk_wait_s=2.0,
+        stress_ng=str(gate.path),
+        barrier=barrier,
     )
     th, out = in_thread(coord)
     gate.wait_held(3, alive=th.is_alive)
@@ -250,6 +262,7 @@ def test_resume_after_zookeeper_lost_its_data_says_so_and_continues_from_the_run
             say=said.append,
             session_timeout_s=4.0,
             zk_wait_s=10.0,
+            barrier=barrier,
         ).run()
         assert result.status == "finished"
         assert any("has no state of this run" in line and "continuing at step 2" in line for line in said), said
@@ -263,13 +276,16 @@ def test_resume_after_zookeeper_lost_its_data_says_so_and_continues_from_the_run
 
 
 # -- the step timeout, a failure that stays resumable ------------------------------------------------
-def test_a_step_past_the_step_timeout_fails_with_the_resume_hint_and_resumes(tmp_path, zk_server, creds_file):
+@both_barriers
+def test_a_step_past_the_step_timeout_fails_with_the_resume_hint_and_resumes(tmp_path, zk_server, creds_file, barrier):
     # Deterministic under load: the held step is the first (no earlier step has to beat the short timer),
     # and the worker's own limit is far past the coordinator's, so only the coordinator's message can come.
     exp = tiny_experiment(tmp_path / "exp", steps=4)
     gate = StressGate(tmp_path / "gate")
     gate.hold(1)  # never released: task a cannot end step 0
-    coord = coordinator(tmp_path, exp, zk_server, creds_file, "slowstep", step_timeout_s=2.0, stress_ng=str(gate.path))
+    coord = coordinator(
+        tmp_path, exp, zk_server, creds_file, "slowstep", step_timeout_s=2.0, stress_ng=str(gate.path), barrier=barrier
+    )
     with pytest.raises(RunFailed) as info:
         coord.run()
     message = str(info.value)
@@ -280,7 +296,8 @@ def test_a_step_past_the_step_timeout_fails_with_the_resume_hint_and_resumes(tmp
     run_dir = tmp_path / "runs" / "slowstep"
     assert json.loads((run_dir / "run.json").read_text())["status"] == "failed"
     assert_nothing_left("slowstep")
-    result = coordinator(tmp_path, exp, zk_server, creds_file, "slowstep", resume=True).run()  # gate run 2: free
+    # gate run 2: free
+    result = coordinator(tmp_path, exp, zk_server, creds_file, "slowstep", resume=True, barrier=barrier).run()
     assert result.status == "finished" and steps_logged(run_dir) == [0, 1, 2, 3]
     assert_nothing_left("slowstep")
 
@@ -341,11 +358,12 @@ def test_a_run_log_that_cannot_be_written_stops_the_run_resumable(tmp_path, zk_s
 
 
 # -- stress-ng killed by a signal ---------------------------------------------------------------------
-def test_a_stress_ng_killed_by_a_signal_restarts_the_task_like_a_dead_worker(tmp_path, zk_server, creds_file):
+@both_barriers
+def test_a_stress_ng_killed_by_a_signal_restarts_the_task_like_a_dead_worker(tmp_path, zk_server, creds_file, barrier):
     exp = tiny_experiment(tmp_path / "exp", steps=4)
     gate = StressGate(tmp_path / "gate")
     gate.hold(3)
-    coord = coordinator(tmp_path, exp, zk_server, creds_file, "oom", stress_ng=str(gate.path))
+    coord = coordinator(tmp_path, exp, zk_server, creds_file, "oom", stress_ng=str(gate.path), barrier=barrier)
     th, out = in_thread(coord)
     gate.wait_held(3, alive=th.is_alive)
     worker = coord.backend.pid("a")

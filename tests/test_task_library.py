@@ -141,12 +141,12 @@ def test_a_task_of_another_run_or_without_its_credentials_is_refused(tmp_path, z
 @pytest.mark.slow
 @pytest.mark.usefixtures("reap_runs")
 @needs_tasks
-@pytest.mark.parametrize("sync", ["barrier", "observe"])
+@pytest.mark.parametrize("sync, barrier", [("barrier", "double"), ("barrier", "counting"), ("observe", "double")])
 def test_process_tasks_run_the_whole_run_in_one_process_each_with_cpu_changed_in_place(
-    tmp_path, zk_server, creds_file, sync
+    tmp_path, zk_server, creds_file, sync, barrier
 ):
     exp, control = process_experiment(tmp_path / "exp", steps=5, sync=sync, penalty=0.0)
-    coord = coordinator(tmp_path, exp, zk_server, creds_file, f"proc{sync}", planner="static:1")
+    coord = coordinator(tmp_path, exp, zk_server, creds_file, f"proc{sync}", planner="static:1", barrier=barrier)
     quotas: dict[int, dict] = {}
 
     def say(text: str) -> None:  # called as each step is logged: the quotas the tasks have then
@@ -182,15 +182,16 @@ def test_process_tasks_run_the_whole_run_in_one_process_each_with_cpu_changed_in
 @pytest.mark.usefixtures("reap_runs")
 @needs_tasks
 @pytest.mark.parametrize(
-    "fault, expected",
+    "fault, expected, barrier",
     [
-        ("die", "task b's process exited with code 9 in step 1"),
-        ("repeat", "task b step 1: reported out of order or repeated"),
-        ("nan", "task b step 1 reported workload nan"),
+        ("die", "task b's process exited with code 9 in step 1", "double"),
+        ("die", "task b's process exited with code 9 in step 1", "counting"),
+        ("repeat", "task b step 1: reported out of order or repeated", "double"),
+        ("nan", "task b step 1 reported workload nan", "double"),
     ],
 )
 def test_a_process_fault_stops_the_run_naming_task_and_step_and_it_resumes(
-    tmp_path, zk_server, creds_file, fault, expected
+    tmp_path, zk_server, creds_file, fault, expected, barrier
 ):
     exp, control = process_experiment(tmp_path / "exp", steps=3)
     (control / f"{fault}-b-1").touch()
@@ -200,14 +201,14 @@ def test_a_process_fault_stops_the_run_naming_task_and_step_and_it_resumes(
         (control / f"hang-{other}-2").touch()
     run_id = f"pf{fault}"
     with pytest.raises(RunFailed) as info:
-        coordinator(tmp_path, exp, zk_server, creds_file, run_id).run()
+        coordinator(tmp_path, exp, zk_server, creds_file, run_id, barrier=barrier).run()
     message = str(info.value)
     assert expected in message and f"--resume {run_id}" in message, message
     assert_nothing_left(run_id)
     (control / f"{fault}-b-1").unlink()
     for other in "ac":
         (control / f"hang-{other}-2").unlink()
-    result = coordinator(tmp_path, exp, zk_server, creds_file, run_id, resume=True).run()
+    result = coordinator(tmp_path, exp, zk_server, creds_file, run_id, resume=True, barrier=barrier).run()
     assert result.status == "finished"
     assert [r["step"] for r in records_of(result.run_dir)] == [0, 1, 2]  # nothing twice, nothing lost
     assert_nothing_left(run_id)

@@ -316,3 +316,8 @@ class StressGate:
             if time.monotonic() > deadline:
                 raise AssertionError(f"stressor run {n} was not held within {timeout_s} s (runs so far: {self.runs()})")
             time.sleep(0.02)
+
+
+#: the fault tests run with both step barriers: the one whose tasks count each other, and the one the
+#: coordinator counts (run setting `barrier`)
+both_barriers = pytest.mark.parametrize("barrier", ["double", "counting"])

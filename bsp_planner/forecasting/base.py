@@ -9,18 +9,41 @@ values before step t.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, ClassVar, Protocol, Self
 
 import numpy as np
 
 DEFAULT_QUANTILES = (0.1, 0.5, 0.9)
 
 
+class ForecasterSettings(Protocol):
+    """A forecaster's settings: a frozen dataclass read from and written to plain dicts (the
+    `--set` overrides, a saved model's json)."""
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Self: ...
+
+    def to_dict(self) -> dict: ...
+
+
 class Forecaster(ABC):
     name: str = "forecaster"
     #: Trained (a saved model, settings that identify it) rather than fitted on the spot.
     learned: bool = False
+    #: The class of its settings (every forecaster has one; `NoSettings` for none).
+    settings_type: ClassVar[type[ForecasterSettings]]
 
-    def __init__(self, horizon: int = 20, quantiles: tuple[float, ...] = DEFAULT_QUANTILES, period: int = 1) -> None:
+    def __init__(
+        self,
+        horizon: int = 20,
+        quantiles: tuple[float, ...] = DEFAULT_QUANTILES,
+        period: int = 1,
+        *,
+        settings: Any = None,
+    ) -> None:
+        """settings: an instance of `settings_type` (None: its defaults)."""
         if horizon < 1:
             raise ValueError(f"horizon must be >= 1, got {horizon}")
         if 0.5 not in quantiles or list(quantiles) != sorted(quantiles):
@@ -28,6 +51,8 @@ class Forecaster(ABC):
         self.horizon = horizon
         self.quantiles = tuple(quantiles)
         self.period = period
+        self.settings: Any = settings if settings is not None else self.settings_type()
+        self.info: dict[str, Any] = {}  # facts of its fitting or training, for reports
 
     @property
     def median_index(self) -> int:
@@ -50,6 +75,10 @@ class Forecaster(ABC):
         """Only the median forecasts, (len(origins), H): what the planners read."""
         return self.predict_origins(series, origins)[self.median_index]
 
+    def _min_origin(self) -> int:
+        """The first origin it can forecast from (values it needs before its first forecast)."""
+        return 1
+
 
 class PointForecaster(Forecaster):
     """A point forecast (the median) plus quantiles from the forecaster's own recent errors.
@@ -61,12 +90,11 @@ class PointForecaster(Forecaster):
 
     interval_window: int = 240
     interval_gamma: float = 0.01
+    error_quantiles_: np.ndarray  # (Q, H), set by fit
+    fit_length_: int  # set by fit
 
     def _point(self, series: np.ndarray, origins: np.ndarray) -> np.ndarray:  # (len(origins), H)
         raise NotImplementedError
-
-    def _min_origin(self) -> int:
-        return 1
 
     def _check_origins(self, series: np.ndarray, origins: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         series = np.asarray(series, dtype=np.float64)
@@ -188,3 +216,49 @@ def rolling_error_quantiles(
     out[:, inside] = offsets[:, origins[inside] - first]
     out[med] = 0.0
     return out
+
+
+class LearnedForecaster(PointForecaster):
+    """A forecaster that trains a model once and saves it (`learned`): what the pipeline needs of one
+    besides fit/predict. `spec()` identifies a trained model (compared before a saved one is
+    reused), `info` holds facts of its training, `min_history` is the shortest training history it
+    accepts."""
+
+    learned = True
+    progress: Callable[[str], None] | None
+
+    @abstractmethod
+    def __init__(
+        self,
+        horizon: int = 20,
+        quantiles: tuple[float, ...] = DEFAULT_QUANTILES,
+        period: int = 1,
+        *,
+        interval_s: int | None = None,
+        t0: np.datetime64 | None = None,
+        settings: Any = None,
+        progress: Callable[[str], None] | None = None,
+    ) -> None:
+        super().__init__(horizon=horizon, quantiles=quantiles, period=period, settings=settings)
+
+    @abstractmethod
+    def spec(self) -> dict:
+        """Everything a trained model depends on except the data."""
+
+    @abstractmethod
+    def min_history(self, lags: tuple[int, ...] | None = None) -> int:
+        """Steps of training history it needs at least (with these seasonal lags, where it has them)."""
+
+    def history_needed(self, n_train: int) -> int:
+        """Steps of training history it needs for a training half of n_train steps (its lags may
+        depend on how much history there is)."""
+        return self.min_history()
+
+    @abstractmethod
+    def save(self, folder: str | Path, task: str, extra: dict | None = None) -> Path:
+        """Write the trained model as <folder>/<task>.*; returns the main file."""
+
+    @classmethod
+    @abstractmethod
+    def load(cls, folder: str | Path, task: str, expect: dict | None = None) -> Self:
+        """A saved model; with `expect` (a spec()), refuse one trained with other settings."""

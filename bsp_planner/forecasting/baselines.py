@@ -8,11 +8,12 @@ checked, then from their recent errors with adaptively calibrated levels (see
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
+from typing import ClassVar, Self
 
 import numpy as np
 
 from ..errors import InputError
-from .base import DEFAULT_QUANTILES, PointForecaster
+from .base import DEFAULT_QUANTILES, ForecasterSettings, PointForecaster
 
 WEEK_DAYS = 7
 
@@ -63,16 +64,14 @@ class SeasonalNaiveSettings:
 class _ResidualQuantiles(PointForecaster):
     """Point forecast + empirical error quantiles per lead time, measured on the training history."""
 
-    settings_type: type = NoSettings
+    settings_type: ClassVar[type[ForecasterSettings]] = NoSettings
 
     def __init__(
         self, horizon: int = 20, quantiles: tuple[float, ...] = DEFAULT_QUANTILES, period: int = 1, *, settings=None
     ) -> None:
-        super().__init__(horizon=horizon, quantiles=quantiles, period=period)
-        self.settings = settings if settings is not None else self.settings_type()
-        self.info: dict = {}
+        super().__init__(horizon=horizon, quantiles=quantiles, period=period, settings=settings)
 
-    def fit(self, history: np.ndarray) -> _ResidualQuantiles:
+    def fit(self, history: np.ndarray) -> Self:
         history = np.asarray(history, dtype=np.float64)
         first = self._min_origin()
         origins = np.arange(first, len(history) - self.horizon + 1)
@@ -118,7 +117,7 @@ class SeasonalNaiveForecaster(_ResidualQuantiles):
             return week if self.period > 1 and 2 * week + self.horizon <= n_train else self.period
         return int(season)
 
-    def fit(self, history: np.ndarray) -> SeasonalNaiveForecaster:
+    def fit(self, history: np.ndarray) -> Self:
         history = np.asarray(history, dtype=np.float64)
         self.season_ = self.resolve_season(len(history))
         if self.season_ + self.horizon > len(history):

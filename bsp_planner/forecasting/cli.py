@@ -61,8 +61,17 @@ ModelsOpt = Annotated[
     Path | None,
     typer.Option(
         "--models",
-        help="Where models are saved: <models>/<job>/<forecaster>/<task>.keras [default: the shipped models].",
+        help="Where models are read from and saved: <models>/<job>/<forecaster>/<task>.keras [default: read the "
+        "shipped models; save what is trained under ./models].",
         show_default=False,
+    ),
+]
+ShippedOpt = Annotated[
+    bool,
+    typer.Option(
+        "--shipped",
+        help="Save trained models into the package's shipped copy (bsp_planner/data/models; for maintainers, "
+        "in a checkout) instead of ./models.",
     ),
 ]
 RetrainOpt = Annotated[bool, typer.Option("--retrain", help="Train anew even if a saved model matches.")]
@@ -73,10 +82,22 @@ def _say(prefix: str, msg: str) -> None:
 
 
 def _models(given: Path | None) -> Path:
-    """--models, or the shipped models (package data)."""
+    """Where models are read: --models, or the shipped models (package data)."""
     from .pipeline import DEFAULT_MODEL_ROOT
 
     return given if given is not None else DEFAULT_MODEL_ROOT
+
+
+def _save_root(given: Path | None, shipped: bool) -> Path:
+    """Where trained models are saved: --models, the shipped copy with --shipped, else ./models (never
+    the package folder by default: after a pip install it is site-packages)."""
+    from .pipeline import DEFAULT_MODEL_ROOT, LOCAL_MODEL_ROOT
+
+    if shipped and given is not None:
+        raise InputError("give either --models or --shipped, not both", field="--shipped")
+    if shipped:
+        return DEFAULT_MODEL_ROOT
+    return given if given is not None else LOCAL_MODEL_ROOT
 
 
 def _parse_settings(items: list[str] | None, names: list[str]) -> dict[str, dict]:
@@ -101,7 +122,7 @@ def _parse_settings(items: list[str] | None, names: list[str]) -> dict[str, dict
             out.setdefault(n, {})[key] = value
     for n, values in out.items():  # checked now, by the settings loader, before any data is read
         try:  # a forecaster without settings refuses any (baselines.NoSettings)
-            FORECASTERS.get(n).settings_type.from_dict(values)  # type: ignore[attr-defined]
+            FORECASTERS.get(n).settings_type.from_dict(values)
         except InputError as exc:
             raise InputError(f"{exc.message} (from --set)", field=exc.field) from None
     return out
@@ -177,13 +198,16 @@ def train(
     gaps: GapsOpt = None,
     settings: SetOpt = None,
     models: ModelsOpt = None,
+    shipped: ShippedOpt = False,
 ) -> None:
-    """Train one model per task on the first half of its series and save it (Keras format + metadata)."""
-    from .pipeline import model_folder, train_one
+    """Train one model per task on the first half of its series and save it (Keras format + metadata)
+    under ./models (or --models; --shipped: the package's shipped models)."""
+    from .base import LearnedForecaster
+    from .pipeline import model_folder, prefixed, train_one
     from .registry import is_learned
 
+    models = _save_root(models, shipped)
     ws, _ = _context(experiment, job, task, horizon, gaps, settings, forecaster)
-    models = _models(models)
     for n in forecaster:
         if not is_learned(n):
             raise InputError(f"{n} has nothing to train; train lstm or lstm-thesis", field="--forecaster")
@@ -197,7 +221,8 @@ def train(
             prefix = f"[{i + 1}/{len(ws.prepared)}] {p.task} · {n}"
             _say(prefix, "training")
             t0 = time.perf_counter()
-            f = train_one(ws, n, p, say=lambda m, pf=prefix: _say(pf, m))
+            f = train_one(ws, n, p, say=prefixed(_say, prefix))
+            assert isinstance(f, LearnedForecaster)  # checked with is_learned above
             f.save(folder, p.task, extra={"data": ws.data_identity(p)})
             dt = time.perf_counter() - t0
             info = f.info
@@ -216,6 +241,8 @@ def train(
     console.print(
         f"trained {len(forecaster) * len(ws.prepared)} models in {time.perf_counter() - total:.1f} s; saved in {where}"
     )
+    if not shipped:
+        console.print(f"forecast with them: bsp-planner forecast predict --models {models}", highlight=False)
 
 
 @app.command()
@@ -231,6 +258,7 @@ def evaluate(
     settings: SetOpt = None,
     models: ModelsOpt = None,
     retrain: RetrainOpt = False,
+    shipped: ShippedOpt = False,
     out: Annotated[
         Path, typer.Option("--out", "-o", help="Folder for evaluation.json, rmse_by_lead.csv and the plot.")
     ] = Path("out/forecast-eval"),
@@ -242,8 +270,11 @@ def evaluate(
 
     names = list(forecaster or FORECASTERS)
     check_output_dir(out, "--out")  # before any training
+    save_root = _save_root(models, shipped)
     ws, _ = _context(experiment, job, task, horizon, gaps, settings, names)
-    ev = run_evaluation(ws, names, model_root=_models(models), retrain=retrain, say=_say)
+    ev = run_evaluation(
+        ws, names, model_root=save_root if shipped else _models(models), retrain=retrain, save_root=save_root, say=_say
+    )
     print_evaluation(ev, ws.job.name)
     out.mkdir(parents=True, exist_ok=True)
     data = ev.to_dict()
@@ -321,6 +352,7 @@ def predict(
     steps: Annotated[int | None, typer.Option("--steps", help="Steps [default: the experiment's].")] = None,
     models: ModelsOpt = None,
     retrain: RetrainOpt = False,
+    shipped: ShippedOpt = False,
     out: Annotated[
         Path | None,
         typer.Option(
@@ -337,6 +369,7 @@ def predict(
     from .files import write_forecasts
     from .pipeline import forecast_experiment
 
+    save_root = _save_root(models, shipped)
     ws, exp = _context(experiment, job, None, horizon, gaps, settings, [forecaster])
     start = exp.start if start is None else start
     steps = exp.steps if steps is None else steps
@@ -349,7 +382,14 @@ def predict(
     check_output_dir(out, "--out")  # before any training
     t0 = time.perf_counter()
     matrix, meta = forecast_experiment(
-        ws, forecaster, start, steps, model_root=_models(models), retrain=retrain, say=_say
+        ws,
+        forecaster,
+        start,
+        steps,
+        model_root=save_root if shipped else _models(models),
+        retrain=retrain,
+        save_root=save_root,
+        say=_say,
     )
     meta["experiment"] = exp.name
     write_forecasts(

@@ -40,12 +40,14 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any, ClassVar, Self
 
 import numpy as np
 
 from ..errors import InputError
 from ..settings import load_settings, setting
-from .base import DEFAULT_QUANTILES, PointForecaster
+from .base import DEFAULT_QUANTILES, ForecasterSettings, LearnedForecaster
+from .statistical import MSTLForecaster
 from .transforms import MinMaxScaler, difference, seasonal_back, supervised_pairs
 
 SECONDS_PER_DAY = 86_400
@@ -120,11 +122,10 @@ class ThesisSettings:
         return asdict(self)
 
 
-class _KerasForecaster(PointForecaster):
+class _KerasForecaster(LearnedForecaster):
     """What both LSTMs share: settings, the calendar of the series, residual quantiles, save/load."""
 
-    settings_type: type = LSTMSettings
-    learned = True
+    settings_type: ClassVar[type[ForecasterSettings]] = LSTMSettings
 
     def __init__(
         self,
@@ -137,14 +138,13 @@ class _KerasForecaster(PointForecaster):
         settings=None,
         progress: Progress | None = None,
     ) -> None:
-        super().__init__(horizon=horizon, quantiles=quantiles, period=period)
-        self.settings = settings if settings is not None else self.settings_type()
+        super().__init__(horizon=horizon, quantiles=quantiles, period=period, settings=settings)
         self.interval_s = interval_s
-        self.t0 = None if t0 is None else np.datetime64(t0, "s")
+        self.t0 = None if t0 is None else np.asarray(t0, dtype="datetime64[s]")[()]
         self.progress = progress
-        self.model = None
-        self.weights_: dict | None = None
-        self.info: dict = {}
+        self.model: Any = None  # the Keras model while it trains (or when loaded with keras_engine)
+        self.weights_: dict[str, np.ndarray] | None = None
+        self.meta: dict = {}
 
     # -- what identifies a trained model ------------------------------------------------------------
     def spec(self) -> dict:
@@ -190,7 +190,8 @@ class _KerasForecaster(PointForecaster):
         plain = k.Model.from_config(self.model.get_config())  # the forecasting graph alone, no optimizer state
         plain.set_weights(self.model.get_weights())
         plain.save(keras_path)
-        np.savez(folder / f"{task}.npz", **{k: v.astype(np.float32) for k, v in self.weights_.items()})  # as trained
+        arrays: dict[str, Any] = {k: v.astype(np.float32) for k, v in self._weights().items()}  # as trained
+        np.savez(folder / f"{task}.npz", **arrays)
         meta = {
             **self.spec(),
             "state": {**self._state(), "fit_length": self.fit_length_},
@@ -202,9 +203,7 @@ class _KerasForecaster(PointForecaster):
         return keras_path
 
     @classmethod
-    def load(
-        cls, folder: str | Path, task: str, expect: dict | None = None, keras_engine: bool = False
-    ) -> _KerasForecaster:
+    def load(cls, folder: str | Path, task: str, expect: dict | None = None, keras_engine: bool = False) -> Self:
         """Load a saved model; with `expect` (a spec()), refuse one whose settings differ.
 
         Forecasts run in NumPy from <task>.npz when it is there (no TensorFlow import: a `predict`
@@ -278,6 +277,11 @@ class _KerasForecaster(PointForecaster):
             self._infer, self._infer_model = fn, self.model
         out = [np.asarray(fn(X[i : i + 2048].astype(np.float32))) for i in range(0, len(X), 2048)]
         return np.concatenate(out, axis=0).astype(np.float64).reshape(len(X), -1)
+
+    def _weights(self) -> dict[str, np.ndarray]:
+        if self.weights_ is None:
+            raise ValueError(f"{self.name}: fit or load the forecaster first")
+        return self.weights_
 
     def _freeze(self) -> None:
         """Copy the trained weights out of Keras, by layer name; forecasts use them from now on."""
@@ -364,7 +368,8 @@ class LSTMForecaster(_KerasForecaster):
     """The default forecaster; see the module's notes."""
 
     name = "lstm"
-    settings_type = LSTMSettings
+    settings_type: ClassVar[type[ForecasterSettings]] = LSTMSettings
+    mstl_: MSTLForecaster | None = None  # the statistical input's model, fitted on first use
 
     # -- shape of the problem -----------------------------------------------------------------------
     @property
@@ -380,6 +385,9 @@ class LSTMForecaster(_KerasForecaster):
             if self.window + self.period * max(lags) + self.horizon <= n_train // 2:
                 return lags
         return (1,)
+
+    def history_needed(self, n_train: int) -> int:
+        return self.min_history(self.resolved_lags(n_train))
 
     def min_history(self, lags: tuple[int, ...] | None = None) -> int:
         """Training steps needed: the window, the longest lag, H, and room for a validation tail."""
@@ -439,15 +447,14 @@ class LSTMForecaster(_KerasForecaster):
         """(len(origins), window + H): the MSTL forecasts made at each origin (statistical.py) at the
         future positions, on the u scale; 0 at the past positions. The MSTL model is fitted on the
         training half (the first fit_length_ values of any series given here), again after a load."""
-        from .statistical import MSTLForecaster
-
         w = self._from_u(u)
-        if getattr(self, "mstl_", None) is None:
-            self.mstl_ = MSTLForecaster(horizon=self.horizon, period=self.period).fit(
+        mstl = self.mstl_
+        if mstl is None:
+            mstl = self.mstl_ = MSTLForecaster(horizon=self.horizon, period=self.period).fit(
                 w[: self.fit_length_], errors=False
             )
         out = np.zeros(shape)
-        out[:, self.window :] = self._to_u(self.mstl_._point(w, origins))
+        out[:, self.window :] = self._to_u(mstl._point(w, origins))
         return out
 
     def targets(self, u: np.ndarray, origins: np.ndarray) -> np.ndarray:
@@ -580,14 +587,13 @@ class LSTMForecaster(_KerasForecaster):
         start = time.perf_counter()
         say = self._say
 
-        class _Progress(k.callbacks.Callback):
-            def on_epoch_end(self, epoch, logs=None):
-                logs = logs or {}
-                if (epoch + 1) % 10 == 0:
-                    say(
-                        f"epoch {epoch + 1}: loss {logs.get('loss', float('nan')):.4f}, val "
-                        f"{logs.get('val_loss', float('nan')):.4f}"
-                    )
+        def on_epoch_end(epoch: int, logs: dict | None = None) -> None:
+            logs = logs or {}
+            if (epoch + 1) % 10 == 0:
+                say(
+                    f"epoch {epoch + 1}: loss {logs.get('loss', float('nan')):.4f}, val "
+                    f"{logs.get('val_loss', float('nan')):.4f}"
+                )
 
         stop = k.callbacks.EarlyStopping(monitor="val_loss", patience=s.patience, restore_best_weights=True)
         ys = (lambda y: y.astype(np.float32)) if K == 1 else (lambda y: [y.astype(np.float32)] * K)
@@ -599,7 +605,7 @@ class LSTMForecaster(_KerasForecaster):
             batch_size=s.batch_size,
             shuffle=True,
             verbose=0,
-            callbacks=[stop, _Progress()],
+            callbacks=[stop, k.callbacks.LambdaCallback(on_epoch_end=on_epoch_end)],
         )
         val = np.asarray(hist.history["val_loss"]) / K
         kept_start = bool(s.l2 == 0 and initial_val <= val.min())
@@ -628,7 +634,7 @@ class LSTMForecaster(_KerasForecaster):
         return self
 
     def _forward(self, X: np.ndarray) -> np.ndarray:
-        W, K, w = self.window, max(1, self.settings.ensemble), self.weights_
+        W, K, w = self.window, max(1, self.settings.ensemble), self._weights()
         ahead = X[:, W:, :]
         linear = np.sum(ahead * w["seasonal_linear/0"], axis=-1) + w["seasonal_linear/1"]
         outs = []
@@ -647,9 +653,9 @@ class ThesisLSTMForecaster(_KerasForecaster):
     """The thesis's recipe: one difference in, H differences out."""
 
     name = "lstm-thesis"
-    settings_type = ThesisSettings
+    settings_type: ClassVar[type[ForecasterSettings]] = ThesisSettings
 
-    def min_history(self, lags=None) -> int:
+    def min_history(self, lags: tuple[int, ...] | None = None) -> int:
         return self.horizon + 3
 
     def _state(self) -> dict:
@@ -709,7 +715,7 @@ class ThesisLSTMForecaster(_KerasForecaster):
         return self
 
     def _forward(self, X: np.ndarray) -> np.ndarray:
-        w = self.weights_
+        w = self._weights()
         h = lstm_sequence(X, w["lstm/0"], w["lstm/1"], w["lstm/2"])[:, -1, :]
         return np.einsum("nu,uh->nh", h, w["next_differences/0"]) + w["next_differences/1"]
 

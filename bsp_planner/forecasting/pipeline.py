@@ -2,7 +2,8 @@
 series and judged on the second (thesis section 4.2).
 
 Models are saved under ``<models>/<job>/<forecaster>/<task>.keras`` (the shipped ones: package data,
-``bsp_planner/data/models/``) with ``<task>.json`` beside them
+``bsp_planner/data/models/``; what the CLI trains goes to ``./models`` unless told otherwise, since the
+package folder may be an installed, read-only copy) with ``<task>.json`` beside them
 (settings, scaling, error quantiles, what data they were trained on). A saved model is reused only
 when all of that matches the request; otherwise `obtain` refuses (``on_mismatch="error"``, the
 CLI's way) or retrains (``"retrain"``, what `simulate` does, with a message).
@@ -23,17 +24,25 @@ from ..errors import InputError
 from ..job import Job, load_job
 from ..series import JobSeries, load_job_series
 from ..shipped import data_path
-from .base import DEFAULT_QUANTILES, Forecaster
+from .base import DEFAULT_QUANTILES, Forecaster, LearnedForecaster
 from .lstm import _digest, spec_differences
 from .prepare import PreparedSeries, prepare_job
-from .registry import FORECASTER_VERSION, FORECASTERS, check_name, default_settings, is_learned, make_forecaster
+from .registry import FORECASTER_VERSION, FORECASTERS, check_name, default_settings, make_forecaster
 
 Say = Callable[[str], None]
 DEFAULT_MODEL_ROOT = data_path("models")  # the shipped models (package data)
+LOCAL_MODEL_ROOT = Path("models")  # where the CLI saves what it trains: ./models of the current directory
 
 
 def _quiet(_msg: str) -> None:
     pass
+
+
+def prefixed(say: Callable[[str, str], None] | None, prefix: str) -> Say:
+    """A one-argument progress callback that passes `prefix` (which task, which forecaster) along."""
+    if say is None:
+        return _quiet
+    return lambda msg: say(prefix, msg)
 
 
 @dataclass
@@ -102,8 +111,8 @@ def model_folder(root: Path, job: str, forecaster: str) -> Path:
 
 def train_one(ws: Workspace, name: str, p: PreparedSeries, say: Say = _quiet) -> Forecaster:
     f = make_forecaster(name, p, ws.horizon, quantiles=ws.quantiles, settings=ws.settings.get(name), progress=say)
-    if is_learned(name):
-        need = f.min_history(f.resolved_lags(p.n_train_grid)) if hasattr(f, "resolved_lags") else f.min_history()
+    if isinstance(f, LearnedForecaster):
+        need = f.history_needed(p.n_train_grid)
         if p.n_train_grid < need:
             window = getattr(f, "window", 1)
             raise InputError(
@@ -135,20 +144,24 @@ def obtain(
     retrain: bool = False,
     on_mismatch: str = "error",
     save: bool = True,
+    save_root: Path | None = None,
     say: Say = _quiet,
 ) -> tuple[Forecaster, str]:
     """A fitted forecaster for one task and how it was had: "fitted" (baselines), "loaded", "trained".
 
     Learned forecasters load from `model_root` when a saved model matches the settings and the
     training data; with none saved they train (and save). A saved model that does not match is an
-    error with on_mismatch="error", or retrained with on_mismatch="retrain".
+    error with on_mismatch="error", or retrained with on_mismatch="retrain". What it trains is saved
+    (save=True) under `save_root`, by default `model_root`.
     """
     check_name(name)
-    if not is_learned(name):
-        return train_one(ws, name, p, say), "fitted"
     cls = FORECASTERS.get(name)
+    if not issubclass(cls, LearnedForecaster):
+        return train_one(ws, name, p, say), "fitted"
     folder = model_folder(model_root, ws.job.name, name) if model_root is not None else None
-    expect = make_forecaster(name, p, ws.horizon, quantiles=ws.quantiles, settings=ws.settings.get(name)).spec()
+    template = make_forecaster(name, p, ws.horizon, quantiles=ws.quantiles, settings=ws.settings.get(name))
+    assert isinstance(template, LearnedForecaster)  # make_forecaster builds the registered class
+    expect = template.spec()
     identity = ws.data_identity(p)
     if folder is not None and not retrain and (folder / f"{p.task}.json").is_file():
         meta = json.loads((folder / f"{p.task}.json").read_text())
@@ -168,10 +181,11 @@ def obtain(
                 path=folder / f"{p.task}.json",
             )
         say(f"saved model does not match ({'; '.join(diffs[:3])}{'; ...' if len(diffs) > 3 else ''}); retraining")
-    f = train_one(ws, name, p, say)
-    if folder is not None and save:
-        f.save(folder, p.task, extra={"data": identity})
-    return f, "trained"
+    trained = train_one(ws, name, p, say)
+    root = save_root if save_root is not None else model_root
+    if root is not None and save and isinstance(trained, LearnedForecaster):
+        trained.save(model_folder(root, ws.job.name, name), p.task, extra={"data": identity})
+    return trained, "trained"
 
 
 # -- evaluation ------------------------------------------------------------------------------------
@@ -277,9 +291,11 @@ def evaluate(
     *,
     model_root: Path | None = DEFAULT_MODEL_ROOT,
     retrain: bool = False,
+    save_root: Path | None = None,
     say: Callable[[str, str], None] | None = None,
 ) -> Evaluation:
-    """Every forecaster on every task's test half."""
+    """Every forecaster on every task's test half (models it trains are saved under `save_root`,
+    by default `model_root`)."""
     for n in names:
         check_name(n)
     scores: dict[str, dict[str, TaskScore]] = {n: {} for n in names}
@@ -295,7 +311,8 @@ def evaluate(
                 p,
                 model_root=model_root,
                 retrain=retrain,
-                say=(lambda m, pf=prefix: say(pf, m)) if say else _quiet,
+                save_root=save_root,
+                say=prefixed(say, prefix),
             )
             score, _ = score_task(f, p, ws.horizon)
             scores[n][p.task] = score
@@ -424,9 +441,11 @@ def forecast_experiment(
     retrain: bool = False,
     on_mismatch: str = "error",
     save_models: bool = True,
+    save_root: Path | None = None,
     say: Callable[[str, str], None] | None = None,
 ) -> tuple[np.ndarray, dict]:
-    """Median forecasts for steps start..start+steps-1 of every task: (tasks, steps, H), and metadata."""
+    """Median forecasts for steps start..start+steps-1 of every task: (tasks, steps, H), and metadata.
+    Models it trains are saved (save_models) under `save_root`, by default `model_root`."""
     check_experiment_span(ws, start, steps)
     out = np.empty((len(ws.prepared), steps, ws.horizon))
     how = {}
@@ -441,7 +460,8 @@ def forecast_experiment(
             retrain=retrain,
             on_mismatch=on_mismatch,
             save=save_models,
-            say=(lambda m, pf=prefix: say(pf, m)) if say else _quiet,
+            save_root=save_root,
+            say=prefixed(say, prefix),
         )
         origins = p.n_train + start + np.arange(steps)
         out[i] = p.predict_rows_median(f, origins)

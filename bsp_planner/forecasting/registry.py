@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..registry import Registry
-from .base import DEFAULT_QUANTILES, Forecaster
+from .base import DEFAULT_QUANTILES, Forecaster, LearnedForecaster
 from .prepare import PreparedSeries
 
 DEFAULT_FORECASTER = "lstm"
@@ -34,7 +34,7 @@ def is_learned(name: str) -> bool:
 
 def default_settings(name: str) -> dict:
     """A forecaster's settings with every default filled in ({} for one without settings)."""
-    return FORECASTERS.get(name).settings_type().to_dict()  # type: ignore[attr-defined]
+    return FORECASTERS.get(name).settings_type().to_dict()
 
 
 def make_forecaster(
@@ -47,16 +47,15 @@ def make_forecaster(
     progress: Callable[[str], None] | None = None,
 ) -> Forecaster:
     cls = FORECASTERS.get(name)
-    if not cls.learned:  # fitted on the spot: the baselines and the statistical model
-        return cls(
-            horizon=horizon, quantiles=quantiles, period=p.period, settings=cls.settings_type.from_dict(settings or {})
-        )
+    chosen = cls.settings_type.from_dict(settings or {})
+    if not issubclass(cls, LearnedForecaster):  # fitted on the spot: the baselines and the statistical model
+        return cls(horizon=horizon, quantiles=quantiles, period=p.period, settings=chosen)
     return cls(
         horizon=horizon,
         quantiles=quantiles,
         period=p.period,
         interval_s=p.interval_s,
         t0=p.t0,
-        settings=cls.settings_type.from_dict(settings or {}),  # type: ignore[attr-defined]
+        settings=chosen,
         progress=progress,
     )

@@ -25,11 +25,12 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, fields
+from typing import ClassVar
 
 import numpy as np
 
 from ..errors import InputError
-from .base import DEFAULT_QUANTILES, PointForecaster
+from .base import DEFAULT_QUANTILES, ForecasterSettings, PointForecaster
 
 WEEK_DAYS = 7
 MSTL_FIRST_SEASONAL_WINDOW = 11  # statsforecast's mstl: seasonal windows 11, 15, ... (R's forecast::mstl)
@@ -100,14 +101,12 @@ class MSTLForecaster(PointForecaster):
     """MSTL + AutoETS from statsforecast (see the module's notes)."""
 
     name = "mstl"
-    settings_type = MSTLSettings
+    settings_type: ClassVar[type[ForecasterSettings]] = MSTLSettings
 
     def __init__(
         self, horizon: int = 20, quantiles: tuple[float, ...] = DEFAULT_QUANTILES, period: int = 1, *, settings=None
     ) -> None:
-        super().__init__(horizon=horizon, quantiles=quantiles, period=period)
-        self.settings = settings if settings is not None else MSTLSettings()
-        self.info: dict = {}
+        super().__init__(horizon=horizon, quantiles=quantiles, period=period, settings=settings)
         self._decompositions: dict = {}
         self._forecasts: dict = {}
 

@@ -1,6 +1,7 @@
 """`bsp-planner rl ...`: train and evaluate reinforcement-learning agents for reconfiguration.
 
-    bsp-planner rl train                       # DQN on envs/default.toml -> agents/default/dqn.zip
+    bsp-planner rl train                       # DQN on envs/default.toml -> ./agents/default/dqn.zip
+    bsp-planner rl train --shipped             # ... into the package's shipped agent (maintainers)
     bsp-planner rl train --algo ppo --timesteps 200000
     bsp-planner rl evaluate                    # the shipped agent vs MPC on its held-out steps
     bsp-planner rl info agents/default/dqn.zip
@@ -63,8 +64,17 @@ def train(
         bool, typer.Option("--strict", help="Refuse a training range that overlaps the evaluation range.")
     ] = False,
     agent: Annotated[
-        Path | None, typer.Option("--agent", help="Where to save the agent (default agents/<env>/<algo>.zip).")
+        Path | None,
+        typer.Option("--agent", help="Where to save the agent (default ./agents/<env>/<algo>.zip)."),
     ] = None,
+    shipped: Annotated[
+        bool,
+        typer.Option(
+            "--shipped",
+            help="Save the agent as the package's shipped one (bsp_planner/data/agents/<env>/<algo>.zip; for "
+            "maintainers, in a checkout) instead of ./agents.",
+        ),
+    ] = False,
     run_dir: Annotated[
         Path | None, typer.Option("--run-dir", help="Logs, checkpoints, plot (default out/rl/<env>-<algo>).")
     ] = None,
@@ -81,8 +91,11 @@ def train(
     """Train an agent on the environment's training steps, evaluating it on the held-out steps."""
     from rich.console import Console
 
+    from ..errors import InputError
     from .settings import DEFAULT_AGENT_DIR, StepRange
 
+    if shipped and agent is not None:
+        raise InputError("give either --agent or --shipped, not both", field="--shipped")
     console = Console()
     flags = {
         "agent.algo": algo,
@@ -98,7 +111,9 @@ def train(
             extra += [f"{key}.start={r.start}", f"{key}.steps={r.steps}"]
     s = _settings(env, env_set, extra)
     a = s.agent
-    agent_path = agent if agent is not None else (DEFAULT_AGENT_DIR.parent / s.name / f"{a.algo}.zip")
+    # Not into the package by default: after a pip install that is site-packages.
+    agents_root = DEFAULT_AGENT_DIR.parent if shipped else Path("agents")
+    agent_path = agent if agent is not None else (agents_root / s.name / f"{a.algo}.zip")
     out = run_dir if run_dir is not None else Path("out") / "rl" / f"{s.name}-{a.algo}"
     console.print(
         f"training {a.algo.upper()} for {a.timesteps} steps on steps {s.train} ({s.mode} mode; window {s.window}, "
@@ -112,6 +127,8 @@ def train(
         f"held-out steps {s.eval} · {s.mode} mode · {m['eval_forecasts']}",
     )
     console.print(f"trained in {m['train_seconds']:.0f} s; agent {result.agent_path} (+ .json)")
+    if not shipped:
+        console.print(f"plan with it: bsp-planner simulate --strategies rl:{result.agent_path}", highlight=False)
     console.print(f"logs {out}: eval.csv, learning_curve.png, tb/ (tensorboard --logdir {out / 'tb'}), checkpoints/")
 
 

@@ -93,6 +93,12 @@ def run(
         help="Seconds one superstep may take, from publishing it to every task's release, before the run stops "
         "(default 600; on --resume, the run's own unless given).",
     ),
+    barrier: str = typer.Option(
+        "double",
+        "--barrier",
+        help="The steps' ZooKeeper barrier: double (the tasks count each other) or counting (the coordinator "
+        "counts the arrivals: fewer requests per task, for many tasks).",
+    ),
     run_id: str | None = typer.Option(
         None, "--run-id", help="Name of the run folder runs/<run-id> (default: live-<date>-<time>-<hex>)."
     ),
@@ -199,6 +205,7 @@ def run(
             cgroup_prefix=cgroup_prefix,
             cpu_weight=cpu_weight,
             keep_zk=keep_zk,
+            barrier=barrier,
         )
     if step_timeout is not None:
         settings.step_timeout_s = _positive_seconds(step_timeout, "--step-timeout")

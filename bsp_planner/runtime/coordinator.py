@@ -192,10 +192,12 @@ class Coordinator:
         s = self.session
         assert s is not None  # run() opened it
         tasks = [{"name": t.name, **t.identity()} for t in self.job.tasks]
-        value = Z.run_value(self.run_id, self.job.name, tasks, self.exp.workload_range, self.exp.steps)
+        value = Z.run_value(
+            self.run_id, self.job.name, tasks, self.exp.workload_range, self.exp.steps, self.settings.barrier
+        )
         self.lock = RunLock(s, self.paths.lock, self.run_id, self.instance)
         self._created_root = claim_root(
-            s, self.paths, self.creds, value, self.run_id, self.tasks, self.resume, self.lock
+            s, self.paths, self.creds, value, self.run_id, self.tasks, self.resume, self.lock, self.settings.barrier
         )
         # the one coordinator: a live one refuses us here, before anything of the run was touched
         self.lock.acquire(self.settings.session_timeout_s * 1.5 + 5, ended_instance=self.store.ended_instance())

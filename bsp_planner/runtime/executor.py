@@ -210,13 +210,16 @@ class LiveExecutor:
         return time.perf_counter() - t0, changed
 
     # -- one step ----------------------------------------------------------------------------------
+    def _barrier(self, t: int) -> Z.StepBarrier | Z.CountingBarrier:
+        return Z.step_barrier(self.settings.barrier, self.session, self.paths, t, self.tasks)
+
     def publish(self, t: int, workloads: np.ndarray, workload_range: tuple[float, float]) -> bool:
         """Step t's barrier and every task's workload, in one transaction; False if it was already there
         (a resumed run), after checking it says the same."""
         from kazoo.exceptions import NodeExistsError
 
         s = self.session
-        barrier = Z.StepBarrier(s, self.paths, t, self.tasks)
+        barrier = self._barrier(t)
         setup = barrier.setup_ops() if self.sync == "barrier" else []
         ops = setup + [
             ("create", self.paths.step(task, t), Z.step_value(t, workloads[i])) for i, task in enumerate(self.tasks)
@@ -239,10 +242,12 @@ class LiveExecutor:
         return False
 
     def wait_step(self, t: int) -> StepOutcome:
-        """Until step t's leave barrier is done; restarts dead workers (a worker, or its stress-ng, killed
-        by a signal: the OOM killer, a `kill`)."""
+        """Until step t's leave barrier is done (with the counting barrier, this is where its arrivals are
+        counted and its phases released); restarts dead workers (a worker, or its stress-ng, killed by a
+        signal: the OOM killer, a `kill`)."""
         s = self.session
-        barrier = Z.StepBarrier(s, self.paths, t, self.tasks)
+        barrier = self._barrier(t)
+        counting = isinstance(barrier, Z.CountingBarrier)
         observe = self.sync == "observe"
         restarts: dict[str, int] = {}
         deadline = time.monotonic() + self.settings.step_timeout_s
@@ -255,6 +260,8 @@ class LiveExecutor:
                     if not s.exists(self.paths.result(task, t), watch=watch):
                         return None
                 return time.time()
+            if counting:  # we count the arrivals: release enter, then leave, as each completes
+                return time.time() if barrier.poll(watch) else None
             return time.time() if barrier.is_done(watch=watch) else None
 
         def interrupt():
@@ -319,7 +326,7 @@ class LiveExecutor:
         if t < 0 or not self.session.exists(self.paths.barrier(t)):
             return
         try:
-            self.session.commit(Z.StepBarrier(self.session, self.paths, t, self.tasks).cleanup_ops())
+            self.session.commit(self._barrier(t).cleanup_ops())
         except Exception:
             pass  # only housekeeping: the tree is removed at the end anyway
 

@@ -17,6 +17,7 @@ def claim_root(
     tasks: list[str],
     resume: bool,
     lock: RunLock,
+    barrier: str = "double",
 ) -> bool:
     """Create the run's root with its description `value`, or find it: True if this call created it.
     Raises RootHeld for a root of another run, of this run without --resume (naming its live coordinator
@@ -54,6 +55,12 @@ def claim_root(
         )
     if any(info.tasks.get(t) is None for t in tasks):
         raise Z.RootHeld(f"{root} holds run {run_id!r} with other tasks than this job", field="--zk-root")
+    if info.barrier != barrier:  # its tasks pass the barrier the root names: the coordinator must count the same way
+        raise Z.RootHeld(
+            f"{root} holds run {run_id!r} with the {info.barrier} barrier, not the {barrier} one; resume it with its own "
+            "settings",
+            field="--barrier",
+        )
     return False
 
 

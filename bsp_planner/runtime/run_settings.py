@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..settings import load_settings, setting
-from .zk import DEFAULT_HOSTS
+from .zk import BARRIER_KINDS, DEFAULT_HOSTS
 
 RECONFIGURE = ("recreate", "in-place", "auto")
 DEFAULT_STEP_TIMEOUT_S = 600.0
@@ -38,6 +38,9 @@ class RunSettings:
         DEFAULT_STEP_TIMEOUT_S, gt=0
     )  # one superstep, from publishing it to every task's release
     max_restarts: int = setting(3, ge=0)  # restarts of one task within one step before the run fails
+    # the steps' barrier: "double" (the tasks count themselves) or "counting" (the coordinator counts the
+    # arrivals: 2 requests per task and phase, whatever the number of tasks); recorded in the run's root
+    barrier: str = setting("double", choices=BARRIER_KINDS)
     stress_ng: str = setting("stress-ng")
     cgroup_prefix: str = setting("bsp-planner")
     cpu_weight: str = setting("guaranteed", choices=("guaranteed", "workers"))  # local backend: the run group's weight

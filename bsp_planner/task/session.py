@@ -262,9 +262,10 @@ class TaskSession:
         w = Z.parse_step(path, v, step, self.info.workload_range)
         return None if w is None or v.get("assigned") is False else w
 
-    def _barrier(self, t: int) -> Z.StepBarrier:
+    def _barrier(self, t: int) -> Z.StepBarrier | Z.CountingBarrier:
+        """Step t's barrier, of the kind the run's description names (the coordinator counts a counting one)."""
         assert self.info is not None  # read when the task joined
-        return Z.StepBarrier(self.session, self.paths, t, list(self.info.tasks))
+        return Z.step_barrier(self.info.barrier, self.session, self.paths, t, list(self.info.tasks))
 
     def _wait_published(self, t: int) -> float | None:
         """Until the coordinator publishes step t: its workload, or None for a stop order."""

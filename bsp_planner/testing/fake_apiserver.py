@@ -366,6 +366,7 @@ class FakeApiServer:
                         "exitCode": code,
                         "reason": "Completed" if code == 0 else "Error",
                         "message": message,
+                        "startedAt": ((cs.get("state") or {}).get("running") or {}).get("startedAt", now_iso()),
                         "finishedAt": now_iso(),
                     }
                 }

@@ -87,6 +87,8 @@ class ResizeRefused(TaskLost):
 
 
 START_FAILURES = ("StartError", "ContainerCannotRun")
+PROBE_TASK = "cost-probe"  # the task name of the pod that measures a recreation (never a job's task)
+MIN_PROBE_MILLICORES = 10
 
 
 @dataclass
@@ -158,6 +160,8 @@ class KubernetesBackend(Backend):
         self.tasks: dict[str, _Task] = {}
         self.images: dict[str, str] = {}  # task -> its own image (command/process tasks that name one)
         self.processes: set[str] = set()  # process tasks: resized in place only, never recreated behind their back
+        self.probe_millicores = 1000.0  # the CPU a recreation is measured under: budget / tasks (check)
+        self.recreate_probe: dict = {}  # what measure_reconfigure_cost('recreate') saw
         self.events: list[ReconfigEvent] = []
         self.warnings: list[str] = []
         self._mode: tuple[str, str] | None = None
@@ -236,6 +240,7 @@ class KubernetesBackend(Backend):
                 "worker_zookeeper": self.worker_zk_hosts,
                 "zk_auth_secret": self.zk_auth_secret,
                 "pending_timeout_s": self.pending_timeout_s,
+                **({"recreate_probe": dict(self.recreate_probe)} if self.recreate_probe else {}),
             },
             "warnings": list(self.warnings),
         }
@@ -263,6 +268,8 @@ class KubernetesBackend(Backend):
     def check(self, job, millicores_max: float, budget_millicores: float, path=None) -> None:
         """The namespace is reachable with the Role's rights, the reconfiguration mode is possible, the
         image is known, and (where nodes can be read) the budget and the largest task fit the nodes."""
+        n = max(1, len(getattr(job, "tasks", ())))
+        self.probe_millicores = float(max(MIN_PROBE_MILLICORES, round(budget_millicores / n)))
         self.images = {t.name: t.image for t in getattr(job, "tasks", ()) if getattr(t, "image", None)}
         self.processes = {t.name for t in getattr(job, "tasks", ()) if getattr(t, "kind", "stressor") == "process"}
         self._cluster.list_pods(N.run_selector(self.run_key))  # reachability and the Role, at once
@@ -691,6 +698,73 @@ class KubernetesBackend(Backend):
         with open(path / f"{task}.log", "a") as fh:
             fh.write(line + "\n" + (msg + "\n" if msg else ""))
 
+    # -- what a recreation costs on this cluster ----------------------------------------------------
+    def measure_reconfigure_cost(self, method: str) -> float | None:
+        """recreate: seconds one pod recreation costs on this cluster, measured now with a probe pod of the
+        run's image under the average task's CPU (budget / tasks): created -> scheduled -> container
+        started -> our worker's interpreter and imports done (it runs ``bsp-planner worker --help`` and
+        exits) -> deleted and gone. Our wall clock times it; the pod's timestamps (creation, container
+        start and finish: whole seconds) say where the time went (:attr:`recreate_probe`, in run.json's
+        backend info). None (the experiment's penalty_s then) for in-place, and where the probe cannot
+        run (with a warning): the per-step records hold what each reconfiguration really cost."""
+        if method != "recreate":
+            return None
+        name = N.dns_label(f"bsp-{self.run_key}-cost-probe")
+        body = M.worker_pod(
+            self.settings, self.run_key, PROBE_TASK, self.probe_millicores, ["worker", "--help"], env={}
+        )
+        body["metadata"]["name"] = name
+        started = self.clock()
+        try:
+            self._cluster.delete_pod(name, 0)
+            if self._cluster.get_pod(name) is not None:
+                self._wait_gone(name)
+            started = self.clock()
+            self._cluster.create_pod(body)
+            deadline = started + float(self.pending_timeout_s or 120.0)
+            while True:
+                pod = self._cluster.get_pod(name)
+                st = pod_state(pod)
+                if st.phase in ("Succeeded", "Failed") or st.problem:
+                    break
+                if (st.phase == "Pending" and st.fatal_waiting) or self.clock() >= deadline:
+                    self._warn(
+                        f"could not measure a pod recreation: the probe pod {name} did not finish within "
+                        f"{self.clock() - started:.0f} s ({st.waiting or st.phase}); planning with the experiment's "
+                        "penalty_s (or give [reconfigure_cost] recreate_s)"
+                    )
+                    self._cluster.delete_pod(name, 0)
+                    return None
+                self.sleep(self.poll_s)
+            ran_s = self.clock() - started
+            deleted = self.clock()
+            self._cluster.delete_pod(name, 0)
+            self._wait_gone(name)
+            gone_s = self.clock() - deleted
+        except TaskLost:
+            raise
+        except InputError as exc:
+            self._warn(f"could not measure a pod recreation ({exc}); planning with the experiment's penalty_s")
+            return None
+        if st.exit_code not in (0, None):
+            self._warn(
+                f"the recreation probe pod {name} exited with code {st.exit_code} ({st.problem}); its time still "
+                "counts, but check the image: it runs `bsp-planner worker --help`"
+            )
+        self.recreate_probe = {
+            "seconds": round(ran_s + gone_s, 3),
+            "start_to_exit_s": round(ran_s, 3),
+            "delete_to_gone_s": round(gone_s, 3),
+            "millicores": self.probe_millicores,
+            **_pod_timeline(pod),
+        }
+        return ran_s + gone_s
+
+    def _wait_gone(self, name: str) -> None:
+        deadline = self.clock() + self.delete_timeout_s
+        while self._cluster.get_pod(name) is not None and self.clock() < deadline:
+            self.sleep(self.poll_s)
+
     def cleanup_stale(self) -> list[str]:
         """Delete this run's pods that an earlier, killed coordinator left behind."""
         removed = []
@@ -722,6 +796,35 @@ class KubernetesBackend(Backend):
         if task not in self.tasks:
             raise InputError(f"task {task!r} is not running", field="task")
         return self.tasks[task]
+
+
+def _timestamp(text: str | None) -> float | None:
+    """An RFC 3339 timestamp of the API ('2026-11-23T09:30:44Z') in seconds since the epoch."""
+    from datetime import datetime
+
+    if not text:
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def _pod_timeline(pod: dict | None) -> dict[str, float]:
+    """Where a finished pod's time went, from its own timestamps (whole seconds): creation to its
+    container's start (scheduling, image, container creation) and the container's run."""
+    created = _timestamp(((pod or {}).get("metadata") or {}).get("creationTimestamp"))
+    cs = (((pod or {}).get("status") or {}).get("containerStatuses") or [{}])[0]
+    state = cs.get("state") or {}
+    term = state.get("terminated") or {}
+    started = _timestamp(term.get("startedAt") or (state.get("running") or {}).get("startedAt"))
+    finished = _timestamp(term.get("finishedAt"))
+    out: dict[str, float] = {}
+    if created is not None and started is not None:
+        out["created_to_started_s"] = max(0.0, started - created)
+    if started is not None and finished is not None:
+        out["started_to_finished_s"] = max(0.0, finished - started)
+    return out
 
 
 def _resize_progress(st: PodState) -> str:

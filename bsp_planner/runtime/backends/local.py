@@ -5,6 +5,7 @@ mechanism a kubelet uses for a container's limit). The worker joins its group be
 its Python, its stress-ng children and everything they start run under the quota. `resize_task` rewrites
 the quota of the running group (in place); `recreate_task` stops the worker (SIGTERM: it leaves with its
 checkpoint in ZooKeeper), removes the group, and starts a new worker in a new group, which restores.
+:meth:`LocalBackend.measure_reconfigure_cost` measures what each method costs here before a run plans.
 
 Nothing outlives the run: workers get SIGTERM if the coordinator dies (PR_SET_PDEATHSIG), every stop
 removes the task's group after killing whatever is still inside, and a resumed run first removes the
@@ -33,6 +34,14 @@ PR_SET_PDEATHSIG = 1
 GROUP_INFIX = ".live."  # a run's parent group: <cgroup-prefix>.live.<run-id>
 CPU_WEIGHTS = ("guaranteed", "workers")
 MAX_SHARES = 262_144
+# A recreation's probe: our worker's interpreter and imports, then "ready" (then it waits for SIGTERM)
+PROBE_READY = (
+    "import sys, bsp_planner.cli, bsp_planner.runtime.worker, bsp_planner.task; "
+    "sys.stdout.write('ready\\n'); sys.stdout.flush(); sys.stdin.read()"
+)
+RECREATE_PROBES = 3
+PROBE_TIMEOUT_S = 60.0
+MIN_PROBE_MILLICORES = 10
 
 _prctl: Callable[..., int] | None
 try:
@@ -86,6 +95,7 @@ class LocalBackend(Backend):
         self.capacity = capacity_millicores if capacity_millicores is not None else machine_millicores()
         self.tasks: dict[str, _Task] = {}
         self.workers: dict[str, int] = {}  # stress-ng instances per task, from the job (check)
+        self.probe_millicores = 1000.0  # the quota a recreation is measured under: budget / tasks (check)
         self._workdir: tempfile.TemporaryDirectory | None = None
 
     @property
@@ -139,6 +149,7 @@ class LocalBackend(Backend):
                 field="task.image",
             )
         self.workers = {t.name: t.workers for t in job.tasks}
+        self.probe_millicores = max(MIN_PROBE_MILLICORES, round(budget_millicores / max(1, len(job.tasks))))
         probe = ProfilingBackend(stress_ng=self.stress_ng, prefix=self.prefix, hierarchy=self._hierarchy)
         probe.check(list(job.tasks), job.path)  # stress-ng, its stressors, and a throw-away cgroup
         self.stress_ng = probe.stress_ng_path()
@@ -265,23 +276,89 @@ class LocalBackend(Backend):
             (group.path / "cpu.shares").write_text(str(1024 * self.workers.get(task, 1)))
 
     def measure_reconfigure_cost(self, method: str) -> float | None:
-        """in-place: the median time to rewrite a CFS quota (what a reconfiguration does per changed task,
-        times the tasks it changes at most), on a throw-away group; recreate: None (a worker's stop,
-        restart and rejoin is not measurable before the run: the experiment's penalty_s, measured by
-        benchmarks/bench_live.py)."""
-        if method != "in-place":
-            return None
+        """Seconds one reconfiguration costs here, measured now on throw-away groups (median of a few).
+
+        in-place: rewriting a CFS quota, times the tasks a reconfiguration changes at most.
+        recreate: what :meth:`recreate_task` and the wait for the new worker cost one task: SIGTERM to a
+        running worker-like process and its exit, its group removed, a new group created with the
+        quota, a new process started in it and ready: our worker's interpreter and imports
+        (:data:`PROBE_READY`), under the quota a task gets on average (budget / tasks, from
+        :meth:`check`). Not included: the worker's ZooKeeper join (a few round trips on the same host)
+        and, for a process task, whatever its own program does before its first step; the per-step
+        records (``reconfig_s``) hold what each reconfiguration really cost, join included."""
         import statistics
 
-        n = max(1, len(self.workers))
-        times = []
-        with CpuQuotaGroup(f"probe-{os.getpid()}", millicores=1000, prefix=self.prefix, hierarchy=self.hierarchy) as g:
-            for i in range(7):
-                t0 = time.perf_counter()
-                for _ in range(n):
-                    g.set_quota(500 if i % 2 else 1000)
-                times.append(time.perf_counter() - t0)
-        return statistics.median(times)
+        if method == "in-place":
+            n = max(1, len(self.workers))
+            times = []
+            with CpuQuotaGroup(
+                f"probe-{os.getpid()}", millicores=1000, prefix=self.prefix, hierarchy=self.hierarchy
+            ) as g:
+                for i in range(7):
+                    t0 = time.perf_counter()
+                    for _ in range(n):
+                        g.set_quota(500 if i % 2 else 1000)
+                    times.append(time.perf_counter() - t0)
+            return statistics.median(times)
+        if method == "recreate":
+            return statistics.median(self._probe_restart() for _ in range(RECREATE_PROBES))
+        return None
+
+    def _probe_restart(self) -> float:
+        """One recreation of a worker-like process under the average task's quota (see
+        measure_reconfigure_cost): seconds from the stop signal to the new process being ready."""
+        millicores = self.probe_millicores
+        old = CpuQuotaGroup(
+            f"probe-{os.getpid()}-a", millicores=millicores, prefix=self.prefix, hierarchy=self.hierarchy
+        )
+        new = CpuQuotaGroup(
+            f"probe-{os.getpid()}-b", millicores=millicores, prefix=self.prefix, hierarchy=self.hierarchy
+        )
+        proc: subprocess.Popen | None = None
+        first: subprocess.Popen | None = None
+        try:
+            old.create()
+            proc = first = self._start_probe(old)
+            t0 = time.perf_counter()
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=PROBE_TIMEOUT_S)
+            old.remove()
+            new.create()
+            proc = self._start_probe(new)
+            return time.perf_counter() - t0
+        finally:
+            for p in {proc, first} - {None}:
+                assert p is not None
+                if p.poll() is None:
+                    p.kill()
+                    p.wait(timeout=PROBE_TIMEOUT_S)
+                for pipe in (p.stdin, p.stdout):
+                    if pipe is not None:
+                        pipe.close()
+            old.remove()
+            new.remove()
+
+    def _start_probe(self, group: CpuQuotaGroup) -> subprocess.Popen:
+        """A process in `group` that loads what a worker loads and says so; returns once it did."""
+        proc = subprocess.Popen(
+            [self.python, "-c", PROBE_READY],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            preexec_fn=group.preexec_fn,
+            cwd=self._cwd(),
+        )
+        assert proc.stdout is not None  # a pipe, asked for above
+        line = proc.stdout.readline()  # blocks until the probe is ready (or dies: EOF)
+        if line.strip() != b"ready":
+            proc.kill()
+            proc.wait(timeout=PROBE_TIMEOUT_S)
+            raise InputError(
+                f"cannot measure the cost of a recreation: a probe worker ({self.python}) did not start (exit code "
+                f"{proc.returncode}); give it in the experiment instead: [reconfigure_cost] recreate_s = ...",
+                field="reconfigure_cost.recreate_s",
+            )
+        return proc
 
     def resize_task(self, task: str, millicores: float) -> None:
         t = self._get(task)

@@ -23,6 +23,7 @@ with a restarted server.
 """
 
 from .barrier import StepBarrier
+from .counting_barrier import CountingBarrier
 from .credentials import (
     ENV_AUTH,
     ENV_AUTH_FILE,
@@ -36,6 +37,7 @@ from .credentials import (
     write_credentials_file,
 )
 from .schema import (
+    BARRIER_KINDS,
     DEFAULT_PARENT,
     FORMAT,
     MAX_DURATION_S,
@@ -68,7 +70,24 @@ from .schema import (
 )
 from .session import DEFAULT_HOSTS, ENV_HOSTS, LOCAL_HINT, POD_HINT, RECHECK_S, ZkSession, ZkUnavailable, quiet_kazoo
 
+
+def step_barrier(
+    kind: str, session: ZkSession, paths: RunPaths, t: int, participants: list[str] | tuple[str, ...]
+) -> StepBarrier | CountingBarrier:
+    """Step t's barrier of the run's kind: "double" (participants count themselves: :class:`StepBarrier`)
+    or "counting" (the coordinator counts and releases: :class:`CountingBarrier`). Both have the same
+    nodes and the same participant side (enter, leave, is_done)."""
+    if kind == "counting":
+        return CountingBarrier(session, paths, t, participants)
+    if kind == "double":
+        return StepBarrier(session, paths, t, participants)
+    raise ValueError(f"unknown barrier kind {kind!r} (expected {' or '.join(BARRIER_KINDS)})")
+
+
 __all__ = [
+    "BARRIER_KINDS",
+    "CountingBarrier",
+    "step_barrier",
     "StepBarrier",
     "ENV_AUTH",
     "ENV_AUTH_FILE",

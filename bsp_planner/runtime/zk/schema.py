@@ -168,7 +168,19 @@ class RunPaths:
 
 
 # -- values the protocol writes, and their checks ----------------------------------------------------
-def run_value(run_id: str, job_name: str, tasks: list[dict], workload_range: tuple[float, float], steps: int) -> dict:
+#: the step barriers a run may use (:mod:`.barrier`, :mod:`.counting_barrier`); "double" when a run's
+#: description names none (written before the counting barrier existed)
+BARRIER_KINDS = ("double", "counting")
+
+
+def run_value(
+    run_id: str,
+    job_name: str,
+    tasks: list[dict],
+    workload_range: tuple[float, float],
+    steps: int,
+    barrier: str = "double",
+) -> dict:
     return {
         "format": FORMAT,
         "run_id": run_id,
@@ -176,6 +188,7 @@ def run_value(run_id: str, job_name: str, tasks: list[dict], workload_range: tup
         "tasks": tasks,
         "workload_range": [float(workload_range[0]), float(workload_range[1])],
         "steps": int(steps),
+        "barrier": barrier,  # every task passes the steps' barriers the same way
     }
 
 
@@ -186,6 +199,7 @@ class RunInfo:
     tasks: dict[str, dict]  # name -> {"stressor", "ops_per_unit", "workers"}
     workload_range: tuple[float, float]
     steps: int
+    barrier: str = "double"  # one of BARRIER_KINDS
 
 
 def parse_run(path: str, v: dict) -> RunInfo:
@@ -239,7 +253,10 @@ def parse_run(path: str, v: dict) -> RunInfo:
     ):
         raise _bad(path, "workload_range", "[low, high] with 0 <= low < high", wr)
     steps = get_int(path, v, "steps", 1, 10**9)
-    return RunInfo(run_id, job, tasks, (float(wr[0]), float(wr[1])), steps)
+    barrier = v.get("barrier", "double")
+    if barrier not in BARRIER_KINDS:
+        raise _bad(path, "barrier", " or ".join(BARRIER_KINDS), barrier)
+    return RunInfo(run_id, job, tasks, (float(wr[0]), float(wr[1])), steps, barrier)
 
 
 def step_value(t: int, workload: float) -> dict:
