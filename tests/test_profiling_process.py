@@ -296,3 +296,38 @@ def test_profile_run_profiles_a_particles_rank_through_the_cli(tmp_path):
     assert load_job(job).task("p1").process == tuple(
         json.loads(metadata_path(out).read_text())["tasks"]["p1"]["process"]
     )
+
+
+def test_the_shipped_particles_3_profile_is_a_complete_profile_run_output_of_its_job(tmp_path, monkeypatch):
+    """Measured by `profile run` itself: resuming a copy with the job and the grid it records measures
+    nothing (the same programs, step settings and backend, every cell present)."""
+    import shutil
+
+    import bsp_planner.profiling.runner as runner_module
+
+    shipped = data_path("profiles/particles-3")
+    out = tmp_path / "profile.csv"
+    shutil.copy(shipped / "profile.csv", out)
+    shutil.copy(shipped / "profile.meta.json", metadata_path(out))
+    meta = json.loads(metadata_path(out).read_text())
+    host = {k: meta[k] for k in ("host", "cpu_model", "cores", "kernel", "os")}
+    monkeypatch.setattr(runner_module, "host_info", lambda: host)  # the machine class it was measured on
+
+    class NoRuns:
+        name = "local-cgroup"
+
+        def check(self, tasks, job_path=None): ...
+
+        def info(self):
+            return {"backend": meta["backend"], "cpu_shares": meta["cpu_shares"]}
+
+        def run(self, *a):
+            raise AssertionError("nothing may be measured again")
+
+        run_process = run
+
+    grid = Grid(tuple(meta["grid"]["cpu_millicores"]), tuple(meta["grid"]["workloads"]), meta["grid"]["repeats"])
+    p0 = meta["tasks"]["p0"]
+    steps = ProcessSteps(p0["warmup_steps"], p0["measure_steps"], p0["min_measure_s"])
+    report = run_grid(load_job(data_path("jobs/particles-3.toml")), out, grid, NoRuns(), process_steps=steps)
+    assert report.measured == 0 and report.skipped == report.planned == 48
