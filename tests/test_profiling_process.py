@@ -12,10 +12,12 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
 
+from bsp_planner import task
 from bsp_planner.errors import InputError, InputWarning
 from bsp_planner.job import Job, Task, load_job
 from bsp_planner.profiles import load_profile, metadata_path, read_profile_rows
@@ -24,7 +26,7 @@ from bsp_planner.profiling.local import LocalBackend
 from bsp_planner.profiling.process import ProcessSteps
 from bsp_planner.profiling.runner import Grid, failures_path, run_grid
 from bsp_planner.shipped import data_path
-from bsp_planner.task.profiling import PROFILE_ENV, profiling_session, write_plan
+from bsp_planner.task.profiling import PROFILE_ENV, ProfilingPlan, profiling_session, write_plan
 
 PREFIX = f"bsp-planner-test-{os.getpid()}-proc"
 ITERATIONS_PER_UNIT = 50_000  # the test program's busy loop: about 5-10 ms of one CPU per workload unit
@@ -104,7 +106,7 @@ def test_a_process_task_is_profiled_once_per_cpu_level_under_its_quota(tmp_path,
         Grid((200.0, 1000.0), (5.0, 40.0), 1),
         backend,
         timeout_s=120,
-        process_steps=ProcessSteps(warmup=1, measure=2),
+        process_steps=ProcessSteps(warmup=1, measure=2, min_measure_s=0),
         progress=False,
         on_row=lambda cell, result: rows.append((cell, result)),
     )
@@ -132,7 +134,7 @@ def test_resume_measures_only_the_missing_workloads_in_one_start_per_level(tmp_p
     out = tmp_path / "profile.csv"
     job = process_job(program)
     grid = Grid((500.0, 1000.0), (1.0, 2.0, 3.0), 1)
-    steps = ProcessSteps(warmup=0, measure=1)
+    steps = ProcessSteps(warmup=0, measure=1, min_measure_s=0)
     run_grid(job, out, Grid((500.0, 1000.0), (1.0, 3.0), 1), backend, timeout_s=60, process_steps=steps, progress=False)
     started = []
     original = backend.run_process
@@ -154,9 +156,9 @@ def test_resume_measures_only_the_missing_workloads_in_one_start_per_level(tmp_p
 @pytest.mark.parametrize(
     ("mode", "reason"),
     [
-        ("crash", "exited with code 1 after 4 of 6 steps: the program failed in step 4"),
-        ("short", "exited after 4 of 6 steps"),
-        pytest.param("hang", "timeout: no step reported within 10 s (step 4, workload 3)", marks=pytest.mark.slow),
+        ("crash", "exited with code 1 after step 3 (workload 2): the program failed in step 4"),
+        ("short", "exited after step 3 (workload 2), before its profiling session ended (2 of 3 workloads done)"),
+        pytest.param("hang", "timeout: no step reported within 10 s after step 3 (workload 2)", marks=pytest.mark.slow),
         ("ignore", "reported workload 7.0 in step 0 but the profiler assigned 1"),
     ],
 )
@@ -169,7 +171,7 @@ def test_a_failing_process_keeps_its_finished_cells_and_logs_the_rest(tmp_path, 
         backend,
         tasks=None,
         timeout_s=10 if mode == "hang" else 60,
-        process_steps=ProcessSteps(warmup=1, measure=1),
+        process_steps=ProcessSteps(warmup=1, measure=1, min_measure_s=0),
         progress=False,
     )
     measured = sorted((r["workload"], r["cpu_millicores"]) for r in read_profile_rows(out)) if report.measured else []
@@ -218,14 +220,38 @@ def test_bad_step_counts_name_their_option(warmup, measure, option):
 
 # -- the profiling session a process gets -----------------------------------------------------------------
 def test_the_profiling_session_assigns_the_planned_workloads_and_ends_after_them(tmp_path):
-    plan = write_plan(tmp_path / "plan.json", "a", [3, 3, 5], tmp_path / "r.jsonl")
-    session = profiling_session({PROFILE_ENV: str(plan), "BSP_TASK": "a"})
-    assert session.sync == "profile" and [session.assigned_workload(t) for t in range(3)] == [3.0, 3.0, 5.0]
-    for t in range(3):
-        with session.step(t, workload=session.assigned_workload(t)):
+    plan = ProfilingPlan("a", (3.0, 5.0), str(tmp_path / "r.jsonl"), warmup_steps=1, measure_steps=2)
+    session = profiling_session({PROFILE_ENV: str(write_plan(tmp_path / "plan.json", plan)), "BSP_TASK": "a"})
+    assert session.sync == "profile"
+    step = 0
+    while not session.ended:
+        with session.step(step, workload=session.assigned_workload(step)):
             pass
-    assert session.ended
-    assert [json.loads(line)["workload"] for line in (tmp_path / "r.jsonl").read_text().splitlines()] == [3, 3, 5]
+        step += 1
+    with pytest.raises(task.RunEnded):
+        with session.step(step):
+            pass
+    reports = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()]
+    assert [(r["workload"], r["phase"], r.get("cell_done", False)) for r in reports] == [
+        (3, "warmup", False),
+        (3, "measure", False),
+        (3, "measure", True),
+        (5, "warmup", False),
+        (5, "measure", False),
+        (5, "measure", True),
+    ]
+
+
+def test_a_workload_is_measured_until_its_steps_cover_the_minimum_time(tmp_path):
+    plan = ProfilingPlan("a", (1.0,), str(tmp_path / "r.jsonl"), warmup_steps=0, measure_steps=1, min_measure_s=0.05)
+    session = profiling_session({PROFILE_ENV: str(write_plan(tmp_path / "plan.json", plan))})
+    step = 0
+    while not session.ended:
+        with session.step(step, workload=1):
+            time.sleep(0.01)  # the step's work
+        step += 1
+    walls = [json.loads(line)["wall_s"] for line in (tmp_path / "r.jsonl").read_text().splitlines()]
+    assert sum(walls) >= 0.05 > sum(walls[:-1])  # measured until, and only until, 50 ms were covered
 
 
 @pytest.mark.parametrize(
@@ -239,8 +265,6 @@ def test_the_profiling_session_assigns_the_planned_workloads_and_ends_after_them
     ],
 )
 def test_a_bad_profiling_plan_is_a_clear_join_error(tmp_path, content, env, message):
-    from bsp_planner import task
-
     plan = tmp_path / "plan.json"
     if content is not None:
         plan.write_text(content)
@@ -259,7 +283,7 @@ def test_profile_run_profiles_a_particles_rank_through_the_cli(tmp_path):
     p = subprocess.run(
         [sys.executable, "-m", "bsp_planner.cli", "profile", "run", "--job", str(job), "--out", str(out)]
         + ["--cpu", "500,1000", "--workloads", "1000,3000", "--repeats", "1", "--tasks", "p1"]
-        + ["--warmup-steps", "1", "--measure-steps", "2", "--cgroup-prefix", PREFIX],
+        + ["--warmup-steps", "1", "--measure-steps", "2", "--min-measure-s", "0.2", "--cgroup-prefix", PREFIX],
         env=env,
         capture_output=True,
         text=True,
@@ -272,3 +296,38 @@ def test_profile_run_profiles_a_particles_rank_through_the_cli(tmp_path):
     assert load_job(job).task("p1").process == tuple(
         json.loads(metadata_path(out).read_text())["tasks"]["p1"]["process"]
     )
+
+
+def test_the_shipped_particles_3_profile_is_a_complete_profile_run_output_of_its_job(tmp_path, monkeypatch):
+    """Measured by `profile run` itself: resuming a copy with the job and the grid it records measures
+    nothing (the same programs, step settings and backend, every cell present)."""
+    import shutil
+
+    import bsp_planner.profiling.runner as runner_module
+
+    shipped = data_path("profiles/particles-3")
+    out = tmp_path / "profile.csv"
+    shutil.copy(shipped / "profile.csv", out)
+    shutil.copy(shipped / "profile.meta.json", metadata_path(out))
+    meta = json.loads(metadata_path(out).read_text())
+    host = {k: meta[k] for k in ("host", "cpu_model", "cores", "kernel", "os")}
+    monkeypatch.setattr(runner_module, "host_info", lambda: host)  # the machine class it was measured on
+
+    class NoRuns:
+        name = "local-cgroup"
+
+        def check(self, tasks, job_path=None): ...
+
+        def info(self):
+            return {"backend": meta["backend"], "cpu_shares": meta["cpu_shares"]}
+
+        def run(self, *a):
+            raise AssertionError("nothing may be measured again")
+
+        run_process = run
+
+    grid = Grid(tuple(meta["grid"]["cpu_millicores"]), tuple(meta["grid"]["workloads"]), meta["grid"]["repeats"])
+    p0 = meta["tasks"]["p0"]
+    steps = ProcessSteps(p0["warmup_steps"], p0["measure_steps"], p0["min_measure_s"])
+    report = run_grid(load_job(data_path("jobs/particles-3.toml")), out, grid, NoRuns(), process_steps=steps)
+    assert report.measured == 0 and report.skipped == report.planned == 48

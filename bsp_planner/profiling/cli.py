@@ -61,6 +61,11 @@ def run(
     measure_steps: int = typer.Option(
         5, "--measure-steps", help="process tasks: steps per workload timed after the warm-up; their mean counts."
     ),
+    min_measure_s: float = typer.Option(
+        1.0,
+        "--min-measure-s",
+        help="process tasks: measure a workload until its timed steps also last this long (10 CFS periods).",
+    ),
     stress_ng: str = typer.Option("stress-ng", "--stress-ng", help="The stress-ng executable."),
     cgroup_prefix: str = typer.Option("bsp-planner", "--cgroup-prefix", help="Parent cgroup for the runs' groups."),
     cpu_shares: int = typer.Option(
@@ -107,7 +112,7 @@ def run(
 
     console = Console()
     grid = Grid(parse_levels(cpu, "--cpu"), parse_levels(workloads, "--workloads"), repeats)
-    steps = ProcessSteps(warmup_steps, measure_steps)
+    steps = ProcessSteps(warmup_steps, measure_steps, min_measure_s)
     the_job = load_job(job)
     if backend in ("kubernetes", "k8s"):
         from ..k8s.config import parse_node_selector

@@ -5,21 +5,24 @@ and keeps its state; a superstep of it never includes the interpreter's start-up
 first allocation of its data, which for a short step would dominate a per-cell start. So the profiler
 starts the program once per (task, CPU level, repeat) inside the cgroup whose quota is that CPU level,
 with a profiling session (:mod:`bsp_planner.task.profiling`: ``BSP_PROFILE`` names a plan) that assigns
-the grid's workloads step by step: `warmup` steps, then `measure` steps, of each workload in turn. The
+the grid's workloads step by step: `warmup` steps, then at least `measure` steps lasting at least
+`min_measure_s` seconds together, of each workload in turn. The
 program sizes each step's work by ``session.assigned_workload(step)`` and reports it; the session times
 each step block (wall and CPU seconds) and appends the report to a file the profiler follows.
 
-A cell's duration is the mean wall time of its `measure` consecutive steps (their total over their
+A cell's duration is the mean wall time of its measured consecutive steps (their total over their
 number): the warm-up steps (the first step after start-up or after the workload changed, when caches and
 allocations are cold) are discarded. Mean, not median: the kernel enforces a quota per 100 ms CFS period,
 so a step shorter than its share of a period runs unthrottled or waits for the next period depending on
 where in the period it starts (at 500m, a 21 ms step took 21 or 70 ms); one step's wall time is that
 phase, and only the rate over consecutive steps is the CPU limit's effect, which is what a rank running
-step after step gets. For steps longer than a period the two agree.
+step after step gets. For steps longer than a period the two agree; for much shorter ones the mean needs
+several periods to settle, hence `min_measure_s` (1 s: ten periods, by default).
 
 A process that exits non-zero, ends before its last planned step, reports another workload than the one
 assigned (it does not size its work by the assignment), or reports no step for `timeout_s` seconds is a
-failure of every cell it did not finish; the cells it finished before are kept.
+failure of every cell it did not finish; the cells it finished before are kept. `timeout_s` bounds the
+wait for each step's report (the first one's includes the program's start-up).
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from pathlib import Path
 
 from ..errors import InputError
 from ..job import Task, substitute
-from ..task.profiling import PROFILE_ENV, write_plan
+from ..task.profiling import PROFILE_ENV, ProfilingPlan, write_plan
 from .cgroups import CpuQuotaGroup
 from .results import RunResult, stderr_tail
 
@@ -48,27 +51,28 @@ POLL_S = 0.05  # how often the profiler looks at the process and its reports (no
 
 @dataclass(frozen=True)
 class ProcessSteps:
-    """How many steps of each workload a profiled process runs: `warmup` discarded, then `measure` timed."""
+    """How a profiled process runs each workload: `warmup` discarded steps, then at least `measure` timed
+    ones lasting at least `min_measure_s` seconds together."""
 
     warmup: int = 1
     measure: int = 5
+    min_measure_s: float = 1.0
 
     def __post_init__(self) -> None:
         for option, value, least in (("--warmup-steps", self.warmup, 0), ("--measure-steps", self.measure, 1)):
             if not isinstance(value, int) or isinstance(value, bool) or value < least:
                 raise InputError(f"expected a whole number >= {least}, got {value!r}", field=option)
+        m = self.min_measure_s
+        if isinstance(m, bool) or not isinstance(m, (int, float)) or not math.isfinite(m) or m < 0:
+            raise InputError(f"expected a number of seconds >= 0, got {m!r}", field="--min-measure-s")
 
-    @property
-    def per_workload(self) -> int:
-        return self.warmup + self.measure
+    def as_dict(self) -> dict[str, float]:
+        return {"warmup_steps": self.warmup, "measure_steps": self.measure, "min_measure_s": self.min_measure_s}
 
-    def as_dict(self) -> dict[str, int]:
-        return {"warmup_steps": self.warmup, "measure_steps": self.measure}
-
-
-def step_workloads(workloads: Sequence[float], steps: ProcessSteps) -> list[float]:
-    """The workload of every step of one profiled process: each of `workloads` for `per_workload` steps."""
-    return [float(w) for w in workloads for _ in range(steps.per_workload)]
+    def plan(self, task: str, workloads: Sequence[float], reports_file: Path) -> ProfilingPlan:
+        return ProfilingPlan(
+            task, tuple(float(w) for w in workloads), str(reports_file), self.warmup, self.measure, self.min_measure_s
+        )
 
 
 def process_args(task: Task, run_dir: str | Path) -> list[str]:
@@ -110,28 +114,25 @@ class ReportFollower:
 
 
 def cell_results(
-    task: Task, reports: list[dict], workloads: Sequence[float], steps: ProcessSteps, failure: str | None
+    task: Task, reports: list[dict], workloads: Sequence[float], failure: str | None
 ) -> dict[float, RunResult]:
     """Each workload's cell from the reports: the mean wall time of its measured steps, or why not.
 
-    A cell all of whose steps were reported is measured even if the process failed later; a cell with a
-    reported workload other than the assigned one fails (and so do the cells after it)."""
+    A cell whose last step was reported (``cell_done``) is measured even if the process failed later; a
+    report of another workload than the assigned one fails its cell and every later one."""
     results: dict[float, RunResult] = {}
-    misreported = False  # once a process reported a workload it was not given, none of its later cells count
-    by_step = {int(r["step"]): r for r in reports}
-    for i, w in enumerate(workloads):
-        first = i * steps.per_workload
-        cell = [by_step.get(first + k) for k in range(steps.per_workload)]
-        wrong = next((r for r in cell if r is not None and not _same_workload(r.get("workload"), w)), None)
-        if wrong is not None and not misreported:
-            misreported = True
-            failure = (
-                f"task '{task.name}' reported workload {wrong.get('workload')} in step {wrong['step']} but the "
-                f"profiler assigned {w:g}: its process must size each step's work by "
-                "session.assigned_workload(step) when profiled"
-            )
-        if not misreported and all(r is not None for r in cell):
-            measured = [r for r in cell[steps.warmup :] if r is not None]
+    wrong = next((r for r in reports if not _same_workload(r.get("workload"), r["assigned_workload"])), None)
+    if wrong is not None:
+        failure = (
+            f"task '{task.name}' reported workload {wrong.get('workload')} in step {wrong['step']} but the "
+            f"profiler assigned {wrong['assigned_workload']:g}: its process must size each step's work by "
+            "session.assigned_workload(step) when profiled"
+        )
+    for w in workloads:
+        cell = [r for r in reports if r["assigned_workload"] == float(w)]
+        measured = [r for r in cell if r.get("phase") == "measure"]
+        trusted = wrong is None or (cell and cell[-1]["step"] < wrong["step"])
+        if trusted and measured and any(r.get("cell_done") for r in cell):
             results[float(w)] = RunResult(
                 statistics.fmean(float(r["wall_s"]) for r in measured),
                 cpu_s=statistics.fmean(float(r.get("cpu_s", 0.0)) for r in measured),
@@ -163,7 +164,7 @@ def drive_process(
         run_dir = scratch / "run"
         run_dir.mkdir()
         reports_file = scratch / "reports.jsonl"
-        plan = write_plan(scratch / "plan.json", task.name, step_workloads(workloads, steps), reports_file)
+        plan = write_plan(scratch / "plan.json", steps.plan(task.name, workloads, reports_file))
         follower = ReportFollower(reports_file)
         with open(scratch / "stderr", "w+b") as err:
             proc = subprocess.Popen(
@@ -177,7 +178,7 @@ def drive_process(
                 start_new_session=True,
             )
             try:
-                failure = _follow(proc, group, follower, timeout_s, workloads, steps)
+                failure = _follow(proc, group, follower, timeout_s, len(workloads))
             except BaseException:
                 _kill(proc, group)
                 raise
@@ -185,20 +186,14 @@ def drive_process(
                 err.seek(0)
                 detail = stderr_tail(err.read())
                 failure += f": {detail}" if detail else ""
-        return cell_results(task, follower.reports, workloads, steps, failure)
+        return cell_results(task, follower.reports, workloads, failure)
 
 
 def _follow(
-    proc: subprocess.Popen,
-    group: CpuQuotaGroup,
-    follower: ReportFollower,
-    timeout_s: float,
-    workloads: Sequence[float],
-    steps: ProcessSteps,
+    proc: subprocess.Popen, group: CpuQuotaGroup, follower: ReportFollower, timeout_s: float, cells: int
 ) -> str | None:
-    """Wait for the process to end, following its reports; None when it ran every planned step and exited
+    """Wait for the process to end, following its reports; None when it finished every cell and exited
     0, else why not (the process is killed on a timeout)."""
-    planned = len(workloads) * steps.per_workload
     last_progress = time.monotonic()
     while True:
         try:
@@ -208,19 +203,27 @@ def _follow(
             exited = False
         if follower.poll():
             last_progress = time.monotonic()
-        done = len(follower.reports)
+        done = sum(1 for r in follower.reports if r.get("cell_done"))
+        where = _where(follower.reports)
         if exited:
             if proc.returncode != 0:
-                return f"its process exited with code {proc.returncode} after {done} of {planned} steps"
-            if done < planned:
+                return f"its process exited with code {proc.returncode} {where}"
+            if done < cells:
                 return (
-                    f"its process exited after {done} of {planned} steps (the profiling session ends after {planned})"
+                    f"its process exited {where}, before its profiling session ended ({done} of {cells} workloads done)"
                 )
             return None
         if time.monotonic() - last_progress > timeout_s:
             _kill(proc, group)
-            w = workloads[min(done // steps.per_workload, len(workloads) - 1)]
-            return f"timeout: no step reported within {timeout_s:g} s (step {done}, workload {w:g})"
+            return f"timeout: no step reported within {timeout_s:g} s {where}"
+
+
+def _where(reports: list[dict]) -> str:
+    """Where a process stopped: after its last reported step (and that step's workload)."""
+    if not reports:
+        return "before its first step"
+    last = reports[-1]
+    return f"after step {last['step']} (workload {last['assigned_workload']:g})"
 
 
 def _kill(proc: subprocess.Popen, group: CpuQuotaGroup) -> None:

@@ -33,6 +33,7 @@ COMPARABLE_TASK_FIELDS = (
     "image",
     "warmup_steps",
     "measure_steps",
+    "min_measure_s",
 )
 
 
@@ -215,7 +216,8 @@ def merge_meta(
 DURATION_NOTE = (
     "wall-clock seconds of the task's process (stress-ng or its command), in its own cgroup with a CFS quota of "
     "cpu_millicores * 100 us per 100000 us; for a long-running process task, the mean wall seconds of its "
-    "measure_steps step blocks at that workload after warmup_steps discarded ones, the process started once per "
+    "measured step blocks at that workload (at least measure_steps, lasting at least min_measure_s together) "
+    "after warmup_steps discarded ones, the process started once per "
     "CPU level and repeat in such a cgroup"
 )
 

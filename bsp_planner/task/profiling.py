@@ -3,14 +3,27 @@
 The profiler starts the process (in a cgroup whose CFS quota is one CPU level of the grid) with
 ``BSP_PROFILE`` naming a plan file instead of a run::
 
-    {"format": 1, "task": "p0", "workloads": [500, 500, 500, 2500, 2500, 2500], "reports_file": "..."}
+    {
+        "format": 1,
+        "task": "p0",
+        "workloads": [500, 2500],
+        "warmup_steps": 1,
+        "measure_steps": 5,
+        "min_measure_s": 1.0,
+        "reports_file": "...",
+    }
 
 :func:`join` then returns a :class:`ProfilingSession` instead of joining a live run over ZooKeeper: the
 program's own step loop runs unchanged, ``session.assigned_workload(step)`` says how much work step
 `step` must do (the program sizes its work by it, as a series-driven task does), each step block is
 timed and its report appended (flushed, fsynced) to the plan's reports file, and the session ends
-(:class:`RunEnded` / ``session.ended``) after the last planned step. ``session.sync`` is ``"profile"``:
-a program whose tasks exchange data with each other skips that exchange, since it runs alone.
+(:class:`RunEnded` / ``session.ended``) after the last workload. ``session.sync`` is ``"profile"``: a
+program whose tasks exchange data with each other skips that exchange, since it runs alone.
+
+Each workload runs `warmup_steps` steps, then measured steps until there are at least `measure_steps`
+of them and they took at least `min_measure_s` seconds together (so that short steps span several CFS
+periods: see :mod:`bsp_planner.profiling.process`). Each report carries the ``assigned_workload``, the
+``phase`` (``"warmup"`` or ``"measure"``) and, on a workload's last step, ``"cell_done": true``.
 
 No ZooKeeper, coordinator or credentials are involved.
 """
@@ -20,37 +33,122 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from . import session as _live
-from .errors import TaskJoinError
+from .errors import RunEnded, StepOrderError, TaskJoinError
 from .local import LocalSession
+from .reports import check_report_workload
+from .timing import StepTimer
 
 PROFILE_ENV = "BSP_PROFILE"
 PLAN_FORMAT = 1
 
 
+@dataclass(frozen=True)
+class ProfilingPlan:
+    """What the profiler asks of one process: `workloads` in turn, each `warmup_steps` discarded steps and
+    then at least `measure_steps` measured ones lasting at least `min_measure_s` seconds together."""
+
+    task: str
+    workloads: tuple[float, ...]
+    reports_file: str
+    warmup_steps: int = 1
+    measure_steps: int = 5
+    min_measure_s: float = 0.0
+
+
 class ProfilingSession(LocalSession):
-    """A :class:`LocalSession` whose workloads, step count and reports file come from a profiler's plan."""
+    """The task API under the profiler: the workload of each step follows the plan, one after another."""
 
     sync = "profile"
 
-    def __init__(self, task_name: str, workloads: list[float], reports_file: str | Path, run_dir: str = "") -> None:
-        super().__init__(task_name, workloads=workloads, steps=len(workloads), reports_file=reports_file)
+    def __init__(self, plan: ProfilingPlan, run_dir: str = "") -> None:
+        super().__init__(plan.task, reports_file=plan.reports_file)
+        self.plan = plan
         self.run_dir = run_dir
+        self._cell = 0  # index of the workload being measured
+        self._steps_in_cell = 0
+        self._measured_s = 0.0
+        self._assigned: dict[int, float] = {}  # the workload of every step started so far
+
+    @property
+    def ended(self) -> bool:
+        return self._cell >= len(self.plan.workloads)
+
+    def assigned_workload(self, step: int) -> float | None:
+        """The workload of `step`: known for the steps run so far and the next one, None beyond."""
+        if step in self._assigned:
+            return self._assigned[step]
+        if step == self._next and not self.ended:
+            return self.plan.workloads[self._cell]
+        return None
+
+    @contextmanager
+    def step(self, step: int, workload: float | None = None, next_workload: float | None = None) -> Iterator[StepTimer]:
+        if step != self._next:
+            raise StepOrderError(
+                f"task {self.task_name} reported step {step} but its next step is {self._next} (out of order or repeated)",
+                field="step",
+            )
+        if self.ended:
+            raise RunEnded(f"the profiling plan's {len(self.plan.workloads)} workloads are done")
+        assigned = self.plan.workloads[self._cell]
+        self._assigned[step] = assigned
+        st = StepTimer(step, assigned, workload, next_workload)
+        st.start()
+        yield st
+        st.stop()
+        what = f"task {self.task_name} step {step}"
+        for k in ("workload", "next_workload"):
+            if getattr(st, k) is not None:
+                setattr(st, k, check_report_workload(getattr(st, k), what, k))
+        self._write({"task": self.task_name, **st.report(), **self._advance(assigned, st.wall_s)})
+        self._next = step + 1
+
+    def _advance(self, assigned: float, wall_s: float) -> dict[str, Any]:
+        """Count the step into its workload's cell; the report's profiling fields."""
+        measuring = self._steps_in_cell >= self.plan.warmup_steps
+        self._steps_in_cell += 1
+        fields: dict[str, Any] = {"assigned_workload": assigned, "phase": "measure" if measuring else "warmup"}
+        if measuring:
+            self._measured_s += wall_s
+        if (
+            self._steps_in_cell >= self.plan.warmup_steps + self.plan.measure_steps
+            and self._measured_s >= self.plan.min_measure_s
+        ):
+            fields["cell_done"] = True
+            self._cell += 1
+            self._steps_in_cell = 0
+            self._measured_s = 0.0
+        return fields
+
+    def _write(self, report: dict) -> None:
+        self.reports.append(report)
+        if self.reports_file is not None:
+            with open(self.reports_file, "a") as fh:
+                fh.write(json.dumps(report) + "\n")
+                fh.flush()
+                os.fsync(fh.fileno())
 
 
-def write_plan(path: str | Path, task_name: str, workloads: list[float], reports_file: str | Path) -> Path:
+def write_plan(path: str | Path, plan: ProfilingPlan) -> Path:
     """Write a profiling plan (the profiler's side of :func:`read_plan`)."""
     path = Path(path)
-    plan = {
+    data = {
         "format": PLAN_FORMAT,
-        "task": task_name,
-        "workloads": [float(w) for w in workloads],
-        "reports_file": str(reports_file),
+        "task": plan.task,
+        "workloads": [float(w) for w in plan.workloads],
+        "warmup_steps": plan.warmup_steps,
+        "measure_steps": plan.measure_steps,
+        "min_measure_s": plan.min_measure_s,
+        "reports_file": str(plan.reports_file),
     }
-    path.write_text(json.dumps(plan) + "\n")
+    path.write_text(json.dumps(data) + "\n")
     return path
 
 
@@ -58,30 +156,40 @@ def _plan_error(path: str, what: str) -> TaskJoinError:
     return TaskJoinError(f"${PROFILE_ENV} names a profiling plan {path!r} that {what}", path=path, field=PROFILE_ENV)
 
 
-def read_plan(path: str) -> tuple[str, list[float], str]:
-    """(task, workloads, reports_file) of a plan file; TaskJoinError naming the file and what is wrong."""
+def _numbers(values: object, least: float) -> bool:
+    return (
+        isinstance(values, Sequence)
+        and not isinstance(values, str)
+        and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= least for v in values
+        )
+    )
+
+
+def read_plan(path: str) -> ProfilingPlan:
+    """The plan in a file; TaskJoinError naming the file and what is wrong."""
     try:
-        plan: Any = json.loads(Path(path).read_text())
+        data: Any = json.loads(Path(path).read_text())
     except FileNotFoundError:
         raise _plan_error(path, "does not exist") from None
     except (OSError, ValueError) as exc:
         raise _plan_error(path, f"cannot be read as JSON ({exc})") from None
-    if not isinstance(plan, dict) or plan.get("format") != PLAN_FORMAT:
+    if not isinstance(data, dict) or data.get("format") != PLAN_FORMAT:
         raise _plan_error(path, f"is not a format-{PLAN_FORMAT} plan object")
-    task, workloads, reports = plan.get("task"), plan.get("workloads"), plan.get("reports_file")
+    task, workloads, reports = data.get("task"), data.get("workloads"), data.get("reports_file")
     if not isinstance(task, str) or not task:
         raise _plan_error(path, "has no task name ('task')")
     if not isinstance(reports, str) or not reports:
         raise _plan_error(path, "has no 'reports_file'")
-    if (
-        not isinstance(workloads, list)
-        or not workloads
-        or not all(
-            isinstance(w, (int, float)) and not isinstance(w, bool) and math.isfinite(w) and w >= 0 for w in workloads
-        )
-    ):
-        raise _plan_error(path, "has no list of non-negative 'workloads' (one per step)")
-    return task, [float(w) for w in workloads], reports
+    if not workloads or not _numbers(workloads, 0):
+        raise _plan_error(path, "has no list of non-negative 'workloads'")
+    steps = [data.get(k, d) for k, d in (("warmup_steps", 1), ("measure_steps", 5), ("min_measure_s", 0.0))]
+    if not _numbers(steps, 0) or steps[1] < 1 or not all(float(s).is_integer() for s in steps[:2]):
+        raise _plan_error(path, "has no whole warmup_steps >= 0, measure_steps >= 1 and min_measure_s >= 0")
+    assert isinstance(workloads, list)
+    return ProfilingPlan(
+        task, tuple(float(w) for w in workloads), reports, int(steps[0]), int(steps[1]), float(steps[2])
+    )
 
 
 def profiling_session(env: dict[str, str]) -> ProfilingSession:
@@ -93,11 +201,11 @@ def profiling_session(env: dict[str, str]) -> ProfilingSession:
             "either profiled or part of a run: unset one",
             field=PROFILE_ENV,
         )
-    task, workloads, reports = read_plan(path)
+    plan = read_plan(path)
     named = env.get(_live.ENV["task"], "").strip()
-    if named and named != task:
-        raise _plan_error(path, f"is for task {task!r}, but ${_live.ENV['task']} is {named!r}")
-    return ProfilingSession(task, workloads, reports, env.get(_live.ENV["run_dir"], ""))
+    if named and named != plan.task:
+        raise _plan_error(path, f"is for task {plan.task!r}, but ${_live.ENV['task']} is {named!r}")
+    return ProfilingSession(plan, env.get(_live.ENV["run_dir"], ""))
 
 
 def join(env: dict | None = None, **kw: Any) -> Any:
