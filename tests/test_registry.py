@@ -57,21 +57,21 @@ def test_planners_take_their_own_typed_parameters():
     assert make_planner("static:4", s).window == 4
 
 
-def test_explicit_parameters_win_over_the_context(tmp_path):
-    """A planner made with its parameters ignores the context's settings (which only serve planners
-    made without them)."""
+def test_a_planner_plans_with_its_own_typed_parameters():
+    """The context holds no planner knobs: a planner made without settings plans with the defaults,
+    and one made with settings plans with those (here a shorter MPC horizon changes the plan)."""
     from test_planners import durations_from_work, perfect_context
 
     from bsp_planner.simulation import simulate
 
     rng = np.random.default_rng(0)
     actual = durations_from_work(rng.uniform(1, 10, (3, 12)))
-    ctx = perfect_context(actual, 0.5, 4, horizon=2)
-    typed = simulate(make_planner("mpc", PlannerSettings(horizon=8)), ctx, actual)
-    bridged = simulate(make_planner("mpc"), perfect_context(actual, 0.5, 4, horizon=8), actual)
-    assert np.array_equal(typed.levels, bridged.levels)
-    short = simulate(make_planner("mpc"), ctx, actual)
-    assert not np.array_equal(short.actions, typed.actions) or short.total_s != typed.total_s
+    ctx = perfect_context(actual, 0.5, 4)
+    default = simulate(make_planner("mpc"), ctx, actual)
+    explicit_default = simulate(make_planner("mpc", PlannerSettings()), ctx, actual)
+    assert np.array_equal(default.levels, explicit_default.levels)
+    short = simulate(make_planner("mpc", PlannerSettings(horizon=1)), ctx, actual)
+    assert not np.array_equal(short.levels, default.levels) or short.total_s != default.total_s
 
 
 def test_forecasters_are_one_registry_and_only_the_learned_are_trained():
