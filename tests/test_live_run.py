@@ -184,7 +184,7 @@ def test_the_run_continues_when_zookeeper_restarts_within_the_session_timeout(tm
         own_zk,
         creds_file,
         "zkbounce",
-        session_timeout_s=10.0,
+        session_timeout_s=30.0,  # a JVM restart took over 10 s at load 15: sessions must outlive any restart
         zk_wait_s=120.0,
         stress_ng=str(gate.path),
         barrier=barrier,
