@@ -72,7 +72,6 @@ def big_forecast_context(n_tasks: int, steps: int, horizon: int, allocator: str,
         penalty_s=exp.penalty_s,
         configs=ConfigTable(predicted, make_allocator(allocator), max_level, budget, exp.planner.discount),
         mid_durations=actual.mean(axis=2),
-        planner_settings=PlannerSettings(horizon=horizon),
     )
     return ctx, actual
 
@@ -85,7 +84,7 @@ def mpc_total(allocator: str, mode: str, big: int, steps: int = 400) -> float:
         ctx, actual = big_context(big, steps, 10, allocator=make_allocator(allocator))
     else:
         ctx, actual = big_forecast_context(big, steps, 10, allocator)
-    return simulate(make_planner("mpc"), ctx, actual).total_s
+    return simulate(make_planner("mpc", PlannerSettings(horizon=10)), ctx, actual).total_s
 
 
 def quality(big: int, exact: bool) -> None:
