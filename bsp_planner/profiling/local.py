@@ -19,7 +19,6 @@ import os
 import platform
 import resource
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -39,7 +38,7 @@ from .cgroups import (
     quota_us,
     remove_stale_groups,
 )
-from .process import ProcessSteps, drive_process
+from .process import ProcessSteps, drive_process, kill_run
 from .results import RunResult, stderr_tail
 
 __all__ = ["LocalBackend", "RunResult", "check_program", "cpu_model"]
@@ -266,7 +265,7 @@ class LocalBackend:
             try:
                 _, err = proc.communicate(timeout=timeout_s)
             except subprocess.TimeoutExpired:
-                self._kill(proc, group)
+                kill_run(proc, group)
                 proc.communicate()
                 return RunResult(None, f"timeout after {timeout_s:g} s")
             duration = time.perf_counter() - start
@@ -274,7 +273,7 @@ class LocalBackend:
         except BaseException:
             # Ctrl-C or anything else: no stress-ng may outlive the run, nor its cgroup
             if proc is not None:
-                self._kill(proc, group)
+                kill_run(proc, group)
                 try:
                     proc.wait(timeout=5)
                 except subprocess.TimeoutExpired:
@@ -303,14 +302,6 @@ class LocalBackend:
             results = drive_process(task, workloads, group, timeout_s, steps, self._cwd())
             stat = group.cpu_stat()  # the whole process's: every CPU level's cells share one group
             return {w: replace(r, cpu_stat=stat) if r.ok else r for w, r in results.items()}
-
-    @staticmethod
-    def _kill(proc: subprocess.Popen, group: CpuQuotaGroup) -> None:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        group.kill_all()
 
 
 def _children_cpu_s() -> float:

@@ -226,12 +226,17 @@ def _where(reports: list[dict]) -> str:
     return f"after step {last['step']} (workload {last['assigned_workload']:g})"
 
 
-def _kill(proc: subprocess.Popen, group: CpuQuotaGroup) -> None:
+def kill_run(proc: subprocess.Popen, group: CpuQuotaGroup) -> None:
+    """Kill a profiled run: its process group, and whatever else is left in its quota cgroup."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
     group.kill_all()
+
+
+def _kill(proc: subprocess.Popen, group: CpuQuotaGroup) -> None:
+    kill_run(proc, group)
     try:
         proc.wait(timeout=5)
     except subprocess.TimeoutExpired:

@@ -9,7 +9,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from .errors import RunEnded, StepOrderError
-from .reports import check_report_workload
 from .timing import StepTimer
 
 
@@ -69,9 +68,7 @@ class LocalSession:
         yield st
         st.stop()
         what = f"task {self.task_name} step {step}"
-        for k in ("workload", "next_workload"):
-            if getattr(st, k) is not None:
-                setattr(st, k, check_report_workload(getattr(st, k), what, k))
+        st.check_workloads(what)
         rep = {"task": self.task_name, **st.report()}
         self.reports.append(rep)
         if self.reports_file is not None:

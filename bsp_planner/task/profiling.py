@@ -42,7 +42,6 @@ from typing import Any
 from . import session as _live
 from .errors import RunEnded, StepOrderError, TaskJoinError
 from .local import LocalSession
-from .reports import check_report_workload
 from .timing import StepTimer
 
 PROFILE_ENV = "BSP_PROFILE"
@@ -104,9 +103,7 @@ class ProfilingSession(LocalSession):
         yield st
         st.stop()
         what = f"task {self.task_name} step {step}"
-        for k in ("workload", "next_workload"):
-            if getattr(st, k) is not None:
-                setattr(st, k, check_report_workload(getattr(st, k), what, k))
+        st.check_workloads(what)
         self._write({"task": self.task_name, **st.report(), **self._advance(assigned, st.wall_s)})
         self._next = step + 1
 

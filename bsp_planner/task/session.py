@@ -327,9 +327,7 @@ class TaskSession:
         yield st
         st.stop()
         t_block = time.perf_counter()
-        for k in ("workload", "next_workload"):
-            if getattr(st, k) is not None:
-                setattr(st, k, check_report_workload(getattr(st, k), what, k))
+        st.check_workloads(what)
         report = self._report_ops(st, enter_wait)
         t_rep = time.perf_counter()
         leave_s = 0.0

@@ -6,6 +6,8 @@ import os
 import time
 from dataclasses import dataclass, field
 
+from .reports import check_report_workload
+
 
 def cpu_seconds() -> float:
     t = os.times()
@@ -34,6 +36,12 @@ class StepTimer:
     def stop(self) -> None:
         self.wall_s = time.perf_counter() - self._t0
         self.cpu_s = max(0.0, cpu_seconds() - self._c0)
+
+    def check_workloads(self, what: str) -> None:
+        """Refuse (InputError naming `what`: task and step) a reported workload that is not a sane number."""
+        for k in ("workload", "next_workload"):
+            if getattr(self, k) is not None:
+                setattr(self, k, check_report_workload(getattr(self, k), what, k))
 
     def report(self) -> dict:
         out = {"step": self.step, "wall_s": self.wall_s, "cpu_s": self.cpu_s}
