@@ -29,8 +29,9 @@ Executor protocol (what a live executor implements; `executors/simulated.py` is 
     (tasks,) the tasks announced for step+1 (NaN where unknown).
 
 Both may raise `InputError` (a task failed, a report was malformed): the loop stops there, and the
-steps already reported through ``on_step`` stay recorded, so a live run can resume from the next step
-(``first_step`` and ``current`` below).
+steps already reported through ``on_step`` stay recorded, so a live run can resume from the next step:
+`StepLoop.replay` makes the logged decisions again (each checked against the log) and learns from the
+logged measurements, then `StepLoop.run` continues with the first step not logged.
 
 Every observation is checked before anything learns from it: a NaN, infinite, negative or zero
 duration, or a NaN/infinite/negative workload, is refused with the task and step named.
@@ -45,7 +46,7 @@ returns a record for the report (e.g. predicted vs measured durations before and
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -126,6 +127,136 @@ def check_observation(obs: StepObservation, step: int, task_names: list[str] | N
             )
 
 
+class InvalidDecision(ValueError):
+    """A planner returned a configuration the run cannot use (wrong shape, a level off the grid)."""
+
+
+class ReplayMismatch(Exception):
+    """Replaying the planner over logged steps gave another configuration than the log holds."""
+
+    def __init__(self, step: int, replayed: list[int], logged: list[int]) -> None:
+        super().__init__(
+            f"replaying the planner gives {replayed} at step {step}, the run log has {logged}; "
+            "the run cannot be resumed with the same plan"
+        )
+        self.step = step
+
+
+class StepLoop:
+    """The loop of one run: ``StepLoop(planner, ctx, ...)`` resets the planner; ``replay(history)`` brings
+    it (and the predictions) to where a resumed run stopped; ``run(executor)`` runs the remaining steps.
+
+    A simulation makes one and runs it (`run_loop`); a live run makes one before it touches anything,
+    replays its run log (a replayed decision that differs from the log is refused before any task
+    starts), then runs it on the live executor.
+    """
+
+    def __init__(
+        self,
+        planner: Planner,
+        ctx: PlanningContext,
+        *,
+        mode: str = "perfect",
+        predictions: Predictions | None = None,
+        task_names: list[str] | None = None,
+    ) -> None:
+        self.planner, self.ctx, self.mode = planner, ctx, mode
+        self.predictions, self.task_names = predictions, task_names
+        t0 = time.perf_counter()
+        planner.reset(ctx)
+        self.prepare_ms = (time.perf_counter() - t0) * 1e3  # offline planning before the first step
+        self.next_step = 0
+        self.current: np.ndarray | None = None  # the configuration the last step ran with
+
+    def _decide(self, t: int) -> tuple[int, np.ndarray, float]:
+        """(action, levels (tasks,), decision_ms) for step t, from everything observed before it."""
+        if self.predictions is not None:
+            self.predictions.before_step(t)
+        t1 = time.perf_counter()
+        d = self.planner.decide(t, self.current)
+        decision_ms = (time.perf_counter() - t1) * 1e3
+        new = np.asarray(d.levels, dtype=np.int64)
+        if new.shape != (self.ctx.n_tasks,) or np.any(new < 0) or np.any(new > self.ctx.max_level.max()):
+            raise InvalidDecision(f"planner {self.planner.name} returned an invalid configuration {new!r} at step {t}")
+        return int(d.action), new, decision_ms
+
+    def _learn(self, t: int, levels: np.ndarray, obs: StepObservation) -> dict | None:
+        check_observation(obs, t, self.task_names)
+        return self.predictions.after_step(t, levels, obs) if self.predictions is not None else None
+
+    def replay(self, history: Iterable[tuple[np.ndarray, StepObservation]]) -> np.ndarray | None:
+        """history: the logged steps in order from step 0, each (levels (tasks,), what it measured).
+        Makes every decision again (raising ReplayMismatch where it differs from the log) and learns
+        from each logged measurement, so the next decision is the one an uninterrupted run would make.
+        Returns the configuration the last logged step ran with (None if there was none)."""
+        for levels, obs in history:
+            t = self.next_step
+            _, new, _ = self._decide(t)
+            logged = np.asarray(levels, dtype=np.int64)
+            if not np.array_equal(new, logged):
+                raise ReplayMismatch(t, new.tolist(), logged.tolist())
+            self._learn(t, new, obs)
+            self.current = new
+            self.next_step = t + 1
+        return self.current
+
+    def run(self, executor: Executor, on_step: Callable[[StepRecord], None] | None = None) -> StrategyResult:
+        """Run steps next_step..ctx.steps-1 on `executor`; the result covers those steps.
+
+        on_step: called after every step (a live run appends it to its run log and flushes)."""
+        n = self.ctx.n_tasks
+        if executor.n_tasks != n:
+            raise ValueError(f"the executor runs {executor.n_tasks} tasks but the plan has {n}")
+        first = self.next_step
+        count = self.ctx.steps - first
+        levels = np.empty((count, n), dtype=np.int64)
+        decision_ms = np.empty(count)
+        actions = np.empty(count, dtype=np.int64)
+        reconfigured = np.zeros(count, dtype=bool)
+        step_s = np.empty(count)
+        reconfigure_s = np.zeros(count)
+        learning: list[dict] = []
+        for k, t in enumerate(range(first, self.ctx.steps)):
+            actions[k], new, decision_ms[k] = self._decide(t)
+            reconfigured[k] = self.current is not None and not np.array_equal(new, self.current)
+            reconfigure_s[k] = executor.apply(t, new, bool(reconfigured[k]))
+            obs = executor.observe(t)
+            record = self._learn(t, new, obs)
+            if record is not None:
+                learning.append(record)
+            levels[k] = self.current = new
+            self.next_step = t + 1
+            step_s[k] = obs.step_s
+            if on_step is not None:
+                on_step(
+                    StepRecord(
+                        t,
+                        int(actions[k]),
+                        new,
+                        bool(reconfigured[k]),
+                        float(reconfigure_s[k]),
+                        float(decision_ms[k]),
+                        obs,
+                        record,
+                    )
+                )
+        notes: dict = {"reconfigure_s": reconfigure_s}
+        if learning:
+            notes["learning"] = learning
+        return StrategyResult(
+            strategy=self.planner.name,
+            mode=self.mode,
+            levels=levels,
+            step_s=step_s,
+            reconfigured=reconfigured,
+            penalty_s=self.ctx.penalty_s,
+            decision_ms=decision_ms,
+            actions=actions,
+            prepare_ms=self.prepare_ms,
+            notes=notes,
+        )
+
+
 def run_loop(
     planner: Planner,
     ctx: PlanningContext,
@@ -134,75 +265,8 @@ def run_loop(
     mode: str = "perfect",
     predictions: Predictions | None = None,
     task_names: list[str] | None = None,
-    first_step: int = 0,
-    current: np.ndarray | None = None,
     on_step: Callable[[StepRecord], None] | None = None,
 ) -> StrategyResult:
-    """Run `planner` over steps first_step..ctx.steps-1 on `executor`; the result covers those steps.
-
-    current: the configuration the step before `first_step` ran with (resuming a run), None to start.
-    on_step: called after every step (a live run appends it to its run log and flushes).
-    """
-    m = ctx.steps
-    n = ctx.n_tasks
-    if executor.n_tasks != n:
-        raise ValueError(f"the executor runs {executor.n_tasks} tasks but the plan has {n}")
-    t0 = time.perf_counter()
-    planner.reset(ctx)
-    prepare_ms = (time.perf_counter() - t0) * 1e3
-    count = m - first_step
-    levels = np.empty((count, n), dtype=np.int64)
-    decision_ms = np.empty(count)
-    actions = np.empty(count, dtype=np.int64)
-    reconfigured = np.zeros(count, dtype=bool)
-    step_s = np.empty(count)
-    reconfigure_s = np.zeros(count)
-    learning: list[dict] = []
-    top = ctx.max_level.max()
-    for k, t in enumerate(range(first_step, m)):
-        if predictions is not None:
-            predictions.before_step(t)
-        t1 = time.perf_counter()
-        d = planner.decide(t, current)
-        decision_ms[k] = (time.perf_counter() - t1) * 1e3
-        new = np.asarray(d.levels, dtype=np.int64)
-        if new.shape != (n,) or np.any(new < 0) or np.any(new > top):
-            raise ValueError(f"planner {planner.name} returned an invalid configuration {new!r} at step {t}")
-        reconfigured[k] = current is not None and not np.array_equal(new, current)
-        reconfigure_s[k] = executor.apply(t, new, bool(reconfigured[k]))
-        obs = executor.observe(t)
-        check_observation(obs, t, task_names)
-        record = predictions.after_step(t, new, obs) if predictions is not None else None
-        if record is not None:
-            learning.append(record)
-        levels[k] = current = new
-        actions[k] = d.action
-        step_s[k] = obs.step_s
-        if on_step is not None:
-            on_step(
-                StepRecord(
-                    t,
-                    int(d.action),
-                    new,
-                    bool(reconfigured[k]),
-                    float(reconfigure_s[k]),
-                    float(decision_ms[k]),
-                    obs,
-                    record,
-                )
-            )
-    notes: dict = {"reconfigure_s": reconfigure_s}
-    if learning:
-        notes["learning"] = learning
-    return StrategyResult(
-        strategy=planner.name,
-        mode=mode,
-        levels=levels,
-        step_s=step_s,
-        reconfigured=reconfigured,
-        penalty_s=ctx.penalty_s,
-        decision_ms=decision_ms,
-        actions=actions,
-        prepare_ms=prepare_ms,
-        notes=notes,
-    )
+    """Run `planner` over every step of `ctx` on `executor` (a simulation: `StepLoop` without history)."""
+    loop = StepLoop(planner, ctx, mode=mode, predictions=predictions, task_names=task_names)
+    return loop.run(executor, on_step)

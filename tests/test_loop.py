@@ -158,3 +158,51 @@ def test_the_loop_and_the_simulated_executor_import_neither_kazoo_nor_kubernetes
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("strategy", ["mpc", "static:3", "mpc-risk"])
+def test_a_run_resumed_from_its_log_makes_the_decisions_an_uninterrupted_run_makes(
+    tmp_path, synthetic_profile, strategy
+):
+    """What `run --resume` relies on: replaying the logged steps puts planner and predictions where the
+    interrupted run left them, so the remaining steps are planned exactly as without the interruption."""
+    from bsp_planner.loop import StepLoop
+
+    exp = load_experiment(write_experiment(tmp_path, synthetic_profile, steps=30, modes=["forecast"], penalty_s=0.3))
+    scen = build_scenario(exp)
+    ctx = scen.contexts["forecast"]
+
+    def executor():
+        return SimulatedExecutor(scen.actual, scen.actual_workloads, exp.penalty_s)
+
+    logged = []
+    whole = run_loop(make_planner(strategy, exp.planner), ctx, executor(), mode="forecast", on_step=logged.append)
+    stop = 13  # the run was interrupted after step 12
+    loop = StepLoop(make_planner(strategy, exp.planner), ctx, mode="forecast", task_names=scen.task_names)
+    current = loop.replay((r.levels, r.observation) for r in logged[:stop])
+    assert np.array_equal(current, whole.levels[stop - 1]) and loop.next_step == stop
+    rest = loop.run(executor())
+    assert np.array_equal(rest.levels, whole.levels[stop:])
+    assert np.array_equal(rest.reconfigured, whole.reconfigured[stop:])
+    assert np.array_equal(rest.step_s, whole.step_s[stop:])
+
+
+def test_a_log_the_planner_would_not_have_written_is_refused_at_the_step_it_differs(tmp_path, synthetic_profile):
+    from bsp_planner.loop import ReplayMismatch, StepLoop
+
+    exp = load_experiment(write_experiment(tmp_path, synthetic_profile, steps=12, modes=["perfect"]))
+    scen = build_scenario(exp)
+    ctx = scen.contexts["perfect"]
+    logged = []
+    run_loop(
+        make_planner("mpc", exp.planner),
+        ctx,
+        SimulatedExecutor(scen.actual, scen.actual_workloads, exp.penalty_s),
+        on_step=logged.append,
+    )
+    history = [(r.levels.copy(), r.observation) for r in logged[:6]]
+    history[4][0][1] = (history[4][0][1] + 1) % (int(ctx.max_level[1]) + 1)  # someone else's plan at step 4
+    loop = StepLoop(make_planner("mpc", exp.planner), ctx)
+    with pytest.raises(ReplayMismatch, match="at step 4") as err:
+        loop.replay(history)
+    assert err.value.step == 4 and loop.next_step == 4

@@ -4,20 +4,24 @@
 
 It builds the planning context exactly as `simulate` does (:func:`bsp_planner.scenario.build_scenario`
 on an experiment file), takes the run (:mod:`.run_store`: the run folder; :mod:`.run_lock`: the one
-coordinator lock in ZooKeeper), starts every task through a backend, and then, before every superstep t:
+coordinator lock in ZooKeeper), starts every task through a backend, and runs the steps through the one
+step loop `simulate` runs (:class:`bsp_planner.loop.StepLoop`), with :class:`.live_steps.LiveSteps` as
+its executor. Before every superstep t:
 
-1. asks the planner (``planner.decide(t, current)``, the same call the simulator makes);
-2. has the executor (:mod:`.executor`) apply a changed configuration, ``in-place`` or ``recreate``,
+1. the loop asks the planner (``planner.decide(t, current)``, the same call the simulator makes);
+2. the executor (:mod:`.executor`) applies a changed configuration, ``in-place`` or ``recreate``,
    measuring what that really cost;
 3. publishes the step's workloads to ZooKeeper in one transaction (the workers are waiting for them);
 4. waits for the step's leave barrier, restarting any worker that dies meanwhile (it reruns the step
    from its checkpoint);
-5. reads the measured durations and appends the step to the run log (flushed).
+5. reads the measured durations; the loop checks them and learns from them (online forecasts, a
+   learning model), and the coordinator appends the step to the run log (flushed).
 
 The planner never sees ZooKeeper or a measurement, so a live run follows the plan the simulator would
 charge, and the summary (:mod:`.summary`) compares the two. `--resume RUN` first proves that no live
-coordinator holds the run (nothing is touched before), rebuilds the planner's state by replaying its
-decisions over the logged steps (checked against the log), and continues with the first step not logged.
+coordinator holds the run (nothing is touched before), has the loop make its logged decisions again
+(`StepLoop.replay`, each checked against the log, learning again from the logged measurements), and
+continues with the first step not logged.
 
 Outcomes: finished; :class:`RunInterrupted` (ZooKeeper lost for longer than --zk-wait, Ctrl-C or SIGTERM,
 a task lost by the platform, the run folder unwritable): resumable, exit code 3; :class:`RunFailed`
@@ -27,17 +31,18 @@ a task lost by the platform, the run folder unwritable): resumable, exit code 3;
 from __future__ import annotations
 
 import secrets
-import time
 from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import InputError
+from ..loop import InvalidDecision
 from ..shipped import data_path
 from . import zk as Z
 from .backends import Backend, TaskLost, make_backend
 from .executor import LiveExecutor, RunFailed
+from .live_steps import LiveSteps, observation_of
 from .run_inputs import check_profile_matches, fit_profile, sha256
 from .run_lock import RunHeld, RunLock
 from .run_root import claim_root, prepare_tree
@@ -227,6 +232,7 @@ class Coordinator:
     def _prepare(self):
         """Everything before the first task starts. Nothing of an existing run is written before this
         coordinator holds its lock."""
+        from ..loop import ReplayMismatch, StepLoop
         from ..planners.base import make_planner
 
         s = self.settings
@@ -271,11 +277,19 @@ class Coordinator:
             self.job, max(c.max_millicores, c.exppo_max_millicores or 0), c.budget_millicores, path=self.exp.path
         )
         self._plan_with_method_cost()
-        planner = make_planner(s.planner, self.exp.planner)  # the experiment's [planner] settings, as `simulate`
-        t_prep = time.perf_counter()
-        planner.reset(self.ctx)
-        prepare_ms = (time.perf_counter() - t_prep) * 1e3
-        current = self._replay(planner, records)
+        # the one step loop `simulate` runs, with the experiment's [planner] settings; on resume it makes the
+        # logged decisions again (each checked against the log) before anything of the run is touched
+        loop = StepLoop(
+            make_planner(s.planner, self.exp.planner),
+            self.ctx,
+            mode=s.mode,
+            predictions=self.predictions,
+            task_names=self.tasks,
+        )
+        try:
+            loop.replay((np.asarray(rec["levels"], dtype=np.int64), self._observation(rec)) for rec in records)
+        except ReplayMismatch as exc:
+            raise InputError(str(exc), path=self.run_dir / "steps.jsonl", line=exc.step + 1) from None
         self._connect()
         self._claim(len(records))
         # the run is ours from here on
@@ -321,7 +335,7 @@ class Coordinator:
             run_id=self.run_id,
             run_dir=str(self.run_dir.resolve()),
         )
-        return planner, prepare_ms, current, records, runlog
+        return loop, records, runlog
 
     def _plan_with_method_cost(self) -> None:
         """The planner's reconfiguration penalty is the cost of the method this run uses: the
@@ -372,7 +386,7 @@ class Coordinator:
         if not self.resume:
             self.store.claim_new()  # of two runs started with one id, one gets the folder, the other stops here
         try:
-            planner, prepare_ms, current, records, runlog = self._prepare()
+            loop, records, runlog = self._prepare()
         except RunStoreUnwritable as exc:
             self._abandon(exc)
             raise RunInterrupted(
@@ -394,7 +408,7 @@ class Coordinator:
         resume_hint = f"`bsp-planner run --resume {self.run_id}`"
         try:
             self.store.write_meta(status="running")
-            self._loop(planner, records, current, runlog)
+            self._run_steps(loop, records, runlog)
             assert self.executor is not None and self.session is not None  # set up by _prepare
             self.executor.finish(self.exp.steps)
             if not self.settings.keep_zk:
@@ -427,114 +441,77 @@ class Coordinator:
                 self.session.close()
                 try:
                     self.store.write_meta(
-                        status=status, message=message, ended=now_iso(), prepare_ms=round(prepare_ms, 3)
+                        status=status, message=message, ended=now_iso(), prepare_ms=round(loop.prepare_ms, 3)
                     )
                 except RunStoreUnwritable as exc:
                     self.say(f"could not record the run's status: {exc}")
                 if records:
                     try:
-                        self.summary, self.paths_out = write_summary(self, records, prepare_ms)
+                        self.summary, self.paths_out = write_summary(self, records, loop.prepare_ms)
                     except Exception as exc:  # never hide the run's own outcome behind a reporting problem
                         self.say(f"could not write the summary: {exc}")
         return LiveResult(self.run_id, self.run_dir, status, records, self.summary, self.paths_out)
 
-    def _replay(self, planner, records: list[dict]) -> np.ndarray | None:
-        """The planner's decisions over the logged steps again, each checked against the log: after this
-        the planner is in the state it was in when the last logged step ended."""
-        current = None
-        for rec in records:
-            t = rec["step"]
-            if self.predictions is not None:
-                self.predictions.before_step(t)
-            d = planner.decide(t, current)
-            levels = np.asarray(d.levels, dtype=np.int64)
-            if levels.tolist() != rec["levels"]:
-                raise InputError(
-                    f"replaying the planner gives {levels.tolist()} at step {t}, the run log has {rec['levels']}; "
-                    "the run cannot be resumed with the same plan",
-                    path=self.run_dir / "steps.jsonl",
-                    line=t + 1,
-                )
-            current = levels
-            if self.predictions is not None:  # learn again from the logged measurements, in order
-                self.predictions.after_step(t, levels, self._observation(t, rec))
-        return current
-
-    def _observation(self, t: int, rec: dict):
-        """What step t measured (from its record): each task's duration, the workload it reported (else
-        the one it was given), the step's wall time. Checked: NaN, negative or absurd values name the
-        task and step."""
-        from ..loop import StepObservation, check_observation
-
+    def _observation(self, rec: dict):
+        """What a logged step measured, as the loop learned from it when it ran (`live_steps.observation_of`)."""
         by_task = {x["task"]: x for x in rec["tasks"]}
         tasks = [by_task[name] for name in self.tasks]
-        obs = StepObservation(
-            t,
-            np.array([x["measured_s"] for x in tasks], dtype=np.float64),
-            np.array([x.get("observed_workload", x["workload"]) for x in tasks], dtype=np.float64),
-            float(rec["step_s"]),
-            np.array([x.get("next_workload", np.nan) for x in tasks], dtype=np.float64),
-        )
-        check_observation(obs, t, self.tasks)
-        return obs
+        reports = [
+            {"duration_s": x["measured_s"], **{k: x[k] for k in ("observed_workload", "next_workload") if k in x}}
+            for x in tasks
+        ]
+        given = np.array([x["workload"] for x in tasks], dtype=np.float64)
+        return observation_of(rec["step"], reports, given, rec["step_s"])
 
-    def _loop(self, planner, records: list[dict], current: np.ndarray | None, runlog: RunLog) -> None:
+    def _given_workloads(self, t: int) -> np.ndarray:
+        """What the tasks are told for step t: the job's series; a job without one whose tasks report
+        their workloads is told the forecast (the tasks know the truth, we do not)."""
+        if self.scen.job_series is None and self.predictions is not None:
+            return np.clip(self.predictions.expected_workloads(t)[:, 0], *self.exp.workload_range)
+        return self.scen.actual_workloads[:, t]
+
+    def _run_steps(self, loop, records: list[dict], runlog: RunLog) -> None:
+        """The remaining steps through the one step loop on the live executor; every step is appended to
+        the run log (flushed) as it ends."""
         ex = self.executor
         assert ex is not None  # set up by _prepare
-        n = len(self.tasks)
-        first = len(records)
-        for t in range(first, self.exp.steps):
-            if self.predictions is not None:  # forecast (and model) as of everything observed so far
-                self.predictions.before_step(t)
-            t_dec = time.perf_counter()
-            d = planner.decide(t, current)
-            decision_ms = (time.perf_counter() - t_dec) * 1e3
-            levels = np.asarray(d.levels, dtype=np.int64)
-            if levels.shape != (n,) or np.any(levels < 0) or np.any(levels > self.ctx.max_level.max()):
-                raise RunFailed(f"planner {planner.name} returned an invalid configuration {levels!r} at step {t}")
-            total = float(self.scen.cpu.to_millicores(levels).sum())
-            if total > self.exp.cpu.budget_millicores + 1e-6:
-                raise RunFailed(f"planner {planner.name} asked for {total:g}m at step {t}, over the budget")
-            reconfigured = current is not None and not np.array_equal(levels, current)
-            if t == first:
-                start_s = ex.start_all(levels, t)
-                self.say(f"started {n} workers in {start_s:.2f} s" + (f" (resuming at step {t})" if t else ""))
-                reconfig_s = start_s if reconfigured else 0.0
-            else:
-                self._relock_if_lost()
-                reconfig_s, _ = ex.reconfigure(levels, t)
-            t_pub = time.perf_counter()
-            given = self.scen.actual_workloads[:, t]
-            if self.scen.job_series is None and self.predictions is not None:
-                # the tasks know their workloads, we do not: they are told the forecast (and report the truth)
-                given = np.clip(self.predictions.expected_workloads(t)[:, 0], *self.exp.workload_range)
-            fresh = ex.publish(t, given, self.exp.workload_range)
-            published = time.perf_counter()
-            outcome = ex.wait_step(t)
-            t_done = time.perf_counter()
-            res = ex.results(t)
+        steps = LiveSteps(
+            ex,
+            first_step=len(records),
+            millicores=self.scen.cpu.to_millicores,
+            budget_millicores=self.exp.cpu.budget_millicores,
+            given_workloads=self._given_workloads,
+            workload_range=self.exp.workload_range,
+            before_reconfigure=self._relock_if_lost,
+            say=self.say,
+            planner_name=loop.planner.name,
+        )
+
+        def log_step(step) -> None:
+            t, obs = step.step, step.observation
+            d = obs.details
             rec = step_record(
                 self,
                 t,
-                d.action,
-                levels,
-                reconfigured,
-                reconfig_s,
-                decision_ms,
-                t_done - t_pub,
-                published - t_pub,
-                outcome.released_at,
-                res,
-                outcome.restarts,
-                not fresh,
+                step.action,
+                step.levels,
+                step.reconfigured,
+                step.reconfigure_s,
+                step.decision_ms,
+                d["wall_s"],
+                d["publish_s"],
+                d["released_at"],
+                d["reports"],
+                d["restarts"],
+                d["resumed"],
             )
-            rec["reconfig_method"] = self.settings.reconfigure if reconfigured else None  # and reconfig_s: what it cost
+            rec["reconfig_method"] = self.settings.reconfigure if step.reconfigured else None  # reconfig_s: its cost
             for i, x in enumerate(rec["tasks"]):
-                x["workload"] = float(given[i])  # what the task was told
-            if self.predictions is not None:
-                learned = self.predictions.after_step(t, levels, self._observation(t, rec))
-                if learned is not None:
-                    rec["learning"] = {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in learned.items()}
+                x["workload"] = float(d["given"][i])  # what the task was told
+            if step.learning is not None:
+                rec["learning"] = {
+                    k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in step.learning.items()
+                }
             try:
                 runlog.append(rec)
             except OSError as exc:
@@ -543,9 +520,14 @@ class Coordinator:
                 ) from None
             records.append(rec)
             ex.cleanup_barrier(t - 1)
-            current = levels
+            restarts = sum(d["restarts"].values())
             self.say(
                 f"step {t:4d}: {rec['step_s']:.3f} s (predicted {rec['predicted_step_s']:.3f} s)"
-                + (f", reconfigured in {reconfig_s:.3f} s" if reconfigured else "")
-                + (f", {sum(outcome.restarts.values())} restart(s)" if outcome.restarts else "")
+                + (f", reconfigured in {step.reconfigure_s:.3f} s" if step.reconfigured else "")
+                + (f", {restarts} restart(s)" if restarts else "")
             )
+
+        try:
+            loop.run(steps, on_step=log_step)
+        except InvalidDecision as exc:
+            raise RunFailed(str(exc)) from None

@@ -1,0 +1,119 @@
+"""The live side of the one step loop: `LiveSteps` is the `bsp_planner.loop.Executor` of a live run.
+
+``apply`` starts the tasks (the first step this coordinator runs) or reconfigures them, and returns the
+seconds that really took; ``observe`` publishes the step's workloads to ZooKeeper, waits for its end
+(restarting workers that die) and returns what the tasks measured. The raw measurements the run log
+keeps beyond a `StepObservation` (release time, restarts, each task's report) ride along in
+`LiveObservation.details`, so the coordinator writes the step's record from what the loop hands it.
+
+A step's observation is made from the tasks' reports exactly as it is made again from the run log on
+resume (`observation_of`), so a resumed run learns from the same numbers the first one did.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..loop import StepObservation
+from .executor import LiveExecutor, RunFailed
+
+
+@dataclass(frozen=True)
+class LiveObservation(StepObservation):
+    """A `StepObservation` with what the run log records beyond it (see `runlog.step_record`)."""
+
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+def observation_of(t: int, reports: list[dict], given: np.ndarray, step_s: float) -> StepObservation:
+    """Step t as the loop learns from it. reports: each task's result (its duration_s and, where it
+    reported them, observed_workload and next_workload), in the job's order; given: (tasks,) the
+    workloads the tasks were told (what counts where a task reported none); step_s: the step's time."""
+    return StepObservation(
+        t,
+        np.array([r["duration_s"] for r in reports], dtype=np.float64),
+        np.array([r.get("observed_workload", given[i]) for i, r in enumerate(reports)], dtype=np.float64),
+        float(step_s),
+        np.array([r.get("next_workload", np.nan) for r in reports], dtype=np.float64),
+    )
+
+
+def wall_step_s(wall_s: float, reports: list[dict], resumed: bool) -> float:
+    """The step's time: publication to release; a step resumed after an interruption had been running
+    before it was published again, so it lasted at least as long as its slowest task."""
+    slowest = max(float(r["duration_s"]) for r in reports)
+    return max(wall_s, slowest) if resumed else wall_s
+
+
+class LiveSteps:
+    """Executor (see `bsp_planner.loop`) over a `LiveExecutor`.
+
+    first_step: the first step this coordinator runs (where the tasks are started);
+    millicores(levels) -> (tasks,) CPU of a configuration; budget_millicores: what a configuration
+    may sum to; given_workloads(t) -> (tasks,) what the tasks are told for step t;
+    before_reconfigure(): called before every reconfiguration (retakes a lost coordinator lock).
+    """
+
+    def __init__(
+        self,
+        executor: LiveExecutor,
+        *,
+        first_step: int,
+        millicores: Callable[[np.ndarray], np.ndarray],
+        budget_millicores: float,
+        given_workloads: Callable[[int], np.ndarray],
+        workload_range: tuple[float, float],
+        before_reconfigure: Callable[[], None],
+        say: Callable[[str], None],
+        planner_name: str = "planner",
+    ) -> None:
+        self.executor = executor
+        self.n_tasks = len(executor.tasks)
+        self.first_step = first_step
+        self.millicores = millicores
+        self.budget_millicores = float(budget_millicores)
+        self.given_workloads = given_workloads
+        self.workload_range = workload_range
+        self.before_reconfigure = before_reconfigure
+        self.say = say
+        self.planner_name = planner_name
+
+    def apply(self, step: int, levels: np.ndarray, reconfigure: bool) -> float:
+        total = float(np.sum(self.millicores(levels)))
+        if total > self.budget_millicores + 1e-6:
+            raise RunFailed(f"planner {self.planner_name} asked for {total:g}m at step {step}, over the budget")
+        if step == self.first_step:
+            start_s = self.executor.start_all(levels, step)
+            self.say(
+                f"started {self.n_tasks} workers in {start_s:.2f} s" + (f" (resuming at step {step})" if step else "")
+            )
+            return start_s if reconfigure else 0.0
+        self.before_reconfigure()
+        seconds, _ = self.executor.reconfigure(levels, step)
+        return seconds
+
+    def observe(self, step: int) -> LiveObservation:
+        ex = self.executor
+        given = np.asarray(self.given_workloads(step), dtype=np.float64)
+        t_pub = time.perf_counter()
+        fresh = ex.publish(step, given, self.workload_range)
+        published = time.perf_counter()
+        outcome = ex.wait_step(step)
+        wall_s = time.perf_counter() - t_pub
+        reports = ex.results(step)
+        obs = observation_of(step, reports, given, wall_step_s(wall_s, reports, not fresh))
+        details = {
+            "wall_s": wall_s,
+            "publish_s": published - t_pub,
+            "released_at": outcome.released_at,
+            "reports": reports,
+            "restarts": outcome.restarts,
+            "resumed": not fresh,
+            "given": given,
+        }
+        return LiveObservation(obs.step, obs.duration_s, obs.workloads, obs.step_s, obs.next_workloads, details)
