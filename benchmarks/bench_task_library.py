@@ -11,11 +11,13 @@ plus the barrier's. Every step is published before the processes start (so waiti
 is not counted); with the counting barrier, a thread of this process counts the arrivals, as the
 coordinator does.
 
-Barrier mode measures, in the same processes right after the library's steps, the bare barrier (the same
-kind, `enter` then `leave`, on its own steps) and reports the library's overhead beyond the barrier two ways:
+Barrier mode measures, in the same processes, a bare barrier step (the same kind, `enter` then `leave`, on
+a step of its own) right after each library step, so both see the same load, and reports the library's
+overhead beyond the barrier three ways:
 
 - ``overhead_ms``: median library step minus median bare barrier step (wall), and the same for the CPU
   time of the process (``overhead_cpu_ms``: what the library costs whatever the load on the machine);
+- ``paired_overhead_ms``: the median of (library step - the bare barrier step right after it);
 - ``beyond_barrier_ms``: the median of (step wall - time inside the barrier's enter and leave) per step.
 
 and where a step's time goes (`TaskSession.timings` medians). Writes everything to --out (JSON).
@@ -54,26 +56,25 @@ with task.join() as session:
         import cProfile
         prof = cProfile.Profile()
         prof.enable()
+    names = list(session.info.tasks)
     for t in range(steps):
         w0, c0 = time.perf_counter(), time.process_time()
         with session.step(t, workload=10.0):
             pass
         lib.append((time.perf_counter() - w0, time.process_time() - c0))
         timings.append(session.timings)
+        if bare:  # the bare barrier of the same kind on a step of its own, right after: the same load
+            b = Z.step_barrier(session.info.barrier, session.session, session.paths, steps + t, names)
+            w0, c0 = time.perf_counter(), time.process_time()
+            b.enter(session.task_name, 120)
+            b.leave(session.task_name, 120)
+            base.append((time.perf_counter() - w0, time.process_time() - c0))
     if profile:
         prof.disable()
         import io, pstats
         out = io.StringIO()
         pstats.Stats(prof, stream=out).sort_stats("cumulative").print_stats(40)
         open(profile, "w").write(out.getvalue())
-    if bare:  # the bare barrier of the same kind, on steps of its own
-        names = list(session.info.tasks)
-        for t in range(steps, 2 * steps):
-            b = Z.step_barrier(session.info.barrier, session.session, session.paths, t, names)
-            w0, c0 = time.perf_counter(), time.process_time()
-            b.enter(session.task_name, 120)
-            b.leave(session.task_name, 120)
-            base.append((time.perf_counter() - w0, time.process_time() - c0))
 print(json.dumps({"lib": lib, "timings": timings, "bare": base}))
 """
 
@@ -91,9 +92,9 @@ def _publish_all(s: Z.ZkSession, paths: Z.RunPaths, names: list[str], steps: int
         s.commit(ops)
 
 
-def _count(s: Z.ZkSession, paths: Z.RunPaths, names: list[str], steps: int, stop: threading.Event) -> None:
-    """The coordinator's part of the counting barrier: release every step's phases in turn."""
-    for t in range(steps):
+def _count(s: Z.ZkSession, paths: Z.RunPaths, names: list[str], order: list[int], stop: threading.Event) -> None:
+    """The coordinator's part of the counting barrier: release every step's phases in turn (in `order`)."""
+    for t in order:
         b = Z.CountingBarrier(s, paths, t, names)
         if s.wait_for(lambda watch, b=b: True if b.poll(watch) else None, None, interrupt=stop.is_set) is None:
             return
@@ -134,7 +135,8 @@ def bench(tasks: int, steps: int, sync: str, barrier: str, profile: str | None) 
             _publish_all(s, paths, names, total, barrier, sync)
             counter = None
             if bare and barrier == "counting":
-                counter = threading.Thread(target=_count, args=(s, paths, names, total, stop), daemon=True)
+                order = [x for t in range(steps) for x in (t, steps + t)]  # library step t, then its bare twin
+                counter = threading.Thread(target=_count, args=(s, paths, names, order, stop), daemon=True)
                 counter.start()
             go = Path(tmp) / "go"
             procs = []
@@ -191,6 +193,10 @@ def bench(tasks: int, steps: int, sync: str, barrier: str, profile: str | None) 
             "bare_barrier_cpu_median_ms": median_ms(base_cpu),
             "overhead_ms": round(median_ms(lib_wall) - median_ms(base_wall), 3),
             "overhead_cpu_ms": round(median_ms(lib_cpu) - median_ms(base_cpu), 3),
+            # each library step against the bare barrier step right after it, in the same process
+            "paired_overhead_ms": median_ms(
+                [lw - bw for r in runs for (lw, _), (bw, _) in zip(r["lib"], r["bare"], strict=True)]
+            ),
             "beyond_barrier_ms": median_ms([x["total_s"] - x["enter_s"] - x["leave_s"] for x in timings]),
         }
     return result

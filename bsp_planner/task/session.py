@@ -139,6 +139,7 @@ class TaskSession:
         self.session.add_listener(self._on_state)
         self._need_member = False
         self._ended = False
+        self._ahead: Z.Prefetch | None = None  # the next step's publication, asked for ahead of need
         self.first_step = 0
         self._next = 0
         self.info: Z.RunInfo | None = None
@@ -275,6 +276,16 @@ class TaskSession:
         """Until the coordinator publishes step t: its workload, or None for a stop order."""
         s = self.session
         path = self.paths.step(self.task_name, t)
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None and ahead.path == path:  # asked for while we waited in the last step's barrier
+            v = ahead.value(min(self.zk_wait_s, 5.0))  # else read it as usual
+            if v is not Z.Prefetch.MISSING:
+                assert self.info is not None and isinstance(v, dict)  # read when the task joined
+                w = Z.parse_step(path, v, t, self.info.workload_range)
+                if w is None:
+                    self._ended = True
+                    raise RunEnded(f"run {self.run_id} ended before step {t}")
+                return w
 
         def check(watch):
             v = s.get(path)  # usually published already: one round trip
@@ -336,6 +347,10 @@ class TaskSession:
             t_rep = time.perf_counter()
         self._next = step + 1
         if barrier is not None:  # the report and the checkpoint travel with the leave arrival: one round trip
+            if step + 1 < self.steps:
+                # the next publication is usually there by the time this barrier releases: asking now, behind
+                # the leave arrival, saves the round trip that would follow the release
+                self._ahead = self.session.prefetch(self.paths.step(self.task_name, step + 1))
             leave_s = barrier.leave(self.task_name, self.step_timeout_s, interrupt=self._interrupt, with_ops=report)
         self.timings = {
             "published_s": t_pub - t0,

@@ -68,7 +68,17 @@ from .schema import (
     step_value,
     stop_value,
 )
-from .session import DEFAULT_HOSTS, ENV_HOSTS, LOCAL_HINT, POD_HINT, RECHECK_S, ZkSession, ZkUnavailable, quiet_kazoo
+from .session import (
+    DEFAULT_HOSTS,
+    ENV_HOSTS,
+    LOCAL_HINT,
+    POD_HINT,
+    RECHECK_S,
+    Prefetch,
+    ZkSession,
+    ZkUnavailable,
+    quiet_kazoo,
+)
 
 
 def step_barrier(
@@ -133,6 +143,7 @@ __all__ = [
     "LOCAL_HINT",
     "POD_HINT",
     "RECHECK_S",
+    "Prefetch",
     "ZkSession",
     "ZkUnavailable",
     "quiet_kazoo",

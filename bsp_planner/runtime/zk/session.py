@@ -7,7 +7,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 from ...errors import InputError
 from .credentials import Credentials
@@ -229,6 +229,17 @@ class ZkSession:
             return None
         return decode(path, raw)
 
+    def prefetch(self, path: str) -> Prefetch:
+        """Ask for the node's value now without waiting for it (one request, pipelined behind whatever this
+        session sent before); `Prefetch.value()` later gives it. For values read right after a wait that
+        the request can overlap, such as a task's next publication behind its barrier's leave."""
+        if not self.client.connected:
+            return Prefetch(path, None)
+        try:
+            return Prefetch(path, self.client.get_async(path))
+        except Exception:  # a request that cannot even be queued: the caller reads the node itself
+            return Prefetch(path, None)
+
     def exists(self, path: str, watch=None) -> bool:
         return self.retry(self.client.exists, path, watch=watch) is not None
 
@@ -344,3 +355,22 @@ class ZkSession:
             return True if self.exists(path, watch=on_event) else None
 
         return bool(self.wait_for(check, timeout_s, **kw))
+
+
+class Prefetch:
+    """A node's value asked for ahead of need (`ZkSession.prefetch`)."""
+
+    MISSING: ClassVar[object] = object()  # not known: the node did not exist yet, or the request failed
+
+    def __init__(self, path: str, pending) -> None:
+        self.path, self._pending = path, pending
+
+    def value(self, timeout_s: float) -> dict | object:
+        """The node's JSON value as it was when the request was served, or `Prefetch.MISSING`."""
+        if self._pending is None:
+            return Prefetch.MISSING
+        try:
+            raw, _ = self._pending.get(timeout=timeout_s)
+        except Exception:  # no node yet, a lost connection, a timeout: the caller falls back to reading it
+            return Prefetch.MISSING
+        return decode(self.path, raw)
