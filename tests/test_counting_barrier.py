@@ -3,7 +3,6 @@ blocks the step and is named, and a server restart neither loses nor double-coun
 
 from __future__ import annotations
 
-import os
 import threading
 
 import pytest
@@ -12,28 +11,13 @@ from bsp_planner.errors import InputError
 from bsp_planner.runtime import zk as Z
 from bsp_planner.runtime.zk.counting_barrier import CountingBarrier
 
-from zk_fixtures import needs_zk
+from zk_fixtures import make_root, needs_zk, session
 
 pytestmark = needs_zk
 
 
-def session(server, creds, **kw) -> Z.ZkSession:
-    return Z.ZkSession(server.hosts, creds, connect_timeout_s=10, **kw).start()
-
-
-@pytest.fixture
-def creds():
-    return Z.Credentials("tester", "pw-" + os.urandom(6).hex())
-
-
-@pytest.fixture
-def root(request):
-    return f"/t/{request.node.name.replace('[', '-').replace(']', '')}-{os.urandom(3).hex()}"
-
-
 def prepare(coord: Z.ZkSession, root: str, t_steps: int, names: list[str]) -> Z.RunPaths:
-    coord.ensure_path(root.rsplit("/", 1)[0], acl=coord.creds.parent_acl())
-    coord.create(root)
+    make_root(coord, root)
     paths = Z.RunPaths(root)
     coord.ensure_path(paths.barriers)
     for t in range(t_steps):

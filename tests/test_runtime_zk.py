@@ -12,29 +12,9 @@ import pytest
 from bsp_planner.errors import InputError
 from bsp_planner.runtime import zk as Z
 
-from zk_fixtures import needs_zk
+from zk_fixtures import make_root, needs_zk, session
 
 pytestmark = needs_zk
-
-
-def session(server, creds, **kw) -> Z.ZkSession:
-    return Z.ZkSession(server.hosts, creds, connect_timeout_s=10, **kw).start()
-
-
-def make_root(s: Z.ZkSession, root: str) -> None:
-    """The shared parents as a coordinator makes them (anyone may add a run), then the test's root."""
-    s.ensure_path(root.rsplit("/", 1)[0], acl=s.creds.parent_acl())
-    s.create(root)
-
-
-@pytest.fixture
-def creds():
-    return Z.Credentials("tester", "pw-" + os.urandom(6).hex())
-
-
-@pytest.fixture
-def root(request):
-    return f"/t/{request.node.name.replace('[', '-').replace(']', '')}-{os.urandom(3).hex()}"
 
 
 # -- values ------------------------------------------------------------------------------------------
