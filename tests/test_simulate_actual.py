@@ -3,30 +3,19 @@ perfect mode from a recorded trace's raw workloads, and a bad trace refused nami
 
 import json
 import shutil
-import sys
 
 import numpy as np
 import pytest
 
-from bsp_planner import cli
 from bsp_planner.experiment import load_experiment
 from bsp_planner.performance import PerformanceModel
 from bsp_planner.profiles import load_profile
 from bsp_planner.shipped import data_dir, find_experiment
 
+from cli_run import run_cli
+
 TRACE = data_dir() / "traces" / "particles-8"
 RANKS = [f"p{r}" for r in range(8)]
-
-
-def run_cli(args, monkeypatch, capsys):
-    monkeypatch.setattr(sys, "argv", ["bsp-planner", *map(str, args)])
-    code = 0
-    try:
-        cli.main()
-    except SystemExit as exc:
-        code = exc.code or 0
-    out = capsys.readouterr()
-    return code, out.out, " ".join(out.err.split())
 
 
 def raw_trace(folder, steps):
