@@ -473,6 +473,33 @@ def test_overlapping_ranges_with_strict(tmp_path, monkeypatch, capsys, tiny_agen
     assert code == 2 and "100..299" in err and "not out of sample" in err
 
 
+@pytest.mark.parametrize(
+    "args, needles",
+    [
+        (["--seed", "-1"], ["field 'agent.seed'", "expected a number >= 0", "--seed"]),  # was a numpy traceback
+        (["--seed", str(2**32)], ["field 'agent.seed'", "expected a number <= 4.29497e+09"]),
+        (["--algo", "sac"], ["field 'agent.algo'", "expected one of dqn, ppo, a2c", "(from --algo"]),
+        (["-n", "0"], ["field 'agent.timesteps'", ">= 1", "(from --timesteps"]),
+        (["--set", "penalty_s=nan"], ["field 'penalty_s'", "finite", "--set"]),
+        (["--set", "bogus=1"], ["unknown setting in --set bogus=1"]),
+        (["--run-dir", "A_FILE"], ["field '--run-dir'", "existing file"]),  # was a FileExistsError traceback
+    ],
+)
+def test_rl_train_shipped_refuses_bad_options_before_any_training(args, needles, tmp_path, monkeypatch, capsys):
+    from bsp_planner.rl.settings import DEFAULT_AGENT_DIR
+
+    (tmp_path / "a-file").write_text("x")
+    args = [str(tmp_path / "a-file") if a == "A_FILE" else a for a in args]
+    shipped = {p.name: p.read_bytes() for p in DEFAULT_AGENT_DIR.iterdir() if p.is_file()}
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_cli(["rl", "train", "--shipped", "-q", *args], monkeypatch, capsys)
+    assert code == 2 and "Traceback" not in err, err
+    for needle in needles:
+        assert needle in err, (needle, err)
+    assert "training" not in out and not (tmp_path / "out").exists(), "refused before any training or folder"
+    assert {p.name: p.read_bytes() for p in DEFAULT_AGENT_DIR.iterdir() if p.is_file()} == shipped
+
+
 def test_missing_and_corrupt_agent_files(tiny_agent, tmp_path, monkeypatch, capsys):
     agent, _ = tiny_agent
     with pytest.raises(InputError, match="agent file not found"):

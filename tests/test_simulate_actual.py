@@ -91,3 +91,41 @@ def test_a_bad_trace_is_refused_naming_file_and_line(tmp_path, monkeypatch, caps
     assert code == 2 and "Traceback" not in err
     assert needle in err, err
     assert not (tmp_path / "out").exists(), "nothing written for a refused trace"
+
+
+def test_a_file_given_as_the_trace_folder_is_said_to_be_no_folder(tmp_path, monkeypatch, capsys):
+    (tmp_path / "trace.csv").write_text("workload\n1000\n")
+    code, _, err = run_cli(
+        [
+            "simulate",
+            "particles-8",
+            "-q",
+            "--mode",
+            "perfect",
+            "--actual",
+            tmp_path / "trace.csv",
+            "-o",
+            tmp_path / "o",
+        ],
+        monkeypatch,
+        capsys,
+    )
+    assert code == 2 and "trace.csv" in err and "not a folder" in err and "--actual" in err, err
+    assert not (tmp_path / "o").exists()
+
+
+def test_replayed_values_outside_the_workload_range_are_clipped_with_one_warning(tmp_path, monkeypatch, capsys):
+    """particles-8's workload_range is [500, 20000]: two values of p2 and one of p5 lie outside it."""
+    trace = tmp_path / "trace"
+    shutil.copytree(TRACE, trace)
+    corrupt(trace, "p2", 2, "1e12")
+    corrupt(trace, "p2", 3, "100")
+    corrupt(trace, "p5", 4, "25000")
+    args = ["simulate", "particles-8", "-q", "--mode", "perfect", "-s", "exppo", "--actual", trace]
+    code, _, err = run_cli([*args, "-o", tmp_path / "o"], monkeypatch, capsys)
+    assert code == 0, err
+    assert err.count("warning:") == 1, err
+    assert "3 replayed workload(s) outside workload_range [500, 20000] clipped to it: p2 (2), p5 (1)" in err, err
+    # the shipped trace lies inside the range: no warning
+    code, _, err = run_cli([*args[:-1], TRACE, "-o", tmp_path / "o2"], monkeypatch, capsys)
+    assert code == 0 and "warning" not in err, err
