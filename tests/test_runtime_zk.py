@@ -12,7 +12,7 @@ import pytest
 from bsp_planner.errors import InputError
 from bsp_planner.runtime import zk as Z
 
-from zk_fixtures import make_root, needs_zk, session
+from zk_fixtures import close_all, make_root, needs_zk, session
 
 pytestmark = needs_zk
 
@@ -174,10 +174,7 @@ def test_the_double_barrier_holds_everyone_until_all_enter_and_all_leave(zk_serv
         coord.commit(StepBarrier(coord, paths, 0, names).cleanup_ops())
         assert not coord.exists(paths.barrier(0))
     finally:
-        for s in sessions.values():
-            s.close()
-        coord.delete_tree(root)
-        coord.close()
+        close_all(coord, sessions, root)
 
 
 # -- bounded waits, the server -----------------------------------------------------------------------

@@ -113,6 +113,14 @@ def make_root(s, root: str) -> None:
     s.create(root)
 
 
+def close_all(coord, sessions: dict, root: str) -> None:
+    """A test's end: every participant's session closed, then the test's znodes deleted by the coordinator's."""
+    for s in sessions.values():
+        s.close()
+    coord.delete_tree(root)
+    coord.close()
+
+
 @pytest.fixture
 def creds_file(tmp_path):
     """Credentials for the run's digest ACL, in a file only its owner may read."""
