@@ -21,7 +21,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -29,12 +28,11 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from _zk import ROOT, collect, credentials, in_threads, kill_left, local_server, make_root, spawn
 
-from bsp_planner.runtime import zk as Z  # noqa: E402
-from bsp_planner.runtime.zk.counting_barrier import CountingBarrier  # noqa: E402
-from bsp_planner.runtime.zkserver import LocalZooKeeper, free_port  # noqa: E402
+from bsp_planner.runtime import zk as Z
+from bsp_planner.runtime.zk.counting_barrier import CountingBarrier
+from bsp_planner.runtime.zkserver import LocalZooKeeper
 
 KINDS = {"step": Z.StepBarrier, "counting": CountingBarrier}
 COUNTED = ("create_async", "exists_async", "get_children_async", "get_async", "set_async", "delete_async")
@@ -98,11 +96,7 @@ def participant_main(
                 requests[0] += box[0]
             s.close()
 
-    threads = [threading.Thread(target=one, args=(n,)) for n in names]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
+    in_threads(names, one)
     print(json.dumps({"rows": out, "requests": requests[0], "errors": errors}), flush=True)
 
 
@@ -116,50 +110,30 @@ def bench(
     procs = []
     counter_box = count_requests(coord.client)
     try:
-        coord.create(root)
-        coord.create(paths.barriers)
+        make_root(coord, root)
         for t in range(steps):  # every step's nodes up front: the loop measures the barrier alone
             coord.commit(KINDS[kind](coord, paths, t, names).setup_ops())
         setup_requests = counter_box[0]
         p = max(1, min(processes, n))
         groups = [names[i::p] for i in range(p)]
-        for g in groups:
-            procs.append(
-                subprocess.Popen(
-                    [
-                        sys.executable,
-                        __file__,
-                        "_participant",
-                        kind,
-                        server.hosts,
-                        root,
-                        ",".join(g),
-                        ",".join(names),
-                        str(steps),
-                        str(auth),
-                        str(timeout_s),
-                    ],
-                    stdout=subprocess.PIPE,
-                    text=True,
-                )
-            )
+        procs = spawn(
+            __file__,
+            groups,
+            lambda g: [kind, server.hosts, root, ",".join(g), ",".join(names), str(steps), str(auth), str(timeout_s)],
+        )
         if kind == "counting":
             for t in range(steps):
                 CountingBarrier(coord, paths, t, names).run_step(timeout_s=timeout_s)
         counter_requests = counter_box[0] - setup_requests
         rows, requests, errors = [], 0, []
-        for proc in procs:
-            out, _ = proc.communicate(timeout=timeout_s * 2)
-            got = json.loads(out.strip().splitlines()[-1])
+        for got in collect(procs, timeout_s * 2):
             rows += got["rows"]
             requests += got["requests"]
             errors += got["errors"]
         if errors:
             raise RuntimeError(f"{kind} n={n}: {errors[:3]}")
     finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
+        kill_left(procs)
         coord.delete_tree(root)
         coord.close()
     last = [max(r[2] for r in rows if r[0] == t) for t in range(steps)]
@@ -248,28 +222,19 @@ def main() -> None:
         "cpus": os.cpu_count(),
         "runs": [],
     }
-    with tempfile.TemporaryDirectory(prefix="bench-barrier-") as tmp:
-        server = LocalZooKeeper(Path(tmp) / "zk", port=free_port())
-        server.start()
-        creds = Z.generate_credentials()
-        auth = Z.write_credentials_file(Path(tmp) / "auth", creds)
-        try:
-            s = Z.ZkSession(server.hosts, creds).start()
-            s.ensure_path("/bench", acl=creds.parent_acl())
-            s.close()
-            for n in (int(x) for x in args.sizes.split(",")):
-                for kind in KINDS:  # one after the other at each size, on the same server
-                    r = bench(kind, n, args.steps, args.processes, server, creds, auth, args.timeout_s)
-                    r["load"] = round(os.getloadavg()[0], 1)
-                    results["runs"].append(r)
-                    print(
-                        f"{kind:8s} n={n:4d} ({r['processes']} proc): step median {r['median_ms']} ms, p95 {r['p95_ms']} ms; "
-                        f"{r['requests_per_participant_step']} requests/participant/step; counter "
-                        f"{r['counter_requests_per_step']}/step; load {r['load']}",
-                        flush=True,
-                    )
-        finally:
-            server.stop()
+    with tempfile.TemporaryDirectory(prefix="bench-barrier-") as tmp, local_server(Path(tmp) / "zk") as server:
+        creds, auth = credentials(Path(tmp) / "auth")
+        for n in (int(x) for x in args.sizes.split(",")):
+            for kind in KINDS:  # one after the other at each size, on the same server
+                r = bench(kind, n, args.steps, args.processes, server, creds, auth, args.timeout_s)
+                r["load"] = round(os.getloadavg()[0], 1)
+                results["runs"].append(r)
+                print(
+                    f"{kind:8s} n={n:4d} ({r['processes']} proc): step median {r['median_ms']} ms, p95 {r['p95_ms']} ms; "
+                    f"{r['requests_per_participant_step']} requests/participant/step; counter "
+                    f"{r['counter_requests_per_step']}/step; load {r['load']}",
+                    flush=True,
+                )
     results["model_assumptions"] = ASSUMPTIONS
     results["model"] = {args.model_n: model(args.model_n), 512: model(512)}
     print(f"model at {args.model_n} participants, assumptions {json.dumps(ASSUMPTIONS)}:")

@@ -27,22 +27,16 @@ import json
 import os
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from datetime import date
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from _report import load, write_results
+from _zk import ROOT, collect, credentials, in_threads, kill_left, local_server, make_root, spawn
 
-from bsp_planner.runtime import zk as Z  # noqa: E402
-from bsp_planner.runtime.zkserver import LocalZooKeeper, free_port  # noqa: E402
-
-
-def load() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+from bsp_planner.runtime import zk as Z
 
 
 def pct(values: list[float], q: float) -> float:
@@ -78,65 +72,36 @@ def participant_main(hosts: str, root: str, names: list[str], all_names: list[st
         finally:
             s.close()
 
-    threads = [threading.Thread(target=one, args=(n,)) for n in names]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
+    in_threads(names, one)
     print(json.dumps(out), flush=True)
 
 
 def bench_barrier(n: int, steps: int, per_process: int, workdir: Path) -> dict:
-    server = LocalZooKeeper(workdir / f"zk-{n}", port=free_port())
-    server.start()
-    creds = Z.generate_credentials()
-    auth = Z.write_credentials_file(workdir / f"auth-{n}", creds)
     root = f"/bench/barrier-{n}-{os.getpid()}"
     paths = Z.RunPaths(root)
     names = [f"p{i:03d}" for i in range(n)]
-    coord = Z.ZkSession(server.hosts, creds).start()
     procs = []
-    try:
-        coord.ensure_path("/bench", acl=creds.parent_acl())
-        coord.create(root)
-        coord.create(paths.barriers)
-        groups = [names[i : i + per_process] for i in range(0, n, per_process)]
-        for g in groups:
-            procs.append(
-                subprocess.Popen(
-                    [
-                        sys.executable,
-                        __file__,
-                        "_participant",
-                        server.hosts,
-                        root,
-                        ",".join(g),
-                        ",".join(names),
-                        str(steps),
-                        str(auth),
-                    ],
-                    stdout=subprocess.PIPE,
-                    text=True,
-                )
+    with local_server(workdir / f"zk-{n}") as server:
+        creds, auth = credentials(workdir / f"auth-{n}")
+        coord = Z.ZkSession(server.hosts, creds).start()
+        try:
+            make_root(coord, root)
+            groups = [names[i : i + per_process] for i in range(0, n, per_process)]
+            procs = spawn(
+                __file__, groups, lambda g: [server.hosts, root, ",".join(g), ",".join(names), str(steps), str(auth)]
             )
-        # the first step waits for every process to start and connect; it is not counted
-        for t in range(steps):
-            coord.commit(Z.StepBarrier(coord, paths, t, names).setup_ops())
-            if not coord.wait_exists(f"{paths.barrier(t)}/done", timeout_s=300):
-                raise RuntimeError(f"step {t} did not finish")
-            if t >= 2:
-                coord.commit(Z.StepBarrier(coord, paths, t - 2, names).cleanup_ops())
-        rows = []
-        for p in procs:
-            out, _ = p.communicate(timeout=120)
-            rows += json.loads(out.strip().splitlines()[-1])
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-        coord.delete_tree(root)
-        coord.close()
-        server.stop()
+            # the first step waits for every process to start and connect; it is not counted
+            for t in range(steps):
+                coord.commit(Z.StepBarrier(coord, paths, t, names).setup_ops())
+                if not coord.wait_exists(f"{paths.barrier(t)}/done", timeout_s=300):
+                    raise RuntimeError(f"step {t} did not finish")
+                if t >= 2:
+                    coord.commit(Z.StepBarrier(coord, paths, t - 2, names).cleanup_ops())
+            rows = [row for got in collect(procs, 120) for row in got]
+        finally:
+            kill_left(procs)
+            coord.delete_tree(root)
+            coord.close()
     overhead, first = [], []
     for t in range(1, steps):
         fin = [r[2] for r in rows if r[0] == t]
@@ -243,9 +208,7 @@ def main() -> None:
         extra = [f"profile={args.profile.resolve()}"] if args.profile else []
         results["profile"] = str(args.profile.resolve()) if args.profile else "the experiment's"
         if args.section in ("live", "reconfig", "all"):
-            server = LocalZooKeeper(work / "zk-live", port=free_port())
-            server.start()
-            try:
+            with local_server(work / "zk-live") as server:
                 if args.section in ("live", "all"):
                     r = live_run(
                         args.experiment,
@@ -293,12 +256,7 @@ def main() -> None:
                             "max_s": round(max(costs), 4) if costs else None,
                         }
                         print(f"reconfigure {how}: {results['reconfig'][how]}", flush=True)
-            finally:
-                server.stop()
-    results["load_after"] = load()
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2) + "\n")
-    print(f"load average before {results['load_before']}, after {results['load_after']}; wrote {args.out}")
+    write_results(results, args.out)
 
 
 if __name__ == "__main__":

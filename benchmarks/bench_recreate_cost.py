@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import resource
 import statistics
 import sys
@@ -32,9 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-
-def load() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+from _report import load, write_results  # noqa: E402
 
 
 def cpu_s() -> float:
@@ -68,23 +65,18 @@ def probe(levels: list[int], tasks: int) -> dict:
 
 
 def live(steps: int) -> dict:
+    from _zk import local_server
     from bench_live import live_run
 
-    from bsp_planner.runtime.zkserver import LocalZooKeeper, free_port
     from bsp_planner.shipped import data_path
 
     experiment = data_path("experiments/live-default.toml")
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, local_server(Path(tmp) / "zk") as server:
         work = Path(tmp)
-        server = LocalZooKeeper(work / "zk", port=free_port())
-        server.start()
-        try:
-            w0, c0 = time.perf_counter(), cpu_s()
-            r = live_run(experiment, "static:1", "recreate", steps, work, server, "recreate-cost", ["penalty_s=0"])
-            wall, cpu = time.perf_counter() - w0, cpu_s() - c0
-            meta = json.loads((Path(r["run_dir"]) / "run.json").read_text())
-        finally:
-            server.stop()
+        w0, c0 = time.perf_counter(), cpu_s()
+        r = live_run(experiment, "static:1", "recreate", steps, work, server, "recreate-cost", ["penalty_s=0"])
+        wall, cpu = time.perf_counter() - w0, cpu_s() - c0
+        meta = json.loads((Path(r["run_dir"]) / "run.json").read_text())
     costs = r["reconfig_s_all"]
     planned = meta["reconfigure_cost"]
     out = {
@@ -114,10 +106,7 @@ def main() -> None:
     results["probe"] = probe([int(x) for x in args.levels.split(",")], args.tasks)
     if not args.probe_only:
         results["live"] = live(args.steps)
-    results["load_after"] = load()
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2) + "\n")
-    print(f"load average before {results['load_before']}, after {results['load_after']}; wrote {args.out}")
+    write_results(results, args.out)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ context whose predicted durations come from perfect knowledge or from forecasts.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -14,7 +15,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from .allocation import make_allocator
 from .allocation.base import CpuLevels
-from .errors import InputError
+from .errors import InputError, InputWarning
 from .executors.simulated import SimulatedExecutor
 from .experiment import Experiment
 from .forecasting.files import read_trace
@@ -125,7 +126,7 @@ def _build(exp: Experiment) -> Scenario:
     if exp.forecast.actual:
         grid = profile.workload_range if exp.out_of_grid == "error" else None
         actual_w = read_trace(exp.resolve(exp.forecast.actual), job.task_names, exp.steps, exp.start, valid_range=grid)
-        actual_w = np.clip(actual_w, *exp.workload_range)
+        actual_w = _clip_trace(actual_w, exp, job.task_names)
     elif job_series is None:
         # a live run observes them; until then (and in the simulated comparison) the middle of the range
         actual_w = np.full((n, exp.steps), sum(exp.workload_range) / 2)
@@ -259,6 +260,23 @@ def offline_strategies(strategies: list[str]) -> list[str]:
         for s in strategies
         if s not in BOUNDS and getattr(getattr(PLANNERS.get(s.partition(":")[0]), "__self__", None), "offline", False)
     ]
+
+
+def _clip_trace(workloads: np.ndarray, exp: Experiment, task_names: list[str]) -> np.ndarray:
+    """A replayed trace (tasks, steps) clipped to the experiment's workload_range, with one warning naming
+    the tasks whose values were clipped and how many (a trace is used as recorded, so a value outside
+    the range is worth knowing about: the simulation replays the range's bound instead)."""
+    lo, hi = exp.workload_range
+    outside = ((workloads < lo) | (workloads > hi)).sum(axis=1)
+    if outside.any():
+        tasks = ", ".join(f"{t} ({int(k)})" for t, k in zip(task_names, outside, strict=True) if k)
+        warnings.warn(
+            f"{exp.forecast.actual}: {int(outside.sum())} replayed workload(s) outside workload_range "
+            f"[{lo:g}, {hi:g}] clipped to it: {tasks}",
+            InputWarning,
+            stacklevel=2,
+        )
+    return np.clip(workloads, lo, hi)
 
 
 def check_strategies(strategies: list[str], exp: Experiment | None = None) -> None:

@@ -33,6 +33,7 @@ import math
 import tomllib
 import types
 import typing
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -351,6 +352,39 @@ def apply_overrides(obj: T, overrides: list[str] | None, *, flag: str = "--set",
     for item in overrides or []:
         parts, text = parse_override(item, flag)
         obj = _override(obj, parts, text, flag, ".".join(parts))
+    if validate:
+        _validate(obj, None)
+    return obj
+
+
+def flag_overrides(flags: Iterable[tuple[str, str, Any]]) -> list[tuple[str, str]]:
+    """Command-line flags as settings overrides: every (flag, KEY, value) given -> (flag, 'KEY=VALUE').
+
+    A flag not given (None, False or an empty list) is left out; true is written 'true', a path as its
+    absolute path, a list comma-separated. Apply them with `apply_flag_overrides`, so that a bad value is
+    checked exactly like the file's and its error names the flag.
+    """
+    out: list[tuple[str, str]] = []
+    for flag, key, value in flags:
+        if value is None or value is False or (isinstance(value, (list, tuple)) and not value):
+            continue
+        if value is True:
+            text = "true"
+        elif isinstance(value, Path):
+            text = str(value.resolve())
+        elif isinstance(value, (list, tuple)):
+            text = ",".join(str(v) for v in value)
+        else:
+            text = str(value)
+        out.append((flag, f"{key}={text}"))
+    return out
+
+
+def apply_flag_overrides(obj: T, flagged: Iterable[tuple[str, str]], *, validate: bool = True) -> T:
+    """(flag, KEY=VALUE) overrides applied in order, each error naming its flag; then the settings'
+    cross-field rules once, on the result (an intermediate state may break them)."""
+    for flag, item in flagged:
+        obj = apply_overrides(obj, [item], flag=flag, validate=False)
     if validate:
         _validate(obj, None)
     return obj

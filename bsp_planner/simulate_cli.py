@@ -131,29 +131,24 @@ def _flag_overrides(
 ) -> list[tuple[str, str]]:
     """Every flag given as an override (flag, KEY=VALUE), in the order they apply: --set first, then the
     named flags. They go through the same settings loader as the file, so an error names the flag."""
-    flagged: list[tuple[str, str]] = [("--set", item) for item in set_ or []]
-    for flag, key, value in (
-        ("--strategies", "strategies", strategies),
-        ("--steps", "steps", steps),
-        ("--start", "start", start),
-        ("--penalty", "penalty_s", penalty),
-        ("--budget", "cpu.budget_millicores", budget),
-        ("--allocator", "planner.allocator", allocator),
-        ("--forecasts", "forecast.source", forecasts),
-    ):
-        if value is not None:
-            flagged.append((flag, f"{key}={value}"))
-    if mode:
-        flagged.append(("--mode", "modes=" + ",".join(mode)))
-    if actual is not None:
-        flagged.append(("--actual", f"forecast.actual={actual.resolve()}"))
-    if online:
-        flagged.append(("--online", "online=true"))
-    if learn:
-        flagged.append(("--learn", "learn=true"))
-    if true_profile is not None:
-        flagged.append(("--true-profile", f"true_profile={true_profile.resolve()}"))
-    return flagged
+    from .settings import flag_overrides
+
+    return [("--set", item) for item in set_ or []] + flag_overrides(
+        [
+            ("--strategies", "strategies", strategies),
+            ("--steps", "steps", steps),
+            ("--start", "start", start),
+            ("--penalty", "penalty_s", penalty),
+            ("--budget", "cpu.budget_millicores", budget),
+            ("--allocator", "planner.allocator", allocator),
+            ("--forecasts", "forecast.source", forecasts),
+            ("--mode", "modes", mode),
+            ("--actual", "forecast.actual", actual),
+            ("--online", "online", online),
+            ("--learn", "learn", learn),
+            ("--true-profile", "true_profile", true_profile),
+        ]
+    )
 
 
 def _run_meta(exp: Experiment, scen: Scenario, out_dir: Path, elapsed: float) -> dict:
@@ -186,14 +181,10 @@ def _print_written(console: Console, paths: dict[str, Path]) -> None:
 def _experiment_with_flags(experiment: Path | None, flagged: list[tuple[str, str]]) -> Experiment:
     """The experiment with each (flag, KEY=VALUE) applied in order, then validated as a whole."""
     from .experiment import load_experiment
-    from .settings import apply_overrides as apply_settings_overrides
+    from .settings import apply_flag_overrides
     from .shipped import find_experiment
 
-    exp = load_experiment(find_experiment(experiment))
-    for flag, item in flagged:
-        exp = apply_settings_overrides(exp, [item], flag=flag, validate=False)
-    exp.validate()
-    return exp
+    return apply_flag_overrides(load_experiment(find_experiment(experiment)), flagged)
 
 
 def _leave_out_offline_strategies(console: Console, exp: Experiment) -> None:

@@ -17,20 +17,10 @@ from bsp_planner.forecasting.files import write_trace
 from bsp_planner.job import load_job
 from bsp_planner.profiles import load_profile, metadata_path
 
+from cli_run import run_cli
 from synthetic import DATA, THESIS_TASKS, write_experiment, write_profile
 
 FAST = ["-q", "--steps", "5", "--strategies", "mpc,floor", "--mode", "perfect"]
-
-
-def run_cli(args, monkeypatch, capsys):
-    monkeypatch.setattr(sys, "argv", ["bsp-planner", *map(str, args)])
-    code = 0
-    try:
-        cli.main()
-    except SystemExit as exc:
-        code = exc.code or 0
-    out = capsys.readouterr()
-    return code, out.out, " ".join(out.err.split())
 
 
 def snapshot(folder: Path) -> dict[str, bytes]:
@@ -323,3 +313,94 @@ def test_forecaster_settings_from_the_command_line_are_checked_before_any_work(m
         ["forecast", "evaluate", "-f", "persistence", "--set", "persistence.x=1"], monkeypatch, capsys
     )
     assert code == 2 and "takes no settings" in err
+
+
+# -- live runs: refused before ZooKeeper is reached and before the run folder is made -----------------
+UNREACHABLE = ["--zookeeper", "127.0.0.1:1", "--zk-wait", "1", "-q"]
+
+
+@pytest.mark.parametrize(
+    "args, needles",
+    [
+        (["--barrier", "X"], ["field '--barrier'", "expected one of double, counting, got 'X'"]),
+        (["--mode", "sometimes"], ["field '--mode'", "expected one of perfect, forecast"]),
+        (["--cpu-weight", "max"], ["field '--cpu-weight'", "expected one of guaranteed, workers"]),
+        (["--backend", "cloud"], ["field '--backend'", "expected one of local, kubernetes, k8s"]),
+        (["--step-timeout", "nan"], ["field '--step-timeout'", "positive, finite number of seconds"]),
+        (["--step-timeout", "1e300"], ["field '--step-timeout'", "expected a number <= 604800"]),
+        (["--zk-wait", "nan"], ["field '--zk-wait'", "finite"]),
+        (["--zk-wait", "1e300"], ["field '--zk-wait'", "expected a number <= 604800"]),
+        (["--session-timeout", "0"], ["field '--session-timeout'", "expected a number > 0"]),
+        (["--session-timeout", "1e300"], ["field '--session-timeout'", "expected a number <= 3600"]),
+        (["--planner", "bogus"], ["field '--planner'", "unknown strategy 'bogus'"]),
+        (["--planner", "dp", "--online"], ["field '--planner'", "plans the whole job before the first step"]),
+        (["--steps", "0"], ["--steps", "field 'steps'", ">= 1"]),
+        (["--set", "nope=1"], ["--set", "unknown setting"]),
+        (["--backend", "kubernetes", "--pending-timeout", "nan"], ["field '--pending-timeout'", "positive, finite"]),
+    ],
+)
+def test_a_bad_run_option_is_refused_naming_it_before_anything_is_made(args, needles, tmp_path, monkeypatch, capsys):
+    runs = tmp_path / "runs"
+    code, _, err = run_cli(["run", "--runs-dir", runs, *UNREACHABLE, *args], monkeypatch, capsys)
+    assert code == 2 and "Traceback" not in err, err
+    for needle in needles:
+        assert needle in err, (needle, err)
+    assert not runs.exists(), "nothing made for a refused run"
+
+
+def test_run_files_that_are_missing_or_of_the_wrong_kind(tmp_path, monkeypatch, capsys):
+    (tmp_path / "a-file").write_text("x")
+    (tmp_path / "a-folder").mkdir()
+    runs = tmp_path / "runs"
+    for args, needles in (
+        (["--job", tmp_path / "nope.toml"], ["nope.toml", "job file not found"]),
+        (["--job", tmp_path / "a-folder"], ["a-folder", "job file not found"]),
+        (["--zk-auth-file", tmp_path / "nope"], ["field '--zk-auth-file'", "not found; expected a file"]),
+        (["--zk-auth-file", tmp_path / "a-folder"], ["field '--zk-auth-file'", "a folder; expected a file"]),
+    ):
+        code, _, err = run_cli(["run", "--runs-dir", runs, *UNREACHABLE, *args], monkeypatch, capsys)
+        assert code == 2 and all(n in err for n in needles), err
+        assert not runs.exists()
+    code, _, err = run_cli(["run", "--runs-dir", tmp_path / "a-file", *UNREACHABLE], monkeypatch, capsys)
+    assert code == 2 and "field '--runs-dir'" in err and "existing file" in err, err
+
+
+# -- profile run's process options: bounded, so that a typo cannot start a profile that never ends -----
+@pytest.mark.parametrize(
+    "option, value, needle",
+    [
+        ("--warmup-steps", "-1", "expected a number >= 0"),
+        ("--warmup-steps", "1000000000", "expected a number <= 10000"),
+        ("--measure-steps", "0", "expected a number >= 1"),
+        ("--measure-steps", "1000000000", "expected a number <= 10000"),
+        ("--min-measure-s", "-1", "expected a number >= 0"),
+        ("--min-measure-s", "nan", "finite"),
+        ("--min-measure-s", "1e9", "expected a number <= 3600"),
+    ],
+)
+def test_profile_run_process_options_out_of_range(option, value, needle, tmp_path, monkeypatch, capsys):
+    out = tmp_path / "p" / "profile.csv"
+    args = ["profile", "run", "--job", DATA / "jobs" / "particles-3.toml", "--out", out, "--repeats", "1"]
+    code, _, err = run_cli([*args, "--cpu", "500,1000", "--workloads", "10,20", option, value], monkeypatch, capsys)
+    assert code == 2 and f"field '{option}'" in err and needle in err, err
+    assert not out.parent.exists()
+
+
+# -- forecast: --horizon 0 is refused, never taken for "not given" ------------------------------------
+@pytest.mark.parametrize("command", ["train", "evaluate", "predict"])
+def test_forecast_horizon_zero_or_negative_is_refused(command, tmp_path, monkeypatch, capsys):
+    from bsp_planner.forecasting.pipeline import DEFAULT_MODEL_ROOT
+
+    shipped = snapshot(DEFAULT_MODEL_ROOT)
+    extra = ["--shipped"] if command == "train" else []
+    for value in ("0", "-1"):
+        code, out, err = run_cli(["forecast", command, "-H", value, *extra], monkeypatch, capsys)
+        assert code == 2 and "--horizon" in err and "expected a number >= 1" in err, err
+        assert "training" not in out + err
+    assert snapshot(DEFAULT_MODEL_ROOT) == shipped, "the shipped models are untouched"
+
+
+def test_forecast_train_refuses_a_forecaster_with_nothing_to_train_first(monkeypatch, capsys):
+    code, out, err = run_cli(["forecast", "train", "--shipped", "-f", "persistence"], monkeypatch, capsys)
+    assert code == 2 and "field '--forecaster'" in err and "nothing to train" in err
+    assert "gaps" not in out, "refused before any series was read"

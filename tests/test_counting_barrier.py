@@ -3,7 +3,6 @@ blocks the step and is named, and a server restart neither loses nor double-coun
 
 from __future__ import annotations
 
-import os
 import threading
 
 import pytest
@@ -12,28 +11,13 @@ from bsp_planner.errors import InputError
 from bsp_planner.runtime import zk as Z
 from bsp_planner.runtime.zk.counting_barrier import CountingBarrier
 
-from zk_fixtures import needs_zk
+from zk_fixtures import close_all, make_root, needs_zk, session
 
 pytestmark = needs_zk
 
 
-def session(server, creds, **kw) -> Z.ZkSession:
-    return Z.ZkSession(server.hosts, creds, connect_timeout_s=10, **kw).start()
-
-
-@pytest.fixture
-def creds():
-    return Z.Credentials("tester", "pw-" + os.urandom(6).hex())
-
-
-@pytest.fixture
-def root(request):
-    return f"/t/{request.node.name.replace('[', '-').replace(']', '')}-{os.urandom(3).hex()}"
-
-
 def prepare(coord: Z.ZkSession, root: str, t_steps: int, names: list[str]) -> Z.RunPaths:
-    coord.ensure_path(root.rsplit("/", 1)[0], acl=coord.creds.parent_acl())
-    coord.create(root)
+    make_root(coord, root)
     paths = Z.RunPaths(root)
     coord.ensure_path(paths.barriers)
     for t in range(t_steps):
@@ -102,10 +86,7 @@ def test_participants_pass_only_when_all_have_arrived_in_both_phases(zk_server, 
         coord.commit(CountingBarrier(coord, paths, 0, names).cleanup_ops())
         assert not coord.exists(paths.barrier(0))
     finally:
-        for s in sessions.values():
-            s.close()
-        coord.delete_tree(root)
-        coord.close()
+        close_all(coord, sessions, root)
 
 
 def test_a_participant_that_dies_before_arriving_blocks_the_step_and_is_named(zk_server, creds, root):
@@ -144,10 +125,7 @@ def test_a_participant_that_dies_before_arriving_blocks_the_step_and_is_named(zk
         assert counter.missing("enter") == ["dead"]
         assert counter.absent("enter", paths.member) == ["dead"]  # dead, not merely slow
     finally:
-        for s in sessions.values():
-            s.close()
-        coord.delete_tree(root)
-        coord.close()
+        close_all(coord, sessions, root)
 
 
 def test_a_zookeeper_restart_neither_loses_nor_double_counts_an_arrival(own_zk, creds, root):
@@ -192,10 +170,7 @@ def test_a_zookeeper_restart_neither_loses_nor_double_counts_an_arrival(own_zk, 
         assert coord.get(counter.go_path) == {"step": 0, "arrived": 4}
         assert {n: s.session_id() for n, s in sessions.items()} == ids  # the same sessions throughout
     finally:
-        for s in sessions.values():
-            s.close()
-        coord.delete_tree(root)
-        coord.close()
+        close_all(coord, sessions, root)
 
 
 def test_a_counter_killed_mid_step_is_resumed_by_a_new_one(zk_server, creds, root):

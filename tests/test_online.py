@@ -12,6 +12,7 @@ from bsp_planner.online import OnlineForecasts, online_forecasts
 from bsp_planner.scenario import build_scenario, run_strategy
 from bsp_planner.series import load_job_series
 
+from cli_run import run_cli
 from synthetic import DATA, write_experiment
 
 JOB = DATA / "jobs" / "thesis-8.toml"
@@ -105,21 +106,6 @@ def test_seeded_from_a_live_history():
     assert np.array_equal(online.forecast(), [[6.0] * 3, [7.0] * 3])
     online.observe(np.array([9.0, 4.0]))
     assert np.array_equal(online.forecast(), [[9.0] * 3, [4.0] * 3])
-
-
-def run_cli(args, monkeypatch, capsys):
-    import sys
-
-    from bsp_planner import cli
-
-    monkeypatch.setattr(sys, "argv", ["bsp-planner", *args])
-    code = 0
-    try:
-        cli.main()
-    except SystemExit as exc:
-        code = exc.code or 0
-    out = capsys.readouterr()
-    return code, " ".join(out.out.split()), " ".join(out.err.split())
 
 
 def test_simulate_online_leaves_out_the_experiments_offline_planners_but_refuses_named_ones(

@@ -4,12 +4,10 @@ editable copy, outputs name their inputs without a machine's absolute paths."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-from bsp_planner import cli
 from bsp_planner.experiment import load_experiment
 from bsp_planner.job import load_job
 from bsp_planner.shipped import (
@@ -20,20 +18,11 @@ from bsp_planner.shipped import (
     is_shipped,
 )
 
+from cli_run import run_cli
+
 # perfect mode only and strategies that need neither TensorFlow nor torch: the point is where files are
 # read from and written to, not the figures
 QUICK = ["--steps", "12", "--mode", "perfect", "-s", "exppo,static:2,mpc,floor", "-q"]
-
-
-def run_cli(args, monkeypatch, capsys):
-    monkeypatch.setattr(sys, "argv", ["bsp-planner", *args])
-    code = 0
-    try:
-        cli.main()
-    except SystemExit as exc:
-        code = exc.code or 0
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def _no_absolute_paths(text: str, *roots) -> None:

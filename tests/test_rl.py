@@ -18,13 +18,14 @@ import pytest
 gym = pytest.importorskip("gymnasium")
 pytest.importorskip("stable_baselines3")
 
-from bsp_planner import cli  # noqa: E402
 from bsp_planner.errors import InputError  # noqa: E402
 from bsp_planner.planners.base import Decision, Planner, make_planner  # noqa: E402
 from bsp_planner.rl.data import build_data  # noqa: E402
 from bsp_planner.rl.settings import ENV_ID, load_env_settings  # noqa: E402
 from bsp_planner.shipped import data_dir  # noqa: E402
 from bsp_planner.simulation import simulate  # noqa: E402
+
+from cli_run import run_cli  # noqa: E402
 
 DATA = data_dir()  # the shipped defaults (package data)
 TASKS = ["affinity", "atomic", "bsearch", "cap", "chmod", "memcpy", "vecmath", "zero"]
@@ -81,17 +82,6 @@ def setup_dir(tmp_path_factory):
 @pytest.fixture(scope="module")
 def train_data(setup_dir):
     return build_data(load_env_settings(setup_dir), "train")
-
-
-def run_cli(args, monkeypatch, capsys):
-    monkeypatch.setattr(sys, "argv", ["bsp-planner", *args])
-    code = 0
-    try:
-        cli.main()
-    except SystemExit as exc:
-        code = exc.code or 0
-    out = capsys.readouterr()
-    return code, out.out, " ".join(out.err.split())
 
 
 # ------------------------------------------------------------------------------- environment
@@ -440,48 +430,17 @@ def test_agent_trained_on_another_shape_is_refused(tiny_agent, monkeypatch, caps
         make_planner(f"rl:{bad}")
 
 
-def test_agent_needing_more_forecast_than_given(tiny_agent, tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize(("forecast_horizon", "refused"), [(10, False), (5, True)])
+def test_agent_needing_more_forecast_than_given(tiny_agent, tmp_path, monkeypatch, capsys, forecast_horizon, refused):
+    """The agent observes 6 steps ahead: a forecast of 10 covers that, one of 5 is refused."""
     agent, env_file = tiny_agent
-    code, out, err = run_cli(
-        [
-            "simulate",
-            str(env_file.parent / "exp.toml"),
-            "-q",
-            "-m",
-            "forecast",
-            "-s",
-            f"rl:{agent}",
-            "--set",
-            "forecast.horizon=10",
-            "--set",
-            "planner.horizon=4",
-            "-o",
-            str(tmp_path / "o"),
-        ],
-        monkeypatch,
-        capsys,
-    )
-    assert code == 0, err  # 10 >= 6: fine
-    code, out, err = run_cli(
-        [
-            "simulate",
-            str(env_file.parent / "exp.toml"),
-            "-q",
-            "-m",
-            "forecast",
-            "-s",
-            f"rl:{agent}",
-            "--set",
-            "forecast.horizon=5",
-            "--set",
-            "planner.horizon=4",
-            "-o",
-            str(tmp_path / "o2"),
-        ],
-        monkeypatch,
-        capsys,
-    )
-    assert code == 2 and "cover 5 steps ahead" in err
+    args = ["simulate", str(env_file.parent / "exp.toml"), "-q", "-m", "forecast", "-s", f"rl:{agent}"]
+    args += ["--set", f"forecast.horizon={forecast_horizon}", "--set", "planner.horizon=4", "-o", str(tmp_path / "o")]
+    code, out, err = run_cli(args, monkeypatch, capsys)
+    if refused:
+        assert code == 2 and "cover 5 steps ahead" in err
+    else:
+        assert code == 0, err
 
 
 def test_overlapping_ranges_with_strict(tmp_path, monkeypatch, capsys, tiny_agent):
@@ -512,6 +471,33 @@ def test_overlapping_ranges_with_strict(tmp_path, monkeypatch, capsys, tiny_agen
         ["rl", "evaluate", "--agent", str(agent), "--eval-range", "150:250", "--strict"], monkeypatch, capsys
     )
     assert code == 2 and "100..299" in err and "not out of sample" in err
+
+
+@pytest.mark.parametrize(
+    "args, needles",
+    [
+        (["--seed", "-1"], ["field 'agent.seed'", "expected a number >= 0", "--seed"]),  # was a numpy traceback
+        (["--seed", str(2**32)], ["field 'agent.seed'", "expected a number <= 4.29497e+09"]),
+        (["--algo", "sac"], ["field 'agent.algo'", "expected one of dqn, ppo, a2c", "(from --algo"]),
+        (["-n", "0"], ["field 'agent.timesteps'", ">= 1", "(from --timesteps"]),
+        (["--set", "penalty_s=nan"], ["field 'penalty_s'", "finite", "--set"]),
+        (["--set", "bogus=1"], ["unknown setting in --set bogus=1"]),
+        (["--run-dir", "A_FILE"], ["field '--run-dir'", "existing file"]),  # was a FileExistsError traceback
+    ],
+)
+def test_rl_train_shipped_refuses_bad_options_before_any_training(args, needles, tmp_path, monkeypatch, capsys):
+    from bsp_planner.rl.settings import DEFAULT_AGENT_DIR
+
+    (tmp_path / "a-file").write_text("x")
+    args = [str(tmp_path / "a-file") if a == "A_FILE" else a for a in args]
+    shipped = {p.name: p.read_bytes() for p in DEFAULT_AGENT_DIR.iterdir() if p.is_file()}
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_cli(["rl", "train", "--shipped", "-q", *args], monkeypatch, capsys)
+    assert code == 2 and "Traceback" not in err, err
+    for needle in needles:
+        assert needle in err, (needle, err)
+    assert "training" not in out and not (tmp_path / "out").exists(), "refused before any training or folder"
+    assert {p.name: p.read_bytes() for p in DEFAULT_AGENT_DIR.iterdir() if p.is_file()} == shipped
 
 
 def test_missing_and_corrupt_agent_files(tiny_agent, tmp_path, monkeypatch, capsys):

@@ -12,29 +12,9 @@ import pytest
 from bsp_planner.errors import InputError
 from bsp_planner.runtime import zk as Z
 
-from zk_fixtures import needs_zk
+from zk_fixtures import close_all, make_root, needs_zk, session
 
 pytestmark = needs_zk
-
-
-def session(server, creds, **kw) -> Z.ZkSession:
-    return Z.ZkSession(server.hosts, creds, connect_timeout_s=10, **kw).start()
-
-
-def make_root(s: Z.ZkSession, root: str) -> None:
-    """The shared parents as a coordinator makes them (anyone may add a run), then the test's root."""
-    s.ensure_path(root.rsplit("/", 1)[0], acl=s.creds.parent_acl())
-    s.create(root)
-
-
-@pytest.fixture
-def creds():
-    return Z.Credentials("tester", "pw-" + os.urandom(6).hex())
-
-
-@pytest.fixture
-def root(request):
-    return f"/t/{request.node.name.replace('[', '-').replace(']', '')}-{os.urandom(3).hex()}"
 
 
 # -- values ------------------------------------------------------------------------------------------
@@ -194,10 +174,7 @@ def test_the_double_barrier_holds_everyone_until_all_enter_and_all_leave(zk_serv
         coord.commit(StepBarrier(coord, paths, 0, names).cleanup_ops())
         assert not coord.exists(paths.barrier(0))
     finally:
-        for s in sessions.values():
-            s.close()
-        coord.delete_tree(root)
-        coord.close()
+        close_all(coord, sessions, root)
 
 
 # -- bounded waits, the server -----------------------------------------------------------------------

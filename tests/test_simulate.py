@@ -2,27 +2,15 @@
 
 import json
 import math
-import sys
 
 import numpy as np
 import pytest
 
-from bsp_planner import cli
 from bsp_planner.experiment import load_experiment
 from bsp_planner.scenario import build_scenario, run_strategy
 
+from cli_run import run_cli
 from synthetic import DATA, THESIS_TASKS, write_experiment, write_profile
-
-
-def run_cli(args, monkeypatch, capsys):
-    monkeypatch.setattr(sys, "argv", ["bsp-planner", *args])
-    code = 0
-    try:
-        cli.main()
-    except SystemExit as exc:
-        code = exc.code or 0
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def test_simulate_writes_the_comparison(tmp_path, synthetic_profile, monkeypatch, capsys):

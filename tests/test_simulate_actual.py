@@ -3,30 +3,19 @@ perfect mode from a recorded trace's raw workloads, and a bad trace refused nami
 
 import json
 import shutil
-import sys
 
 import numpy as np
 import pytest
 
-from bsp_planner import cli
 from bsp_planner.experiment import load_experiment
 from bsp_planner.performance import PerformanceModel
 from bsp_planner.profiles import load_profile
 from bsp_planner.shipped import data_dir, find_experiment
 
+from cli_run import run_cli
+
 TRACE = data_dir() / "traces" / "particles-8"
 RANKS = [f"p{r}" for r in range(8)]
-
-
-def run_cli(args, monkeypatch, capsys):
-    monkeypatch.setattr(sys, "argv", ["bsp-planner", *map(str, args)])
-    code = 0
-    try:
-        cli.main()
-    except SystemExit as exc:
-        code = exc.code or 0
-    out = capsys.readouterr()
-    return code, out.out, " ".join(out.err.split())
 
 
 def raw_trace(folder, steps):
@@ -102,3 +91,41 @@ def test_a_bad_trace_is_refused_naming_file_and_line(tmp_path, monkeypatch, caps
     assert code == 2 and "Traceback" not in err
     assert needle in err, err
     assert not (tmp_path / "out").exists(), "nothing written for a refused trace"
+
+
+def test_a_file_given_as_the_trace_folder_is_said_to_be_no_folder(tmp_path, monkeypatch, capsys):
+    (tmp_path / "trace.csv").write_text("workload\n1000\n")
+    code, _, err = run_cli(
+        [
+            "simulate",
+            "particles-8",
+            "-q",
+            "--mode",
+            "perfect",
+            "--actual",
+            tmp_path / "trace.csv",
+            "-o",
+            tmp_path / "o",
+        ],
+        monkeypatch,
+        capsys,
+    )
+    assert code == 2 and "trace.csv" in err and "not a folder" in err and "--actual" in err, err
+    assert not (tmp_path / "o").exists()
+
+
+def test_replayed_values_outside_the_workload_range_are_clipped_with_one_warning(tmp_path, monkeypatch, capsys):
+    """particles-8's workload_range is [500, 20000]: two values of p2 and one of p5 lie outside it."""
+    trace = tmp_path / "trace"
+    shutil.copytree(TRACE, trace)
+    corrupt(trace, "p2", 2, "1e12")
+    corrupt(trace, "p2", 3, "100")
+    corrupt(trace, "p5", 4, "25000")
+    args = ["simulate", "particles-8", "-q", "--mode", "perfect", "-s", "exppo", "--actual", trace]
+    code, _, err = run_cli([*args, "-o", tmp_path / "o"], monkeypatch, capsys)
+    assert code == 0, err
+    assert err.count("warning:") == 1, err
+    assert "3 replayed workload(s) outside workload_range [500, 20000] clipped to it: p2 (2), p5 (1)" in err, err
+    # the shipped trace lies inside the range: no warning
+    code, _, err = run_cli([*args[:-1], TRACE, "-o", tmp_path / "o2"], monkeypatch, capsys)
+    assert code == 0 and "warning" not in err, err

@@ -1,30 +1,18 @@
 """`simulate --jobs N` runs strategies and modes in parallel processes with the same results as one."""
 
 import csv
-import sys
 
 import numpy as np
 import pytest
 
-from bsp_planner import cli
 from bsp_planner.experiment import load_experiment
 from bsp_planner.parallel_runs import run_pairs
 from bsp_planner.scenario import build_scenario
 
+from cli_run import run_cli
 from synthetic import write_experiment
 
 TIMING_COLUMNS = {"mean_decision_ms", "decision_ms", "prepare_ms"}
-
-
-def run_cli(args, monkeypatch, capsys):
-    monkeypatch.setattr(sys, "argv", ["bsp-planner", *args])
-    code = 0
-    try:
-        cli.main()
-    except SystemExit as exc:
-        code = exc.code or 0
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def test_parallel_results_equal_serial_results(tmp_path, synthetic_profile):

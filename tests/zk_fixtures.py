@@ -87,6 +87,41 @@ def own_zk(tmp_path):
 
 
 @pytest.fixture
+def creds():
+    """Credentials of a test's own, for the ZooKeeper-layer tests that open sessions themselves."""
+    from bsp_planner.runtime import zk as Z
+
+    return Z.Credentials("tester", "pw-" + os.urandom(6).hex())
+
+
+@pytest.fixture
+def root(request):
+    """A znode path of the test's own (its name, made unique), under /t."""
+    return f"/t/{request.node.name.replace('[', '-').replace(']', '')}-{os.urandom(3).hex()}"
+
+
+def session(server, creds, **kw):
+    """A started ZooKeeper session on the server (a ZkSession; close it)."""
+    from bsp_planner.runtime import zk as Z
+
+    return Z.ZkSession(server.hosts, creds, connect_timeout_s=10, **kw).start()
+
+
+def make_root(s, root: str) -> None:
+    """The shared parents as a coordinator makes them (anyone may add a run), then the test's root."""
+    s.ensure_path(root.rsplit("/", 1)[0], acl=s.creds.parent_acl())
+    s.create(root)
+
+
+def close_all(coord, sessions: dict, root: str) -> None:
+    """A test's end: every participant's session closed, then the test's znodes deleted by the coordinator's."""
+    for s in sessions.values():
+        s.close()
+    coord.delete_tree(root)
+    coord.close()
+
+
+@pytest.fixture
 def creds_file(tmp_path):
     """Credentials for the run's digest ACL, in a file only its owner may read."""
     from bsp_planner.runtime.zk import Credentials, write_credentials_file

@@ -131,10 +131,14 @@ def _parse_settings(items: list[str] | None, names: list[str]) -> dict[str, dict
 def _context(experiment, job, tasks, horizon, gaps, settings, names):
     """(workspace, experiment) for a command."""
     from ..experiment import load_experiment
+    from ..settings import apply_flag_overrides, flag_overrides
     from ..shipped import find_experiment
     from .pipeline import Workspace
 
     exp = load_experiment(find_experiment(experiment))
+    # --horizon stands for the experiment's forecast.horizon: checked as that field is (0 is refused, not
+    # taken for "not given"), but not against the planner's horizon (a forecaster serves any planner)
+    forecast = apply_flag_overrides(exp.forecast, flag_overrides([("--horizon", "horizon", horizon)]))
     job_path = job if job is not None else exp.job_path
     if gaps is None:
         gaps = getattr(exp.forecast, "gaps", None)
@@ -150,7 +154,7 @@ def _context(experiment, job, tasks, horizon, gaps, settings, names):
         workload_range=tuple(exp.workload_range),
         gaps=gaps,
         tasks=tasks,
-        horizon=horizon or exp.forecast.horizon,
+        horizon=forecast.horizon,
         settings=_parse_settings(settings, names),
     )
     filled = [(p.task, p.filled) for p in ws.prepared if p.filled]
@@ -207,10 +211,10 @@ def train(
     from .registry import is_learned
 
     models = _save_root(models, shipped)
-    ws, _ = _context(experiment, job, task, horizon, gaps, settings, forecaster)
     for n in forecaster:
-        if not is_learned(n):
+        if n in FORECASTERS and not is_learned(n):
             raise InputError(f"{n} has nothing to train; train lstm or lstm-thesis", field="--forecaster")
+    ws, _ = _context(experiment, job, task, horizon, gaps, settings, forecaster)
     table = Table(title=f"trained models · job {ws.job.name}")
     for col in ("forecaster", "task", "epochs", "best epoch", "val RMSE", "seconds"):
         table.add_column(col)

@@ -141,7 +141,8 @@ def read_trace(
     the file and line."""
     folder = Path(folder)
     if not folder.is_dir():
-        raise InputError("trace folder not found (--actual)", path=folder, field="forecast.actual")
+        what = "not a folder: expected a folder of <task>.csv traces" if folder.exists() else "trace folder not found"
+        raise InputError(f"{what} (--actual)", path=folder, field="forecast.actual")
     out = np.empty((len(task_names), steps))
     for i, name in enumerate(task_names):
         path = folder / f"{name}.csv"

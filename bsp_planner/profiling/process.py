@@ -42,11 +42,14 @@ from pathlib import Path
 
 from ..errors import InputError
 from ..job import Task, substitute
+from ..settings import coerce_field
 from ..task.profiling import PROFILE_ENV, ProfilingPlan, write_plan
 from .cgroups import CpuQuotaGroup
 from .results import RunResult, stderr_tail
 
 POLL_S = 0.05  # how often the profiler looks at the process and its reports (not part of any timing)
+MAX_STEPS = 10_000  # warm-up or measured steps per workload: more is a typo (a cell would run for hours)
+MAX_MIN_MEASURE_S = 3600.0  # measured seconds per workload: an hour per cell is already far beyond any need
 
 
 @dataclass(frozen=True)
@@ -59,12 +62,15 @@ class ProcessSteps:
     min_measure_s: float = 1.0
 
     def __post_init__(self) -> None:
-        for option, value, least in (("--warmup-steps", self.warmup, 0), ("--measure-steps", self.measure, 1)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < least:
-                raise InputError(f"expected a whole number >= {least}, got {value!r}", field=option)
-        m = self.min_measure_s
-        if isinstance(m, bool) or not isinstance(m, (int, float)) or not math.isfinite(m) or m < 0:
-            raise InputError(f"expected a number of seconds >= 0, got {m!r}", field="--min-measure-s")
+        # Checked by the settings loader, as every setting is (NaN, a fraction of a step, a bound exceeded),
+        # the error naming the `profile run` option; the upper bounds catch typos that would never end.
+        for name, option, tp, checks in (
+            ("warmup", "--warmup-steps", int, {"ge": 0, "le": MAX_STEPS}),
+            ("measure", "--measure-steps", int, {"ge": 1, "le": MAX_STEPS}),
+            ("min_measure_s", "--min-measure-s", float, {"ge": 0, "le": MAX_MIN_MEASURE_S}),
+        ):
+            value = coerce_field(getattr(self, name), tp, checks, where=option, path=None)
+            object.__setattr__(self, name, value)  # frozen: the coerced value (3.0 -> 3) replaces the given one
 
     def as_dict(self) -> dict[str, float]:
         return {"warmup_steps": self.warmup, "measure_steps": self.measure, "min_measure_s": self.min_measure_s}

@@ -42,10 +42,12 @@ EnvSetOpt = Annotated[
 ]
 
 
-def _settings(env: Path | None, env_set: list[str] | None, extra: list[str]):
+def _settings(env: Path | None, env_set: list[str] | None, flagged: list[tuple[str, str]]) -> EnvSettings:
+    """The environment with --env-set and then the named flags applied, each error naming its flag."""
+    from ..settings import apply_flag_overrides
     from .settings import load_env_settings
 
-    return load_env_settings(env, list(env_set or []) + extra)
+    return apply_flag_overrides(load_env_settings(env), [("--env-set", item) for item in env_set or []] + flagged)
 
 
 @app.command("train")
@@ -92,29 +94,40 @@ def train(
     from rich.console import Console
 
     from ..errors import InputError
+    from ..experiment import load_experiment
+    from ..outputs import check_output_dir, check_output_file
+    from ..settings import flag_overrides
     from .settings import DEFAULT_AGENT_DIR, StepRange
 
     if shipped and agent is not None:
         raise InputError("give either --agent or --shipped, not both", field="--shipped")
     console = Console()
-    flags = {
-        "agent.algo": algo,
-        "agent.timesteps": timesteps,
-        "agent.seed": seed,
-        "agent.eval_every": eval_every,
-        "agent.checkpoint_every": checkpoint_every,
-    }
-    extra = [f"{key}={value}" for key, value in flags.items() if value is not None]
+    flagged = flag_overrides(
+        [
+            ("--algo", "agent.algo", algo),
+            ("--timesteps", "agent.timesteps", timesteps),
+            ("--seed", "agent.seed", seed),
+            ("--eval-every", "agent.eval_every", eval_every),
+            ("--checkpoint-every", "agent.checkpoint_every", checkpoint_every),
+        ]
+    )
     for key, text in (("train", train_range), ("eval", eval_range)):
         if text is not None:
             r = StepRange.parse(text, f"--{key}-range")
-            extra += [f"{key}.start={r.start}", f"{key}.steps={r.steps}"]
-    s = _settings(env, env_set, extra)
+            flagged += flag_overrides(
+                [(f"--{key}-range", f"{key}.start", r.start), (f"--{key}-range", f"{key}.steps", r.steps)]
+            )
+    s = _settings(env, env_set, flagged)
     a = s.agent
     # Not into the package by default: after a pip install that is site-packages.
     agents_root = DEFAULT_AGENT_DIR.parent if shipped else Path("agents")
     agent_path = agent if agent is not None else (agents_root / s.name / f"{a.algo}.zip")
     out = run_dir if run_dir is not None else Path("out") / "rl" / f"{s.name}-{a.algo}"
+    # Every input checked before any training (or the shipped agent's folder) is touched.
+    check_output_dir(out, "--run-dir")
+    check_output_file(agent_path, "--shipped" if shipped else "--agent")
+    train_overrides = [f"start={s.train.start}", f"steps={s.train.steps}", f"modes={s.mode}"]  # as build_data does
+    load_experiment(s.experiment_path, list(s.overrides) + list(set_ or []) + train_overrides)
     console.print(
         f"training {a.algo.upper()} for {a.timesteps} steps on steps {s.train} ({s.mode} mode; window {s.window}, "
         f"actions a0..a{s.horizon_actions}, seed {a.seed}); held-out evaluation on steps {s.eval}"

@@ -94,7 +94,7 @@ class StepRange:
 class AgentSettings:
     algo: str = setting("dqn", choices=ALGOS)
     timesteps: int = setting(100_000, ge=1)
-    seed: int = 0
+    seed: int = setting(0, ge=0, le=2**32 - 1)  # numpy's legacy seeding (SB3's set_random_seed) takes no more
     gamma: float = setting(0.95, gt=0, le=1)
     learning_rate: float = setting(5e-4, gt=0)
     net_arch: list[int] = setting(default_factory=lambda: [128, 128], ge=1, min_items=1)

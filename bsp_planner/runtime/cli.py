@@ -42,6 +42,39 @@ def _hosts(value: str | None) -> str:
     return value or os.environ.get(ENV_HOSTS) or DEFAULT_HOSTS
 
 
+# `run`'s options of the kubernetes backend only: none given by default (the backend's environment decides)
+_K8S = {
+    flag: typer.Option(None, flag, help=f"kubernetes: {text}")
+    for flag, text in (
+        ("--namespace", "the namespace (default: the pod's own, the kubeconfig context's, else bsp-planner)."),
+        ("--image", "the workers' image (default $BSP_PLANNER_IMAGE, or the coordinator pod's own)."),
+        ("--kubeconfig", "kubeconfig file (default $KUBECONFIG; in-cluster config inside a pod)."),
+        ("--context", "kubeconfig context."),
+        ("--zk-auth-secret", "Secret (key `auth`) the worker pods read the ZooKeeper credentials from."),
+        ("--worker-zookeeper", "ZooKeeper as the pods reach it (default zookeeper.<namespace>.svc:2181)."),
+        ("--pending-timeout", "seconds a pod may stay Pending before the run stops, resumable (default 120)."),
+        ("--node-selector", "key=value[,key=value] for the worker pods."),
+    )
+}
+
+
+# RunSettings field -> the run option that sets it: a value the settings loader refuses is named by its option
+_RUN_FLAGS = {
+    "mode": "--mode",
+    "reconfigure": "--reconfigure",
+    "backend": "--backend",
+    "zookeeper": "--zookeeper",
+    "zk_root": "--zk-root",
+    "session_timeout_s": "--session-timeout",
+    "zk_wait_s": "--zk-wait",
+    "step_timeout_s": "--step-timeout",
+    "barrier": "--barrier",
+    "stress_ng": "--stress-ng",
+    "cgroup_prefix": "--cgroup-prefix",
+    "cpu_weight": "--cpu-weight",
+}
+
+
 def run(
     experiment: Path = typer.Option(
         Path("live-default"),
@@ -118,63 +151,43 @@ def run(
         "other work; quotas still cap each task) or workers (as the profiler weighs its runs).",
     ),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No per-step lines."),
-    namespace: str | None = typer.Option(
-        None,
-        "--namespace",
-        help="kubernetes: the namespace (default: the pod's own, the kubeconfig context's, else bsp-planner).",
-    ),
-    image: str | None = typer.Option(
-        None,
-        "--image",
-        help="kubernetes: the workers' image (default $BSP_PLANNER_IMAGE, or the coordinator pod's own).",
-    ),
-    kubeconfig: Path | None = typer.Option(
-        None, "--kubeconfig", help="kubernetes: kubeconfig file (default $KUBECONFIG; in-cluster config inside a pod)."
-    ),
-    context: str | None = typer.Option(None, "--context", help="kubernetes: kubeconfig context."),
-    zk_auth_secret: str | None = typer.Option(
-        None,
-        "--zk-auth-secret",
-        help="kubernetes: Secret (key `auth`) the worker pods read the ZooKeeper credentials from.",
-    ),
-    worker_zookeeper: str | None = typer.Option(
-        None,
-        "--worker-zookeeper",
-        help="kubernetes: ZooKeeper as the pods reach it (default zookeeper.<namespace>.svc:2181).",
-    ),
-    pending_timeout: float | None = typer.Option(
-        None,
-        "--pending-timeout",
-        help="kubernetes: seconds a pod may stay Pending before the run stops, resumable (default 120).",
-    ),
-    node_selector: str | None = typer.Option(
-        None, "--node-selector", help="kubernetes: key=value[,key=value] for the worker pods."
-    ),
+    namespace: str | None = _K8S["--namespace"],
+    image: str | None = _K8S["--image"],
+    kubeconfig: Path | None = _K8S["--kubeconfig"],
+    context: str | None = _K8S["--context"],
+    zk_auth_secret: str | None = _K8S["--zk-auth-secret"],
+    worker_zookeeper: str | None = _K8S["--worker-zookeeper"],
+    pending_timeout: float | None = _K8S["--pending-timeout"],
+    node_selector: str | None = _K8S["--node-selector"],
 ) -> None:
     """Run a job live: real tasks under CPU limits, synchronised superstep by superstep through ZooKeeper,
     reconfigured as the planner decides; writes a run log, a chart and a summary to runs/<run-id>/."""
     from rich.console import Console
 
+    from ..outputs import check_output_dir
+    from ..settings import flag_overrides
     from ..shipped import find_experiment
     from .coordinator import Coordinator, RunSettings, check_run_id, new_run_id
 
     console = Console()
+    check_output_dir(runs_dir, "--runs-dir")
+    flagged: list[tuple[str, str]] = []  # a new run's experiment overrides, each with the option that gave it
     if resume is not None:
         rid = check_run_id(resume)
         settings = _resumed_settings(runs_dir, rid, zookeeper, zk_wait)
     else:
         rid = check_run_id(run_id) if run_id else new_run_id()
-        overrides = list(set_ or [])
-        if job is not None:
-            overrides.append(f"job={job.resolve()}")
-        if steps is not None:
-            overrides.append(f"steps={steps}")
-        if online:
-            overrides.append("online=true")
-            if mode == "perfect":
-                mode = "forecast"  # online forecasts are what the planner is told
-        if learn:
-            overrides.append("learn=true")
+        flagged = [("--set", item) for item in set_ or []] + flag_overrides(
+            [
+                ("--job", "job", job),
+                ("--steps", "steps", steps),
+                ("--online", "online", online),
+                ("--learn", "learn", learn),
+            ]
+        )
+        overrides = [item for _, item in flagged]
+        if online and mode == "perfect":
+            mode = "forecast"  # online forecasts are what the planner is told
         k8s: dict = {}
         if backend in ("kubernetes", "k8s"):
             k8s = _kubernetes_settings(
@@ -209,6 +222,9 @@ def run(
         )
     if step_timeout is not None:
         settings.step_timeout_s = _positive_seconds(step_timeout, "--step-timeout")
+    settings = _checked(settings)
+    if resume is None:
+        _check_experiment(settings, flagged)
     say = (lambda text: None) if quiet else (lambda text: console.print(text, highlight=False))
     coord = Coordinator(settings, rid, runs_dir, resume=resume is not None, say=say)
     how = settings.reconfigure or "the backend's default"
@@ -217,6 +233,38 @@ def run(
         highlight=False,
     )
     _run_to_the_end(console, coord)
+
+
+def _checked(settings: RunSettings) -> RunSettings:
+    """The settings through the settings loader, before anything is created: a refused value names its option."""
+    from ..errors import InputError
+
+    try:
+        return settings.checked()
+    except InputError as exc:
+        flag = _RUN_FLAGS.get(exc.field or "")
+        if flag is None:
+            raise
+        raise InputError(exc.message, field=flag) from None
+
+
+def _check_experiment(settings: RunSettings, flagged: list[tuple[str, str]]) -> None:
+    """The experiment with the run's overrides, its planner and its job file, read as the coordinator will
+    read them, so that a bad value is refused before the run's folder is made; errors name the flag that
+    set it. (What needs the series, such as too many steps, is still found by the coordinator.)"""
+    from ..errors import InputError
+    from ..experiment import load_experiment
+    from ..job import load_job
+    from ..scenario import check_strategies
+    from ..settings import apply_flag_overrides
+
+    planned = [("--planner", f"strategies={settings.planner}"), ("--mode", f"modes={settings.mode}")]
+    exp = apply_flag_overrides(load_experiment(settings.experiment), flagged + planned)
+    try:
+        check_strategies(exp.strategies, exp)
+    except InputError as exc:  # the run's one strategy is its --planner
+        raise InputError(exc.message, field="--planner") from None
+    load_job(exp.job_path)
 
 
 def _resumed_settings(runs_dir: Path, rid: str, zookeeper: str | None, zk_wait: float) -> RunSettings:
@@ -241,6 +289,13 @@ def _auth_source(zk_auth_file: Path | None) -> str:
     from . import zk as Z
 
     if zk_auth_file is not None:
+        if not zk_auth_file.is_file():
+            from ..errors import InputError
+
+            what = "a folder" if zk_auth_file.is_dir() else "not found"
+            raise InputError(
+                f"{what}; expected a file holding user:password", path=zk_auth_file, field="--zk-auth-file"
+            )
         return f"file:{zk_auth_file.resolve()}"
     if os.environ.get(Z.ENV_AUTH_FILE):
         return f"file:{Path(os.environ[Z.ENV_AUTH_FILE]).resolve()}"
@@ -262,6 +317,8 @@ def _kubernetes_settings(
     """The kubernetes backend's settings that were given (the others come from its environment)."""
     from ..k8s.config import parse_node_selector
 
+    if pending_timeout is not None:
+        _positive_seconds(pending_timeout, "--pending-timeout")
     given = dict(
         namespace=namespace,
         image=image,

@@ -16,7 +16,12 @@ from ..settings import load_settings, setting
 from .zk import BARRIER_KINDS, DEFAULT_HOSTS
 
 RECONFIGURE = ("recreate", "in-place", "auto")
+BACKENDS = ("local", "kubernetes", "k8s")
 DEFAULT_STEP_TIMEOUT_S = 600.0
+# Upper bounds on the waits: beyond them a value is a typo, and a huge one fails deep inside (kazoo sends the
+# session timeout as 32-bit milliseconds; a deadline past the platform's time_t cannot be computed).
+MAX_SESSION_TIMEOUT_S = 3600.0  # ZooKeeper servers clamp sessions to 20 ticks (40 s by default) anyway
+MAX_WAIT_S = 7 * 86400.0  # one week: a wait for ZooKeeper, a worker's start, one superstep
 
 
 @dataclass
@@ -27,15 +32,16 @@ class RunSettings:
     # None: the backend's default (local: recreate; kubernetes: $BSP_PLANNER_K8S_RECONFIGURE, else auto)
     reconfigure: str | None = setting(None, choices=RECONFIGURE)
     overrides: list[str] = setting(default_factory=list)
-    backend: str = setting("local")
+    backend: str = setting("local", choices=BACKENDS)
     zookeeper: str = setting(DEFAULT_HOSTS)
     zk_root: str | None = setting(None)  # default: /bsp-planner/runs/<run-id>
     zk_auth: str = setting("generated")  # generated (runs/<id>/zk-auth) | file:<path> | env
-    session_timeout_s: float = setting(10.0, gt=0)
-    zk_wait_s: float = setting(30.0, gt=0)  # bounded wait for an unreachable ZooKeeper, at start and during the run
-    worker_start_s: float = setting(60.0, gt=0)  # how long a (re)started worker may take to join
+    session_timeout_s: float = setting(10.0, gt=0, le=MAX_SESSION_TIMEOUT_S)
+    # bounded wait for an unreachable ZooKeeper, at start and during the run
+    zk_wait_s: float = setting(30.0, gt=0, le=MAX_WAIT_S)
+    worker_start_s: float = setting(60.0, gt=0, le=MAX_WAIT_S)  # how long a (re)started worker may take to join
     step_timeout_s: float = setting(
-        DEFAULT_STEP_TIMEOUT_S, gt=0
+        DEFAULT_STEP_TIMEOUT_S, gt=0, le=MAX_WAIT_S
     )  # one superstep, from publishing it to every task's release
     max_restarts: int = setting(3, ge=0)  # restarts of one task within one step before the run fails
     # the steps' barrier: "double" (the tasks count themselves) or "counting" (the coordinator counts the
