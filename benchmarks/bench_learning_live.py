@@ -154,6 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=Path("bench_learning_live.json"))
     ap.add_argument("--job", default="kernel-3", choices=("kernel-3", "kernel-3p"))
     ap.add_argument("--period-us", type=int, default=100_000, help="CFS period of the run's quotas (us)")
+    ap.add_argument("--true-learn", action="store_true", help="also run the true profile with --learn")
     args = ap.parse_args(argv)
     cases = args.cases.split(",")
     unknown = [c for c in cases if c not in CASES]
@@ -170,6 +171,9 @@ def main(argv: list[str] | None = None) -> int:
         true_exp = experiment(work / "true", true_csv, args.steps, args.job)
         true_run = run_once(work, server, "true", true_exp, args.planner, False, args.period_us)
         runs.append({"case": "true profile", **true_run})
+        if args.true_learn:  # the floor learning reaches: the true profile, learning its own inaccuracy
+            r = run_once(work, server, "true-learn", true_exp, args.planner, True, args.period_us)
+            runs.append({"case": "true profile", **r})
         for case in cases:
             label, factor_of = CASES[case]
             wrong = wrong_profile(true_csv, work / case, factor_of)
@@ -185,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     true_total = runs[0]["total_s"]
     print(
         f"Command: `python benchmarks/bench_learning_live.py --steps {args.steps} --cases {args.cases} "
-        f"--planner {args.planner} --job {args.job} --period-us {args.period_us}`, "
+        f"--planner {args.planner} --job {args.job} --period-us {args.period_us}{' --true-learn' if args.true_learn else ''}`, "
         f"{platform.node() or 'host'} ({os.cpu_count()} cores), {started}-{ended} UTC.\n"
     )
     print(
