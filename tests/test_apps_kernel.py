@@ -79,3 +79,23 @@ def test_shipped_kernel_job_runs_the_kernel_with_the_workload_substituted():
         assert t["command"] == ["{python}", "-m", "bsp_planner.apps.kernel", "--size", "{workload}"]
         series = data_dir() / "jobs" / t["series"]["file"]
         assert series.is_file()
+
+
+def test_process_mode_by_hand_runs_its_steps_and_reports_each(tmp_path):
+    reports = tmp_path / "r.jsonl"
+    p = _run(["--process", "--size", "0.5", "--steps", "3", "--reports", str(reports)])
+    assert p.returncode == 0, p.stderr
+    got = [json.loads(line) for line in reports.read_text().splitlines()]
+    assert [r["step"] for r in got] == [0, 1, 2] and {r["workload"] for r in got} == {0.5}
+    assert all(r["wall_s"] > 0 for r in got)
+
+
+def test_process_mode_by_hand_needs_steps_and_size():
+    p = _run(["--process"])
+    assert p.returncode == 2 and "--steps and --size are required" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_shipped_process_job_runs_the_kernel_as_process_tasks():
+    job = tomllib.loads((data_dir() / "jobs" / "kernel-3p.toml").read_text())
+    assert [t["process"] for t in job["task"]] == [["{python}", "-m", "bsp_planner.apps.kernel", "--process"]] * 3
+    assert all("series" in t for t in job["task"])

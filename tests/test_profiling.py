@@ -341,3 +341,52 @@ def test_heatmaps_one_png_per_task(tmp_path):
     paths = write_heatmaps(load_profile(out), tmp_path / "heatmaps")
     assert [p.name for p in paths] == ["a.png", "b.png"]
     assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in paths)
+
+
+# -- the CFS period: one setting of the profiler and the live local backend, same default --------------
+@needs_cgroups
+@pytest.mark.parametrize("period_us", [100_000, 10_000])
+def test_the_quota_and_period_written_match_the_cpu_asked(tmp_path, period_us):
+    from bsp_planner.runtime.backends.local import LocalBackend as LiveBackend
+
+    with CpuQuotaGroup("p", millicores=250, prefix=PREFIX, period_us=period_us) as g:
+        assert g.quota() == (period_us // 4, period_us)
+        g.set_quota(750)  # a resize keeps the period
+        assert g.quota() == (period_us * 3 // 4, period_us)
+    with LocalBackend(prefix=PREFIX, workdir=tmp_path, cfs_period_us=period_us) as prof:
+        assert prof.info()["cfs_period_us"] == period_us
+        assert prof._group(cpu_task(), 500).period_us == period_us
+    live = LiveBackend("r1", tmp_path / "logs", cgroup_prefix=PREFIX, cfs_period_us=period_us)
+    with live._group("t", 500) as g:
+        assert g.quota() == (period_us // 2, period_us)
+    assert live.info()["cgroup"]["cfs_period_us"] == period_us
+    assert leftover_groups() == []
+
+
+def test_the_profiler_and_a_live_run_default_to_the_same_period(tmp_path):
+    from bsp_planner.runtime.backends.local import LocalBackend as LiveBackend
+    from bsp_planner.runtime.run_settings import RunSettings
+
+    assert LocalBackend(prefix=PREFIX, workdir=tmp_path).cfs_period_us == CFS_PERIOD_US
+    assert LiveBackend("r1", tmp_path).cfs_period_us == CFS_PERIOD_US
+    assert RunSettings(experiment="x").checked().cfs_period_us == CFS_PERIOD_US
+
+
+@pytest.mark.parametrize("period_us", [999, 1_000_001, 2.5, True])
+def test_a_period_the_kernel_refuses_is_an_input_error_naming_it(tmp_path, period_us):
+    with pytest.raises(InputError, match="CFS period of 1000..1000000") as e:
+        LocalBackend(prefix=PREFIX, workdir=tmp_path, cfs_period_us=period_us)
+    assert e.value.field == "--cfs-period-us"
+    with pytest.raises(InputError, match="at least 100m"):
+        quota_us(50, 10_000)
+
+
+def test_a_profile_resumed_with_another_period_is_refused(tmp_path):
+    from bsp_planner.profiling.profile_meta import _check_same_backend
+
+    meta = {"backend": "local-cgroup", "cpu_shares": 262144}  # before the period was recorded: the default
+    _check_same_backend(
+        meta, {"backend": "local-cgroup", "cpu_shares": 262144, "cfs_period_us": CFS_PERIOD_US}, tmp_path
+    )
+    with pytest.raises(InputError, match="cfs_period_us=100000, this run would use 10000"):
+        _check_same_backend(meta, {"backend": "local-cgroup", "cpu_shares": 262144, "cfs_period_us": 10_000}, tmp_path)

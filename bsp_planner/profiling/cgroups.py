@@ -1,6 +1,8 @@
 """CPU-quota cgroups: the mechanism a kubelet uses for a container's CPU limit, without Kubernetes.
 
-A CPU limit of ``m`` millicores becomes a CFS bandwidth quota of ``m * 100`` us per 100 000 us period:
+A CPU limit of ``m`` millicores becomes a CFS bandwidth quota of ``m / 1000`` of every period (by
+default ``m * 100`` us per 100 000 us period, a kubelet's default; the local backend and the profiler take
+the period as a setting, ``cfs_period_us``, with this one default so that profiles and runs agree):
 cgroup v1 writes ``cpu.cfs_period_us`` and ``cpu.cfs_quota_us`` under ``/sys/fs/cgroup/cpu/<prefix>/<name>``,
 cgroup v2 writes ``"<quota> <period>"`` to ``cpu.max`` under ``/sys/fs/cgroup/<prefix>/<name>``. Whichever
 the host has is found once (:func:`detect_hierarchy`).
@@ -30,7 +32,13 @@ from pathlib import Path
 
 from ..errors import InputError
 
+# The default CFS period, a kubelet's (cpuCFSQuotaPeriod). A task limited to a fraction f of a CPU runs
+# f x period and then waits for the next period, so a step's wall time depends on where in the period it
+# starts and ends: up to (1 - f) x period either way. At 250m and 100 ms that is 75 ms, a large part of a
+# step of a few hundred ms; a 10 ms period cuts it tenfold (BENCHMARKS.md, "Live per-step noise").
 CFS_PERIOD_US = 100_000
+MIN_PERIOD_US = 1_000  # the kernel's range for cpu.cfs_period_us (v1) and cpu.max's period (v2)
+MAX_PERIOD_US = 1_000_000
 MIN_QUOTA_US = 1_000  # the kernel refuses quotas under 1 ms
 MAX_SHARES = 262_144  # v1 cpu.shares range is 2..262144 (v2 cpu.weight 1..10000)
 DEFAULT_PREFIX = "bsp-planner"
@@ -40,7 +48,7 @@ CGROUP_ROOT = Path("/sys/fs/cgroup")
 @dataclass(frozen=True)
 class CpuStat:
     """The kernel's CFS bandwidth accounting of one group (its ``cpu.stat``): of the `nr_periods`
-    100 ms periods in which the group ran, `nr_throttled` ended with the group throttled (it had used its
+    periods in which the group ran, `nr_throttled` ended with the group throttled (it had used its
     whole quota), for `throttled_s` seconds in all. Proof that a quota is enforced, whatever the host's load."""
 
     nr_periods: int
@@ -91,8 +99,19 @@ def _permission_error(path: Path, exc: OSError) -> CgroupUnavailable:
     )
 
 
+def check_period_us(period_us: int, field: str = "cfs_period_us") -> int:
+    """A CFS period the kernel accepts (whole microseconds in 1 000..1 000 000); InputError naming `field`."""
+    if isinstance(period_us, bool) or not isinstance(period_us, int) or not MIN_PERIOD_US <= period_us <= MAX_PERIOD_US:
+        raise InputError(
+            f"expected a CFS period of {MIN_PERIOD_US}..{MAX_PERIOD_US} whole microseconds, got {period_us!r}",
+            field=field,
+        )
+    return period_us
+
+
 def quota_us(millicores: float, period_us: int = CFS_PERIOD_US) -> int:
     """The CFS quota of a CPU limit: 1000m is one full CPU, i.e. one whole period per period."""
+    check_period_us(period_us)
     if not millicores > 0:
         raise InputError(f"expected a positive CPU limit, got {millicores!r}", field="cpu_millicores")
     quota = int(round(millicores * period_us / 1000))
@@ -131,7 +150,7 @@ class CpuQuotaGroup:
         if "/" in self.name or "/" in prefix or self.name in ("", ".", "..") or prefix in ("", ".", ".."):
             raise InputError(f"a cgroup name must be one path component, got {prefix!r}/{self.name!r}")
         self.prefix = prefix
-        self.period_us = period_us
+        self.period_us = check_period_us(period_us)
         self.millicores = millicores
         self.parent = self.hierarchy.root / prefix
         self.path = self.parent / self.name

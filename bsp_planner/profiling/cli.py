@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from ..shipped import data_path
+from .cgroups import CFS_PERIOD_US
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -74,6 +75,13 @@ def run(
         help="CPU weight of the runs' groups (v1 cpu.shares; 0 = kernel default). High, so other load on "
         "the host does not stand in for the quota.",
     ),
+    cfs_period_us: int = typer.Option(
+        CFS_PERIOD_US,
+        "--cfs-period-us",
+        help="local: the CFS period of the runs' quotas, in us (1000..1000000; the quota is the CPU level's share "
+        "of it). Shorter periods make a step's time depend less on where in a period it starts and ends; a live "
+        "run should use the same (run setting cfs_period_us).",
+    ),
     backend: str = typer.Option(
         "local", "--backend", help="local (cgroup quotas on this host) or kubernetes (one Job per run)."
     ),
@@ -106,6 +114,7 @@ def run(
 
     from ..job import load_job
     from ..profiles import metadata_path
+    from .cgroups import quota_us
     from .local import LocalBackend
     from .process import ProcessSteps
     from .runner import Grid, failures_path, parse_levels, run_grid
@@ -131,7 +140,11 @@ def run(
         measure = lambda: run_grid_kubernetes(the_job, out, grid, profiler, tasks=_task_list(tasks), timeout_s=timeout)  # noqa: E731
         runs_on: contextlib.AbstractContextManager[object] = contextlib.nullcontext()
     elif backend == "local":
-        runs_on = LocalBackend(stress_ng=stress_ng, prefix=cgroup_prefix, cpu_shares=cpu_shares or None)
+        runs_on = LocalBackend(
+            stress_ng=stress_ng, prefix=cgroup_prefix, cpu_shares=cpu_shares or None, cfs_period_us=cfs_period_us
+        )
+        for c in grid.cpu_millicores:  # every level a quota the kernel takes at this period, before any run
+            quota_us(c, cfs_period_us)
         measure = lambda: run_grid(  # noqa: E731
             the_job, out, grid, runs_on, tasks=_task_list(tasks), timeout_s=timeout, process_steps=steps
         )

@@ -30,10 +30,12 @@ from pathlib import Path
 from ..errors import InputError
 from ..job import Task
 from .cgroups import (
+    CFS_PERIOD_US,
     DEFAULT_PREFIX,
     MAX_SHARES,
     CpuQuotaGroup,
     Hierarchy,
+    check_period_us,
     detect_hierarchy,
     quota_us,
     remove_stale_groups,
@@ -91,7 +93,11 @@ class LocalBackend:
         workdir: str | Path | None = None,
         hierarchy: Hierarchy | None = None,
         cpu_shares: int | None = MAX_SHARES,
+        cfs_period_us: int = CFS_PERIOD_US,
     ) -> None:
+        """`cfs_period_us`: the CFS period of every run's quota; the live local backend's setting of the
+        same name has the same default, so that a run is limited as its profile was."""
+        self.cfs_period_us = check_period_us(cfs_period_us, field="--cfs-period-us")
         if cpu_shares is not None and not 2 <= cpu_shares <= MAX_SHARES:
             raise InputError(f"expected cpu shares in 2..{MAX_SHARES}, got {cpu_shares}", field="--cpu-shares")
         self.cpu_shares = cpu_shares
@@ -208,6 +214,7 @@ class LocalBackend:
             "stress_ng": self._stress_ng_version_if_installed(),
             "scratch_fs": self.scratch_fs(),
             "cpu_shares": self.cpu_shares,
+            "cfs_period_us": self.cfs_period_us,
             "cpu_shares_note": "cgroup CPU weight of each run's group and its prefix group (v1 cpu.shares; "
             "v2 cpu.weight converted as a kubelet does; null = kernel default); high so the quota, not "
             "other load on the host, limits the runs",
@@ -223,12 +230,13 @@ class LocalBackend:
             millicores=cpu_millicores,
             prefix=self.prefix,
             hierarchy=self.hierarchy,
+            period_us=self.cfs_period_us,
         )
 
     def run(self, task: Task, workload: float, cpu_millicores: float, timeout_s: float) -> RunResult:
         """Run `workload` units of a stressor or command `task` under a `cpu_millicores` quota; never leaves
         the cgroup behind. The result carries the run's CPU seconds and its group's throttling."""
-        quota_us(cpu_millicores)  # a clear error before creating anything
+        quota_us(cpu_millicores, self.cfs_period_us)  # a clear error before creating anything
         if task.kind == "process":
             raise InputError(
                 f"task '{task.name}' is a long-running process: it is profiled a whole CPU level at a time "
@@ -295,7 +303,7 @@ class LocalBackend:
         """Profile a long-running `process` task at every one of `workloads` under one `cpu_millicores`
         quota: one start, its profiling session assigning the workloads in turn (see
         :mod:`bsp_planner.profiling.process`). Returns each workload's cell; never leaves the group behind."""
-        quota_us(cpu_millicores)
+        quota_us(cpu_millicores, self.cfs_period_us)
         with self._group(task, cpu_millicores) as group:
             if self.cpu_shares is not None:
                 group.set_weight(self.cpu_shares)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import InputError, InputWarning
 from ..job import Job, Task
+from .cgroups import CFS_PERIOD_US
 from .grid import Cell, Grid, level_number
 from .local import cpu_model
 from .process import ProcessSteps
@@ -84,10 +85,14 @@ def check_compatible(
 
 
 def _check_same_backend(meta: dict, backend: dict, meta_file: Path) -> None:
-    for key in ("backend", "cpu_shares"):
-        if key in meta and meta[key] != backend.get(key):
+    for key in ("backend", "cpu_shares", "cfs_period_us"):
+        # a profile from before the period was a setting was measured with the default period
+        had = meta.get(key, CFS_PERIOD_US if key == "cfs_period_us" and "backend" in meta else None)
+        if key == "cfs_period_us" and key not in backend:
+            continue  # a backend without CFS periods (kubernetes: the kubelet's)
+        if had is not None and had != backend.get(key):
             raise InputError(
-                f"the profile was measured with {key}={meta[key]!r}, this run would use "
+                f"the profile was measured with {key}={had!r}, this run would use "
                 f"{backend.get(key)!r}; measure into a new --out",
                 path=meta_file,
                 field=key,
@@ -215,7 +220,8 @@ def merge_meta(
 
 DURATION_NOTE = (
     "wall-clock seconds of the task's process (stress-ng or its command), in its own cgroup with a CFS quota of "
-    "cpu_millicores * 100 us per 100000 us; for a long-running process task, the mean wall seconds of its "
+    "cpu_millicores / 1000 of every cfs_period_us period (cpu_millicores * 100 us per 100000 us by default); "
+    "for a long-running process task, the mean wall seconds of its "
     "measured step blocks at that workload (at least measure_steps, lasting at least min_measure_s together) "
     "after warmup_steps discarded ones, the process started once per "
     "CPU level and repeat in such a cgroup"

@@ -111,13 +111,14 @@ class Backend(ABC):
 
 def make_backend(name: str, **kwargs) -> Backend:
     """The backend called `name`, built from the coordinator's settings (run_id, log_dir, stress_ng,
-    cgroup_prefix, reconfigure, cpu_weight); each takes what applies to it."""
+    cgroup_prefix, reconfigure, cpu_weight, cfs_period_us); each takes what applies to it."""
     if name == "local":
         from .local import LocalBackend
 
         kwargs.pop("reconfigure", None)  # the coordinator chooses between resize_task and recreate_task
         return LocalBackend(**kwargs)
-    kwargs.pop("cpu_weight", None)  # a local cgroup matter
+    kwargs.pop("cpu_weight", None)  # local cgroup matters
+    kwargs.pop("cfs_period_us", None)
     if name in ("kubernetes", "k8s"):
         try:
             from .kubernetes import KubernetesBackend

@@ -27,7 +27,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ...errors import InputError
-from ...profiling.cgroups import DEFAULT_PREFIX, CpuQuotaGroup, Hierarchy, detect_hierarchy, quota_us
+from ...profiling.cgroups import (
+    CFS_PERIOD_US,
+    DEFAULT_PREFIX,
+    CpuQuotaGroup,
+    Hierarchy,
+    check_period_us,
+    detect_hierarchy,
+    quota_us,
+)
 from . import Backend, Capabilities, TaskStatus, WorkerLaunch
 
 PR_SET_PDEATHSIG = 1
@@ -80,12 +88,16 @@ class LocalBackend(Backend):
         python: str = sys.executable,
         capacity_millicores: float | None = None,
         cpu_weight: str = "guaranteed",
+        cfs_period_us: int = CFS_PERIOD_US,
     ) -> None:
+        """`cfs_period_us`: the CFS period of every task's quota (the quota is the task's CPU share of it);
+        the profiler's setting of the same name has the same default, so a profile and a run agree."""
         if cpu_weight not in CPU_WEIGHTS:
             raise InputError(
                 f"expected --cpu-weight {' or '.join(CPU_WEIGHTS)}, got {cpu_weight!r}", field="--cpu-weight"
             )
         self.cpu_weight = cpu_weight
+        self.cfs_period_us = check_period_us(cfs_period_us)
         self.run_id = run_id
         self.log_dir = Path(log_dir)
         self.stress_ng = stress_ng
@@ -116,6 +128,7 @@ class LocalBackend(Backend):
                 "root": str(h.root),
                 "run_group": self.run_prefix,
                 "cpu_weight": self.cpu_weight,
+                "cfs_period_us": self.cfs_period_us,
             },
             "capacity_millicores": self.capacity,
         }
@@ -165,7 +178,9 @@ class LocalBackend(Backend):
         return self.hierarchy.root / self.run_prefix
 
     def _group(self, task: str, millicores: float | None = None) -> CpuQuotaGroup:
-        return CpuQuotaGroup(task, millicores=millicores, prefix=self.run_prefix, hierarchy=self.hierarchy)
+        return CpuQuotaGroup(
+            task, millicores=millicores, prefix=self.run_prefix, hierarchy=self.hierarchy, period_us=self.cfs_period_us
+        )
 
     def _weigh_run(self) -> None:
         """The weight of the run's parent group against the host's other processes.
@@ -217,7 +232,7 @@ class LocalBackend(Backend):
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def start_task(self, launch: WorkerLaunch, millicores: float) -> None:
-        quota_us(millicores)  # a clear error before anything is created
+        quota_us(millicores, self.cfs_period_us)  # a clear error before anything is created
         old = self.tasks.pop(launch.task, None)
         if old is not None:  # a dead (or unwanted) worker: nothing of it may survive
             self._reap(old, timeout_s=0.0)
@@ -292,7 +307,11 @@ class LocalBackend(Backend):
             n = max(1, len(self.workers))
             times = []
             with CpuQuotaGroup(
-                f"probe-{os.getpid()}", millicores=1000, prefix=self.prefix, hierarchy=self.hierarchy
+                f"probe-{os.getpid()}",
+                millicores=1000,
+                prefix=self.prefix,
+                hierarchy=self.hierarchy,
+                period_us=self.cfs_period_us,
             ) as g:
                 for i in range(7):
                     t0 = time.perf_counter()
@@ -350,6 +369,7 @@ class LocalBackend(Backend):
             millicores=self.probe_millicores,
             prefix=self.run_prefix,
             hierarchy=self.hierarchy,
+            period_us=self.cfs_period_us,
         )
 
     def _spawn_probe(self, group: CpuQuotaGroup) -> subprocess.Popen:
