@@ -43,7 +43,7 @@ from . import zk as Z
 from .backends import Backend, TaskLost, make_backend
 from .executor import LiveExecutor, RunFailed
 from .live_steps import LiveSteps, observation_of
-from .run_inputs import check_profile_matches, fit_profile, sha256
+from .run_inputs import check_profile_matches, fit_profile, period_mismatch, sha256
 from .run_lock import RunHeld, RunLock
 from .run_root import claim_root, prepare_tree
 from .run_settings import RECONFIGURE, RunSettings
@@ -260,8 +260,11 @@ class Coordinator:
             cgroup_prefix=s.cgroup_prefix,
             reconfigure=s.reconfigure,
             cpu_weight=s.cpu_weight,
+            cfs_period_us=s.cfs_period_us,
             **(s.kubernetes if s.backend in ("kubernetes", "k8s") else {}),
         )
+        if s.backend == "local" and (note := period_mismatch(self.exp, s.cfs_period_us)):
+            self.say(note)
         caps = self.backend.capabilities()
         if s.reconfigure is None:
             s.reconfigure = self.backend.default_reconfigure

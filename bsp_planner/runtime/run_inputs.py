@@ -80,3 +80,27 @@ def fit_profile(exp, run_dir: Path, write: bool, say) -> None:
             field="--resume",
         )
     exp.profile = str(sub.resolve())
+
+
+def period_mismatch(exp, cfs_period_us: int) -> str | None:
+    """A warning when the profile was measured under another CFS period than the run's quotas use (a
+    short step's time depends on the period: BENCHMARKS.md "Live per-step noise"); None if they agree or
+    the profile does not say."""
+    from ..profiles import metadata_path
+
+    meta_file = metadata_path(exp.profile_path)
+    try:
+        meta = json.loads(meta_file.read_text())
+    except (OSError, ValueError):
+        return None
+    if meta.get("backend") != "local-cgroup":
+        return None
+    from ..profiling.cgroups import CFS_PERIOD_US
+
+    measured = int(meta.get("cfs_period_us", CFS_PERIOD_US))  # profiles from before the setting: the default
+    if measured == int(cfs_period_us):
+        return None
+    return (
+        f"warning: the profile was measured with a {measured} us CFS period ({meta_file}) and this run's quotas "
+        f"use {cfs_period_us} us; predictions may be off (run with --cfs-period-us {measured})"
+    )
