@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-STRATEGIES = ["static:3", "static:8", "dp", "mpc", "mpc-risk", "mpc-adaptive", "reactive", "dqn"]
+STRATEGIES = ["static:3", "static:8", "dp", "mpc", "mpc-risk", "mpc-adaptive", "mpc-scenario", "reactive", "dqn"]
 SETTINGS = [
     {"name": "default (penalty 0.3 s, steps 0..399)", "penalty_s": 0.3, "start": 0},
     {"name": "penalty 0.1 s", "penalty_s": 0.1, "start": 0},

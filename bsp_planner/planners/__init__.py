@@ -28,6 +28,7 @@ PLANNERS.register("rl", "bsp_planner.planners.rl:rl_planner")
 PLANNERS.register("dqn", "bsp_planner.planners.rl:dqn_planner")
 PLANNERS.register("mpc-risk", "bsp_planner.planners.risk:RiskAwareMpcPlanner.from_spec")
 PLANNERS.register("mpc-adaptive", "bsp_planner.planners.risk:AdaptiveMpcPlanner.from_spec")
+PLANNERS.register("mpc-scenario", "bsp_planner.planners.scenario_mpc:ScenarioMpcPlanner.from_spec")
 PLANNERS.register("reactive", "bsp_planner.planners.reactive:ReactivePlanner.from_spec")
 
 #: Rows of the comparison computed from the actual durations, not by a planner.

@@ -49,18 +49,34 @@ class MpcPlanner(Planner):
 
     def plan(self, t: int, current: np.ndarray | None) -> tuple[float, list[tuple[int, int, np.ndarray | None]]]:
         """The cheapest plan over the horizon: (predicted cost, [(start, length, levels or None=keep)])."""
+        h = min(self.params.horizon, self.ctx.steps - t)
+        pred = self.ctx.configs.predicted[t, :, :, :h]  # (tasks, levels, h)
+        return self.plan_on(pred[None], np.ones(1), current)
+
+    def plan_on(
+        self, scenarios: np.ndarray, probs: np.ndarray, current: np.ndarray | None
+    ) -> tuple[float, list[tuple[int, int, np.ndarray | None]]]:
+        """The plan minimising the expected cost over scenarios (S, tasks, levels, h) of predicted
+        durations with probabilities (S,); one scenario of probability 1 is Algorithm 4 as written.
+        Every window's configuration is the allocator's for the S scenarios' steps taken together
+        (weights scaled by each scenario's probability), so it minimises the expected sum of per-step
+        maxima over tasks: a step waits for its slowest task in every scenario."""
         ctx = self.ctx
-        h = min(self.params.horizon, ctx.steps - t)
-        pred = ctx.configs.predicted[t, :, :, :h]  # (tasks, levels, h)
+        S, n, _, h = scenarios.shape
+        pred = scenarios.transpose(1, 2, 0, 3).reshape(n, scenarios.shape[2], S * h)  # (tasks, levels, S*h)
         starts, lengths = horizon_frames(h)
         k = np.arange(h)
         inside = (k[None, :] >= starts[:, None]) & (k[None, :] < (starts + lengths)[:, None])
         weights = np.where(
             inside, discount_weights(h, ctx.discount)[np.clip(k[None, :] - starts[:, None], 0, h - 1)], 0.0
         )
+        if S > 1:
+            weights = (weights[:, None, :] * probs[None, :, None]).reshape(starts.size, S * h)
         d = np.broadcast_to(pred, (starts.size,) + pred.shape)
         cfgs = ctx.allocator.allocate_batch(d, weights, ctx.max_level, ctx.budget_steps)  # (frames, tasks)
-        per_step = pred[np.arange(pred.shape[0])[None, :], cfgs, :].max(axis=1)  # (frames, h)
+        per_step = pred[np.arange(n)[None, :], cfgs, :].max(axis=1)  # (frames, S*h)
+        if S > 1:
+            per_step = np.einsum("fsh,s->fh", per_step.reshape(starts.size, S, h), probs)
         punish = self.params.length_punishment**lengths
         window = (per_step * inside).sum(axis=1) * punish
         penalty = np.full(starts.size, ctx.penalty_s)
@@ -71,7 +87,9 @@ class MpcPlanner(Planner):
             penalty[(starts == 0) & same] = 0.0
         cost = window + penalty
         if current is not None:
-            keep_steps = pred[np.arange(pred.shape[0]), current, :].max(axis=0)  # (h,)
+            keep_steps = pred[np.arange(n), current, :].max(axis=0)  # (S*h,)
+            if S > 1:
+                keep_steps = probs @ keep_steps.reshape(S, h)
             keep = np.cumsum(keep_steps) * self.params.length_punishment ** np.arange(1, h + 1)
         # best[e]: cheapest plan covering the first e steps; back[e]: its last window (frame index or -e for keep)
         best = np.full(h + 1, np.inf)
