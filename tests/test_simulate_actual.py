@@ -41,7 +41,7 @@ def test_an_observed_workload_job_is_simulated_from_its_recorded_trace(tmp_path,
     w = raw_trace(TRACE, exp.steps)
     assert w.max() > 1000 and not np.allclose(w, w[:1]), "a raw trace: counts in the thousands, ranks differ"
     expected = model.durations(w)[:, 0, :].max(axis=0).sum()
-    assert results["exppo"]["total_s"] == pytest.approx(expected, rel=1e-5)
+    assert results["exppo"]["total_s"] == pytest.approx(expected, abs=5e-4)  # comparison.json keeps ms
     # knowing the trace, mpc moves CPU to the busy ranks: close to the floor, far below the even split
     assert results["floor"]["total_s"] <= results["mpc"]["total_s"] < 0.5 * results["exppo"]["total_s"]
 

@@ -354,7 +354,10 @@ def _run_to_the_end(console: Console, coord: Coordinator) -> None:
     err = Console(stderr=True)
 
     def on_term(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
+        # Raising here could land inside a ZooKeeper call and leave the client stuck; a running coordinator
+        # stops at its next check instead (within a tick). A second SIGTERM, or one before the steps, stops now.
+        if coord.stop_requested.is_set() or not coord.request_stop():
+            raise KeyboardInterrupt
 
     previous = signal.signal(signal.SIGTERM, on_term)
     try:

@@ -31,6 +31,7 @@ a task lost by the platform, the run folder unwritable): resumable, exit code 3;
 from __future__ import annotations
 
 import secrets
+import threading
 from dataclasses import asdict
 from pathlib import Path
 
@@ -116,6 +117,20 @@ class Coordinator:
         self.summary: dict = {}
         self.paths_out: dict[str, Path] = {}
         self.instance = secrets.token_hex(8)  # names this coordinator in its ZooKeeper lock and run.json
+        self.stop_requested = threading.Event()
+
+    def request_stop(self) -> bool:
+        """Ask a running coordinator to stop as Ctrl-C does (resumable, exit 3), at its next safe point: between
+        ZooKeeper calls, within a wait's tick. False before the steps started (then the caller stops it at once)."""
+        if self.executor is None or self.session is None:
+            return False
+        self.stop_requested.set()
+        self.session.wake_all()
+        return True
+
+    def _check_stop(self) -> None:
+        if self.stop_requested.is_set():
+            raise KeyboardInterrupt
 
     @property
     def run_meta(self) -> dict:
@@ -337,6 +352,7 @@ class Coordinator:
             sync=self.job.sync,
             run_id=self.run_id,
             run_dir=str(self.run_dir.resolve()),
+            check_stop=self._check_stop,
         )
         return loop, records, runlog
 

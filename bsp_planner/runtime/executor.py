@@ -58,6 +58,7 @@ class LiveExecutor:
         sync: str = "barrier",
         run_id: str = "",
         run_dir: str = "",
+        check_stop: Callable[[], None] | None = None,
     ) -> None:
         self.settings = settings
         self.session = session
@@ -76,6 +77,9 @@ class LiveExecutor:
         self.sync = sync
         self.run_id = run_id
         self.run_dir = run_dir
+        # raises KeyboardInterrupt once a stop was asked for (SIGTERM): checked between ZooKeeper calls, never
+        # inside one, so a stop cannot leave the client half-way through a request
+        self.check_stop = check_stop or (lambda: None)
 
     # -- workers -----------------------------------------------------------------------------------
     def _launch(self, task: str) -> WorkerLaunch:
@@ -161,6 +165,7 @@ class LiveExecutor:
             return v is not None and Z.parse_checkpoint(self.paths.checkpoint(t), v) >= next_step
 
         def interrupt():
+            self.check_stop()
             for t in list(pending):
                 st = self.backend.poll_task(t)
                 if st.alive is False and ran_ahead_and_ended(t, st.exit_code):
@@ -265,6 +270,7 @@ class LiveExecutor:
             return time.time() if barrier.is_done(watch=watch) else None
 
         def interrupt():
+            self.check_stop()
             self._relock()
             for task in self.tasks:
                 st = self.backend.poll_task(task)

@@ -84,6 +84,7 @@ class LiveSteps:
         self.planner_name = planner_name
 
     def apply(self, step: int, levels: np.ndarray, reconfigure: bool) -> float:
+        self.executor.check_stop()  # a stop asked for during the last step ends the run here, between steps
         total = float(np.sum(self.millicores(levels)))
         if total > self.budget_millicores + 1e-6:
             raise RunFailed(f"planner {self.planner_name} asked for {total:g}m at step {step}, over the budget")
