@@ -22,6 +22,8 @@ pytest.importorskip(
     "kubernetes", reason="the official kubernetes client is not installed (pip install 'bsp-planner[kubernetes]')"
 )
 
+from k8s_fixtures import NS
+
 from bsp_planner.job import load_job
 from bsp_planner.k8s import manifests as M
 from bsp_planner.profiling import runner as R
@@ -29,7 +31,6 @@ from bsp_planner.profiling.kubernetes import KubernetesProfiler, run_grid_kubern
 from bsp_planner.profiling.process import ProcessSteps
 from bsp_planner.testing.fake_apiserver import FakeApiServer, JobOutcome
 
-NS = "bsp-planner"
 PROGRAM = textwrap.dedent(
     """
     import sys

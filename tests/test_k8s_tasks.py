@@ -23,6 +23,8 @@ pytest.importorskip(
     "kubernetes", reason="the official kubernetes client is not installed (pip install 'bsp-planner[kubernetes]')"
 )
 
+from k8s_fixtures import NS, SECRET, kubelet
+
 from bsp_planner.errors import InputError
 from bsp_planner.job import load_job
 from bsp_planner.k8s import manifests as M
@@ -37,10 +39,6 @@ from bsp_planner.runtime.backends.kubernetes import (
 from bsp_planner.testing.fake_apiserver import FakeApiServer
 
 from zk_fixtures import DATA, EXPERIMENT, write_profile, zk_problem
-
-NS = "bsp-planner"
-SECRET = "bsp-planner-zk-auth"
-NO_BSP_PLANNER = "plain/"  # images whose name starts so have no bsp-planner on their PATH
 
 
 # -- the job file ----------------------------------------------------------------------------------------
@@ -308,63 +306,6 @@ def test_a_process_pod_evicted_mid_run_is_lost_naming_the_task(api):
 
 
 # -- live: the coordinator, a real ZooKeeper, the programs run by the fake kubelet --------------------------
-def kubelet(tmp_path: Path, secrets: dict[str, dict[str, str]]):
-    """Start a pod's container here: `bsp-planner` is this checkout's CLI and `python3` this Python (an
-    image with bsp-planner installed), except in images named plain/... (no bsp-planner: OSError, which
-    the fake reports as a StartError). /scratch is one local folder shared by the pods (a shared claim)."""
-    scratch = tmp_path / "scratch"
-
-    def run_pod(pod: dict):
-        c = pod["spec"]["containers"][0]
-        argv = list(c["command"]) + list(c.get("args") or [])
-        if argv[0] == "bsp-planner":
-            if c["image"].startswith(NO_BSP_PLANNER):
-                raise FileNotFoundError(2, "No such file or directory", "bsp-planner")
-            argv = [sys.executable, "-m", "bsp_planner.cli", *argv[1:]]
-        elif argv[0] == "python3":
-            argv[0] = sys.executable
-        env = dict(os.environ)
-        for e in c["env"]:
-            src = e.get("valueFrom") or {}
-            if "value" in e:
-                env[e["name"]] = e["value"]
-            elif "secretKeyRef" in src:
-                ref = src["secretKeyRef"]
-                env[e["name"]] = secrets[ref["name"]][ref["key"]]
-            elif src.get("fieldRef", {}).get("fieldPath") == "metadata.name":
-                env[e["name"]] = pod["metadata"]["name"]
-            elif src.get("fieldRef", {}).get("fieldPath") == "spec.nodeName":
-                env[e["name"]] = pod["spec"]["nodeName"]
-        env = {k: v.replace(M.SCRATCH_DIR, str(scratch)) for k, v in env.items()}
-        argv = [a.replace(M.SCRATCH_DIR, str(scratch)) for a in argv]
-        scratch.mkdir(exist_ok=True)
-        log_path = tmp_path / f"{pod['metadata']['name']}.log"
-        log = open(log_path, "ab")
-        return _Container(
-            log_path,
-            argv,
-            env=env,
-            cwd=scratch,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-
-    return run_pod
-
-
-class _Container(subprocess.Popen):
-    """A container's process, whose log the fake kubelet can read (FallbackToLogsOnError)."""
-
-    def __init__(self, log_path: Path, *args, **kw) -> None:
-        self.log_path = log_path
-        super().__init__(*args, **kw)
-
-    def log_tail(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-
 KERNEL = """#!{python}
 import json, os, sys
 task, step, size = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
