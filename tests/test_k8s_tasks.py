@@ -196,6 +196,17 @@ def test_an_image_task_without_a_program_runs_the_image_as_built_with_the_bsp_en
     assert env["BSP_PLANNER_ZK_AUTH"]["valueFrom"]["secretKeyRef"] == {"name": SECRET, "key": "auth"}
 
 
+def test_an_image_run_as_built_launched_as_a_worker_is_refused_naming_the_task(api, tmp_path):
+    path = tmp_path / "job.toml"
+    path.write_text('name = "j"\n\n[[task]]\nname = "p0"\nimage = "me/app:1"\n')
+    b = backend(api, zk_auth_secret=SECRET)
+    b.check(load_job(path), 2000, 3000)
+    assert b.as_built == {"p0"} and b.processes == {"p0"} and b.images == {"p0": "me/app:1"}
+    with pytest.raises(InputError, match="task 'p0' runs its image as built"):
+        b.start_task(WorkerLaunch("p0", ("worker", "--task", "p0"), {}, 0), 1000)
+    assert api.pods(NS) == []
+
+
 def test_an_image_run_as_built_is_resized_in_place():
     with FakeApiServer(version="v1.33.1", resize_delay_s=0.05) as api:
         api.add_node("node-a", "4")

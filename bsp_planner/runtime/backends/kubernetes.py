@@ -162,6 +162,7 @@ class KubernetesBackend(Backend):
         self.tasks: dict[str, _Task] = {}
         self.images: dict[str, str] = {}  # task -> its own image (command/process tasks that name one)
         self.processes: set[str] = set()  # process tasks: resized in place only, never recreated behind their back
+        self.as_built: set[str] = set()  # image tasks without a program: the image's ENTRYPOINT/CMD runs
         self.probe_millicores = 1000.0  # the CPU a recreation is measured under: budget / tasks (check)
         self.recreate_probe: dict = {}  # what measure_reconfigure_cost('recreate') saw
         self.events: list[ReconfigEvent] = []
@@ -274,6 +275,7 @@ class KubernetesBackend(Backend):
         self.probe_millicores = float(max(MIN_PROBE_MILLICORES, round(budget_millicores / n)))
         self.images = {t.name: t.image for t in getattr(job, "tasks", ()) if getattr(t, "image", None)}
         self.processes = {t.name for t in getattr(job, "tasks", ()) if getattr(t, "kind", "stressor") == "process"}
+        self.as_built = {t.name for t in getattr(job, "tasks", ()) if getattr(t, "runs_image_entrypoint", False)}
         self._cluster.list_pods(N.run_selector(self.run_key))  # reachability and the Role, at once
         self.mode  # noqa: B018  (raises if in-place is forced and impossible)
         self.settings  # noqa: B018  (raises if no image is known)
@@ -472,6 +474,12 @@ class KubernetesBackend(Backend):
         the user's program, in its image."""
         env, refs = self._worker_env(launch)
         image = self.images.get(launch.task)
+        if launch.task in self.as_built and not launch.program:
+            raise InputError(
+                f"task '{launch.task}' runs its image as built (no `command` or `process`), but the coordinator "
+                "launched our worker for it: this coordinator does not start such tasks as processes yet",
+                field=f"{launch.task}.image",
+            )
         command: list[str] | None
         args: list[str]
         if launch.program and not launch.args:  # an image task without `process`: its ENTRYPOINT/CMD
