@@ -106,20 +106,27 @@ class Task:
     series: SeriesRef | None
     workers: int = 1
     command: tuple[str, ...] | None = None  # the user's program, run afresh every step
-    process: tuple[str, ...] | None = None  # the user's long-running process (bsp_planner.task)
+    # the user's long-running process (bsp_planner.task); () : the image's own program (ENTRYPOINT/CMD), an
+    # `image` task without `command` or `process`, which only the kubernetes backend runs
+    process: tuple[str, ...] | None = None
     image: str | None = None  # Kubernetes: the container image the task's pod runs (command/process tasks)
 
     @property
     def kind(self) -> str:
-        """'stressor', 'command' or 'process'."""
-        return "command" if self.command else "process" if self.process else "stressor"
+        """'stressor', 'command' or 'process' (an image run as built is a process)."""
+        return "command" if self.command else "process" if self.process is not None else "stressor"
+
+    @property
+    def runs_image_entrypoint(self) -> bool:
+        """A process task whose program is its image's own ENTRYPOINT/CMD (no `process` given)."""
+        return self.process == () and self.image is not None
 
     def identity(self) -> dict:
         """What makes two measurements of this task comparable (kept in a profile's metadata and a run)."""
         image = {"image": self.image} if self.image else {}
         if self.command:
             return {"command": list(self.command), "workers": self.workers, **image}
-        if self.process:
+        if self.process is not None:
             return {"process": list(self.process), "workers": self.workers, **image}
         return {"stressor": self.stressor, "ops_per_unit": self.ops_per_unit, "workers": self.workers}
 
@@ -214,7 +221,7 @@ class JobFile:
         if not self.task:
             raise InputError("the job has no tasks; add at least one [[task]] table", path=path, field="task")
         seen: set[str] = set()
-        if self.sync == "observe" and any(t.process is None for t in self.task):
+        if self.sync == "observe" and any(t.process is None and not _image_only(t) for t in self.task):
             raise InputError(
                 'sync = "observe" needs every task to be a `process` (the application synchronises itself; '
                 "our worker runs stressors and commands under our barrier)",
@@ -226,14 +233,8 @@ class JobFile:
                 raise InputError(f"duplicate task name '{t.name}'", path=path, field=f"task[{i}].name")
             seen.add(t.name)
             kinds = [k for k in ("stressor", "command", "process") if getattr(t, k) is not None]
-            if not kinds and t.image is not None:
-                raise InputError(
-                    f"task '{t.name}' gives an image but no command or process: give `command` (run by our worker "
-                    "inside the image, afresh every step) or `process` (the image's long-running program); the "
-                    "image's own ENTRYPOINT is not used, since the API server cannot tell what it is",
-                    path=path,
-                    field=f"task[{i}]",
-                )
+            if _image_only(t):  # the image's own ENTRYPOINT/CMD is the task's long-running process
+                kinds = ["process"]
             if len(kinds) != 1:
                 raise InputError(
                     f"task '{t.name}' must give exactly one of stressor, command or process"
@@ -285,8 +286,8 @@ class JobFile:
         assert t.image is not None  # the caller checks
         if kind == "stressor":
             raise InputError(
-                f"task '{t.name}' gives an image but runs a stress-ng stressor: `image` goes with `command` or "
-                "`process` (stressor tasks run in the run's image, --image)",
+                f"task '{t.name}' gives an image but runs a stress-ng stressor: `image` goes with `command`, with "
+                "`process`, or alone (the image runs as built); stressor tasks run in the run's image, --image",
                 path=path,
                 field=f"task[{i}].image",
             )
@@ -306,6 +307,12 @@ class JobFile:
             )
 
 
+def _image_only(t: TaskSpec) -> bool:
+    """An `image` without stressor, command or process: the task runs the image as built (its ENTRYPOINT
+    and CMD), a long-running program that joins the run through bsp_planner.task (a `process` task)."""
+    return t.image is not None and t.stressor is None and t.command is None and t.process is None
+
+
 def load_job(path: str | Path) -> Job:
     """Read and validate a job file; every problem is an InputError naming the file and field."""
     path = Path(path)
@@ -322,7 +329,7 @@ def load_job(path: str | Path) -> Job:
             ),
             workers=t.workers if t.workers is not None else spec.workers,
             command=_program(t.command, path, in_image=t.image is not None),
-            process=_program(t.process, path, in_image=t.image is not None),
+            process=() if _image_only(t) else _program(t.process, path, in_image=t.image is not None),
             image=t.image,
         )
         for t in spec.task

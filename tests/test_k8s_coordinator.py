@@ -8,10 +8,7 @@ anything a real cluster does. The workers, ZooKeeper and stress-ng are real.
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 
 import pytest
 
@@ -20,6 +17,8 @@ pytest.importorskip(
 )
 
 pytest.importorskip("bsp_planner.runtime.coordinator", reason="the live runtime is not in this tree yet")
+
+from k8s_fixtures import NS, SECRET, kubelet
 
 from bsp_planner.k8s import names as N
 from bsp_planner.runtime.backends.kubernetes import KubernetesBackend
@@ -33,51 +32,12 @@ _problem = zk_problem() or (
 )
 pytestmark = [pytest.mark.skipif(_problem is not None, reason=_problem or ""), pytest.mark.slow]  # live runs
 
-NS = "bsp-planner"
-SECRET = "bsp-planner-zk-auth"
-
-
-def kubelet(tmp_path, secrets: dict[str, dict[str, str]]):
-    """Start a pod's container here: its args, its environment (values, Secrets, the downward API),
-    its scratch volume as a local folder."""
-    scratch = tmp_path / "scratch"
-
-    def run_pod(pod: dict):
-        c = pod["spec"]["containers"][0]
-        assert c["command"] == ["bsp-planner"]
-        env = dict(os.environ)
-        for e in c["env"]:
-            src = e.get("valueFrom") or {}
-            if "value" in e:
-                env[e["name"]] = e["value"]
-            elif "secretKeyRef" in src:
-                ref = src["secretKeyRef"]
-                env[e["name"]] = secrets[ref["name"]][ref["key"]]
-            elif src.get("fieldRef", {}).get("fieldPath") == "metadata.name":
-                env[e["name"]] = pod["metadata"]["name"]
-            elif src.get("fieldRef", {}).get("fieldPath") == "spec.nodeName":
-                env[e["name"]] = pod["spec"]["nodeName"]
-        env = {k: v.replace("/scratch", str(scratch)) for k, v in env.items()}
-        scratch.mkdir(exist_ok=True)
-        log = open(tmp_path / f"{pod['metadata']['name']}.log", "ab")
-        return subprocess.Popen(
-            [sys.executable, "-m", "bsp_planner.cli", *c["args"]],
-            env=env,
-            cwd=scratch,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-
-    return run_pod
-
 
 @pytest.mark.parametrize("how", ["in-place", "recreate"])
 def test_a_live_run_through_the_kubernetes_backend(tmp_path, zk_server, creds_file, how):
     exp = tiny_experiment(tmp_path / "exp", steps=3)
     secrets = {SECRET: {"auth": creds_file.read_text().strip()}}
-    with FakeApiServer(pod_runner=kubelet(tmp_path, secrets), delete_delay_s=5.0) as api:
+    with FakeApiServer(pod_runner=kubelet(tmp_path, secrets, workers_only=True), delete_delay_s=5.0) as api:
         api.add_node("node-a", "4")
         backend = KubernetesBackend(
             f"k8s-{how}",
@@ -133,7 +93,7 @@ def test_run_backend_kubernetes_on_the_command_line(
         pytest.skip("`bsp-planner run` has no kubernetes options yet (the hook in runtime/cli.py, docs/kubernetes.md)")
     exp = tiny_experiment(tmp_path / "exp", steps=3)
     secrets = {SECRET: {"auth": creds_file.read_text().strip()}}
-    with FakeApiServer(pod_runner=kubelet(tmp_path, secrets)) as api:
+    with FakeApiServer(pod_runner=kubelet(tmp_path, secrets, workers_only=True)) as api:
         api.add_node("node-a", "4")
         kubeconfig = tmp_path / "kubeconfig"
         kubeconfig.write_text(

@@ -112,19 +112,75 @@ def _port_forward(kubeconfig: str):
     pytest.fail("kubectl port-forward svc/zookeeper did not start")
 
 
-@pytest.mark.parametrize("how", ["recreate", "in-place"])
-def test_the_default_job_runs_live_on_the_cluster(cluster, tmp_path, monkeypatch, how):
+OWN_TASK = """
+[[task]]
+name = "{name}"
+image = "{image}"
+{what}
+series = {{ file = "{data}/datasets/nyc_taxi.csv", first_row = {first}, last_row = {last} }}
+"""
+
+OWN_PROGRAMS = {
+    "command": 'command = ["python3", "-c", "import sys; sum(i * i for i in range(int(float(sys.argv[1]) * 2000)))", '
+    '"{workload}"]',
+    "process": 'process = ["{python}", "-m", "bsp_planner.testing.bsp_app", "--ranks", "3"]',
+}
+
+
+def _own_experiment(folder: Path, kind: str, steps: int) -> Path:
+    """Three image tasks a, b, c running `kind` (OWN_PROGRAMS) in the run's image, and an experiment."""
+    rows = ((0, 1998), (1999, 3997), (0, 1998))
+    job = folder / "job.toml"
+    job.write_text(
+        'name = "own"\n'
+        + "".join(
+            OWN_TASK.format(name=n, image=IMAGE, what=OWN_PROGRAMS[kind], data=DATA, first=f, last=la)
+            for n, (f, la) in zip("abc", rows, strict=True)
+        )
+    )
+    from zk_fixtures import write_profile
+
+    write_profile(folder / "profile.csv")  # a synthetic profile of tasks a, b, c: the plan only needs one
+    experiment = folder / "exp.toml"
+    experiment.write_text(
+        f'job = "{job}"\nprofile = "{folder / "profile.csv"}"\nsteps = {steps}\npenalty_s = 0.5\n'
+        'modes = ["perfect"]\nstrategies = ["static:1"]\noutput = "out"\n'
+        "[cpu]\nbudget_millicores = 1500\nmin_millicores = 250\nstep_millicores = 50\nmax_millicores = 1000\n"
+    )
+    return experiment
+
+
+# (the job, how the run reconfigures: None = in place where the server can, else by recreation)
+LIVE_CASES = {
+    "default-recreate": ("default", "recreate"),
+    "default-in-place": ("default", "in-place"),
+    "command": ("command", None),  # image tasks: a command run every step by our worker in the task's image
+    "process": ("process", None),  # one long-running pod per task, resized in place (bsp_planner.testing.bsp_app)
+}
+
+
+@pytest.mark.parametrize("case", list(LIVE_CASES))
+def test_a_job_runs_live_on_the_cluster(cluster, tmp_path, monkeypatch, case):
+    """The default job by recreation and in place, and image tasks (command, process) of our own."""
     from bsp_planner.runtime.backends.kubernetes import KubernetesBackend
     from bsp_planner.runtime.coordinator import DEFAULT_EXPERIMENT, Coordinator, RunSettings
 
-    if how == "in-place" and not cluster["cluster"].capabilities().in_place_resize:
+    kind, how = LIVE_CASES[case]
+    in_place = cluster["cluster"].capabilities().in_place_resize
+    if how == "in-place" and not in_place:
         pytest.skip(f"the server ({cluster['version']}) has no pods/resize subresource (Kubernetes 1.33+)")
-    experiment = DEFAULT_EXPERIMENT
+    if kind == "process" and not in_place:
+        pytest.skip(f"the server ({cluster['version']}) cannot resize pods in place: process tasks are never recreated")
+    how = how or ("in-place" if in_place else "recreate")
     steps = int(os.environ.get("BSP_PLANNER_E2E_STEPS", "6"))
-    overrides = [f"steps={steps}"] + [o for o in os.environ.get("BSP_PLANNER_E2E_SET", "").split(",") if o]
+    extra = [o for o in os.environ.get("BSP_PLANNER_E2E_SET", "").split(",") if o]
+    if kind == "default":
+        experiment, overrides = DEFAULT_EXPERIMENT, [f"steps={steps}", *extra]
+    else:
+        experiment, overrides = _own_experiment(tmp_path, kind, steps), extra
     forward, port = _port_forward(cluster["kubeconfig"])
     monkeypatch.setenv("BSP_PLANNER_ZK_AUTH", cluster["auth"])
-    run_id = f"e2e-{how}-{int(time.time()) % 100000}"
+    run_id = f"e2e-{how if kind == 'default' else kind}-{int(time.time()) % 100000}"
     try:
         backend = KubernetesBackend(
             run_id,
@@ -132,7 +188,7 @@ def test_the_default_job_runs_live_on_the_cluster(cluster, tmp_path, monkeypatch
             image=IMAGE,
             reconfigure=how,
             zk_auth_secret=SECRET,
-            log_dir=tmp_path / "logs",
+            log_dir=tmp_path / "logs" if kind == "default" else None,
             poll_s=0.5,
         )
         settings = RunSettings(
@@ -154,83 +210,12 @@ def test_the_default_job_runs_live_on_the_cluster(cluster, tmp_path, monkeypatch
     records = result.records
     assert [r["step"] for r in records] == list(range(steps))
     assert all(t["measured_s"] > 0 for r in records for t in r["tasks"])
-    for r in records:
-        if r["reconfigured"]:
-            assert r["reconfig_s"] > 0
-    assert {e.mode for e in backend.events} <= {"start", how}
+    if kind != "command":  # (a command task's worker may fall back to recreation)
+        assert {e.mode for e in backend.events} <= {"start", how}
     assert cluster["cluster"].list_pods(N.run_selector(N.run_key(run_id))) == []
-    summary = json.loads((tmp_path / "runs" / run_id / "summary.json").read_text())
-    assert summary["steps_done"] == steps
-
-
-OWN_TASK = """
-[[task]]
-name = "{name}"
-image = "{image}"
-{what}
-series = {{ file = "{data}/datasets/nyc_taxi.csv", first_row = {first}, last_row = {last} }}
-"""
-
-
-@pytest.mark.parametrize("kind", ["command", "process"])
-def test_own_programs_run_live_in_their_image_on_the_cluster(cluster, tmp_path, monkeypatch, kind):
-    """Image tasks: a command run every step by our worker in the task's image, or one long-running
-    process pod per task resized in place (the stand-in application of bsp_planner.testing.bsp_app)."""
-    from bsp_planner.runtime.backends.kubernetes import KubernetesBackend
-    from bsp_planner.runtime.coordinator import Coordinator, RunSettings
-
-    how = "in-place" if cluster["cluster"].capabilities().in_place_resize else "recreate"
-    if kind == "process" and how != "in-place":
-        pytest.skip(f"the server ({cluster['version']}) cannot resize pods in place: process tasks are never recreated")
-    what = {
-        "command": 'command = ["python3", "-c", "import sys; sum(i * i for i in range(int(float(sys.argv[1]) * 2000)))", '
-        '"{workload}"]',
-        "process": 'process = ["{python}", "-m", "bsp_planner.testing.bsp_app", "--ranks", "3"]',
-    }[kind]
-    rows = ((0, 1998), (1999, 3997), (0, 1998))
-    job = tmp_path / "job.toml"
-    job.write_text(
-        'name = "own"\n'
-        + "".join(
-            OWN_TASK.format(name=n, image=IMAGE, what=what, data=DATA, first=f, last=la)
-            for n, (f, la) in zip("abc", rows, strict=True)
-        )
-    )
-    steps = int(os.environ.get("BSP_PLANNER_E2E_STEPS", "6"))
-    experiment = tmp_path / "exp.toml"
-    from zk_fixtures import write_profile
-
-    write_profile(tmp_path / "profile.csv")  # a synthetic profile of tasks a, b, c: the plan only needs one
-    experiment.write_text(
-        f'job = "{job}"\nprofile = "{tmp_path / "profile.csv"}"\nsteps = {steps}\npenalty_s = 0.5\n'
-        'modes = ["perfect"]\nstrategies = ["static:1"]\noutput = "out"\n'
-        "[cpu]\nbudget_millicores = 1500\nmin_millicores = 250\nstep_millicores = 50\nmax_millicores = 1000\n"
-    )
-    forward, port = _port_forward(cluster["kubeconfig"])
-    monkeypatch.setenv("BSP_PLANNER_ZK_AUTH", cluster["auth"])
-    run_id = f"e2e-{kind}-{int(time.time()) % 100000}"
-    try:
-        backend = KubernetesBackend(
-            run_id, cluster=cluster["cluster"], image=IMAGE, reconfigure=how, zk_auth_secret=SECRET, poll_s=0.5
-        )
-        settings = RunSettings(
-            experiment=str(experiment),
-            planner="static:1",
-            reconfigure=how,
-            overrides=[o for o in os.environ.get("BSP_PLANNER_E2E_SET", "").split(",") if o],
-            backend="kubernetes",
-            zookeeper=f"127.0.0.1:{port}",
-            zk_auth="env",
-            worker_start_s=300.0,
-            step_timeout_s=600.0,
-            zk_wait_s=30.0,
-        )
-        result = Coordinator(settings, run_id, tmp_path / "runs", backend=backend).run()
-    finally:
-        forward.kill()
-    assert result.status == "finished"
-    assert [r["step"] for r in result.records] == list(range(steps))
-    assert all(t["measured_s"] > 0 for r in result.records for t in r["tasks"])
-    if kind == "process":
-        assert {e.mode for e in backend.events} <= {"start", "in-place"}
-    assert cluster["cluster"].list_pods(N.run_selector(N.run_key(run_id))) == []
+    if kind == "default":
+        for r in records:
+            if r["reconfigured"]:
+                assert r["reconfig_s"] > 0
+        summary = json.loads((tmp_path / "runs" / run_id / "summary.json").read_text())
+        assert summary["steps_done"] == steps

@@ -272,9 +272,11 @@ def test_every_pod_meets_the_restricted_pod_security_standard_the_namespace_enfo
     generated = [
         M.worker_pod(SETTINGS, "run-1", "affinity", 500, ["worker"]),
         M.profile_job(SETTINGS, "p", "c", "affinity,10,500,0", "affinity", 500, ["true"], 10, 10),
+        M.process_profile_job(SETTINGS, "p", "c", "p,process", "p", 500, None, "{}", "/scratch/plan.json", 10, 60),
+        M.worker_pod(SETTINGS, "run-1", "p", 500, [], command=None, image="me/app:1"),
     ]
     pods = [d for d in base if _pod_spec(d) is not None] + generated
-    assert len(pods) == 4
+    assert len(pods) == 6
     assert [v for d in pods for v in restricted_violations(d)] == []
 
 
@@ -392,6 +394,42 @@ def test_a_profiling_job_runs_one_cell_once_under_its_cpu_level():
     assert sel.items() <= job["metadata"]["labels"].items()
     assert job["metadata"]["annotations"][N.ANNOTATION_CELL] == "spin,10,500,1"
     assert N.is_dns_label(job["metadata"]["name"])
+
+
+def test_a_process_profiling_job_runs_the_program_under_its_cpu_level_beside_a_collector():
+    job = M.process_profile_job(
+        SETTINGS,
+        "prof-1",
+        "0123456789",
+        "p,process,500",
+        "p",
+        500,
+        None,
+        '{"format": 1}',
+        "/scratch/plan.json",
+        30,
+        400,
+    )
+    validate(job)
+    assert job["spec"]["activeDeadlineSeconds"] == 401 and job["spec"]["backoffLimit"] == 0
+    pod = job["spec"]["template"]["spec"]
+    (init,) = pod["initContainers"]
+    assert init["command"][-2:] == ["plan", "/scratch/plan.json"] and init["image"] == SETTINGS.image
+    profiled, collector = pod["containers"]
+    assert profiled["name"] == M.PROFILED_CONTAINER and "command" not in profiled  # the image as built
+    assert profiled["resources"]["limits"]["cpu"] == profiled["resources"]["requests"]["cpu"] == "500m"
+    assert collector["command"][-3:] == ["collect", "/scratch/plan.json", "30"]
+    assert collector["resources"]["limits"]["cpu"] == "100m"
+    assert all(
+        c["volumeMounts"] == [{"name": "scratch", "mountPath": M.SCRATCH_DIR}] for c in (init, *pod["containers"])
+    )
+
+
+def test_an_image_worker_pod_without_a_command_leaves_command_and_args_unset():
+    pod = M.worker_pod(SETTINGS, "run-1", "p", 500, [], command=None, image="me/app:1")
+    validate(pod)
+    c = pod["spec"]["containers"][0]
+    assert "command" not in c and "args" not in c and c["image"] == "me/app:1"
 
 
 def test_names_are_dns_labels_and_never_collide():

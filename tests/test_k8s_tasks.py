@@ -23,6 +23,8 @@ pytest.importorskip(
     "kubernetes", reason="the official kubernetes client is not installed (pip install 'bsp-planner[kubernetes]')"
 )
 
+from k8s_fixtures import NS, SECRET, kubelet
+
 from bsp_planner.errors import InputError
 from bsp_planner.job import load_job
 from bsp_planner.k8s import manifests as M
@@ -38,10 +40,6 @@ from bsp_planner.testing.fake_apiserver import FakeApiServer
 
 from zk_fixtures import DATA, EXPERIMENT, write_profile, zk_problem
 
-NS = "bsp-planner"
-SECRET = "bsp-planner-zk-auth"
-NO_BSP_PLANNER = "plain/"  # images whose name starts so have no bsp-planner on their PATH
-
 
 # -- the job file ----------------------------------------------------------------------------------------
 @pytest.mark.parametrize(
@@ -52,10 +50,10 @@ NO_BSP_PLANNER = "plain/"  # images whose name starts so have no bsp-planner on 
         ('command = ["x"]\nimage = ""', "an empty image name"),
         ('command = ["x"]\nimage = "app:"', "is not an image reference"),
         ('command = ["x"]\nimage = 3', "task[0].image"),
-        ('image = "ghcr.io/me/app:1"', "gives an image but no command or process"),
+        ('image = ""', "an empty image name"),
         (
             'stressor = "zero"\nops_per_unit = 1\nseries = { file = "s.csv" }\nimage = "me/app:1"',
-            "`image` goes with `command` or `process`",
+            "`image` goes with `command`, with `process`, or alone",
         ),
     ],
 )
@@ -78,6 +76,24 @@ def test_an_image_task_keeps_its_program_paths_as_the_image_has_them(tmp_path):
     assert job.task("k").command == ("./bin/kernel", "{workload}")  # the image's path, not the job file's
     assert job.task("k").identity()["image"].startswith("ghcr.io/me/kernel:1.2@sha256:")
     assert job.task("l").command[0] == str(tmp_path / "bin" / "kernel")
+
+
+def test_an_image_alone_is_a_process_task_running_the_image_as_built(tmp_path):
+    path = tmp_path / "job.toml"
+    path.write_text('name = "j"\nsync = "observe"\n\n[[task]]\nname = "k"\nimage = "ghcr.io/me/app:1"\n')
+    t = load_job(path).task("k")
+    assert t.kind == "process" and t.process == () and t.runs_image_entrypoint
+    assert t.identity() == {"process": [], "workers": 1, "image": "ghcr.io/me/app:1"}
+
+
+def test_the_local_backend_refuses_an_image_run_as_built_naming_task_and_field(tmp_path):
+    from bsp_planner.runtime.backends.local import LocalBackend
+
+    path = tmp_path / "job.toml"
+    path.write_text('name = "j"\n\n[[task]]\nname = "k"\nimage = "me/app:1"\n')
+    with pytest.raises(InputError, match="task\\(s\\) k name a container image") as info:
+        LocalBackend("r", tmp_path / "logs").check(load_job(path), 1000, 1000)
+    assert "task.image" in str(info.value) and "job.toml" in str(info.value)
 
 
 def test_the_local_backend_refuses_image_tasks(tmp_path):
@@ -162,6 +178,48 @@ def test_a_process_task_is_one_pod_running_its_image_and_program_with_the_bsp_en
     # resizable in place, Guaranteed
     assert {p["resourceName"]: p["restartPolicy"] for p in c["resizePolicy"]}["cpu"] == "NotRequired"
     assert c["resources"]["requests"] == c["resources"]["limits"]
+
+
+def test_an_image_task_without_a_program_runs_the_image_as_built_with_the_bsp_environment(api):
+    b = checked(backend(api, zk_auth_secret=SECRET), _Task("p0", "process", "ghcr.io/me/app:3"))
+    launch = process_launch()
+    b.start_task(WorkerLaunch(launch.task, (), launch.env, 0, program=True), 1000)  # the executor's, for process=()
+    b.wait_running()
+    c = api.pod(NS, b._pod_name("p0"))["spec"]["containers"][0]
+    assert c["image"] == "ghcr.io/me/app:3"
+    assert "command" not in c and "args" not in c  # the kubelet runs the image's ENTRYPOINT and CMD
+    env = {e["name"]: e for e in c["env"]}
+    assert env["BSP_ZOOKEEPER"]["value"] == "zookeeper.bsp-planner.svc:2181"
+    assert env["BSP_RUN_DIR"]["value"] == M.SCRATCH_DIR
+    for k, v in (("BSP_RUN_ID", "r1"), ("BSP_TASK", "p0"), ("BSP_ZK_ROOT", "/bsp-planner/runs/r1")):
+        assert env[k]["value"] == v
+    assert env["BSP_PLANNER_ZK_AUTH"]["valueFrom"]["secretKeyRef"] == {"name": SECRET, "key": "auth"}
+
+
+def test_an_image_run_as_built_launched_as_a_worker_is_refused_naming_the_task(api, tmp_path):
+    path = tmp_path / "job.toml"
+    path.write_text('name = "j"\n\n[[task]]\nname = "p0"\nimage = "me/app:1"\n')
+    b = backend(api, zk_auth_secret=SECRET)
+    b.check(load_job(path), 2000, 3000)
+    assert b.as_built == {"p0"} and b.processes == {"p0"} and b.images == {"p0": "me/app:1"}
+    with pytest.raises(InputError, match="task 'p0' runs its image as built"):
+        b.start_task(WorkerLaunch("p0", ("worker", "--task", "p0"), {}, 0), 1000)
+    assert api.pods(NS) == []
+
+
+def test_an_image_run_as_built_is_resized_in_place():
+    with FakeApiServer(version="v1.33.1", resize_delay_s=0.05) as api:
+        api.add_node("node-a", "4")
+        b = checked(backend(api, zk_auth_secret=SECRET, reconfigure="auto"), _Task("p0", "process", "me/app:1"))
+        launch = process_launch()
+        b.start_task(WorkerLaunch(launch.task, (), launch.env, 0, program=True), 1000)
+        b.wait_running()
+        uid = api.pod(NS, b._pod_name("p0"))["metadata"]["uid"]
+        b.resize_task("p0", 2500)
+        pod = api.pod(NS, b._pod_name("p0"))
+        assert pod["metadata"]["uid"] == uid and "command" not in pod["spec"]["containers"][0]
+        assert pod["status"]["containerStatuses"][0]["resources"]["limits"]["cpu"] == "2500m"
+        assert [c.resource for c in api.calls if c.verb == "patch"] == ["pods/resize"]
 
 
 def test_a_shared_run_folder_is_a_claim_mounted_in_every_pod(api):
@@ -259,63 +317,6 @@ def test_a_process_pod_evicted_mid_run_is_lost_naming_the_task(api):
 
 
 # -- live: the coordinator, a real ZooKeeper, the programs run by the fake kubelet --------------------------
-def kubelet(tmp_path: Path, secrets: dict[str, dict[str, str]]):
-    """Start a pod's container here: `bsp-planner` is this checkout's CLI and `python3` this Python (an
-    image with bsp-planner installed), except in images named plain/... (no bsp-planner: OSError, which
-    the fake reports as a StartError). /scratch is one local folder shared by the pods (a shared claim)."""
-    scratch = tmp_path / "scratch"
-
-    def run_pod(pod: dict):
-        c = pod["spec"]["containers"][0]
-        argv = list(c["command"]) + list(c.get("args") or [])
-        if argv[0] == "bsp-planner":
-            if c["image"].startswith(NO_BSP_PLANNER):
-                raise FileNotFoundError(2, "No such file or directory", "bsp-planner")
-            argv = [sys.executable, "-m", "bsp_planner.cli", *argv[1:]]
-        elif argv[0] == "python3":
-            argv[0] = sys.executable
-        env = dict(os.environ)
-        for e in c["env"]:
-            src = e.get("valueFrom") or {}
-            if "value" in e:
-                env[e["name"]] = e["value"]
-            elif "secretKeyRef" in src:
-                ref = src["secretKeyRef"]
-                env[e["name"]] = secrets[ref["name"]][ref["key"]]
-            elif src.get("fieldRef", {}).get("fieldPath") == "metadata.name":
-                env[e["name"]] = pod["metadata"]["name"]
-            elif src.get("fieldRef", {}).get("fieldPath") == "spec.nodeName":
-                env[e["name"]] = pod["spec"]["nodeName"]
-        env = {k: v.replace(M.SCRATCH_DIR, str(scratch)) for k, v in env.items()}
-        argv = [a.replace(M.SCRATCH_DIR, str(scratch)) for a in argv]
-        scratch.mkdir(exist_ok=True)
-        log_path = tmp_path / f"{pod['metadata']['name']}.log"
-        log = open(log_path, "ab")
-        return _Container(
-            log_path,
-            argv,
-            env=env,
-            cwd=scratch,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-
-    return run_pod
-
-
-class _Container(subprocess.Popen):
-    """A container's process, whose log the fake kubelet can read (FallbackToLogsOnError)."""
-
-    def __init__(self, log_path: Path, *args, **kw) -> None:
-        self.log_path = log_path
-        super().__init__(*args, **kw)
-
-    def log_tail(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-
 KERNEL = """#!{python}
 import json, os, sys
 task, step, size = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
@@ -626,16 +627,15 @@ def test_a_profile_resumed_with_another_image_is_refused(tmp_path):
             )
 
 
-def test_profile_run_refuses_process_tasks_on_kubernetes(api, tmp_path):
+def test_profile_run_accepts_process_tasks_on_kubernetes(api, tmp_path):
+    """(Profiled one Job per CPU level: tests/test_k8s_process_profiling.py.)"""
     from bsp_planner.profiling.kubernetes import KubernetesProfiler
 
     path = tmp_path / "job.toml"
     path.write_text('name = "j"\n\n[[task]]\nname = "p"\nimage = "me/app:1"\nprocess = ["app"]\n')
     p = KubernetesProfiler(namespace=NS, kubeconfig=api.kubeconfig, image="bsp-planner:dev")
-    with pytest.raises(
-        InputError, match="task 'p' is a long-running process: the kubernetes profiler .* process tasks yet"
-    ):
-        p.check(list(load_job(path).tasks), path)
+    p.check(list(load_job(path).tasks), path)
+    assert callable(p.run_process)
 
 
 # -- what a recreation costs (issue 15 part 3) ----------------------------------------------------------------

@@ -74,14 +74,15 @@ def worker_pod(
     args: Sequence[str],
     *,
     env: dict[str, str] | None = None,
-    command: Sequence[str] = ("bsp-planner",),
+    command: Sequence[str] | None = ("bsp-planner",),
     image: str | None = None,
     run_dir_claim: str | None = None,
 ) -> dict:
     """The pod of one task of a live run: `args` are the worker's arguments (``bsp-planner <args>``,
     e.g. ``worker --task ...``); the worker reads its task's stressor (or command) and workloads from
     ZooKeeper. A process task's pod runs the user's program instead (`command`, no `args`), and a task
-    with its own `image` runs that image (the run's otherwise).
+    with its own `image` runs that image (the run's otherwise). `command` None: the container sets neither
+    ``command`` nor ``args``, so the image runs as built (its ENTRYPOINT and CMD).
 
     ``restartPolicy: Never``: a worker that fails is reported by the coordinator, which stops the run
     (resumable), rather than restarted behind its back. `run_dir_claim`: a PersistentVolumeClaim mounted
@@ -95,8 +96,7 @@ def worker_pod(
         "name": n.WORKER_CONTAINER,
         "image": image or settings.image,
         "imagePullPolicy": settings.image_pull_policy,
-        "command": list(command),
-        "args": list(args),
+        **({} if command is None else {"command": list(command), "args": list(args)}),
         "env": _downward_env() + [{"name": k, "value": v} for k, v in sorted((env or {}).items())],
         "resources": _resources(cpu_millicores, settings.memory),
         "resizePolicy": [
@@ -225,3 +225,74 @@ def profile_job(
             "template": {"metadata": {"labels": labels, "annotations": annotations}, "spec": pod_spec},
         },
     }
+
+
+PROFILED_CONTAINER = "profiled"  # a process task's program in a process profiling Job
+COLLECTOR_CONTAINER = "collector"  # reads its step reports (bsp_planner.k8s.profile_process)
+COLLECTOR_CPU_MILLICORES = 100.0
+
+
+def process_profile_job(
+    settings: PodSettings,
+    profile_id: str,
+    cell_id: str,
+    cell_text: str,
+    task: str,
+    cpu_millicores: float,
+    program: Sequence[str] | None,
+    plan_json: str,
+    plan_file: str,
+    timeout_s: float,
+    deadline_s: float,
+    *,
+    image: str | None = None,
+    env: dict[str, str] | None = None,
+) -> dict:
+    """A process task profiled at one CPU level as a Job (see :mod:`bsp_planner.k8s.profile_process`):
+    an init container writes the plan to `plan_file`; the ``profiled`` container runs `program` (None:
+    the image as built, no ``command``/``args``) in `image` with `env` (BSP_PROFILE...) under
+    `cpu_millicores`; the ``collector`` container (the run's image, 100m) follows the step reports and
+    leaves each workload's cell in its termination message. `deadline_s` bounds the whole Job."""
+    job = profile_job(
+        settings,
+        profile_id,
+        cell_id,
+        cell_text,
+        task,
+        cpu_millicores,
+        ["python"],
+        0.0,
+        deadline_s,
+        image=image,
+        env=env,
+    )
+    spec = job["spec"]["template"]["spec"]
+    main = spec["containers"][0]
+    main["name"] = PROFILED_CONTAINER
+    del main["command"]
+    if program is not None:
+        main["command"] = list(program)
+    helper = {
+        "image": settings.image,
+        "imagePullPolicy": settings.image_pull_policy,
+        "env": _downward_env(),
+        "resources": _resources(COLLECTOR_CPU_MILLICORES, settings.memory),
+        "workingDir": SCRATCH_DIR,
+        "volumeMounts": [{"name": "scratch", "mountPath": SCRATCH_DIR}],
+        "securityContext": _container_security(),
+        "terminationMessagePath": "/dev/termination-log",
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+    module = ["python", "-m", "bsp_planner.k8s.profile_process"]
+    spec["initContainers"] = [
+        {
+            **helper,
+            "name": "plan",
+            "command": [*module, "plan", plan_file],
+            "env": [*_downward_env(), {"name": "BSP_PROFILE_PLAN_JSON", "value": plan_json}],
+        }
+    ]
+    spec["containers"].append(
+        {**helper, "name": COLLECTOR_CONTAINER, "command": [*module, "collect", plan_file, f"{timeout_s:g}"]}
+    )
+    return job

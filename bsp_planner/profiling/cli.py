@@ -137,7 +137,9 @@ def run(
             startup_timeout_s=startup_timeout,
             profile_id=profile_id or default_profile_id(out),
         )
-        measure = lambda: run_grid_kubernetes(the_job, out, grid, profiler, tasks=_task_list(tasks), timeout_s=timeout)  # noqa: E731
+        measure = lambda: run_grid_kubernetes(  # noqa: E731
+            the_job, out, grid, profiler, tasks=_task_list(tasks), timeout_s=timeout, process_steps=steps
+        )
         runs_on: contextlib.AbstractContextManager[object] = contextlib.nullcontext()
     elif backend == "local":
         runs_on = LocalBackend(

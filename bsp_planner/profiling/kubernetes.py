@@ -40,12 +40,15 @@ from ..k8s import names as N
 from ..k8s.cluster import Cluster, pod_state, terminated
 from ..k8s.config import connect, resolve_image
 from ..profiles import metadata_path
+from ..task.profiling import PROFILE_ENV, plan_text
 from . import runner as R
 from .local import RunResult
+from .process import ProcessSteps, process_args
 
 DEFAULT_PARALLELISM = 4
 DEFAULT_STARTUP_S = 300.0  # scheduling + image pull allowance per Job
 PYTHON_PLACEHOLDER = "{python}"  # left for the measurement in the container to fill with its own Python
+IMAGE_PYTHON = "python3"  # `{python}` of a process task in its pod: the image's Python, as in a live run
 
 
 def _fmt(x: float) -> str:
@@ -118,6 +121,7 @@ class KubernetesProfiler:
         self._done: dict[R.Cell, tuple[RunResult, str]] = {}  # finished, result not handed out yet (job name)
         self._adopted = False
         self.jobs_created = 0
+        self.process_jobs = 0
 
     def __enter__(self) -> KubernetesProfiler:
         return self
@@ -143,18 +147,8 @@ class KubernetesProfiler:
     # -- the runner's backend ----------------------------------------------------------------------
     def check(self, tasks: Sequence[Task], job_path: Path | None = None) -> None:
         """The namespace answers with the Role's rights and the image is known. (Whether the image's
-        stress-ng has a stressor shows in that task's first run: a failed cell, with the reason.) A process
-        task is refused: it is started once per CPU level and driven step by step through a profiling
-        session (bsp_planner.profiling.process), which this profiler does not do on Jobs yet."""
-        for t in tasks:
-            if t.kind == "process":
-                raise InputError(
-                    f"task '{t.name}' is a long-running process: the kubernetes profiler times one Job per cell and "
-                    "does not profile process tasks yet; profile it with `profile run --backend local` (one start "
-                    "per CPU level, driven step by step), or profile its step as a `command` task",
-                    path=job_path,
-                    field=f"{t.name}.process",
-                )
+        stress-ng has a stressor, or a process task's image its program, shows in that task's first run:
+        a failed cell, with the reason.)"""
         self._cluster.list_jobs(M.profile_selector(self.profile_id))
         self.settings  # noqa: B018
 
@@ -174,9 +168,12 @@ class KubernetesProfiler:
         }
 
     def expect(self, tasks: Sequence[Task], cells: Sequence[R.Cell]) -> None:
-        """The cells the runner is about to ask for, in its order: they run `parallelism` at a time."""
+        """The cells the runner is about to ask for, in its order: they run `parallelism` at a time. (A
+        process task's cells are not looked ahead: one Job runs all its workloads at a CPU level, see
+        :meth:`run_process`.)"""
         self._tasks.update({t.name: t for t in tasks})
-        self._ahead = list(cells)
+        processes = {t.name for t in tasks if t.kind == "process"}
+        self._ahead = [c for c in cells if c[0] not in processes]
 
     def run(self, task: Task, workload: float, cpu_millicores: float, timeout_s: float) -> RunResult:
         """The result of one cell: from the Jobs already running ahead when it was expected, else from a
@@ -200,6 +197,126 @@ class KubernetesProfiler:
         result, job = self._done.pop(cell)
         self._cluster.delete_job(job)  # only now: a killed session leaves it for the next to collect
         return result
+
+    def run_process(
+        self, task: Task, workloads: list[float], cpu_millicores: float, timeout_s: float, steps: ProcessSteps
+    ) -> dict[float, RunResult]:
+        """Profile a `process` task at every one of `workloads` under `cpu_millicores`: one Job whose
+        program (or image as built) is started once with a profiling plan, as the local profiler starts it
+        once in a cgroup (see :mod:`bsp_planner.profiling.process` and
+        :mod:`bsp_planner.k8s.profile_process`). Waits for it; returns each workload's cell."""
+        if not self._adopted:
+            self._adopt()
+        self.process_jobs += 1
+        text = f"{task.name},process,{_fmt(cpu_millicores)},{'/'.join(_fmt(w) for w in workloads)},{self.process_jobs}"
+        cid = hashlib.sha256(f"{text},{self.clock()}".encode()).hexdigest()[:10]
+        body = self.process_job_body(task, workloads, cpu_millicores, timeout_s, steps, cid, text)
+        name = body["metadata"]["name"]
+        self._cluster.create_job(body)
+        self.jobs_created += 1
+        submitted = self.clock()
+        try:
+            while True:
+                outcome = self._process_outcome(name, cid, workloads, self.clock() - submitted, timeout_s)
+                if outcome is not None:
+                    return outcome
+                self.sleep(self.poll_s)
+        finally:
+            try:
+                self._cluster.delete_job(name)  # its program may still run (a hang): it ends with its Job
+            except Exception:
+                pass
+
+    def process_job_body(
+        self,
+        task: Task,
+        workloads: Sequence[float],
+        cpu_millicores: float,
+        timeout_s: float,
+        steps: ProcessSteps,
+        cid: str,
+        text: str,
+    ) -> dict:
+        """The Job of one CPU level of a process task (:func:`bsp_planner.k8s.manifests.process_profile_job`):
+        the plan in the local profiler's format, its reports file in the pod's scratch volume."""
+        plan = steps.plan(task.name, workloads, Path(M.SCRATCH_DIR) / "reports.jsonl")
+        plan_file = f"{M.SCRATCH_DIR}/plan.json"
+        run_dir = f"{M.SCRATCH_DIR}/run"
+        program = None
+        if not task.runs_image_entrypoint:
+            program = [IMAGE_PYTHON if a == sys.executable else a for a in process_args(task, run_dir)]
+        env = {PROFILE_ENV: plan_file, "BSP_TASK": task.name, "BSP_RUN_DIR": M.SCRATCH_DIR}
+        # one step may take timeout_s; a workload runs warm-up and measured steps, at least min_measure_s
+        n = len(workloads)
+        deadline_s = self.startup_timeout_s + n * ((steps.warmup + steps.measure + 1) * timeout_s + steps.min_measure_s)
+        return M.process_profile_job(
+            self.settings,
+            self.profile_id,
+            cid,
+            text,
+            task.name,
+            cpu_millicores,
+            program,
+            plan_text(plan),
+            plan_file,
+            timeout_s,
+            deadline_s,
+            image=task.image,
+            env=env,
+        )
+
+    def _process_outcome(
+        self, job_name: str, cid: str, workloads: Sequence[float], waited_s: float, timeout_s: float
+    ) -> dict[float, RunResult] | None:
+        """Each workload's cell once the collector ended (or the Job failed without it), else None."""
+        jobs = self._cluster.list_jobs(M.profile_selector(self.profile_id))
+        job = next((j for j in jobs if j["metadata"]["name"] == job_name), None)
+        pods = [
+            p
+            for p in self._cluster.list_pods(M.profile_selector(self.profile_id))
+            if (p["metadata"].get("labels") or {}).get(N.LABEL_CELL) == cid
+        ]
+        pod = max(pods, key=lambda p: p["metadata"].get("creationTimestamp") or "", default=None)
+
+        def failed(reason: str) -> dict[float, RunResult]:
+            return {float(w): RunResult(None, reason) for w in workloads}
+
+        if job is None:
+            return failed("the Job was deleted before it finished (by someone else?)")
+        collector = _container_terminated(pod, M.COLLECTOR_CONTAINER)
+        profiled = _container_terminated(pod, M.PROFILED_CONTAINER)
+        if collector:
+            report = _report(pod, collector)
+            if not report or "cells" not in report:
+                return failed(f"the collector of its step reports failed: {(report or {}).get('reason', '?')}")
+            node = report.get("node") or ((pod or {}).get("spec") or {}).get("nodeName") or "?"
+            self.nodes.setdefault(node, report.get("cpu_model") or "unknown")
+            why = None
+            if profiled and profiled.get("exitCode") not in (0, None):
+                tail = " ".join((profiled.get("message") or "").split())[-300:]
+                why = f"its process exited with code {profiled.get('exitCode')} {report.get('where', '')}".rstrip()
+                why += f": {tail}" if tail else ""
+            out: dict[float, RunResult] = {}
+            for w in workloads:
+                c = report["cells"].get(_fmt(w)) or {"reason": "no result for this workload"}
+                if c.get("duration_s") is not None:
+                    out[float(w)] = RunResult(float(c["duration_s"]), cpu_s=c.get("cpu_s"))
+                else:
+                    out[float(w)] = RunResult(None, why or c.get("reason") or "failed")
+            return out
+        status = job.get("status") or {}
+        conds = {c.get("type"): c for c in status.get("conditions") or [] if c.get("status") == "True"}
+        if "Failed" in conds or status.get("failed"):
+            if (conds.get("Failed") or {}).get("reason") == "DeadlineExceeded":
+                return failed(f"timeout: the Job ran past its deadline ({job['spec'].get('activeDeadlineSeconds')} s)")
+            return failed((conds.get("Failed") or {}).get("message") or "the Job failed")
+        if pod is not None:
+            st = pod_state(pod, N.COMPONENT_PROFILER)
+            if st.phase == "Pending" and (st.fatal_waiting or waited_s > self.startup_timeout_s):
+                return failed(f"did not start within {waited_s:.0f} s: {st.waiting}")
+        elif waited_s > self.startup_timeout_s:
+            return failed(f"no pod within {self.startup_timeout_s:g} s (a quota? admission?)")
+        return None
 
     def close(self) -> None:
         """Delete the Jobs still running (their cells are measured again by the next session); finished
@@ -332,9 +449,17 @@ class KubernetesProfiler:
         return None
 
 
-def _report(pod: dict | None) -> dict | None:
-    """The JSON the measurement left in its container's termination message."""
-    term = terminated(pod)
+def _container_terminated(pod: dict | None, container: str) -> dict:
+    """The named container's termination (exitCode, reason, message), or {} while it has none."""
+    for cs in ((pod or {}).get("status") or {}).get("containerStatuses") or []:
+        if cs.get("name") == container:
+            return (cs.get("state") or {}).get("terminated") or {}
+    return {}
+
+
+def _report(pod: dict | None, term: dict | None = None) -> dict | None:
+    """The JSON the measurement (or a process Job's collector: `term`) left in its termination message."""
+    term = terminated(pod) if term is None else term
     if not term:
         return None
     msg = (term.get("message") or "").strip()
@@ -357,6 +482,7 @@ def run_grid_kubernetes(
     *,
     tasks: Sequence[str] | None = None,
     timeout_s: float = R.DEFAULT_TIMEOUT_S,
+    process_steps: ProcessSteps | None = None,
     progress: bool = True,
     console=None,
 ) -> R.GridReport:
@@ -373,7 +499,15 @@ def run_grid_kubernetes(
     try:
         with profiler:
             return R.run_grid(
-                job, out, grid, profiler, tasks=tasks, timeout_s=timeout_s, progress=progress, console=console
+                job,
+                out,
+                grid,
+                profiler,
+                tasks=tasks,
+                timeout_s=timeout_s,
+                process_steps=process_steps,
+                progress=progress,
+                console=console,
             )
     finally:
         _record_nodes(metadata_path(out), profiler.nodes)

@@ -53,6 +53,13 @@ def check_program(task: Task, job_path: Path | None = None) -> str:
     """The full path of a command/process task's program; InputError if it is missing or not executable."""
     argv = task.command or task.process or ()
     kind = task.kind
+    if task.runs_image_entrypoint:
+        raise InputError(
+            f"task '{task.name}' runs its image {task.image!r} as built (no `process` given): only the kubernetes "
+            "backend can run an image; profile it with `profile run --backend kubernetes`",
+            path=job_path,
+            field=f"{task.name}.image",
+        )
     prog = (argv[0] if argv else "").replace("{python}", sys.executable)
     found = prog if "/" in prog else shutil.which(prog)
     if not found or not os.path.exists(found):

@@ -83,7 +83,7 @@ class ProcessSteps:
 
 def process_args(task: Task, run_dir: str | Path) -> list[str]:
     """The process's argument list, with `{task}`, `{run_dir}` and `{python}` substituted as a run does."""
-    if not task.process:
+    if task.process is None:
         raise InputError(f"task '{task.name}' runs a {task.kind}, not a process", field="process")
     values = {"task": task.name, "run_dir": str(run_dir), "python": sys.executable}
     return [substitute(a, values) for a in task.process]
@@ -210,7 +210,7 @@ def _follow(
         if follower.poll():
             last_progress = time.monotonic()
         done = sum(1 for r in follower.reports if r.get("cell_done"))
-        where = _where(follower.reports)
+        where = where_stopped(follower.reports)
         if exited:
             if proc.returncode != 0:
                 return f"its process exited with code {proc.returncode} {where}"
@@ -224,7 +224,7 @@ def _follow(
             return f"timeout: no step reported within {timeout_s:g} s {where}"
 
 
-def _where(reports: list[dict]) -> str:
+def where_stopped(reports: list[dict]) -> str:
     """Where a process stopped: after its last reported step (and that step's workload)."""
     if not reports:
         return "before its first step"

@@ -136,6 +136,12 @@ class ProfilingSession(LocalSession):
 def write_plan(path: str | Path, plan: ProfilingPlan) -> Path:
     """Write a profiling plan (the profiler's side of :func:`read_plan`)."""
     path = Path(path)
+    path.write_text(plan_text(plan) + "\n")
+    return path
+
+
+def plan_text(plan: ProfilingPlan) -> str:
+    """A profiling plan as the JSON :func:`read_plan` reads (one line)."""
     data = {
         "format": PLAN_FORMAT,
         "task": plan.task,
@@ -145,8 +151,7 @@ def write_plan(path: str | Path, plan: ProfilingPlan) -> Path:
         "min_measure_s": plan.min_measure_s,
         "reports_file": str(plan.reports_file),
     }
-    path.write_text(json.dumps(data) + "\n")
-    return path
+    return json.dumps(data)
 
 
 def _plan_error(path: str, what: str) -> TaskJoinError:

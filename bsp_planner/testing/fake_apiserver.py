@@ -117,6 +117,9 @@ class JobOutcome:
     message: str = ""
     delay_s: float = 0.0
     reason: str | None = None  # e.g. 'DeadlineExceeded' for a Job that ran out of time
+    # a pod of several containers (a process profiling Job): container name -> (exit code, message);
+    # the containers not named end with exit_code and message
+    containers: dict[str, tuple[int, str]] | None = None
 
 
 @dataclass
@@ -440,12 +443,13 @@ class FakeApiServer:
             ok = outcome.exit_code == 0
             pod["status"]["phase"] = "Succeeded" if ok else "Failed"
             for cs in pod["status"]["containerStatuses"]:
+                code, message = (outcome.containers or {}).get(cs["name"], (outcome.exit_code, outcome.message))
                 cs["ready"] = False
                 cs["state"] = {
                     "terminated": {
-                        "exitCode": outcome.exit_code,
-                        "reason": "Completed" if ok else "Error",
-                        "message": outcome.message,
+                        "exitCode": code,
+                        "reason": "Completed" if code == 0 else "Error",
+                        "message": message,
                         "finishedAt": now_iso(),
                     }
                 }

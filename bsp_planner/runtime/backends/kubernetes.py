@@ -13,7 +13,9 @@ and limit equal to the task's configured CPU.
              runs the command every step as on the local backend (so the image needs bsp-planner); a
              process task's pod runs the user's program itself (container command = ``process``) with
              the BSP_* environment of bsp_planner.task, ``{python}`` the image's ``python3`` and
-             BSP_RUN_DIR the pods' run folder (``/scratch``, or a shared claim: ``run_dir_claim``)
+             BSP_RUN_DIR the pods' run folder (``/scratch``, or a shared claim: ``run_dir_claim``); a
+             task that gives only an ``image`` runs that image as built (its ENTRYPOINT/CMD: the pod
+             sets no ``command``/``args``), a process task with the same environment
 
 Reconfiguration (``reconfigure``): ``in-place`` patches the ``pods/resize`` subresource (Kubernetes 1.33+)
 and waits until the kubelet reports the new limit applied; ``recreate`` deletes the pod (SIGTERM: the
@@ -160,6 +162,7 @@ class KubernetesBackend(Backend):
         self.tasks: dict[str, _Task] = {}
         self.images: dict[str, str] = {}  # task -> its own image (command/process tasks that name one)
         self.processes: set[str] = set()  # process tasks: resized in place only, never recreated behind their back
+        self.as_built: set[str] = set()  # image tasks without a program: the image's ENTRYPOINT/CMD runs
         self.probe_millicores = 1000.0  # the CPU a recreation is measured under: budget / tasks (check)
         self.recreate_probe: dict = {}  # what measure_reconfigure_cost('recreate') saw
         self.events: list[ReconfigEvent] = []
@@ -272,6 +275,7 @@ class KubernetesBackend(Backend):
         self.probe_millicores = float(max(MIN_PROBE_MILLICORES, round(budget_millicores / n)))
         self.images = {t.name: t.image for t in getattr(job, "tasks", ()) if getattr(t, "image", None)}
         self.processes = {t.name for t in getattr(job, "tasks", ()) if getattr(t, "kind", "stressor") == "process"}
+        self.as_built = {t.name for t in getattr(job, "tasks", ()) if getattr(t, "runs_image_entrypoint", False)}
         self._cluster.list_pods(N.run_selector(self.run_key))  # reachability and the Role, at once
         self.mode  # noqa: B018  (raises if in-place is forced and impossible)
         self.settings  # noqa: B018  (raises if no image is known)
@@ -470,7 +474,17 @@ class KubernetesBackend(Backend):
         the user's program, in its image."""
         env, refs = self._worker_env(launch)
         image = self.images.get(launch.task)
-        if launch.program:
+        if launch.task in self.as_built and not launch.program:
+            raise InputError(
+                f"task '{launch.task}' runs its image as built (no `command` or `process`), but the coordinator "
+                "launched our worker for it: this coordinator does not start such tasks as processes yet",
+                field=f"{launch.task}.image",
+            )
+        command: list[str] | None
+        args: list[str]
+        if launch.program and not launch.args:  # an image task without `process`: its ENTRYPOINT/CMD
+            command, args = None, []
+        elif launch.program:
             command, args = self._program_args(launch), []
         else:
             command, args = ["bsp-planner"], self._worker_args(launch)
@@ -652,8 +666,12 @@ class KubernetesBackend(Backend):
         why = " ".join((term.get("message") or "").split())[-400:]
         t = self.tasks.get(task)
         if t is not None and t.launch.program:
-            what = f"its process program {t.launch.args[0]!r}" if t.launch.args else "its process"
-            need = "the `process` program must be in the image (on its PATH, or an absolute path in the image)"
+            if t.launch.args:
+                what = f"its process program {t.launch.args[0]!r}"
+                need = "the `process` program must be in the image (on its PATH, or an absolute path in the image)"
+            else:
+                what = "the image's own program (ENTRYPOINT/CMD)"
+                need = "the image must have an ENTRYPOINT or CMD, or the task must name its program in `process`"
         else:
             what = "the bsp-planner worker"
             need = (
