@@ -348,7 +348,9 @@ class Coordinator:
             lambda inc: self.store.write_meta(incarnations=dict(inc)),
             self._relock_if_lost,
             lambda text: self.say(text),
-            processes={t.name: t.process for t in self.job.tasks if t.process},
+            processes={
+                t.name: t.process for t in self.job.tasks if t.process is not None
+            },  # () : an image run as built
             sync=self.job.sync,
             run_id=self.run_id,
             run_dir=str(self.run_dir.resolve()),
