@@ -37,14 +37,22 @@ def container_env(pod: dict, c: dict, secrets: dict[str, dict[str, str]]) -> dic
     return env
 
 
-def kubelet(tmp_path: Path, secrets: dict[str, dict[str, str]], *, workers_only: bool = False):
+def kubelet(
+    tmp_path: Path,
+    secrets: dict[str, dict[str, str]],
+    *,
+    workers_only: bool = False,
+    entrypoints: dict[str, list[str]] | None = None,
+):
     """A pod_runner for FakeApiServer: start a pod's container here (see the module). `workers_only`:
-    every pod must run our worker (`bsp-planner`), as for a job of stress-ng tasks."""
+    every pod must run our worker (`bsp-planner`), as for a job of stress-ng tasks. `entrypoints`: what an
+    image runs as built (its ENTRYPOINT + CMD), for a container that sets no `command`."""
     scratch = tmp_path / "scratch"
 
     def run_pod(pod: dict):
         c = pod["spec"]["containers"][0]
-        argv = list(c["command"]) + list(c.get("args") or [])
+        command = c["command"] if "command" in c else (entrypoints or {})[c["image"]]
+        argv = list(command) + list(c.get("args") or [])
         if workers_only:
             assert c["command"] == ["bsp-planner"]
         if argv[0] == "bsp-planner":

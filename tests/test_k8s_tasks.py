@@ -346,6 +346,13 @@ process = ["{{python}}", "-m", "bsp_planner.testing.bsp_app", "--ranks", "3", "-
 series = {{ file = "{data}/nyc_taxi.csv", first_row = {first}, last_row = {last} }}
 """
 
+AS_BUILT_TASK = """
+[[task]]
+name = "{name}"
+image = "{image}"
+series = {{ file = "{data}/nyc_taxi.csv", first_row = {first}, last_row = {last} }}
+"""
+
 ROWS = ((0, 1998), (1999, 3997), (0, 1998))
 
 
@@ -356,7 +363,7 @@ def image_experiment(folder: Path, kind: str, images=("me/kernel:1",) * 3, steps
     kernel = folder / "kernel.py"
     kernel.write_text(KERNEL.format(python=sys.executable, control=str(control)))
     kernel.chmod(0o755)
-    template = COMMAND_TASK if kind == "command" else PROCESS_TASK
+    template = {"command": COMMAND_TASK, "process": PROCESS_TASK, "as-built": AS_BUILT_TASK}[kind]
     extra = ', "--self-sync"' if sync == "observe" else ""
     tasks = "".join(
         template.format(
@@ -371,13 +378,14 @@ def image_experiment(folder: Path, kind: str, images=("me/kernel:1",) * 3, steps
     return exp, control
 
 
-def live(tmp_path, zk_server, creds_file, exp, run_id: str, reconfigure: str = "in-place", **kw):
+def live(tmp_path, zk_server, creds_file, exp, run_id: str, reconfigure: str = "in-place", entrypoints=None, **kw):
     from bsp_planner.runtime.coordinator import Coordinator
 
     from zk_fixtures import settings
 
     secrets = {SECRET: {"auth": creds_file.read_text().strip()}}
-    api = FakeApiServer(pod_runner=kubelet(tmp_path, secrets), delete_delay_s=0.2, **kw).start()
+    runner = kubelet(tmp_path, secrets, entrypoints=entrypoints)
+    api = FakeApiServer(pod_runner=runner, delete_delay_s=0.2, **kw).start()
     api.add_node("node-a", "4")
     b = KubernetesBackend(
         run_id,
@@ -507,6 +515,29 @@ def test_process_tasks_run_one_pod_each_for_the_whole_run_resized_in_place(tmp_p
     for name in "abc":  # one process ran every step (the app appends its pid per step)
         pids = {line.split()[1] for line in (tmp_path / "scratch" / f"pids-{name}").read_text().splitlines()}
         assert len(pids) == 1
+
+
+@pytest.mark.slow
+@needs_zk
+def test_images_run_as_built_run_live_as_process_pods_resized_in_place(tmp_path, zk_server, creds_file):
+    exp, control = image_experiment(tmp_path / "exp", "as-built", images=("me/app:1",) * 3, steps=3)
+    app = ["python3", "-m", "bsp_planner.testing.bsp_app", "--ranks", "3", "--control", str(control)]
+    api, b, coord = live(
+        tmp_path, zk_server, creds_file, exp, "k8s-built", version="v1.35.0", entrypoints={"me/app:1": app}
+    )
+    try:
+        result = coord.run()
+        pods = {t: api.pod(NS, b._pod_name(t)) for t in "abc"}
+    finally:
+        api.stop()
+    assert result.status == "finished"
+    records = records_of(result.run_dir)
+    assert [r["step"] for r in records] == [0, 1, 2] and any(r["reconfigured"] for r in records)
+    assert {e.mode for e in b.events} == {"start", "in-place"}
+    for name in "abc":  # one process ran every step: the image as built, never replaced
+        pids = {line.split()[1] for line in (tmp_path / "scratch" / f"pids-{name}").read_text().splitlines()}
+        assert len(pids) == 1
+    assert all(p is None or "command" not in p["spec"]["containers"][0] for p in pods.values())
 
 
 @pytest.mark.slow

@@ -222,7 +222,7 @@ def parse_run(path: str, v: dict) -> RunInfo:
         if command is not None:
             if not (
                 isinstance(command, list)
-                and command
+                and (command or "command" not in t)  # process = []: an image run as built (Kubernetes)
                 and len(command) <= 4096
                 and all(isinstance(a, str) for a in command)
             ):
