@@ -3,7 +3,6 @@ with perfect knowledge, real per-step levels and checkpoints, the simulate row, 
 
 import itertools
 import json
-import sys
 
 import numpy as np
 import pytest
@@ -135,33 +134,14 @@ def test_bad_inputs():
 
 @pytest.mark.slow
 def test_simulate_shows_optimum_and_runs_exact(tmp_path, synthetic_profile, monkeypatch, capsys):
-    from bsp_planner import cli
-
+    from cli_run import run_cli
     from synthetic import write_experiment
 
     exp = write_experiment(tmp_path, synthetic_profile, steps=16, planner__dp_max_segment=6)
-    monkeypatch.setattr(
-        sys,
-        "argv",
-        [
-            "bsp-planner",
-            "simulate",
-            str(exp),
-            "-q",
-            "--allocator",
-            "exact",
-            "--strategies",
-            "exppo,static:3,dp,mpc,floor,optimum",
-        ],
-    )
-    code = 0
-    try:
-        cli.main()
-    except SystemExit as exc:
-        code = exc.code or 0
-    out = capsys.readouterr()
-    assert code == 0, out.err
-    assert "optimum" in out.out
+    args = ["simulate", exp, "-q", "--allocator", "exact", "--strategies", "exppo,static:3,dp,mpc,floor,optimum"]
+    code, out, err = run_cli(args, monkeypatch, capsys)
+    assert code == 0, err
+    assert "optimum" in out
     data = json.loads((tmp_path / "out" / "comparison.json").read_text())
     assert data["meta"]["settings"]["planner"]["allocator"] == "exact"
     rows = {(r["strategy"], r["mode"]): r for r in data["results"]}
