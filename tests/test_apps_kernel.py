@@ -66,9 +66,13 @@ def test_work_grows_linearly_with_the_workload():
         kernel(n)
         return time.process_time() - t
 
-    small = min(cpu_s(200_000) for _ in range(3))
-    large = min(cpu_s(1_000_000) for _ in range(3))
-    assert 3.0 < large / small < 7.5
+    # interleaved, best of five each: on a shared VM the CPU seconds of the same work drift with the host's
+    # load (BENCHMARKS.md "Live per-step noise": 14-26%), so both sizes are timed through the same minutes
+    small, large = [], []
+    for _ in range(5):
+        small.append(cpu_s(200_000))
+        large.append(cpu_s(1_000_000))
+    assert 3.0 < min(large) / min(small) < 7.5
     assert kernel(1000) == kernel(1000)
 
 
