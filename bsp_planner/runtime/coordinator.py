@@ -519,7 +519,7 @@ class Coordinator:
                 step.reconfigured,
                 step.reconfigure_s,
                 step.decision_ms,
-                d["wall_s"],
+                obs.step_s,
                 d["publish_s"],
                 d["released_at"],
                 d["reports"],

@@ -109,7 +109,6 @@ class LiveSteps:
         reports = ex.results(step)
         obs = observation_of(step, reports, given, wall_step_s(wall_s, reports, not fresh))
         details = {
-            "wall_s": wall_s,
             "publish_s": published - t_pub,
             "released_at": outcome.released_at,
             "reports": reports,

@@ -140,14 +140,15 @@ def step_record(
     reconfigured,
     reconfig_s,
     decision_ms,
-    wall_s,
+    step_s,
     publish_s,
     released_at,
     res,
     restarts,
     resumed,
 ) -> dict:
-    """One step's record (see the module docstring); `run` is the coordinator (scen, ctx, tasks, cpu_of)."""
+    """One step's record (see the module docstring); `run` is the coordinator (scen, ctx, tasks, cpu_of);
+    step_s: the step's time as the loop observed it (`live_steps.wall_step_s`)."""
     scen = run.scen
     n = len(run.tasks)
     if all("observed_workload" in r for r in res):  # the model at the workloads the tasks really ran
@@ -159,7 +160,6 @@ def step_record(
     forecast = run.ctx.configs.predicted[t, np.arange(n), levels, 0]
     measured = np.array([r["duration_s"] for r in res])
     slowest = float(measured.max())
-    step_s = max(wall_s, slowest) if resumed else wall_s
     tasks = []
     for i, task in enumerate(run.tasks):
         tasks.append(

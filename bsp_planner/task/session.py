@@ -276,16 +276,13 @@ class TaskSession:
         """Until the coordinator publishes step t: its workload, or None for a stop order."""
         s = self.session
         path = self.paths.step(self.task_name, t)
+        assert self.info is not None  # read when the task joined
         ahead, self._ahead = self._ahead, None
+        got: tuple | None = None
         if ahead is not None and ahead.path == path:  # asked for while we waited in the last step's barrier
             v = ahead.value(min(self.zk_wait_s, 5.0))  # else read it as usual
-            if v is not Z.Prefetch.MISSING:
-                assert self.info is not None and isinstance(v, dict)  # read when the task joined
-                w = Z.parse_step(path, v, t, self.info.workload_range)
-                if w is None:
-                    self._ended = True
-                    raise RunEnded(f"run {self.run_id} ended before step {t}")
-                return w
+            if isinstance(v, dict):
+                got = (Z.parse_step(path, v, t, self.info.workload_range),)
 
         def check(watch):
             v = s.get(path)  # usually published already: one round trip
@@ -298,7 +295,8 @@ class TaskSession:
                 return None
             return (Z.parse_step(path, v, t, self.info.workload_range),)
 
-        got = s.wait_for(check, None, interrupt=self._interrupt)
+        if got is None:
+            got = s.wait_for(check, None, interrupt=self._interrupt)
         if got is None:
             raise TimeoutError(f"task {self.task_name}: step {t} was not published within {self.step_timeout_s} s")
         if got[0] == "ended" or got[0] is None:
