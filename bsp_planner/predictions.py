@@ -17,46 +17,12 @@ from typing import Any
 
 import numpy as np
 
-from .allocation.base import Allocator
 from .errors import InputError
 from .learning import LearnedDurations
 from .loop import StepObservation
 from .performance import DurationModel
-from .planners.base import ConfigTable
-
-
-class OnlineConfigTable(ConfigTable):
-    """A ConfigTable whose rows become known one step at a time (`reveal(t, row)`): batched
-    precomputation covers only the rows already known; asking for a later row is an error.
-
-    shape: (steps, tasks, levels, H) of the predicted durations, NaN until revealed."""
-
-    def __init__(
-        self,
-        shape: tuple[int, int, int, int],
-        allocator: Allocator,
-        max_level: np.ndarray,
-        budget_steps: int,
-        discount: float,
-    ) -> None:
-        super().__init__(np.full(shape, np.nan), allocator, max_level, budget_steps, discount)
-        self.known = 0  # rows 0..known-1 are written
-
-    def reveal(self, t: int, row: np.ndarray) -> None:
-        if t != self.known:
-            raise RuntimeError(f"predictions for step {t} revealed after {self.known} rows")
-        self.predicted[t] = row
-        self.known = t + 1
-
-    def ensure_all(self, jmax: int, steps: np.ndarray | None = None) -> None:
-        self._check(jmax)
-        s = np.arange(self.known) if steps is None else np.asarray(steps)
-        super().ensure_all(jmax, s[s < self.known])
-
-    def ensure_row(self, t: int, jmax: int) -> None:
-        if t >= self.known:
-            raise RuntimeError(f"a planner asked for the predictions of step {t} before they were made")
-        super().ensure_row(t, jmax)
+from .planners.base import OnlineConfigTable
+from .planners.observed import Observations
 
 
 class StepPredictions:
@@ -68,6 +34,8 @@ class StepPredictions:
       ("online", OnlineForecasts): forecasts from the history observed so far.
     model: a DurationModel (fixed) or LearnedDurations (learns from every measurement).
     workload_range: (low, high) forecasts are clipped to, as offline.
+    observations: what the planners that learn from the run read (`Observations.stepwise`): each
+    forecast is recorded before its step and each step's workloads after it.
     """
 
     def __init__(
@@ -76,8 +44,10 @@ class StepPredictions:
         workloads: tuple[str, Any],
         model: DurationModel | LearnedDurations,
         workload_range: tuple[float, float],
+        observations: Observations | None = None,
     ) -> None:
         self.table = table
+        self.observations = observations
         self.kind, self.source = workloads
         if self.kind not in ("actual", "matrix", "online"):
             raise ValueError(f"unknown source of workloads {self.kind!r}")
@@ -98,11 +68,16 @@ class StepPredictions:
         return np.clip(fc, *self.workload_range)
 
     def before_step(self, step: int) -> None:
-        self.table.reveal(step, self.model.durations(self.expected_workloads(step)))
+        expected = self.expected_workloads(step)
+        self.table.reveal(step, self.model.durations(expected))
+        if self.observations is not None:
+            self.observations.record_forecast(step, expected)
 
     def after_step(self, step: int, levels: np.ndarray, observation: StepObservation) -> dict | None:
         if self.kind == "online":
             self.source.observe(observation.workloads)
+        if self.observations is not None:
+            self.observations.observe(step, observation.workloads)
         if isinstance(self.model, LearnedDurations):
             w = np.clip(observation.workloads, *self.workload_range)
             return self.model.learn(step, w, levels, observation.duration_s)

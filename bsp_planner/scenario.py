@@ -27,6 +27,8 @@ from .online import online_forecasts, unseeded_online_forecasts
 from .performance import DurationModel, PerformanceModel
 from .planners import BOUNDS
 from .planners.base import ConfigTable, PlanningContext, make_planner
+from .planners.observed import EXTRAS_KEY as OBSERVATIONS_KEY
+from .planners.observed import Observations
 from .planners.observed import attach as attach_observations
 from .predictions import OnlineConfigTable, StepPredictions, refuse_offline
 from .profiles import check_job_matches, load_profile, metadata_path
@@ -230,7 +232,16 @@ def step_predictions(scen: Scenario, mode: str) -> tuple[PlanningContext, StepPr
     if kind == "online":
         source = source.fresh()
     model = LearnedDurations(scen.model, scen.task_names, exp.learning, exp.workload_range) if exp.learn else scen.model
-    return ctx, StepPredictions(ctx.configs, (kind, source), model, exp.workload_range)
+    # what mpc-risk, mpc-adaptive, mpc-scenario and reactive learn from, filled as the run goes
+    obs = Observations.stepwise(
+        len(scen.task_names),
+        exp.steps,
+        None if kind == "actual" else ctx.configs.horizon,
+        model.durations,
+        exp.workload_range,
+    )
+    ctx.extras[OBSERVATIONS_KEY] = obs
+    return ctx, StepPredictions(ctx.configs, (kind, source), model, exp.workload_range, obs)
 
 
 def run_strategy(scen: Scenario, strategy: str, mode: str) -> StrategyResult:

@@ -10,7 +10,7 @@ from bsp_planner.allocation import CpuLevels, GreedyAllocator
 from bsp_planner.errors import InputError
 from bsp_planner.experiment import PlannerSettings
 from bsp_planner.planners.base import ConfigTable, PlanningContext, make_planner
-from bsp_planner.planners.observed import MIN_ERRORS, attach, observations
+from bsp_planner.planners.observed import MIN_ERRORS, Observations, attach, observations
 from bsp_planner.simulation import simulate
 
 N_LEVELS = 10
@@ -73,23 +73,38 @@ def test_risk_aware_mpc_gives_more_cpu_to_the_task_whose_forecast_is_uncertain()
 
 def test_risk_offsets_use_only_errors_whose_targets_ran_before_the_step():
     actual, forecast = uncertain_task_job(m=80)
-    ctx = forecast_context(actual, forecast)
-    obs = observations(ctx, "test")
-    full = obs.error_quantile_offsets(0.8, H)
+    obs = observations(forecast_context(actual, forecast), "test")
+    full = np.stack([obs.error_quantile_offsets(t, 0.8, H) for t in range(80)], axis=1)  # (tasks, steps, H)
     t = 50
     changed = actual.copy()
     changed[:, t:] = 50.0  # the future differs wildly
-    ctx2 = forecast_context(changed, forecast)
-    part = observations(ctx2, "test").error_quantile_offsets(0.8, H)
-    np.testing.assert_array_equal(part[:, : t + 1], full[:, : t + 1])
+    obs2 = observations(forecast_context(changed, forecast), "test")
+    part = np.stack([obs2.error_quantile_offsets(s, 0.8, H) for s in range(t + 1)], axis=1)
+    np.testing.assert_array_equal(part, full[:, : t + 1])
     assert np.all(full[0] == 0.0)  # the exact forecast's quantile offset is 0
     assert np.all(full[1, MIN_ERRORS + H :] > 0)
+
+
+def test_observations_filled_step_by_step_give_what_whole_ones_give_and_nothing_ahead():
+    actual, forecast = uncertain_task_job(m=60)
+    whole = observations(forecast_context(actual, forecast), "test")
+    live = Observations.stepwise(2, 60, H, durations, RANGE)
+    for t in range(60):
+        live.record_forecast(t, forecast[:, t])
+        np.testing.assert_array_equal(live.error_quantile_offsets(t, 0.8, H), whole.error_quantile_offsets(t, 0.8, H))
+        np.testing.assert_array_equal(live.rmse_by_lead(t, H), whole.rmse_by_lead(t, H))
+        with pytest.raises(RuntimeError, match="before it was made"):
+            live.forecast(t + 1, H)
+        with pytest.raises(RuntimeError, match="only"):
+            live.last_observed(t + 1)  # step t has not run yet
+        live.observe(t, actual[:, t])
+    assert np.all(live.error_quantile_offsets(59, 0.8, H)[1] > 0)
 
 
 def test_risk_aware_mpc_in_perfect_mode_is_mpc():
     actual, forecast = uncertain_task_job(m=60)
     ctx = forecast_context(actual, forecast)
-    ctx.extras["observations"] = type(observations(ctx, "x"))(actual, None, durations, RANGE)
+    ctx.extras["observations"] = Observations(actual, None, durations, RANGE)
     a = simulate(planner("mpc"), ctx, durations(actual))
     b = simulate(planner("mpc-risk"), ctx, durations(actual))
     np.testing.assert_array_equal(a.levels, b.levels)
@@ -180,7 +195,7 @@ def test_scenario_mpc_is_mpc_when_the_forecast_error_is_zero():
 def test_scenario_mpc_in_perfect_mode_is_mpc():
     actual, forecast = uncertain_task_job(m=60)
     ctx = forecast_context(actual, forecast)
-    ctx.extras["observations"] = type(observations(ctx, "x"))(actual, None, durations, RANGE)
+    ctx.extras["observations"] = Observations(actual, None, durations, RANGE)
     a = simulate(planner("mpc"), ctx, durations(actual))
     b = simulate(planner("mpc-scenario"), ctx, durations(actual))
     np.testing.assert_array_equal(a.levels, b.levels)

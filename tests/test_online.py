@@ -79,6 +79,19 @@ def test_online_simulation_equals_offline_for_an_exact_forecaster(tmp_path, synt
         assert a.total_s == b.total_s
 
 
+@pytest.mark.parametrize("strategy", ["mpc-risk", "mpc-adaptive", "mpc-scenario", "reactive"])
+def test_planners_that_learn_their_error_plan_online_as_they_do_offline(tmp_path, synthetic_profile, strategy):
+    """Online, the forecasts and the workloads they learn their error from arrive step by step; with a
+    forecaster whose online forecasts equal its offline matrix, every decision must be the same."""
+    common = {"steps": 90, "modes": ["forecast"], "strategies": ["mpc", strategy]}
+    offline = build_scenario(load_experiment(write_experiment(tmp_path, synthetic_profile, **common)))
+    online = build_scenario(load_experiment(write_experiment(tmp_path, synthetic_profile, online=True, **common)))
+    a, b = run_strategy(offline, strategy, "forecast"), run_strategy(online, strategy, "forecast")
+    assert np.array_equal(a.levels, b.levels) and a.total_s == b.total_s
+    # and what it learned changed its plan: it is not simply mpc
+    assert not np.array_equal(a.levels, run_strategy(offline, "mpc", "forecast").levels)
+
+
 def test_online_refuses_a_folder_of_forecast_files(tmp_path, synthetic_profile):
     folder = tmp_path / "fc"
     folder.mkdir()

@@ -134,6 +134,87 @@ class PointForecaster(Forecaster):
         return np.sort(point[None, :, :] + offsets, axis=0)
 
 
+class AdaptiveErrorQuantiles:
+    """Quantile offsets of a forecaster's recent errors, one forecast origin at a time, for errors that
+    become known as a run goes (`rolling_error_quantiles` runs it over a whole series at once).
+
+    errors: (origins, H) array the caller owns and fills as outcomes arrive: errors[o, h] is the
+    outcome at o + h minus the forecast made at origin o for it, NaN while unknown. Before asking
+    `offsets(i)`, every error with o + h <= i - 1 must be written: those are all it reads (the window
+    of the `window` newest known errors per lead, and the outcomes the adaptive levels learn from).
+    Origins are processed in order from 0; asking for origin i computes every origin up to i once.
+
+    For origin o and lead h the offsets are empirical quantiles of the errors of the `window` most
+    recent forecasts at lead h whose targets were known before o (origins o' <= o - 1 - h). With
+    `gamma` > 0 each quantile level also adapts (adaptive conformal inference, Gibbs & Candes 2021):
+    after every outcome, level tau moves by gamma * (tau - [outcome <= its quantile]), so each quantile
+    is exceeded at its nominal rate over time even when errors drift. Where fewer than `min_count`
+    errors exist, `fallback` (Q, H) is used. The median's offset is 0 and the other offsets keep their
+    side of it: the point forecast is the median.
+    """
+
+    def __init__(
+        self,
+        errors: np.ndarray,
+        quantiles: tuple[float, ...],
+        window: int,
+        fallback: np.ndarray,
+        *,
+        gamma: float = 0.0,
+        min_count: int = 30,
+    ) -> None:
+        self.errors = errors
+        self.levels = np.asarray(quantiles, dtype=np.float64)
+        self.med = int(np.nonzero(self.levels == 0.5)[0][0])
+        self.window = window
+        self.fallback = np.asarray(fallback, dtype=np.float64)
+        self.gamma = gamma
+        self.min_count = min_count
+        n_q, (n, horizon) = len(self.levels), errors.shape
+        self.leads = np.arange(horizon)
+        self.history = np.full((n_q, n, horizon), np.nan)  # offsets of every origin computed so far
+        self.acc = np.zeros((n_q, horizon))  # accumulated level corrections
+        self.computed = 0  # origins 0..computed-1 are in history
+
+    def offsets(self, i: int) -> np.ndarray:
+        """(Q, H) offsets for the forecast made at origin i."""
+        while self.computed <= i:
+            self._advance()
+        return self.history[:, i]
+
+    def _advance(self) -> None:
+        i, err, leads, levels = self.computed, self.errors, self.leads, self.levels
+        newest = i - 1 - leads  # the newest usable forecast, per lead
+        if self.gamma > 0:
+            ok = newest >= 0
+            if ok.any():
+                e = err[newest[ok], leads[ok]]
+                hit = e[None, :] <= self.history[:, newest[ok], leads[ok]]
+                upd = levels[:, None] - hit
+                upd[:, np.isnan(e)] = 0.0
+                self.acc[:, ok] += self.gamma * upd
+        tau = np.clip(levels[:, None] + self.acc, 0.0, 1.0)  # (Q, H)
+        # the window of errors for each lead: err[newest - window + 1 .. newest, h]
+        idx = newest[None, :] - np.arange(self.window)[:, None]  # (window, H)
+        rows = np.where(idx >= 0, err[idx.clip(0), leads[None, :]], np.nan)
+        rows = np.sort(rows, axis=0)  # NaNs last
+        count = np.sum(~np.isnan(rows), axis=0)  # (H,)
+        enough = count >= self.min_count
+        at = tau * (np.maximum(count, 1) - 1)  # (Q, H) fractional index into the sorted errors
+        lo = np.floor(at).astype(np.int64)
+        hi = np.minimum(lo + 1, np.maximum(count, 1) - 1)
+        frac = at - lo
+        v_lo = np.take_along_axis(rows, lo, axis=0)
+        v_hi = np.take_along_axis(rows, hi, axis=0)
+        off = np.where(enough[None, :], v_lo + frac * (v_hi - v_lo), self.fallback)
+        med = self.med
+        off[med] = 0.0
+        off[:med] = np.minimum(off[:med], 0.0)
+        off[med + 1 :] = np.maximum(off[med + 1 :], 0.0)
+        self.history[:, i] = off
+        self.computed = i + 1
+
+
 def rolling_error_quantiles(
     point_at,
     series: np.ndarray,
@@ -147,17 +228,12 @@ def rolling_error_quantiles(
     gamma: float = 0.0,
     min_count: int = 30,
 ) -> np.ndarray:
-    """Quantile offsets (Q, len(origins), H) from the forecaster's own recent errors, per lead time.
+    """Quantile offsets (Q, len(origins), H) from the forecaster's own recent errors, per lead time
+    (`AdaptiveErrorQuantiles` over a whole series: nothing at or after origin o is used for o).
 
-    For origin o and lead h the offsets are empirical quantiles of the errors of the `window` most
-    recent forecasts at lead h whose targets were known before o (made at origins o' <= o - 1 - h), so
-    nothing at or after o is used. With `gamma` > 0 each quantile level also adapts online (adaptive
-    conformal inference, Gibbs & Candes 2021): after every outcome becomes known, level tau moves by
-    gamma * (tau - [outcome <= its quantile]), so each quantile is exceeded at its nominal rate over time
-    even when errors drift. The state starts at `min_origin` (with `gamma` > 0), so the offsets for an
-    origin never depend on which other origins were asked for; origins before it get `fallback`. Where
-    fewer than `min_count` errors exist, `fallback` (Q, H) is used. The median's offset is 0 and the
-    other offsets keep their side of it: the point forecast is the median.
+    point_at(series, positions) -> (len(positions), H) the point forecasts. The adaptive state (with
+    `gamma` > 0) starts at `min_origin`, so the offsets for an origin never depend on which other
+    origins were asked for; origins before it get `fallback`.
     """
     series = np.asarray(series, dtype=np.float64)
     origins = np.asarray(origins, dtype=np.int64)
@@ -167,53 +243,18 @@ def rolling_error_quantiles(
     n_q = len(levels)
     first = min_origin if gamma > 0 else max(min_origin, int(origins.min()) - window - horizon)
     last = int(origins.max())
-    if last < first:
-        out = np.broadcast_to(fallback[:, None, :], (n_q, len(origins), horizon)).copy()
-        out[med] = 0.0
-        return out
-    pos = np.arange(first, last + 1)
-    point = point_at(series, pos)  # (n, H)
-    tgt = pos[:, None] + np.arange(horizon)[None, :]
-    known = tgt < len(series)
-    err = np.full(point.shape, np.nan)
-    err[known] = series[tgt[known]] - point[known]
-    n = len(pos)
-    offsets = np.empty((n_q, n, horizon))
-    hits = np.zeros((n_q, n, horizon))
-    acc = np.zeros((n_q, horizon))  # accumulated level corrections
-    leads = np.arange(horizon)
-    padded = np.concatenate([np.full((window, horizon), np.nan), err], axis=0)
-    for i in range(n):
-        newest = i - 1 - leads  # index of the newest usable forecast, per lead
-        if gamma > 0:
-            ok = newest >= 0
-            if ok.any():
-                upd = levels[:, None] - hits[:, newest[ok], leads[ok]]
-                upd[:, np.isnan(err[newest[ok], leads[ok]])] = 0.0
-                acc[:, ok] += gamma * upd
-        tau = np.clip(levels[:, None] + acc, 0.0, 1.0)  # (Q, H)
-        # the window of errors for each lead: err[newest - window + 1 .. newest, h]
-        rows = padded[(newest[None, :] + window - np.arange(window)[:, None]).clip(0), leads[None, :]]  # (window, H)
-        rows = np.sort(rows, axis=0)  # NaNs last
-        count = np.sum(~np.isnan(rows), axis=0)  # (H,)
-        enough = count >= min_count
-        at = tau * (np.maximum(count, 1) - 1)  # (Q, H) fractional index into the sorted errors
-        lo = np.floor(at).astype(np.int64)
-        hi = np.minimum(lo + 1, np.maximum(count, 1) - 1)
-        frac = at - lo
-        v_lo = np.take_along_axis(rows, lo, axis=0)
-        v_hi = np.take_along_axis(rows, hi, axis=0)
-        q = v_lo + frac * (v_hi - v_lo)
-        off = np.where(enough[None, :], q, fallback)
-        # The point forecast stays the median and inside every central interval.
-        off[med] = 0.0
-        off[:med] = np.minimum(off[:med], 0.0)
-        off[med + 1 :] = np.maximum(off[med + 1 :], 0.0)
-        offsets[:, i] = off
-        hits[:, i] = err[i][None, :] <= off
     out = np.broadcast_to(fallback[:, None, :], (n_q, len(origins), horizon)).copy()
-    inside = origins >= first
-    out[:, inside] = offsets[:, origins[inside] - first]
+    if last >= first:
+        pos = np.arange(first, last + 1)
+        point = point_at(series, pos)  # (n, H)
+        tgt = pos[:, None] + np.arange(horizon)[None, :]
+        known = tgt < len(series)
+        err = np.full(point.shape, np.nan)
+        err[known] = series[tgt[known]] - point[known]
+        tracker = AdaptiveErrorQuantiles(err, quantiles, window, fallback, gamma=gamma, min_count=min_count)
+        tracker.offsets(len(pos) - 1)
+        inside = origins >= first
+        out[:, inside] = tracker.history[:, origins[inside] - first]
     out[med] = 0.0
     return out
 

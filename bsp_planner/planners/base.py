@@ -109,6 +109,40 @@ class ConfigTable:
         return float(per_task.max(axis=0).sum())
 
 
+class OnlineConfigTable(ConfigTable):
+    """A ConfigTable whose rows become known one step at a time (`reveal(t, row)`): batched
+    precomputation covers only the rows already known; asking for a later row is an error.
+
+    shape: (steps, tasks, levels, H) of the predicted durations, NaN until revealed."""
+
+    def __init__(
+        self,
+        shape: tuple[int, int, int, int],
+        allocator: Allocator,
+        max_level: np.ndarray,
+        budget_steps: int,
+        discount: float,
+    ) -> None:
+        super().__init__(np.full(shape, np.nan), allocator, max_level, budget_steps, discount)
+        self.known = 0  # rows 0..known-1 are written
+
+    def reveal(self, t: int, row: np.ndarray) -> None:
+        if t != self.known:
+            raise RuntimeError(f"predictions for step {t} revealed after {self.known} rows")
+        self.predicted[t] = row
+        self.known = t + 1
+
+    def ensure_all(self, jmax: int, steps: np.ndarray | None = None) -> None:
+        self._check(jmax)
+        s = np.arange(self.known) if steps is None else np.asarray(steps)
+        super().ensure_all(jmax, s[s < self.known])
+
+    def ensure_row(self, t: int, jmax: int) -> None:
+        if t >= self.known:
+            raise RuntimeError(f"a planner asked for the predictions of step {t} before they were made")
+        super().ensure_row(t, jmax)
+
+
 @dataclass
 class PlanningContext:
     """Everything a planner may know. `predicted[t]` is built from the forecast made before step t."""

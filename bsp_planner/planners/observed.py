@@ -2,21 +2,24 @@
 errors of the forecasts it was given.
 
 `simulate` and live runs attach one `Observations` to every planning context (`attach`), so the
-planners that know their error (`mpc-risk`, `mpc-adaptive`) and the purely reactive one (`reactive`)
-work the same in both. The contract that keeps them honest: before step t a planner reads observed
-workloads of steps < t only, and the error of a forecast only once its target step has run. The
-helpers here enforce it; planners never index `actual_workloads` themselves.
+planners that know their error (`mpc-risk`, `mpc-adaptive`, `mpc-scenario`) and the purely reactive
+one (`reactive`) work the same in both. An offline run's observations hold every step's workloads and
+forecasts from the start; those of a run whose predictions are made step by step (online forecasts,
+learning, a live `--online` run) start empty and are filled as the run goes (`Observations.stepwise`:
+`record_forecast` before a step, `observe` after it). The contract that keeps the planners honest, and
+the same in both: before step t a planner reads observed workloads of steps < t only, and the error of
+a forecast only once its target step has run. The methods here enforce it (asking for what is not
+known yet is an error); planners never index the arrays themselves.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 
 from ..errors import InputError
-from ..forecasting.base import rolling_error_quantiles
+from ..forecasting.base import AdaptiveErrorQuantiles
 from .base import PlanningContext
 
 EXTRAS_KEY = "observations"
@@ -26,82 +29,139 @@ MIN_ERRORS = 20
 ERROR_WINDOW = 240
 
 
-@dataclass(frozen=True)
 class Observations:
-    """actual_workloads: (tasks, steps), step t's workloads, known once step t has run.
-    forecast_workloads: (tasks, steps, H), row t the forecast made before step t; None in perfect
-    mode (the forecasts are the truth: every error is 0).
+    """actual_workloads: (tasks, steps), step t's workloads, known once step t has run (NaN until then
+    in a stepwise run).
+    forecast_workloads: (tasks, steps, H), row t the forecast made before step t (NaN until made);
+    None in perfect mode (the forecasts are the truth: every error is 0).
     durations: workloads (tasks, *shape) -> seconds (tasks, levels, *shape), the duration model.
     workload_range: (low, high) the workloads are clipped to, as the forecasts are."""
 
-    actual_workloads: np.ndarray
-    forecast_workloads: np.ndarray | None
-    durations: Callable[[np.ndarray], np.ndarray]
-    workload_range: tuple[float, float]
+    def __init__(
+        self,
+        actual_workloads: np.ndarray,
+        forecast_workloads: np.ndarray | None,
+        durations: Callable[[np.ndarray], np.ndarray],
+        workload_range: tuple[float, float],
+        *,
+        observed_steps: int | None = None,
+    ) -> None:
+        self.actual_workloads = np.asarray(actual_workloads, dtype=np.float64)
+        fc = None if forecast_workloads is None else np.asarray(forecast_workloads, dtype=np.float64)
+        self.forecast_workloads = fc
+        self.durations = durations
+        self.workload_range = (float(workload_range[0]), float(workload_range[1]))
+        n, m = self.actual_workloads.shape
+        self.observed_steps = m if observed_steps is None else observed_steps  # steps 0..observed_steps-1 ran
+        self.forecast_rows = m if observed_steps is None else 0  # rows 0..forecast_rows-1 are made
+        # errors[i, o, h]: workload of step o + h minus the forecast made at o for it; NaN while unknown
+        self.errors = np.full((n, m, 0 if fc is None else fc.shape[2]), np.nan)
+        if fc is not None and observed_steps is None:
+            for h in range(min(fc.shape[2], m)):  # a horizon may reach past a short run's end
+                self.errors[:, : m - h, h] = self.actual_workloads[:, h:] - fc[:, : m - h, h]
+        self._trackers: dict[tuple[float, float], list[AdaptiveErrorQuantiles]] = {}
+
+    @classmethod
+    def stepwise(
+        cls,
+        n_tasks: int,
+        steps: int,
+        horizon: int | None,
+        durations: Callable[[np.ndarray], np.ndarray],
+        workload_range: tuple[float, float],
+    ) -> Observations:
+        """Empty observations of a run whose forecasts and outcomes arrive step by step; horizon None:
+        perfect knowledge (no forecast, no error)."""
+        fc = None if horizon is None else np.full((n_tasks, steps, horizon), np.nan)
+        return cls(np.full((n_tasks, steps), np.nan), fc, durations, workload_range, observed_steps=0)
 
     @property
     def horizon(self) -> int | None:
         return None if self.forecast_workloads is None else int(self.forecast_workloads.shape[2])
 
+    # -- filled by a stepwise run ------------------------------------------------------------------
+    def record_forecast(self, t: int, workloads: np.ndarray) -> None:
+        """Row t: the (tasks, H) workloads forecast before step t for steps t..t+H-1."""
+        if self.forecast_workloads is None:
+            return
+        if t != self.forecast_rows:
+            raise RuntimeError(f"the forecast made before step {t} recorded after {self.forecast_rows} rows")
+        self.forecast_workloads[:, t] = workloads[:, : self.forecast_workloads.shape[2]]
+        self.forecast_rows = t + 1
+
+    def observe(self, t: int, workloads: np.ndarray) -> None:
+        """Step t ran with these (tasks,) workloads: the errors of every forecast that targeted it are known."""
+        if t != self.observed_steps:
+            raise RuntimeError(f"step {t} observed after {self.observed_steps} steps")
+        w = np.clip(np.asarray(workloads, dtype=np.float64), *self.workload_range)
+        self.actual_workloads[:, t] = w
+        self.observed_steps = t + 1
+        if self.forecast_workloads is not None:
+            h = np.arange(min(t + 1, self.forecast_workloads.shape[2]))
+            self.errors[:, t - h, h] = w[:, None] - self.forecast_workloads[:, t - h, h]
+
+    # -- read by planners ----------------------------------------------------------------------------
+    def _known_before(self, t: int) -> None:
+        if t > self.observed_steps:
+            raise RuntimeError(f"a planner asked what was known before step {t}, but only {self.observed_steps} ran")
+
     def last_observed(self, t: int) -> np.ndarray | None:
         """(tasks,) the workloads of step t-1: the newest a planner may know before step t."""
+        self._known_before(t)
         return None if t < 1 else self.actual_workloads[:, t - 1]
 
-    def error_quantile_offsets(self, level: float, horizon: int, *, gamma: float = 0.01) -> np.ndarray:
-        """(tasks, steps, horizon): for the forecast made before step t, the `level` quantile of that
-        task's recent errors (actual - forecast) at each lead, from forecasts whose targets ran before
-        t (`base.rolling_error_quantiles`, adaptively calibrated); 0 until MIN_ERRORS are known.
-        The offsets of a median level are 0; with level > 0.5 they are >= 0."""
-        n, m = self.actual_workloads.shape
-        if self.forecast_workloads is None:
-            return np.zeros((n, m, horizon))
+    def forecast(self, t: int, horizon: int) -> np.ndarray:
+        """(tasks, horizon) the forecast made before step t."""
+        assert self.forecast_workloads is not None
+        if t >= self.forecast_rows:
+            raise RuntimeError(f"a planner asked for the forecast of step {t} before it was made")
+        return self.forecast_workloads[:, t, :horizon]
+
+    def error_quantile_offsets(self, t: int, level: float, horizon: int, *, gamma: float = 0.01) -> np.ndarray:
+        """(tasks, horizon): for the forecast made before step t, the `level` quantile of each task's
+        recent errors (actual - forecast) at each lead, from forecasts whose targets ran before t
+        (`base.AdaptiveErrorQuantiles`, adaptively calibrated); 0 until MIN_ERRORS are known. The
+        offsets of a median level are 0; with level > 0.5 they are >= 0."""
+        n = self.actual_workloads.shape[0]
+        if self.forecast_workloads is None or level == 0.5:
+            return np.zeros((n, horizon))
         if not 0.5 <= level < 1.0:
             raise InputError(f"expected a quantile level in [0.5, 1), got {level}", field="strategies")
-        fc = self.forecast_workloads[:, :, :horizon]
-        if level == 0.5:
-            return np.zeros((n, m, fc.shape[2]))
-        out = np.empty((n, m, fc.shape[2]))
-        origins = np.arange(m)
-        for i in range(n):
-            offsets = rolling_error_quantiles(
-                lambda _series, pos, f=fc[i]: f[pos],
-                self.actual_workloads[i],
-                origins,
-                fc.shape[2],
-                (0.5, level),
-                ERROR_WINDOW,
-                0,
-                np.zeros((2, fc.shape[2])),
-                gamma=gamma,
-                min_count=MIN_ERRORS,
-            )
-            out[i] = offsets[1]
+        self._known_before(t)
+        trackers = self._trackers.get((level, gamma))
+        if trackers is None:
+            H = self.errors.shape[2]
+            trackers = [
+                AdaptiveErrorQuantiles(
+                    self.errors[i], (0.5, level), ERROR_WINDOW, np.zeros((2, H)), gamma=gamma, min_count=MIN_ERRORS
+                )
+                for i in range(n)
+            ]
+            self._trackers[(level, gamma)] = trackers
+        return np.stack([tr.offsets(t)[1, :horizon] for tr in trackers])
+
+    def rmse_by_lead(self, t: int, horizon: int) -> np.ndarray:
+        """(horizon,): before step t, the RMSE at each lead over every task's forecasts whose targets
+        ran before t (the newest ERROR_WINDOW per lead); NaN where fewer than MIN_ERRORS are known."""
+        if self.forecast_workloads is None:
+            return np.zeros(horizon)
+        self._known_before(t)
+        out = np.full(horizon, np.nan)
+        for h in range(min(horizon, self.errors.shape[2])):
+            newest = t - 1 - h  # origin o's target o + h ran before t
+            oldest = max(0, newest - ERROR_WINDOW + 1)
+            if newest + 1 < MIN_ERRORS or newest < oldest:
+                continue
+            out[h] = np.sqrt(np.mean(self.errors[:, oldest : newest + 1, h] ** 2))
         return out
 
-    def rmse_by_lead(self, horizon: int) -> np.ndarray:
-        """(steps, horizon): before step t, the RMSE at each lead over every task's forecasts whose
-        targets ran before t (the newest ERROR_WINDOW per lead); NaN until MIN_ERRORS are known."""
-        n, m = self.actual_workloads.shape
-        if self.forecast_workloads is None:
-            return np.zeros((m, horizon))
-        fc = self.forecast_workloads[:, :, :horizon]
-        H = fc.shape[2]
-        out = np.full((m, H), np.nan)
-        sq = np.full((m, H), np.nan)  # pooled squared error of the forecast made at origin o, lead h
-        for h in range(H):
-            o = np.arange(m - h)
-            sq[o, h] = np.mean((self.actual_workloads[:, o + h] - fc[:, o, h]) ** 2, axis=0)
-        csum = np.nancumsum(np.nan_to_num(sq), axis=0)
-        for h in range(H):
-            # before step t, origins o with o + h <= t - 1 are known
-            for t in range(m):
-                newest = t - 1 - h
-                if newest + 1 < MIN_ERRORS:
-                    continue
-                oldest = max(0, newest - ERROR_WINDOW + 1)
-                total = csum[newest, h] - (csum[oldest - 1, h] if oldest > 0 else 0.0)
-                out[t, h] = np.sqrt(total / (newest - oldest + 1))
-        return out
+    def error_trajectories(self, t: int, origins: np.ndarray, h: int) -> np.ndarray:
+        """(tasks, len(origins), h): the errors at leads 0..h-1 of the forecasts made at `origins`, all of
+        whose targets must have run before step t."""
+        self._known_before(t)
+        if origins.size and int(origins.max()) + h - 1 > t - 1:
+            raise RuntimeError(f"errors of forecasts whose targets run at or after step {t} are not known yet")
+        return self.errors[:, origins, :h]
 
 
 def attach(
@@ -111,13 +171,8 @@ def attach(
     durations: Callable[[np.ndarray], np.ndarray],
     workload_range: tuple[float, float],
 ) -> None:
-    """Give a planning context the run's observations (see the module's notes)."""
-    ctx.extras[EXTRAS_KEY] = Observations(
-        np.asarray(actual_workloads, dtype=np.float64),
-        None if forecast_workloads is None else np.asarray(forecast_workloads, dtype=np.float64),
-        durations,
-        (float(workload_range[0]), float(workload_range[1])),
-    )
+    """Give a planning context the whole run's observations (an offline run; see the module's notes)."""
+    ctx.extras[EXTRAS_KEY] = Observations(actual_workloads, forecast_workloads, durations, workload_range)
 
 
 def observations(ctx: PlanningContext, planner: str) -> Observations:

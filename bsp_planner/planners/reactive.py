@@ -14,30 +14,27 @@ from dataclasses import replace
 
 import numpy as np
 
-from .base import ConfigTable, PlanningContext
+from .base import Decision, OnlineConfigTable, PlanningContext
 from .mpc import MpcPlanner
 from .observed import observations
 
 
-def last_observed_durations(ctx: PlanningContext, name: str) -> np.ndarray:
-    """(steps, tasks, levels, H): row t the durations of step t-1's observed workloads, repeated over
-    the forecast horizon (row 0: the middle of the workload range)."""
-    obs = observations(ctx, name)
-    c = ctx.configs
-    m, n, L, H = c.predicted.shape
-    w = np.empty((n, m))
-    w[:, 0] = float(np.mean(obs.workload_range))
-    w[:, 1:] = obs.actual_workloads[:, : m - 1]
-    d = obs.durations(w)  # (tasks, levels, steps)
-    return np.broadcast_to(d.transpose(2, 0, 1)[:, :, :, None], (m, n, L, H))
-
-
 class ReactivePlanner(MpcPlanner):
+    """MPC on the last observed workloads (see the module's notes); row t of its table is made before
+    step t, so it plans the same offline, online and live."""
+
     name = "reactive"
 
     def reset(self, ctx: PlanningContext) -> None:
+        self.obs = observations(ctx, self.name)
         c = ctx.configs
-        predicted = last_observed_durations(ctx, self.name)
-        super().reset(
-            replace(ctx, configs=ConfigTable(predicted, c.allocator, c.max_level, c.budget_steps, c.discount))
-        )
+        self.table = OnlineConfigTable(c.predicted.shape, c.allocator, c.max_level, c.budget_steps, c.discount)
+        self.middle = np.full(ctx.n_tasks, float(np.mean(self.obs.workload_range)))
+        super().reset(replace(ctx, configs=self.table))
+
+    def decide(self, t: int, current: np.ndarray | None) -> Decision:
+        last = self.obs.last_observed(t)
+        w = self.middle if last is None else last
+        d = self.obs.durations(w[:, None])  # (tasks, levels, 1), the same for every step ahead
+        self.table.reveal(t, np.broadcast_to(d, d.shape[:2] + (self.table.horizon,)))
+        return super().decide(t, current)

@@ -27,31 +27,26 @@ from typing import Any
 import numpy as np
 
 from ..errors import InputError
-from .base import ConfigTable, Decision, PlanningContext
+from .base import Decision, OnlineConfigTable, PlanningContext
 from .mpc import MpcPlanner
-from .observed import observations
+from .observed import Observations, observations
 
 DEFAULT_RISK_LEVEL = 0.7
 #: mpc-adaptive cuts its horizon at the first lead whose RMSE exceeds this multiple of lead 1's.
 HORIZON_ERROR_RATIO = 2.0
 
 
-def upper_quantile_durations(ctx: PlanningContext, level: float, name: str) -> np.ndarray:
-    """(steps, tasks, levels, H) predicted durations with each task's workload at the `level`
-    quantile of its forecast (median + recent error quantile, per lead); the context's own table in
-    perfect mode."""
-    obs = observations(ctx, name)
-    if obs.forecast_workloads is None:
-        predicted: np.ndarray = ctx.configs.predicted
-        return predicted
-    H = ctx.configs.horizon
-    fc = obs.forecast_workloads[:, :, :H]
-    upper = np.clip(fc + obs.error_quantile_offsets(level, H), *obs.workload_range)
-    return obs.durations(upper).transpose(2, 0, 1, 3)
+def upper_quantile_durations(obs: Observations, t: int, level: float, horizon: int) -> np.ndarray:
+    """(tasks, levels, horizon) durations predicted before step t with each task's workload at the
+    `level` quantile of its forecast (median + recent error quantile, per lead)."""
+    fc = obs.forecast(t, horizon)
+    upper = np.clip(fc + obs.error_quantile_offsets(t, level, horizon), *obs.workload_range)
+    return obs.durations(upper)
 
 
 class RiskAwareMpcPlanner(MpcPlanner):
-    """MPC on upper-quantile workloads (see the module's notes)."""
+    """MPC on upper-quantile workloads (see the module's notes). Its table's row t is made before
+    step t from what is known then, so it plans the same offline, online and live."""
 
     def __init__(self, arg: str | None = None, params: Any = None) -> None:
         super().__init__(None, params)
@@ -66,11 +61,18 @@ class RiskAwareMpcPlanner(MpcPlanner):
         self.name = "mpc-risk" if arg is None else f"mpc-risk:{arg}"
 
     def reset(self, ctx: PlanningContext) -> None:
-        predicted = upper_quantile_durations(ctx, self.level, self.name)
-        c = ctx.configs
-        if predicted is not c.predicted:
-            ctx = replace(ctx, configs=ConfigTable(predicted, c.allocator, c.max_level, c.budget_steps, c.discount))
+        self.obs = observations(ctx, self.name)
+        self.table: OnlineConfigTable | None = None
+        if self.obs.forecast_workloads is not None:  # perfect mode: the context's own table
+            c = ctx.configs
+            self.table = OnlineConfigTable(c.predicted.shape, c.allocator, c.max_level, c.budget_steps, c.discount)
+            ctx = replace(ctx, configs=self.table)
         super().reset(ctx)
+
+    def decide(self, t: int, current: np.ndarray | None) -> Decision:
+        if self.table is not None:
+            self.table.reveal(t, upper_quantile_durations(self.obs, t, self.level, self.table.horizon))
+        return super().decide(t, current)
 
 
 class AdaptiveMpcPlanner(MpcPlanner):
@@ -81,16 +83,14 @@ class AdaptiveMpcPlanner(MpcPlanner):
     def reset(self, ctx: PlanningContext) -> None:
         super().reset(ctx)
         self.base_params = self.params
-        obs = observations(ctx, self.name)
-        H = min(self.params.horizon, ctx.configs.horizon)
-        self.rmse = obs.rmse_by_lead(H)  # (steps, H)
-        self.mean_workload = float(np.mean(obs.workload_range))
-        self.settings_used: list[tuple[int, float]] = []
+        self.obs = observations(ctx, self.name)
+        self.error_horizon = min(self.params.horizon, ctx.configs.horizon)
+        self.mean_workload = float(np.mean(self.obs.workload_range))
 
     def adapted(self, t: int) -> tuple[int, float]:
         """(horizon, length punishment) for step t from the errors known before it."""
         base = self.base_params
-        r = self.rmse[t]
+        r = self.obs.rmse_by_lead(t, self.error_horizon)
         if np.isnan(r).any() or not r[0] > 0:
             return base.horizon, base.length_punishment
         over = np.nonzero(r > HORIZON_ERROR_RATIO * r[0])[0]

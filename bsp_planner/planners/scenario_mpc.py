@@ -46,13 +46,11 @@ def scenario_origins(t: int, lead_span: int, k: int) -> np.ndarray:
 def workload_scenarios(obs: Observations, t: int, h: int, k: int) -> tuple[np.ndarray, np.ndarray]:
     """(workloads (tasks, S, h), probabilities (S,)) for steps t..t+h-1: the forecast made before t
     plus the errors of up to k past forecasts (identical scenarios merged, their weights summed)."""
-    assert obs.forecast_workloads is not None
-    fc = obs.forecast_workloads[:, t, :h]  # (tasks, h)
+    fc = obs.forecast(t, h)  # (tasks, h)
     origins = scenario_origins(t, h, k)
     if origins.size == 0:
         return fc[:, None, :], np.ones(1)
-    leads = np.arange(h)
-    errors = obs.actual_workloads[:, origins[:, None] + leads[None, :]] - obs.forecast_workloads[:, origins, :h]
+    errors = obs.error_trajectories(t, origins, h)  # (tasks, S, h)
     unique, counts = np.unique(errors.transpose(1, 0, 2).reshape(origins.size, -1), axis=0, return_counts=True)
     scen = np.clip(fc[None] + unique.reshape(-1, *fc.shape), *obs.workload_range)  # (S, tasks, h)
     return scen.transpose(1, 0, 2), counts / counts.sum()
@@ -86,7 +84,7 @@ class ScenarioMpcPlanner(MpcPlanner):
         h = min(self.params.horizon, self.ctx.steps - t, self.obs.forecast_workloads.shape[2])
         workloads, probs = workload_scenarios(self.obs, t, h, self.n_scenarios)
         self.scenario_counts.append(probs.size)
-        if probs.size == 1 and not np.any(workloads[:, 0] != self.obs.forecast_workloads[:, t, :h]):
+        if probs.size == 1 and not np.any(workloads[:, 0] != self.obs.forecast(t, h)):
             return super().decide(t, current)  # no error known (or all zero): exactly mpc
         durations = self.obs.durations(workloads).transpose(2, 0, 1, 3)  # (S, tasks, levels, h)
         _, windows = self.plan_on(durations, probs, current)
