@@ -256,18 +256,20 @@ def test_profile_run_times_a_command_task_as_a_stressor(tmp_path):
 # -- run --online / --learn ------------------------------------------------------------------------------
 @pytest.mark.usefixtures("reap_runs")
 @needs_tasks
+@pytest.mark.parametrize("planner", ["mpc", "reactive"])  # reactive: plans on the workloads observed live
 def test_an_online_learning_run_forecasts_from_reported_workloads_learns_and_resumes_the_same_plan(
-    tmp_path, zk_server, creds_file
+    tmp_path, zk_server, creds_file, planner
 ):
     exp, control = command_experiment(tmp_path / "exp", steps=5)
-    kw = dict(mode="forecast", overrides=["online=true", "learn=true"], planner="mpc")
+    run_id = f"online-{planner}"
+    kw = dict(mode="forecast", overrides=["online=true", "learn=true"], planner=planner)
     (control / "fail-a-3").touch()
     with pytest.raises(RunFailed, match="task a step 3: its command exited with code 7"):
-        coordinator(tmp_path, exp, zk_server, creds_file, "online", **kw).run()
+        coordinator(tmp_path, exp, zk_server, creds_file, run_id, **kw).run()
     (control / "fail-a-3").unlink()
     # the resumed run replays the planner with the forecaster and the model rebuilt from the logged
     # observations; any difference from the logged decisions would refuse the resume
-    result = coordinator(tmp_path, exp, zk_server, creds_file, "online", resume=True, **kw).run()
+    result = coordinator(tmp_path, exp, zk_server, creds_file, run_id, resume=True, **kw).run()
     assert result.status == "finished"
     records = [json.loads(line) for line in (result.run_dir / "steps.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records] == [0, 1, 2, 3, 4]
@@ -280,4 +282,4 @@ def test_an_online_learning_run_forecasts_from_reported_workloads_learns_and_res
         assert len(learning["predicted_before_s"]) == len(learning["predicted_after_s"]) == 3
     # every measured step moved the model (how fast it converges is test_learning's and bench_learning's)
     assert all(r["learning"]["predicted_after_s"] != r["learning"]["predicted_before_s"] for r in records)
-    assert_nothing_left("online")
+    assert_nothing_left(run_id)
