@@ -336,6 +336,8 @@ UNREACHABLE = ["--zookeeper", "127.0.0.1:1", "--zk-wait", "1", "-q"]
         (["--planner", "dp", "--online"], ["field '--planner'", "plans the whole job before the first step"]),
         (["--steps", "0"], ["--steps", "field 'steps'", ">= 1"]),
         (["--set", "nope=1"], ["--set", "unknown setting"]),
+        (["--steps", "1000000000"], ["field '--steps'", "has 1000 test steps", "start + steps = 1000000000"]),
+        (["--set", "start=999"], ["field '--set'", "start + steps = 1019"]),
         (["--backend", "kubernetes", "--pending-timeout", "nan"], ["field '--pending-timeout'", "positive, finite"]),
     ],
 )

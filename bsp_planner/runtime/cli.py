@@ -261,11 +261,12 @@ def _checked(settings: RunSettings) -> RunSettings:
 def _check_experiment(settings: RunSettings, flagged: list[tuple[str, str]]) -> None:
     """The experiment with the run's overrides, its planner and its job file, read as the coordinator will
     read them, so that a bad value is refused before the run's folder is made; errors name the flag that
-    set it. (What needs the series, such as too many steps, is still found by the coordinator.)"""
+    set it (more steps than the job's series hold: --steps, or --set start=... where it set the start)."""
     from ..errors import InputError
     from ..experiment import load_experiment
     from ..job import load_job
     from ..scenario import check_strategies
+    from ..series import load_job_series
     from ..settings import apply_flag_overrides
 
     planned = [("--planner", f"strategies={settings.planner}"), ("--mode", f"modes={settings.mode}")]
@@ -274,7 +275,14 @@ def _check_experiment(settings: RunSettings, flagged: list[tuple[str, str]]) -> 
         check_strategies(exp.strategies, exp)
     except InputError as exc:  # the run's one strategy is its --planner
         raise InputError(exc.message, field="--planner") from None
-    load_job(exp.job_path)
+    job = load_job(exp.job_path)
+    if all(t.series is not None for t in job.tasks):  # a job whose tasks report their workloads has no span
+        try:
+            load_job_series(job, exp.workload_range).check_length(exp.start, exp.steps, path=exp.path)
+        except InputError as exc:
+            by = [f for f, item in flagged if f == "--steps" or item.split("=")[0].strip() in ("steps", "start")]
+            flag = by[-1] if by else None  # the last flag that set the span, else the experiment's own field
+            raise InputError(exc.message, path=None if flag else exc.path, field=flag or exc.field) from None
 
 
 def _resumed_settings(runs_dir: Path, rid: str, zookeeper: str | None, zk_wait: float) -> RunSettings:
