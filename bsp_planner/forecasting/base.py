@@ -207,7 +207,7 @@ class AdaptiveErrorQuantiles:
         v_lo = np.take_along_axis(rows, lo, axis=0)
         v_hi = np.take_along_axis(rows, hi, axis=0)
         off = np.where(enough[None, :], v_lo + frac * (v_hi - v_lo), self.fallback)
-        med = self.med
+        med = self.med  # the point forecast stays the median and inside every central interval
         off[med] = 0.0
         off[:med] = np.minimum(off[:med], 0.0)
         off[med + 1 :] = np.maximum(off[med + 1 :], 0.0)
