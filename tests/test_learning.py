@@ -281,10 +281,13 @@ def test_a_profile_from_another_machine_class_converges(tmp_path, synthetic_prof
 @needs_tasks
 def test_a_wrong_profile_converges_on_a_real_run(tmp_path, zk_server, creds_file):
     """The shipped kernel-3 job (three real programs under cgroup quotas, ZooKeeper barriers), planned on
-    its profile x4 with `--learn`: after ten measured steps the model's predictions are far closer to the
-    measured durations than the profile's first ones. (The error is taken in log, median over the tasks
+    its profile x0.25 with `--learn`: after ten measured steps the model's predictions are far closer to
+    the measured durations than the profile's first ones. (The error is taken in log, median over the tasks
     of the last three steps, so a burst of load on the shared machine in one step cannot decide it;
-    how close it gets, and how fast, is benchmarks/bench_learning_live.py's.)"""
+    how close it gets, and how fast, is benchmarks/bench_learning_live.py's.) The profile is made too
+    fast, not too slow: load on a shared machine only lengthens what the tasks measure, so the first
+    error grows with load instead of vanishing (a profile x4 measured 2.5x slow looked nearly right, and
+    CI saw that); the refusal of absurd measurements is widened for the same reason."""
     from bsp_planner.runtime.coordinator import Coordinator
     from bsp_planner.shipped import data_dir
 
@@ -292,7 +295,7 @@ def test_a_wrong_profile_converges_on_a_real_run(tmp_path, zk_server, creds_file
     wrong = scaled_profile(
         data / "profiles" / "kernel-3" / "profile.csv",
         tmp_path / "wrong" / "profile.csv",
-        {t: 4.0 for t in ("k-taxi", "k-temp", "k-art")},
+        {t: 0.25 for t in ("k-taxi", "k-temp", "k-art")},
     )
     shutil.copy(data / "profiles" / "kernel-3" / "profile.meta.json", wrong.parent)
     text = (data / "experiments" / "kernel-3.toml").read_text()
@@ -301,7 +304,8 @@ def test_a_wrong_profile_converges_on_a_real_run(tmp_path, zk_server, creds_file
     text = text.replace("steps = 20", "steps = 10").replace('output = "out/kernel-3"', f'output = "{tmp_path}/out"')
     exp = tmp_path / "exp.toml"
     exp.write_text(text)
-    run = settings(exp, zk_server, creds_file, planner="mpc", reconfigure="in-place", overrides=["learn=true"])
+    learn = ["learn=true", "learning.max_ratio=1000"]
+    run = settings(exp, zk_server, creds_file, planner="mpc", reconfigure="in-place", overrides=learn)
     result = Coordinator(run, "learnlive", tmp_path / "runs").run()
     assert result.status == "finished"
     records = [json.loads(line) for line in (result.run_dir / "steps.jsonl").read_text().splitlines()]
@@ -311,6 +315,6 @@ def test_a_wrong_profile_converges_on_a_real_run(tmp_path, zk_server, creds_file
         for r in records
     ]
     first, last = np.median(log_err[0]), np.median(np.concatenate(log_err[-3:]))
-    assert first > 0.5, "the profile x4 is far off what the tasks measure"
+    assert first > 1.0, "the profile x0.25 is far off what the tasks measure (at least 4x, more under load)"
     assert last < 0.5 * first, (first, last, [np.round(e, 2).tolist() for e in log_err])
     assert_nothing_left("learnlive")
