@@ -35,6 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from _report import load  # noqa: E402
+from bench_forecast_error import rmse_by_lead  # noqa: E402
 
 H = 20
 WINDOW = 240
@@ -45,7 +46,7 @@ RANGE = (10.0, 50.0)
 
 def rmse(pred: np.ndarray, truth: np.ndarray) -> float:
     """Mean over leads of the RMSE per lead; pred, truth (origins, H)."""
-    return float(np.sqrt(np.mean((pred - truth) ** 2, axis=0)).mean())
+    return float(rmse_by_lead(pred, truth).mean())
 
 
 def error_corrected(pred: np.ndarray, errors: np.ndarray, first: int) -> np.ndarray:

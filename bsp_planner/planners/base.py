@@ -126,6 +126,12 @@ class OnlineConfigTable(ConfigTable):
         super().__init__(np.full(shape, np.nan), allocator, max_level, budget_steps, discount)
         self.known = 0  # rows 0..known-1 are written
 
+    @classmethod
+    def like(cls, table: ConfigTable) -> OnlineConfigTable:
+        """An empty table of the same shape, allocator, bounds and discount as `table`: for a planner
+        that makes its own predictions one step at a time."""
+        return cls(table.predicted.shape, table.allocator, table.max_level, table.budget_steps, table.discount)
+
     def reveal(self, t: int, row: np.ndarray) -> None:
         if t != self.known:
             raise RuntimeError(f"predictions for step {t} revealed after {self.known} rows")

@@ -150,7 +150,7 @@ class Observations:
         for h in range(min(horizon, self.errors.shape[2])):
             newest = t - 1 - h  # origin o's target o + h ran before t
             oldest = max(0, newest - ERROR_WINDOW + 1)
-            if newest + 1 < MIN_ERRORS or newest < oldest:
+            if newest + 1 < MIN_ERRORS:
                 continue
             out[h] = np.sqrt(np.mean(self.errors[:, oldest : newest + 1, h] ** 2))
         return out

@@ -27,8 +27,7 @@ class ReactivePlanner(MpcPlanner):
 
     def reset(self, ctx: PlanningContext) -> None:
         self.obs = observations(ctx, self.name)
-        c = ctx.configs
-        self.table = OnlineConfigTable(c.predicted.shape, c.allocator, c.max_level, c.budget_steps, c.discount)
+        self.table = OnlineConfigTable.like(ctx.configs)
         self.middle = np.full(ctx.n_tasks, float(np.mean(self.obs.workload_range)))
         super().reset(replace(ctx, configs=self.table))
 

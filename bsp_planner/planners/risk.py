@@ -62,10 +62,9 @@ class RiskAwareMpcPlanner(MpcPlanner):
 
     def reset(self, ctx: PlanningContext) -> None:
         self.obs = observations(ctx, self.name)
-        self.table: OnlineConfigTable | None = None
-        if self.obs.forecast_workloads is not None:  # perfect mode: the context's own table
-            c = ctx.configs
-            self.table = OnlineConfigTable(c.predicted.shape, c.allocator, c.max_level, c.budget_steps, c.discount)
+        self.table: OnlineConfigTable | None = None  # None in perfect mode: the context's own table
+        if self.obs.forecast_workloads is not None:
+            self.table = OnlineConfigTable.like(ctx.configs)
             ctx = replace(ctx, configs=self.table)
         super().reset(ctx)
 
