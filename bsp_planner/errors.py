@@ -6,7 +6,9 @@ from pathlib import Path
 
 
 class InputError(ValueError):
-    """A bad input: says which file, which line or field, and what was expected."""
+    """A bad input: says which file, which line or field, and what was expected (exit status 2)."""
+
+    exit_code = 2
 
     def __init__(
         self,
@@ -29,6 +31,20 @@ class InputError(ValueError):
             where.append(f"field '{field}'")
         prefix = ": ".join([", ".join(where)]) if where else ""
         super().__init__(f"{prefix}: {message}" if prefix else message)
+
+
+class OutputUnwritable(InputError):
+    """An output that could not be written (a full disk, a read-only folder): names the path and the
+    system's reason; whatever was there before is intact (exit status 3)."""
+
+    exit_code = 3
+
+    @classmethod
+    def from_os_error(cls, exc: OSError, path: str | Path, field: str | None = None) -> OutputUnwritable:
+        cause = exc.strerror or str(exc)
+        inside = exc.filename is not None and str(exc.filename).startswith(f"{path}/")
+        failed = f" ({exc.filename})" if inside else ""  # which file of a folder, never a source's name
+        return cls(f"cannot write it: {cause}{failed}; nothing was left half-written", path=path, field=field)
 
 
 class InputWarning(UserWarning):

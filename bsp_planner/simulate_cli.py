@@ -65,6 +65,7 @@ def simulate(
 ) -> None:
     """Compare reconfiguration strategies on a job in simulation (table, CSV/JSON/Markdown, chart)."""
     from .errors import InputError
+    from .filelock import output_lock
     from .outputs import check_output_dir
     from .parallel_runs import check_jobs
     from .report import write_outputs
@@ -101,14 +102,16 @@ def simulate(
     check_strategies(exp.strategies, exp)
     check_jobs(jobs)
     out_dir = out if out is not None else exp.output_path
-    check_output_dir(out_dir, "--out" if out is not None else "output")
-    t0 = time.perf_counter()
-    scen = build_scenario(exp)
-    results = _run_with_progress(console, scen, [(m, s) for m in exp.modes for s in exp.strategies], jobs, quiet)
-    elapsed = time.perf_counter() - t0
-    paths = write_outputs(
-        out_dir, results, _run_meta(exp, scen, out_dir, elapsed), scen.task_names, scen.cpu.to_millicores
-    )
+    out_flag = "--out" if out is not None else "output"
+    check_output_dir(out_dir, out_flag)
+    with output_lock(out_dir, out_flag):  # a second simulate into the same folder is refused, naming this pid
+        t0 = time.perf_counter()
+        scen = build_scenario(exp)
+        results = _run_with_progress(console, scen, [(m, s) for m in exp.modes for s in exp.strategies], jobs, quiet)
+        elapsed = time.perf_counter() - t0
+        paths = write_outputs(
+            out_dir, results, _run_meta(exp, scen, out_dir, elapsed), scen.task_names, scen.cpu.to_millicores
+        )
     _print_summary(console, exp, scen, results, elapsed)
     _print_written(console, paths)
 

@@ -112,12 +112,13 @@ def run(
     level and repeat, its profiling session assigning the workloads step by step (docs/profiling.md)."""
     from rich.console import Console
 
+    from ..filelock import output_lock
     from ..job import load_job
     from ..profiles import metadata_path
     from .cgroups import quota_us
     from .local import LocalBackend
     from .process import ProcessSteps
-    from .runner import Grid, failures_path, parse_levels, run_grid
+    from .runner import Grid, check_profile_path, failures_path, parse_levels, run_grid
 
     console = Console()
     grid = Grid(parse_levels(cpu, "--cpu"), parse_levels(workloads, "--workloads"), repeats)
@@ -154,7 +155,8 @@ def run(
         from ..errors import InputError
 
         raise InputError(f"unknown backend {backend!r}; known: local, kubernetes", field="--backend")
-    with runs_on:
+    check_profile_path(out)  # before its lock is made beside it
+    with output_lock(out, "--out"), runs_on:  # one writer per profile: a second one is refused, naming this pid
         try:
             report = measure()
         except KeyboardInterrupt:

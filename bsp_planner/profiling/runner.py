@@ -148,7 +148,7 @@ def run_grid(
     grid = validate_grid(grid)
     selected = select_tasks(job, tasks)
     _check_process_support(backend, selected)
-    _check_profile_path(out)
+    check_profile_path(out)
     meta, measured, backend_info = _open_profile(out, job, selected, grid, backend, steps)
 
     cells = plan_cells(selected, grid)
@@ -263,7 +263,7 @@ def run_batch(backend: Backend, batch: Batch, timeout_s: float, steps: ProcessSt
     return [(cell, backend.run(task, cell[1], cell[2], timeout_s))]
 
 
-def _check_profile_path(out: Path) -> None:
+def check_profile_path(out: Path) -> None:
     if out.suffix.lower() != ".csv":
         raise InputError("expected a .csv path for the profile", path=out, field="--out")
     if out.exists() and not out.is_file():

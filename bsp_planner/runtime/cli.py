@@ -351,25 +351,21 @@ def _kubernetes_settings(
 
 
 def _run_to_the_end(console: Console, coord: Coordinator) -> None:
-    """Run, turning SIGTERM (`kill`, a deleted pod) into the clean, resumable stop of Ctrl-C; exit 3 when
-    stopped, 1 when the run failed."""
-    import signal
-
+    """Run, turning SIGINT, SIGTERM and SIGHUP (Ctrl-C, `kill`, a deleted pod, a closed terminal) into the
+    coordinator's clean, resumable stop; exit 128 + the signal's number when a signal stopped it, 3 when
+    ZooKeeper or the run folder did, 1 when the run failed."""
     from rich.console import Console
 
+    from ..signals import routed_to
     from .coordinator import RunFailed, RunInterrupted
 
     err = Console(stderr=True)
 
-    def on_term(signum: int, frame: object) -> None:
-        # Raising here could land inside a ZooKeeper call and leave the client stuck; a running coordinator
-        # stops at its next check instead (within a tick). A second SIGTERM, or one before the steps, stops now.
-        if coord.stop_requested.is_set() or not coord.request_stop():
-            raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, on_term)
+    # Raising inside a ZooKeeper call could leave the client stuck: a running coordinator stops at its next
+    # check instead (within a tick). A second signal, or one before the steps, stops now.
     try:
-        result = coord.run()
+        with routed_to(lambda signum: coord.request_stop()):
+            result = coord.run()
     except RunInterrupted as exc:
         err.print(f"[yellow]stopped[/]: {exc}", highlight=False)
         _show(console, coord)
@@ -378,8 +374,6 @@ def _run_to_the_end(console: Console, coord: Coordinator) -> None:
         err.print(f"[bold red]run failed[/]: {exc}", highlight=False)
         _show(console, coord)
         raise typer.Exit(1) from None
-    finally:
-        signal.signal(signal.SIGTERM, previous)
     _show(console, coord)
     console.print(
         f"run folder: {result.run_dir} (steps.csv, steps.jsonl, summary.md, chart.png, logs/)", highlight=False
@@ -482,8 +476,14 @@ def zk_start(
     wait: float = typer.Option(60.0, "--wait", help="Seconds to wait for the server to answer."),
 ) -> None:
     """Start a standalone ZooKeeper on 127.0.0.1 in the background."""
+    from ..errors import InputError
     from .zkserver import LocalZooKeeper
 
+    if not 1 <= port <= 65535:  # 0 would be "any free port", which no client could then find
+        raise InputError(f"expected a TCP port from 1 to 65535, got {port}", field="--port")
+    if data_dir.exists() and not data_dir.is_dir():
+        raise InputError("expected a folder for the server's files, this is a file", path=data_dir, field="--data-dir")
+    _positive_seconds(wait, "--wait")
     z = LocalZooKeeper(data_dir, port=port)
     pid = z.start(wait_s=wait)
     typer.echo(f"ZooKeeper listening on {z.hosts} (pid {pid}; data, log and pid file in {z.data_dir})")
