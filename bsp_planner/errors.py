@@ -52,8 +52,9 @@ class InputWarning(UserWarning):
 
 
 def open_text(path: str | Path, what: str):
-    """A text input file as a StringIO (newlines kept as written, for csv): a file that is not UTF-8 or
-    cannot be read is an InputError naming it, never a UnicodeDecodeError from deep inside a reader."""
+    """A text input file as a StringIO (newlines kept as written, for csv; a UTF-8 byte-order mark
+    dropped): a file that is not UTF-8 or cannot be read is an InputError naming it, never a
+    UnicodeDecodeError from deep inside a reader."""
     import io
 
     path = Path(path)
@@ -61,8 +62,8 @@ def open_text(path: str | Path, what: str):
         data = path.read_bytes()
     except OSError as exc:
         raise InputError(f"cannot read the {what} file: {exc.strerror or exc}", path=path) from None
-    try:
-        return io.StringIO(data.decode("utf-8"), newline="")
+    try:  # a byte-order mark (as spreadsheets write) is not part of the text: dropped
+        return io.StringIO(data.decode("utf-8-sig"), newline="")
     except UnicodeDecodeError as exc:
         line = data[: exc.start].count(b"\n") + 1
         raise InputError(

@@ -78,6 +78,17 @@ def find_experiment(given: Path | str | None) -> Path:
     path = Path(given).expanduser()
     if path.is_file():
         return path
+    if path.is_dir():
+        raise InputError("expected an experiment file (.toml), this is a folder", path=path)
+    if path.is_symlink():
+        try:
+            path.resolve(strict=True)
+        except RuntimeError:  # Python 3.11 says a loop this way
+            raise InputError("this symbolic link leads round in a loop, never to a file", path=path) from None
+        except OSError as exc:
+            loop = "loop" in str(exc).lower()
+            why = "leads round in a loop" if loop else f"points at {os.readlink(path)}, which does not exist"
+            raise InputError(f"this symbolic link {why}", path=path) from None
     if path.parent == Path(".") and path.stem in experiment_names() and path.suffix in ("", ".toml"):
         return experiments_dir() / f"{path.stem}.toml"
     raise InputError(

@@ -10,6 +10,7 @@ Bad inputs raise InputError, which `bsp_planner.cli.main` prints before exiting 
 from __future__ import annotations
 
 import contextlib
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -116,6 +117,7 @@ def run(
     from ..job import load_job
     from ..profiles import metadata_path
     from .cgroups import quota_us
+    from .grid import validate_grid
     from .local import LocalBackend
     from .process import ProcessSteps
     from .runner import Grid, check_profile_path, failures_path, parse_levels, run_grid
@@ -146,6 +148,7 @@ def run(
         runs_on = LocalBackend(
             stress_ng=stress_ng, prefix=cgroup_prefix, cpu_shares=cpu_shares or None, cfs_period_us=cfs_period_us
         )
+        validate_grid(grid, cores=len(os.sched_getaffinity(0)))  # levels this machine can give
         for c in grid.cpu_millicores:  # every level a quota the kernel takes at this period, before any run
             quota_us(c, cfs_period_us)
         measure = lambda: run_grid(  # noqa: E731

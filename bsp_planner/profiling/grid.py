@@ -64,7 +64,8 @@ def parse_levels(text: str | Sequence[float], option: str) -> tuple[float, ...]:
 
 def validate_grid(grid: Grid, cores: int | None = None) -> Grid:
     """Check a grid before any run: at least 2 distinct positive levels on each axis (the profile
-    interpolates between them), CPU levels the kernel can enforce, whole repeats. Returns it sorted."""
+    interpolates between them), CPU levels the kernel can enforce (and, given the machine's `cores`, no
+    more than it has), whole repeats. Returns it sorted."""
     for option, values in (("--cpu", grid.cpu_millicores), ("--workloads", grid.workloads)):
         for v in values:
             if not math.isfinite(v) or v <= 0:
@@ -89,6 +90,12 @@ def validate_grid(grid: Grid, cores: int | None = None) -> Grid:
             )
         if not float(c).is_integer():
             raise InputError(f"expected whole millicores, got {c:g}", field="--cpu")
+        if cores is not None and c > cores * 1000:
+            raise InputError(
+                f"{level_text(c)}m is more CPU than this machine has ({cores} CPUs = {cores * 1000}m): a quota "
+                "above it limits nothing, so its runs would measure the machine, not the level",
+                field="--cpu",
+            )
     if not isinstance(grid.repeats, int) or isinstance(grid.repeats, bool) or grid.repeats < 1:
         raise InputError(f"expected a whole number >= 1, got {grid.repeats!r}", field="--repeats")
     return Grid(tuple(sorted(grid.cpu_millicores)), tuple(sorted(grid.workloads)), grid.repeats)

@@ -78,6 +78,7 @@ _RUN_FLAGS = {
 
 
 def run(
+    ctx: typer.Context,
     experiment: Path = typer.Option(
         Path("live-default"),
         "--experiment",
@@ -184,6 +185,7 @@ def run(
     if resume is not None:
         rid = check_run_id(resume)
         settings = _resumed_settings(runs_dir, rid, zookeeper, zk_wait)
+        _refuse_changes_on_resume(ctx, settings, planner=planner, mode=mode, reconfigure=reconfigure, backend=backend)
     else:
         rid = check_run_id(run_id) if run_id else new_run_id()
         flagged = [("--set", item) for item in set_ or []] + flag_overrides(
@@ -243,6 +245,48 @@ def run(
         highlight=False,
     )
     _run_to_the_end(console, coord)
+
+
+#: `run` options that define a run: on --resume the run's own (run.json) hold; another value given is refused
+_FIXED_ON_RESUME = {
+    "planner": "--planner",
+    "mode": "--mode",
+    "reconfigure": "--reconfigure",
+    "backend": "--backend",
+    "experiment": "--experiment",
+    "job": "--job",
+    "steps": "--steps",
+    "online": "--online",
+    "learn": "--learn",
+    "set_": "--set",
+    "barrier": "--barrier",
+    "zk_root": "--zk-root",
+    "cgroup_prefix": "--cgroup-prefix",
+    "cpu_weight": "--cpu-weight",
+    "cfs_period_us": "--cfs-period-us",
+    "run_id": "--run-id",
+}
+
+
+def _refuse_changes_on_resume(ctx: typer.Context, settings: RunSettings, **given: object) -> None:
+    """A resumed run replays its own plan with its own settings: an option that would change them (given on
+    the command line with another value than the run's) is refused, never silently ignored."""
+    from ..errors import InputError
+
+    for name, flag in _FIXED_ON_RESUME.items():
+        source = ctx.get_parameter_source(name)
+        if source is None or source.name != "COMMANDLINE":  # typer's own copy of click's enum: compare names
+            continue
+        own = getattr(settings, name, None)
+        value = given.get(name, ctx.params.get(name))
+        if name in given and value == own:
+            continue  # the run's own value, typed again: nothing changes
+        was = f" (it runs with {flag} {own})" if name in given else ""
+        raise InputError(
+            f"a resumed run keeps its own settings{was}: it replays its plan step by step. Resume without "
+            f"{flag}, or start a new run (--run-id) to use another",
+            field=flag,
+        )
 
 
 def _checked(settings: RunSettings) -> RunSettings:
