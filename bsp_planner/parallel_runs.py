@@ -18,7 +18,7 @@ from .errors import InputError
 from .experiment import Experiment
 from .scenario import Scenario, build_scenario, run_strategy
 from .signals import child_defaults
-from .simulation import StrategyResult
+from .steps import StrategyResult
 
 #: Rough relative cost, to submit long runs first (unknown strategies count as cheap).
 _HEAVY = {"optimum": 4, "dqn": 3, "dp": 3, "mpc": 3, "floor": 0}

@@ -19,10 +19,10 @@ import numpy as np
 
 from .errors import InputError
 from .learning import LearnedDurations
-from .loop import StepObservation
 from .performance import DurationModel
 from .planners.base import OnlineConfigTable
 from .planners.observed import Observations
+from .steps import StepObservation
 
 #: A forecast this far outside the workload range (negative, or above twice its high end) is not a forecast
 #: of this job's workloads: most likely files of another job, or values not scaled onto the range.

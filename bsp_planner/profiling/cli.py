@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from rich.table import Table
 
     from .calibrate import Calibration
-    from .runner import Failure
+    from .grid import Failure
 
 app = typer.Typer(help="Measure task durations over a grid of CPU limits x workload sizes.", no_args_is_help=True)
 

@@ -1,11 +1,13 @@
 """The grid a profile covers: CPU levels x workload sizes x repeats, its checks, and its cells in the order
-the runner measures them."""
+the runner measures them; and what a run over it reports (:class:`GridReport`, its :class:`Failure` s),
+which the runner and the profile's metadata both use (so they sit here, below both)."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
 from ..errors import InputError
 from ..job import Job, Task
@@ -125,3 +127,32 @@ def plan_cells(tasks: Sequence[Task], grid: Grid) -> list[Cell]:
         for w in grid.workloads
         for c in grid.cpu_millicores
     ]
+
+
+@dataclass
+class Failure:
+    """A cell that could not be measured: when and why."""
+
+    task: str
+    workload: float
+    cpu_millicores: float
+    repeat: int
+    reason: str
+    date: str
+
+
+@dataclass
+class GridReport:
+    """What one `profile run` did: cells planned, skipped (already measured), measured and failed."""
+
+    profile: Path
+    planned: int  # cells of the requested grid
+    skipped: int  # already in the file
+    measured: int = 0
+    failures: list[Failure] = field(default_factory=list)
+    interrupted: bool = False
+    wall_s: float = 0.0
+
+    @property
+    def missing(self) -> int:
+        return self.planned - self.skipped - self.measured

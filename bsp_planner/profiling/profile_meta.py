@@ -10,18 +10,15 @@ import warnings
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..errors import InputError, InputWarning
 from ..job import Job, Task
 from .cgroups import CFS_PERIOD_US
-from .grid import Cell, Grid, level_number
+from .grid import Cell, Grid, GridReport, level_number
 from .local import cpu_model
 from .process import ProcessSteps
 from .profile_files import failures_path, measured_cells
-
-if TYPE_CHECKING:
-    from .runner import GridReport
 
 META_FORMAT = 1
 #: what a task's rows depend on: a resumed profile must not mix rows measured with other values

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -32,7 +32,9 @@ from .grid import (
     DEFAULT_TIMEOUT_S,
     DEFAULT_WORKLOADS,
     Cell,
+    Failure,
     Grid,
+    GridReport,
     level_text,
     parse_levels,
     plan_cells,
@@ -100,31 +102,6 @@ class Backend(Protocol):
 
 
 # -- running -----------------------------------------------------------------------------------------
-@dataclass
-class Failure:
-    task: str
-    workload: float
-    cpu_millicores: float
-    repeat: int
-    reason: str
-    date: str
-
-
-@dataclass
-class GridReport:
-    profile: Path
-    planned: int  # cells of the requested grid
-    skipped: int  # already in the file
-    measured: int = 0
-    failures: list[Failure] = field(default_factory=list)
-    interrupted: bool = False
-    wall_s: float = 0.0
-
-    @property
-    def missing(self) -> int:
-        return self.planned - self.skipped - self.measured
-
-
 def run_grid(
     job: Job,
     out: str | Path,
