@@ -211,7 +211,7 @@ def merge_meta(
     meta["tasks"] = per_task
     meta["ops_per_unit"] = {k: v["ops_per_unit"] for k, v in per_task.items() if "ops_per_unit" in v}
     meta["workers"] = {k: v["workers"] for k, v in per_task.items()}
-    meta["duration"] = DURATION_NOTE
+    meta["duration"] = KUBERNETES_DURATION_NOTE if backend.get("backend") == "kubernetes" else DURATION_NOTE
     return meta
 
 
@@ -222,6 +222,16 @@ DURATION_NOTE = (
     "measured step blocks at that workload (at least measure_steps, lasting at least min_measure_s together) "
     "after warmup_steps discarded ones, the process started once per "
     "CPU level and repeat in such a cgroup"
+)
+
+
+KUBERNETES_DURATION_NOTE = (
+    "wall-clock seconds of the task's process (stress-ng or its command) inside a Kubernetes Job's container "
+    "whose CPU limit is cpu_millicores (the kubelet turns it into the node's CFS quota), from just before the "
+    "process starts to its exit, as reported by the container (bsp_planner.k8s.measure); for a long-running "
+    "process task, the mean wall seconds of its measured step blocks at that workload (at least measure_steps, "
+    "lasting at least min_measure_s together) after warmup_steps discarded ones, one container per CPU level "
+    "and repeat"
 )
 
 

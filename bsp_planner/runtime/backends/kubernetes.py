@@ -717,7 +717,10 @@ class KubernetesBackend(Backend):
             return
         st = pod_state(pod)
         line = f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} pod {st.name} on {st.node or '-'}: {st.phase}"
-        line += f" ({st.problem})" if st.problem else ""
+        if st.phase == "Succeeded":  # exit code 0: the normal end, or (mid-run) the coordinator says why it is not
+            line += " (the worker exited with code 0)"
+        elif st.problem:
+            line += f" ({st.problem})"
         msg = _termination_message(pod)
         path = Path(self.log_dir)
         path.mkdir(parents=True, exist_ok=True)
