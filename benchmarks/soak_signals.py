@@ -133,6 +133,9 @@ def check_exit(r: Round) -> None:
     if r.code == 0:
         r.note = "finished before the signal"
         return
+    if r.code == -r.sig and r.sig != signal.SIGKILL:  # the signal's own default action: it came during the
+        r.note = "stopped in the interpreter's start-up, before the command began"  # imports, before any work
+        return
     expected = -signal.SIGKILL if r.sig == signal.SIGKILL else 128 + r.sig
     if r.code != expected:
         r.problems.append(f"exit {r.code}, expected {expected}")
@@ -228,6 +231,8 @@ def live_round(r: Round, work: Path, zk_hosts: str, creds: Path) -> None:
         r.problems.append(f"cgroups left: {[g.name for g in live_groups]}")
     r.left_groups = len(live_groups)
     if not (runs / rid / "run.json").exists():
+        if groups(f"{PREFIX}.live.{rid}"):
+            r.problems.append("killed before its run.json: its cgroups have no --resume to remove them")
         return
     if json.loads((runs / rid / "run.json").read_text()).get("status") != "finished":
         done = subprocess.run(
@@ -295,6 +300,8 @@ def main() -> int:
         f"\n{len(results)} rounds in {wall:.0f} s, {len(failed)} failed; cgroups under the soak's prefix at the end: "
         f"{len(leftover)}"
     )
+    if leftover:
+        print("left:", ", ".join(str(g.relative_to(detect_hierarchy().root)) for g in leftover))
     for g in reversed(leftover):  # a failed soak's leftovers: remove them so the host is clean
         try:
             g.rmdir()

@@ -434,7 +434,7 @@ def apply_flag_overrides(obj: T, flagged: Iterable[tuple[str, str]], *, validate
     for flag, item in flagged:
         obj = apply_overrides(obj, [item], flag=flag, validate=False)
     if validate:
-        with flags_blamed(flagged):
+        with flags_blamed(flagged, getattr(obj, "path", None)):
             _validate(obj, None)
     return obj
 
@@ -452,9 +452,10 @@ def flag_for(field: str | None, flagged: Iterable[tuple[str, str]]) -> tuple[str
 
 
 @contextlib.contextmanager
-def flags_blamed(flagged: Iterable[tuple[str, str]]) -> Iterator[None]:
-    """An InputError about a field a flag set names the flag and its value, not the file the field would
-    otherwise have come from (`-s floor,floor` is the command line's, not the experiment's)."""
+def flags_blamed(flagged: Iterable[tuple[str, str]], settings_file: str | Path | None = None) -> Iterator[None]:
+    """An InputError about a field a flag set names the flag and its value, not the settings file the field
+    would otherwise have come from (`-s floor,floor` is the command line's, not the experiment's); an
+    error naming another file (a forecast file the flag pointed at) keeps that file."""
     flagged = list(flagged)
     try:
         yield
@@ -464,7 +465,11 @@ def flags_blamed(flagged: Iterable[tuple[str, str]]) -> Iterator[None]:
             raise
         flag, item = by
         given = item if flag.endswith("set") else item.split("=", 1)[1]  # --set KEY=VALUE, --budget VALUE
-        raise InputError(f"{exc.message} (from {flag} {given})", field=exc.field) from None
+        same = settings_file is None or (
+            exc.path is not None and Path(exc.path).resolve() == Path(settings_file).resolve()
+        )
+        path = None if same else exc.path
+        raise InputError(f"{exc.message} (from {flag} {given})", path=path, line=exc.line, field=exc.field) from None
 
 
 def _override(obj: Any, parts: list[str], text: str, flag: str, where: str) -> Any:

@@ -100,7 +100,7 @@ def simulate(
         and not any(item.startswith("strategies=") for _, item in flagged)
     ):
         _leave_out_offline_strategies(console, exp)
-    with flags_blamed(flagged):
+    with flags_blamed(flagged, exp.path):
         check_strategies(exp.strategies, exp)
     check_jobs(jobs)
     out_dir = out if out is not None else exp.output_path
@@ -108,7 +108,7 @@ def simulate(
     check_output_dir(out_dir, out_flag)
     with output_lock(out_dir, out_flag):  # a second simulate into the same folder is refused, naming this pid
         t0 = time.perf_counter()
-        with flags_blamed(flagged):  # a budget too small for the job's tasks: --budget's fault, if it set it
+        with flags_blamed(flagged, exp.path):  # a budget too small for the job's tasks: --budget's fault, if it set it
             scen = build_scenario(exp)
         results = _run_with_progress(console, scen, [(m, s) for m in exp.modes for s in exp.strategies], jobs, quiet)
         elapsed = time.perf_counter() - t0
