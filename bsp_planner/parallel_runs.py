@@ -17,7 +17,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from .errors import InputError
 from .experiment import Experiment
 from .scenario import Scenario, build_scenario, run_strategy
-from .signals import child_defaults
+from .signals import child_defaults, deferred
 from .steps import StrategyResult
 
 #: Rough relative cost, to submit long runs first (unknown strategies count as cheap).
@@ -68,19 +68,25 @@ def run_pairs(
     order = sorted(range(len(pairs)), key=lambda i: -_HEAVY.get(pairs[i][1].partition(":")[0], 1))
     results: list[StrategyResult | None] = [None] * len(pairs)
     _SCENARIO = scen
-    pool = ProcessPoolExecutor(jobs, mp_context=mp.get_context(method), initializer=_init, initargs=(scen.experiment,))
+    pool: ProcessPoolExecutor | None = None
     try:
-        futures = {pool.submit(_run, *pairs[i]): i for i in order}
+        with deferred():  # a signal while the pool starts its processes and its thread would leave it unstoppable
+            pool = ProcessPoolExecutor(
+                jobs, mp_context=mp.get_context(method), initializer=_init, initargs=(scen.experiment,)
+            )
+            futures = {pool.submit(_run, *pairs[i]): i for i in order}
         for fut in as_completed(futures):
             i = futures[fut]
             results[i] = fut.result()  # an InputError in a worker is raised here, as with one process
             if on_done:
                 on_done(*pairs[i])
     except BaseException:
-        _terminate(pool)  # a signal or a failed pair: the others' work is not wanted
+        if pool is not None:
+            _terminate(pool)  # a signal or a failed pair: the others' work is not wanted
         raise
     finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
         _SCENARIO = None
     return results  # type: ignore[return-value]
 

@@ -131,6 +131,7 @@ def copy_defaults(dest: Path | str) -> list[Path]:
 
     from .errors import OutputUnwritable
     from .filelock import output_lock
+    from .outputs import check_output_dir
 
     dest = Path(dest).expanduser()
     if dest.is_symlink() and not dest.exists():
@@ -142,6 +143,7 @@ def copy_defaults(dest: Path | str) -> list[Path]:
         raise InputError("expected a folder to create (or an empty one), found a file", path=dest)
     if dest.is_dir() and any(dest.iterdir()):
         raise InputError("the folder is not empty; give a new or empty folder (nothing was written)", path=dest)
+    check_output_dir(dest, "DIR")  # a path under a file, a read-only place: a bad DIR (exit 2), nothing made
     place = dest.resolve()  # `init .`: the lock and the staging folder go beside the folder, not in it
     try:
         place.parent.mkdir(parents=True, exist_ok=True)

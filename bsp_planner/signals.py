@@ -122,12 +122,25 @@ def routed_to(on_stop: Callable[[int], bool]) -> Iterator[None]:
             signal.signal(s, h)
 
 
+@contextlib.contextmanager
+def deferred() -> Iterator[None]:
+    """Hold the stop signals back within the block (they are delivered as it ends): for a few steps that a
+    stop must not cut in half, e.g. starting a process pool (a pool half started cannot be shut down).
+    Threads and processes started within inherit the block: they unblock themselves (:func:`child_defaults`)."""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
 def child_defaults() -> None:
     """In a forked helper process (a pool worker): ignore the terminal's SIGINT and SIGHUP (the parent
     stops it), die on SIGTERM, and get SIGTERM when the parent dies, even by SIGKILL."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)  # started under `deferred`
     parent_death_signal(signal.SIGTERM)
 
 

@@ -185,7 +185,7 @@ def run(
     if resume is not None:
         rid = check_run_id(resume)
         settings = _resumed_settings(runs_dir, rid, zookeeper, zk_wait)
-        _refuse_changes_on_resume(ctx, settings, planner=planner, mode=mode, reconfigure=reconfigure, backend=backend)
+        _refuse_changes_on_resume(ctx, settings, rid)
     else:
         rid = check_run_id(run_id) if run_id else new_run_id()
         flagged = [("--set", item) for item in set_ or []] + flag_overrides(
@@ -268,20 +268,26 @@ _FIXED_ON_RESUME = {
 }
 
 
-def _refuse_changes_on_resume(ctx: typer.Context, settings: RunSettings, **given: object) -> None:
-    """A resumed run replays its own plan with its own settings: an option that would change them (given on
-    the command line with another value than the run's) is refused, never silently ignored."""
+def _refuse_changes_on_resume(ctx: typer.Context, settings: RunSettings, rid: str) -> None:
+    """A resumed run replays its own plan with its own settings: an option given on the command line with
+    another value than the run's own (run.json) is refused, never silently ignored; the run's own value
+    typed again is fine (a command line repeated with --resume added)."""
     from ..errors import InputError
+    from ..shipped import find_experiment
 
     for name, flag in _FIXED_ON_RESUME.items():
         source = ctx.get_parameter_source(name)
         if source is None or source.name != "COMMANDLINE":  # typer's own copy of click's enum: compare names
             continue
-        own = getattr(settings, name, None)
-        value = given.get(name, ctx.params.get(name))
-        if name in given and value == own:
-            continue  # the run's own value, typed again: nothing changes
-        was = f" (it runs with {flag} {own})" if name in given else ""
+        value = ctx.params.get(name)
+        own = rid if name == "run_id" else getattr(settings, name, None)
+        if name == "experiment" and own is not None:
+            same = find_experiment(value).resolve() == Path(own).resolve()
+        else:
+            same = own is not None and value == own
+        if same:
+            continue
+        was = f" (it runs with {flag} {own})" if own is not None else ""
         raise InputError(
             f"a resumed run keeps its own settings{was}: it replays its plan step by step. Resume without "
             f"{flag}, or start a new run (--run-id) to use another",
