@@ -4,17 +4,26 @@
 
     run.json        the run's settings (what --resume needs) and its status
     steps.jsonl     one JSON object per completed step (the source of truth for --resume)
-    steps.csv       the same, one row per step, per-task columns (cpu_, workload_, predicted_, measured_)
+    steps.csv       the same, one row per step, per-task columns (cpu_, assigned_, reported_, predicted_,
+                    measured_)
     summary.{md,csv,json}  live against simulated for the same plan, in `simulate`'s table shape
     chart.png       predicted against measured step times
     logs/<task>.log  each worker's output
 
 A step record: step, action, reconfigured, reconfig_s (the real time the reconfiguration took), decision_ms,
-step_s (wall time from publishing the step to every task's release), predicted_step_s (the model's time of
-the slowest task at the actual workloads), slowest_s (the slowest measured task), sync_s = step_s -
-slowest_s, barrier_s (the last task's finish to the coordinator's release), restarts, and per task cpu,
-workload, predicted and measured duration (and, where the task reported them, observed_workload,
-next_workload and cpu_s).
+step_s (the step's time: in barrier mode from publishing the step to every task's release; in observe mode
+from the previous step's end, or this step's first start, to its last task's end, on the tasks' own
+clocks), predicted_step_s (the model's time of the slowest task at the workloads the tasks ran), slowest_s
+(the slowest measured task), sync_s = step_s - slowest_s, barrier_s (the last task's finish to the
+coordinator's release), restarts, and per task cpu, workload (what the coordinator assigned the task),
+observed_workload (what the task reported it ran, where it reported one), predicted and measured duration
+(and, where the task reported them, next_workload and cpu_s). With a learning model, `learning` holds its
+predictions before and after each step and `learned_step_s` its predicted time of the slowest task.
+
+steps.csv names both workloads: ``assigned_<task>`` (what the task was told: the series, or the forecast
+for a task that reports its own) and ``reported_<task>`` (what it reported it ran; empty where it reported
+none, e.g. a stressor). ``predicted_<task>`` is the model at the reported workload where there is one, else
+at the assigned one.
 """
 
 from __future__ import annotations
@@ -42,8 +51,14 @@ STEP_FIELDS = (
     "restarts",
     "resumed",
 )
-TASK_FIELDS = ("cpu_millicores", "workload", "predicted_s", "measured_s")
-TASK_PREFIX = {"cpu_millicores": "cpu", "workload": "workload", "predicted_s": "predicted", "measured_s": "measured"}
+TASK_FIELDS = ("cpu_millicores", "workload", "observed_workload", "predicted_s", "measured_s")
+TASK_PREFIX = {
+    "cpu_millicores": "cpu",
+    "workload": "assigned",
+    "observed_workload": "reported",
+    "predicted_s": "predicted",
+    "measured_s": "measured",
+}
 
 
 def atomic_write(path: Path, text: str) -> None:
@@ -80,8 +95,11 @@ def csv_row(rec: dict, task_names: list[str]) -> list:
     by_task = {x["task"]: x for x in rec["tasks"]}
     for f in TASK_FIELDS:
         for t in task_names:
-            v = by_task[t][f]
-            row.append(f"{v:.6g}" if f in ("cpu_millicores", "workload") else f"{v:.6f}")
+            v = by_task[t].get(f)
+            if v is None:  # a task that reported no workload of its own
+                row.append("")
+            else:
+                row.append(f"{v:.6g}" if f in ("cpu_millicores", "workload", "observed_workload") else f"{v:.6f}")
     return row
 
 
@@ -132,6 +150,11 @@ class RunLog:
                 os.fsync(fh.fileno())
 
 
+def effective_workloads(res: list[dict], given: np.ndarray) -> np.ndarray:
+    """(tasks,) the workload each task ran: what it reported where it did, else what it was assigned."""
+    return np.array([r.get("observed_workload", given[i]) for i, r in enumerate(res)], dtype=np.float64)
+
+
 def step_record(
     run,
     t,
@@ -146,17 +169,17 @@ def step_record(
     res,
     restarts,
     resumed,
+    given=None,
 ) -> dict:
     """One step's record (see the module docstring); `run` is the coordinator (scen, ctx, tasks, cpu_of);
-    step_s: the step's time as the loop observed it (`live_steps.wall_step_s`)."""
+    step_s: the step's time as the loop observed it (`live_steps.wall_step_s`); given: (tasks,) the
+    workloads the tasks were assigned (default: the scenario's for step t)."""
     scen = run.scen
     n = len(run.tasks)
-    if all("observed_workload" in r for r in res):  # the model at the workloads the tasks really ran
-        w_obs = np.array([r["observed_workload"] for r in res], dtype=np.float64)
-        w_obs = np.clip(w_obs, *run.exp.workload_range)
-        pred = (scen.true_model or scen.model).durations(w_obs[:, None])[np.arange(n), levels, 0]
-    else:
-        pred = scen.actual[np.arange(n), levels, t]
+    given = scen.actual_workloads[:, t] if given is None else np.asarray(given, dtype=np.float64)
+    # the model at the workloads the tasks really ran (reported where they reported one), per task
+    w_run = np.clip(effective_workloads(res, given), *run.exp.workload_range)
+    pred = (scen.true_model or scen.model).durations(w_run[:, None])[np.arange(n), levels, 0]
     forecast = run.ctx.configs.predicted[t, np.arange(n), levels, 0]
     measured = np.array([r["duration_s"] for r in res])
     slowest = float(measured.max())
@@ -167,7 +190,7 @@ def step_record(
                 "task": task,
                 "level": int(levels[i]),
                 "cpu_millicores": run.cpu_of(int(levels[i])),
-                "workload": float(scen.actual_workloads[i, t]),
+                "workload": float(given[i]),  # what the task was assigned
                 "predicted_s": float(pred[i]),
                 "forecast_s": float(forecast[i]),
                 "measured_s": float(measured[i]),
@@ -197,8 +220,9 @@ def step_record(
 
 
 def step_chart(records: list[dict], path: Path, title: str = "", penalty_s: float = 0.0) -> None:
-    """Predicted against measured step time per step (reconfigurations marked), and the cumulative time
-    of both: the simulator's (model + penalty per reconfiguration) and the live one."""
+    """Predicted against measured step time per step (reconfigurations marked; a learning run's learned
+    predictions too), and the cumulative time of both: the simulator's (model + penalty per
+    reconfiguration) and the live one."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -216,6 +240,9 @@ def step_chart(records: list[dict], path: Path, title: str = "", penalty_s: floa
     ax1.plot(steps, pred, "o-", ms=3, color="#4C72B0", label="predicted (model, slowest task)")
     ax1.plot(steps, meas, "s-", ms=3, color="#C44E52", label="measured (step wall time)")
     ax1.plot(steps, slow, ".", ms=4, color="#8172B2", alpha=0.7, label="measured slowest task")
+    if all("learned_step_s" in r for r in records):  # a learning run: what its model predicted before each step
+        learned = np.array([r["learned_step_s"] for r in records])
+        ax1.plot(steps, learned, "^-", ms=3, color="#55A868", label="predicted (learned model, slowest task)")
     for s, ch in zip(steps, changed, strict=True):
         if ch:
             ax1.axvline(s - 0.5, color="#DD8452", lw=0.8, alpha=0.6)
