@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -88,6 +89,28 @@ def test_a_local_session_times_and_keeps_reports_and_refuses_steps_out_of_order(
     rep = session.reports[0]
     assert rep["workload"] == 5 and rep["wall_s"] > 0 and rep["cpu_s"] >= 0
     assert [json.loads(line)["step"] for line in (tmp_path / "r.jsonl").read_text().splitlines()] == [0]
+
+
+def test_an_application_that_timed_its_step_reports_it_with_its_own_duration(tmp_path):
+    session = task.local_session("p0", steps=3, reports_file=tmp_path / "r.jsonl")
+    session.report(0, workload=12, duration_s=0.25, cpu_s=0.2)
+    before = time.time()
+    session.report(1, duration_s=1.5)
+    after = time.time()
+    rep0, rep1 = session.reports
+    assert rep0["wall_s"] == 0.25 and rep0["cpu_s"] == 0.2 and rep0["workload"] == 12
+    assert rep1["wall_s"] == 1.5 and "cpu_s" not in rep1  # not measured, so not reported
+    assert before - 1.5 <= rep1["started_at"] <= after - 1.5  # it ended as reported, so it started 1.5 s before
+    for bad in (float("nan"), 0, -1.0, "1"):
+        with pytest.raises(InputError, match=r"task p0 step 2 reported duration_s .*expected a number of seconds"):
+            session.report(2, duration_s=bad)
+    assert [r["step"] for r in session.reports] == [0, 1]
+    with pytest.raises(task.StepOrderError):
+        session.report(0, duration_s=1.0)
+    barrier = task.local_session("p1")
+    barrier.sync = "barrier"
+    with pytest.raises(InputError, match="barrier-mode run does not allow"):
+        barrier.report(0, duration_s=1.0)
 
 
 def test_joining_without_the_environment_says_what_is_missing():
@@ -170,6 +193,12 @@ def test_process_tasks_run_the_whole_run_in_one_process_each_with_cpu_changed_in
                 assert t["observed_workload"] == pytest.approx(t["workload"])
     if sync == "observe":  # its own barrier, not ours
         assert (result.run_dir / "selfsync" / "000004").is_dir()
+        # its steps timed on the tasks' own clocks: from the first task's start to the last one's end, they
+        # add up to the application's wall time (the coordinator sees each step only after it began)
+        first = min(t["started_at"] for t in records[0]["tasks"])
+        last = max(t["finished_at"] for t in records[-1]["tasks"])
+        assert sum(r["step_s"] for r in records) == pytest.approx(last - first, rel=1e-9)
+        assert records[0]["step_s"] >= records[0]["slowest_s"]
     assert any(r["reconfigured"] for r in records)  # and still one process each: in place
     if sync == "barrier":  # each step ran under the quotas of its configuration
         for r in records:

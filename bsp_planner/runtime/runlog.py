@@ -17,7 +17,8 @@ clocks), predicted_step_s (the model's time of the slowest task at the workloads
 (the slowest measured task), sync_s = step_s - slowest_s, barrier_s (the last task's finish to the
 coordinator's release), restarts, and per task cpu, workload (what the coordinator assigned the task),
 observed_workload (what the task reported it ran, where it reported one), predicted and measured duration
-(and, where the task reported them, next_workload and cpu_s). With a learning model, `learning` holds its
+(and, where the task reported them, next_workload, cpu_s, and started_at / finished_at: time.time() on the
+task's clock when its compute started / ended). With a learning model, `learning` holds its
 predictions before and after each step and `learned_step_s` its predicted time of the slowest task.
 
 steps.csv names both workloads: ``assigned_<task>`` (what the task was told: the series, or the forecast
@@ -197,7 +198,11 @@ def step_record(
                 "enter_wait_s": res[i]["enter_wait_s"],
                 "incarnation": res[i]["incarnation"],
                 # what the task itself reported (a command's {"workload": ...} line), where it did
-                **{k: res[i][k] for k in ("observed_workload", "next_workload", "cpu_s") if k in res[i]},
+                **{
+                    k: res[i][k]
+                    for k in ("observed_workload", "next_workload", "cpu_s", "started_at", "finished_at")
+                    if k in res[i]
+                },
             }
         )
     return {

@@ -29,7 +29,7 @@ from contextlib import contextmanager
 from ..runtime import zk as Z
 from .errors import RunEnded, StepOrderError, TaskJoinError
 from .reports import check_report_workload
-from .timing import StepTimer
+from .timing import SelfTimedReports, StepTimer
 
 #: the environment the coordinator sets for a process task
 ENV = {
@@ -97,7 +97,7 @@ def join(env: dict | None = None, *, step_timeout_s: float | None = None) -> Tas
     return s
 
 
-class TaskSession:
+class TaskSession(SelfTimedReports):
     """One task of a live run (made by :func:`join`, or by the stress-ng worker with its own settings).
 
     `run_id` None accepts the run the root holds (the worker is told its root, not its id). `interrupt`
@@ -363,7 +363,15 @@ class TaskSession:
         """The report and the checkpoint, for one transaction: both or neither, and a step counted once."""
         t = st.step
         value = Z.result_value(
-            t, st.wall_s, enter_wait, self.incarnation, time.time(), st.workload, st.next_workload, st.cpu_s
+            t,
+            st.wall_s,
+            enter_wait,
+            self.incarnation,
+            st.ended_at,
+            st.workload,
+            st.next_workload,
+            st.cpu_s,
+            started_at=st.started_at,
         )
         return [
             ("create", self.paths.result(self.task_name, t), value),
