@@ -257,6 +257,26 @@ def test_a_process_that_stops_reporting_is_a_timeout_naming_task_and_step(tmp_pa
 
 @pytest.mark.usefixtures("reap_runs")
 @needs_tasks
+def test_a_self_synchronising_application_owns_its_length_and_may_time_its_steps_itself(
+    tmp_path, zk_server, creds_file
+):
+    exp, control = process_experiment(tmp_path / "exp", steps=40, sync="observe")  # 40: only an upper bound
+    job = tmp_path / "exp" / "job.toml"
+    job.write_text(job.read_text().replace('"--self-sync"', '"--self-sync", "--steps", "4", "--self-timed"'))
+    result = coordinator(tmp_path, exp, zk_server, creds_file, "ownlen", planner="even").run()
+    assert result.status == "finished"
+    records = records_of(result.run_dir)
+    assert [r["step"] for r in records] == [0, 1, 2, 3]  # the application ran 4 steps, then every task left
+    assert result.summary["steps_done"] == 4
+    for r in records:
+        for t in r["tasks"]:  # the duration each task timed itself, and its own workload
+            assert t["observed_workload"] == 10 + ("abc".index(t["task"]) * 7 + r["step"] * 3) % 30
+            assert 0 < t["measured_s"] <= r["step_s"] + 1e-6 and "cpu_s" not in t
+    assert_nothing_left("ownlen")
+
+
+@pytest.mark.usefixtures("reap_runs")
+@needs_tasks
 def test_a_job_without_series_runs_online_from_the_workloads_its_processes_report(tmp_path, zk_server, creds_file):
     exp, control = process_experiment(tmp_path / "exp", steps=5, sync="observe")
     job = tmp_path / "exp" / "job.toml"

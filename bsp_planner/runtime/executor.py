@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..loop import StepsEnded
 from . import zk as Z
 from .backends import Backend, WorkerLaunch
 from .run_settings import RunSettings
@@ -258,6 +259,7 @@ class LiveExecutor:
         deadline = time.monotonic() + self.settings.step_timeout_s
         caps = self.backend.capabilities()
         missing_since: dict[str, float] = {}
+        left: set[str] = set()  # observe mode: processes that ended normally without running step t
 
         def check(watch):
             if observe:  # every task reported step t (the application keeps its own synchronisation)
@@ -285,6 +287,9 @@ class LiveExecutor:
                     continue
                 if task in self.processes and st.exit_code == 0 and s.exists(self.paths.result(task, t)):
                     continue  # it reported step t (observe mode: perhaps its last) and ended normally
+                if observe and task in self.processes and st.exit_code == 0:
+                    left.add(task)  # the application ended on its own after its last step
+                    continue
                 if task in self.processes:  # its state is gone with it: a restart is a resume, not a retry
                     raise RunFailed(
                         f"task {task}'s process exited with code {st.exit_code} in step {t} (it keeps its state in "
@@ -306,6 +311,17 @@ class LiveExecutor:
                 self.backend.start_task(self._launch(task), self.cpu_of(self.levels_now[task]))
                 self._save_incarnations(self.incarnation)
                 missing_since.pop(task, None)
+            if left and all(
+                task in left or (self.backend.poll_task(task).alive is False and s.exists(self.paths.result(task, t)))
+                for task in self.tasks
+            ):
+                ran = [task for task in self.tasks if task not in left]
+                if ran:
+                    raise RunFailed(
+                        f"task {', '.join(sorted(left))} ended after step {t - 1} but {', '.join(ran)} ran step {t}: "
+                        "the application's tasks ran different numbers of steps"
+                    )
+                raise StepsEnded(t)  # every task left: the application's own length
             if time.monotonic() > deadline:
                 late = [task for task in self.tasks if not s.exists(self.paths.result(task, t))]
                 who = f": task {', '.join(late)} did not report step {t}" if late else ""
