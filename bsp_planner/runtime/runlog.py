@@ -228,10 +228,9 @@ def step_chart(records: list[dict], path: Path, title: str = "", penalty_s: floa
     """Predicted against measured step time per step (reconfigurations marked; a learning run's learned
     predictions too), and the cumulative time of both: the simulator's (model + penalty per
     reconfiguration) and the live one."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    # a bare Figure on the Agg canvas: no pyplot (its import and state cost more than this chart)
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
 
     from ..report import save_figure
 
@@ -241,23 +240,38 @@ def step_chart(records: list[dict], path: Path, title: str = "", penalty_s: floa
     slow = np.array([r["slowest_s"] for r in records])
     reconf = np.array([r["reconfig_s"] for r in records])
     changed = np.array([bool(r["reconfigured"]) for r in records])
-    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(9, 6.5), sharex=True)
-    ax1.plot(steps, pred, "o-", ms=3, color="#4C72B0", label="predicted (model, slowest task)")
-    ax1.plot(steps, meas, "s-", ms=3, color="#C44E52", label="measured (step wall time)")
-    ax1.plot(steps, slow, ".", ms=4, color="#8172B2", alpha=0.7, label="measured slowest task")
+    marks = len(records) <= 200  # markers only where they can be told apart
+    fig = Figure(figsize=(9, 6.5))
+    FigureCanvasAgg(fig)
+    ax1, ax2 = fig.subplots(2, 1, sharex=True)
+    ax1.plot(steps, pred, "o-" if marks else "-", ms=3, color="#4C72B0", label="predicted (model, slowest task)")
+    ax1.plot(steps, meas, "s-" if marks else "-", ms=3, color="#C44E52", label="measured (step wall time)")
+    ax1.plot(steps, slow, ".", ms=4 if marks else 1, color="#8172B2", alpha=0.7, label="measured slowest task")
     if all("learned_step_s" in r for r in records):  # a learning run: what its model predicted before each step
         learned = np.array([r["learned_step_s"] for r in records])
-        ax1.plot(steps, learned, "^-", ms=3, color="#55A868", label="predicted (learned model, slowest task)")
-    for s, ch in zip(steps, changed, strict=True):
-        if ch:
-            ax1.axvline(s - 0.5, color="#DD8452", lw=0.8, alpha=0.6)
+        ax1.plot(
+            steps,
+            learned,
+            "^-" if marks else "-",
+            ms=3,
+            color="#55A868",
+            label="predicted (learned model, slowest task)",
+        )
+    if changed.any():  # one collection for every reconfiguration, not one line each
+        ax1.vlines(
+            steps[changed] - 0.5,
+            0,
+            1,
+            transform=ax1.get_xaxis_transform(),
+            color="#DD8452",
+            lw=0.8,
+            alpha=0.6,
+            label="reconfiguration",
+        )
     ax1.set_ylabel("step time (s)")
     ax1.grid(alpha=0.3)
-    ax1.legend(fontsize=8, loc="best", framealpha=0.6)
+    ax1.legend(fontsize=8, loc="upper left", framealpha=0.6)
     ax1.set_title(title or "live run: predicted vs measured", fontsize=10)
-    if changed.any():
-        ax1.plot([], [], color="#DD8452", lw=0.8, label="reconfiguration")
-        ax1.legend(fontsize=8, loc="best", framealpha=0.6)
     ax2.plot(
         steps,
         np.cumsum(pred + penalty_s * changed),
@@ -270,5 +284,5 @@ def step_chart(records: list[dict], path: Path, title: str = "", penalty_s: floa
     ax2.set_ylabel("cumulative time (s)")
     ax2.grid(alpha=0.3)
     ax2.legend(fontsize=8, loc="upper left")
-    fig.tight_layout()
+    fig.subplots_adjust(left=0.08, right=0.98, top=0.95, bottom=0.08, hspace=0.08)
     save_figure(fig, path)
