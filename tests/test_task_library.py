@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -113,6 +114,35 @@ def test_an_application_that_timed_its_step_reports_it_with_its_own_duration(tmp
         barrier.report(0, duration_s=1.0)
 
 
+def test_the_reporter_commits_in_order_off_the_applications_thread_and_raises_a_failure_later():
+    from bsp_planner.task.reporter import Reporter
+
+    done: list[int] = []
+    release = threading.Event()
+
+    def commit(ops):
+        release.wait(10)
+        if ops[0] == "bad":
+            raise RuntimeError("ZooKeeper said no")
+        done.append(ops[0])
+
+    r = Reporter(commit)
+    r.submit([0])
+    r.submit([1])  # queued while the first waits: the application's thread is not held up
+    assert done == []
+    release.set()
+    r.flush()
+    assert done == [0, 1]
+    r.submit(["bad"])
+    r.submit([2])  # after a failure nothing more is committed
+    with pytest.raises(RuntimeError, match="ZooKeeper said no"):
+        r.flush()
+    with pytest.raises(RuntimeError, match="ZooKeeper said no"):
+        r.submit([3])
+    r.close()
+    assert done == [0, 1]
+
+
 def test_joining_without_the_environment_says_what_is_missing():
     with pytest.raises(task.TaskJoinError, match=r"\$BSP_RUN_ID is not set.*local_session"):
         task.join({})
@@ -191,6 +221,9 @@ def test_process_tasks_run_the_whole_run_in_one_process_each_with_cpu_changed_in
                 assert t["observed_workload"] == 10 + ("abc".index(t["task"]) * 7 + r["step"] * 3) % 30
             else:
                 assert t["observed_workload"] == pytest.approx(t["workload"])
+    for name in "abc":  # its ZooKeeper client's threads report from the run's group, outside the task's quota
+        group = (result.run_dir / f"report-group-{name}").read_text()
+        assert group.endswith(f".live.{coord.run_id}"), group
     if sync == "observe":  # its own barrier, not ours
         assert (result.run_dir / "selfsync" / "000004").is_dir()
         # its steps timed on the tasks' own clocks: from the first task's start to the last one's end, they

@@ -63,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         assert session.info is not None  # read when the task joined
         rank = args.rank if args.rank is not None else sorted(session.info.tasks).index(name)
         run_dir = Path(session.run_dir)
+        (run_dir / f"report-group-{name}").write_text(str(getattr(session, "report_group", None)))
         step = session.first_step
         while not session.ended and (args.steps is None or step < args.steps):
             if args.self_timed:  # the application times its compute and reports it afterwards
