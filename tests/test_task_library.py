@@ -26,6 +26,7 @@ from bsp_planner.runtime.executor import RunFailed
 from zk_fixtures import (
     DATA,
     EXPERIMENT,
+    PREFIX,
     assert_nothing_left,
     needs_tasks,
     settings,
@@ -62,6 +63,15 @@ def process_experiment(folder: Path, steps: int = 4, sync: str = "barrier", pena
 def coordinator(tmp_path, exp, zk, creds, run_id, resume=False, **kw) -> Coordinator:
     kw.setdefault("reconfigure", "in-place")
     return Coordinator(settings(exp, zk, creds, **kw), run_id, tmp_path / "runs", resume=resume)
+
+
+def cpu_cgroup() -> str | None:
+    """This process's group in the cgroup v1 cpu hierarchy (None on cgroup v2)."""
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if "cpu" in controllers.split(","):
+            return path
+    return None
 
 
 def records_of(run_dir: Path) -> list[dict]:
@@ -201,14 +211,19 @@ def test_process_tasks_run_the_whole_run_in_one_process_each_with_cpu_changed_in
     exp, control = process_experiment(tmp_path / "exp", steps=5, sync=sync, penalty=0.0)
     coord = coordinator(tmp_path, exp, zk_server, creds_file, f"proc{sync}", planner="static:1", barrier=barrier)
     quotas: dict[int, dict] = {}
+    home = cpu_cgroup()
+    during: set[str | None] = set()
 
     def say(text: str) -> None:  # called as each step is logged: the quotas the tasks have then
         if text.startswith("step"):
             quotas[int(text.split(":")[0].split()[1])] = {t: coord.backend.tasks[t].group.quota() for t in coord.tasks}
+            during.add(cpu_cgroup())
 
     coord.say = say
     result = coord.run()
     assert result.status == "finished"
+    # the coordinator ran in the run's group beside its tasks (not behind the whole group), and left it
+    assert during == {f"/{PREFIX}.live.{coord.run_id}"} and cpu_cgroup() == home
     records = records_of(result.run_dir)
     assert [r["step"] for r in records] == [0, 1, 2, 3, 4]
     for name in "abc":

@@ -454,6 +454,8 @@ class Coordinator:
             raise RunFailed(message) from exc
         finally:
             assert self.backend is not None and self.session is not None  # set up by _prepare
+            if self.executor is not None:
+                self.executor.own_share.leave()  # out of the run's group before the backend removes it
             try:
                 self.backend.close()
             finally:

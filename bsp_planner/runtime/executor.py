@@ -18,6 +18,7 @@ import numpy as np
 from ..loop import StepsEnded
 from . import zk as Z
 from .backends import Backend, WorkerLaunch
+from .own_share import RunGroupMembership
 from .run_settings import RunSettings
 from .worker import EXIT_INPUT, EXIT_STRESS
 
@@ -81,6 +82,7 @@ class LiveExecutor:
         # raises KeyboardInterrupt once a stop was asked for (SIGTERM): checked between ZooKeeper calls, never
         # inside one, so a stop cannot leave the client half-way through a request
         self.check_stop = check_stop or (lambda: None)
+        self.own_share = RunGroupMembership()  # the coordinator's CPU share while the tasks saturate the CPUs
 
     # -- workers -----------------------------------------------------------------------------------
     def _launch(self, task: str) -> WorkerLaunch:
@@ -191,6 +193,8 @@ class LiveExecutor:
             self.backend.start_task(self._launch(t), self.cpu_of(int(levels[i])))
             self.levels_now[t] = int(levels[i])
         self._save_incarnations(self.incarnation)
+        # beside the tasks in the run's group, ahead of them, not behind the whole group in the root one
+        self.own_share.join(getattr(self.backend, "run_parent", None))
         self._wait_ready(self.tasks, next_step)
         return time.perf_counter() - t0
 
