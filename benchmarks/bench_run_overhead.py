@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/bench_run_overhead.py --tasks 4 --steps 20 --rounds 3          # needs root
     .venv/bin/python benchmarks/bench_run_overhead.py --sync barrier --planner mpc
+    .venv/bin/python benchmarks/bench_run_overhead.py --compare-with /tmp/old-checkout   # the same runs, interleaved
 
 Starts its own ZooKeeper on a free loopback port, writes a job of N process tasks
 (`bsp_planner.testing.bsp_app`: pure-Python CPU work per step, in observe mode synchronising itself
@@ -16,7 +17,11 @@ reports:
   median and p95 over every step of every round;
 - ``after_last_step_s``: from the last task's end to the CLI's exit (summary, chart, clean-up), and
   ``chart_s``: drawing chart.png from the run log alone;
-- ``wall_s``: the whole command.
+- ``wall_s``: the whole command;
+- ``reconfig_ms``: what each in-place reconfiguration really took (planned at 0.2 ms: a quota write).
+
+``--compare-with DIR`` runs every round a second time with the bsp-planner of another checkout (e.g. an
+earlier commit's `git archive`), interleaved, under the key ``baseline``.
 
 The machine's load average is recorded beside the figures (the host is shared). Writes JSON to --out.
 """
@@ -100,13 +105,13 @@ def write_inputs(folder: Path, n: int, steps: int, sync: str, work: int, budget:
     return exp
 
 
-def one_run(folder: Path, exp: Path, zk: str, creds: Path, planner: str, run_id: str) -> dict:
+def one_run(folder: Path, exp: Path, zk: str, creds: Path, planner: str, run_id: str, root: Path = ROOT) -> dict:
     cmd = [
         sys.executable, "-m", "bsp_planner.cli", "run", "--experiment", str(exp), "--planner", planner,
         "--zookeeper", zk, "--zk-auth-file", str(creds), "--runs-dir", str(folder / "runs"), "--run-id", run_id,
         "--reconfigure", "in-place", "--quiet",
     ]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": str(root)}
     t0 = time.time()
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
     t_end = time.time()
@@ -129,11 +134,13 @@ def one_run(folder: Path, exp: Path, zk: str, creds: Path, planner: str, run_id:
         "overhead_s": [r["step_s"] - r["slowest_s"] for r in records],
         "slowest_s": [r["slowest_s"] for r in records],
         "reconfigurations": sum(bool(r["reconfigured"]) for r in records),
+        "reconfig_s": [r["reconfig_s"] for r in records if r["reconfigured"]],
     }
 
 
 def summarise(runs: list[dict]) -> dict:
     over = [x for r in runs for x in r["overhead_s"]]
+    rec = [x for r in runs for x in r["reconfig_s"]] or [0.0]
     slow = [x for r in runs for x in r["slowest_s"]]
     q = statistics.quantiles(over, n=20, method="inclusive") if len(over) >= 2 else [over[0]] * 19
     return {
@@ -148,6 +155,7 @@ def summarise(runs: list[dict]) -> dict:
         "chart_s": [round(r["chart_s"], 2) for r in runs],
         "wall_s": [round(r["wall_s"], 2) for r in runs],
         "reconfigurations": [r["reconfigurations"] for r in runs],
+        "reconfig_ms": {"median": round(1e3 * statistics.median(rec), 2), "max": round(1e3 * max(rec), 2)},
     }
 
 
@@ -160,6 +168,7 @@ def main() -> int:
     ap.add_argument("--planner", default="mpc")
     ap.add_argument("--work", type=int, default=20000, help="the app's work per workload unit (iterations)")
     ap.add_argument("--budget", type=float, default=2000, help="millicores over all tasks")
+    ap.add_argument("--compare-with", type=Path, default=None, help="another checkout's root, run interleaved")
     ap.add_argument("--out", default="bench_run_overhead.json")
     args = ap.parse_args()
     syncs = ["observe", "barrier"] if args.sync == "both" else [args.sync]
@@ -167,25 +176,27 @@ def main() -> int:
         "date": date.today().isoformat(),
         "cpus": os.cpu_count(),
         "load_before": os.getloadavg(),
-        "settings": {k: v for k, v in vars(args).items() if k != "out"},
+        "settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items() if k != "out"},
         "by_sync": {},
     }
     with tempfile.TemporaryDirectory(prefix="bench-run-overhead-") as tmp:
         folder = Path(tmp)
         _, creds = credentials(folder / "zk-auth")
         with local_server(folder / "zk") as server:
-            runs: dict[str, list[dict]] = {s: [] for s in syncs}
+            trees = {"current": ROOT, **({"baseline": args.compare_with.resolve()} if args.compare_with else {})}
+            runs: dict[tuple[str, str], list[dict]] = {(t, s): [] for t in trees for s in syncs}
             for k in range(args.rounds):
-                for sync in syncs:  # interleaved, so a drift in the shared host's load hits both
-                    sub = folder / sync
-                    sub.mkdir(exist_ok=True)
-                    exp = write_inputs(sub, args.tasks, args.steps, sync, args.work, args.budget)
-                    r = one_run(sub, exp, server.hosts, creds, args.planner, f"r{k}")
-                    runs[sync].append(r)
-                    print(f"{sync} round {k}: startup {r['startup_s']:.2f} s, overhead median "
-                          f"{1e3 * statistics.median(r['overhead_s']):.1f} ms, wall {r['wall_s']:.1f} s", flush=True)  # fmt: skip
-            for sync in syncs:
-                results["by_sync"][sync] = summarise(runs[sync])
+                for sync in syncs:  # interleaved, so a drift in the shared host's load hits every variant
+                    for tree, root in trees.items():
+                        sub = folder / tree / sync
+                        sub.mkdir(parents=True, exist_ok=True)
+                        exp = write_inputs(sub, args.tasks, args.steps, sync, args.work, args.budget)
+                        r = one_run(sub, exp, server.hosts, creds, args.planner, f"r{k}", root)
+                        runs[tree, sync].append(r)
+                        over = 1e3 * statistics.median(r["overhead_s"])
+                        print(f"{tree} {sync} round {k}: startup {r['startup_s']:.2f} s, overhead median {over:.1f} ms")
+            for (tree, sync), rs in runs.items():
+                results["by_sync"].setdefault(tree, {})[sync] = summarise(rs)
     results["load_after"] = os.getloadavg()
     Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
     print(json.dumps(results, indent=2))
