@@ -212,3 +212,15 @@ def test_simulate_refuses_unknown_workloads_and_replays_an_earlier_runs(tmp_path
     level = coord.scen.cpu.level_of(500)  # 1500m over 3 tasks
     expected = coord.scen.model.durations(true_w)[:, level, :].max(axis=0).sum()
     assert even["total_s"] == pytest.approx(expected, abs=5e-4)
+
+
+def test_a_run_folder_with_too_few_steps_is_refused_as_a_trace(tmp_path, monkeypatch, capsys):
+    exp = observed_experiment(tmp_path / "exp", steps=6)
+    coord = coordinator(tmp_path, exp, "mpc", ["online=true", "forecast.source=persistence"])
+    RunLog(coord.run_dir, coord.tasks).rewrite(run_simulated_live(coord, np.full((3, 6), 20.0))[:4])
+    args = ["simulate", str(exp), "-q", "--mode", "perfect", "-s", "even", "--actual", str(coord.run_dir)]
+    code, _, err = run_cli([*args, "-o", tmp_path / "o"], monkeypatch, capsys)
+    assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert "steps.jsonl" in err and "the run logged 4 steps but the experiment needs 6" in err, err
+    code, _, err = run_cli([*args, "--steps", "4", "-o", tmp_path / "o"], monkeypatch, capsys)
+    assert code == 0, err
