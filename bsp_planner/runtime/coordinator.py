@@ -50,6 +50,7 @@ from .run_root import claim_root, prepare_tree
 from .run_settings import RECONFIGURE, RunSettings
 from .run_store import RUN_FORMAT, RunStore, RunStoreUnwritable, check_run_id, new_run_id, now_iso, recorded_path
 from .runlog import RunLog, step_record
+from .services import Services
 from .summary import write_summary
 
 __all__ = [
@@ -118,6 +119,7 @@ class Coordinator:
         self.paths_out: dict[str, Path] = {}
         self.instance = secrets.token_hex(8)  # names this coordinator in its ZooKeeper lock and run.json
         self.stop_requested = threading.Event()
+        self.services: Services | None = None
 
     def request_stop(self) -> bool:
         """Ask a running coordinator to stop as Ctrl-C does (resumable, exit 3), at its next safe point: between
@@ -131,6 +133,8 @@ class Coordinator:
     def _check_stop(self) -> None:
         if self.stop_requested.is_set():
             raise KeyboardInterrupt
+        if self.services:
+            self.services.check(self._check_stop)  # restarts a service that exited, or fails the run
 
     @property
     def run_meta(self) -> dict:
@@ -336,6 +340,7 @@ class Coordinator:
         except OSError as exc:
             raise RunStoreUnwritable(f"cannot write the run log in {self.run_dir}: {exc.strerror or exc}") from None
         self.backend.cleanup_stale()
+        processes, task_env = self._run_placeholders()
         self.executor = LiveExecutor(
             s,
             self.session,
@@ -348,15 +353,34 @@ class Coordinator:
             lambda inc: self.store.write_meta(incarnations=dict(inc)),
             self._relock_if_lost,
             lambda text: self.say(text),
-            processes={
-                t.name: t.process for t in self.job.tasks if t.process is not None
-            },  # () : an image run as built
+            processes=processes,
             sync=self.job.sync,
             run_id=self.run_id,
             run_dir=str(self.run_dir.resolve()),
             check_stop=self._check_stop,
+            task_env=task_env,
         )
         return loop, records, runlog
+
+    def _run_placeholders(self) -> tuple[dict[str, tuple[str, ...]], dict[str, dict[str, str]]]:
+        """A free port for every task and service (`{port}`, `{port:NAME}`, BSP_PORT), the job's folder
+        (`{job_dir}`): the process tasks' argument lists with them substituted, every task's environment,
+        and the run's services (started in run())."""
+        from ..job import substitute
+        from ..placeholders import choose_ports, run_env, run_values
+
+        job_dir = self.job.job_dir
+        ports = choose_ports(self.job.port_names)
+        self.ports = ports
+        processes = {  # () : an image run as built
+            t.name: tuple(substitute(a, run_values(t.name, ports, job_dir)) for a in t.process)
+            for t in self.job.tasks
+            if t.process is not None
+        }
+        self.services = Services(
+            self.job.services, ports, job_dir, str(self.run_dir.resolve()), self.run_dir / "logs", self.say
+        )
+        return processes, {t: run_env(t, ports, job_dir) for t in self.job.task_names}
 
     def _plan_with_method_cost(self) -> None:
         """The planner's reconfiguration penalty is the cost of the method this run uses: the
@@ -429,6 +453,8 @@ class Coordinator:
         resume_hint = f"`bsp-planner run --resume {self.run_id}`"
         try:
             self.store.write_meta(status="running")
+            if self.services:
+                self.services.start_all(self._check_stop)  # each waited ready before any task starts
             self._run_steps(loop, records, runlog)
             assert self.executor is not None and self.session is not None  # set up by _prepare
             self.executor.finish(self.exp.steps)
@@ -455,7 +481,11 @@ class Coordinator:
         finally:
             assert self.backend is not None and self.session is not None  # set up by _prepare
             try:
-                self.backend.close()
+                try:
+                    self.backend.close()
+                finally:
+                    if self.services is not None:
+                        self.services.stop_all()  # after the tasks that use them
             finally:
                 if self.lock is not None:
                     self.lock.release()

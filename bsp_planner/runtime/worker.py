@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import InputError
 from ..job import SeriesRef, Task
+from ..placeholders import values_from_env
 from . import zk as Z
 
 if TYPE_CHECKING:
@@ -204,7 +205,13 @@ class Worker:
         """Run step t (stress-ng, or the task's command); (wall seconds, what it reported on stdout)."""
         is_command = task.kind == "command"
         what = f"task {self.task_name} step {t}: " + ("its command" if is_command else "stress-ng")
-        args = task.step_args(workload, t, stress_ng=stress_ng, run_dir=os.environ.get("BSP_RUN_DIR", os.getcwd()))
+        args = task.step_args(
+            workload,
+            t,
+            stress_ng=stress_ng,
+            run_dir=os.environ.get("BSP_RUN_DIR", os.getcwd()),
+            run_values=values_from_env(os.environ),  # {port}, {port:NAME}, {job_dir}
+        )
         env = {**os.environ, **task.step_env(workload, t)} if is_command else None
         start = time.perf_counter()
         try:

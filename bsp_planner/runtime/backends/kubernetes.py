@@ -271,6 +271,14 @@ class KubernetesBackend(Backend):
     def check(self, job, millicores_max: float, budget_millicores: float, path=None) -> None:
         """The namespace is reachable with the Role's rights, the reconfiguration mode is possible, the
         image is known, and (where nodes can be read) the budget and the largest task fit the nodes."""
+        services = [s.name for s in getattr(job, "services", ())]
+        if services:
+            raise InputError(
+                f"the job's service(s) {', '.join(services)} run on the local backend only (Kubernetes: start them "
+                "in the cluster yourself and give their addresses to the tasks)",
+                path=getattr(job, "path", None) or path,
+                field="service",
+            )
         n = max(1, len(getattr(job, "tasks", ())))
         self.probe_millicores = float(max(MIN_PROBE_MILLICORES, round(budget_millicores / n)))
         self.images = {t.name: t.image for t in getattr(job, "tasks", ()) if getattr(t, "image", None)}
