@@ -132,6 +132,7 @@ class Task:
     process: tuple[str, ...] | None = None
     image: str | None = None  # Kubernetes: the container image the task's pod runs (command/process tasks)
     restorable: bool = False  # its program restores from its own checkpoint when restarted (a run may resume)
+    job_dir: str = ""  # `{job_dir}`: the job file's folder (absolute)
 
     @property
     def kind(self) -> str:
@@ -496,6 +497,7 @@ def load_job(path: str | Path) -> Job:
             process=() if _image_only(t) else _program(t.process, path, in_image=t.image is not None),
             image=t.image,
             restorable=t.restorable,
+            job_dir=str(path.resolve().parent),
         )
         for t in spec.task
     )

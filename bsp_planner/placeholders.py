@@ -76,3 +76,12 @@ def values_from_env(env: Mapping[str, str]) -> dict[str, str]:
     if env.get(ENV_JOB_DIR):
         values["job_dir"] = env[ENV_JOB_DIR]
     return values
+
+
+def alone_values(name: str, args: Iterable[str], job_dir: str) -> tuple[dict[str, str], dict[str, str]]:
+    """(placeholder values, environment) for task `name` run without its job's others (a profile cell): a
+    free port of its own and one for every `{port:NAME}` its `args` name (nobody listens there: a program
+    that talks to the others skips that when profiled)."""
+    refs = [r for a in args for r in port_refs(a)]
+    ports = choose_ports([name, *refs])
+    return run_values(name, ports, job_dir), run_env(name, ports, job_dir)

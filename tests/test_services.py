@@ -305,3 +305,20 @@ def test_sigterm_stops_the_run_and_its_service(tmp_path, zk_server, creds_file, 
     assert not alive(pid)
     assert json.loads((runs / "svc-term" / "run.json").read_text())["status"] == "interrupted"
     assert_nothing_left("svc-term")
+
+
+def test_a_profiled_process_gets_its_placeholders_without_the_other_tasks(tmp_path):
+    """A profile cell runs one task alone: `{port:NAME}` must still be a number (argparse's int would refuse the
+    literal placeholder), `{job_dir}` the job's folder, BSP_PORT its own port."""
+    from bsp_planner.placeholders import alone_values
+    from bsp_planner.profiling.process import process_args, process_env
+
+    (tmp_path / "job.toml").write_text(
+        '[[service]]\nname = "broker"\ncommand = ["b"]\n\n[[task]]\nname = "f0"\n'
+        'process = ["p", "--broker-port", "{port:broker}", "--me", "{port}", "--data", "{job_dir}/d"]\n'
+    )
+    task = load_job(tmp_path / "job.toml").task("f0")
+    values, env = alone_values(task.name, task.process or (), task.job_dir)
+    args = process_args(task, tmp_path, values)
+    assert args[2].isdigit() and args[4] == env["BSP_PORT"] != args[2] and args[6] == f"{tmp_path}/d"
+    assert process_env(task, tmp_path / "plan.json", tmp_path, env)["BSP_PORT"] == args[4]

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from ..errors import InputError
 from ..job import Task
+from ..placeholders import alone_values
 from .cgroups import (
     CFS_PERIOD_US,
     DEFAULT_PREFIX,
@@ -251,8 +252,9 @@ class LocalBackend:
                 field="process",
             )
         stress_ng = self.stress_ng_path() if task.kind == "stressor" else "stress-ng"
-        args = task.step_args(workload, 0, stress_ng=stress_ng, run_dir=str(self._cwd()))
-        env = None if task.kind == "stressor" else {**os.environ, **task.step_env(workload, 0)}
+        values, run_env = alone_values(task.name, task.command or (), task.job_dir)  # {port}, {job_dir}
+        args = task.step_args(workload, 0, stress_ng=stress_ng, run_dir=str(self._cwd()), run_values=values)
+        env = None if task.kind == "stressor" else {**os.environ, **run_env, **task.step_env(workload, 0)}
         with self._group(task, cpu_millicores) as group:
             if self.cpu_shares is not None:
                 group.set_weight(self.cpu_shares)

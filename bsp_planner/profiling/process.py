@@ -42,6 +42,7 @@ from pathlib import Path
 
 from ..errors import InputError
 from ..job import Task, substitute
+from ..placeholders import alone_values
 from ..settings import coerce_field
 from ..task.profiling import PROFILE_ENV, ProfilingPlan, write_plan
 from .cgroups import CpuQuotaGroup
@@ -81,17 +82,19 @@ class ProcessSteps:
         )
 
 
-def process_args(task: Task, run_dir: str | Path) -> list[str]:
-    """The process's argument list, with `{task}`, `{run_dir}` and `{python}` substituted as a run does."""
+def process_args(task: Task, run_dir: str | Path, run_values: dict[str, str] | None = None) -> list[str]:
+    """The process's argument list, with `{task}`, `{run_dir}` and `{python}` substituted as a run does, and
+    `run_values` (`{port}`, `{port:NAME}`, `{job_dir}`: :func:`~bsp_planner.placeholders.alone_values`)."""
     if task.process is None:
         raise InputError(f"task '{task.name}' runs a {task.kind}, not a process", field="process")
-    values = {"task": task.name, "run_dir": str(run_dir), "python": sys.executable}
+    values = {**(run_values or {}), "task": task.name, "run_dir": str(run_dir), "python": sys.executable}
     return [substitute(a, values) for a in task.process]
 
 
-def process_env(task: Task, plan: Path, run_dir: Path) -> dict[str, str]:
+def process_env(task: Task, plan: Path, run_dir: Path, run_env: dict[str, str] | None = None) -> dict[str, str]:
     """The caller's environment without any bsp-planner run's variables, plus the profiling session's."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("BSP_")}
+    env.update(run_env or {})
     env.update({PROFILE_ENV: str(plan), "BSP_TASK": task.name, "BSP_RUN_DIR": str(run_dir)})
     return env
 
@@ -172,14 +175,15 @@ def drive_process(
         reports_file = scratch / "reports.jsonl"
         plan = write_plan(scratch / "plan.json", steps.plan(task.name, workloads, reports_file))
         follower = ReportFollower(reports_file)
+        values, env = alone_values(task.name, task.process or (), task.job_dir)
         with open(scratch / "stderr", "w+b") as err:
             proc = subprocess.Popen(
-                process_args(task, run_dir),
+                process_args(task, run_dir, values),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=err,
                 cwd=run_dir,
-                env=process_env(task, plan, run_dir),
+                env=process_env(task, plan, run_dir, env),
                 preexec_fn=group.preexec_fn,
                 start_new_session=True,
             )

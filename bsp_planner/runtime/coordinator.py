@@ -51,6 +51,7 @@ from .run_settings import RECONFIGURE, RunSettings
 from .run_store import RUN_FORMAT, RunStore, RunStoreUnwritable, check_run_id, new_run_id, now_iso, recorded_path
 from .runlog import RunLog, step_record
 from .services import Services
+from .stateful import continue_hint, resolve_reconfigure
 from .summary import write_summary
 
 __all__ = [
@@ -285,8 +286,10 @@ class Coordinator:
         if s.backend == "local" and (note := period_mismatch(self.exp, s.cfs_period_us)):
             self.say(note)
         caps = self.backend.capabilities()
-        if s.reconfigure is None:
-            s.reconfigure = self.backend.default_reconfigure
+        # process tasks keep their state in memory: in place by default, never recreated unless restorable
+        s.reconfigure = resolve_reconfigure(
+            s.reconfigure, self.job, self.backend.default_reconfigure, caps.in_place, self.backend.name
+        )
         if s.reconfigure == "auto":  # in place where the backend can (Kubernetes 1.33+), else recreation
             s.reconfigure = "in-place" if caps.in_place else "recreate"
         if s.reconfigure == "in-place" and not caps.in_place:
@@ -450,7 +453,10 @@ class Coordinator:
             self._abandon(exc)
             raise
         status, message = "failed", ""
-        resume_hint = f"`bsp-planner run --resume {self.run_id}`"
+
+        def then(failed: bool = False) -> str:  # `--resume`, unless a task's state died with its process
+            return continue_hint(self.job, self.run_id, len(records), failed=failed)
+
         try:
             self.store.write_meta(status="running")
             if self.services:
@@ -464,18 +470,18 @@ class Coordinator:
         except (Z.ZkUnavailable, TaskLost, KeyboardInterrupt, RunStoreUnwritable) as exc:
             status = "interrupted"
             why = "interrupted (Ctrl-C or SIGTERM)" if isinstance(exc, KeyboardInterrupt) else str(exc)
-            message = f"{why}; {_stopped_after(records)}; continue it with {resume_hint}"
+            message = f"{why}; {_stopped_after(records)}; {then()}"
             raise RunInterrupted(message, self.run_id) from None
         except RunFailed as exc:
-            message = f"{exc}\n{_stopped_after(records)}; once the cause is fixed, continue it with {resume_hint}"
+            message = f"{exc}\n{_stopped_after(records)}; {then(failed=True)}"
             raise RunFailed(message) from None
         except InputError as exc:  # met mid-run (a malformed value in ZooKeeper, a refused pod): still resumable
-            message = f"{exc.message}; {_stopped_after(records)}; once fixed, continue it with {resume_hint}"
+            message = f"{exc.message}; {_stopped_after(records)}; {then(failed=True)}"
             raise InputError(message, path=exc.path, line=exc.line, field=exc.field) from None
         except Exception as exc:  # not foreseen: say what and where it stopped rather than lose the run
             message = (
                 f"unexpected {type(exc).__name__}: {exc}; {_stopped_after(records)}; "
-                f"its steps so far are logged; continue it with {resume_hint}"
+                f"its steps so far are logged; {then()}"
             )
             raise RunFailed(message) from exc
         finally:
