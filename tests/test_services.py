@@ -231,6 +231,8 @@ def test_a_service_runs_before_the_tasks_and_is_gone_after_the_run(tmp_path, zk_
     (pid,) = service_pids(tmp_path / "exp")
     assert not alive(pid)
     assert_nothing_left("svc-ok")
+    task_log = (result.run_dir / "logs" / "a.log").read_text()  # a successful command's output is kept too
+    assert "--- step 2 stdout" in task_log and "talked to the service" in task_log
 
 
 @needs_tasks

@@ -35,6 +35,8 @@ from ..job import SeriesRef, Task
 from ..placeholders import values_from_env
 from . import zk as Z
 
+OUTPUT_KEEP_BYTES = 16384  # of a successful step's stdout and of its stderr, kept in the task's log
+
 if TYPE_CHECKING:
     from ..task import TaskSession
 
@@ -240,7 +242,22 @@ class Worker:
         if code != 0:
             tail = " ".join((err or b"").decode(errors="replace").split())[-300:]
             raise StressFailed(f"{what} exited with code {code}: {' '.join(args)}: {tail}")
+        if is_command:
+            self._keep_output(t, out or b"", err or b"")
         return duration, (parse_workload_report(out or b"", what) if is_command else {})
+
+    def _keep_output(self, t: int, out: bytes, err: bytes) -> None:
+        """A successful step's stdout and stderr, into the worker's log (the run's logs/<task>.log), the last
+        OUTPUT_KEEP_BYTES of each: what the program said is kept, not only when it fails."""
+        for name, data in (("stdout", out), ("stderr", err)):
+            if not data.strip():
+                continue
+            cut = len(data) > OUTPUT_KEEP_BYTES
+            head = f"--- step {t} {name}" + (f" (its last {OUTPUT_KEEP_BYTES} bytes)" if cut else "") + "\n"
+            sys.stderr.buffer.write(
+                head.encode() + data[-OUTPUT_KEEP_BYTES:] + (b"" if data.endswith(b"\n") else b"\n")
+            )
+        sys.stderr.flush()
 
 
 def parse_workload_report(stdout: bytes, what: str) -> dict:
