@@ -164,12 +164,19 @@ def run_grid(
     started = time.monotonic()
     loads: list[float] = []  # the 1-minute load average after each run: how busy the host was
     bar = GridProgress(todo, console) if progress and todo else None
+    warned: set[str] = set()  # tasks already warned about (self_sized)
+    if bar is not None and hasattr(backend, "on_progress"):
+        backend.on_progress = bar.note  # a process's steps as they come: a long cell is seen moving
     try:
         for batch in plan_batches(todo, {t.name: t for t in selected}):
             if bar:
                 bar.start(batch.cells[0])
             for cell, result in run_batch(backend, batch, timeout_s, steps):
                 _record(out, cell, result, report)
+                if (note := self_sized(cell, result, warned)) is not None:
+                    (bar.progress.console if bar else _stderr(console)).print(
+                        f"[yellow]warning[/]: {note}", highlight=False
+                    )
                 load = load_avg_1m()
                 if load is not None:
                     loads.append(load)
@@ -189,6 +196,27 @@ def run_grid(
         finish_meta(meta, out)
         write_json(metadata_path(out), meta)
     return report
+
+
+def self_sized(cell: Cell, result: RunResult, warned: set[str]) -> str | None:
+    """The warning for a command task that reported another workload than the cell's (once per task, in
+    `warned`): it sizes its own work, so every cell of it times the same work and the profile comes out flat."""
+    name, workload, cpu, _ = cell
+    got = result.reported_workload
+    if not result.ok or got is None or name in warned or math.isclose(got, workload, rel_tol=1e-9, abs_tol=0.5):
+        return None
+    warned.add(name)
+    return (
+        f"task '{name}' reported workload {got:g} where the profiler assigned {workload:g} (at {cpu:g}m): a program "
+        "that sizes its own work times the same work in every cell, and its profile comes out flat; size each "
+        "step by {workload} (or $BSP_WORKLOAD) when $BSP_SYNC is 'profile'"
+    )
+
+
+def _stderr(console: Console | None) -> Console:
+    from rich.console import Console
+
+    return console if console is not None else Console(stderr=True)
 
 
 def _check_timeout(timeout_s: float) -> None:

@@ -19,7 +19,6 @@ the coordinator restarts the task as it would a dead worker, since running the s
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -33,6 +32,7 @@ from typing import TYPE_CHECKING
 from ..errors import InputError
 from ..job import SeriesRef, Task
 from ..placeholders import values_from_env
+from ..task.reports import parse_workload_report
 from . import zk as Z
 
 OUTPUT_KEEP_BYTES = 16384  # of a successful step's stdout and of its stderr, kept in the task's log
@@ -258,36 +258,6 @@ class Worker:
                 head.encode() + data[-OUTPUT_KEEP_BYTES:] + (b"" if data.endswith(b"\n") else b"\n")
             )
         sys.stderr.flush()
-
-
-def parse_workload_report(stdout: bytes, what: str) -> dict:
-    """The workload a command reported: its last stdout line that is a JSON object with "workload"
-    (optionally "next_workload"); {} if it printed none. A line that starts like one but is not valid
-    JSON, or a workload that is not a finite number in 0..MAX_WORKLOAD, is an InputError naming `what`."""
-    found: dict = {}
-    for raw in stdout.decode(errors="replace").splitlines():
-        line = raw.strip()
-        if not (line.startswith("{") and '"workload"' in line):
-            continue
-        try:
-            v = json.loads(line, parse_constant=lambda c: float(c))  # NaN/Infinity parsed, then refused below
-        except ValueError:
-            raise InputError(
-                f'{what} printed a malformed workload report {line[:200]!r} (expected one JSON line like {{"workload": 37.5}})',
-                field="workload",
-            ) from None
-        if not isinstance(v, dict):
-            continue
-        found = {"workload": _reported(v, "workload", what)}
-        if v.get("next_workload") is not None:
-            found["next_workload"] = _reported(v, "next_workload", what)
-    return found
-
-
-def _reported(v: dict, key: str, what: str) -> float:
-    from ..task.reports import check_report_workload
-
-    return check_report_workload(v.get(key), what, key)
 
 
 def _signal_name(signum: int) -> str:
