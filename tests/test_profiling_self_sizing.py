@@ -202,3 +202,17 @@ def test_the_profile_records_the_programs_files_and_a_change_is_warned_about(tmp
     (w,) = caught
     assert "task 'a': its program (sim.py) changed since it was profiled" in str(w.message)
     assert "profile run" in str(w.message)
+
+
+# -- a program that cannot start: an early stop with a hint, not a whole grid of identical failures -------------
+@needs_cgroups
+def test_a_task_whose_first_runs_fail_the_same_way_is_stopped_early_with_a_path_hint(tmp_path, monkeypatch, capsys):
+    (tmp_path / "job.toml").write_text('[[task]]\nname = "lost"\ncommand = ["{python}", "scripts/missing.py"]\n')
+    args = ["profile", "run", "--job", tmp_path / "job.toml", "--out", tmp_path / "p.csv", "--cpu", "500,1000"]
+    code, out, err = run_cli(args + ["--workloads", "1,2,3", "--cgroup-prefix", PREFIX], monkeypatch, capsys)
+    text = out + " " + err
+    assert code == 1, text
+    assert "task 'lost': its first 3 runs failed the same way" in text and "can't open file" in text, text
+    assert "relative paths in `command`/`process` resolve against the job file's folder" in text
+    fails = (tmp_path / "p.failures.csv").read_text().strip().splitlines()
+    assert len(fails) == 1 + 3  # the header and the three runs: the other three cells were not started
