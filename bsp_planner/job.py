@@ -26,10 +26,10 @@ exit is the task's failure (with its stderr tail); one JSON line `{"workload": 3
 the step's observed workload. A program named with a `/` is relative to the job file.
 
 `{job_dir}` (the job file's folder), `{port}` (a free loopback TCP port chosen for this task when the run
-starts; also BSP_PORT in its environment) and `{port:NAME}` (the port of task or service NAME) are
-substituted too (:mod:`bsp_planner.placeholders`). Relative paths resolve against the job file's folder: a
-program named with a `/`, and any later argument that names an existing file there (`cmd_task.py`,
-`scripts/run.py`); the programs themselves run in a scratch folder.
+starts; also BSP_PORT in its environment), `{port:NAME}` (the port of task or service NAME) and
+`{host:NAME}` (the address of service NAME) are substituted too (:mod:`bsp_planner.placeholders`).
+Relative paths resolve against the job file's folder: a program named with a `/`, and any later argument
+that names an existing file there (`cmd_task.py`, `scripts/run.py`); the programs run in a scratch folder.
 
 A task that keeps its state in memory (every `process` task) is never recreated: its CPU limit changes in
 place. `restorable = true` says that its program restores from its own checkpoint when restarted, so a
@@ -75,7 +75,7 @@ class SeriesRef:
     last_row: int | None = None
 
 
-PLACEHOLDERS = ("workload", "step", "task", "run_dir", "python", "job_dir", "port", "port:NAME")
+PLACEHOLDERS = ("workload", "step", "task", "run_dir", "python", "job_dir", "port", "port:NAME", "host:NAME")
 
 # A container image reference: [registry[:port]/]path[:tag][@algorithm:hex] (the grammar of
 # distribution/reference, lowercase path components, a tag of at most 128 word characters, '.' and '-').
@@ -425,7 +425,9 @@ class JobFile:
                     path=path,
                     field=f"{where}.env",
                 )
-        from .placeholders import port_refs
+        from .placeholders import host_refs, port_refs
+
+        services = [sv.name for sv in self.service]
 
         def check_refs(args, where: str) -> None:
             for a in args:
@@ -433,6 +435,13 @@ class JobFile:
                     if ref not in names:
                         raise InputError(
                             f"{{port:{ref}}} names no task or service of the job (known: {', '.join(names)})",
+                            path=path,
+                            field=where,
+                        )
+                for ref in host_refs(a):
+                    if ref not in services:
+                        raise InputError(
+                            f"{{host:{ref}}} names no service of the job (services: {', '.join(services) or 'none'})",
                             path=path,
                             field=where,
                         )

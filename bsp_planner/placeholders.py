@@ -5,7 +5,9 @@ A job's task `command`/`process` and service `command`, `env` values and `ready`
 
 * ``{job_dir}``: the folder of the job file (absolute);
 * ``{port}``: a free loopback TCP port chosen for this task or service when the run starts;
-* ``{port:NAME}``: the port chosen for task or service NAME.
+* ``{port:NAME}``: the port chosen for task or service NAME;
+* ``{host:NAME}``: the address of service NAME as the tasks reach it (127.0.0.1 on the local backend, the
+  service pod's IP on Kubernetes), known once the service started (services start before the tasks).
 
 Every task and service gets its port when the run (or a profile cell) starts; a program finds its own as
 ``BSP_PORT`` in its environment. A command task's worker rebuilds the values from its environment
@@ -20,14 +22,21 @@ from collections.abc import Iterable, Mapping
 from contextlib import ExitStack
 
 PORT_REF = re.compile(r"\{port:([^{}]*)\}")
+HOST_REF = re.compile(r"\{host:([^{}]*)\}")
 ENV_PORT = "BSP_PORT"  # this task's or service's own port
 ENV_PORTS = "BSP_PORTS"  # every port of the run: "name=port,name=port"
+ENV_HOSTS = "BSP_HOSTS"  # every service's address: "name=host,name=host"
 ENV_JOB_DIR = "BSP_JOB_DIR"
 
 
 def port_refs(arg: str) -> list[str]:
     """The NAMEs of the `{port:NAME}` placeholders in one argument."""
     return PORT_REF.findall(arg)
+
+
+def host_refs(arg: str) -> list[str]:
+    """The NAMEs of the `{host:NAME}` placeholders in one argument."""
+    return HOST_REF.findall(arg)
 
 
 def choose_ports(names: Iterable[str], host: str = "127.0.0.1") -> dict[str, int]:
@@ -75,6 +84,10 @@ def values_from_env(env: Mapping[str, str]) -> dict[str, str]:
         values["port"] = env[ENV_PORT]
     if env.get(ENV_JOB_DIR):
         values["job_dir"] = env[ENV_JOB_DIR]
+    for item in env.get(ENV_HOSTS, "").split(","):
+        n, sep, h = item.partition("=")
+        if sep:
+            values[f"host:{n}"] = h
     return values
 
 
@@ -82,6 +95,8 @@ def alone_values(name: str, args: Iterable[str], job_dir: str) -> tuple[dict[str
     """(placeholder values, environment) for task `name` run without its job's others (a profile cell): a
     free port of its own and one for every `{port:NAME}` its `args` name (nobody listens there: a program
     that talks to the others skips that when profiled)."""
+    args = list(args)
     refs = [r for a in args for r in port_refs(a)]
     ports = choose_ports([name, *refs])
-    return run_values(name, ports, job_dir), run_env(name, ports, job_dir)
+    hosts = {f"host:{r}": "127.0.0.1" for a in args for r in host_refs(a)}
+    return {**run_values(name, ports, job_dir), **hosts}, run_env(name, ports, job_dir)

@@ -56,12 +56,12 @@ while True:
 # broker's client does); its own port is not the service's.
 CLIENT = """
 import json, os, socket, sys, time
-port, task, step = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+port, task, step, host = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
 assert os.environ["BSP_PORT"] != str(port)
 deadline = time.monotonic() + 60
 while True:
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=10) as c:
+        with socket.create_connection((host, port), timeout=10) as c:
             c.sendall(f"{task}-{step}".encode())
             if c.recv(200) == f"ok {task}-{step}".encode():
                 break
@@ -87,7 +87,7 @@ max_restarts = {max_restarts}
 TASK = """
 [[task]]
 name = "{name}"
-command = ["{{python}}", "client.py", "{{port:svc}}", "{{task}}", "{{step}}"]
+command = ["{{python}}", "client.py", "{{port:svc}}", "{{task}}", "{{step}}", "{{host:svc}}"]
 series = {{ file = "{data}/nyc_taxi.csv", first_row = {first}, last_row = {last} }}
 """
 
@@ -151,7 +151,7 @@ def test_the_agreed_service_table_loads_and_its_placeholders_are_substituted(tmp
     assert len(set(ports.values())) == 4
     values = run_values("a", ports, job.job_dir)
     args = job.task("a").step_args(20, 3, run_values=values)
-    assert args[1:] == [str(tmp_path / "client.py"), str(ports["svc"]), "a", "3"]
+    assert args[1:] == [str(tmp_path / "client.py"), str(ports["svc"]), "a", "3", "{host:svc}"]  # once started
     assert values_from_env(run_env("a", ports, job.job_dir)) == values  # what a command task's worker rebuilds
     assert svc.args(run_values("svc", ports, job.job_dir))[2] == str(ports["svc"])
 
@@ -194,6 +194,14 @@ def test_a_bad_service_field_is_named(tmp_path, table, field, expected):
     with pytest.raises(InputError) as info:
         load_job(path)
     assert info.value.field == field and expected in str(info.value) and "job.toml" in str(info.value), str(info.value)
+
+
+def test_a_host_placeholder_must_name_a_service(tmp_path):
+    path = tmp_path / "job.toml"
+    path.write_text('[[task]]\nname = "a"\nprocess = ["x"]\n\n[[task]]\nname = "b"\nprocess = ["x", "{host:a}"]\n')
+    with pytest.raises(InputError, match=r"\{host:a\} names no service of the job \(services: none\)") as info:
+        load_job(path)
+    assert info.value.field == "task[1].process"
 
 
 def test_a_task_naming_an_unknown_port_or_a_bad_restorable_is_refused(tmp_path):

@@ -343,7 +343,7 @@ class Coordinator:
         except OSError as exc:
             raise RunStoreUnwritable(f"cannot write the run log in {self.run_dir}: {exc.strerror or exc}") from None
         self.backend.cleanup_stale()
-        processes, task_env = self._run_placeholders()
+        self._make_services()
         self.executor = LiveExecutor(
             s,
             self.session,
@@ -356,34 +356,47 @@ class Coordinator:
             lambda inc: self.store.write_meta(incarnations=dict(inc)),
             self._relock_if_lost,
             lambda text: self.say(text),
-            processes=processes,
+            processes={t.name: t.process for t in self.job.tasks if t.process is not None},  # bound in run()
             sync=self.job.sync,
             run_id=self.run_id,
             run_dir=str(self.run_dir.resolve()),
             check_stop=self._check_stop,
-            task_env=task_env,
         )
         return loop, records, runlog
 
-    def _run_placeholders(self) -> tuple[dict[str, tuple[str, ...]], dict[str, dict[str, str]]]:
-        """A free port for every task and service (`{port}`, `{port:NAME}`, BSP_PORT), the job's folder
-        (`{job_dir}`): the process tasks' argument lists with them substituted, every task's environment,
-        and the run's services (started in run())."""
-        from ..job import substitute
-        from ..placeholders import choose_ports, run_env, run_values
+    def _make_services(self) -> None:
+        """A free port for every task and service (`{port}`, `{port:NAME}`, BSP_PORT) and the run's services
+        (`[[service]]`, started in run() on the backend's service runner)."""
+        from ..placeholders import choose_ports
 
-        job_dir = self.job.job_dir
-        ports = choose_ports(self.job.port_names)
-        self.ports = ports
-        processes = {  # () : an image run as built
-            t.name: tuple(substitute(a, run_values(t.name, ports, job_dir)) for a in t.process)
+        assert self.backend is not None  # made in _prepare
+        runner = (
+            self.backend.service_runner(self.run_dir / "logs", str(self.run_dir.resolve()))
+            if self.job.services
+            else None
+        )
+        self.services = Services(
+            self.job.services,
+            choose_ports(self.job.port_names),
+            self.job.job_dir,
+            str(self.run_dir.resolve()),
+            runner,  # None only without services: nothing to start
+            self.say,
+        )
+
+    def _bind_placeholders(self) -> None:
+        """Once the services run: the process tasks' argument lists with `{port}`, `{port:NAME}`, `{job_dir}`
+        and `{host:NAME}` substituted, and every task's environment (BSP_PORT, BSP_PORTS, BSP_HOSTS...)."""
+        from ..job import substitute
+
+        assert self.executor is not None and self.services is not None  # made in _prepare
+        sv = self.services
+        self.executor.processes = {  # () : an image run as built
+            t.name: tuple(substitute(a, sv.values(t.name)) for a in t.process)
             for t in self.job.tasks
             if t.process is not None
         }
-        self.services = Services(
-            self.job.services, ports, job_dir, str(self.run_dir.resolve()), self.run_dir / "logs", self.say
-        )
-        return processes, {t: run_env(t, ports, job_dir) for t in self.job.task_names}
+        self.executor.task_env = {t: sv.env(t) for t in self.job.task_names}
 
     def _plan_with_method_cost(self) -> None:
         """The planner's reconfiguration penalty is the cost of the method this run uses: the
@@ -459,8 +472,9 @@ class Coordinator:
 
         try:
             self.store.write_meta(status="running")
-            if self.services:
-                self.services.start_all(self._check_stop)  # each waited ready before any task starts
+            assert self.services is not None  # made in _prepare
+            self.services.start_all(self._check_stop)  # each waited ready before any task starts
+            self._bind_placeholders()
             self._run_steps(loop, records, runlog)
             assert self.executor is not None and self.session is not None  # set up by _prepare
             self.executor.finish(self.exp.steps)
