@@ -332,3 +332,56 @@ def test_a_profiled_process_gets_its_placeholders_without_the_other_tasks(tmp_pa
     args = process_args(task, tmp_path, values)
     assert args[2].isdigit() and args[4] == env["BSP_PORT"] != args[2] and args[6] == f"{tmp_path}/d"
     assert process_env(task, tmp_path / "plan.json", tmp_path, env)["BSP_PORT"] == args[4]
+
+
+# -- Kubernetes: the service as a pod (the fake API server; its kubelet runs the containers here) -------------
+@pytest.mark.slow
+@needs_tasks
+def test_on_kubernetes_a_service_is_a_pod_ready_by_its_probe_and_deleted_after_the_run(tmp_path, zk_server, creds_file):
+    from test_k8s_tasks import NS, live
+
+    exp = service_experiment(tmp_path / "exp", steps=3)
+    api, b, coord = live(tmp_path, zk_server, creds_file, exp, "k8s-svc")
+    created: list[dict] = []
+    create = b._cluster.create_pod
+
+    def spy(body):
+        created.append(body)
+        return create(body)
+
+    b._cluster.create_pod = spy
+    try:
+        result = coord.run()
+        left = api.pods(NS)
+    finally:
+        api.stop()
+    assert result.status == "finished" and left == []
+    service = created[0]  # before any task's pod
+    c = service["spec"]["containers"][0]
+    assert service["metadata"]["annotations"]["bsp-planner.io/service"] == "svc"
+    assert c["command"][0] == "python3"  # {python}: the image's
+    assert "cpu" not in c["resources"]["limits"] and c["resources"]["requests"]["cpu"] == "100m"  # no CPU limit
+    port = coord.services.ports["svc"]
+    assert c["readinessProbe"] == {"tcpSocket": {"port": port}, "periodSeconds": 1}
+    assert coord.services.hosts == {"svc": "127.0.0.1"}  # the pod's IP (the fake's pods run here)
+    log = (tmp_path / f"{service['metadata']['name']}.log").read_text()
+    for t in "abc":
+        for step in range(3):
+            assert f"served {t}-{step}" in log
+    (pid,) = service_pids(tmp_path / "exp")
+    assert not alive(pid)
+
+
+def test_on_kubernetes_a_log_line_readiness_is_refused_before_anything_starts(tmp_path):
+    from bsp_planner.runtime.backends.kubernetes import KubernetesBackend
+    from bsp_planner.testing.fake_apiserver import FakeApiServer
+
+    service_experiment(tmp_path, ready='{ log_line = "listening" }')
+    job = load_job(tmp_path / "job.toml")
+    with FakeApiServer() as api:
+        api.add_node("node-a", "4")
+        b = KubernetesBackend("k8s-log", kubeconfig=api.kubeconfig, namespace="ns", image="bsp-planner:dev")
+        with pytest.raises(InputError) as info:
+            b.check(job, 1000, 1500)
+        assert api.pods("ns") == []
+    assert info.value.field == "service.ready.log_line" and "tcp_port" in str(info.value)
