@@ -114,6 +114,7 @@ def simulate(
         t0 = time.perf_counter()
         with flags_blamed(flagged):  # a budget too small for the job's tasks: --budget's fault, if it set it
             scen = build_scenario(exp)
+        _refuse_unknown_workloads(exp, scen)
         results = _run_with_progress(console, scen, [(m, s) for m in exp.modes for s in exp.strategies], jobs, quiet)
         elapsed = time.perf_counter() - t0
         paths = write_outputs(
