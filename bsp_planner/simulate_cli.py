@@ -65,6 +65,7 @@ def simulate(
 ) -> None:
     """Compare reconfiguration strategies on a job in simulation (table, CSV/JSON/Markdown, chart)."""
     from .errors import InputError
+    from .node_runs import one_pool_strategies
     from .outputs import check_output_dir
     from .parallel_runs import check_jobs
     from .report import write_outputs
@@ -104,7 +105,8 @@ def simulate(
     check_output_dir(out_dir, "--out" if out is not None else "output")
     t0 = time.perf_counter()
     scen = build_scenario(exp)
-    results = _run_with_progress(console, scen, [(m, s) for m in exp.modes for s in exp.strategies], jobs, quiet)
+    pairs = [(m, s) for m in exp.modes for s in exp.strategies] + one_pool_strategies(scen, exp.strategies)
+    results = _run_with_progress(console, scen, pairs, jobs, quiet)
     elapsed = time.perf_counter() - t0
     paths = write_outputs(
         out_dir, results, _run_meta(exp, scen, out_dir, elapsed), scen.task_names, scen.cpu.to_millicores

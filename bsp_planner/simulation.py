@@ -30,6 +30,9 @@ class StrategyResult:
     actions: np.ndarray  # (steps,) 0 = keep, j = configure for j steps, -1 = bound (no planner)
     prepare_ms: float = 0.0  # offline planning before the first step
     notes: dict[str, Any] = field(default_factory=dict)
+    # (steps,) what each reconfiguration cost when changes are priced by their method (on nodes: in
+    # place or recreate); None: every one cost penalty_s.
+    reconfigure_s: np.ndarray | None = None
 
     @property
     def compute_s(self) -> float:
@@ -41,6 +44,8 @@ class StrategyResult:
 
     @property
     def checkpoint_s(self) -> float:
+        if self.reconfigure_s is not None:
+            return float(self.reconfigure_s.sum())
         return self.checkpoints * self.penalty_s
 
     @property
@@ -86,7 +91,12 @@ def floor_result(ctx: PlanningContext, actual: np.ndarray, mode: str, settings: 
     parameters (settings: accepted like every bound's, unused)."""
     t0 = time.perf_counter()
     max_level = ctx.max_level if ctx.exppo_max_level is None else np.maximum(ctx.max_level, ctx.exppo_max_level)
-    levels, times = floor_levels(actual, max_level, ctx.budget_steps)
+    if ctx.nodes is None:
+        levels, times = floor_levels(actual, max_level, ctx.budget_steps)
+    else:
+        from .allocation.nodes import floor_with_nodes
+
+        levels, times = floor_with_nodes(actual, max_level, ctx.budget_steps, ctx.nodes)
     ms = (time.perf_counter() - t0) * 1e3
     m = ctx.steps
     return StrategyResult(
