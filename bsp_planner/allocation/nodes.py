@@ -172,6 +172,7 @@ def solve_frame_nodes(
     cutoff: float | None = None,
     rel_gap: float = 1e-9,
     time_limit: float = 60.0,
+    level_bounds: np.ndarray | None = None,
 ) -> FrameSolution:
     """The exact configuration of one frame under the budget and the nodes' capacity.
 
@@ -179,8 +180,10 @@ def solve_frame_nodes(
     task's cap on its node) plus one row per node: the levels of its tasks sum to at most its steps.
     incumbents (P, tasks): configurations to start from (those that do not fit are dropped); the
     node-aware greedy one is always tried. cutoff: only a configuration below it is wanted; when none
-    exists the result has optimal=False and bound >= cutoff (the `optimum` DP prunes with it)."""
-    from .exact import FrameSolution, _run_milp, build_threshold_model
+    exists the result has optimal=False and bound >= cutoff (the `optimum` DP prunes with it).
+    level_bounds (tasks, levels): a lower bound on the frame's time with task i at level l; levels
+    whose bound cannot beat the best known configuration are left out of the model."""
+    from .exact import FrameSolution, _run_milp, build_threshold_model, shrink_levels
 
     t0 = time.perf_counter()
     d = np.asarray(durations, dtype=np.float64)
@@ -196,10 +199,12 @@ def solve_frame_nodes(
         lv = floor_with_nodes(d, M, budget, limits)[0][0]
         v = float(frame_time(d, lv, w))
         return FrameSolution(lv, v, v, True, "single-step", seconds=time.perf_counter() - t0)
-    starts = [greedy_with_nodes(d[None], w[None], M, budget, limits)[0]]
+    starts: list[np.ndarray] = []
     if incumbents is not None:
         inc = np.minimum(np.asarray(incumbents, dtype=np.int64).reshape(-1, n), M)
         starts += list(inc[limits.fits(inc) & (inc.sum(axis=1) <= budget)])
+    if not starts:  # greedy's rounds cost more than the MILP on small frames: only without a start
+        starts.append(greedy_with_nodes(d[None], w[None], M, budget, limits)[0])
     values = [float(frame_time(d, s, w)) for s in starts]
     j = int(np.argmin(values))
     best_lv, best_v = starts[j], values[j]
@@ -220,6 +225,19 @@ def solve_frame_nodes(
         return proved(lb_all)
     lo = np.zeros(n, dtype=np.int64)
     hi = np.minimum(M, budget)
+    if level_bounds is not None:
+        # a level whose bound cannot beat the limit is never taken (bounds of a relaxation hold here too)
+        shrunk = shrink_levels(np.asarray(level_bounds, dtype=np.float64), lo, hi, budget, limit + tol)
+        if shrunk is None:
+            return proved(lb_all)
+        lo, hi = shrunk
+        if np.any(limits.usage(lo) > limits.steps):
+            return proved(lb_all)
+        if np.all(lo == hi):  # the bounds fixed every level
+            v = float(frame_time(d, lo, w))
+            if v < limit - tol and limits.fits(lo):
+                return FrameSolution(lo, v, v, True, "bounds", seconds=time.perf_counter() - t0)
+            return proved(lb_all)
     model = build_threshold_model(d, w, lo, hi, budget, floor_k)
     ny_i = hi - lo
     ny = int(ny_i.sum())
@@ -229,7 +247,7 @@ def solve_frame_nodes(
     )
     model.A = csr_array(vstack([model.A, node_rows]))
     model.row_lo = np.concatenate([model.row_lo, np.full(limits.n_nodes, -np.inf)])
-    model.row_hi = np.concatenate([model.row_hi, limits.steps.astype(np.float64)])
+    model.row_hi = np.concatenate([model.row_hi, (limits.steps - limits.usage(lo)).astype(np.float64)])
     cut = limit + max(rel_gap * scale, tol)
     t1 = time.perf_counter()
     res = _run_milp(model, cut, rel_gap, time_limit, scale)

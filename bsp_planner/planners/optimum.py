@@ -264,6 +264,7 @@ class _SegmentDP:
                 cutoff=cutoff,
                 rel_gap=self.rel_gap,
                 time_limit=self.time_limit,
+                level_bounds=lb,
             )
             self.stats["milp_seconds"] += sol.seconds
             if np.isfinite(sol.value) and sol.optimal:
