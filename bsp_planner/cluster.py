@@ -166,16 +166,21 @@ class ClusterExecutor:
     inner: the executor that runs the steps (the simulated one); every change the plan makes is applied
     to the tasks' current nodes: in place (in_place_s) when it fits them, else the tasks that must move
     are recreated on other nodes (recreate_s, counted in `recreates`; `stops` counts the steps where a
-    task that cannot restore would have had to move: a live run stops at the first). The first step
-    starts every task, so its placement is free (the scheduler places fresh pods)."""
+    task that cannot restore would have had to move: a live run stops at the first). A planner that
+    moves tasks itself (`mpc-place`) writes the placement it chose into `planned["node_of"]`: that move
+    is a recreate it priced (`planned_moves`). The first step starts every task, so its placement is
+    free (the scheduler places fresh pods)."""
 
     inner: object
     cluster: Cluster
     cpu: CpuLevels
     in_place_s: float
     recreate_s: float
+    # the run's table a planner that moves tasks writes its placement into ("node_of"); None: none does
+    planned: dict | None = None
     node_of: np.ndarray = field(init=False)
     placements: list[np.ndarray] = field(default_factory=list)  # node_of of every step applied
+    planned_moves: int = 0  # recreates the planner chose (and priced)
     recreates: int = 0
     moved_tasks: int = 0
     stops: int = 0
@@ -188,8 +193,17 @@ class ClusterExecutor:
     def apply(self, step: int, levels: np.ndarray, reconfigure: bool) -> float:
         self.inner.apply(step, levels, reconfigure)  # type: ignore[attr-defined]
         mc = self.cpu.to_millicores(levels)
-        used = self.cluster.used_millicores(mc, self.node_of)
         cost = self.in_place_s if reconfigure else 0.0
+        want = None if self.planned is None else self.planned.get("node_of")
+        if want is not None and not np.array_equal(want, self.node_of):
+            moved = want != self.node_of
+            self.node_of = np.asarray(want, dtype=np.int64).copy()
+            if step > 0:
+                self.planned_moves += 1
+                self.moved_tasks += int(moved.sum())
+                self.stops += int(np.any(moved & ~self.cluster.can_restore))
+                cost = self.recreate_s
+        used = self.cluster.used_millicores(mc, self.node_of)
         if np.any(used > self.cluster.capacity_millicores + 1e-6):
             new = repack(mc, self.node_of, self.cluster.capacity_millicores)
             if new is None:
@@ -214,7 +228,8 @@ class ClusterExecutor:
         """What the run did on the nodes, for the report: levels (steps, tasks) as run."""
         placement = np.stack(self.placements) if self.placements else np.empty((0, self.n_tasks), dtype=np.int64)
         return {
-            "recreates": self.recreates,
+            "recreates": self.recreates + self.planned_moves,
+            "planned_recreates": self.planned_moves,
             "moved_tasks": self.moved_tasks,
             "stops": self.stops,
             "unplaceable_steps": self.unplaceable,

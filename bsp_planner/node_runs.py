@@ -25,6 +25,7 @@ from .allocation.base import Allocator, CpuLevels
 from .allocation.nodes import NodeConstrained, NodeLimits, floor_with_nodes
 from .cluster import Cluster, ClusterExecutor, cluster_from_settings, node_utilisation, place_balanced
 from .errors import InputError
+from .planners.placement_mpc import CLUSTER_RUN
 
 if TYPE_CHECKING:
     from .experiment import Experiment
@@ -124,15 +125,19 @@ def run_on_cluster(scen: Scenario, strategy: str, mode: str) -> StrategyResult:
         if mode in scen.step_sources:
             refuse_offline(planner, "online = true" if exp.online else "learn = true")
             ctx, predictions = step_predictions(scen, mode)
+        run: dict | None = None
+        if not one_pool:  # a planner that moves tasks tells the executor where (planners/placement_mpc.py)
+            run = {"cluster": scen.cluster, "recreate_s": recreate_s(exp), "inner": exp.planner.allocator}
+            ctx.extras[CLUSTER_RUN] = run
         inner = SimulatedExecutor(scen.actual, scen.actual_workloads, ctx.penalty_s)
-        executor = ClusterExecutor(inner, scen.cluster, scen.cpu, in_place_s(exp), recreate_s(exp))
+        executor = ClusterExecutor(inner, scen.cluster, scen.cpu, in_place_s(exp), recreate_s(exp), run)
         result = run_loop(planner, ctx, executor, mode=mode, predictions=predictions, task_names=scen.task_names)
     except InputError as exc:
         raise _with_path(exc, exp) from exc
     result.strategy = strategy
     result.reconfigure_s = np.asarray(result.notes.pop("reconfigure_s"), dtype=np.float64)
     result.notes.update(executor.notes(result.levels))
-    # a change the planner priced as in place but that needed a move
+    # a change the planner priced as in place but that needed a move (its own moves it priced)
     result.notes["unpriced_recreates"] = executor.recreates
     return result
 
@@ -144,8 +149,8 @@ def _utilisation(scen: Scenario, levels: np.ndarray) -> dict:
 
 
 def one_pool_strategies(scen: Scenario, strategies: list[str]) -> list[tuple[str, str]]:
-    """The extra (mode, strategy) pairs of a multi-node comparison: every strategy but `floor` planned
-    as one pool, in the modes planned on fixed predictions."""
+    """The extra (mode, strategy) pairs of a multi-node comparison: every strategy but `floor` (and
+    `mpc-place`, which as one pool is `mpc`) planned as one pool, in the modes planned on fixed predictions."""
     if scen.cluster is None:
         return []
     return [
@@ -153,7 +158,7 @@ def one_pool_strategies(scen: Scenario, strategies: list[str]) -> list[tuple[str
         for m in scen.experiment.modes
         if m in scen.one_pool_contexts
         for s in strategies
-        if s != "floor"
+        if s not in ("floor", "mpc-place")  # mpc-place planned as one pool is mpc
     ]
 
 

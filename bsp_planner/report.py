@@ -23,7 +23,7 @@ COLUMNS = (
     "mean_decision_ms",
 )
 #: Added when the cluster is nodes: what each row did on them (cluster.py).
-NODE_COLUMNS = ("recreates", "stops", "peak_node_pct")
+NODE_COLUMNS = ("recreates", "unpriced_recreates", "stops", "peak_node_pct")
 
 
 def columns(rows: list[dict]) -> tuple[str, ...]:
@@ -52,6 +52,7 @@ def comparison_rows(results: list[StrategyResult]) -> list[dict]:
         if util is not None or any("node_utilisation" in x.notes for x in results):
             rows[-1]["recreates"] = r.notes.get("recreates", 0 if util is not None else None)
             rows[-1]["stops"] = r.notes.get("stops", 0 if util is not None else None)
+            rows[-1]["unpriced_recreates"] = r.notes.get("unpriced_recreates", 0 if util is not None else None)
             rows[-1]["peak_node_pct"] = round(100 * max(u["peak"] for u in util.values()), 1) if util else None
     return rows
 
@@ -323,11 +324,14 @@ def print_table(rows: list[dict], console, title: str = "") -> None:
     from rich.table import Table
 
     table = Table(title=title or None)
-    for c, header in TERMINAL_HEADERS.items():
+    headers = dict(TERMINAL_HEADERS)
+    if any("recreates" in r for r in rows):  # the cluster is nodes
+        headers.update(recreates="recr", stops="stops")
+    for c, header in headers.items():
         table.add_column(header, justify="left" if c == "strategy" else "right", no_wrap=True)
     for r in rows:
         cells = []
-        for c in TERMINAL_HEADERS:
+        for c in headers:
             v = r[c]
             if v is None:
                 cells.append("")

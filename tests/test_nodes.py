@@ -253,3 +253,50 @@ def test_tight_cluster_node_aware_mpc_fits_and_one_pool_planning_does_not(tmp_pa
     assert pool.checkpoint_s > pool.checkpoints * exp.reconfigure_cost.in_place_s  # recreates cost more
     pool_opt = run_strategy(scen, "optimum/one-pool", "perfect")
     assert pool_opt.total_s <= opt.total_s + 1e-9  # the nodes only constrain: their price is >= 0
+
+
+def test_mpc_place_moves_tasks_only_as_priced_recreates_and_never_a_process(tmp_path):
+    """On the tight cluster mpc-place moves tasks (each move a recreate it priced) and ends cheaper than
+    mpc on its fixed placement; with every task a process (cannot restore) it never moves one."""
+    from bsp_planner.experiment import load_experiment
+    from bsp_planner.scenario import build_scenario, run_strategy
+
+    exp = load_experiment(_tight(tmp_path), ["steps=120", "modes=perfect"])
+    scen = build_scenario(exp)
+    mpc = run_strategy(scen, "mpc", "perfect")
+    place = run_strategy(scen, "mpc-place", "perfect")
+    assert place.notes["planned_recreates"] > 0 and place.notes["unpriced_recreates"] == 0
+    assert place.notes["stops"] == 0
+    assert place.total_s < mpc.total_s
+    recreated = place.reconfigure_s > exp.reconfigure_cost.in_place_s + 1e-12
+    assert recreated.sum() == place.notes["planned_recreates"]
+    assert np.allclose(place.reconfigure_s[recreated], exp.reconfigure_cost.recreate_s)
+    # the same cluster, every task a process: nothing may move
+    stuck = Cluster(
+        scen.cluster.names,
+        scen.cluster.capacity_millicores,
+        scen.cluster.node_of,
+        np.zeros(len(scen.task_names), dtype=bool),
+        "balanced",
+    )
+    scen.cluster = stuck
+    pinned = run_strategy(scen, "mpc-place", "perfect")
+    assert pinned.notes["recreates"] == 0 and pinned.notes["stops"] == 0
+    assert np.array_equal(pinned.levels, mpc.levels)
+
+
+def test_simulate_on_the_shipped_testbed_writes_per_node_utilisation(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    args = ["simulate", "thesis-testbed", "-q", "--steps", "12", "--mode", "perfect", "--forecasts", "seasonal-naive"]
+    code, out, err = run_cli([*args, "--strategies", "mpc,optimum,floor", "--out", tmp_path / "o"], monkeypatch, capsys)
+    assert code == 0, err
+    rows = (tmp_path / "o" / "comparison.csv").read_text().splitlines()
+    assert rows[0].endswith("recreates,unpriced_recreates,stops,peak_node_pct")
+    assert any(r.startswith("mpc/one-pool,perfect") for r in rows)
+    assert any(r.startswith("optimum/one-pool,perfect") for r in rows)
+    nodes = (tmp_path / "o" / "nodes.csv").read_text().splitlines()
+    assert nodes[0] == "mode,strategy,node,mean_pct,peak_pct"
+    mpc = [r.split(",") for r in nodes[1:] if r.startswith("perfect,mpc,")]
+    assert [r[2] for r in mpc] == ["node-1", "node-2", "node-3", "node-4"]
+    assert all(0 < float(r[3]) <= float(r[4]) <= 100.0 for r in mpc)  # node-aware: never above a node's CPU
+    assert (tmp_path / "o" / "nodes.png").stat().st_size > 0
