@@ -6,12 +6,14 @@ minimum, see `CpuLevels`) node j can hand out `steps[j]` levels to its tasks tog
 job-wide budget. `NodeLimits` holds that; `NodeConstrained` wraps an allocator so that every
 configuration it returns fits the nodes, so planners (which only ever call an allocator) need no change:
 
-* greedy and threshold: the greedy rule (thesis Algorithm 1) where a task whose node is full cannot
-  grow (`greedy_rounds` with per-node budgets);
+* greedy: the greedy rule (thesis Algorithm 1) where a task whose node is full cannot grow
+  (`greedy_with_nodes`);
+* threshold: the threshold rule where each node gives at most its steps (`threshold_with_nodes`), for
+  hundreds to thousands of tasks;
 * exact: the MILP of `exact.py` (threshold formulation) with one more row per node, solved by HiGHS,
   started from the node-aware greedy configuration (`solve_frame_nodes`).
 
-Both are exact about the constraint; only `exact` is exact about the objective.
+All are exact about the constraint; only `exact` is exact about the objective.
 """
 
 from __future__ import annotations
@@ -125,6 +127,40 @@ def greedy_with_nodes(
         cur[r, c] = durations[r, c, lv]
         nxt[r, c] = durations[r, c, np.minimum(lv + 1, n_levels - 1)]
     return lvl
+
+
+def threshold_with_nodes(
+    durations: np.ndarray, weights: np.ndarray, max_level: np.ndarray, budget_steps: int, limits: NodeLimits
+) -> np.ndarray:
+    """The threshold allocator's rule (`threshold.py`: every weighted step aims at the same multiple of
+    its floor; the budget goes to the entries (task, level) with the largest ratios) with each node's
+    cap: on node j only the S_j entries of its tasks with the largest ratios may be taken (the others,
+    at or below its (S_j+1)-th largest ratio, are dropped), then the budget's largest of what is left.
+    Ratios are non-increasing in level, so every task still takes a prefix of its levels.
+    durations (B, n, L, k), weights (B, k) -> levels (B, n). No polish: O(B n L) per batch, whatever
+    the budget (the greedy rule's rounds are what 1,024 tasks cannot afford)."""
+    from .threshold import _kth_largest, frame_ratios, levels_for_ratios
+
+    durations = np.asarray(durations, dtype=np.float64)
+    b, n, n_levels, k = durations.shape
+    weights = np.broadcast_to(np.asarray(weights, dtype=np.float64), (b, k))
+    cap = limits.task_cap(np.minimum(np.asarray(max_level, dtype=np.int64), n_levels - 1))
+    if budget_steps <= 0 or b == 0 or n == 0 or not (cap > 0).any():
+        return np.zeros((b, n), dtype=np.int64)
+    order, R, tiebreak = frame_ratios(durations, weights, cap, budget_steps)  # R (B, n, L), -inf: cannot leave
+    # Nodes alike (as many tasks, as many steps) are cut in one partition: (B, nodes, tasks x L).
+    count = np.bincount(limits.node_of, minlength=limits.n_nodes)
+    for size, steps in {(int(c), int(st)) for c, st in zip(count, limits.steps, strict=True) if c}:
+        nodes = np.nonzero((count == size) & (limits.steps == steps))[0]
+        tasks = np.concatenate([np.nonzero(limits.node_of == j)[0] for j in nodes])  # node by node
+        block = R[:, tasks, :].reshape(b, nodes.size, size * n_levels)
+        a_j = _kth_largest(block, steps + 1, axis=-1)  # (B, nodes)
+        kept = np.where(block > a_j[:, :, None], block, -np.inf)
+        R[:, tasks, :] = kept.reshape(b, nodes.size * size, n_levels)
+    levels = np.empty((b, n), dtype=np.int64)
+    (levels[order],) = levels_for_ratios(R, tiebreak, [budget_steps])
+    levels[~(weights > 0).any(axis=1)] = 0
+    return levels
 
 
 def floor_with_nodes(
@@ -267,10 +303,8 @@ def solve_frame_nodes(
 
 
 class NodeConstrained(Allocator):
-    """An allocator whose configurations fit the nodes: `inner` is greedy, threshold or exact.
-
-    greedy and threshold both run the node-aware greedy rule; exact solves the node-constrained MILP
-    (cached per frame, like `ExactAllocator`)."""
+    """An allocator whose configurations fit the nodes: `inner` is greedy, threshold or exact (see
+    the module docstring; exact's frames are cached, like `ExactAllocator`'s)."""
 
     def __init__(self, inner: str, limits: NodeLimits) -> None:
         self.inner = inner
@@ -286,6 +320,8 @@ class NodeConstrained(Allocator):
         weights = np.broadcast_to(np.asarray(weights, dtype=np.float64), (b, weights.shape[-1]))
         if weights.shape[1] < k:
             durations = durations[..., : weights.shape[1]]
+        if self.inner == "threshold":
+            return threshold_with_nodes(durations, weights, max_level, budget_steps, self.limits)
         if self.inner != "exact":
             return greedy_with_nodes(durations, weights, max_level, budget_steps, self.limits)
         import hashlib
