@@ -70,6 +70,7 @@ def simulate(
     """Compare reconfiguration strategies on a job in simulation (table, CSV/JSON/Markdown, chart)."""
     from .errors import InputError
     from .filelock import output_lock
+    from .node_runs import one_pool_strategies
     from .outputs import check_output_dir
     from .parallel_runs import check_jobs
     from .report import write_outputs
@@ -115,7 +116,8 @@ def simulate(
         with flags_blamed(flagged):  # a budget too small for the job's tasks: --budget's fault, if it set it
             scen = build_scenario(exp)
         _refuse_unknown_workloads(exp, scen)
-        results = _run_with_progress(console, scen, [(m, s) for m in exp.modes for s in exp.strategies], jobs, quiet)
+        pairs = [(m, s) for m in exp.modes for s in exp.strategies] + one_pool_strategies(scen, exp.strategies)
+        results = _run_with_progress(console, scen, pairs, jobs, quiet)
         elapsed = time.perf_counter() - t0
         paths = write_outputs(
             out_dir, results, _run_meta(exp, scen, out_dir, elapsed), scen.task_names, scen.cpu.to_millicores
