@@ -42,6 +42,10 @@ def pieces_job(tmp_path):
         '[[task]]\nname = "late"\nstressor = "cpu"\nops_per_unit = 1\nseries = { file = "one.csv", first_row = 400 }\n'
         '[[task]]\nname = "other"\nstressor = "cpu"\nops_per_unit = 1\nseries = { file = "two.csv" }\n'
     )
+    (tmp_path / "exp.toml").write_text(
+        'job = "job.toml"\nprofile = "p.csv"\nsteps = 20\nworkload_range = [10, 50]\n'
+        f'[planner]\nhorizon = {H}\n[forecast]\nsource = "gbm"\nhorizon = {H}\n'
+    )
     return tmp_path
 
 
@@ -184,3 +188,24 @@ def test_ensemble_and_gbm_are_forecast_sources_offline_and_online_alike(pieces_j
     for t in range(8):
         np.testing.assert_allclose(online.forecast(), fc[:, t], atol=1e-9)
         online.observe(js.workloads(3 + t, 1)[:, 0])
+
+
+def test_evaluate_reports_gbm_and_an_ensemble_beside_the_others_with_progress(pieces_job):
+    import json
+
+    from typer.testing import CliRunner
+
+    from bsp_planner.cli import app
+
+    out = pieces_job / "ev"
+    args = ["forecast", "evaluate", "-e", str(pieces_job / "exp.toml"), "-o", str(out)]
+    args += ["-f", "seasonal-naive", "-f", "gbm", "-f", "ensemble:gbm,seasonal-naive"]
+    args += ["--set", "gbm.n_estimators=30", "--set", "gbm.num_leaves=7"]
+    r = CliRunner().invoke(app, args, catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    assert "pool leaves out late" in r.output and "refit at step" in r.output  # progress, as it goes
+    data = json.loads((out / "evaluation.json").read_text())
+    assert set(data["overall"]) == {"seasonal-naive", "gbm", "ensemble:gbm,seasonal-naive"}
+    assert data["per_task"]["ensemble:gbm,seasonal-naive"]["early"]["model"] == "fitted+fitted"
+    r = CliRunner().invoke(app, ["forecast", "train", "-e", str(pieces_job / "exp.toml"), "-f", "gbm"])
+    assert isinstance(r.exception, InputError) and "fitted on the job's series when used" in str(r.exception)

@@ -61,12 +61,13 @@ class GBMSettings:
     statistical: bool = True  # the mstl forecast as a feature
     refit_every: int = setting(0, ge=0)  # steps between refits as the run goes (0: a week)
     refit: bool = True  # false: never refit after the training half
-    n_estimators: int = setting(200, ge=1)
-    learning_rate: float = setting(0.07, gt=0)
+    n_estimators: int = setting(120, ge=1)
+    learning_rate: float = setting(0.1, gt=0)
     num_leaves: int = setting(15, ge=2)
     min_child_samples: int = setting(20, ge=1)
-    subsample: float = setting(0.8, gt=0, le=1)
+    subsample: float = setting(0.7, gt=0, le=1)
     colsample: float = setting(0.8, gt=0, le=1)
+    max_bin: int = setting(63, ge=2)
     threads: int = setting(1, ge=1)
     interval_window: int = setting(240, ge=0)
     interval_gamma: float = setting(0.01, ge=0, lt=1)
@@ -265,6 +266,7 @@ class GBMForecaster(PointForecaster):
             "num_threads": s.threads,
             "deterministic": True,
             "force_row_wise": True,
+            "max_bin": s.max_bin,
             "verbosity": -1,
         }
         models = []

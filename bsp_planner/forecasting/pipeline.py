@@ -178,15 +178,44 @@ def obtain(
     Learned forecasters load from `model_root` when a saved model matches the settings and the
     training data; with none saved they train (and save). A saved model that does not match is an
     error with on_mismatch="error", or retrained with on_mismatch="retrain". What it trains is saved
-    (save=True) under `save_root`, by default `model_root`.
+    (save=True) under `save_root`, by default `model_root`. Within one workspace a forecaster is had
+    once per task and settings (an ensemble and its members alone share it).
     """
     check_name(name)
+    key = ("obtained", name, p.task, json.dumps(ws.settings_for(name), sort_keys=True))
+    hit = ws.shared.get(key)
+    if hit is not None and not (retrain and hit[1] == "loaded"):
+        return hit
+    got = _obtain(
+        ws,
+        name,
+        p,
+        model_root=model_root,
+        retrain=retrain,
+        on_mismatch=on_mismatch,
+        save=save,
+        save_root=save_root,
+        say=say,
+    )
+    ws.shared[key] = got
+    return got
+
+
+def _obtain(
+    ws: Workspace,
+    name: str,
+    p: PreparedSeries,
+    *,
+    model_root: Path | None,
+    retrain: bool,
+    on_mismatch: str,
+    save: bool,
+    save_root: Path | None,
+    say: Say,
+) -> tuple[Forecaster, str]:
     cls = FORECASTERS.get(name)
     if not issubclass(cls, LearnedForecaster):
-        key = ("fitted", name, p.task, json.dumps(ws.settings_for(name), sort_keys=True))
         members = getattr(cls, "members", None)
-        if key in ws.shared and not retrain:
-            return ws.shared[key]
         if members:  # an ensemble: each member obtained as it would be alone
             got = [
                 obtain(
@@ -204,10 +233,8 @@ def obtain(
             ]
             f = make_forecaster(name, p, ws.horizon, quantiles=ws.quantiles, settings=ws.settings.get(name))
             f.combine([g[0] for g in got]).fit(p.train_grid)  # type: ignore[attr-defined]
-            ws.shared[key] = (f, "+".join(g[1] for g in got))
-        else:
-            ws.shared[key] = (train_one(ws, name, p, say), "fitted")
-        return ws.shared[key]
+            return f, "+".join(g[1] for g in got)
+        return train_one(ws, name, p, say), "fitted"
     folder = model_folder(model_root, ws.job.name, name) if model_root is not None else None
     template = make_forecaster(name, p, ws.horizon, quantiles=ws.quantiles, settings=ws.settings.get(name))
     assert isinstance(template, LearnedForecaster)  # make_forecaster builds the registered class
