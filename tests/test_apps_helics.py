@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+import tomllib
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +19,7 @@ import pytest
 from bsp_planner.apps.helics import broker as broker_app
 from bsp_planner.apps.helics.local import free_port_pair, run_federation
 from bsp_planner.apps.helics.model import Ring, serial_workloads
+from bsp_planner.shipped import data_dir
 from bsp_planner.task.profiling import PROFILE_ENV, ProfilingPlan, write_plan
 
 REPO = Path(__file__).resolve().parent.parent
@@ -161,3 +163,39 @@ def test_bad_arguments_exit_2_naming_the_option(args, message):
     p = _federate(*args)
     assert p.returncode == 2
     assert message in p.stderr and "Traceback" not in p.stderr
+
+
+# -- the shipped job, experiment and profile ----------------------------------------------------------------
+def test_the_shipped_job_runs_one_federate_of_4_per_task_against_its_broker_service():
+    job = tomllib.loads((data_dir() / "jobs" / "helics-4.toml").read_text())
+    assert job["sync"] == "observe"  # HELICS synchronises the federates
+    (broker,) = job["service"]
+    argv = broker["command"]
+    assert argv[argv.index("--federates") + 1] == "4" and argv[argv.index("--port") + 1] == "{port}"
+    indexes = []
+    for t in job["task"]:
+        argv = t["process"]
+        assert argv[argv.index("--federates") + 1] == "4"
+        assert argv[argv.index("--broker-port") + 1] == f"{{port:{broker['name']}}}"
+        indexes.append(int(argv[argv.index("--index") + 1]))
+        assert t["name"] == f"f{indexes[-1]}"
+    assert sorted(indexes) == [0, 1, 2, 3]
+
+
+def test_the_shipped_profile_covers_every_federate_over_the_experiments_range():
+    from bsp_planner.profiles import load_profile
+
+    exp = tomllib.loads((data_dir() / "experiments" / "helics-4.toml").read_text())
+    job = tomllib.loads((data_dir() / "jobs" / "helics-4.toml").read_text())
+    profile = load_profile(data_dir() / "profiles" / "helics-4" / "profile.csv")
+    profile.check_job([t["name"] for t in job["task"]])
+    lo, hi = exp["workload_range"]
+    for p in profile.tasks.values():
+        assert p.workloads[0] <= lo and p.workloads[-1] >= hi
+        assert p.cpu_millicores[0] <= exp["cpu"]["min_millicores"] and p.cpu_millicores[-1] >= 1000
+        d = p.duration_s  # more CPU never makes a step much slower; more work never faster
+        assert (d[:, 1:] <= d[:, :-1] * 1.25 + 0.02).all()
+        assert (d[1:, :] >= d[:-1, :]).all()
+    # the model's workloads stay inside the experiment's range
+    w = serial_workloads(Ring(federates=4), exp["steps"])
+    assert lo <= w.min() and w.max() <= hi
