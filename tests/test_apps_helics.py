@@ -199,3 +199,12 @@ def test_the_shipped_profile_covers_every_federate_over_the_experiments_range():
     # the model's workloads stay inside the experiment's range
     w = serial_workloads(Ring(federates=4), exp["steps"])
     assert lo <= w.min() and w.max() <= hi
+
+
+def test_the_shipped_trace_is_the_workloads_the_federates_report():
+    """`simulate helics-4 --actual traces/helics-4` replays what a live run of the federation reports."""
+    expected = serial_workloads(Ring(federates=4), 30)
+    for i in range(4):
+        lines = (data_dir() / "traces" / "helics-4" / f"f{i}.csv").read_text().split()
+        assert lines[0] == "workload"
+        assert np.allclose([float(x) for x in lines[1:]], expected[:, i], rtol=0, atol=1e-6)
