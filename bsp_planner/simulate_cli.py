@@ -41,7 +41,11 @@ def simulate(
         str | None, typer.Option("--forecasts", help="Forecaster name or folder of forecast CSVs.")
     ] = None,
     actual: Annotated[
-        Path | None, typer.Option("--actual", help="Folder of per-task CSVs to replay as actual workloads.")
+        Path | None,
+        typer.Option(
+            "--actual",
+            help="Folder of per-task CSVs to replay as actual workloads, or a live run's folder (the workloads its tasks ran).",
+        ),
     ] = None,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Output folder (default: the experiment's).")] = None,
     set_: Annotated[
@@ -66,6 +70,7 @@ def simulate(
     """Compare reconfiguration strategies on a job in simulation (table, CSV/JSON/Markdown, chart)."""
     from .errors import InputError
     from .filelock import output_lock
+    from .node_runs import one_pool_strategies
     from .outputs import check_output_dir
     from .parallel_runs import check_jobs
     from .report import write_outputs
@@ -110,7 +115,9 @@ def simulate(
         t0 = time.perf_counter()
         with flags_blamed(flagged, exp.path):  # a budget too small for the job's tasks: --budget's fault, if it set it
             scen = build_scenario(exp)
-        results = _run_with_progress(console, scen, [(m, s) for m in exp.modes for s in exp.strategies], jobs, quiet)
+        _refuse_unknown_workloads(exp, scen)
+        pairs = [(m, s) for m in exp.modes for s in exp.strategies] + one_pool_strategies(scen, exp.strategies)
+        results = _run_with_progress(console, scen, pairs, jobs, quiet)
         elapsed = time.perf_counter() - t0
         paths = write_outputs(
             out_dir, results, _run_meta(exp, scen, out_dir, elapsed), scen.task_names, scen.cpu.to_millicores
@@ -155,6 +162,23 @@ def _flag_overrides(
             ("--true-profile", "true_profile", true_profile),
         ]
     )
+
+
+def _refuse_unknown_workloads(exp: Experiment, scen: Scenario) -> None:
+    """A task with neither a series nor a replayed trace: its workloads exist only in a run (the task
+    reports them), so a simulation would charge invented ones. Refused, naming the fix."""
+    from .errors import InputError
+
+    unknown = [t for t, known in zip(scen.task_names, scen.known_workloads, strict=True) if not known]
+    if unknown and not exp.forecast.actual:
+        raise InputError(
+            f"task '{unknown[0]}' has no series, so simulate does not know its workloads (it reports them only as "
+            "it runs): replay those of an earlier run with `--actual runs/<run-id>` (a live run's folder) or "
+            "`simulate --actual DIR` (one <task>.csv per task, header workload), or give every task a "
+            "`series = { file = ... }`",
+            path=scen.job.path,
+            field=f"{unknown[0]}.series",
+        )
 
 
 def _folder_from_cwd(source: str | None) -> str | Path | None:

@@ -50,7 +50,12 @@ def floor_result(ctx: PlanningContext, actual: np.ndarray, mode: str, settings: 
     parameters (settings: accepted like every bound's, unused)."""
     t0 = time.perf_counter()
     max_level = ctx.max_level if ctx.exppo_max_level is None else np.maximum(ctx.max_level, ctx.exppo_max_level)
-    levels, times = floor_levels(actual, max_level, ctx.budget_steps)
+    if ctx.nodes is None:
+        levels, times = floor_levels(actual, max_level, ctx.budget_steps)
+    else:
+        from .allocation.nodes import floor_with_nodes
+
+        levels, times = floor_with_nodes(actual, max_level, ctx.budget_steps, ctx.nodes)
     ms = (time.perf_counter() - t0) * 1e3
     m = ctx.steps
     return StrategyResult(

@@ -36,6 +36,9 @@ class StrategyResult:
     actions: np.ndarray  # (steps,) 0 = keep, j = configure for j steps, -1 = bound (no planner)
     prepare_ms: float = 0.0  # offline planning before the first step
     notes: dict[str, Any] = field(default_factory=dict)
+    # (steps,) what each reconfiguration cost when changes are priced by their method (on nodes: in
+    # place or recreate); None: every one cost penalty_s.
+    reconfigure_s: np.ndarray | None = None
 
     @property
     def compute_s(self) -> float:
@@ -47,6 +50,8 @@ class StrategyResult:
 
     @property
     def checkpoint_s(self) -> float:
+        if self.reconfigure_s is not None:
+            return float(self.reconfigure_s.sum())
         return self.checkpoints * self.penalty_s
 
     @property

@@ -68,6 +68,12 @@ def run(
         "--min-measure-s",
         help="process tasks: measure a workload until its timed steps also last this long (10 CFS periods).",
     ),
+    max_measure_steps: int = typer.Option(
+        1000,
+        "--max-measure-steps",
+        help="process tasks: at most this many timed steps per workload; a workload whose steps still add up to "
+        "less than --min-measure-s (a step that does almost nothing) fails its cell.",
+    ),
     stress_ng: str = typer.Option("stress-ng", "--stress-ng", help="The stress-ng executable."),
     cgroup_prefix: str = typer.Option("bsp-planner", "--cgroup-prefix", help="Parent cgroup for the runs' groups."),
     cpu_shares: int = typer.Option(
@@ -124,7 +130,7 @@ def run(
 
     console = Console()
     grid = Grid(parse_levels(cpu, "--cpu"), parse_levels(workloads, "--workloads"), repeats)
-    steps = ProcessSteps(warmup_steps, measure_steps, min_measure_s)
+    steps = ProcessSteps(warmup_steps, measure_steps, min_measure_s, max_measure_steps)
     the_job = load_job(job)
     if backend in ("kubernetes", "k8s"):
         from ..k8s.config import parse_node_selector
