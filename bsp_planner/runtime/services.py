@@ -300,13 +300,12 @@ class LocalServiceRunner:
 
 
 def _parent_death_preexec() -> Callable[[], None]:
-    from .backends.local import _prctl
+    from ..signals import parent_death_signal
 
     parent = os.getpid()
 
     def preexec() -> None:  # in the child, between fork and exec: plain system calls only
-        if _prctl is not None:
-            _prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        parent_death_signal(signal.SIGTERM)
         if os.getppid() != parent:  # the coordinator died before the line above
             os._exit(1)
 
