@@ -11,6 +11,7 @@ long one does not start last.
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 
@@ -32,9 +33,9 @@ def check_jobs(jobs: int) -> int:
     return jobs
 
 
-def _init(exp: Experiment) -> None:
+def _init(exp: Experiment, parent: int) -> None:
     global _SCENARIO
-    child_defaults()  # the parent stops the pool (Ctrl-C, kill); a SIGKILLed parent takes it along
+    child_defaults(parent)  # the parent stops the pool (Ctrl-C, kill); a SIGKILLed parent takes it along
     if _SCENARIO is None:  # not inherited (a platform that spawns): build it here
         _SCENARIO = build_scenario(exp)
 
@@ -72,7 +73,7 @@ def run_pairs(
     try:
         with deferred():  # a signal while the pool starts its processes and its thread would leave it unstoppable
             pool = ProcessPoolExecutor(
-                jobs, mp_context=mp.get_context(method), initializer=_init, initargs=(scen.experiment,)
+                jobs, mp_context=mp.get_context(method), initializer=_init, initargs=(scen.experiment, os.getpid())
             )
             futures = {pool.submit(_run, *pairs[i]): i for i in order}
         for fut in as_completed(futures):

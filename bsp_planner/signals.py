@@ -134,14 +134,17 @@ def deferred() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
-def child_defaults() -> None:
-    """In a forked helper process (a pool worker): ignore the terminal's SIGINT and SIGHUP (the parent
-    stops it), die on SIGTERM, and get SIGTERM when the parent dies, even by SIGKILL."""
+def child_defaults(parent: int | None = None) -> None:
+    """In a forked helper process (a pool worker) of process `parent`: ignore the terminal's SIGINT and
+    SIGHUP (the parent stops it), die on SIGTERM, and get SIGTERM when the parent dies, even by SIGKILL;
+    exit at once if the parent died before that was in place."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)  # started under `deferred`
     parent_death_signal(signal.SIGTERM)
+    if parent is not None and os.getppid() != parent:
+        os._exit(1)
 
 
 def _libc_prctl():
