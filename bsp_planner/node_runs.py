@@ -67,7 +67,8 @@ def cluster_of(
     """The experiment's cluster with its initial placement (None without [[node]])."""
     if not exp.node:
         return None
-    restore = [t.kind != "process" for t in job.tasks]  # a process keeps state a recreate loses
+    # a process keeps its state in memory, which a recreate loses, unless it restores from its own checkpoint
+    restore = [t.kind != "process" or t.restorable for t in job.tasks]
     try:
         cluster = cluster_from_settings(exp.node, job.task_names, restore, cpu)
     except InputError as exc:

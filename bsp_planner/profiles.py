@@ -217,7 +217,8 @@ def read_metadata(profile_path: str | Path) -> dict:
 
 def check_job_matches(metadata: dict, job, meta_path: str | Path | None) -> None:
     """Refuse a job whose tasks differ (stressor, ops per unit, workers) from what the profile timed:
-    its durations would be predictions for something else."""
+    its durations would be predictions for something else. Warn (InputWarning) about a task whose program
+    files changed since they were profiled (:mod:`.program_files`)."""
     measured = metadata.get("tasks", {})
     if not isinstance(measured, dict):
         raise InputError("expected 'tasks' to be a table of the profiled tasks", path=meta_path, field="tasks")
@@ -236,3 +237,7 @@ def check_job_matches(metadata: dict, job, meta_path: str | Path | None) -> None
                 path=job.path,
                 field=f"task[{i}].{diff[0]}",
             )
+    from .program_files import changed_programs
+
+    for note in changed_programs(job, measured, meta_path):  # its code changed since it was timed
+        warnings.warn(note, InputWarning, stacklevel=2)

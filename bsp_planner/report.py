@@ -298,13 +298,15 @@ def bar_chart(rows: list[dict], path: Path, labels: dict[str, str] | None = None
 
 
 def save_figure(fig, path: Path, dpi: int = 110) -> None:
-    """Write a matplotlib figure as PNG next to its final name, then rename: never a half-written chart."""
-    import matplotlib.pyplot as plt
-
+    """Write a matplotlib figure as PNG next to its final name, then rename: never a half-written chart.
+    A figure made by pyplot is closed; one made as a bare `Figure` (no pyplot) needs nothing."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".png")
     os.close(fd)
     fig.savefig(tmp, dpi=dpi)
-    plt.close(fig)
+    if getattr(fig.canvas, "manager", None) is not None:
+        import matplotlib.pyplot as plt
+
+        plt.close(fig)
     os.replace(tmp, path)
 
 

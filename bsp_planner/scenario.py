@@ -6,6 +6,7 @@ context whose predicted durations come from perfect knowledge or from forecasts.
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -47,6 +48,9 @@ class Scenario:
     cpu: CpuLevels
     actual_workloads: np.ndarray  # (tasks, steps)
     actual: np.ndarray  # (tasks, levels, steps) true durations
+    # (tasks,) True where a task has a series (its workloads are assigned from it);
+    # False where only the task knows them (it reports them as it runs)
+    known_workloads: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
     contexts: dict[str, PlanningContext] = field(default_factory=dict)
     forecast_label: dict[str, str] = field(default_factory=dict)
     # Online or learning runs (see predictions.py): per mode, where each run's expected workloads come
@@ -136,8 +140,15 @@ def _build(exp: Experiment) -> Scenario:
         actual_w = read_trace(exp.resolve(exp.forecast.actual), job.task_names, exp.steps, exp.start, valid_range=grid)
         actual_w = _clip_trace(actual_w, exp, job.task_names)
     elif job_series is None:
-        # a live run observes them; until then (and in the simulated comparison) the middle of the range
+        # a live run observes them; until then the middle of the range (a live summary charges the plan at
+        # the workloads the tasks reported). Tasks with a series keep it (a job mixing both kinds).
         actual_w = np.full((n, exp.steps), sum(exp.workload_range) / 2)
+        with_series = [i for i, t in enumerate(job.tasks) if t.series is not None]
+        if with_series:
+            part = dataclasses.replace(job, tasks=tuple(job.tasks[i] for i in with_series))
+            actual_w[with_series] = load_job_series(part, exp.workload_range).workloads(
+                exp.start, exp.steps, path=exp.path
+            )
     else:
         actual_w = job_series.workloads(exp.start, exp.steps, path=exp.path)
     true_dm = None
@@ -151,7 +162,8 @@ def _build(exp: Experiment) -> Scenario:
     actual = (true_dm or dm).durations(actual_w)
     planned_at_actual = actual if true_dm is None else dm.durations(actual_w)
     mid = np.full((n,), sum(exp.workload_range) / 2)
-    scen = Scenario(exp, job, job_series, dm, cpu, actual_w, actual, true_model=true_dm)
+    known = np.array([t.series is not None for t in job.tasks], dtype=bool)
+    scen = Scenario(exp, job, job_series, dm, cpu, actual_w, actual, known_workloads=known, true_model=true_dm)
     stepwise = exp.online or exp.learn
     scen.cluster = nodes.cluster_of(exp, job, cpu, dm, job_series, actual_w, max_level, budget_steps)
     limits = None if scen.cluster is None else scen.cluster.limits(cpu)

@@ -15,6 +15,7 @@ dataclass whose fields say what they accept:
   setting of this product can use them); `bool` takes true/false; `list[X]` takes a list or a
   comma-separated string; `X | None` takes the empty string or "none" from the command line as None;
 * numbers are range-checked (`ge`, `gt`, `le`, `lt`), strings checked against `choices`;
+* `dict[str, X]` is a table of free keys (a program's `env`), every value an X;
 * a nested dataclass field is a table (`[cpu]`), a `list[SomeDataclass]` an array of tables
   (`[[task]]`, named `task[3].stressor` in errors);
 * unknown keys are refused, naming the file, the field and the keys that are known there.
@@ -102,6 +103,8 @@ def describe(tp: Any) -> str:
         return text + " (or nothing)" if type(None) in args else text
     if dataclasses.is_dataclass(tp):
         return "a table"
+    if origin is dict:
+        return f"a table of {describe(args[1])} values" if args else "a table"
     return getattr(tp, "__name__", str(tp))
 
 
@@ -193,6 +196,10 @@ def _coerce(value: Any, tp: Any, from_text: bool) -> Any:
         item_type = args[0] if args else Any
         out = [v if item_type is Any else _coerce(v, item_type, from_text) for v in items]
         return tuple(out) if origin is tuple else out
+    if origin is dict:  # a table of free keys (a program's environment): the keys are strings, values of args[1]
+        if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+            raise _Bad()
+        return {k: _coerce(v, args[1], from_text) for k, v in value.items()} if args else dict(value)
     if tp is Any:
         return value
     if tp is Path:

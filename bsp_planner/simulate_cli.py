@@ -41,7 +41,11 @@ def simulate(
         str | None, typer.Option("--forecasts", help="Forecaster name or folder of forecast CSVs.")
     ] = None,
     actual: Annotated[
-        Path | None, typer.Option("--actual", help="Folder of per-task CSVs to replay as actual workloads.")
+        Path | None,
+        typer.Option(
+            "--actual",
+            help="Folder of per-task CSVs to replay as actual workloads, or a live run's folder (the workloads its tasks ran).",
+        ),
     ] = None,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Output folder (default: the experiment's).")] = None,
     set_: Annotated[
@@ -105,6 +109,7 @@ def simulate(
     check_output_dir(out_dir, "--out" if out is not None else "output")
     t0 = time.perf_counter()
     scen = build_scenario(exp)
+    _refuse_unknown_workloads(exp, scen)
     pairs = [(m, s) for m in exp.modes for s in exp.strategies] + one_pool_strategies(scen, exp.strategies)
     results = _run_with_progress(console, scen, pairs, jobs, quiet)
     elapsed = time.perf_counter() - t0
@@ -151,6 +156,23 @@ def _flag_overrides(
             ("--true-profile", "true_profile", true_profile),
         ]
     )
+
+
+def _refuse_unknown_workloads(exp: Experiment, scen: Scenario) -> None:
+    """A task with neither a series nor a replayed trace: its workloads exist only in a run (the task
+    reports them), so a simulation would charge invented ones. Refused, naming the fix."""
+    from .errors import InputError
+
+    unknown = [t for t, known in zip(scen.task_names, scen.known_workloads, strict=True) if not known]
+    if unknown and not exp.forecast.actual:
+        raise InputError(
+            f"task '{unknown[0]}' has no series, so simulate does not know its workloads (it reports them only as "
+            "it runs): replay those of an earlier run with `--actual runs/<run-id>` (a live run's folder) or "
+            "`simulate --actual DIR` (one <task>.csv per task, header workload), or give every task a "
+            "`series = { file = ... }`",
+            path=scen.job.path,
+            field=f"{unknown[0]}.series",
+        )
 
 
 def _run_meta(exp: Experiment, scen: Scenario, out_dir: Path, elapsed: float) -> dict:

@@ -220,10 +220,11 @@ def test_failed_runs_are_logged_and_retried_by_the_next_session(api, tmp_path):
     out = tmp_path / "profile.csv"
     api.job_runner = ok_runner(fail_stressor="qsort")
     report = run_grid_kubernetes(JOB, out, GRID, profiler(api), progress=False)
-    assert report.measured == 8 and len(report.failures) == 8
+    # the task's first runs all failed the same way: its other cells are left for the next session
+    assert report.measured == 8 and len(report.failures) == R.GIVE_UP_AFTER
     assert report.failures[0].reason == "exit code 1: stress-ng: unknown stressor qsort"
     failures = R.failures_path(out).read_text().splitlines()
-    assert failures[0] == ",".join(R.FAILURE_COLUMNS) and len(failures) == 9
+    assert failures[0] == ",".join(R.FAILURE_COLUMNS) and len(failures) == 1 + R.GIVE_UP_AFTER
     api.job_runner = ok_runner()
     again = run_grid_kubernetes(JOB, out, GRID, profiler(api), progress=False)
     assert (again.skipped, again.measured, again.failures) == (8, 8, [])

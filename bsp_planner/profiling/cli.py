@@ -67,6 +67,12 @@ def run(
         "--min-measure-s",
         help="process tasks: measure a workload until its timed steps also last this long (10 CFS periods).",
     ),
+    max_measure_steps: int = typer.Option(
+        1000,
+        "--max-measure-steps",
+        help="process tasks: at most this many timed steps per workload; a workload whose steps still add up to "
+        "less than --min-measure-s (a step that does almost nothing) fails its cell.",
+    ),
     stress_ng: str = typer.Option("stress-ng", "--stress-ng", help="The stress-ng executable."),
     cgroup_prefix: str = typer.Option("bsp-planner", "--cgroup-prefix", help="Parent cgroup for the runs' groups."),
     cpu_shares: int = typer.Option(
@@ -121,7 +127,7 @@ def run(
 
     console = Console()
     grid = Grid(parse_levels(cpu, "--cpu"), parse_levels(workloads, "--workloads"), repeats)
-    steps = ProcessSteps(warmup_steps, measure_steps, min_measure_s)
+    steps = ProcessSteps(warmup_steps, measure_steps, min_measure_s, max_measure_steps)
     the_job = load_job(job)
     if backend in ("kubernetes", "k8s"):
         from ..k8s.config import parse_node_selector
@@ -154,6 +160,12 @@ def run(
         from ..errors import InputError
 
         raise InputError(f"unknown backend {backend!r}; known: local, kubernetes", field="--backend")
+    import signal
+
+    def on_term(signum, frame) -> None:  # SIGTERM (kill, a stopped service) stops as Ctrl-C does: nothing left
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, on_term)
     with runs_on:
         try:
             report = measure()
@@ -162,6 +174,8 @@ def run(
                 f"[yellow]interrupted[/]: every finished run is in {out}; run the same command again to resume"
             )
             raise typer.Exit(130) from None
+        finally:
+            signal.signal(signal.SIGTERM, previous)
     console.print(
         f"{report.measured} run(s) measured, {report.skipped} already in {out}, "
         f"{len(report.failures)} failed, in {report.wall_s:.0f} s; metadata in {metadata_path(out)}"

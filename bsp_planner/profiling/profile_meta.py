@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import InputError, InputWarning
 from ..job import Job, Task
+from ..program_files import program_digest
 from .cgroups import CFS_PERIOD_US
 from .grid import Cell, Grid, level_number
 from .local import cpu_model
@@ -65,6 +66,7 @@ def task_meta(t: Task, steps: ProcessSteps) -> dict:
         meta["ops_per_unit"] = level_number(meta["ops_per_unit"])
     if t.kind == "process":
         meta.update(steps.as_dict())
+    meta.update(program_digest(t) or {})  # simulate and run warn when the program's files change later
     return meta
 
 
