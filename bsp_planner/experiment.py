@@ -242,7 +242,9 @@ def validate(exp: Experiment) -> None:
 
 def load_experiment(path: str | Path, overrides: list[str] | None = None) -> Experiment:
     path = Path(path)
-    exp = _settings.load_settings_file(Experiment, path, "experiment", {"name": path.stem, "path": path.resolve()})
+    exp = _settings.load_settings_file(
+        Experiment, path, "experiment", {"name": path.stem, "path": path.resolve()}, required=("job", "profile")
+    )
     if overrides:
         exp = apply_overrides(exp, overrides)
     return exp

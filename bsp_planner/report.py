@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .simulation import StrategyResult
+from .steps import StrategyResult
 
 COLUMNS = (
     "strategy",

@@ -33,7 +33,7 @@ from .planners.base import ConfigTable, PlanningContext, make_planner
 from .planners.observed import EXTRAS_KEY as OBSERVATIONS_KEY
 from .planners.observed import Observations
 from .planners.observed import attach as attach_observations
-from .predictions import OnlineConfigTable, StepPredictions, refuse_offline
+from .predictions import OnlineConfigTable, StepPredictions, refuse_offline, warn_if_far_outside
 from .profiles import check_job_matches, load_profile, metadata_path
 from .series import JobSeries, load_job_series
 from .simulation import StrategyResult, simulate
@@ -231,6 +231,7 @@ def _build(exp: Experiment) -> Scenario:
             fc, label = forecast_matrix(
                 exp.forecast.source, job_series, exp.start, exp.steps, exp.forecast.horizon, base_dir=exp.resolve(".")
             )
+            warn_if_far_outside(fc, exp.workload_range, label, job_series.task_names)
             fc = np.clip(fc, *exp.workload_range)
             predicted = dm.durations(fc).transpose(2, 0, 1, 3)  # (steps, n, L, H)
             scen.forecast_label[mode] = label
@@ -271,7 +272,7 @@ def step_predictions(scen: Scenario, mode: str) -> tuple[PlanningContext, StepPr
 
 def run_strategy(scen: Scenario, strategy: str, mode: str) -> StrategyResult:
     if scen.cluster is not None:
-        return nodes.run_on_cluster(scen, strategy, mode)
+        return nodes.run_on_cluster(scen, strategy, mode, step_predictions)
     ctx = scen.contexts[mode]
     settings = scen.experiment.planner
     if strategy in BOUNDS:

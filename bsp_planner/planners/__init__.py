@@ -17,7 +17,7 @@ from ..registry import Registry
 from .base import PlannerFactory
 
 if TYPE_CHECKING:
-    from ..simulation import StrategyResult
+    from ..steps import StrategyResult
 
 PLANNERS: Registry[PlannerFactory] = Registry("strategy", field="strategies")
 PLANNERS.register("even", "bsp_planner.planners.even:EvenPlanner.from_spec")
