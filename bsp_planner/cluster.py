@@ -10,8 +10,8 @@ there) become a `Cluster`. Without them there is no cluster and everything plans
 * Cost of a change (`ClusterExecutor`): a configuration that fits the tasks' nodes is an in-place
   resize (`in_place_s`); one that does not makes some tasks move to another node, a recreate
   (`recreate_s`, a checkpoint), which a task that cannot restore its state (a long-running `process`
-  without `restorable = true`) cannot survive: a live run stops there (`ConfigurationDoesNotFit`);
-  the simulation counts it as a stop.
+  without `restorable = true`) cannot survive: a live run stops there (`ConfigurationDoesNotFit`); the
+  simulation counts it as a stop.
 
 Shapes: levels (steps, tasks) int level indices; millicores (tasks,) or (steps, tasks); node_of (tasks,)
 int node indices; capacity (nodes,) millicores.
