@@ -419,7 +419,8 @@ class Coordinator:
             planned, source = float(self.exp.penalty_s), "the experiment's penalty_s"
         self.ctx = dataclasses.replace(self.ctx, penalty_s=float(planned))
         self.reconfigure_cost = {"method": method, "planned_s": float(planned), "source": source}
-        self.say(f"planning with a {method} reconfiguration cost of {planned:.4g} s ({source})")
+        article = "an" if method[:1] in "aeiou" else "a"  # an in-place, a recreate
+        self.say(f"planning with {article} {method} reconfiguration cost of {planned:.4g} s ({source})")
 
     def _abandon(self, exc: BaseException) -> None:
         """A run that failed before any task started: a new one leaves nothing (its folder, its znodes);
