@@ -58,18 +58,8 @@ import numpy as np
 
 from .errors import InputError
 from .planners.base import Planner, PlanningContext
-from .simulation import StrategyResult
-
-
-@dataclass(frozen=True)
-class StepObservation:
-    """What an executor measured for one step (shapes (tasks,), seconds and workload units)."""
-
-    step: int
-    duration_s: np.ndarray  # (tasks,) each task's compute time of this step, seconds
-    workloads: np.ndarray  # (tasks,) the workload each task ran, on the workload scale
-    step_s: float  # wall time of the whole step (its slowest task in simulation), seconds
-    next_workloads: np.ndarray | None = None  # (tasks,) announced for step+1, NaN where unknown
+from .steps import StepObservation as StepObservation  # re-exported: other modules import it from here
+from .steps import StrategyResult
 
 
 @runtime_checkable

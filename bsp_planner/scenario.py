@@ -14,8 +14,10 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from . import node_runs as nodes
 from .allocation import make_allocator
 from .allocation.base import CpuLevels
+from .cluster import Cluster
 from .errors import InputError, InputWarning
 from .executors.simulated import SimulatedExecutor
 from .experiment import Experiment
@@ -31,7 +33,7 @@ from .planners.base import ConfigTable, PlanningContext, make_planner
 from .planners.observed import EXTRAS_KEY as OBSERVATIONS_KEY
 from .planners.observed import Observations
 from .planners.observed import attach as attach_observations
-from .predictions import OnlineConfigTable, StepPredictions, refuse_offline
+from .predictions import OnlineConfigTable, StepPredictions, refuse_offline, warn_if_far_outside
 from .profiles import check_job_matches, load_profile, metadata_path
 from .series import JobSeries, load_job_series
 from .simulation import StrategyResult, simulate
@@ -56,6 +58,10 @@ class Scenario:
     step_sources: dict[str, tuple] = field(default_factory=dict)
     true_model: DurationModel | None = None  # what the tasks really follow, when not the planning profile
     make_context: Callable | None = None  # predicted durations, or (steps, H) for an online table -> a context
+    # [[node]]: the cluster the contexts plan on (None: one pool); and per mode the same predictions
+    # planned as one pool, which the comparison replays through the nodes' fit rules (nodes.py).
+    cluster: Cluster | None = None
+    one_pool_contexts: dict[str, PlanningContext] = field(default_factory=dict)
 
     @property
     def task_names(self) -> list[str]:
@@ -159,24 +165,28 @@ def _build(exp: Experiment) -> Scenario:
     known = np.array([t.series is not None for t in job.tasks], dtype=bool)
     scen = Scenario(exp, job, job_series, dm, cpu, actual_w, actual, known_workloads=known, true_model=true_dm)
     stepwise = exp.online or exp.learn
+    scen.cluster = nodes.cluster_of(exp, job, cpu, dm, job_series, actual_w, max_level, budget_steps)
+    limits = None if scen.cluster is None else scen.cluster.limits(cpu)
 
-    def context(predicted: np.ndarray | tuple[int, int]) -> PlanningContext:
+    def context(predicted: np.ndarray | tuple[int, int], one_pool: bool = False) -> PlanningContext:
         p = exp.planner
         configs: ConfigTable
+        allocator = make_allocator(p.allocator) if limits is None or one_pool else nodes.allocator(p.allocator, limits)
         if isinstance(predicted, tuple):  # rows made step by step: (steps, H) -> an empty online table
             shape = (predicted[0], n, cpu.n_levels, predicted[1])
-            configs = OnlineConfigTable(shape, make_allocator(p.allocator), max_level, budget_steps, p.discount)
+            configs = OnlineConfigTable(shape, allocator, max_level, budget_steps, p.discount)
         else:
-            configs = ConfigTable(predicted, make_allocator(p.allocator), max_level, budget_steps, p.discount)
+            configs = ConfigTable(predicted, allocator, max_level, budget_steps, p.discount)
         return PlanningContext(
             steps=exp.steps,
             cpu=cpu,
             max_level=max_level,
-            penalty_s=exp.penalty_s,
+            penalty_s=exp.penalty_s if limits is None else nodes.in_place_s(exp),
             configs=configs,
             discount=p.discount,
             mid_durations=dm.durations(mid[:, None])[:, :, 0],
             exppo_max_level=exppo_max,
+            nodes=None if one_pool else limits,
         )
 
     for mode in exp.modes:
@@ -221,6 +231,7 @@ def _build(exp: Experiment) -> Scenario:
             fc, label = forecast_matrix(
                 exp.forecast.source, job_series, exp.start, exp.steps, exp.forecast.horizon, base_dir=exp.resolve(".")
             )
+            warn_if_far_outside(fc, exp.workload_range, label, job_series.task_names)
             fc = np.clip(fc, *exp.workload_range)
             predicted = dm.durations(fc).transpose(2, 0, 1, 3)  # (steps, n, L, H)
             scen.forecast_label[mode] = label
@@ -230,6 +241,9 @@ def _build(exp: Experiment) -> Scenario:
                 continue
         scen.contexts[mode] = context(predicted)
         attach_observations(scen.contexts[mode], actual_w, fc, dm.durations, exp.workload_range)
+        if limits is not None:
+            scen.one_pool_contexts[mode] = context(predicted, one_pool=True)
+            attach_observations(scen.one_pool_contexts[mode], actual_w, fc, dm.durations, exp.workload_range)
     scen.make_context = context
     return scen
 
@@ -257,6 +271,8 @@ def step_predictions(scen: Scenario, mode: str) -> tuple[PlanningContext, StepPr
 
 
 def run_strategy(scen: Scenario, strategy: str, mode: str) -> StrategyResult:
+    if scen.cluster is not None:
+        return nodes.run_on_cluster(scen, strategy, mode)
     ctx = scen.contexts[mode]
     settings = scen.experiment.planner
     if strategy in BOUNDS:

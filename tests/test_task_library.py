@@ -38,11 +38,14 @@ TASK = """
 [[task]]
 name = "{name}"
 process = ["{python}", "-m", "bsp_planner.testing.bsp_app", "--ranks", "3", "--control", "{control}"{extra}]
+restorable = {restorable}  # its state is its step: it restores from session.first_step
 series = {{ file = "{data}/nyc_taxi.csv", first_row = {first}, last_row = {last} }}
 """
 
 
-def process_experiment(folder: Path, steps: int = 4, sync: str = "barrier", penalty: float = 0.3) -> tuple[Path, Path]:
+def process_experiment(
+    folder: Path, steps: int = 4, sync: str = "barrier", penalty: float = 0.3, restorable: bool = True
+) -> tuple[Path, Path]:
     folder.mkdir(parents=True, exist_ok=True)
     control = folder / "control"
     control.mkdir()
@@ -50,7 +53,14 @@ def process_experiment(folder: Path, steps: int = 4, sync: str = "barrier", pena
     rows = ((0, 1998), (1999, 3997), (0, 1998))
     tasks = "".join(
         TASK.format(
-            name=n, python=sys.executable, control=control, extra=extra, data=DATA / "datasets", first=f, last=la
+            name=n,
+            python=sys.executable,
+            control=control,
+            extra=extra,
+            data=DATA / "datasets",
+            first=f,
+            last=la,
+            restorable=str(restorable).lower(),
         )
         for n, (f, la) in zip("abc", rows, strict=True)
     )

@@ -61,6 +61,7 @@ class LiveExecutor:
         run_id: str = "",
         run_dir: str = "",
         check_stop: Callable[[], None] | None = None,
+        task_env: dict[str, dict[str, str]] | None = None,
     ) -> None:
         self.settings = settings
         self.session = session
@@ -83,6 +84,7 @@ class LiveExecutor:
         # inside one, so a stop cannot leave the client half-way through a request
         self.check_stop = check_stop or (lambda: None)
         self.own_share = RunGroupMembership()  # the coordinator's CPU share while the tasks saturate the CPUs
+        self.task_env = task_env or {}  # per task: its port, the run's ports, the job's folder (placeholders)
 
     # -- workers -----------------------------------------------------------------------------------
     def _launch(self, task: str) -> WorkerLaunch:
@@ -112,7 +114,7 @@ class LiveExecutor:
             "--step-timeout",
             f"{worker_step_timeout_s(s.step_timeout_s):g}",
         )
-        return WorkerLaunch(task=task, args=args, env=dict(self.worker_env), incarnation=k)
+        return WorkerLaunch(task=task, args=args, env={**self.worker_env, **self.task_env.get(task, {})}, incarnation=k)
 
     def _process_launch(self, task: str, k: int) -> WorkerLaunch:
         """A process task: the user's program itself, with the environment bsp_planner.task joins from."""
@@ -120,7 +122,7 @@ class LiveExecutor:
 
         values = {"task": task, "run_dir": self.run_dir, "python": sys.executable}
         args = tuple(substitute(a, values) for a in self.processes[task])
-        env = dict(self.worker_env)
+        env = {**self.worker_env, **self.task_env.get(task, {})}
         env.update(
             {
                 "BSP_RUN_ID": self.run_id,

@@ -33,10 +33,11 @@ import csv
 import io
 import json
 import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
+
+from ..atomic import write_text as atomic_write
 
 STEP_FIELDS = (
     "step",
@@ -60,23 +61,6 @@ TASK_PREFIX = {
     "predicted_s": "predicted",
     "measured_s": "measured",
 }
-
-
-def atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w", newline="") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:  # a full disk: no half-written temporary file left beside the intact original
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
 
 
 def csv_header(task_names: list[str]) -> list[str]:

@@ -460,6 +460,12 @@ class LocalBackend(Backend):
             raise InputError(f"task {task!r} is not running", field="task")
         return self.tasks[task]
 
+    def service_runner(self, log_dir, cwd: str):
+        """Services as plain processes on this machine (no quota), output in <log_dir>/<service>.log."""
+        from ..services import LocalServiceRunner
+
+        return LocalServiceRunner(log_dir, cwd)
+
     def close(self) -> None:
         """Stop every worker (in parallel: SIGTERM to all, then wait) and remove every group."""
         tasks = list(self.tasks.values())
