@@ -25,6 +25,27 @@ BSP_WORKLOAD, BSP_STEP, BSP_TASK in its environment. Its wall time is the step's
 exit is the task's failure (with its stderr tail); one JSON line `{"workload": 37.5}` on its stdout is
 the step's observed workload. A program named with a `/` is relative to the job file.
 
+`{job_dir}` (the job file's folder), `{port}` (a free loopback TCP port chosen for this task when the run
+starts; also BSP_PORT in its environment), `{port:NAME}` (the port of task or service NAME) and
+`{host:NAME}` (the address of service NAME) are substituted too (:mod:`bsp_planner.placeholders`).
+Relative paths resolve against the job file's folder: a program named with a `/`, and any later argument
+that names an existing file there (`cmd_task.py`, `scripts/run.py`); the programs run in a scratch folder.
+
+A task that keeps its state in memory (every `process` task) is never recreated: its CPU limit changes in
+place. `restorable = true` says that its program restores from its own checkpoint when restarted, so a
+run it failed may be resumed.
+
+Services are programs the tasks need running (a broker, a database), started before the tasks and
+stopped after them, never given a CPU quota or a workload::
+
+    [[service]]
+    name = "broker"
+    command = ["{python}", "-m", "my.broker", "--port", "{port}"]
+    ready = { tcp_port = "{port}" }        # or ready = { log_line = "<regex matched against its output>" }
+    ready_timeout_s = 30                  # optional
+    env = { LOG_LEVEL = "warning" }       # optional
+    on_failure = "fail"                   # or "restart" (up to max_restarts, default 3)
+
 On Kubernetes a command or process task may name its container image (``image = "registry/app:1.2"``):
 the task's pod runs that image, and its `command`/`process` paths are the image's (never resolved
 against the job file). The image must contain bsp-planner (docs/kubernetes.md says why and how).
@@ -44,6 +65,8 @@ from .errors import InputError
 from .settings import load_settings, read_toml, setting
 from .stressors import KNOWN_STRESSORS
 
+TASK_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,62}")
+
 
 @dataclass(frozen=True)
 class SeriesRef:
@@ -54,7 +77,7 @@ class SeriesRef:
     last_row: int | None = None
 
 
-PLACEHOLDERS = ("workload", "step", "task", "run_dir", "python")
+PLACEHOLDERS = ("workload", "step", "task", "run_dir", "python", "job_dir", "port", "port:NAME", "host:NAME")
 
 # A container image reference: [registry[:port]/]path[:tag][@algorithm:hex] (the grammar of
 # distribution/reference, lowercase path components, a tag of at most 128 word characters, '.' and '-').
@@ -110,6 +133,8 @@ class Task:
     # `image` task without `command` or `process`, which only the kubernetes backend runs
     process: tuple[str, ...] | None = None
     image: str | None = None  # Kubernetes: the container image the task's pod runs (command/process tasks)
+    restorable: bool = False  # its program restores from its own checkpoint when restarted (a run may resume)
+    job_dir: str = ""  # `{job_dir}`: the job file's folder (absolute)
 
     @property
     def kind(self) -> str:
@@ -130,12 +155,25 @@ class Task:
             return {"process": list(self.process), "workers": self.workers, **image}
         return {"stressor": self.stressor, "ops_per_unit": self.ops_per_unit, "workers": self.workers}
 
+    @property
+    def stateful(self) -> bool:
+        """A long-running program that keeps its state in memory: recreating it would lose that state."""
+        return self.kind == "process"
+
     def step_args(
-        self, workload: float, step: int = 0, *, stress_ng: str = "stress-ng", run_dir: str = "."
+        self,
+        workload: float,
+        step: int = 0,
+        *,
+        stress_ng: str = "stress-ng",
+        run_dir: str = ".",
+        run_values: dict[str, str] | None = None,
     ) -> list[str]:
-        """The argument list (never a shell string) that runs step `step` with `workload` units."""
+        """The argument list (never a shell string) that runs step `step` with `workload` units;
+        `run_values`: the run-wide placeholders (`{port}`, `{port:NAME}`, `{job_dir}`, see placeholders)."""
         if self.command:
             values = {
+                **(run_values or {}),
                 "workload": format_workload(workload),
                 "step": str(int(step)),
                 "task": self.name,
@@ -165,6 +203,23 @@ class Task:
 
 
 @dataclass(frozen=True)
+class Service:
+    """A program the tasks need running (a broker): started before them, stopped after, no CPU quota."""
+
+    name: str
+    command: tuple[str, ...]
+    ready_tcp_port: str | None = None  # ready once this port (placeholders allowed) accepts a connection
+    ready_log_line: str | None = None  # ready once its output has a line matching this regex
+    ready_timeout_s: float = 30.0
+    env: dict[str, str] = field(default_factory=dict)
+    on_failure: str = "fail"  # "fail": the run fails; "restart": restarted, up to max_restarts times
+    max_restarts: int = 3
+
+    def args(self, values: dict[str, str]) -> list[str]:
+        return [substitute(a, values) for a in self.command]
+
+
+@dataclass(frozen=True)
 class Job:
     name: str
     tasks: tuple[Task, ...]
@@ -172,10 +227,21 @@ class Job:
     description: str = ""
     extra: dict = field(default_factory=dict)
     sync: str = "barrier"  # "barrier": our ZooKeeper barrier; "observe": the application syncs itself
+    services: tuple[Service, ...] = ()
 
     @property
     def task_names(self) -> list[str]:
         return [t.name for t in self.tasks]
+
+    @property
+    def job_dir(self) -> str:
+        """`{job_dir}`: the job file's folder (absolute), "" for a job built in memory."""
+        return str(self.path.resolve().parent) if self.path is not None else ""
+
+    @property
+    def port_names(self) -> list[str]:
+        """Who gets a `{port}` when the run starts: every task and service."""
+        return self.task_names + [s.name for s in self.services]
 
     def task(self, name: str) -> Task:
         for t in self.tasks:
@@ -205,6 +271,28 @@ class TaskSpec:
     series: SeriesSpec | None = setting(None)  # command/process tasks: optional (workloads observed)
     image: str | None = setting(None)  # Kubernetes: the container image of a command/process task
     workers: int | None = setting(None, ge=1)  # None: the job's `workers`
+    restorable: bool = setting(False)  # its program restores from its own checkpoint when restarted
+
+
+@dataclass
+class ReadySpec:
+    """A service's `ready = { tcp_port = ... }` or `ready = { log_line = ... }`."""
+
+    tcp_port: int | str | None = setting(None)
+    log_line: str | None = setting(None)
+
+
+@dataclass
+class ServiceSpec:
+    """One `[[service]]` table as written in the job file."""
+
+    name: str = setting()
+    command: list[str] = setting(min_items=1)
+    ready: ReadySpec | None = setting(None)  # None: ready once started
+    ready_timeout_s: float = setting(30.0, gt=0)
+    env: dict[str, str] = setting(default_factory=dict)
+    on_failure: str = setting("fail", choices=("fail", "restart"))
+    max_restarts: int = setting(3, ge=0)
 
 
 @dataclass
@@ -216,10 +304,12 @@ class JobFile:
     workers: int = setting(1, ge=1)
     sync: str = setting("barrier", choices=("barrier", "observe"))
     task: list[TaskSpec] = setting(default_factory=list)
+    service: list[ServiceSpec] = setting(default_factory=list)
 
     def validate(self, path: str | Path | None = None) -> None:
         if not self.task:
             raise InputError("the job has no tasks; add at least one [[task]] table", path=path, field="task")
+        self._check_services(path)
         seen: set[str] = set()
         if self.sync == "observe" and any(t.process is None and not _image_only(t) for t in self.task):
             raise InputError(
@@ -229,6 +319,13 @@ class JobFile:
                 field="sync",
             )
         for i, t in enumerate(self.task):
+            if not TASK_NAME.fullmatch(t.name):  # it names files (forecasts, logs), cgroups and znodes
+                raise InputError(
+                    f"expected a task name of letters, digits, '_', '-' or '.' (at most 63, not starting with "
+                    f"'.' or '-'), got {t.name!r}",
+                    path=path,
+                    field=f"task[{i}].name",
+                )
             if t.name in seen:
                 raise InputError(f"duplicate task name '{t.name}'", path=path, field=f"task[{i}].name")
             seen.add(t.name)
@@ -281,6 +378,92 @@ class JobFile:
                 )
             self._check_rows(t, i, path)
 
+    def _check_services(self, path) -> None:
+        """Unique names among tasks and services, runnable commands, a sound readiness check, and every
+        `{port:NAME}` naming a task or service of the job."""
+        names = [t.name for t in self.task]
+        for i, sv in enumerate(self.service):
+            where = f"service[{i}]"
+            if not sv.name.strip() or sv.name in names:
+                raise InputError(
+                    f"expected a service name unique among the job's tasks and services, got {sv.name!r}",
+                    path=path,
+                    field=f"{where}.name",
+                )
+            names.append(sv.name)
+            if not sv.command[0].strip() or any("\0" in a for a in sv.command):
+                raise InputError(
+                    f"expected a program and its arguments in service '{sv.name}', got {sv.command!r}",
+                    path=path,
+                    field=f"{where}.command",
+                )
+            if sv.ready is not None:
+                r = sv.ready
+                if (r.tcp_port is None) == (r.log_line is None):
+                    raise InputError(
+                        f"service '{sv.name}': expected ready = {{ tcp_port = ... }} or ready = {{ log_line = ... }}, "
+                        "exactly one of them",
+                        path=path,
+                        field=f"{where}.ready",
+                    )
+                if isinstance(r.tcp_port, int) and not 0 < r.tcp_port < 65536:
+                    raise InputError(
+                        f'expected a TCP port 1..65535 or a placeholder such as "{{port}}", got {r.tcp_port!r}',
+                        path=path,
+                        field=f"{where}.ready.tcp_port",
+                    )
+                if isinstance(r.tcp_port, str) and not re.fullmatch(r"\s*(\d+|\{port(:[^{}]+)?\})\s*", r.tcp_port):
+                    raise InputError(
+                        f'expected a TCP port or a placeholder such as "{{port}}" or "{{port:NAME}}", got {r.tcp_port!r}',
+                        path=path,
+                        field=f"{where}.ready.tcp_port",
+                    )
+                if r.log_line is not None:
+                    try:
+                        re.compile(r.log_line)
+                    except re.error as exc:
+                        raise InputError(
+                            f"service '{sv.name}': expected a regular expression, got {r.log_line!r} ({exc})",
+                            path=path,
+                            field=f"{where}.ready.log_line",
+                        ) from None
+            bad_env = [k for k in sv.env if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k)]
+            if bad_env:
+                raise InputError(
+                    f"service '{sv.name}': expected environment variable names, got {bad_env[0]!r}",
+                    path=path,
+                    field=f"{where}.env",
+                )
+        from .placeholders import host_refs, port_refs
+
+        services = [sv.name for sv in self.service]
+
+        def check_refs(args, where: str) -> None:
+            for a in args:
+                for ref in port_refs(a):
+                    if ref not in names:
+                        raise InputError(
+                            f"{{port:{ref}}} names no task or service of the job (known: {', '.join(names)})",
+                            path=path,
+                            field=where,
+                        )
+                for ref in host_refs(a):
+                    if ref not in services:
+                        raise InputError(
+                            f"{{host:{ref}}} names no service of the job (services: {', '.join(services) or 'none'})",
+                            path=path,
+                            field=where,
+                        )
+
+        for i, t in enumerate(self.task):
+            for k in ("command", "process"):
+                check_refs(getattr(t, k) or [], f"task[{i}].{k}")
+        for i, sv in enumerate(self.service):
+            check_refs(sv.command, f"service[{i}].command")
+            check_refs(sv.env.values(), f"service[{i}].env")
+            if sv.ready is not None and isinstance(sv.ready.tcp_port, str):
+                check_refs([sv.ready.tcp_port], f"service[{i}].ready.tcp_port")
+
     @staticmethod
     def _check_image(t: TaskSpec, i: int, kind: str, path) -> None:
         assert t.image is not None  # the caller checks
@@ -316,7 +499,7 @@ def _image_only(t: TaskSpec) -> bool:
 def load_job(path: str | Path) -> Job:
     """Read and validate a job file; every problem is an InputError naming the file and field."""
     path = Path(path)
-    spec = load_settings(JobFile, read_toml(path, "job"), path=path)
+    spec = load_settings(JobFile, read_toml(path, "job"), path=path, typed=True)
     tasks = tuple(
         Task(
             name=t.name,
@@ -331,8 +514,23 @@ def load_job(path: str | Path) -> Job:
             command=_program(t.command, path, in_image=t.image is not None),
             process=() if _image_only(t) else _program(t.process, path, in_image=t.image is not None),
             image=t.image,
+            restorable=t.restorable,
+            job_dir=str(path.resolve().parent),
         )
         for t in spec.task
+    )
+    services = tuple(
+        Service(
+            name=sv.name,
+            command=_program(sv.command, path) or (),
+            ready_tcp_port=None if sv.ready is None or sv.ready.tcp_port is None else str(sv.ready.tcp_port).strip(),
+            ready_log_line=None if sv.ready is None else sv.ready.log_line,
+            ready_timeout_s=sv.ready_timeout_s,
+            env=dict(sv.env),
+            on_failure=sv.on_failure,
+            max_restarts=sv.max_restarts,
+        )
+        for sv in spec.service
     )
     return Job(
         name=spec.name if spec.name is not None else path.stem,
@@ -340,18 +538,35 @@ def load_job(path: str | Path) -> Job:
         path=path,
         description=spec.description,
         sync=spec.sync,
+        services=services,
     )
 
 
 def _program(argv: list[str] | None, job_path: Path, *, in_image: bool = False) -> tuple[str, ...] | None:
-    """A program named with a `/` is relative to the job file; a bare name is looked up on PATH when run.
+    """Relative paths resolved against the job file's folder, because the programs run in a scratch folder:
+    a program named with a `/` (a bare name is looked up on PATH when run), and every later argument that
+    names an existing file there (`cmd_task.py`, `scripts/sim.py`; not an option, not a placeholder).
     In an image task the paths are the image's: left as written."""
     if argv is None:
         return None
+    if in_image:
+        return tuple(argv)
+    base = job_path.parent
     prog = argv[0]
-    if not in_image and "/" in prog and "{" not in prog and not Path(prog).is_absolute():
-        prog = str((job_path.parent / prog).resolve())
-    return (prog, *argv[1:])
+    if "/" in prog and "{" not in prog and not Path(prog).is_absolute():
+        prog = str((base / prog).resolve())
+    rest = [_job_file_arg(a, base) for a in argv[1:]]
+    return (prog, *rest)
+
+
+def _job_file_arg(arg: str, base: Path) -> str:
+    if not arg or arg.startswith("-") or "{" in arg or "=" in arg or Path(arg).is_absolute():
+        return arg
+    try:
+        candidate = base / arg
+        return str(candidate.resolve()) if candidate.is_file() else arg
+    except (OSError, ValueError):
+        return arg
 
 
 def missing_series(job: Job) -> list[str]:

@@ -193,7 +193,7 @@ def warn_non_monotone(tasks: dict[str, TaskProfile], path: Path | None) -> None:
             warnings.warn(
                 f"{path}: task '{task}' at workload {p.workloads[w]:g} takes {d[w, c + 1]:.3g} s at "
                 f"{p.cpu_millicores[c + 1]:g}m but {best_so_far[w, c]:.3g} s with less CPU "
-                f"({ratio[w, c]:.1f}x slower with more CPU); re-measure those cells",
+                f"({ratio[w, c]:.3g}x slower with more CPU); re-measure those cells",
                 InputWarning,
                 stacklevel=3,
             )
@@ -202,6 +202,8 @@ def warn_non_monotone(tasks: dict[str, TaskProfile], path: Path | None) -> None:
 def read_metadata(profile_path: str | Path) -> dict:
     """The profile's `<stem>.meta.json` ({} if there is none); a damaged one is an InputError."""
     meta_file = metadata_path(profile_path)
+    if meta_file.exists() and not meta_file.is_file():
+        raise InputError("expected the profile's metadata file, this is a folder; remove it", path=meta_file)
     if not meta_file.is_file():
         return {}
     try:
@@ -217,7 +219,8 @@ def read_metadata(profile_path: str | Path) -> dict:
 
 def check_job_matches(metadata: dict, job, meta_path: str | Path | None) -> None:
     """Refuse a job whose tasks differ (stressor, ops per unit, workers) from what the profile timed:
-    its durations would be predictions for something else."""
+    its durations would be predictions for something else. Warn (InputWarning) about a task whose program
+    files changed since they were profiled (:mod:`.program_files`)."""
     measured = metadata.get("tasks", {})
     if not isinstance(measured, dict):
         raise InputError("expected 'tasks' to be a table of the profiled tasks", path=meta_path, field="tasks")
@@ -236,3 +239,7 @@ def check_job_matches(metadata: dict, job, meta_path: str | Path | None) -> None
                 path=job.path,
                 field=f"task[{i}].{diff[0]}",
             )
+    from .program_files import changed_programs
+
+    for note in changed_programs(job, measured, meta_path):  # its code changed since it was timed
+        warnings.warn(note, InputWarning, stacklevel=2)

@@ -139,6 +139,8 @@ def test_the_grid_runs_as_jobs_at_most_parallelism_at_once_into_the_local_profil
     assert meta["kubernetes"]["image"] == "bsp-planner:dev" and meta["kubernetes"]["namespace"] == NS
     assert meta["rows"] == 16 and meta["sessions"][-1]["measured"] == 16
     assert meta["kubernetes"]["nodes"] == {"node-a": "Fake CPU @ 3GHz"}  # where the cells ran
+    # what a duration is, in the terms of where it was measured: a container's CPU limit, not a local cgroup
+    assert "CPU limit" in meta["duration"] and "cfs_period_us" not in meta["duration"]
 
 
 def test_each_job_runs_one_cell_under_its_cpu_level(api, tmp_path):
@@ -220,10 +222,11 @@ def test_failed_runs_are_logged_and_retried_by_the_next_session(api, tmp_path):
     out = tmp_path / "profile.csv"
     api.job_runner = ok_runner(fail_stressor="qsort")
     report = run_grid_kubernetes(JOB, out, GRID, profiler(api), progress=False)
-    assert report.measured == 8 and len(report.failures) == 8
+    # the task's first runs all failed the same way: its other cells are left for the next session
+    assert report.measured == 8 and len(report.failures) == R.GIVE_UP_AFTER
     assert report.failures[0].reason == "exit code 1: stress-ng: unknown stressor qsort"
     failures = R.failures_path(out).read_text().splitlines()
-    assert failures[0] == ",".join(R.FAILURE_COLUMNS) and len(failures) == 9
+    assert failures[0] == ",".join(R.FAILURE_COLUMNS) and len(failures) == 1 + R.GIVE_UP_AFTER
     api.job_runner = ok_runner()
     again = run_grid_kubernetes(JOB, out, GRID, profiler(api), progress=False)
     assert (again.skipped, again.measured, again.failures) == (8, 8, [])

@@ -343,6 +343,7 @@ PROCESS_TASK = """
 name = "{name}"
 image = "{image}"
 process = ["{{python}}", "-m", "bsp_planner.testing.bsp_app", "--ranks", "3", "--control", "{control}"{extra}]
+restorable = true  # its state is its step: it restores from session.first_step
 series = {{ file = "{data}/nyc_taxi.csv", first_row = {first}, last_row = {last} }}
 """
 

@@ -135,6 +135,46 @@ def worker_pod(
     }
 
 
+SERVICE_CPU_REQUEST_MILLICORES = 100.0  # a service's CPU request; no limit: the plan does not size it
+
+
+def service_pod(
+    settings: PodSettings,
+    run_id: str,
+    service: str,
+    command: Sequence[str],
+    *,
+    env: dict[str, str] | None = None,
+    ready_port: int | None = None,
+    run_dir_claim: str | None = None,
+) -> dict:
+    """The pod of one of a run's services (`[[service]]`: a broker the tasks connect to): the run's image
+    running `command`, with a CPU request but no CPU limit (it is not a task the plan sizes), and a
+    readiness probe on `ready_port` (the coordinator waits for the pod's Ready condition before any task
+    starts). Labelled as the run's pods are, so that a resumed run's cleanup finds a stale one."""
+    body = worker_pod(
+        settings,
+        run_id,
+        service,
+        SERVICE_CPU_REQUEST_MILLICORES,
+        [],
+        env=env,
+        command=command,
+        run_dir_claim=run_dir_claim,
+    )
+    container = body["spec"]["containers"][0]
+    container["resources"] = {
+        "requests": {"cpu": n.cpu_quantity(SERVICE_CPU_REQUEST_MILLICORES), "memory": settings.memory},
+        "limits": {"memory": settings.memory},
+    }
+    container.pop("resizePolicy", None)
+    if ready_port is not None:
+        container["ports"] = [{"containerPort": int(ready_port), "protocol": "TCP"}]
+        container["readinessProbe"] = {"tcpSocket": {"port": int(ready_port)}, "periodSeconds": 1}
+    body["metadata"]["annotations"][f"{n.DOMAIN}/service"] = service
+    return body
+
+
 def resize_patch(cpu_millicores: float) -> dict:
     """The strategic-merge patch for the ``pods/resize`` subresource: the worker container's new CPU
     request and limit (kept equal, so the pod stays Guaranteed; memory is left as it is)."""

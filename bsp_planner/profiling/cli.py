@@ -10,6 +10,7 @@ Bad inputs raise InputError, which `bsp_planner.cli.main` prints before exiting 
 from __future__ import annotations
 
 import contextlib
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
     from rich.table import Table
 
     from .calibrate import Calibration
-    from .runner import Failure
+    from .grid import Failure
 
 app = typer.Typer(help="Measure task durations over a grid of CPU limits x workload sizes.", no_args_is_help=True)
 
@@ -66,6 +67,12 @@ def run(
         1.0,
         "--min-measure-s",
         help="process tasks: measure a workload until its timed steps also last this long (10 CFS periods).",
+    ),
+    max_measure_steps: int = typer.Option(
+        1000,
+        "--max-measure-steps",
+        help="process tasks: at most this many timed steps per workload; a workload whose steps still add up to "
+        "less than --min-measure-s (a step that does almost nothing) fails its cell.",
     ),
     stress_ng: str = typer.Option("stress-ng", "--stress-ng", help="The stress-ng executable."),
     cgroup_prefix: str = typer.Option("bsp-planner", "--cgroup-prefix", help="Parent cgroup for the runs' groups."),
@@ -112,16 +119,18 @@ def run(
     level and repeat, its profiling session assigning the workloads step by step (docs/profiling.md)."""
     from rich.console import Console
 
+    from ..filelock import output_lock
     from ..job import load_job
     from ..profiles import metadata_path
     from .cgroups import quota_us
+    from .grid import validate_grid
     from .local import LocalBackend
     from .process import ProcessSteps
-    from .runner import Grid, failures_path, parse_levels, run_grid
+    from .runner import Grid, check_profile_path, failures_path, parse_levels, run_grid
 
     console = Console()
     grid = Grid(parse_levels(cpu, "--cpu"), parse_levels(workloads, "--workloads"), repeats)
-    steps = ProcessSteps(warmup_steps, measure_steps, min_measure_s)
+    steps = ProcessSteps(warmup_steps, measure_steps, min_measure_s, max_measure_steps)
     the_job = load_job(job)
     if backend in ("kubernetes", "k8s"):
         from ..k8s.config import parse_node_selector
@@ -145,6 +154,7 @@ def run(
         runs_on = LocalBackend(
             stress_ng=stress_ng, prefix=cgroup_prefix, cpu_shares=cpu_shares or None, cfs_period_us=cfs_period_us
         )
+        validate_grid(grid, cores=len(os.sched_getaffinity(0)))  # levels this machine can give
         for c in grid.cpu_millicores:  # every level a quota the kernel takes at this period, before any run
             quota_us(c, cfs_period_us)
         measure = lambda: run_grid(  # noqa: E731
@@ -154,7 +164,8 @@ def run(
         from ..errors import InputError
 
         raise InputError(f"unknown backend {backend!r}; known: local, kubernetes", field="--backend")
-    with runs_on:
+    check_profile_path(out)  # before its lock is made beside it
+    with output_lock(out, "--out"), runs_on:  # one writer per profile: a second one is refused, naming this pid
         try:
             report = measure()
         except KeyboardInterrupt:

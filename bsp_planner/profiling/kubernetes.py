@@ -318,6 +318,22 @@ class KubernetesProfiler:
             return failed(f"no pod within {self.startup_timeout_s:g} s (a quota? admission?)")
         return None
 
+    def abandon(self, task: str) -> None:
+        """The runner gave task `task` up for this session (its runs all failed the same way): its cells are
+        no longer looked ahead, and its Jobs, running or finished, are deleted (the next session runs them
+        afresh, not from a result of the cause that made it give up)."""
+        self._ahead = [c for c in self._ahead if c[0] != task]
+        for cell in [c for c in self._active if c[0] == task]:
+            self._delete_quietly(self._active.pop(cell).job)
+        for cell in [c for c in self._done if c[0] == task]:
+            self._delete_quietly(self._done.pop(cell)[1])
+
+    def _delete_quietly(self, job: str) -> None:
+        try:
+            self._cluster.delete_job(job)
+        except Exception:
+            pass
+
     def close(self) -> None:
         """Delete the Jobs still running (their cells are measured again by the next session); finished
         ones not handed to the runner yet stay, for the next session to read."""

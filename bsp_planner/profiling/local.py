@@ -23,12 +23,15 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
 from ..errors import InputError
 from ..job import Task
+from ..placeholders import alone_values
+from ..task.profiling import PROFILE_SYNC
+from ..task.reports import parse_workload_report
 from .cgroups import (
     CFS_PERIOD_US,
     DEFAULT_PREFIX,
@@ -37,6 +40,7 @@ from .cgroups import (
     Hierarchy,
     check_period_us,
     detect_hierarchy,
+    pid_alive,
     quota_us,
     remove_stale_groups,
 )
@@ -47,6 +51,7 @@ __all__ = ["LocalBackend", "RunResult", "check_program", "cpu_model"]
 
 STRESS_NG_INSTALL = "apt-get install stress-ng"
 SCRATCH_TMPFS = "/dev/shm"
+SCRATCH_PREFIX = "bsp-planner-stress-"  # + <pid of the profile run>-<random>
 
 
 def check_program(task: Task, job_path: Path | None = None) -> str:
@@ -116,6 +121,7 @@ class LocalBackend:
         self._version: str | None = None
         self._own_workdir: tempfile.TemporaryDirectory | None = None
         self.stale_removed: list[str] = []  # groups of killed profile runs that check() removed
+        self.on_progress: Callable[[str], None] | None = None  # told where a profiled process is (runner)
 
     # stress-ng stressors such as chmod make scratch files in their working directory: by default
     # runs happen in a private temporary directory on tmpfs (/dev/shm) where the host has one, so that
@@ -125,7 +131,8 @@ class LocalBackend:
         if self.workdir is None:
             shm = Path(SCRATCH_TMPFS)
             base = str(shm) if shm.is_dir() and os.access(shm, os.W_OK | os.X_OK) else None
-            self._own_workdir = tempfile.TemporaryDirectory(prefix="bsp-planner-stress-", dir=base)
+            # named by our pid: check() of a later profile run removes the folder a killed one left
+            self._own_workdir = tempfile.TemporaryDirectory(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-", dir=base)
             self.workdir = Path(self._own_workdir.name)
         return self.workdir
 
@@ -208,7 +215,7 @@ class LocalBackend:
                 )
         # groups a killed profile run left behind (with its stress-ng still running in them) would
         # steal CPU from these measurements: remove them first
-        self.stale_removed = remove_stale_groups(self.prefix, self.hierarchy)
+        self.stale_removed = remove_stale_groups(self.prefix, self.hierarchy) + remove_stale_scratch()
         # a throw-away group proves we may create, limit and remove groups before hours of runs
         with CpuQuotaGroup(f"check-{os.getpid()}", millicores=1000, prefix=self.prefix, hierarchy=self.hierarchy):
             pass
@@ -251,14 +258,20 @@ class LocalBackend:
                 field="process",
             )
         stress_ng = self.stress_ng_path() if task.kind == "stressor" else "stress-ng"
-        args = task.step_args(workload, 0, stress_ng=stress_ng, run_dir=str(self._cwd()))
-        env = None if task.kind == "stressor" else {**os.environ, **task.step_env(workload, 0)}
+        values, run_env = alone_values(task.name, task.command or (), task.job_dir)  # {port}, {job_dir}
+        args = task.step_args(workload, 0, stress_ng=stress_ng, run_dir=str(self._cwd()), run_values=values)
+        env = None
+        if task.kind == "command":  # BSP_SYNC=profile: it runs alone, sized by {workload} / BSP_WORKLOAD
+            env = {**os.environ, **run_env, **task.step_env(workload, 0), "BSP_SYNC": PROFILE_SYNC}
         with self._group(task, cpu_millicores) as group:
             if self.cpu_shares is not None:
                 group.set_weight(self.cpu_shares)
-            return self._run_in(group, args, env, timeout_s)
+            result = self._run_in(group, args, env, timeout_s, report=task.kind == "command")
+        return result
 
-    def _run_in(self, group: CpuQuotaGroup, args: list[str], env: dict | None, timeout_s: float) -> RunResult:
+    def _run_in(
+        self, group: CpuQuotaGroup, args: list[str], env: dict | None, timeout_s: float, report: bool = False
+    ) -> RunResult:
         """One program started inside `group`, timed from just before its start to its exit.
 
         Its CPU seconds are this process's children's resource usage before and after reaping it: the
@@ -270,7 +283,7 @@ class LocalBackend:
             proc = subprocess.Popen(
                 args,
                 stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
+                stdout=subprocess.PIPE if report else subprocess.DEVNULL,
                 stderr=subprocess.PIPE,
                 cwd=self._cwd(),
                 env=env,
@@ -278,7 +291,7 @@ class LocalBackend:
                 start_new_session=True,
             )
             try:
-                _, err = proc.communicate(timeout=timeout_s)
+                out, err = proc.communicate(timeout=timeout_s)
             except subprocess.TimeoutExpired:
                 kill_run(proc, group)
                 proc.communicate()
@@ -297,7 +310,13 @@ class LocalBackend:
         if proc.returncode != 0:
             detail = stderr_tail(err)
             return RunResult(None, f"exit code {proc.returncode}" + (f": {detail}" if detail else ""))
-        return RunResult(duration, cpu_s=cpu_s, cpu_stat=group.cpu_stat())
+        reported = None
+        if report:
+            try:
+                reported = parse_workload_report(out or b"", "its command").get("workload")
+            except InputError as exc:
+                return RunResult(None, exc.message)
+        return RunResult(duration, cpu_s=cpu_s, cpu_stat=group.cpu_stat(), reported_workload=reported)
 
     def run_process(
         self,
@@ -314,9 +333,27 @@ class LocalBackend:
         with self._group(task, cpu_millicores) as group:
             if self.cpu_shares is not None:
                 group.set_weight(self.cpu_shares)
-            results = drive_process(task, workloads, group, timeout_s, steps, self._cwd())
+            results = drive_process(task, workloads, group, timeout_s, steps, self._cwd(), self.on_progress)
             stat = group.cpu_stat()  # the whole process's: every CPU level's cells share one group
             return {w: replace(r, cpu_stat=stat) if r.ok else r for w, r in results.items()}
+
+
+def remove_stale_scratch() -> list[str]:
+    """Remove the scratch folders of profile runs that were killed (SIGKILL: no cleanup ran): those named
+    by a pid that no longer runs. Returns the removed folders."""
+    removed = []
+    for base in {Path(SCRATCH_TMPFS), Path(tempfile.gettempdir())}:
+        try:
+            folders = sorted(base.glob(f"{SCRATCH_PREFIX}*"))
+        except OSError:
+            continue
+        for folder in folders:
+            pid = folder.name[len(SCRATCH_PREFIX) :].split("-", 1)[0]
+            if not pid.isdigit() or int(pid) == os.getpid() or pid_alive(int(pid)) or not folder.is_dir():
+                continue
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(str(folder))
+    return removed
 
 
 def _children_cpu_s() -> float:

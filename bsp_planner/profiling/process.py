@@ -19,6 +19,8 @@ phase, and only the rate over consecutive steps is the CPU limit's effect, which
 step after step gets. For steps longer than a period the two agree; for much shorter ones the mean needs
 several periods to settle, hence `min_measure_s` (1 s: ten periods, by default).
 
+A workload whose `max_measure` measured steps still last less than `min_measure_s` together (a step that
+does almost nothing when profiled) fails its cell, saying so, instead of running steps without end.
 A process that exits non-zero, ends before its last planned step, reports another workload than the one
 assigned (it does not size its work by the assignment), or reports no step for `timeout_s` seconds is a
 failure of every cell it did not finish; the cells it finished before are kept. `timeout_s` bounds the
@@ -36,13 +38,15 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import InputError
 from ..job import Task, substitute
+from ..placeholders import alone_values
 from ..settings import coerce_field
+from ..signals import parent_death_signal
 from ..task.profiling import PROFILE_ENV, ProfilingPlan, write_plan
 from .cgroups import CpuQuotaGroup
 from .results import RunResult, stderr_tail
@@ -60,6 +64,7 @@ class ProcessSteps:
     warmup: int = 1
     measure: int = 5
     min_measure_s: float = 1.0
+    max_measure: int = 1000  # measured steps per workload at most: an (almost) empty step fails its cell
 
     def __post_init__(self) -> None:
         # Checked by the settings loader, as every setting is (NaN, a fraction of a step, a bound exceeded),
@@ -68,30 +73,44 @@ class ProcessSteps:
             ("warmup", "--warmup-steps", int, {"ge": 0, "le": MAX_STEPS}),
             ("measure", "--measure-steps", int, {"ge": 1, "le": MAX_STEPS}),
             ("min_measure_s", "--min-measure-s", float, {"ge": 0, "le": MAX_MIN_MEASURE_S}),
+            ("max_measure", "--max-measure-steps", int, {"ge": 1, "le": MAX_STEPS * 100}),
         ):
             value = coerce_field(getattr(self, name), tp, checks, where=option, path=None)
             object.__setattr__(self, name, value)  # frozen: the coerced value (3.0 -> 3) replaces the given one
 
     def as_dict(self) -> dict[str, float]:
-        return {"warmup_steps": self.warmup, "measure_steps": self.measure, "min_measure_s": self.min_measure_s}
+        return {
+            "warmup_steps": self.warmup,
+            "measure_steps": self.measure,
+            "min_measure_s": self.min_measure_s,
+            "max_measure_steps": self.max_measure,
+        }
 
     def plan(self, task: str, workloads: Sequence[float], reports_file: Path) -> ProfilingPlan:
         return ProfilingPlan(
-            task, tuple(float(w) for w in workloads), str(reports_file), self.warmup, self.measure, self.min_measure_s
+            task,
+            tuple(float(w) for w in workloads),
+            str(reports_file),
+            self.warmup,
+            self.measure,
+            self.min_measure_s,
+            self.max_measure,
         )
 
 
-def process_args(task: Task, run_dir: str | Path) -> list[str]:
-    """The process's argument list, with `{task}`, `{run_dir}` and `{python}` substituted as a run does."""
+def process_args(task: Task, run_dir: str | Path, run_values: dict[str, str] | None = None) -> list[str]:
+    """The process's argument list, with `{task}`, `{run_dir}` and `{python}` substituted as a run does, and
+    `run_values` (`{port}`, `{port:NAME}`, `{job_dir}`: :func:`~bsp_planner.placeholders.alone_values`)."""
     if task.process is None:
         raise InputError(f"task '{task.name}' runs a {task.kind}, not a process", field="process")
-    values = {"task": task.name, "run_dir": str(run_dir), "python": sys.executable}
+    values = {**(run_values or {}), "task": task.name, "run_dir": str(run_dir), "python": sys.executable}
     return [substitute(a, values) for a in task.process]
 
 
-def process_env(task: Task, plan: Path, run_dir: Path) -> dict[str, str]:
+def process_env(task: Task, plan: Path, run_dir: Path, run_env: dict[str, str] | None = None) -> dict[str, str]:
     """The caller's environment without any bsp-planner run's variables, plus the profiling session's."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("BSP_")}
+    env.update(run_env or {})
     env.update({PROFILE_ENV: str(plan), "BSP_TASK": task.name, "BSP_RUN_DIR": str(run_dir)})
     return env
 
@@ -138,7 +157,10 @@ def cell_results(
         cell = [r for r in reports if r["assigned_workload"] == float(w)]
         measured = [r for r in cell if r.get("phase") == "measure"]
         trusted = wrong is None or (cell and cell[-1]["step"] < wrong["step"])
-        if trusted and measured and any(r.get("cell_done") for r in cell):
+        short = next((r["cell_failed"] for r in cell if r.get("cell_failed")), None)
+        if short is not None:
+            results[float(w)] = RunResult(None, f"task '{task.name}' workload {w:g}: {short}")
+        elif trusted and measured and any(r.get("cell_done") for r in cell):
             results[float(w)] = RunResult(
                 statistics.fmean(float(r["wall_s"]) for r in measured),
                 cpu_s=statistics.fmean(float(r.get("cpu_s", 0.0)) for r in measured),
@@ -161,10 +183,12 @@ def drive_process(
     timeout_s: float,
     steps: ProcessSteps,
     workdir: Path,
+    progress: Callable[[str], None] | None = None,
 ) -> dict[float, RunResult]:
     """Start `task`'s process once inside `group`, run `workloads` through its profiling session, and
     return each workload's cell. Kills the process (and everything in the group) on timeout and on any
-    exception, Ctrl-C included."""
+    exception, Ctrl-C included; it gets SIGKILL if the profiler dies (parent-death signal). `progress` is
+    told where the process is (workload, steps, measured seconds) as its reports come in."""
     with tempfile.TemporaryDirectory(prefix=f"profile-{task.name}-", dir=workdir) as tmp:
         scratch = Path(tmp)
         run_dir = scratch / "run"
@@ -172,19 +196,20 @@ def drive_process(
         reports_file = scratch / "reports.jsonl"
         plan = write_plan(scratch / "plan.json", steps.plan(task.name, workloads, reports_file))
         follower = ReportFollower(reports_file)
+        values, env = alone_values(task.name, task.process or (), task.job_dir)
         with open(scratch / "stderr", "w+b") as err:
             proc = subprocess.Popen(
-                process_args(task, run_dir),
+                process_args(task, run_dir, values),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=err,
                 cwd=run_dir,
-                env=process_env(task, plan, run_dir),
-                preexec_fn=group.preexec_fn,
+                env=process_env(task, plan, run_dir, env),
+                preexec_fn=_with_parent_death(group.preexec_fn),
                 start_new_session=True,
             )
             try:
-                failure = _follow(proc, group, follower, timeout_s, len(workloads))
+                failure = _follow(proc, group, follower, timeout_s, len(workloads), task.name, progress)
             except BaseException:
                 _kill(proc, group)
                 raise
@@ -195,8 +220,40 @@ def drive_process(
         return cell_results(task, follower.reports, workloads, failure)
 
 
+def _with_parent_death(preexec: Callable[[], None]) -> Callable[[], None]:
+    """`preexec` (joining the quota group), then SIGKILL to the child when the profiler dies, so that a
+    killed `profile run` leaves no task process behind."""
+    parent = os.getpid()
+
+    def run() -> None:  # in the child, between fork and exec: plain system calls only
+        preexec()
+        parent_death_signal(signal.SIGKILL)
+        if os.getppid() != parent:
+            os._exit(1)
+
+    return run
+
+
+def progress_text(task: str, reports: list[dict], cells: int) -> str:
+    """Where a profiled process is: its workload, its steps of it, and the measured seconds so far."""
+    last = reports[-1]
+    cell = [r for r in reports if r["assigned_workload"] == last["assigned_workload"]]
+    measured = [r for r in cell if r.get("phase") == "measure"]
+    done = sum(1 for r in reports if r.get("cell_done"))
+    return (
+        f"{task} w={last['assigned_workload']:g} ({done}/{cells} done): step {len(cell)}, "
+        f"{sum(float(r['wall_s']) for r in measured):.2f} s measured"
+    )
+
+
 def _follow(
-    proc: subprocess.Popen, group: CpuQuotaGroup, follower: ReportFollower, timeout_s: float, cells: int
+    proc: subprocess.Popen,
+    group: CpuQuotaGroup,
+    follower: ReportFollower,
+    timeout_s: float,
+    cells: int,
+    task: str = "",
+    progress: Callable[[str], None] | None = None,
 ) -> str | None:
     """Wait for the process to end, following its reports; None when it finished every cell and exited
     0, else why not (the process is killed on a timeout)."""
@@ -209,6 +266,8 @@ def _follow(
             exited = False
         if follower.poll():
             last_progress = time.monotonic()
+            if progress is not None:
+                progress(progress_text(task, follower.reports, cells))
         done = sum(1 for r in follower.reports if r.get("cell_done"))
         where = where_stopped(follower.reports)
         if exited:

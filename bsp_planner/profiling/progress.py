@@ -57,6 +57,14 @@ class GridProgress:
     def start(self, cell: Cell) -> None:
         self.progress.update(self.task, cell=cell_text(cell))
 
+    def note(self, text: str) -> None:
+        """Where the running cell is (a profiled process's workload, step and measured seconds)."""
+        self.progress.update(self.task, cell=text)
+        now = time.monotonic()
+        if self.plain and now - self.last_log >= self.LOG_EVERY_S:
+            self.last_log = now
+            self.console.print(text, highlight=False)
+
     def done(self, cell: Cell, result: RunResult) -> None:
         self.runs += 1
         if not result.ok:

@@ -13,12 +13,14 @@ class RunResult:
 
     `cpu_s` is the CPU seconds the run used (user + system, its process and the children it waited for),
     `cpu_stat` its cgroup's bandwidth accounting (periods, throttled periods and time), where the
-    backend measures them (None otherwise)."""
+    backend measures them (None otherwise). `reported_workload`: the workload a command task reported on its
+    stdout, which the runner compares with the cell's (a program that sizes its own work)."""
 
     duration_s: float | None
     reason: str = ""
     cpu_s: float | None = None
     cpu_stat: CpuStat | None = None
+    reported_workload: float | None = None  # what a command task said it did (`{"workload": ...}`), if it said
 
     @property
     def ok(self) -> bool:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -32,7 +32,9 @@ from .grid import (
     DEFAULT_TIMEOUT_S,
     DEFAULT_WORKLOADS,
     Cell,
+    Failure,
     Grid,
+    GridReport,
     level_text,
     parse_levels,
     plan_cells,
@@ -100,31 +102,6 @@ class Backend(Protocol):
 
 
 # -- running -----------------------------------------------------------------------------------------
-@dataclass
-class Failure:
-    task: str
-    workload: float
-    cpu_millicores: float
-    repeat: int
-    reason: str
-    date: str
-
-
-@dataclass
-class GridReport:
-    profile: Path
-    planned: int  # cells of the requested grid
-    skipped: int  # already in the file
-    measured: int = 0
-    failures: list[Failure] = field(default_factory=list)
-    interrupted: bool = False
-    wall_s: float = 0.0
-
-    @property
-    def missing(self) -> int:
-        return self.planned - self.skipped - self.measured
-
-
 def run_grid(
     job: Job,
     out: str | Path,
@@ -148,7 +125,7 @@ def run_grid(
     grid = validate_grid(grid)
     selected = select_tasks(job, tasks)
     _check_process_support(backend, selected)
-    _check_profile_path(out)
+    check_profile_path(out)
     meta, measured, backend_info = _open_profile(out, job, selected, grid, backend, steps)
 
     cells = plan_cells(selected, grid)
@@ -164,12 +141,27 @@ def run_grid(
     started = time.monotonic()
     loads: list[float] = []  # the 1-minute load average after each run: how busy the host was
     bar = GridProgress(todo, console) if progress and todo else None
+    warned: set[str] = set()  # tasks already warned about (self_sized)
+    if bar is not None and hasattr(backend, "on_progress"):
+        backend.on_progress = bar.note  # a process's steps as they come: a long cell is seen moving
+    streaks = FailureStreaks()
     try:
         for batch in plan_batches(todo, {t.name: t for t in selected}):
+            if batch.task.name in streaks.given_up:
+                continue
             if bar:
                 bar.start(batch.cells[0])
-            for cell, result in run_batch(backend, batch, timeout_s, steps):
+            results = run_batch(backend, batch, timeout_s, steps)
+            if (stop := streaks.add(batch.task.name, [r for _, r in results])) is not None:
+                (bar.progress.console if bar else _stderr(console)).print(f"[red]{stop}[/]", highlight=False)
+                if callable(abandon := getattr(backend, "abandon", None)):
+                    abandon(batch.task.name)  # a backend that runs cells ahead drops the task's
+            for cell, result in results:
                 _record(out, cell, result, report)
+                if (note := self_sized(cell, result, warned)) is not None:
+                    (bar.progress.console if bar else _stderr(console)).print(
+                        f"[yellow]warning[/]: {note}", highlight=False
+                    )
                 load = load_avg_1m()
                 if load is not None:
                     loads.append(load)
@@ -189,6 +181,71 @@ def run_grid(
         finish_meta(meta, out)
         write_json(metadata_path(out), meta)
     return report
+
+
+GIVE_UP_AFTER = 3  # a task's first runs failing the same way this many times: its other cells are not run
+
+
+class FailureStreaks:
+    """Stops a task early: when its first GIVE_UP_AFTER runs of this session all fail with the same reason
+    (a missing script, a bad argument), the rest would too. Its other cells are left out of this session
+    (still missing: the next session runs them). Timeouts do not count: they depend on the cell."""
+
+    def __init__(self) -> None:
+        self.reasons: dict[str, list[str]] = {}  # task -> why each of its runs failed, while none succeeded
+        self.succeeded: set[str] = set()
+        self.given_up: set[str] = set()
+
+    def add(self, name: str, results: Sequence[RunResult]) -> str | None:
+        """Count one start of task `name` (its cells' results); the message to show when it is given up."""
+        if any(r.ok for r in results):
+            self.succeeded.add(name)
+        if name in self.succeeded or name in self.given_up or not results:
+            return None
+        if "timeout" in results[0].reason:  # depends on the cell (more work, less CPU): another may finish
+            self.reasons.pop(name, None)
+            return None
+        reasons = self.reasons.setdefault(name, [])
+        reasons.append(results[0].reason)
+        if len(reasons) < GIVE_UP_AFTER or len(set(reasons)) != 1:
+            return None
+        self.given_up.add(name)
+        return (
+            f"task '{name}': its first {len(reasons)} runs failed the same way ({reasons[0]}); its other cells "
+            f"are not run{path_hint(reasons[0])}; fix it and run the same command again to measure them"
+        )
+
+
+def path_hint(reason: str) -> str:
+    """A hint for a failure that looks like a relative path the program could not find."""
+    if "No such file" in reason or "can't open file" in reason or "not found" in reason:
+        return (
+            " (a relative path? the program runs in a scratch folder; relative paths in `command`/`process` "
+            "resolve against the job file's folder only where they name an existing file there, and "
+            "{job_dir} names that folder: docs/tasks.md)"
+        )
+    return ""
+
+
+def self_sized(cell: Cell, result: RunResult, warned: set[str]) -> str | None:
+    """The warning for a command task that reported another workload than the cell's (once per task, in
+    `warned`): it sizes its own work, so every cell of it times the same work and the profile comes out flat."""
+    name, workload, cpu, _ = cell
+    got = result.reported_workload
+    if not result.ok or got is None or name in warned or math.isclose(got, workload, rel_tol=1e-9, abs_tol=0.5):
+        return None
+    warned.add(name)
+    return (
+        f"task '{name}' reported workload {got:g} where the profiler assigned {workload:g} (at {cpu:g}m): a program "
+        "that sizes its own work times the same work in every cell, and its profile comes out flat; size each "
+        "step by {workload} (or $BSP_WORKLOAD) when $BSP_SYNC is 'profile'"
+    )
+
+
+def _stderr(console: Console | None) -> Console:
+    from rich.console import Console
+
+    return console if console is not None else Console(stderr=True)
 
 
 def _check_timeout(timeout_s: float) -> None:
@@ -263,7 +320,7 @@ def run_batch(backend: Backend, batch: Batch, timeout_s: float, steps: ProcessSt
     return [(cell, backend.run(task, cell[1], cell[2], timeout_s))]
 
 
-def _check_profile_path(out: Path) -> None:
+def check_profile_path(out: Path) -> None:
     if out.suffix.lower() != ".csv":
         raise InputError("expected a .csv path for the profile", path=out, field="--out")
     if out.exists() and not out.is_file():

@@ -50,6 +50,8 @@ from .run_root import claim_root, prepare_tree
 from .run_settings import RECONFIGURE, RunSettings
 from .run_store import RUN_FORMAT, RunStore, RunStoreUnwritable, check_run_id, new_run_id, now_iso, recorded_path
 from .runlog import RunLog, step_record
+from .services import Services
+from .stateful import continue_hint, resolve_reconfigure
 from .summary import write_summary
 
 __all__ = [
@@ -118,6 +120,7 @@ class Coordinator:
         self.paths_out: dict[str, Path] = {}
         self.instance = secrets.token_hex(8)  # names this coordinator in its ZooKeeper lock and run.json
         self.stop_requested = threading.Event()
+        self.services: Services | None = None
 
     def request_stop(self) -> bool:
         """Ask a running coordinator to stop as Ctrl-C does (resumable, exit 3), at its next safe point: between
@@ -131,6 +134,8 @@ class Coordinator:
     def _check_stop(self) -> None:
         if self.stop_requested.is_set():
             raise KeyboardInterrupt
+        if self.services:
+            self.services.check(self._check_stop)  # restarts a service that exited, or fails the run
 
     @property
     def run_meta(self) -> dict:
@@ -281,8 +286,10 @@ class Coordinator:
         if s.backend == "local" and (note := period_mismatch(self.exp, s.cfs_period_us)):
             self.say(note)
         caps = self.backend.capabilities()
-        if s.reconfigure is None:
-            s.reconfigure = self.backend.default_reconfigure
+        # process tasks keep their state in memory: in place by default, never recreated unless restorable
+        s.reconfigure = resolve_reconfigure(
+            s.reconfigure, self.job, self.backend.default_reconfigure, caps.in_place, self.backend.name
+        )
         if s.reconfigure == "auto":  # in place where the backend can (Kubernetes 1.33+), else recreation
             s.reconfigure = "in-place" if caps.in_place else "recreate"
         if s.reconfigure == "in-place" and not caps.in_place:
@@ -336,6 +343,7 @@ class Coordinator:
         except OSError as exc:
             raise RunStoreUnwritable(f"cannot write the run log in {self.run_dir}: {exc.strerror or exc}") from None
         self.backend.cleanup_stale()
+        self._make_services()
         self.executor = LiveExecutor(
             s,
             self.session,
@@ -348,15 +356,47 @@ class Coordinator:
             lambda inc: self.store.write_meta(incarnations=dict(inc)),
             self._relock_if_lost,
             lambda text: self.say(text),
-            processes={
-                t.name: t.process for t in self.job.tasks if t.process is not None
-            },  # () : an image run as built
+            processes={t.name: t.process for t in self.job.tasks if t.process is not None},  # bound in run()
             sync=self.job.sync,
             run_id=self.run_id,
             run_dir=str(self.run_dir.resolve()),
             check_stop=self._check_stop,
         )
         return loop, records, runlog
+
+    def _make_services(self) -> None:
+        """A free port for every task and service (`{port}`, `{port:NAME}`, BSP_PORT) and the run's services
+        (`[[service]]`, started in run() on the backend's service runner)."""
+        from ..placeholders import choose_ports
+
+        assert self.backend is not None  # made in _prepare
+        runner = (
+            self.backend.service_runner(self.run_dir / "logs", str(self.run_dir.resolve()))
+            if self.job.services
+            else None
+        )
+        self.services = Services(
+            self.job.services,
+            choose_ports(self.job.port_names),
+            self.job.job_dir,
+            str(self.run_dir.resolve()),
+            runner,  # None only without services: nothing to start
+            self.say,
+        )
+
+    def _bind_placeholders(self) -> None:
+        """Once the services run: the process tasks' argument lists with `{port}`, `{port:NAME}`, `{job_dir}`
+        and `{host:NAME}` substituted, and every task's environment (BSP_PORT, BSP_PORTS, BSP_HOSTS...)."""
+        from ..job import substitute
+
+        assert self.executor is not None and self.services is not None  # made in _prepare
+        sv = self.services
+        self.executor.processes = {  # () : an image run as built
+            t.name: tuple(substitute(a, sv.values(t.name)) for a in t.process)
+            for t in self.job.tasks
+            if t.process is not None
+        }
+        self.executor.task_env = {t: sv.env(t) for t in self.job.task_names}
 
     def _plan_with_method_cost(self) -> None:
         """The planner's reconfiguration penalty is the cost of the method this run uses: the
@@ -379,7 +419,8 @@ class Coordinator:
             planned, source = float(self.exp.penalty_s), "the experiment's penalty_s"
         self.ctx = dataclasses.replace(self.ctx, penalty_s=float(planned))
         self.reconfigure_cost = {"method": method, "planned_s": float(planned), "source": source}
-        self.say(f"planning with a {method} reconfiguration cost of {planned:.4g} s ({source})")
+        article = "an" if method[:1] in "aeiou" else "a"  # an in-place, a recreate
+        self.say(f"planning with {article} {method} reconfiguration cost of {planned:.4g} s ({source})")
 
     def _abandon(self, exc: BaseException) -> None:
         """A run that failed before any task started: a new one leaves nothing (its folder, its znodes);
@@ -426,9 +467,15 @@ class Coordinator:
             self._abandon(exc)
             raise
         status, message = "failed", ""
-        resume_hint = f"`bsp-planner run --resume {self.run_id}`"
+
+        def then(failed: bool = False) -> str:  # `--resume`, unless a task's state died with its process
+            return continue_hint(self.job, self.run_id, len(records), failed=failed)
+
         try:
             self.store.write_meta(status="running")
+            assert self.services is not None  # made in _prepare
+            self.services.start_all(self._check_stop)  # each waited ready before any task starts
+            self._bind_placeholders()
             self._run_steps(loop, records, runlog)
             assert self.executor is not None and self.session is not None  # set up by _prepare
             self.executor.finish(self.exp.steps)
@@ -438,24 +485,30 @@ class Coordinator:
         except (Z.ZkUnavailable, TaskLost, KeyboardInterrupt, RunStoreUnwritable) as exc:
             status = "interrupted"
             why = "interrupted (Ctrl-C or SIGTERM)" if isinstance(exc, KeyboardInterrupt) else str(exc)
-            message = f"{why}; {_stopped_after(records)}; continue it with {resume_hint}"
+            message = f"{why}; {_stopped_after(records)}; {then()}"
             raise RunInterrupted(message, self.run_id) from None
         except RunFailed as exc:
-            message = f"{exc}\n{_stopped_after(records)}; once the cause is fixed, continue it with {resume_hint}"
+            message = f"{exc}\n{_stopped_after(records)}; {then(failed=True)}"
             raise RunFailed(message) from None
         except InputError as exc:  # met mid-run (a malformed value in ZooKeeper, a refused pod): still resumable
-            message = f"{exc.message}; {_stopped_after(records)}; once fixed, continue it with {resume_hint}"
+            message = f"{exc.message}; {_stopped_after(records)}; {then(failed=True)}"
             raise InputError(message, path=exc.path, line=exc.line, field=exc.field) from None
         except Exception as exc:  # not foreseen: say what and where it stopped rather than lose the run
             message = (
                 f"unexpected {type(exc).__name__}: {exc}; {_stopped_after(records)}; "
-                f"its steps so far are logged; continue it with {resume_hint}"
+                f"its steps so far are logged; {then()}"
             )
             raise RunFailed(message) from exc
         finally:
             assert self.backend is not None and self.session is not None  # set up by _prepare
+            if self.executor is not None:
+                self.executor.own_share.leave()  # out of the run's group before the backend removes it
             try:
-                self.backend.close()
+                try:
+                    self.backend.close()
+                finally:
+                    if self.services is not None:
+                        self.services.stop_all()  # after the tasks that use them
             finally:
                 if self.lock is not None:
                     self.lock.release()
@@ -485,11 +538,13 @@ class Coordinator:
         return observation_of(rec["step"], reports, given, rec["step_s"])
 
     def _given_workloads(self, t: int) -> np.ndarray:
-        """What the tasks are told for step t: the job's series; a job without one whose tasks report
-        their workloads is told the forecast (the tasks know the truth, we do not)."""
-        if self.scen.job_series is None and self.predictions is not None:
-            return np.clip(self.predictions.expected_workloads(t)[:, 0], *self.exp.workload_range)
-        return self.scen.actual_workloads[:, t]
+        """What the tasks are told for step t: a task's series; a task without one, which reports its
+        workloads, is told the forecast (the task knows the truth, we do not)."""
+        given = self.scen.actual_workloads[:, t]
+        if not self.scen.known_workloads.all() and self.predictions is not None:
+            forecast = np.clip(self.predictions.expected_workloads(t)[:, 0], *self.exp.workload_range)
+            given = np.where(self.scen.known_workloads, given, forecast)
+        return given
 
     def _run_steps(self, loop, records: list[dict], runlog: RunLog) -> None:
         """The remaining steps through the one step loop on the live executor; every step is appended to
@@ -525,14 +580,14 @@ class Coordinator:
                 d["reports"],
                 d["restarts"],
                 d["resumed"],
+                d["given"],
             )
             rec["reconfig_method"] = self.settings.reconfigure if step.reconfigured else None  # reconfig_s: its cost
-            for i, x in enumerate(rec["tasks"]):
-                x["workload"] = float(d["given"][i])  # what the task was told
             if step.learning is not None:
                 rec["learning"] = {
                     k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in step.learning.items()
                 }
+                rec["learned_step_s"] = float(np.max(step.learning["predicted_before_s"]))
             try:
                 runlog.append(rec)
             except OSError as exc:
@@ -540,7 +595,6 @@ class Coordinator:
                     f"step {t} ran but cannot be written to the run log {runlog.jsonl}: {exc.strerror or exc}"
                 ) from None
             records.append(rec)
-            ex.cleanup_barrier(t - 1)
             restarts = sum(d["restarts"].values())
             self.say(
                 f"step {t:4d}: {rec['step_s']:.3f} s (predicted {rec['predicted_step_s']:.3f} s)"

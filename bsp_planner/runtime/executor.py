@@ -15,8 +15,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..loop import StepsEnded
 from . import zk as Z
 from .backends import Backend, WorkerLaunch
+from .own_share import RunGroupMembership
 from .run_settings import RunSettings
 from .worker import EXIT_INPUT, EXIT_STRESS
 
@@ -59,6 +61,7 @@ class LiveExecutor:
         run_id: str = "",
         run_dir: str = "",
         check_stop: Callable[[], None] | None = None,
+        task_env: dict[str, dict[str, str]] | None = None,
     ) -> None:
         self.settings = settings
         self.session = session
@@ -80,6 +83,8 @@ class LiveExecutor:
         # raises KeyboardInterrupt once a stop was asked for (SIGTERM): checked between ZooKeeper calls, never
         # inside one, so a stop cannot leave the client half-way through a request
         self.check_stop = check_stop or (lambda: None)
+        self.own_share = RunGroupMembership()  # the coordinator's CPU share while the tasks saturate the CPUs
+        self.task_env = task_env or {}  # per task: its port, the run's ports, the job's folder (placeholders)
 
     # -- workers -----------------------------------------------------------------------------------
     def _launch(self, task: str) -> WorkerLaunch:
@@ -109,7 +114,7 @@ class LiveExecutor:
             "--step-timeout",
             f"{worker_step_timeout_s(s.step_timeout_s):g}",
         )
-        return WorkerLaunch(task=task, args=args, env=dict(self.worker_env), incarnation=k)
+        return WorkerLaunch(task=task, args=args, env={**self.worker_env, **self.task_env.get(task, {})}, incarnation=k)
 
     def _process_launch(self, task: str, k: int) -> WorkerLaunch:
         """A process task: the user's program itself, with the environment bsp_planner.task joins from."""
@@ -117,7 +122,7 @@ class LiveExecutor:
 
         values = {"task": task, "run_dir": self.run_dir, "python": sys.executable}
         args = tuple(substitute(a, values) for a in self.processes[task])
-        env = dict(self.worker_env)
+        env = {**self.worker_env, **self.task_env.get(task, {})}
         env.update(
             {
                 "BSP_RUN_ID": self.run_id,
@@ -190,6 +195,8 @@ class LiveExecutor:
             self.backend.start_task(self._launch(t), self.cpu_of(int(levels[i])))
             self.levels_now[t] = int(levels[i])
         self._save_incarnations(self.incarnation)
+        # beside the tasks in the run's group, ahead of them, not behind the whole group in the root one
+        self.own_share.join(getattr(self.backend, "run_parent", None))
         self._wait_ready(self.tasks, next_step)
         return time.perf_counter() - t0
 
@@ -258,6 +265,7 @@ class LiveExecutor:
         deadline = time.monotonic() + self.settings.step_timeout_s
         caps = self.backend.capabilities()
         missing_since: dict[str, float] = {}
+        left: set[str] = set()  # observe mode: processes that ended normally without running step t
 
         def check(watch):
             if observe:  # every task reported step t (the application keeps its own synchronisation)
@@ -285,6 +293,9 @@ class LiveExecutor:
                     continue
                 if task in self.processes and st.exit_code == 0 and s.exists(self.paths.result(task, t)):
                     continue  # it reported step t (observe mode: perhaps its last) and ended normally
+                if observe and task in self.processes and st.exit_code == 0:
+                    left.add(task)  # the application ended on its own after its last step
+                    continue
                 if task in self.processes:  # its state is gone with it: a restart is a resume, not a retry
                     raise RunFailed(
                         f"task {task}'s process exited with code {st.exit_code} in step {t} (it keeps its state in "
@@ -306,6 +317,17 @@ class LiveExecutor:
                 self.backend.start_task(self._launch(task), self.cpu_of(self.levels_now[task]))
                 self._save_incarnations(self.incarnation)
                 missing_since.pop(task, None)
+            if left and all(
+                task in left or (self.backend.poll_task(task).alive is False and s.exists(self.paths.result(task, t)))
+                for task in self.tasks
+            ):
+                ran = [task for task in self.tasks if task not in left]
+                if ran:
+                    raise RunFailed(
+                        f"task {', '.join(sorted(left))} ended after step {t - 1} but {', '.join(ran)} ran step {t}: "
+                        "the application's tasks ran different numbers of steps"
+                    )
+                raise StepsEnded(t)  # every task left: the application's own length
             if time.monotonic() > deadline:
                 late = [task for task in self.tasks if not s.exists(self.paths.result(task, t))]
                 who = f": task {', '.join(late)} did not report step {t}" if late else ""
@@ -318,11 +340,16 @@ class LiveExecutor:
         return StepOutcome(released, restarts)
 
     def results(self, t: int) -> list[dict]:
+        """Every task's report of step t, in the tasks' order; asked for all at once (pipelined: one round
+        trip, not one per task), each read again on its own where that failed."""
         s = self.session
         out = []
-        for task in self.tasks:
+        ahead = [s.prefetch(self.paths.result(task, t)) for task in self.tasks]
+        for task, pending in zip(self.tasks, ahead, strict=True):
             path = self.paths.result(task, t)
-            v = s.get(path)
+            v = pending.value(min(self.settings.zk_wait_s, 5.0))
+            if not isinstance(v, dict):
+                v = s.get(path)
             if v is None:
                 raise Z.MalformedValue(f"step {t} is done but {path} is missing", field=path)
             out.append(Z.parse_result(path, v, t))

@@ -19,7 +19,6 @@ the coordinator restarts the task as it would a dead worker, since running the s
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -32,7 +31,11 @@ from typing import TYPE_CHECKING
 
 from ..errors import InputError
 from ..job import SeriesRef, Task
+from ..placeholders import values_from_env
+from ..task.reports import parse_workload_report
 from . import zk as Z
+
+OUTPUT_KEEP_BYTES = 16384  # of a successful step's stdout and of its stderr, kept in the task's log
 
 if TYPE_CHECKING:
     from ..task import TaskSession
@@ -120,7 +123,7 @@ class Worker:
             self._say(f"error: {exc}")
             return EXIT_ZK
         except (InputError, TaskJoinError) as exc:
-            self._say(f"error: {exc}")
+            self._say(f"error: {_as_worker_options(exc)}")
             return EXIT_INPUT
         except StressFailed as exc:
             self._say(f"error: {exc}")
@@ -204,7 +207,13 @@ class Worker:
         """Run step t (stress-ng, or the task's command); (wall seconds, what it reported on stdout)."""
         is_command = task.kind == "command"
         what = f"task {self.task_name} step {t}: " + ("its command" if is_command else "stress-ng")
-        args = task.step_args(workload, t, stress_ng=stress_ng, run_dir=os.environ.get("BSP_RUN_DIR", os.getcwd()))
+        args = task.step_args(
+            workload,
+            t,
+            stress_ng=stress_ng,
+            run_dir=os.environ.get("BSP_RUN_DIR", os.getcwd()),
+            run_values=values_from_env(os.environ),  # {port}, {port:NAME}, {job_dir}
+        )
         env = {**os.environ, **task.step_env(workload, t)} if is_command else None
         start = time.perf_counter()
         try:
@@ -233,37 +242,22 @@ class Worker:
         if code != 0:
             tail = " ".join((err or b"").decode(errors="replace").split())[-300:]
             raise StressFailed(f"{what} exited with code {code}: {' '.join(args)}: {tail}")
+        if is_command:
+            self._keep_output(t, out or b"", err or b"")
         return duration, (parse_workload_report(out or b"", what) if is_command else {})
 
-
-def parse_workload_report(stdout: bytes, what: str) -> dict:
-    """The workload a command reported: its last stdout line that is a JSON object with "workload"
-    (optionally "next_workload"); {} if it printed none. A line that starts like one but is not valid
-    JSON, or a workload that is not a finite number in 0..MAX_WORKLOAD, is an InputError naming `what`."""
-    found: dict = {}
-    for raw in stdout.decode(errors="replace").splitlines():
-        line = raw.strip()
-        if not (line.startswith("{") and '"workload"' in line):
-            continue
-        try:
-            v = json.loads(line, parse_constant=lambda c: float(c))  # NaN/Infinity parsed, then refused below
-        except ValueError:
-            raise InputError(
-                f'{what} printed a malformed workload report {line[:200]!r} (expected one JSON line like {{"workload": 37.5}})',
-                field="workload",
-            ) from None
-        if not isinstance(v, dict):
-            continue
-        found = {"workload": _reported(v, "workload", what)}
-        if v.get("next_workload") is not None:
-            found["next_workload"] = _reported(v, "next_workload", what)
-    return found
-
-
-def _reported(v: dict, key: str, what: str) -> float:
-    from ..task.reports import check_report_workload
-
-    return check_report_workload(v.get(key), what, key)
+    def _keep_output(self, t: int, out: bytes, err: bytes) -> None:
+        """A successful step's stdout and stderr, into the worker's log (the run's logs/<task>.log), the last
+        OUTPUT_KEEP_BYTES of each: what the program said is kept, not only when it fails."""
+        for name, data in (("stdout", out), ("stderr", err)):
+            if not data.strip():
+                continue
+            cut = len(data) > OUTPUT_KEEP_BYTES
+            head = f"--- step {t} {name}" + (f" (its last {OUTPUT_KEEP_BYTES} bytes)" if cut else "") + "\n"
+            sys.stderr.buffer.write(
+                head.encode() + data[-OUTPUT_KEEP_BYTES:] + (b"" if data.endswith(b"\n") else b"\n")
+            )
+        sys.stderr.flush()
 
 
 def _signal_name(signum: int) -> str:
@@ -275,3 +269,18 @@ def _signal_name(signum: int) -> str:
 
 def main(cfg: WorkerConfig) -> int:
     return Worker(cfg).run()
+
+
+#: A worker is given its run and task by options, not by the environment a user's task process reads
+_WORKER_OPTIONS = {"BSP_RUN_ID": "--root", "BSP_TASK": "--task"}
+
+
+def _as_worker_options(exc: Exception) -> str:
+    """A join error as the worker's user reads it: naming --root and --task, not $BSP_RUN_ID and $BSP_TASK."""
+    field = getattr(exc, "field", None)
+    if field not in _WORKER_OPTIONS:
+        return str(exc)
+    message = getattr(exc, "message", str(exc))
+    for env, option in _WORKER_OPTIONS.items():
+        message = message.replace(f" (${env}=None)", "").replace(f"${env}", option)
+    return f"field '{_WORKER_OPTIONS[field]}': {message}"

@@ -10,6 +10,7 @@ The profiler starts the process (in a cgroup whose CFS quota is one CPU level of
         "warmup_steps": 1,
         "measure_steps": 5,
         "min_measure_s": 1.0,
+        "max_measure_steps": 1000,
         "reports_file": "...",
     }
 
@@ -22,7 +23,9 @@ program whose tasks exchange data with each other skips that exchange, since it 
 
 Each workload runs `warmup_steps` steps, then measured steps until there are at least `measure_steps`
 of them and they took at least `min_measure_s` seconds together (so that short steps span several CFS
-periods: see :mod:`bsp_planner.profiling.process`). Each report carries the ``assigned_workload``, the
+periods: see :mod:`bsp_planner.profiling.process`), but never more than `max_measure_steps`: a workload
+whose steps are (almost) empty would otherwise be asked for steps without end; its last report then says
+why the cell failed (``"cell_failed"``) and the next workload begins. Each report carries the ``assigned_workload``, the
 ``phase`` (``"warmup"`` or ``"measure"``) and, on a workload's last step, ``"cell_done": true``.
 
 No ZooKeeper, coordinator or credentials are involved.
@@ -45,6 +48,7 @@ from .local import LocalSession
 from .timing import StepTimer
 
 PROFILE_ENV = "BSP_PROFILE"
+PROFILE_SYNC = "profile"  # session.sync of a profiled process; BSP_SYNC of a profiled command task
 PLAN_FORMAT = 1
 
 
@@ -59,12 +63,13 @@ class ProfilingPlan:
     warmup_steps: int = 1
     measure_steps: int = 5
     min_measure_s: float = 0.0
+    max_measure_steps: int = 1000  # measured steps per workload at most, min_measure_s reached or not
 
 
 class ProfilingSession(LocalSession):
     """The task API under the profiler: the workload of each step follows the plan, one after another."""
 
-    sync = "profile"
+    sync = PROFILE_SYNC
 
     def __init__(self, plan: ProfilingPlan, run_dir: str = "") -> None:
         super().__init__(plan.task, reports_file=plan.reports_file)
@@ -114,10 +119,16 @@ class ProfilingSession(LocalSession):
         fields: dict[str, Any] = {"assigned_workload": assigned, "phase": "measure" if measuring else "warmup"}
         if measuring:
             self._measured_s += wall_s
-        if (
-            self._steps_in_cell >= self.plan.warmup_steps + self.plan.measure_steps
-            and self._measured_s >= self.plan.min_measure_s
-        ):
+        measured = self._steps_in_cell - self.plan.warmup_steps
+        enough = measured >= self.plan.measure_steps and self._measured_s >= self.plan.min_measure_s
+        if measuring and not enough and measured >= max(self.plan.max_measure_steps, self.plan.measure_steps):
+            fields["cell_failed"] = (
+                f"{measured} measured steps took {self._measured_s:.3g} s together, short of min_measure_s "
+                f"{self.plan.min_measure_s:g} s: its step does (almost) no work when profiled (does it size its "
+                "work by session.assigned_workload(step)?); raise --max-measure-steps or lower --min-measure-s"
+            )
+            enough = True
+        if enough:
             fields["cell_done"] = True
             self._cell += 1
             self._steps_in_cell = 0
@@ -149,6 +160,7 @@ def plan_text(plan: ProfilingPlan) -> str:
         "warmup_steps": plan.warmup_steps,
         "measure_steps": plan.measure_steps,
         "min_measure_s": plan.min_measure_s,
+        "max_measure_steps": plan.max_measure_steps,
         "reports_file": str(plan.reports_file),
     }
     return json.dumps(data)
@@ -185,12 +197,29 @@ def read_plan(path: str) -> ProfilingPlan:
         raise _plan_error(path, "has no 'reports_file'")
     if not workloads or not _numbers(workloads, 0):
         raise _plan_error(path, "has no list of non-negative 'workloads'")
-    steps = [data.get(k, d) for k, d in (("warmup_steps", 1), ("measure_steps", 5), ("min_measure_s", 0.0))]
-    if not _numbers(steps, 0) or steps[1] < 1 or not all(float(s).is_integer() for s in steps[:2]):
-        raise _plan_error(path, "has no whole warmup_steps >= 0, measure_steps >= 1 and min_measure_s >= 0")
+    steps = [
+        data.get(k, d)
+        for k, d in (("warmup_steps", 1), ("measure_steps", 5), ("min_measure_s", 0.0), ("max_measure_steps", 1000))
+    ]
+    if (
+        not _numbers(steps, 0)
+        or steps[1] < 1
+        or steps[3] < 1
+        or not all(float(s).is_integer() for s in (steps[0], steps[1], steps[3]))
+    ):
+        raise _plan_error(
+            path,
+            "has no whole warmup_steps >= 0, measure_steps >= 1, max_measure_steps >= 1 and min_measure_s >= 0",
+        )
     assert isinstance(workloads, list)
     return ProfilingPlan(
-        task, tuple(float(w) for w in workloads), reports, int(steps[0]), int(steps[1]), float(steps[2])
+        task,
+        tuple(float(w) for w in workloads),
+        reports,
+        int(steps[0]),
+        int(steps[1]),
+        float(steps[2]),
+        int(steps[3]),
     )
 
 

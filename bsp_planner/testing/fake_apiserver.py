@@ -16,6 +16,8 @@ evicts a pod when a test says so. What it does check like a real server:
   it; an OSError from it (the program is not in the image) fails the container with reason StartError
   and exit code 128, as the kubelet reports it. No CPU limit is applied to it: resizes only change the
   reported status;
+- a container's tcpSocket readiness probe (on 127.0.0.1, where pod_runner's processes run; ``podIP`` is
+  127.0.0.1): ``containerStatuses[].ready`` while the port accepts connections;
 - resize progress as the kubelet reports it since 1.33: conditions ``PodResizePending`` (reason
   Deferred: no room on the node now; Infeasible: more than the node's allocatable) and
   ``PodResizeInProgress``, the applied values in ``containerStatuses[].resources``, and from 1.35
@@ -341,6 +343,24 @@ class FakeApiServer:
         labels = node["metadata"].get("labels") or {}
         return all(labels.get(k) == v for k, v in (pod["spec"].get("nodeSelector") or {}).items())
 
+    def _probe_readiness(self) -> None:
+        """A running container's tcpSocket readiness probe, as the kubelet runs it: ready while its port (on
+        127.0.0.1, where pod_runner's processes run) accepts a connection."""
+        import socket
+
+        for pod in self.state.pods.values():
+            if pod["status"].get("phase") != "Running":
+                continue
+            for c, cs in zip(pod["spec"]["containers"], pod["status"].get("containerStatuses") or [], strict=False):
+                port = ((c.get("readinessProbe") or {}).get("tcpSocket") or {}).get("port")
+                if port is None or "running" not in (cs.get("state") or {}):
+                    continue
+                try:
+                    with socket.create_connection(("127.0.0.1", int(port)), timeout=0.2):
+                        cs["ready"] = True
+                except OSError:
+                    cs["ready"] = False
+
     def _advance(self) -> None:
         """Move the world forward: finish deletions, schedule, start containers, apply resizes, run jobs."""
         now = time.monotonic()
@@ -398,10 +418,11 @@ class FakeApiServer:
             if now >= self._started_at.get(key, now):
                 status["phase"] = "Running"
                 status["startTime"] = now_iso()
+                status["podIP"] = "127.0.0.1"  # its container is a local process (pod_runner), if any
                 status["containerStatuses"] = [
                     {
                         "name": c["name"],
-                        "ready": True,
+                        "ready": "readinessProbe" not in c,  # with a probe: once it passes (_probe_readiness)
                         "restartCount": 0,
                         "image": c.get("image", ""),
                         "imageID": "",
@@ -419,6 +440,7 @@ class FakeApiServer:
                         self._procs[key] = self.pod_runner(copy.deepcopy(pod))
                     except OSError as exc:  # the program is not in the image: the runtime cannot start it
                         _start_error(pod, pod["spec"]["containers"][0].get("command") or ["?"], exc)
+        self._probe_readiness()
         for key, at in list(self._resize_at.items()):
             pod = self.state.pods.get(key)
             if pod is None:

@@ -102,6 +102,11 @@ class Backend(ABC):
     def log_tail(self, task: str, limit: int = 2000) -> str:
         return ""
 
+    def service_runner(self, log_dir, cwd: str):
+        """Where the job's services run (:class:`~bsp_planner.runtime.services.ServiceRunner`); InputError
+        where this backend runs none."""
+        raise InputError(f"the {self.name} backend does not run a job's services", field="service")
+
     def close(self) -> None:  # noqa: B027  (optional hook: a backend that holds nothing has nothing to release)
         """Stop every task still running and release everything."""
 

@@ -147,12 +147,12 @@ class KubernetesBackend(Backend):
     name = "kubernetes"
 
     def __post_init__(self) -> None:
+        given = self.reconfigure is not None
         self._from_env()
         self.run_key = N.run_key(self.run_id)
         if self.reconfigure not in RECONFIGURE_MODES:
-            raise InputError(
-                f"expected one of {', '.join(RECONFIGURE_MODES)}, got {self.reconfigure!r}", field="--reconfigure"
-            )
+            source = "--reconfigure" if given else f"${ENV_PREFIX}RECONFIGURE"  # say where the value came from
+            raise InputError(f"expected one of {', '.join(RECONFIGURE_MODES)}, got {self.reconfigure!r}", field=source)
         for name in ("pending_timeout_s", "resize_timeout_s", "delete_timeout_s"):
             if not getattr(self, name) > 0:
                 raise InputError(f"expected a positive number of seconds, got {getattr(self, name)!r}", field=name)
@@ -271,6 +271,14 @@ class KubernetesBackend(Backend):
     def check(self, job, millicores_max: float, budget_millicores: float, path=None) -> None:
         """The namespace is reachable with the Role's rights, the reconfiguration mode is possible, the
         image is known, and (where nodes can be read) the budget and the largest task fit the nodes."""
+        by_log = [sv.name for sv in getattr(job, "services", ()) if sv.ready_log_line is not None]
+        if by_log:
+            raise InputError(
+                f"service(s) {', '.join(by_log)} wait for a log line, which the kubernetes backend cannot read (the "
+                'Role grants no log access); give ready = { tcp_port = "{port}" }: a readiness probe on the pod',
+                path=getattr(job, "path", None) or path,
+                field="service.ready.log_line",
+            )
         n = max(1, len(getattr(job, "tasks", ())))
         self.probe_millicores = float(max(MIN_PROBE_MILLICORES, round(budget_millicores / n)))
         self.images = {t.name: t.image for t in getattr(job, "tasks", ()) if getattr(t, "image", None)}
@@ -717,7 +725,10 @@ class KubernetesBackend(Backend):
             return
         st = pod_state(pod)
         line = f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} pod {st.name} on {st.node or '-'}: {st.phase}"
-        line += f" ({st.problem})" if st.problem else ""
+        if st.phase == "Succeeded":  # exit code 0: the normal end, or (mid-run) the coordinator says why it is not
+            line += " (the worker exited with code 0)"
+        elif st.problem:
+            line += f" ({st.problem})"
         msg = _termination_message(pod)
         path = Path(self.log_dir)
         path.mkdir(parents=True, exist_ok=True)
@@ -806,6 +817,10 @@ class KubernetesBackend(Backend):
             self.sleep(self.poll_s)
         return removed
 
+    def service_runner(self, log_dir, cwd: str) -> KubernetesServices:
+        """The job's services as pods of the run (:func:`~bsp_planner.k8s.manifests.service_pod`)."""
+        return KubernetesServices(self, Path(log_dir))
+
     def close(self) -> None:
         """Delete every pod of the run (all at once, then wait until they are gone)."""
         names = [self._pod_name(t) for t in self.tasks]
@@ -865,3 +880,83 @@ def _resize_progress(st: PodState) -> str:
 
 def _termination_message(pod: dict | None) -> str:
     return (terminated(pod).get("message") or "").strip()
+
+
+class KubernetesServices:
+    """A run's services as pods (:class:`~bsp_planner.runtime.services.ServiceRunner`): ready when the pod's
+    readiness probe on its port passes (Ready), at the pod's IP (``{host:NAME}``), stopped by deleting the
+    pod. What a pod said on its way out is appended to ``<log_dir>/<service>.log``."""
+
+    def __init__(self, backend: KubernetesBackend, log_dir: Path) -> None:
+        self.b = backend
+        self.log_dir = log_dir
+
+    def _name(self, service: str) -> str:
+        return self.b._pod_name(service)
+
+    def launch(self, name: str, args: list[str], env: dict[str, str], ready_port: int | None) -> None:
+        b = self.b
+        self._delete([name])
+        local_run_dir = env.get(ENV_RUN_DIR, "")
+        command = [
+            IMAGE_PYTHON if a == sys.executable else a.replace(local_run_dir, b.pod_run_dir) if local_run_dir else a
+            for a in args
+        ]
+        pod_env = {k: v for k, v in env.items() if not k.startswith("BSP_PLANNER_")}
+        if ENV_RUN_DIR in pod_env:
+            pod_env[ENV_RUN_DIR] = b.pod_run_dir
+        body = M.service_pod(
+            b.settings, b.run_key, name, command, env=pod_env, ready_port=ready_port, run_dir_claim=b.run_dir_claim
+        )
+        b._cluster.create_pod(body)
+
+    def _pod(self, name: str) -> dict | None:
+        return self.b._cluster.get_pod(self._name(name))
+
+    def exit_code(self, name: str) -> int | None:
+        pod = self._pod(name)
+        if pod is None:
+            return -1  # deleted by someone else: gone as surely as a process that exited
+        st = pod_state(pod)
+        if st.phase in ("Succeeded", "Failed") or st.problem:
+            self.b._keep_log(name, pod)
+            return st.exit_code if st.exit_code is not None else -1
+        return None
+
+    def ready(self, name: str, port: int | None, pattern) -> bool:
+        pod = self._pod(name)
+        if pod is None or pod.get("status", {}).get("phase") != "Running":
+            return False
+        statuses = pod["status"].get("containerStatuses") or []
+        return bool(statuses) and all(c.get("ready") for c in statuses)
+
+    def host(self, name: str) -> str:
+        pod = self._pod(name) or {}
+        return str(pod.get("status", {}).get("podIP") or self._name(name))
+
+    def tail(self, name: str) -> str:
+        pod = self._pod(name)
+        text = _termination_message(pod)
+        if not text:
+            try:
+                text = (self.log_dir / f"{name}.log").read_text(errors="replace")
+            except OSError:
+                text = ""
+        return text[-1500:]
+
+    def stop(self, names: list[str]) -> None:
+        for name in names:
+            self.b._keep_log(name, self._pod(name))
+        self._delete(names, self.b.termination_grace_s)
+
+    def _delete(self, names: list[str], grace_s: int = 0) -> None:
+        b = self.b
+        pods = [self._name(n) for n in names]
+        for p in pods:
+            if b._cluster.get_pod(p) is not None:
+                b._cluster.delete_pod(p, grace_s)
+        deadline = b.clock() + b.delete_timeout_s
+        while pods and b.clock() < deadline:
+            pods = [p for p in pods if b._cluster.get_pod(p) is not None]
+            if pods:
+                b.sleep(b.poll_s)

@@ -1,0 +1,325 @@
+"""A run's services (`[[service]]` in the job): the programs its tasks need running, a broker for one.
+
+:class:`Services` starts every service before any task starts, each waited ready in the job's order (a TCP
+port that accepts a connection, or a line of its output matching a regex, within ``ready_timeout_s``),
+watches them while the steps run (:meth:`Services.check`, called at the coordinator's safe points), and
+stops them after the tasks. A service that exits meanwhile is restarted (``on_failure = "restart"``, up to
+``max_restarts`` times) or fails the run (:class:`ServiceFailed`, ``on_failure = "fail"``), naming it with
+the end of its log.
+
+Where a service runs is its backend's :class:`ServiceRunner`. Locally (:class:`LocalServiceRunner`) it is a
+plain process (no CPU quota: it is not a task the plan sizes) in its own session, its output appended to
+the run's ``logs/<service>.log``; a stop signals its whole process group (SIGTERM, then SIGKILL), and it
+gets SIGTERM if the coordinator dies (PR_SET_PDEATHSIG). On Kubernetes it is a pod
+(:mod:`.backends.kubernetes`). Its address is ``{host:NAME}``: 127.0.0.1 locally, the pod's IP there.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Protocol
+
+from ..job import Service, substitute
+from ..placeholders import run_env, run_values
+from ..signals import parent_death_signal
+from .executor import RunFailed
+
+POLL_S = 0.05
+STOP_TIMEOUT_S = 10.0
+LOCAL_HOST = "127.0.0.1"
+
+
+class ServiceFailed(RunFailed):
+    """A service did not become ready, or exited and may not (or no longer) be restarted."""
+
+
+class ServiceRunner(Protocol):
+    """Starts, watches and stops services on one platform (a backend's)."""
+
+    def launch(self, name: str, args: list[str], env: dict[str, str], ready_port: int | None) -> None:
+        """Start service `name` (a restart if one of that name ran before); returns once started."""
+
+    def exit_code(self, name: str) -> int | None:
+        """Its exit code once it ended, None while it runs (or is still starting)."""
+
+    def ready(self, name: str, port: int | None, pattern: re.Pattern | None) -> bool:
+        """Whether it is ready: its port accepts connections, or its output since this start matches."""
+
+    def host(self, name: str) -> str:
+        """Its address as the tasks reach it (once ready)."""
+
+    def tail(self, name: str) -> str:
+        """The end of its output, for a failure's message."""
+
+    def stop(self, names: list[str]) -> None:
+        """Stop these services (all at once) and wait until they are gone."""
+
+
+class _NoRunner:
+    """The runner of a job without services: never asked to start one."""
+
+    def launch(self, name: str, args: list[str], env: dict[str, str], ready_port: int | None) -> None:
+        raise AssertionError("a job without services has no service to start")
+
+    def exit_code(self, name: str) -> int | None:
+        return None
+
+    def ready(self, name: str, port: int | None, pattern: re.Pattern | None) -> bool:
+        return True
+
+    def host(self, name: str) -> str:
+        return LOCAL_HOST
+
+    def tail(self, name: str) -> str:
+        return ""
+
+    def stop(self, names: list[str]) -> None:
+        pass
+
+
+class Services:
+    """``Services(job.services, ports, job_dir, run_dir, runner, say)``: `ports` are the run's (every task's
+    and service's, :func:`~bsp_planner.placeholders.choose_ports`)."""
+
+    def __init__(
+        self,
+        services: tuple[Service, ...],
+        ports: Mapping[str, int],
+        job_dir: str,
+        run_dir: str,
+        runner: ServiceRunner | None,
+        say: Callable[[str], None] = lambda text: None,
+    ) -> None:
+        self.services = {s.name: s for s in services}
+        self.ports = dict(ports)
+        self.job_dir = job_dir
+        self.run_dir = run_dir
+        self.runner: ServiceRunner = runner if runner is not None else _NoRunner()
+        self.say = say
+        self.running: list[str] = []
+        self.hosts: dict[str, str] = {}  # {host:NAME} of every service started
+        self.restarts: dict[str, int] = {name: 0 for name in self.services}
+        self._starting = False  # check() is called from inside a start's wait (the coordinator's safe points)
+
+    def __bool__(self) -> bool:
+        return bool(self.services)
+
+    def values(self, name: str | None) -> dict[str, str]:
+        """The run-wide placeholders seen by task or service `name`: ports, the job's folder and the
+        services' hosts (those started so far)."""
+        hosts = {f"host:{n}": h for n, h in self.hosts.items()}
+        return {**run_values(name, self.ports, self.job_dir), **hosts}
+
+    def env(self, name: str) -> dict[str, str]:
+        """What a task or service finds in its environment (BSP_PORT, BSP_PORTS, BSP_JOB_DIR, BSP_HOSTS)."""
+        env = run_env(name, self.ports, self.job_dir)
+        if self.hosts:
+            env["BSP_HOSTS"] = ",".join(f"{n}={h}" for n, h in self.hosts.items())
+        return env
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+    def start_all(self, check_stop: Callable[[], None] = lambda: None) -> None:
+        """Start every service in the job's order, each waited ready before the next starts."""
+        for name in self.services:
+            self._start(name, check_stop)
+
+    def _start(self, name: str, check_stop: Callable[[], None]) -> None:
+        sv = self.services[name]
+        values = {**self.values(name), "run_dir": self.run_dir, "python": sys.executable}
+        args = sv.args(values)
+        env = {**self.env(name), "BSP_RUN_DIR": self.run_dir, "PYTHONUNBUFFERED": "1"}
+        env.update({k: substitute(v, values) for k, v in sv.env.items()})
+        port = int(substitute(sv.ready_tcp_port, values)) if sv.ready_tcp_port is not None else None
+        pattern = re.compile(sv.ready_log_line) if sv.ready_log_line is not None else None
+        self._starting = True
+        try:
+            try:
+                self.runner.launch(name, args, env, port)
+            except OSError as exc:
+                raise ServiceFailed(f"service {name} cannot start {args[0]!r}: {exc.strerror or exc}") from None
+            if name not in self.running:
+                self.running.append(name)
+            self._wait_ready(name, port, pattern, check_stop)
+        finally:
+            self._starting = False
+        self.hosts[name] = self.runner.host(name)
+        self.say(f"service {name} ready at {self.hosts[name]}, port {self.ports.get(name)}")
+
+    def _wait_ready(
+        self, name: str, port: int | None, pattern: re.Pattern | None, check_stop: Callable[[], None]
+    ) -> None:
+        sv = self.services[name]
+        deadline = time.monotonic() + sv.ready_timeout_s
+        while not self.runner.ready(name, port, pattern):
+            code = self.runner.exit_code(name)
+            if code is not None:
+                raise ServiceFailed(f"service {name} exited with code {code} before it was ready{self._tail(name)}")
+            if time.monotonic() > deadline:
+                what = f"accept connections on port {port}" if port is not None else ""
+                if pattern is not None:
+                    what = f"print a line matching {pattern.pattern!r}"
+                tail = self._tail(name)
+                self._stop([name])
+                raise ServiceFailed(
+                    f"service {name} did not {what} within {sv.ready_timeout_s:g} s (ready_timeout_s){tail}"
+                )
+            check_stop()
+            time.sleep(POLL_S)
+
+    def _tail(self, name: str) -> str:
+        text = self.runner.tail(name).strip()
+        return f"; the end of its log:\n{text}" if text else " (it printed nothing)"
+
+    def check(self, check_stop: Callable[[], None] = lambda: None) -> None:
+        """Called at the coordinator's safe points: a service that exited is restarted (policy "restart",
+        while restarts are left), else the run fails (:class:`ServiceFailed`)."""
+        if self._starting:
+            return
+        for name in list(self.running):
+            code = self.runner.exit_code(name)
+            if code is None:
+                continue
+            sv = self.services[name]
+            if sv.on_failure == "restart" and self.restarts[name] < sv.max_restarts:
+                self.restarts[name] += 1
+                self.say(
+                    f"service {name} exited with code {code}; restarting it ({self.restarts[name]} of "
+                    f"{sv.max_restarts}, max_restarts)"
+                )
+                self._start(name, check_stop)
+                continue
+            why = (
+                f"it was restarted {self.restarts[name]} time(s), max_restarts = {sv.max_restarts}"
+                if sv.on_failure == "restart"
+                else 'on_failure = "fail"'
+            )
+            tail = self._tail(name)
+            self._stop([name])
+            raise ServiceFailed(f"service {name} exited with code {code} during the run ({why}){tail}")
+
+    def stop_all(self) -> None:
+        """Stop every service, after the tasks (all at once: SIGTERM or a pod deletion each, then the wait)."""
+        self._stop(self.running[::-1])
+
+    def _stop(self, names: list[str]) -> None:
+        if names:
+            self.runner.stop(names)
+        self.running = [n for n in self.running if n not in names]
+
+
+class _Process:
+    def __init__(self, proc: subprocess.Popen, log_offset: int) -> None:
+        self.proc = proc
+        self.log_offset = log_offset  # where this start's output begins in the log
+
+
+class LocalServiceRunner:
+    """Services as processes on this machine, their output in ``<log_dir>/<name>.log``, working in `cwd`."""
+
+    def __init__(self, log_dir: Path, cwd: str | None = None) -> None:
+        self.log_dir = Path(log_dir)
+        self.cwd = cwd
+        self.procs: dict[str, _Process] = {}
+
+    def log_path(self, name: str) -> Path:
+        return self.log_dir / f"{name}.log"
+
+    def launch(self, name: str, args: list[str], env: dict[str, str], ready_port: int | None) -> None:
+        if name in self.procs:
+            self.stop([name])
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path(name), "ab") as log:
+            log.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} service {name}: {' '.join(args)}\n".encode())
+            log.flush()
+            offset = log.tell()
+            proc = subprocess.Popen(
+                args,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.cwd,
+                env={**os.environ, **env},
+                preexec_fn=_parent_death_preexec(),
+                start_new_session=True,
+                close_fds=True,
+            )
+        self.procs[name] = _Process(proc, offset)
+
+    def exit_code(self, name: str) -> int | None:
+        p = self.procs.get(name)
+        return None if p is None else p.proc.poll()
+
+    def ready(self, name: str, port: int | None, pattern: re.Pattern | None) -> bool:
+        if port is not None:
+            return _accepts(port)
+        if pattern is not None:
+            try:
+                with open(self.log_path(name), "rb") as f:
+                    f.seek(self.procs[name].log_offset)
+                    text = f.read().decode(errors="replace")
+            except OSError:
+                return False
+            return any(pattern.search(line) for line in text.splitlines())
+        return True  # no readiness check: started is ready
+
+    def host(self, name: str) -> str:
+        return LOCAL_HOST
+
+    def tail(self, name: str, limit: int = 1500) -> str:
+        try:
+            return self.log_path(name).read_text(errors="replace")[-limit:]
+        except OSError:
+            return ""
+
+    def stop(self, names: list[str]) -> None:
+        procs = [self.procs.pop(n) for n in names if n in self.procs]
+        for p in procs:
+            _signal_group(p.proc, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        for p in procs:
+            try:
+                p.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+            _signal_group(p.proc, signal.SIGKILL)  # the service's own children too (its whole session)
+            try:
+                p.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+
+    def pids(self) -> dict[str, int]:
+        return {name: p.proc.pid for name, p in self.procs.items()}
+
+
+def _parent_death_preexec() -> Callable[[], None]:
+    parent = os.getpid()
+
+    def preexec() -> None:  # in the child, between fork and exec: plain system calls only
+        parent_death_signal(signal.SIGTERM)
+        if os.getppid() != parent:  # the coordinator died before the line above
+            os._exit(1)
+
+    return preexec
+
+
+def _signal_group(proc: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(proc.pid, sig)  # its own session (start_new_session): the group id is its pid
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _accepts(port: int, host: str = LOCAL_HOST) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.2):
+            return True
+    except OSError:
+        return False
