@@ -29,11 +29,11 @@ from typing import Protocol
 
 from ..job import Service, substitute
 from ..placeholders import run_env, run_values
+from ..signals import parent_death_signal
 from .executor import RunFailed
 
 POLL_S = 0.05
 STOP_TIMEOUT_S = 10.0
-PR_SET_PDEATHSIG = 1
 LOCAL_HOST = "127.0.0.1"
 
 
@@ -300,8 +300,6 @@ class LocalServiceRunner:
 
 
 def _parent_death_preexec() -> Callable[[], None]:
-    from ..signals import parent_death_signal
-
     parent = os.getpid()
 
     def preexec() -> None:  # in the child, between fork and exec: plain system calls only
