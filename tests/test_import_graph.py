@@ -108,21 +108,8 @@ def graph() -> dict[str, set[str]]:
     return {module_name(p): imports(p) for p in PACKAGE.rglob("*.py")}
 
 
-#: Circles the package still has, each with the way out. The test below fails on any other, and the one
-#: after it once a circle here is gone (so that this list only ever shrinks).
-KNOWN = {
-    # node_runs (the multi-node simulation) uses scenario's step_predictions and _with_path, and scenario
-    # calls node_runs for a cluster's rows: the shared pieces belong in a module below both.
-    ("bsp_planner.node_runs", "bsp_planner.scenario"),
-}
-
-
 def test_the_package_has_no_import_circle():
-    assert [c for c in cycles(graph()) if tuple(c) not in KNOWN] == []
-
-
-def test_the_known_circles_are_still_there():
-    assert {tuple(c) for c in cycles(graph())} >= KNOWN, "a known circle is gone: remove it from KNOWN"
+    assert cycles(graph()) == []
 
 
 def test_the_checker_finds_a_circle():
