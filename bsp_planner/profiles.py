@@ -171,7 +171,32 @@ def load_profile(path: str | Path) -> Profile:
         mean = np.array([[np.mean(grid[(w, c)]) for c in cpus] for w in workloads])
         tasks[task] = TaskProfile(task, workloads, cpus, mean, repeats=min(counts))
     warn_non_monotone(tasks, path)
-    return Profile(path=path, tasks=tasks, metadata=read_metadata(path))
+    metadata = read_metadata(path)
+    warn_if_grid_contradicts(tasks, metadata, metadata_path(path))
+    return Profile(path=path, tasks=tasks, metadata=metadata)
+
+
+def warn_if_grid_contradicts(tasks: dict[str, TaskProfile], metadata: dict, meta_path: Path) -> None:
+    """Warn when the profile has rows at levels its metadata's grid never listed: the metadata (which
+    records what was measured, on what, how) then does not describe those rows."""
+    grid = metadata.get("grid")
+    if not isinstance(grid, dict):
+        return
+    for axis in ("cpu_millicores", "workloads"):
+        listed = grid.get(axis)
+        if not isinstance(listed, list):
+            continue
+        known = {float(v) for v in listed if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        rows = {float(v) for p in tasks.values() for v in getattr(p, axis)}
+        extra = sorted(rows - known)
+        if extra:
+            warnings.warn(
+                f"{meta_path}: its grid lists {axis} {', '.join(f'{v:g}' for v in sorted(known))} but the profile "
+                f"has rows at {', '.join(f'{v:g}' for v in extra)}: the metadata does not describe them (rows "
+                "edited or copied from another profile?)",
+                InputWarning,
+                stacklevel=3,
+            )
 
 
 #: A duration at a higher CPU limit more than this many times (and this many seconds above) the

@@ -606,3 +606,17 @@ def test_a_worker_join_error_names_its_options_not_the_task_environment():
     exc = TaskJoinError("no run at /r in ZooKeeper h:1 ($BSP_RUN_ID=None)", field="BSP_RUN_ID")
     text = _as_worker_options(exc)
     assert "--root" in text and "BSP_RUN_ID" not in text
+
+
+def test_a_profile_with_rows_its_metadata_grid_never_listed_is_warned_about(synthetic_profile):
+    meta = metadata_path(synthetic_profile)
+    loaded = load_profile(synthetic_profile)
+    cpus = sorted({float(c) for p in loaded.tasks.values() for c in p.cpu_millicores})
+    workloads = sorted({float(w) for p in loaded.tasks.values() for w in p.workloads})
+    meta.write_text(json.dumps({"grid": {"cpu_millicores": cpus[:-1], "workloads": workloads}}))
+    with pytest.warns(InputWarning, match=f"has rows at {cpus[-1]:g}"):
+        load_profile(synthetic_profile)
+    meta.write_text(json.dumps({"grid": {"cpu_millicores": cpus, "workloads": workloads}}))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        load_profile(synthetic_profile)  # a grid that lists every level: quiet
