@@ -471,7 +471,10 @@ def flags_blamed(flagged: Iterable[tuple[str, str]]) -> Iterator[None]:
             raise
         flag, item = by
         given = item if flag.endswith("set") else item.split("=", 1)[1]  # --set KEY=VALUE, --budget VALUE
-        raise InputError(f"{exc.message} (from {flag} {given})", field=exc.field) from None
+        # a file the flag itself names (a run folder's steps.jsonl for --actual) stays named: it is the culprit
+        inside = exc.path is not None and Path(exc.path).resolve().is_relative_to(Path(given).resolve())
+        path, line = (exc.path, exc.line) if inside else (None, None)
+        raise InputError(f"{exc.message} (from {flag} {given})", path=path, line=line, field=exc.field) from None
 
 
 def _override(obj: Any, parts: list[str], text: str, flag: str, where: str) -> Any:

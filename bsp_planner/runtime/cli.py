@@ -279,9 +279,9 @@ def _refuse_changes_on_resume(ctx: typer.Context, settings: RunSettings, **given
             continue
         own = getattr(settings, name, None)
         value = given.get(name, ctx.params.get(name))
-        if name in given and value == own:
-            continue  # the run's own value, typed again: nothing changes
-        was = f" (it runs with {flag} {own})" if name in given else ""
+        if own is not None and value is not None and (value == own or str(value) == str(own)):
+            continue  # the run's own value, typed again (as a test or a script resuming with its flags): nothing changes
+        was = f" (it runs with {flag} {own})" if own is not None else ""
         raise InputError(
             f"a resumed run keeps its own settings{was}: it replays its plan step by step. Resume without "
             f"{flag}, or start a new run (--run-id) to use another",
