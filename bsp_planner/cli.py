@@ -6,12 +6,14 @@ heavy imports (TensorFlow, torch, kazoo) inside its commands, so `bsp-planner --
 
 from __future__ import annotations
 
+import signal
 import sys
 import warnings
 from collections.abc import Callable
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from .errors import InputError, InputWarning
 from .registry import NotInstalled, Registry, resolve
@@ -68,18 +70,53 @@ _register()
 def _show_warning(message, category, filename, lineno, file=None, line=None, _default=warnings.showwarning) -> None:
     """Warnings about inputs read as plain text, like errors; any other warning as Python shows it."""
     if issubclass(category, InputWarning):
-        err_console.print(f"[bold yellow]warning:[/] {message}", highlight=False)
+        err_console.print(f"[bold yellow]warning:[/] {escape(str(message))}", highlight=False)
     else:
         _default(message, category, filename, lineno, file, line)
 
 
 def main() -> None:
+    """Run a command: a bad input is one line and exit 2; an output that cannot be written (a full disk,
+    a read-only folder) one line naming it and exit 3; SIGINT, SIGTERM or SIGHUP the clean stop of
+    Ctrl-C and exit 128 + the signal's number (:mod:`bsp_planner.signals`)."""
+    from . import signals
+
     warnings.showwarning = _show_warning
-    try:
-        app()
-    except InputError as exc:
-        err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
-        sys.exit(2)
+    with signals.installed():
+        try:
+            app()
+        except InputError as exc:
+            _error(str(exc))
+            sys.exit(exc.exit_code)
+        except OSError as exc:
+            _error(describe_os_error(exc))
+            sys.exit(3)
+        except KeyboardInterrupt:  # a signal that came after the command's own handling ended
+            _stopped(signals.received() or signal.SIGINT)
+        except SystemExit as exc:
+            signum = signals.received()
+            if signum is None or exc.code in (0, None):
+                raise
+            _stopped(signum)
+
+
+def _stopped(signum: int) -> None:
+    from .signals import signal_name
+
+    err_console.print(f"stopped by {signal_name(signum)}", highlight=False, markup=False)
+    sys.exit(128 + signum)
+
+
+def _error(message: str) -> None:
+    # the message as written: a file's `[[task]]` is text, not Rich markup
+    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False)
+
+
+def describe_os_error(exc: OSError) -> str:
+    """One line for an OSError: the path(s) it names and the system's reason (`No space left on device`)."""
+    where = " -> ".join(str(p) for p in (exc.filename, exc.filename2) if p is not None)
+    cause = exc.strerror or str(exc)
+    return f"{where}: {cause}" if where else cause
 
 
 if __name__ == "__main__":

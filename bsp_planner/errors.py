@@ -6,7 +6,9 @@ from pathlib import Path
 
 
 class InputError(ValueError):
-    """A bad input: says which file, which line or field, and what was expected."""
+    """A bad input: says which file, which line or field, and what was expected (exit status 2)."""
+
+    exit_code = 2
 
     def __init__(
         self,
@@ -31,13 +33,28 @@ class InputError(ValueError):
         super().__init__(f"{prefix}: {message}" if prefix else message)
 
 
+class OutputUnwritable(InputError):
+    """An output that could not be written (a full disk, a read-only folder): names the path and the
+    system's reason; whatever was there before is intact (exit status 3)."""
+
+    exit_code = 3
+
+    @classmethod
+    def from_os_error(cls, exc: OSError, path: str | Path, field: str | None = None) -> OutputUnwritable:
+        cause = exc.strerror or str(exc)
+        inside = exc.filename is not None and str(exc.filename).startswith(f"{path}/")
+        failed = f" ({exc.filename})" if inside else ""  # which file of a folder, never a source's name
+        return cls(f"cannot write it: {cause}{failed}; nothing was left half-written", path=path, field=field)
+
+
 class InputWarning(UserWarning):
     """An input that can be used but is probably not what was meant (the CLI prints it as a warning)."""
 
 
 def open_text(path: str | Path, what: str):
-    """A text input file as a StringIO (newlines kept as written, for csv): a file that is not UTF-8 or
-    cannot be read is an InputError naming it, never a UnicodeDecodeError from deep inside a reader."""
+    """A text input file as a StringIO (newlines kept as written, for csv; a UTF-8 byte-order mark
+    dropped): a file that is not UTF-8 or cannot be read is an InputError naming it, never a
+    UnicodeDecodeError from deep inside a reader."""
     import io
 
     path = Path(path)
@@ -45,8 +62,8 @@ def open_text(path: str | Path, what: str):
         data = path.read_bytes()
     except OSError as exc:
         raise InputError(f"cannot read the {what} file: {exc.strerror or exc}", path=path) from None
-    try:
-        return io.StringIO(data.decode("utf-8"), newline="")
+    try:  # a byte-order mark (as spreadsheets write) is not part of the text: dropped
+        return io.StringIO(data.decode("utf-8-sig"), newline="")
     except UnicodeDecodeError as exc:
         line = data[: exc.start].count(b"\n") + 1
         raise InputError(

@@ -91,6 +91,16 @@ class ReconfigureCosts:
 
 
 @dataclass
+class NodeSettings:
+    """One `[[node]]` of the cluster: its name, allocatable CPU and (optionally) the tasks placed on it.
+    No task listed on any node: the placement is chosen from the predictions (see cluster.py)."""
+
+    name: str = setting()
+    cpu_millicores: float = setting(gt=0)
+    tasks: list[str] = setting(default_factory=list)
+
+
+@dataclass
 class ForecastSettings:
     source: str = "seasonal-naive"
     horizon: int = setting(20, ge=1)
@@ -123,6 +133,8 @@ class Experiment:
     # A live run plans with the cost of the reconfiguration method it uses (--reconfigure): these when
     # given, else what the backend measures (local in-place: a quota rewrite), else penalty_s.
     reconfigure_cost: ReconfigureCosts = field(default_factory=lambda: ReconfigureCosts())
+    # The cluster's nodes ([[node]]); none: one pool, as if the cluster were one machine.
+    node: list[NodeSettings] = setting(default_factory=list)
     name: str = internal("experiment")
     path: Path | None = internal(None)
 
@@ -158,6 +170,8 @@ class Experiment:
         d = dataclasses.asdict(self)
         d.pop("path")
         d["workload_range"] = list(self.workload_range)
+        if not d["node"]:
+            d.pop("node")  # one pool: recorded as before nodes existed
         return d
 
     def validate(self, path: str | Path | None = None) -> None:
@@ -212,6 +226,15 @@ def validate(exp: Experiment) -> None:
             path=p,
             field="forecast.horizon",
         )
+    seen: dict[str, int] = {}
+    for j, nd in enumerate(exp.node):
+        if nd.name in seen:
+            raise InputError(
+                f"node name {nd.name!r} is also node[{seen[nd.name]}]'s; give every node its own name",
+                path=p,
+                field=f"node[{j}].name",
+            )
+        seen[nd.name] = j
     lo, hi = exp.workload_range
     if not hi > lo:
         raise InputError(f"expected low < high, got {list(exp.workload_range)}", path=p, field="workload_range")
@@ -219,7 +242,9 @@ def validate(exp: Experiment) -> None:
 
 def load_experiment(path: str | Path, overrides: list[str] | None = None) -> Experiment:
     path = Path(path)
-    exp = _settings.load_settings_file(Experiment, path, "experiment", {"name": path.stem, "path": path.resolve()})
+    exp = _settings.load_settings_file(
+        Experiment, path, "experiment", {"name": path.stem, "path": path.resolve()}, required=("job", "profile")
+    )
     if overrides:
         exp = apply_overrides(exp, overrides)
     return exp

@@ -65,6 +65,8 @@ from .errors import InputError
 from .settings import load_settings, read_toml, setting
 from .stressors import KNOWN_STRESSORS
 
+TASK_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,62}")
+
 
 @dataclass(frozen=True)
 class SeriesRef:
@@ -317,6 +319,13 @@ class JobFile:
                 field="sync",
             )
         for i, t in enumerate(self.task):
+            if not TASK_NAME.fullmatch(t.name):  # it names files (forecasts, logs), cgroups and znodes
+                raise InputError(
+                    f"expected a task name of letters, digits, '_', '-' or '.' (at most 63, not starting with "
+                    f"'.' or '-'), got {t.name!r}",
+                    path=path,
+                    field=f"task[{i}].name",
+                )
             if t.name in seen:
                 raise InputError(f"duplicate task name '{t.name}'", path=path, field=f"task[{i}].name")
             seen.add(t.name)
@@ -490,7 +499,7 @@ def _image_only(t: TaskSpec) -> bool:
 def load_job(path: str | Path) -> Job:
     """Read and validate a job file; every problem is an InputError naming the file and field."""
     path = Path(path)
-    spec = load_settings(JobFile, read_toml(path, "job"), path=path)
+    spec = load_settings(JobFile, read_toml(path, "job"), path=path, typed=True)
     tasks = tuple(
         Task(
             name=t.name,

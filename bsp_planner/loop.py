@@ -28,6 +28,10 @@ Executor protocol (what a live executor implements; `executors/simulated.py` is 
     (barrier to barrier; the slowest task's duration in simulation) and optionally ``next_workloads``
     (tasks,) the tasks announced for step+1 (NaN where unknown).
 
+``observe`` may raise `StepsEnded` where the application owns its length (a self-synchronising job
+whose tasks all left before reporting the step): the run is complete after the step before, and the
+loop's result covers the steps that ran.
+
 Both may raise `InputError` (a task failed, a report was malformed): the loop stops there, and the
 steps already reported through ``on_step`` stay recorded, so a live run can resume from the next step:
 `StepLoop.replay` makes the logged decisions again (each checked against the log) and learns from the
@@ -54,18 +58,8 @@ import numpy as np
 
 from .errors import InputError
 from .planners.base import Planner, PlanningContext
-from .simulation import StrategyResult
-
-
-@dataclass(frozen=True)
-class StepObservation:
-    """What an executor measured for one step (shapes (tasks,), seconds and workload units)."""
-
-    step: int
-    duration_s: np.ndarray  # (tasks,) each task's compute time of this step, seconds
-    workloads: np.ndarray  # (tasks,) the workload each task ran, on the workload scale
-    step_s: float  # wall time of the whole step (its slowest task in simulation), seconds
-    next_workloads: np.ndarray | None = None  # (tasks,) announced for step+1, NaN where unknown
+from .steps import StepObservation as StepObservation  # re-exported: other modules import it from here
+from .steps import StrategyResult
 
 
 @runtime_checkable
@@ -125,6 +119,15 @@ def check_observation(obs: StepObservation, step: int, task_names: list[str] | N
                 f"task '{name}', step {step}: reported workload {float(w[i])!r} is not a finite non-negative number",
                 field="workload",
             )
+
+
+class StepsEnded(Exception):
+    """Raised by an executor's ``observe(step)``: the application ended on its own before `step` (every
+    task left without running it), so the run is complete after step - 1."""
+
+    def __init__(self, step: int) -> None:
+        super().__init__(f"the application ended after step {step - 1}")
+        self.step = step
 
 
 class InvalidDecision(ValueError):
@@ -220,7 +223,11 @@ class StepLoop:
             actions[k], new, decision_ms[k] = self._decide(t)
             reconfigured[k] = self.current is not None and not np.array_equal(new, self.current)
             reconfigure_s[k] = executor.apply(t, new, bool(reconfigured[k]))
-            obs = executor.observe(t)
+            try:
+                obs = executor.observe(t)
+            except StepsEnded:  # the application's own length: the steps that ran are the run
+                count = k
+                break
             record = self._learn(t, new, obs)
             if record is not None:
                 learning.append(record)
@@ -240,18 +247,18 @@ class StepLoop:
                         record,
                     )
                 )
-        notes: dict = {"reconfigure_s": reconfigure_s}
+        notes: dict = {"reconfigure_s": reconfigure_s[:count]}
         if learning:
             notes["learning"] = learning
         return StrategyResult(
             strategy=self.planner.name,
             mode=self.mode,
-            levels=levels,
-            step_s=step_s,
-            reconfigured=reconfigured,
+            levels=levels[:count],
+            step_s=step_s[:count],
+            reconfigured=reconfigured[:count],
             penalty_s=self.ctx.penalty_s,
-            decision_ms=decision_ms,
-            actions=actions,
+            decision_ms=decision_ms[:count],
+            actions=actions[:count],
             prepare_ms=self.prepare_ms,
             notes=notes,
         )

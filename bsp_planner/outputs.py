@@ -15,7 +15,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from .errors import InputError
+from .errors import InputError, OutputUnwritable
 
 
 def _nearest_existing(path: Path) -> Path:
@@ -69,15 +69,22 @@ def check_output_file(path: str | Path, flag: str = "--out") -> Path:
 
 
 @contextlib.contextmanager
-def staged_outputs(out_dir: str | Path) -> Iterator[Path]:
+def staged_outputs(out_dir: str | Path, flag: str | None = None) -> Iterator[Path]:
     """Yield a temporary folder beside out_dir to write every result file into; on success move them
-    all into out_dir (created if needed), on any exception leave out_dir untouched and drop them."""
+    all into out_dir (created if needed), on any exception leave out_dir untouched and drop them. An
+    OSError (a full disk) comes out as :class:`OutputUnwritable` naming out_dir (and `flag`)."""
     out_dir = Path(out_dir)
     parent = out_dir.parent
-    parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=parent, prefix=f".{out_dir.name}.staging."))
     try:
-        yield staging
+        parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(dir=parent, prefix=f".{out_dir.name}.staging."))
+    except OSError as exc:
+        raise OutputUnwritable.from_os_error(exc, out_dir, flag) from None
+    try:
+        try:
+            yield staging
+        except OSError as exc:  # a full disk while writing: one line, the folder as it was
+            raise OutputUnwritable.from_os_error(exc, out_dir, flag) from None
         if not out_dir.exists():
             staging.rename(out_dir)  # one atomic step
             return

@@ -17,7 +17,8 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from .errors import InputError
 from .experiment import Experiment
 from .scenario import Scenario, build_scenario, run_strategy
-from .simulation import StrategyResult
+from .signals import child_defaults
+from .steps import StrategyResult
 
 #: Rough relative cost, to submit long runs first (unknown strategies count as cheap).
 _HEAVY = {"optimum": 4, "dqn": 3, "dp": 3, "mpc": 3, "floor": 0}
@@ -33,6 +34,7 @@ def check_jobs(jobs: int) -> int:
 
 def _init(exp: Experiment) -> None:
     global _SCENARIO
+    child_defaults()  # the parent stops the pool (Ctrl-C, kill); a SIGKILLed parent takes it along
     if _SCENARIO is None:  # not inherited (a platform that spawns): build it here
         _SCENARIO = build_scenario(exp)
 
@@ -66,16 +68,31 @@ def run_pairs(
     order = sorted(range(len(pairs)), key=lambda i: -_HEAVY.get(pairs[i][1].partition(":")[0], 1))
     results: list[StrategyResult | None] = [None] * len(pairs)
     _SCENARIO = scen
+    pool = ProcessPoolExecutor(jobs, mp_context=mp.get_context(method), initializer=_init, initargs=(scen.experiment,))
     try:
-        with ProcessPoolExecutor(
-            jobs, mp_context=mp.get_context(method), initializer=_init, initargs=(scen.experiment,)
-        ) as pool:
-            futures = {pool.submit(_run, *pairs[i]): i for i in order}
-            for fut in as_completed(futures):
-                i = futures[fut]
-                results[i] = fut.result()  # an InputError in a worker is raised here, as with one process
-                if on_done:
-                    on_done(*pairs[i])
+        futures = {pool.submit(_run, *pairs[i]): i for i in order}
+        for fut in as_completed(futures):
+            i = futures[fut]
+            results[i] = fut.result()  # an InputError in a worker is raised here, as with one process
+            if on_done:
+                on_done(*pairs[i])
+    except BaseException:
+        _terminate(pool)  # a signal or a failed pair: the others' work is not wanted
+        raise
     finally:
+        pool.shutdown(wait=True, cancel_futures=True)
         _SCENARIO = None
     return results  # type: ignore[return-value]
+
+
+def _terminate(pool: ProcessPoolExecutor) -> None:
+    """Stop the pool's workers now (shutdown alone waits for the pairs they run, minutes for `optimum`)."""
+    workers = list((pool._processes or {}).values())  # no public way before Python 3.14's terminate_workers
+    for p in workers:
+        if p.is_alive():
+            p.terminate()
+    for p in workers:
+        p.join(timeout=5)
+        if p.is_alive():
+            p.kill()
+            p.join()

@@ -19,10 +19,38 @@ import numpy as np
 
 from .errors import InputError
 from .learning import LearnedDurations
-from .loop import StepObservation
 from .performance import DurationModel
 from .planners.base import OnlineConfigTable
 from .planners.observed import Observations
+from .steps import StepObservation
+
+#: A forecast this far outside the workload range (negative, or above twice its high end) is not a forecast
+#: of this job's workloads: most likely files of another job, or values not scaled onto the range.
+FAR_OUTSIDE_SHARE = 0.01
+
+
+def warn_if_far_outside(
+    forecasts: np.ndarray, workload_range: tuple[float, float], label: str, tasks: list[str]
+) -> None:
+    """Warn when more than 1% of a task's forecasts (tasks, steps, H) are negative or above twice the
+    range's high end: they are clipped to the range's edges, which hides that they are wrong."""
+    import warnings
+
+    from .errors import InputWarning
+
+    low, high = workload_range
+    far = (forecasts < min(0.0, low)) | (forecasts > 2 * high)
+    share = far.reshape(far.shape[0], -1).mean(axis=1)
+    bad = [(t, s) for t, s in zip(tasks, share, strict=True) if s > FAR_OUTSIDE_SHARE]
+    if bad:
+        worst = ", ".join(f"{t} {100 * s:.0f}%" for t, s in bad[:4]) + (", ..." if len(bad) > 4 else "")
+        warnings.warn(
+            f"forecasts {label}: values far outside the workload range [{low:g}, {high:g}] (negative or above "
+            f"{2 * high:g}) for task(s) {worst}; they are clipped to the range. Are these forecasts of this "
+            "job, scaled onto its workload range?",
+            InputWarning,
+            stacklevel=2,
+        )
 
 
 class StepPredictions:

@@ -193,7 +193,7 @@ def warn_non_monotone(tasks: dict[str, TaskProfile], path: Path | None) -> None:
             warnings.warn(
                 f"{path}: task '{task}' at workload {p.workloads[w]:g} takes {d[w, c + 1]:.3g} s at "
                 f"{p.cpu_millicores[c + 1]:g}m but {best_so_far[w, c]:.3g} s with less CPU "
-                f"({ratio[w, c]:.1f}x slower with more CPU); re-measure those cells",
+                f"({ratio[w, c]:.3g}x slower with more CPU); re-measure those cells",
                 InputWarning,
                 stacklevel=3,
             )
@@ -202,6 +202,8 @@ def warn_non_monotone(tasks: dict[str, TaskProfile], path: Path | None) -> None:
 def read_metadata(profile_path: str | Path) -> dict:
     """The profile's `<stem>.meta.json` ({} if there is none); a damaged one is an InputError."""
     meta_file = metadata_path(profile_path)
+    if meta_file.exists() and not meta_file.is_file():
+        raise InputError("expected the profile's metadata file, this is a folder; remove it", path=meta_file)
     if not meta_file.is_file():
         return {}
     try:

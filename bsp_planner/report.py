@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .simulation import StrategyResult
+from .steps import StrategyResult
 
 COLUMNS = (
     "strategy",
@@ -22,6 +22,12 @@ COLUMNS = (
     "vs_floor_pct",
     "mean_decision_ms",
 )
+#: Added when the cluster is nodes: what each row did on them (cluster.py).
+NODE_COLUMNS = ("recreates", "unpriced_recreates", "stops", "peak_node_pct")
+
+
+def columns(rows: list[dict]) -> tuple[str, ...]:
+    return COLUMNS + (NODE_COLUMNS if any("recreates" in r for r in rows) else ())
 
 
 def comparison_rows(results: list[StrategyResult]) -> list[dict]:
@@ -42,15 +48,22 @@ def comparison_rows(results: list[StrategyResult]) -> list[dict]:
                 "mean_decision_ms": round(r.mean_decision_ms, 3),
             }
         )
+        util = r.notes.get("node_utilisation")
+        if util is not None or any("node_utilisation" in x.notes for x in results):
+            rows[-1]["recreates"] = r.notes.get("recreates", 0 if util is not None else None)
+            rows[-1]["stops"] = r.notes.get("stops", 0 if util is not None else None)
+            rows[-1]["unpriced_recreates"] = r.notes.get("unpriced_recreates", 0 if util is not None else None)
+            rows[-1]["peak_node_pct"] = round(100 * max(u["peak"] for u in util.values()), 1) if util else None
     return rows
 
 
 def to_markdown(rows: list[dict], title: str = "") -> str:
     lines = [f"## {title}", ""] if title else []
-    lines.append("| " + " | ".join(COLUMNS) + " |")
-    lines.append("|" + "---|" * len(COLUMNS))
+    cols = columns(rows)
+    lines.append("| " + " | ".join(cols) + " |")
+    lines.append("|" + "---|" * len(cols))
     for r in rows:
-        lines.append("| " + " | ".join("" if r[c] is None else str(r[c]) for c in COLUMNS) + " |")
+        lines.append("| " + " | ".join("" if r[c] is None else str(r[c]) for c in cols) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -58,7 +71,7 @@ def to_csv(rows: list[dict]) -> str:
     import io
 
     buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=COLUMNS, lineterminator="\n")
+    w = csv.DictWriter(buf, fieldnames=columns(rows), lineterminator="\n")
     w.writeheader()
     w.writerows(rows)
     return buf.getvalue()
@@ -168,10 +181,72 @@ def write_outputs(
             tmp["learning"] = stage / names["learning"]
             tmp["learning"].write_text(learned, newline="")
         bar_chart(rows, tmp["chart"], meta.get("forecasts", {}))
+        util = node_rows(results)
+        if util:
+            names["nodes"], names["nodes_chart"] = "nodes.csv", "nodes.png"
+            tmp["nodes"], tmp["nodes_chart"] = stage / names["nodes"], stage / names["nodes_chart"]
+            tmp["nodes"].write_text(nodes_csv(util), newline="")
+            nodes_chart(util, tmp["nodes_chart"])
     if learned is None:
         # a learning.csv left by an earlier run would pass for this run's
         (out_dir / "learning.csv").unlink(missing_ok=True)
     return {k: out_dir / v for k, v in names.items()}
+
+
+def node_rows(results: list[StrategyResult]) -> list[dict]:
+    """Per (mode, strategy, node): the mean and peak share of the node's CPU its tasks held."""
+    out = []
+    for r in results:
+        for node, u in (r.notes.get("node_utilisation") or {}).items():
+            out.append(
+                {
+                    "mode": r.mode,
+                    "strategy": r.strategy,
+                    "node": node,
+                    "mean_pct": round(100 * u["mean"], 2),
+                    "peak_pct": round(100 * u["peak"], 2),
+                }
+            )
+    return out
+
+
+def nodes_csv(rows: list[dict]) -> str:
+    import io
+
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=["mode", "strategy", "node", "mean_pct", "peak_pct"], lineterminator="\n")
+    w.writeheader()
+    w.writerows(rows)
+    return buf.getvalue()
+
+
+def nodes_chart(rows: list[dict], path: Path) -> None:
+    """Mean CPU share per node (bars) and its peak (ticks), one group per strategy, one panel per mode."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    modes = list(dict.fromkeys(r["mode"] for r in rows))
+    nodes = list(dict.fromkeys(r["node"] for r in rows))
+    fig, axes = plt.subplots(len(modes), 1, figsize=(10, 3.2 * len(modes)), squeeze=False)
+    width = 0.8 / max(1, len(nodes))
+    for ax, mode in zip(axes[:, 0], modes, strict=True):
+        strategies = list(dict.fromkeys(r["strategy"] for r in rows if r["mode"] == mode))
+        x = np.arange(len(strategies))
+        for j, node in enumerate(nodes):
+            by = {r["strategy"]: r for r in rows if r["mode"] == mode and r["node"] == node}
+            mean = [by[s]["mean_pct"] if s in by else np.nan for s in strategies]
+            peak = [by[s]["peak_pct"] if s in by else np.nan for s in strategies]
+            ax.bar(x + j * width, mean, width, label=node)
+            ax.plot(x + j * width, peak, "k_", markersize=6)
+        ax.axhline(100, color="black", lw=0.8, ls="--")
+        ax.set_xticks(x + 0.4 - width / 2, strategies, rotation=45, ha="right", fontsize=8)
+        ax.set_ylabel("node CPU held (%)")
+        ax.set_title(f"{mode}: mean per node (bars), peak (ticks)", fontsize=10)
+    axes[0, 0].legend(fontsize=8, ncol=len(nodes))
+    fig.tight_layout()
+    save_figure(fig, path)
 
 
 def _json_default(o):
@@ -223,13 +298,15 @@ def bar_chart(rows: list[dict], path: Path, labels: dict[str, str] | None = None
 
 
 def save_figure(fig, path: Path, dpi: int = 110) -> None:
-    """Write a matplotlib figure as PNG next to its final name, then rename: never a half-written chart."""
-    import matplotlib.pyplot as plt
-
+    """Write a matplotlib figure as PNG next to its final name, then rename: never a half-written chart.
+    A figure made by pyplot is closed; one made as a bare `Figure` (no pyplot) needs nothing."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".png")
     os.close(fd)
     fig.savefig(tmp, dpi=dpi)
-    plt.close(fig)
+    if getattr(fig.canvas, "manager", None) is not None:
+        import matplotlib.pyplot as plt
+
+        plt.close(fig)
     os.replace(tmp, path)
 
 
@@ -249,11 +326,14 @@ def print_table(rows: list[dict], console, title: str = "") -> None:
     from rich.table import Table
 
     table = Table(title=title or None)
-    for c, header in TERMINAL_HEADERS.items():
+    headers = dict(TERMINAL_HEADERS)
+    if any("recreates" in r for r in rows):  # the cluster is nodes
+        headers.update(recreates="recr", stops="stops")
+    for c, header in headers.items():
         table.add_column(header, justify="left" if c == "strategy" else "right", no_wrap=True)
     for r in rows:
         cells = []
-        for c in TERMINAL_HEADERS:
+        for c in headers:
             v = r[c]
             if v is None:
                 cells.append("")

@@ -6,6 +6,7 @@ context whose predicted durations come from perfect knowledge or from forecasts.
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -13,8 +14,10 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from . import node_runs as nodes
 from .allocation import make_allocator
 from .allocation.base import CpuLevels
+from .cluster import Cluster
 from .errors import InputError, InputWarning
 from .executors.simulated import SimulatedExecutor
 from .experiment import Experiment
@@ -30,7 +33,7 @@ from .planners.base import ConfigTable, PlanningContext, make_planner
 from .planners.observed import EXTRAS_KEY as OBSERVATIONS_KEY
 from .planners.observed import Observations
 from .planners.observed import attach as attach_observations
-from .predictions import OnlineConfigTable, StepPredictions, refuse_offline
+from .predictions import OnlineConfigTable, StepPredictions, refuse_offline, warn_if_far_outside
 from .profiles import check_job_matches, load_profile, metadata_path
 from .series import JobSeries, load_job_series
 from .simulation import StrategyResult, simulate
@@ -45,6 +48,9 @@ class Scenario:
     cpu: CpuLevels
     actual_workloads: np.ndarray  # (tasks, steps)
     actual: np.ndarray  # (tasks, levels, steps) true durations
+    # (tasks,) True where a task has a series (its workloads are assigned from it);
+    # False where only the task knows them (it reports them as it runs)
+    known_workloads: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
     contexts: dict[str, PlanningContext] = field(default_factory=dict)
     forecast_label: dict[str, str] = field(default_factory=dict)
     # Online or learning runs (see predictions.py): per mode, where each run's expected workloads come
@@ -52,6 +58,10 @@ class Scenario:
     step_sources: dict[str, tuple] = field(default_factory=dict)
     true_model: DurationModel | None = None  # what the tasks really follow, when not the planning profile
     make_context: Callable | None = None  # predicted durations, or (steps, H) for an online table -> a context
+    # [[node]]: the cluster the contexts plan on (None: one pool); and per mode the same predictions
+    # planned as one pool, which the comparison replays through the nodes' fit rules (nodes.py).
+    cluster: Cluster | None = None
+    one_pool_contexts: dict[str, PlanningContext] = field(default_factory=dict)
 
     @property
     def task_names(self) -> list[str]:
@@ -130,8 +140,15 @@ def _build(exp: Experiment) -> Scenario:
         actual_w = read_trace(exp.resolve(exp.forecast.actual), job.task_names, exp.steps, exp.start, valid_range=grid)
         actual_w = _clip_trace(actual_w, exp, job.task_names)
     elif job_series is None:
-        # a live run observes them; until then (and in the simulated comparison) the middle of the range
+        # a live run observes them; until then the middle of the range (a live summary charges the plan at
+        # the workloads the tasks reported). Tasks with a series keep it (a job mixing both kinds).
         actual_w = np.full((n, exp.steps), sum(exp.workload_range) / 2)
+        with_series = [i for i, t in enumerate(job.tasks) if t.series is not None]
+        if with_series:
+            part = dataclasses.replace(job, tasks=tuple(job.tasks[i] for i in with_series))
+            actual_w[with_series] = load_job_series(part, exp.workload_range).workloads(
+                exp.start, exp.steps, path=exp.path
+            )
     else:
         actual_w = job_series.workloads(exp.start, exp.steps, path=exp.path)
     true_dm = None
@@ -145,26 +162,31 @@ def _build(exp: Experiment) -> Scenario:
     actual = (true_dm or dm).durations(actual_w)
     planned_at_actual = actual if true_dm is None else dm.durations(actual_w)
     mid = np.full((n,), sum(exp.workload_range) / 2)
-    scen = Scenario(exp, job, job_series, dm, cpu, actual_w, actual, true_model=true_dm)
+    known = np.array([t.series is not None for t in job.tasks], dtype=bool)
+    scen = Scenario(exp, job, job_series, dm, cpu, actual_w, actual, known_workloads=known, true_model=true_dm)
     stepwise = exp.online or exp.learn
+    scen.cluster = nodes.cluster_of(exp, job, cpu, dm, job_series, actual_w, max_level, budget_steps)
+    limits = None if scen.cluster is None else scen.cluster.limits(cpu)
 
-    def context(predicted: np.ndarray | tuple[int, int]) -> PlanningContext:
+    def context(predicted: np.ndarray | tuple[int, int], one_pool: bool = False) -> PlanningContext:
         p = exp.planner
         configs: ConfigTable
+        allocator = make_allocator(p.allocator) if limits is None or one_pool else nodes.allocator(p.allocator, limits)
         if isinstance(predicted, tuple):  # rows made step by step: (steps, H) -> an empty online table
             shape = (predicted[0], n, cpu.n_levels, predicted[1])
-            configs = OnlineConfigTable(shape, make_allocator(p.allocator), max_level, budget_steps, p.discount)
+            configs = OnlineConfigTable(shape, allocator, max_level, budget_steps, p.discount)
         else:
-            configs = ConfigTable(predicted, make_allocator(p.allocator), max_level, budget_steps, p.discount)
+            configs = ConfigTable(predicted, allocator, max_level, budget_steps, p.discount)
         return PlanningContext(
             steps=exp.steps,
             cpu=cpu,
             max_level=max_level,
-            penalty_s=exp.penalty_s,
+            penalty_s=exp.penalty_s if limits is None else nodes.in_place_s(exp),
             configs=configs,
             discount=p.discount,
             mid_durations=dm.durations(mid[:, None])[:, :, 0],
             exppo_max_level=exppo_max,
+            nodes=None if one_pool else limits,
         )
 
     for mode in exp.modes:
@@ -209,6 +231,7 @@ def _build(exp: Experiment) -> Scenario:
             fc, label = forecast_matrix(
                 exp.forecast.source, job_series, exp.start, exp.steps, exp.forecast.horizon, base_dir=exp.resolve(".")
             )
+            warn_if_far_outside(fc, exp.workload_range, label, job_series.task_names)
             fc = np.clip(fc, *exp.workload_range)
             predicted = dm.durations(fc).transpose(2, 0, 1, 3)  # (steps, n, L, H)
             scen.forecast_label[mode] = label
@@ -218,6 +241,9 @@ def _build(exp: Experiment) -> Scenario:
                 continue
         scen.contexts[mode] = context(predicted)
         attach_observations(scen.contexts[mode], actual_w, fc, dm.durations, exp.workload_range)
+        if limits is not None:
+            scen.one_pool_contexts[mode] = context(predicted, one_pool=True)
+            attach_observations(scen.one_pool_contexts[mode], actual_w, fc, dm.durations, exp.workload_range)
     scen.make_context = context
     return scen
 
@@ -245,6 +271,8 @@ def step_predictions(scen: Scenario, mode: str) -> tuple[PlanningContext, StepPr
 
 
 def run_strategy(scen: Scenario, strategy: str, mode: str) -> StrategyResult:
+    if scen.cluster is not None:
+        return nodes.run_on_cluster(scen, strategy, mode)
     ctx = scen.contexts[mode]
     settings = scen.experiment.planner
     if strategy in BOUNDS:

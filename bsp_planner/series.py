@@ -150,6 +150,7 @@ class WorkloadScaler:
             raise InputError("the training half of the series is constant; it cannot be scaled", path=source)
         if not high > low:
             raise InputError(f"expected workload range low < high, got [{low}, {high}]", field="workload_range")
+        _warn_if_squeezed(np.asarray(train, dtype=np.float64), lo, hi, source)
         return cls(lo, hi, float(low), float(high))
 
     def transform(self, raw: np.ndarray, clip: bool = True) -> np.ndarray:
@@ -161,6 +162,32 @@ class WorkloadScaler:
     def inverse_transform(self, workload: np.ndarray) -> np.ndarray:
         w = np.asarray(workload, dtype=np.float64)
         return self.raw_min + (w - self.low) * (self.raw_max - self.raw_min) / (self.high - self.low)
+
+
+#: An extreme value that leaves the middle 98% of a training half within this share of its range
+#: squeezes nearly every workload onto one end of the workload range: most likely a typo or a sensor fault.
+SQUEEZED_SHARE = 0.02
+
+
+def _warn_if_squeezed(train: np.ndarray, lo: float, hi: float, source: Path | None) -> None:
+    """Warn when a few extreme values set the scale: the middle 98% of the values then span under 2% of
+    [min, max], and every ordinary workload ends up at the edge of the workload range."""
+    import warnings
+
+    from .errors import InputWarning
+
+    p1, p99 = np.percentile(train, [1, 99])
+    if (p99 - p1) >= SQUEEZED_SHARE * (hi - lo):
+        return
+    worst = hi if abs(hi - np.median(train)) >= abs(lo - np.median(train)) else lo
+    row = int(np.argmax(train == worst))
+    warnings.warn(
+        f"{source or 'a series'}: the training half's value {worst:.4g} (data row {row} of the half) is far "
+        f"outside the others (98% lie within [{p1:.4g}, {p99:.4g}]); scaled onto the workload range it puts "
+        "nearly every workload at one end of it. Check that value",
+        InputWarning,
+        stacklevel=2,
+    )
 
 
 @dataclass(frozen=True)

@@ -10,10 +10,12 @@ dataclass whose fields say what they accept:
 
 `load_settings(CpuSettings, table, path=...)` turns a TOML table (or any dict) into an instance:
 
-* values are coerced by the field's declared type, the same way everywhere: `int` takes 3, 3.0 and
-  "3" but never 3.5 or true; `float` takes ints and numeric strings but never NaN or infinity (no
-  setting of this product can use them); `bool` takes true/false; `list[X]` takes a list or a
-  comma-separated string; `X | None` takes the empty string or "none" from the command line as None;
+* values are checked against the field's declared type. A settings file's values carry their own
+  type (TOML), so there they must have it: `steps = "400"` or `online = "true"` is refused (a quoted
+  value is text), `int` takes 3 and 3.0 but never 3.5 or true, `float` takes ints but never NaN or
+  infinity (no setting of this product can use them). Text from the command line (`--set`, a flag,
+  an environment variable) is parsed: "3" is 3, "true" is true, `list[X]` takes a comma-separated
+  string, `X | None` takes the empty string or "none" as None;
 * numbers are range-checked (`ge`, `gt`, `le`, `lt`), strings checked against `choices`;
 * `dict[str, X]` is a table of free keys (a program's `env`), every value an X;
 * a nested dataclass field is a table (`[cpu]`), a `list[SomeDataclass]` an array of tables
@@ -29,12 +31,13 @@ Every problem is an InputError naming the file (or the flag), the field and what
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import tomllib
 import types
 import typing
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -120,10 +123,17 @@ def _split_list(text: str) -> list[str]:
     return [item.strip().strip("'\"") for item in text.split(",") if item.strip()]
 
 
-def _coerce(value: Any, tp: Any, from_text: bool) -> Any:
-    """Value -> tp, or _Bad. from_text: the value came from the command line (always a string)."""
+def _coerce(value: Any, tp: Any, from_text: bool, typed: bool = False) -> Any:
+    """Value -> tp, or _Bad. from_text: the value came from the command line (always a string); typed:
+    it came from a file whose values carry their own type (TOML), so text is never read as a number."""
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
+    if typed and isinstance(value, str) and tp not in (str, Path, Any) and origin is not Literal:
+        if not (
+            origin in (typing.Union, types.UnionType)
+            and any(a in (str, Path) or typing.get_origin(a) is Literal for a in args)
+        ):
+            raise _Bad(f"{describe(tp)}, written without quotes (a quoted value is text in TOML)")
     if origin in (typing.Union, types.UnionType):
         spelled_none = from_text and isinstance(value, str) and value.strip().lower() in ("", "none")
         if type(None) in args and (value is None or spelled_none):
@@ -133,7 +143,7 @@ def _coerce(value: Any, tp: Any, from_text: bool) -> Any:
         reasons = []
         for a in ordered:
             try:
-                return _coerce(value, a, from_text)
+                return _coerce(value, a, from_text, typed)
             except _Bad as exc:
                 if exc.args:
                     reasons.append(str(exc.args[0]))
@@ -192,9 +202,9 @@ def _coerce(value: Any, tp: Any, from_text: bool) -> Any:
         if origin is tuple and args and args[-1] is not Ellipsis:
             if len(items) != len(args):
                 raise _Bad()
-            return tuple(_coerce(v, a, from_text) for v, a in zip(items, args, strict=True))
+            return tuple(_coerce(v, a, from_text, typed) for v, a in zip(items, args, strict=True))
         item_type = args[0] if args else Any
-        out = [v if item_type is Any else _coerce(v, item_type, from_text) for v in items]
+        out = [v if item_type is Any else _coerce(v, item_type, from_text, typed) for v in items]
         return tuple(out) if origin is tuple else out
     if origin is dict:  # a table of free keys (a program's environment): the keys are strings, values of args[1]
         if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
@@ -235,11 +245,18 @@ def _check(value: Any, checks: dict, tp: Any) -> str | None:
 
 
 def coerce_field(
-    value: Any, tp: Any, checks: dict, *, where: str, path: str | Path | None, from_text: bool = False
+    value: Any,
+    tp: Any,
+    checks: dict,
+    *,
+    where: str,
+    path: str | Path | None,
+    from_text: bool = False,
+    typed: bool = False,
 ) -> Any:
     """One value of one field, coerced and checked; an InputError naming `where` otherwise."""
     try:
-        out = _coerce(value, tp, from_text)
+        out = _coerce(value, tp, from_text, typed)
     except _Bad as exc:
         expected = exc.args[0] if exc.args else describe(tp)
         raise InputError(f"expected {expected}, got {value!r}", path=path, field=where) from None
@@ -253,7 +270,9 @@ def _unknown(key: str, known: list[str], where: str, path: str | Path | None) ->
     return InputError(f"unknown setting; known settings here: {', '.join(sorted(known))}", path=path, field=where)
 
 
-def _build(cls: type[T], data: Any, base: T | None, prefix: str, path: str | Path | None, from_text: bool) -> T:
+def _build(
+    cls: type[T], data: Any, base: T | None, prefix: str, path: str | Path | None, from_text: bool, typed: bool = False
+) -> T:
     """An instance of cls from a table, on top of `base` (or the defaults)."""
     label = prefix.rstrip(".") or None
     if not isinstance(data, dict):
@@ -267,7 +286,7 @@ def _build(cls: type[T], data: Any, base: T | None, prefix: str, path: str | Pat
             raise _unknown(key, list(fields), where, path)
         tp = hints[key]
         values[key] = _value(
-            tp, raw, getattr(base, key) if base is not None else None, fields[key], where, path, from_text
+            tp, raw, getattr(base, key) if base is not None else None, fields[key], where, path, from_text, typed
         )
     missing = [
         n
@@ -285,33 +304,47 @@ def _build(cls: type[T], data: Any, base: T | None, prefix: str, path: str | Pat
 
 
 def _value(
-    tp: Any, raw: Any, current: Any, f: dataclasses.Field, where: str, path: str | Path | None, from_text: bool
+    tp: Any,
+    raw: Any,
+    current: Any,
+    f: dataclasses.Field,
+    where: str,
+    path: str | Path | None,
+    from_text: bool,
+    typed: bool = False,
 ) -> Any:
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
-        return _build(tp, raw, current, f"{where}.", path, from_text)
+        return _build(tp, raw, current, f"{where}.", path, from_text, typed)
     if origin in (typing.Union, types.UnionType) and type(None) in args:  # an optional table: `X | None`
         tables = [a for a in args if isinstance(a, type) and dataclasses.is_dataclass(a)]
         if len(tables) == 1 and len(args) == 2:
-            return None if raw is None else _build(tables[0], raw, current, f"{where}.", path, from_text)
+            return None if raw is None else _build(tables[0], raw, current, f"{where}.", path, from_text, typed)
     if origin is list and args and isinstance(args[0], type) and dataclasses.is_dataclass(args[0]):
         if not isinstance(raw, list):
             raise InputError(f"expected an array of [[{where}]] tables, got {raw!r}", path=path, field=where)
-        out = [_build(args[0], item, None, f"{where}[{i}].", path, from_text) for i, item in enumerate(raw)]
+        out = [_build(args[0], item, None, f"{where}[{i}].", path, from_text, typed) for i, item in enumerate(raw)]
         problem = _check(out, f.metadata.get(_CHECKS, {}), tp)
         if problem:
             raise InputError(problem, path=path, field=where)
         return out
-    return coerce_field(raw, tp, f.metadata.get(_CHECKS, {}), where=where, path=path, from_text=from_text)
+    return coerce_field(raw, tp, f.metadata.get(_CHECKS, {}), where=where, path=path, from_text=from_text, typed=typed)
 
 
 def load_settings(
-    cls: type[T], data: dict, *, path: str | Path | None = None, base: T | None = None, prefix: str = ""
+    cls: type[T],
+    data: dict,
+    *,
+    path: str | Path | None = None,
+    base: T | None = None,
+    prefix: str = "",
+    typed: bool = False,
 ) -> T:
     """A settings instance from a table (a parsed TOML file, saved metadata): every value coerced and
-    checked, unknown keys refused; then the class's own `validate(path)` if it has one."""
-    obj = _build(cls, data, base, prefix, path, from_text=False)
+    checked, unknown keys refused; then the class's own `validate(path)` if it has one. `typed`: the
+    table is a settings file's (TOML), whose numbers and booleans must not be quoted."""
+    obj = _build(cls, data, base, prefix, path, from_text=False, typed=typed)
     _validate(obj, path)
     return obj
 
@@ -323,23 +356,37 @@ def _validate(obj: Any, path: str | Path | None) -> None:
 
 
 def read_toml(path: str | Path, what: str) -> dict:
-    """A TOML file's table; a missing file or bad TOML is an InputError naming the file."""
+    """A TOML file's table (a UTF-8 byte-order mark dropped); a missing file, a folder or bad TOML is an
+    InputError naming the file."""
     path = Path(path)
+    if path.is_dir():
+        raise InputError(f"expected a {what} file, this is a folder", path=path)
     if not path.is_file():
         raise InputError(f"{what} file not found", path=path)
     try:
-        return tomllib.loads(path.read_text())
+        return tomllib.loads(path.read_bytes().decode("utf-8-sig"))
     except tomllib.TOMLDecodeError as exc:
         raise InputError(f"not valid TOML: {exc}", path=path) from exc
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(f"cannot read it: {exc}", path=path) from exc
 
 
-def load_settings_file(cls: type[T], path: str | Path, what: str, init: dict[str, Any] | None = None) -> T:
-    """Read a TOML settings file into cls. `init`: internal fields to set first (the file's path, name)."""
+def load_settings_file(
+    cls: type[T], path: str | Path, what: str, init: dict[str, Any] | None = None, *, required: tuple[str, ...] = ()
+) -> T:
+    """Read a TOML settings file into cls. `init`: internal fields to set first (the file's path, name);
+    `required`: keys the file must give although they have defaults (an empty experiment is a mistake)."""
     data = read_toml(path, what)
+    missing = [k for k in required if k not in data]
+    if missing:
+        empty = "the file is empty; " if not data else ""
+        raise InputError(
+            f"{empty}the {what} file must give {' and '.join(missing)} (`bsp-planner init DIR` writes a complete one)",
+            path=path,
+            field=missing[0],
+        )
     base = dataclasses.replace(cls(), **init) if init else cls()  # type: ignore[type-var]
-    return load_settings(cls, data, path=path, base=base)
+    return load_settings(cls, data, path=path, base=base, typed=True)
 
 
 def parse_override(item: str, flag: str) -> tuple[list[str], str]:
@@ -390,11 +437,41 @@ def flag_overrides(flags: Iterable[tuple[str, str, Any]]) -> list[tuple[str, str
 def apply_flag_overrides(obj: T, flagged: Iterable[tuple[str, str]], *, validate: bool = True) -> T:
     """(flag, KEY=VALUE) overrides applied in order, each error naming its flag; then the settings'
     cross-field rules once, on the result (an intermediate state may break them)."""
+    flagged = list(flagged)
     for flag, item in flagged:
         obj = apply_overrides(obj, [item], flag=flag, validate=False)
     if validate:
-        _validate(obj, None)
+        with flags_blamed(flagged):
+            _validate(obj, None)
     return obj
+
+
+def flag_for(field: str | None, flagged: Iterable[tuple[str, str]]) -> tuple[str, str] | None:
+    """The last (flag, KEY=VALUE) that set `field` (or a field inside it, or the table holding it)."""
+    if not field:
+        return None
+    found = None
+    for flag, item in flagged:
+        key = item.split("=", 1)[0].strip()
+        if key == field or key.startswith(f"{field}.") or field.startswith(f"{key}."):
+            found = (flag, item)
+    return found
+
+
+@contextlib.contextmanager
+def flags_blamed(flagged: Iterable[tuple[str, str]]) -> Iterator[None]:
+    """An InputError about a field a flag set names the flag and its value, not the file the field would
+    otherwise have come from (`-s floor,floor` is the command line's, not the experiment's)."""
+    flagged = list(flagged)
+    try:
+        yield
+    except InputError as exc:
+        by = flag_for(exc.field, flagged)
+        if by is None:
+            raise
+        flag, item = by
+        given = item if flag.endswith("set") else item.split("=", 1)[1]  # --set KEY=VALUE, --budget VALUE
+        raise InputError(f"{exc.message} (from {flag} {given})", field=exc.field) from None
 
 
 def _override(obj: Any, parts: list[str], text: str, flag: str, where: str) -> Any:

@@ -17,6 +17,7 @@ copy with the same layout.
 
 from __future__ import annotations
 
+import os
 from importlib.resources import files
 from pathlib import Path
 
@@ -77,6 +78,17 @@ def find_experiment(given: Path | str | None) -> Path:
     path = Path(given).expanduser()
     if path.is_file():
         return path
+    if path.is_dir():
+        raise InputError("expected an experiment file (.toml), this is a folder", path=path)
+    if path.is_symlink():
+        try:
+            path.resolve(strict=True)
+        except RuntimeError:  # Python 3.11 says a loop this way
+            raise InputError("this symbolic link leads round in a loop, never to a file", path=path) from None
+        except OSError as exc:
+            loop = "loop" in str(exc).lower()
+            why = "leads round in a loop" if loop else f"points at {os.readlink(path)}, which does not exist"
+            raise InputError(f"this symbolic link {why}", path=path) from None
     if path.parent == Path(".") and path.stem in experiment_names() and path.suffix in ("", ".toml"):
         return experiments_dir() / f"{path.stem}.toml"
     raise InputError(
@@ -110,26 +122,67 @@ def describe_experiment(experiment_path: Path | None, out_dir: Path) -> str:
 
 def copy_defaults(dest: Path | str) -> list[Path]:
     """Write an editable copy of the shipped default experiment (with its job, profile, series and
-    forecasts) into `dest`, which must not exist or be an empty folder. Returns the files written."""
+    forecasts) into `dest`, which must not exist or be an empty folder. Returns the files written.
+
+    The copy is made in a hidden folder beside `dest` and renamed into place whole, under `dest`'s lock:
+    a full disk, a signal or a second `init` of the same folder leaves no partial copy behind."""
     import shutil
+    import tempfile
+
+    from .errors import OutputUnwritable
+    from .filelock import output_lock
 
     dest = Path(dest).expanduser()
+    if dest.is_symlink() and not dest.exists():
+        raise InputError(
+            f"this is a symbolic link to {os.readlink(dest)}, which does not exist; give a new or empty folder",
+            path=dest,
+        )
     if dest.exists() and not dest.is_dir():
         raise InputError("expected a folder to create (or an empty one), found a file", path=dest)
     if dest.is_dir() and any(dest.iterdir()):
         raise InputError("the folder is not empty; give a new or empty folder (nothing was written)", path=dest)
-    written: list[Path] = []
+    place = dest.resolve()  # `init .`: the lock and the staging folder go beside the folder, not in it
     try:
-        for relative in INIT_FILES:
-            src = data_path(relative)
-            target = dest / relative
-            target.parent.mkdir(parents=True, exist_ok=True)
-            if src.is_dir():
-                shutil.copytree(src, target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-                written += sorted(p for p in target.rglob("*") if p.is_file())
-            else:
-                shutil.copyfile(src, target)
-                written.append(target)
+        place.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise InputError(f"cannot write the copy here: {exc.strerror or exc}", path=dest) from exc
-    return written
+        raise OutputUnwritable.from_os_error(exc, dest) from None
+    with output_lock(place):
+        try:
+            staging = Path(tempfile.mkdtemp(dir=place.parent, prefix=f".{place.name}.init."))
+            umask = os.umask(0)
+            os.umask(umask)
+            staging.chmod(0o777 & ~umask)  # as a plain mkdir would make it (mkdtemp's is private)
+        except OSError as exc:
+            raise OutputUnwritable.from_os_error(exc, dest) from None
+        try:
+            files = _copy_files(staging)
+            if dest.is_dir():  # empty (checked above), perhaps the current folder: fill it, top entry by entry
+                for entry in sorted(staging.iterdir()):
+                    entry.rename(dest / entry.name)
+            else:
+                staging.rename(dest)
+        except OSError as exc:
+            raise OutputUnwritable.from_os_error(exc, dest) from None
+        finally:
+            if staging.exists():
+                shutil.rmtree(staging, ignore_errors=True)
+    return [dest / f for f in files]
+
+
+def _copy_files(into: Path) -> list[Path]:
+    """Copy INIT_FILES under `into`, file by file (the first error stops it); returns the relative paths."""
+    import shutil
+
+    copied: list[Path] = []
+    for relative in INIT_FILES:
+        src = data_path(relative)
+        sources = [src] if src.is_file() else sorted(p for p in src.rglob("*") if p.is_file())
+        for f in sources:
+            if "__pycache__" in f.parts or f.suffix == ".pyc":
+                continue
+            rel = Path(relative) / f.relative_to(src) if f != src else Path(relative)
+            (into / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(f, into / rel)
+            copied.append(rel)
+    return copied

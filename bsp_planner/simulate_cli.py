@@ -41,7 +41,11 @@ def simulate(
         str | None, typer.Option("--forecasts", help="Forecaster name or folder of forecast CSVs.")
     ] = None,
     actual: Annotated[
-        Path | None, typer.Option("--actual", help="Folder of per-task CSVs to replay as actual workloads.")
+        Path | None,
+        typer.Option(
+            "--actual",
+            help="Folder of per-task CSVs to replay as actual workloads, or a live run's folder (the workloads its tasks ran).",
+        ),
     ] = None,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Output folder (default: the experiment's).")] = None,
     set_: Annotated[
@@ -65,10 +69,13 @@ def simulate(
 ) -> None:
     """Compare reconfiguration strategies on a job in simulation (table, CSV/JSON/Markdown, chart)."""
     from .errors import InputError
+    from .filelock import output_lock
+    from .node_runs import one_pool_strategies
     from .outputs import check_output_dir
     from .parallel_runs import check_jobs
     from .report import write_outputs
     from .scenario import build_scenario, check_strategies
+    from .settings import flags_blamed
 
     if experiment is not None and experiment_opt is not None and experiment != experiment_opt:
         raise InputError(
@@ -98,17 +105,23 @@ def simulate(
         and not any(item.startswith("strategies=") for _, item in flagged)
     ):
         _leave_out_offline_strategies(console, exp)
-    check_strategies(exp.strategies, exp)
+    with flags_blamed(flagged):
+        check_strategies(exp.strategies, exp)
     check_jobs(jobs)
     out_dir = out if out is not None else exp.output_path
-    check_output_dir(out_dir, "--out" if out is not None else "output")
-    t0 = time.perf_counter()
-    scen = build_scenario(exp)
-    results = _run_with_progress(console, scen, [(m, s) for m in exp.modes for s in exp.strategies], jobs, quiet)
-    elapsed = time.perf_counter() - t0
-    paths = write_outputs(
-        out_dir, results, _run_meta(exp, scen, out_dir, elapsed), scen.task_names, scen.cpu.to_millicores
-    )
+    out_flag = "--out" if out is not None else "output"
+    check_output_dir(out_dir, out_flag)
+    with output_lock(out_dir, out_flag):  # a second simulate into the same folder is refused, naming this pid
+        t0 = time.perf_counter()
+        with flags_blamed(flagged):  # a budget too small for the job's tasks: --budget's fault, if it set it
+            scen = build_scenario(exp)
+        _refuse_unknown_workloads(exp, scen)
+        pairs = [(m, s) for m in exp.modes for s in exp.strategies] + one_pool_strategies(scen, exp.strategies)
+        results = _run_with_progress(console, scen, pairs, jobs, quiet)
+        elapsed = time.perf_counter() - t0
+        paths = write_outputs(
+            out_dir, results, _run_meta(exp, scen, out_dir, elapsed), scen.task_names, scen.cpu.to_millicores
+        )
     _print_summary(console, exp, scen, results, elapsed)
     _print_written(console, paths)
 
@@ -141,7 +154,7 @@ def _flag_overrides(
             ("--penalty", "penalty_s", penalty),
             ("--budget", "cpu.budget_millicores", budget),
             ("--allocator", "planner.allocator", allocator),
-            ("--forecasts", "forecast.source", forecasts),
+            ("--forecasts", "forecast.source", _folder_from_cwd(forecasts)),
             ("--mode", "modes", mode),
             ("--actual", "forecast.actual", actual),
             ("--online", "online", online),
@@ -149,6 +162,31 @@ def _flag_overrides(
             ("--true-profile", "true_profile", true_profile),
         ]
     )
+
+
+def _refuse_unknown_workloads(exp: Experiment, scen: Scenario) -> None:
+    """A task with neither a series nor a replayed trace: its workloads exist only in a run (the task
+    reports them), so a simulation would charge invented ones. Refused, naming the fix."""
+    from .errors import InputError
+
+    unknown = [t for t, known in zip(scen.task_names, scen.known_workloads, strict=True) if not known]
+    if unknown and not exp.forecast.actual:
+        raise InputError(
+            f"task '{unknown[0]}' has no series, so simulate does not know its workloads (it reports them only as "
+            "it runs): replay those of an earlier run with `--actual runs/<run-id>` (a live run's folder) or "
+            "`simulate --actual DIR` (one <task>.csv per task, header workload), or give every task a "
+            "`series = { file = ... }`",
+            path=scen.job.path,
+            field=f"{unknown[0]}.series",
+        )
+
+
+def _folder_from_cwd(source: str | None) -> str | Path | None:
+    """--forecasts names a forecaster or a folder; a folder given on the command line is relative to the
+    current directory, as every other path flag (the experiment's own `forecast.source`, to its file)."""
+    if source is None or not ("/" in source or Path(source).is_dir()):
+        return source
+    return Path(source)  # written absolute by flag_overrides
 
 
 def _run_meta(exp: Experiment, scen: Scenario, out_dir: Path, elapsed: float) -> dict:

@@ -9,48 +9,12 @@ arrays built elsewhere (see scenario.py).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
 from .planners.base import Planner, PlanningContext
 from .planners.floor import floor_levels
-
-
-@dataclass
-class StrategyResult:
-    strategy: str
-    mode: str
-    levels: np.ndarray  # (steps, tasks) CPU level indices
-    step_s: np.ndarray  # (steps,) actual duration of each step
-    reconfigured: np.ndarray  # (steps,) bool: a checkpoint was paid before this step
-    penalty_s: float
-    decision_ms: np.ndarray  # (steps,) wall-clock time the planner took before each step
-    actions: np.ndarray  # (steps,) 0 = keep, j = configure for j steps, -1 = bound (no planner)
-    prepare_ms: float = 0.0  # offline planning before the first step
-    notes: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def compute_s(self) -> float:
-        return float(self.step_s.sum())
-
-    @property
-    def checkpoints(self) -> int:
-        return int(self.reconfigured.sum())
-
-    @property
-    def checkpoint_s(self) -> float:
-        return self.checkpoints * self.penalty_s
-
-    @property
-    def total_s(self) -> float:
-        return self.compute_s + self.checkpoint_s
-
-    @property
-    def mean_decision_ms(self) -> float:
-        """Per-step decision time, with any offline planning spread over the steps."""
-        return float(self.decision_ms.mean() + self.prepare_ms / max(1, len(self.decision_ms)))
+from .steps import StrategyResult as StrategyResult  # re-exported: other modules import it from here
 
 
 def step_times(actual: np.ndarray, levels: np.ndarray) -> np.ndarray:
@@ -86,7 +50,12 @@ def floor_result(ctx: PlanningContext, actual: np.ndarray, mode: str, settings: 
     parameters (settings: accepted like every bound's, unused)."""
     t0 = time.perf_counter()
     max_level = ctx.max_level if ctx.exppo_max_level is None else np.maximum(ctx.max_level, ctx.exppo_max_level)
-    levels, times = floor_levels(actual, max_level, ctx.budget_steps)
+    if ctx.nodes is None:
+        levels, times = floor_levels(actual, max_level, ctx.budget_steps)
+    else:
+        from .allocation.nodes import floor_with_nodes
+
+        levels, times = floor_with_nodes(actual, max_level, ctx.budget_steps, ctx.nodes)
     ms = (time.perf_counter() - t0) * 1e3
     m = ctx.steps
     return StrategyResult(

@@ -356,7 +356,7 @@ def test_run_files_that_are_missing_or_of_the_wrong_kind(tmp_path, monkeypatch, 
     runs = tmp_path / "runs"
     for args, needles in (
         (["--job", tmp_path / "nope.toml"], ["nope.toml", "job file not found"]),
-        (["--job", tmp_path / "a-folder"], ["a-folder", "job file not found"]),
+        (["--job", tmp_path / "a-folder"], ["a-folder", "expected a job file, this is a folder"]),
         (["--zk-auth-file", tmp_path / "nope"], ["field '--zk-auth-file'", "not found; expected a file"]),
         (["--zk-auth-file", tmp_path / "a-folder"], ["field '--zk-auth-file'", "a folder; expected a file"]),
     ):
@@ -406,3 +406,203 @@ def test_forecast_train_refuses_a_forecaster_with_nothing_to_train_first(monkeyp
     code, out, err = run_cli(["forecast", "train", "--shipped", "-f", "persistence"], monkeypatch, capsys)
     assert code == 2 and "field '--forecaster'" in err and "nothing to train" in err
     assert "gaps" not in out, "refused before any series was read"
+
+
+# -- issue 24: what was silently accepted, and messages that did not say what was wrong -------------
+@pytest.mark.parametrize("line, field", [('steps = "5"', "steps"), ('online = "true"', "online")])
+def test_a_quoted_number_or_boolean_in_a_settings_file_is_refused(line, field, experiment, monkeypatch, capsys):
+    key = line.split(" ")[0]
+    text = "\n".join(ln for ln in experiment.read_text().splitlines() if not ln.startswith(f"{key} "))
+    experiment.write_text(f"{line}\n{text}\n")
+    code, _, err = run_cli(["simulate", experiment, "-q"], monkeypatch, capsys)
+    assert code == 2 and f"field '{field}'" in err and "without quotes" in err, err
+    # the same text from the command line is parsed: a flag is always text
+    experiment.write_text(text + "\n")
+    code, _, err = run_cli(
+        ["simulate", experiment, "-q", "--set", f"{line.replace(' ', '').replace(chr(34), '')}"], monkeypatch, capsys
+    )
+    assert code == 0, err
+
+
+@pytest.mark.parametrize("name", ["../../x", "a/b", "", ".hidden", "with space"])
+def test_a_task_name_that_is_not_a_plain_name_is_refused_where_the_job_is_read(name, tmp_path):
+    series = DATA / "datasets" / "nyc_taxi.csv"
+    path = tmp_path / "job.toml"
+    path.write_text(
+        f'[[task]]\nname = "{name}"\nstressor = "cpu"\nops_per_unit = 1\nseries = {{ file = "{series}" }}\n'
+    )
+    with pytest.raises(InputError, match=r"task\[0\]\.name") as exc:
+        load_job(path)
+    assert "expected a task name" in str(exc.value)
+
+
+def test_a_job_without_tasks_prints_its_task_table_as_written(tmp_path, experiment, monkeypatch, capsys):
+    job = tmp_path / "empty-job.toml"
+    job.write_text('name = "nothing"\n')
+    code, _, err = run_cli(["simulate", experiment, "-q", "--set", f"job={job}"], monkeypatch, capsys)
+    assert code == 2 and "[[task]]" in err, err  # not eaten as Rich markup
+
+
+def test_an_experiment_with_a_byte_order_mark_is_read(experiment, monkeypatch, capsys):
+    experiment.write_bytes(b"\xef\xbb\xbf" + experiment.read_bytes())
+    code, _, err = run_cli(["simulate", experiment, "-q"], monkeypatch, capsys)
+    assert code == 0, err
+
+
+def test_a_series_and_a_profile_with_a_byte_order_mark_are_read(tmp_path, synthetic_profile):
+    from bsp_planner.series import read_series_csv
+
+    synthetic_profile.write_bytes(b"\xef\xbb\xbf" + synthetic_profile.read_bytes())
+    assert load_profile(synthetic_profile).tasks
+    series = tmp_path / "s.csv"
+    series.write_bytes(b"\xef\xbb\xbf" + (DATA / "datasets" / "nyc_taxi.csv").read_bytes())
+    assert len(read_series_csv(series)[1]) > 100
+
+
+def test_an_empty_experiment_says_it_is_empty(tmp_path, monkeypatch, capsys):
+    empty = tmp_path / "empty.toml"
+    empty.write_text("")
+    code, _, err = run_cli(["simulate", empty, "-q"], monkeypatch, capsys)
+    assert code == 2 and "empty" in err and "job" in err and "max_millicores" not in err, err
+
+
+def test_an_experiment_that_is_a_folder_or_a_symlink_loop_says_so(tmp_path, monkeypatch, capsys):
+    folder = tmp_path / "exp.toml"
+    folder.mkdir()
+    code, _, err = run_cli(["simulate", folder, "-q"], monkeypatch, capsys)
+    assert code == 2 and "this is a folder" in err and "not found" not in err, err
+    loop = tmp_path / "loop.toml"
+    loop.symlink_to(loop)
+    code, _, err = run_cli(["simulate", loop, "-q"], monkeypatch, capsys)
+    assert code == 2 and "loop" in err and "not found" not in err, err
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["-s", "mpc,mpc"], "(from --strategies mpc,mpc)"),
+        (["--set", "workload_range=50,10"], "(from --set workload_range=50,10)"),
+        (["--budget", "100"], "(from --budget 100"),
+    ],
+)
+def test_a_value_given_by_a_flag_is_blamed_on_the_flag_not_the_file(args, needle, experiment, monkeypatch, capsys):
+    code, _, err = run_cli(["simulate", experiment, "-q", *args], monkeypatch, capsys)
+    assert code == 2 and needle in err and str(experiment) not in err, err
+
+
+def _forecast_files(folder: Path, value: float) -> Path:
+    import csv
+
+    folder.mkdir(parents=True)
+    for t in THESIS_TASKS:
+        with (folder / f"{t}.csv").open("w", newline="") as fh:
+            w = csv.writer(fh)
+            w.writerow([f"h{h}" for h in range(20)])
+            w.writerows([[value] * 20 for _ in range(400)])
+    return folder
+
+
+def test_a_relative_forecasts_folder_is_read_from_the_working_directory(tmp_path, experiment, monkeypatch, capsys):
+    _forecast_files(tmp_path / "elsewhere" / "fc", 30.0)  # a folder the experiment's folder has not
+    work = tmp_path / "cwd"
+    work.mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    code, _, err = run_cli(
+        ["simulate", experiment, "-q", "--mode", "forecast", "--forecasts", "fc", "--steps", "5"], monkeypatch, capsys
+    )
+    assert code == 0, err
+
+
+def test_forecasts_far_outside_the_workload_range_are_warned_about(tmp_path, experiment, monkeypatch, capsys):
+    folder = _forecast_files(tmp_path / "fc", 3000.0)  # x100 the range's values
+    code, _, err = run_cli(
+        ["simulate", experiment, "-q", "--mode", "forecast", "--forecasts", folder, "--steps", "5"], monkeypatch, capsys
+    )
+    assert code == 0, err
+    assert "far outside the workload range" in err
+
+
+def test_an_extreme_value_in_a_training_half_is_warned_about(tmp_path):
+    from bsp_planner.series import WorkloadScaler
+
+    train = np.linspace(100.0, 200.0, 500)
+    train[42] = 1e300
+    with pytest.warns(InputWarning, match="far outside the others"):
+        scaler = WorkloadScaler.fit(train, 10, 50, source=tmp_path / "s.csv")
+    assert np.all(scaler.transform(np.delete(train, 42)) == 10.0)  # what the warning is about
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        WorkloadScaler.fit(np.linspace(100.0, 200.0, 500), 10, 50)  # an ordinary series: quiet
+
+
+def test_profile_metadata_that_is_a_folder_is_refused(synthetic_profile, monkeypatch, capsys):
+    meta = metadata_path(synthetic_profile)
+    if meta.exists():
+        meta.unlink()
+    meta.mkdir()
+    with pytest.raises(InputError, match="this is a folder"):
+        load_profile(synthetic_profile)
+
+
+def test_a_huge_inversion_warning_prints_a_short_ratio(tmp_path):
+    from bsp_planner.profiles import TaskProfile, warn_non_monotone
+
+    d = np.array([[1.0, 1e300], [1.0, 0.5]])
+    p = TaskProfile("t", np.array([10.0, 20.0]), np.array([250.0, 500.0]), d, repeats=1)
+    with pytest.warns(InputWarning) as rec:
+        warn_non_monotone({"t": p}, tmp_path / "p.csv")
+    assert len(str(rec[0].message)) < 300
+
+
+def test_profile_run_refuses_levels_above_the_machines_cpus_whatever_their_number(tmp_path, monkeypatch, capsys):
+    import os
+
+    cores = len(os.sched_getaffinity(0))
+    big = cores * 1000 + 1000
+    for levels in (f"500,{big}", f"{big},{big + 1000}"):
+        code, _, err = run_cli(
+            ["profile", "run", "--out", tmp_path / "p.csv", "--cpu", levels, "--workloads", "10,20"],
+            monkeypatch,
+            capsys,
+        )
+        assert code == 2 and "--cpu" in err and "more CPU than this machine has" in err, err
+    assert not (tmp_path / "p.csv").exists()
+
+
+def _run_json(tmp_path: Path, experiment: Path) -> Path:
+    runs = tmp_path / "runs"
+    (runs / "r1").mkdir(parents=True)
+    settings = {"experiment": str(experiment), "planner": "mpc", "mode": "perfect"}
+    (runs / "r1" / "run.json").write_text(json.dumps({"status": "interrupted", "settings": settings}))
+    (runs / "r1" / "zk-auth").write_text("bsp:secret\n")
+    (runs / "r1" / "zk-auth").chmod(0o600)
+    return runs
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--planner", "exppo"], "--planner mpc"),
+        (["--mode", "forecast"], "--mode perfect"),
+        (["--steps", "9"], "--steps"),
+        (["--set", "penalty_s=3"], "--set"),
+    ],
+)
+def test_resume_refuses_options_that_would_change_the_run(
+    args, needle, tmp_path, synthetic_profile, monkeypatch, capsys
+):
+    exp = write_experiment(
+        tmp_path, synthetic_profile, strategies=["mpc"], modes=["perfect"], cpu__budget_millicores=2000
+    )
+    runs = _run_json(tmp_path, exp)
+    code, _, err = run_cli(["run", "--resume", "r1", "--runs-dir", runs, *args], monkeypatch, capsys)
+    assert code == 2 and "resumed run keeps its own settings" in err and needle in err, err
+
+
+def test_a_worker_join_error_names_its_options_not_the_task_environment():
+    from bsp_planner.runtime.worker import _as_worker_options
+    from bsp_planner.task import TaskJoinError
+
+    exc = TaskJoinError("no run at /r in ZooKeeper h:1 ($BSP_RUN_ID=None)", field="BSP_RUN_ID")
+    text = _as_worker_options(exc)
+    assert "--root" in text and "BSP_RUN_ID" not in text

@@ -129,13 +129,12 @@ def test_a_participant_that_dies_before_arriving_blocks_the_step_and_is_named(zk
 
 
 def test_a_zookeeper_restart_neither_loses_nor_double_counts_an_arrival(own_zk, creds, root):
+    # What must hold across the restart, whether or not a session expires while the server is down (under
+    # heavy load a JVM restart can outlast any timeout): every participant's arrival counted once, none lost.
     names = [f"p{i}" for i in range(4)]
-    # sessions that outlive a slow JVM restart on a loaded machine (the server allows up to 60 s): the test is
-    # about arrivals across a restart, not about sessions expiring
     coord = session(own_zk, creds, session_timeout_s=50)
     paths = prepare(coord, root, 1, names)
     sessions = {n: session(own_zk, creds, session_timeout_s=50) for n in names}
-    ids = {n: s.session_id() for n, s in sessions.items()}
     counter = CountingBarrier(coord, paths, 0, names)
     errors: list[BaseException] = []
     go_on = {n: threading.Event() for n in names}
@@ -168,9 +167,9 @@ def test_a_zookeeper_restart_neither_loses_nor_double_counts_an_arrival(own_zk, 
             th.join(120)
         assert not errors, errors
         assert released
-        assert sorted(coord.children(f"{paths.barrier(0)}/enter")) == names
-        assert coord.get(counter.go_path) == {"step": 0, "arrived": 4}
-        assert {n: s.session_id() for n, s in sessions.items()} == ids  # the same sessions throughout
+        arrivals = coord.children(f"{paths.barrier(0)}/enter")
+        assert sorted(arrivals) == names  # each participant arrived, once (p0 twice: its retry added nothing)
+        assert coord.get(counter.go_path) == {"step": 0, "arrived": len(names)}  # counted once each
     finally:
         close_all(coord, sessions, root)
 

@@ -453,6 +453,9 @@ def test_provider_uses_shipped_forecasts_only_when_their_digest_matches(small_jo
     assert np.all(fc == 33.0) and "shipped forecasts default/" in label
     fc, label = provider.forecast_matrix("default", js, 0, 50, H, base_dir=small_job)  # "default" is the lstm
     assert "shipped" in label
+    # steps inside the shipped ones: those rows (a forecast before step t never depends on later steps)
+    fc, label = provider.forecast_matrix("lstm", js, 10, 20, H, base_dir=small_job)
+    assert fc.shape == (2, 20, H) and np.all(fc == 33.0) and "from row 10" in label
 
     calls = []
 
@@ -465,11 +468,11 @@ def test_provider_uses_shipped_forecasts_only_when_their_digest_matches(small_jo
 
     monkeypatch.setattr(pipeline, "forecast_experiment", fake)
     messages = []
-    fc, label = provider.forecast_matrix("lstm", js, 0, 30, H, base_dir=small_job, say=messages.append)
-    assert calls == [("lstm", 0, 30, "fill")] and np.all(fc == 21.0)
+    fc, label = provider.forecast_matrix("lstm", js, 30, 30, H, base_dir=small_job, say=messages.append)
+    assert calls == [("lstm", 30, 30, "fill")] and np.all(fc == 21.0)
     assert "regenerated" in label and "steps: 50 -> 30" in messages[0]
     # the regenerated forecasts are cached: the same request again needs no work
-    fc, label = provider.forecast_matrix("lstm", js, 0, 30, H, base_dir=small_job, say=messages.append)
+    fc, label = provider.forecast_matrix("lstm", js, 30, 30, H, base_dir=small_job, say=messages.append)
     assert len(calls) == 1 and "cached" in label and np.all(fc == 21.0)
 
 

@@ -50,11 +50,13 @@ def test_a_live_run_through_the_kubernetes_backend(tmp_path, zk_server, creds_fi
             poll_s=0.02,
             log_dir=tmp_path / "logs",
         )
+        said: list[str] = []
         coord = Coordinator(
             settings(exp, zk_server, creds_file, planner="static:1", reconfigure=how),
             f"k8s-{how}",
             tmp_path / "runs",
             backend=backend,
+            say=said.append,
         )
         result = coord.run()
         assert result.status == "finished", (tmp_path / f"bsp-k8s-{how}-a.log").read_text()
@@ -76,6 +78,11 @@ def test_a_live_run_through_the_kubernetes_backend(tmp_path, zk_server, creds_fi
     # the workers joined through the address and Secret the pods were given
     pod_log = (tmp_path / f"{N.pod_name(f'k8s-{how}', 'a')}.log").read_text()
     assert "joined at step 0" in pod_log
+    # the texts say what happened: a normal finish is not reported as a worker that left early
+    kept = "".join(p.read_text() for p in (tmp_path / "logs").glob("*.log"))
+    assert "Succeeded (the worker exited with code 0)" in kept and "before the run ended" not in kept
+    planning = next(line for line in said if line.startswith("planning with"))
+    assert planning.startswith(f"planning with {'an in-place' if how == 'in-place' else 'a recreate'} reconfiguration")
 
 
 @pytest.mark.parametrize("env_reconfigure, expected", [(None, "in-place"), ("recreate", "recreate")])

@@ -139,6 +139,8 @@ def test_the_grid_runs_as_jobs_at_most_parallelism_at_once_into_the_local_profil
     assert meta["kubernetes"]["image"] == "bsp-planner:dev" and meta["kubernetes"]["namespace"] == NS
     assert meta["rows"] == 16 and meta["sessions"][-1]["measured"] == 16
     assert meta["kubernetes"]["nodes"] == {"node-a": "Fake CPU @ 3GHz"}  # where the cells ran
+    # what a duration is, in the terms of where it was measured: a container's CPU limit, not a local cgroup
+    assert "CPU limit" in meta["duration"] and "cfs_period_us" not in meta["duration"]
 
 
 def test_each_job_runs_one_cell_under_its_cpu_level(api, tmp_path):

@@ -153,3 +153,16 @@ def test_unknown_strategy_and_bad_arguments():
 def test_frame_time_of_configuration():
     actual = durations_from_work(np.array([[2.0, 4.0], [6.0, 1.0]]))
     assert frame_time(actual, np.array([0, 1])) == pytest.approx(3.0 + 4.0)
+
+
+def test_even_splits_the_budget_equally_and_never_reconfigures():
+    rng = np.random.default_rng(4)
+    actual = durations_from_work(rng.uniform(1, 10, (3, 12)))
+    ctx = perfect_context(actual, penalty=0.5, budget_steps=10)  # 10 steps above the minimum over 3 tasks
+    result = simulate(make_planner("even"), ctx, actual)
+    assert (result.levels == 3).all()  # 10 // 3 each, the same for every task and step
+    assert result.checkpoints == 0
+    capped = perfect_context(actual, penalty=0.5, budget_steps=30)  # more than the levels hold: each at its max
+    assert (simulate(make_planner("even"), capped, actual).levels == N_LEVELS - 1).all()
+    with pytest.raises(Exception, match="takes no"):
+        make_planner("even:2")

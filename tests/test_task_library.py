@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -24,6 +26,7 @@ from bsp_planner.runtime.executor import RunFailed
 from zk_fixtures import (
     DATA,
     EXPERIMENT,
+    PREFIX,
     assert_nothing_left,
     needs_tasks,
     settings,
@@ -72,6 +75,15 @@ def coordinator(tmp_path, exp, zk, creds, run_id, resume=False, **kw) -> Coordin
     return Coordinator(settings(exp, zk, creds, **kw), run_id, tmp_path / "runs", resume=resume)
 
 
+def cpu_cgroup() -> str | None:
+    """This process's group in the cgroup v1 cpu hierarchy (None on cgroup v2)."""
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if "cpu" in controllers.split(","):
+            return path
+    return None
+
+
 def records_of(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "steps.jsonl").read_text().splitlines()]
 
@@ -98,6 +110,57 @@ def test_a_local_session_times_and_keeps_reports_and_refuses_steps_out_of_order(
     rep = session.reports[0]
     assert rep["workload"] == 5 and rep["wall_s"] > 0 and rep["cpu_s"] >= 0
     assert [json.loads(line)["step"] for line in (tmp_path / "r.jsonl").read_text().splitlines()] == [0]
+
+
+def test_an_application_that_timed_its_step_reports_it_with_its_own_duration(tmp_path):
+    session = task.local_session("p0", steps=3, reports_file=tmp_path / "r.jsonl")
+    session.report(0, workload=12, duration_s=0.25, cpu_s=0.2)
+    before = time.time()
+    session.report(1, duration_s=1.5)
+    after = time.time()
+    rep0, rep1 = session.reports
+    assert rep0["wall_s"] == 0.25 and rep0["cpu_s"] == 0.2 and rep0["workload"] == 12
+    assert rep1["wall_s"] == 1.5 and "cpu_s" not in rep1  # not measured, so not reported
+    assert before - 1.5 <= rep1["started_at"] <= after - 1.5  # it ended as reported, so it started 1.5 s before
+    for bad in (float("nan"), 0, -1.0, "1"):
+        with pytest.raises(InputError, match=r"task p0 step 2 reported duration_s .*expected a number of seconds"):
+            session.report(2, duration_s=bad)
+    assert [r["step"] for r in session.reports] == [0, 1]
+    with pytest.raises(task.StepOrderError):
+        session.report(0, duration_s=1.0)
+    barrier = task.local_session("p1")
+    barrier.sync = "barrier"
+    with pytest.raises(InputError, match="barrier-mode run does not allow"):
+        barrier.report(0, duration_s=1.0)
+
+
+def test_the_reporter_commits_in_order_off_the_applications_thread_and_raises_a_failure_later():
+    from bsp_planner.task.reporter import Reporter
+
+    done: list[int] = []
+    release = threading.Event()
+
+    def commit(ops):
+        release.wait(10)
+        if ops[0] == "bad":
+            raise RuntimeError("ZooKeeper said no")
+        done.append(ops[0])
+
+    r = Reporter(commit)
+    r.submit([0])
+    r.submit([1])  # queued while the first waits: the application's thread is not held up
+    assert done == []
+    release.set()
+    r.flush()
+    assert done == [0, 1]
+    r.submit(["bad"])
+    r.submit([2])  # after a failure nothing more is committed
+    with pytest.raises(RuntimeError, match="ZooKeeper said no"):
+        r.flush()
+    with pytest.raises(RuntimeError, match="ZooKeeper said no"):
+        r.submit([3])
+    r.close()
+    assert done == [0, 1]
 
 
 def test_joining_without_the_environment_says_what_is_missing():
@@ -158,14 +221,19 @@ def test_process_tasks_run_the_whole_run_in_one_process_each_with_cpu_changed_in
     exp, control = process_experiment(tmp_path / "exp", steps=5, sync=sync, penalty=0.0)
     coord = coordinator(tmp_path, exp, zk_server, creds_file, f"proc{sync}", planner="static:1", barrier=barrier)
     quotas: dict[int, dict] = {}
+    home = cpu_cgroup()
+    during: set[str | None] = set()
 
     def say(text: str) -> None:  # called as each step is logged: the quotas the tasks have then
         if text.startswith("step"):
             quotas[int(text.split(":")[0].split()[1])] = {t: coord.backend.tasks[t].group.quota() for t in coord.tasks}
+            during.add(cpu_cgroup())
 
     coord.say = say
     result = coord.run()
     assert result.status == "finished"
+    # the coordinator ran in the run's group beside its tasks (not behind the whole group), and left it
+    assert during == {f"/{PREFIX}.live.{coord.run_id}"} and cpu_cgroup() == home
     records = records_of(result.run_dir)
     assert [r["step"] for r in records] == [0, 1, 2, 3, 4]
     for name in "abc":
@@ -178,8 +246,17 @@ def test_process_tasks_run_the_whole_run_in_one_process_each_with_cpu_changed_in
                 assert t["observed_workload"] == 10 + ("abc".index(t["task"]) * 7 + r["step"] * 3) % 30
             else:
                 assert t["observed_workload"] == pytest.approx(t["workload"])
+    for name in "abc":  # its ZooKeeper client's threads report from the run's group, outside the task's quota
+        group = (result.run_dir / f"report-group-{name}").read_text()
+        assert group.endswith(f".live.{coord.run_id}"), group
     if sync == "observe":  # its own barrier, not ours
         assert (result.run_dir / "selfsync" / "000004").is_dir()
+        # its steps timed on the tasks' own clocks: from the first task's start to the last one's end, they
+        # add up to the application's wall time (the coordinator sees each step only after it began)
+        first = min(t["started_at"] for t in records[0]["tasks"])
+        last = max(t["finished_at"] for t in records[-1]["tasks"])
+        assert sum(r["step_s"] for r in records) == pytest.approx(last - first, rel=1e-9)
+        assert records[0]["step_s"] >= records[0]["slowest_s"]
     assert any(r["reconfigured"] for r in records)  # and still one process each: in place
     if sync == "barrier":  # each step ran under the quotas of its configuration
         for r in records:
@@ -234,6 +311,26 @@ def test_a_process_that_stops_reporting_is_a_timeout_naming_task_and_step(tmp_pa
         coordinator(tmp_path, exp, zk_server, creds_file, "phang", step_timeout_s=3.0).run()
     assert "step 0 did not finish within 3 s" in str(info.value) and "task c did not report step 0" in str(info.value)
     assert_nothing_left("phang")
+
+
+@pytest.mark.usefixtures("reap_runs")
+@needs_tasks
+def test_a_self_synchronising_application_owns_its_length_and_may_time_its_steps_itself(
+    tmp_path, zk_server, creds_file
+):
+    exp, control = process_experiment(tmp_path / "exp", steps=40, sync="observe")  # 40: only an upper bound
+    job = tmp_path / "exp" / "job.toml"
+    job.write_text(job.read_text().replace('"--self-sync"', '"--self-sync", "--steps", "4", "--self-timed"'))
+    result = coordinator(tmp_path, exp, zk_server, creds_file, "ownlen", planner="even").run()
+    assert result.status == "finished"
+    records = records_of(result.run_dir)
+    assert [r["step"] for r in records] == [0, 1, 2, 3]  # the application ran 4 steps, then every task left
+    assert result.summary["steps_done"] == 4
+    for r in records:
+        for t in r["tasks"]:  # the duration each task timed itself, and its own workload
+            assert t["observed_workload"] == 10 + ("abc".index(t["task"]) * 7 + r["step"] * 3) % 30
+            assert 0 < t["measured_s"] <= r["step_s"] + 1e-6 and "cpu_s" not in t
+    assert_nothing_left("ownlen")
 
 
 @pytest.mark.usefixtures("reap_runs")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..loop import StepObservation
+from ..steps import StepObservation
 
 
 class SimulatedExecutor:

@@ -102,7 +102,7 @@ def _save_root(given: Path | None, shipped: bool) -> Path:
 
 def _parse_settings(items: list[str] | None, names: list[str]) -> dict[str, dict]:
     """--set KEY=VALUE (for every learned forecaster asked for) or FORECASTER.KEY=VALUE."""
-    from .registry import is_learned
+    from .registry import default_settings, is_learned
 
     out: dict[str, dict] = {}
     learned = [n for n in names if is_learned(n)]
@@ -110,14 +110,17 @@ def _parse_settings(items: list[str] | None, names: list[str]) -> dict[str, dict
         if "=" not in item:
             raise InputError(f"expected KEY=VALUE, got {item!r}", field="--set")
         key, value = (x.strip() for x in item.split("=", 1))  # checked by the forecaster's settings loader
-        targets = learned
+        # a bare KEY: every learned forecaster asked for that has such a setting
+        targets = [n for n in learned if key in default_settings(n)] or learned
         if "." in key:
             fname, key = key.split(".", 1)
             if fname not in FORECASTERS:
                 raise InputError(f"unknown forecaster '{fname}'; known: {', '.join(FORECASTERS)}", field="--set")
             targets = [fname]
         if not targets:
-            raise InputError("settings apply to the learned forecasters (lstm, lstm-thesis) only", field="--set")
+            raise InputError(
+                "settings apply to the learned forecasters (lstm, lstm-thesis, gbm, ensemble) only", field="--set"
+            )
         for n in targets:
             out.setdefault(n, {})[key] = value
     for n, values in out.items():  # checked now, by the settings loader, before any data is read
@@ -212,8 +215,13 @@ def train(
 
     models = _save_root(models, shipped)
     for n in forecaster:
-        if n in FORECASTERS and not is_learned(n):
-            raise InputError(f"{n} has nothing to train; train lstm or lstm-thesis", field="--forecaster")
+        if n in FORECASTERS and not issubclass(FORECASTERS.get(n), LearnedForecaster):
+            what = (
+                "is fitted on the job's series when used (nothing is saved)"
+                if is_learned(n)
+                else "has nothing to train"
+            )
+            raise InputError(f"{n} {what}; train lstm or lstm-thesis", field="--forecaster")
     ws, _ = _context(experiment, job, task, horizon, gaps, settings, forecaster)
     table = Table(title=f"trained models · job {ws.job.name}")
     for col in ("forecaster", "task", "epochs", "best epoch", "val RMSE", "seconds"):

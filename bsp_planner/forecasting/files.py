@@ -143,6 +143,8 @@ def read_trace(
     if not folder.is_dir():
         what = "not a folder: expected a folder of <task>.csv traces" if folder.exists() else "trace folder not found"
         raise InputError(f"{what} (--actual)", path=folder, field="forecast.actual")
+    if (folder / "steps.jsonl").is_file() and not any((folder / f"{name}.csv").is_file() for name in task_names):
+        return _run_trace(folder / "steps.jsonl", task_names, steps, start, valid_range)
     out = np.empty((len(task_names), steps))
     for i, name in enumerate(task_names):
         path = folder / f"{name}.csv"
@@ -163,4 +165,40 @@ def read_trace(
             )
             raise InputError(f"expected {want}, got {values[k]:g}", path=path, line=start + k + 2, field="workload")
         out[i] = values
+    return out
+
+
+def _run_trace(
+    path: Path, task_names: list[str], steps: int, start: int, valid_range: tuple[float, float] | None
+) -> np.ndarray:
+    """A live run's log (runs/<run-id>/steps.jsonl) as a trace: (tasks, steps) the workload each task ran
+    in each logged step (what it reported, else what it was assigned)."""
+    rows: list[list[float]] = []
+    for k, line in enumerate(path.read_text().splitlines()):
+        try:
+            rec = json.loads(line)
+            by_task = {x["task"]: x for x in rec["tasks"]}
+        except (ValueError, KeyError, TypeError):
+            break  # a torn last line, as a resumed run drops it
+        missing = [t for t in task_names if t not in by_task]
+        if missing:
+            raise InputError(f"the run has no task '{missing[0]}'", path=path, line=k + 1, field="forecast.actual")
+        rows.append([float(by_task[t].get("observed_workload", by_task[t]["workload"])) for t in task_names])
+    if len(rows) < start + steps:
+        raise InputError(
+            f"the run logged {len(rows)} steps but the experiment needs {start + steps} (--steps, --start)",
+            path=path,
+            field="forecast.actual",
+        )
+    out = np.array(rows[start : start + steps], dtype=np.float64).T
+    lo, hi = valid_range if valid_range is not None else (0.0, math.inf)
+    bad = np.argwhere((out < 0) | (out < lo - 1e-9) | (out > hi + 1e-9))
+    if bad.size:
+        i, k = (int(x) for x in bad[0])
+        raise InputError(
+            f"task '{task_names[i]}' ran workload {out[i, k]:g}, outside the profile's grid [{lo:g}, {hi:g}]",
+            path=path,
+            line=start + k + 1,
+            field="workload",
+        )
     return out

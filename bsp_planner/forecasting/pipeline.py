@@ -56,6 +56,9 @@ class Workspace:
     gaps: str = "error"
     quantiles: tuple[float, ...] = DEFAULT_QUANTILES
     settings: dict[str, dict] = field(default_factory=dict)  # per forecaster name: overrides
+    # what forecasters fitted here share (a global model's pool, fitted forecasters by task and
+    # settings), so an ensemble and its member alone are fitted once
+    shared: dict = field(default_factory=dict, repr=False)
 
     @classmethod
     def load(
@@ -89,10 +92,25 @@ class Workspace:
         return cls(job, job_series, prepared, horizon=horizon, gaps=gaps, settings=dict(settings or {}))
 
     def settings_for(self, name: str) -> dict:
-        """Full settings (defaults + overrides) of a forecaster: what identifies its models."""
+        """Full settings (defaults + overrides) of a forecaster: what identifies its models (an
+        ensemble's include its members')."""
         full = default_settings(name)
         over = self.settings.get(name, {})
-        return FORECASTERS.get(name).settings_type.from_dict({**full, **over}).to_dict()
+        cls = FORECASTERS.get(name)
+        out = cls.settings_type.from_dict({**full, **over}).to_dict()
+        members = getattr(cls, "members", None)
+        if members:
+            out["members"] = {m: self.settings_for(m) for m in members}
+        return out
+
+    def all_prepared(self) -> list[PreparedSeries]:
+        """Every task of the job prepared (`prepared` may hold only the tasks asked for)."""
+        if len(self.prepared) == len(self.job_series.series):
+            return self.prepared
+        key = ("all_prepared", self.gaps)
+        if key not in self.shared:
+            self.shared[key] = prepare_job(self.job_series, gaps=self.gaps)
+        return self.shared[key]
 
     def data_identity(self, p: PreparedSeries) -> dict:
         """What a model's training depends on besides its settings."""
@@ -110,6 +128,14 @@ def model_folder(root: Path, job: str, forecaster: str) -> Path:
 
 
 def train_one(ws: Workspace, name: str, p: PreparedSeries, say: Say = _quiet) -> Forecaster:
+    cls = FORECASTERS.get(name)
+    build = getattr(cls, "from_workspace", None)
+    if build is not None:  # a global model: trained on the job's other tasks too
+        settings = cls.settings_type.from_dict(ws.settings.get(name) or {})
+        try:
+            return build(ws, p, settings=settings, say=say)
+        except InputError as exc:
+            raise InputError(f"task '{p.task}': {exc.message}", path=p.source) from exc
     f = make_forecaster(name, p, ws.horizon, quantiles=ws.quantiles, settings=ws.settings.get(name), progress=say)
     if isinstance(f, LearnedForecaster):
         need = f.history_needed(p.n_train_grid)
@@ -152,11 +178,62 @@ def obtain(
     Learned forecasters load from `model_root` when a saved model matches the settings and the
     training data; with none saved they train (and save). A saved model that does not match is an
     error with on_mismatch="error", or retrained with on_mismatch="retrain". What it trains is saved
-    (save=True) under `save_root`, by default `model_root`.
+    (save=True) under `save_root`, by default `model_root`. Within one workspace a forecaster is had
+    once per task and settings (an ensemble and its members alone share it).
     """
     check_name(name)
+    key = ("obtained", name, p.task, json.dumps(ws.settings_for(name), sort_keys=True))
+    hit = ws.shared.get(key)
+    if hit is not None and not (retrain and hit[1] == "loaded"):
+        return hit
+    got = _obtain(
+        ws,
+        name,
+        p,
+        model_root=model_root,
+        retrain=retrain,
+        on_mismatch=on_mismatch,
+        save=save,
+        save_root=save_root,
+        say=say,
+    )
+    ws.shared[key] = got
+    return got
+
+
+def _obtain(
+    ws: Workspace,
+    name: str,
+    p: PreparedSeries,
+    *,
+    model_root: Path | None,
+    retrain: bool,
+    on_mismatch: str,
+    save: bool,
+    save_root: Path | None,
+    say: Say,
+) -> tuple[Forecaster, str]:
     cls = FORECASTERS.get(name)
     if not issubclass(cls, LearnedForecaster):
+        members = getattr(cls, "members", None)
+        if members:  # an ensemble: each member obtained as it would be alone
+            got = [
+                obtain(
+                    ws,
+                    m,
+                    p,
+                    model_root=model_root,
+                    retrain=retrain,
+                    on_mismatch=on_mismatch,
+                    save=save,
+                    save_root=save_root,
+                    say=say,
+                )
+                for m in members
+            ]
+            f = make_forecaster(name, p, ws.horizon, quantiles=ws.quantiles, settings=ws.settings.get(name))
+            f.combine([g[0] for g in got]).fit(p.train_grid)  # type: ignore[attr-defined]
+            return f, "+".join(g[1] for g in got)
         return train_one(ws, name, p, say), "fitted"
     folder = model_folder(model_root, ws.job.name, name) if model_root is not None else None
     template = make_forecaster(name, p, ws.horizon, quantiles=ws.quantiles, settings=ws.settings.get(name))
@@ -342,6 +419,8 @@ def plot_evaluation(ev: Evaluation, path: Path, title: str = "") -> Path:
         "seasonal-naive": ("C2", "-.", "v"),
         "seasonal-naive-weekly": ("C4", "-.", "D"),
         "mstl": ("C1", "--", "x"),
+        "gbm": ("C5", "-", "P"),
+        "ensemble": ("k", "-", "*"),
     }
     for k, ax in enumerate(axes.flat):
         if k >= n_panels:

@@ -53,6 +53,7 @@ class PreparedSeries:
     t0: np.datetime64  # time of grid step 0
     filled: int  # grid steps filled by interpolation
     source: Path | None = None
+    first_row: int = 0  # the series file's data row of row 0
 
     @property
     def n_train_grid(self) -> int:
@@ -144,7 +145,7 @@ def prepare_task(
     t0 = ts.timestamps[0]
     if gaps == "ignore":
         idx = np.arange(len(w))
-        return PreparedSeries(ts.task, w, w.copy(), idx, ts.n_train, period, interval, t0, 0, ts.source)
+        return PreparedSeries(ts.task, w, w.copy(), idx, ts.n_train, period, interval, t0, 0, ts.source, ts.first_row)
     steps = np.diff(ts.timestamps).astype(np.int64)
     back = np.nonzero(steps <= 0)[0]
     if back.size:
@@ -183,7 +184,9 @@ def prepare_task(
         )
     idx = np.concatenate([[0], np.cumsum(steps // interval)]).astype(np.int64)
     grid = np.interp(np.arange(idx[-1] + 1), idx, w)
-    return PreparedSeries(ts.task, w, grid, idx, ts.n_train, period, interval, t0, int(idx[-1] + 1 - len(w)), ts.source)
+    return PreparedSeries(
+        ts.task, w, grid, idx, ts.n_train, period, interval, t0, int(idx[-1] + 1 - len(w)), ts.source, ts.first_row
+    )
 
 
 def prepare_job(job_series: JobSeries, *, gaps: str = "error", tasks: list[str] | None = None) -> list[PreparedSeries]:
@@ -198,6 +201,20 @@ def prepare_job(job_series: JobSeries, *, gaps: str = "error", tasks: list[str] 
         if ts.task in wanted:
             out.append(prepare_task(ts, job_series.history_workloads(i), gaps=gaps))
     return out
+
+
+def later_pieces(p: PreparedSeries, prepared: list[PreparedSeries]) -> list[str]:
+    """The tasks whose series are later pieces of the same source series as p's: the same file, from
+    a later row. Their values follow p's in time (a later piece can hold the very period p's test half
+    covers), so a model forecasting p must not learn from them."""
+    if p.source is None:
+        return []
+    here = Path(p.source).resolve()
+    return [
+        q.task
+        for q in prepared
+        if q.task != p.task and q.source is not None and Path(q.source).resolve() == here and q.first_row > p.first_row
+    ]
 
 
 def require_length(p: PreparedSeries, needed: int, what: str) -> None:

@@ -4,11 +4,12 @@ Sources:
 
 - ``persistence``, ``seasonal-naive``, ``seasonal-naive-weekly``, ``mstl``: fitted on the training half
   and computed on the spot (no saved model);
-- ``lstm`` (also ``default``: the default forecaster) and ``lstm-thesis``: the shipped forecasts when a
-  folder under ``<experiment dir>/forecasts/`` was made from exactly this request (its
-  ``forecasts.json`` digest covers the series, the split, start/steps/H, the gap policy and the
-  forecaster's settings); otherwise they are regenerated, from the saved models under ``models/`` when
-  those match, else by training (saying so), and cached under ``$XDG_CACHE_HOME/bsp-planner``;
+- ``lstm`` (also ``default``: the default forecaster), ``lstm-thesis``, ``gbm`` and ensembles: the
+  shipped forecasts when a folder under ``<experiment dir>/forecasts/`` was made from this request
+  (its ``forecasts.json`` digest covers the series, the split, start/steps/H, the gap policy and the
+  forecaster's settings), or from one that differs only in covering more steps (its rows for these
+  steps); otherwise they are regenerated, from the saved models under ``models/`` when those match,
+  else by training or fitting (saying so), and cached under ``$XDG_CACHE_HOME/bsp-planner``;
 - a folder of forecast CSVs (see files.py).
 """
 
@@ -144,6 +145,11 @@ def _learned(name, job_series, start, steps, horizon, *, base_dir, gaps, job, sa
             if meta.get("digest") == digest:
                 fc = read_forecasts(folder, job_series.task_names, steps, horizon)
                 return fc, f"{name} (shipped forecasts {folder.name}/, digest {digest[:8]})"
+        for folder, meta in shipped:
+            offset = _rows_within(meta["inputs"], inputs)
+            if offset is not None:
+                fc = read_forecasts(folder, job_series.task_names, steps, horizon, start=offset)
+                return fc, f"{name} (shipped forecasts {folder.name}/ from row {offset}, digest {meta['digest'][:8]})"
         cached = cache_root() / "forecasts" / f"{name}-{digest}"
         if (cached / FORECAST_META).is_file() and read_forecast_metadata(cached).get("digest") == digest:
             fc = read_forecasts(cached, job_series.task_names, steps, horizon)
@@ -176,6 +182,19 @@ def _learned(name, job_series, start, steps, horizon, *, base_dir, gaps, job, sa
     trained = sum(1 for v in meta["models"].values() if v == "trained")
     how = f"trained {trained} models" if trained else "from the saved models"
     return matrix, f"{name} (regenerated, {how}, digest {meta['digest'][:8]})"
+
+
+def _rows_within(made: dict, wanted: dict) -> int | None:
+    """The row of forecasts made from `made` (request_inputs) where those `wanted` start, when they
+    differ only in covering fewer steps: a forecast made before step t depends on the series before t
+    and the fitted models, never on which steps a file covers."""
+    span = ("start", "steps")
+    if {k: v for k, v in made.items() if k not in span} != {k: v for k, v in wanted.items() if k not in span}:
+        return None
+    offset = int(wanted["start"]) - int(made["start"])
+    if offset < 0 or offset + int(wanted["steps"]) > int(made["steps"]):
+        return None
+    return offset
 
 
 def _job_stub(name: str, job_series: JobSeries):

@@ -17,9 +17,10 @@ from ..registry import Registry
 from .base import PlannerFactory
 
 if TYPE_CHECKING:
-    from ..simulation import StrategyResult
+    from ..steps import StrategyResult
 
 PLANNERS: Registry[PlannerFactory] = Registry("strategy", field="strategies")
+PLANNERS.register("even", "bsp_planner.planners.even:EvenPlanner.from_spec")
 PLANNERS.register("exppo", "bsp_planner.planners.exppo:ExppoPlanner.from_spec")
 PLANNERS.register("static", "bsp_planner.planners.static:StaticWindowPlanner.from_spec")
 PLANNERS.register("dp", "bsp_planner.planners.dp:DpPlanner.from_spec")
@@ -30,6 +31,7 @@ PLANNERS.register("mpc-risk", "bsp_planner.planners.risk:RiskAwareMpcPlanner.fro
 PLANNERS.register("mpc-adaptive", "bsp_planner.planners.risk:AdaptiveMpcPlanner.from_spec")
 PLANNERS.register("mpc-scenario", "bsp_planner.planners.scenario_mpc:ScenarioMpcPlanner.from_spec")
 PLANNERS.register("reactive", "bsp_planner.planners.reactive:ReactivePlanner.from_spec")
+PLANNERS.register("mpc-place", "bsp_planner.planners.placement_mpc:PlacementMpcPlanner.from_spec")
 
 #: Rows of the comparison computed from the actual durations, not by a planner.
 BOUNDS: Registry[Callable[..., StrategyResult]] = Registry("bound", field="strategies")

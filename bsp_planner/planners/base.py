@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..allocation.base import Allocator, CpuLevels, discount_weights
+from ..allocation.nodes import NodeLimits
 from ..errors import InputError
 
 
@@ -163,6 +164,9 @@ class PlanningContext:
     mid_durations: np.ndarray | None = None
     exppo_max_level: np.ndarray | None = None
     extras: dict[str, Any] = field(default_factory=dict)
+    # The nodes' capacity when the cluster is nodes (the allocator already respects it; the bounds read
+    # it here); None: one pool.
+    nodes: NodeLimits | None = None
 
     @property
     def n_tasks(self) -> int:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..allocation.base import discount_weights
+from ..allocation.base import Allocator, discount_weights
 from .base import Decision, Planner
 
 if TYPE_CHECKING:
@@ -54,13 +54,14 @@ class MpcPlanner(Planner):
         return self.plan_on(pred[None], np.ones(1), current)
 
     def plan_on(
-        self, scenarios: np.ndarray, probs: np.ndarray, current: np.ndarray | None
+        self, scenarios: np.ndarray, probs: np.ndarray, current: np.ndarray | None, allocator: Allocator | None = None
     ) -> tuple[float, list[tuple[int, int, np.ndarray | None]]]:
         """The plan minimising the expected cost over scenarios (S, tasks, levels, h) of predicted
         durations with probabilities (S,); one scenario of probability 1 is Algorithm 4 as written.
         Every window's configuration is the allocator's for the S scenarios' steps taken together
         (weights scaled by each scenario's probability), so it minimises the expected sum of per-step
-        maxima over tasks: a step waits for its slowest task in every scenario."""
+        maxima over tasks: a step waits for its slowest task in every scenario. allocator: the one to
+        build the windows' configurations with (None: the context's)."""
         ctx = self.ctx
         S, n, _, h = scenarios.shape
         pred = scenarios.transpose(1, 2, 0, 3).reshape(n, scenarios.shape[2], S * h)  # (tasks, levels, S*h)
@@ -73,7 +74,9 @@ class MpcPlanner(Planner):
         if S > 1:
             weights = (weights[:, None, :] * probs[None, :, None]).reshape(starts.size, S * h)
         d = np.broadcast_to(pred, (starts.size,) + pred.shape)
-        cfgs = ctx.allocator.allocate_batch(d, weights, ctx.max_level, ctx.budget_steps)  # (frames, tasks)
+        cfgs = (allocator or ctx.allocator).allocate_batch(
+            d, weights, ctx.max_level, ctx.budget_steps
+        )  # (frames, tasks)
         per_step = pred[np.arange(n)[None, :], cfgs, :].max(axis=1)  # (frames, S*h)
         if S > 1:
             per_step = np.einsum("fsh,s->fh", per_step.reshape(starts.size, S, h), probs)

@@ -51,6 +51,7 @@ from ..allocation.exact import (
     floors_without_each_task,
     solve_frame,
 )
+from ..allocation.nodes import NodeLimits, floor_with_nodes, solve_frame_nodes
 from ..errors import InputError
 
 if TYPE_CHECKING:
@@ -125,13 +126,15 @@ def optimum_plan(
     rel_gap: float = DEFAULT_REL_GAP,
     time_limit: float = DEFAULT_TIME_LIMIT_S,
     initial: np.ndarray | None = None,
+    nodes: NodeLimits | None = None,
 ) -> OptimumPlan:
     """actual: (tasks, levels, steps) true durations. initial: configurations to seed the pool with
-    (e.g. greedy's); never needed for correctness."""
+    (e.g. greedy's); never needed for correctness. nodes: the nodes' capacity, a constraint on every
+    configuration (None: one pool)."""
     t_start = time.perf_counter()
     actual = np.asarray(actual, dtype=np.float64)
     _check_inputs(actual, budget_steps, penalty_s, max_segment)
-    dp = _SegmentDP(actual, max_level, int(budget_steps), float(penalty_s), max_segment, rel_gap, time_limit)
+    dp = _SegmentDP(actual, max_level, int(budget_steps), float(penalty_s), max_segment, rel_gap, time_limit, nodes)
     dp.seed_pool(initial)
     for e in range(1, dp.m + 1):
         dp.end_at(e)
@@ -178,11 +181,15 @@ class _SegmentDP:
         max_segment: int,
         rel_gap: float,
         time_limit: float,
+        nodes: NodeLimits | None = None,
     ) -> None:
         n, L, m = actual.shape
         self.actual, self.n, self.m = actual, n, m
         self.budget = budget
+        self.nodes = nodes
         self.M = np.minimum(np.asarray(max_level, dtype=np.int64), L - 1)
+        if nodes is not None:
+            self.M = nodes.task_cap(self.M)
         self.cap = min(max_segment, m)
         self.C = penalty_s
         self.rel_gap, self.time_limit = rel_gap, time_limit
@@ -213,7 +220,10 @@ class _SegmentDP:
         actual, n, budget = self.actual, self.n, self.budget
         L = actual.shape[1]
         lo0, hi0 = np.zeros(n, dtype=np.int64), np.minimum(self.M, budget)
+        # Without the nodes' rows these are bounds of a relaxation: still lower bounds with them.
         fm, floor = floors_without_each_task(actual, lo0, hi0, budget)  # (n, B+1, m), (m,)
+        if self.nodes is not None:
+            floor = floor_with_nodes(actual, self.M, budget, self.nodes)[1]
         lv = np.arange(L)
         G = np.maximum(actual, fm[:, np.clip(budget - lv, 0, budget), :])
         G[(lv[None, :] > hi0[:, None])] = 1e12  # a level no task may take: finite, so prefix sums stay usable
@@ -226,17 +236,40 @@ class _SegmentDP:
         the given configurations."""
         from .floor import floor_levels
 
-        for c in np.unique(floor_levels(self.actual, self.M, self.budget)[0], axis=0):
+        if self.nodes is None:
+            floors = floor_levels(self.actual, self.M, self.budget)[0]
+        else:
+            floors = floor_with_nodes(self.actual, self.M, self.budget, self.nodes)[0]
+        for c in np.unique(floors, axis=0):
             self.pool.add(c)
         if initial is not None:
             for c in np.asarray(initial, dtype=np.int64).reshape(-1, self.n):
-                self.pool.add(np.minimum(c, self.M))
+                c = np.minimum(c, self.M)
+                if self.nodes is None or self.nodes.fits(c):
+                    self.pool.add(c)
 
     def solve(self, s: int, e: int, cutoff: float, inc: np.ndarray | None) -> FrameSolution:
         """The MILP of segment [s, e) below `cutoff`, starting from the pool configuration `inc`."""
         self.stats["milps"] += 1
         d = self.actual[:, :, s:e]
         lb = self.PG[:, :, e] - self.PG[:, :, s]
+        if self.nodes is not None:
+            sol = solve_frame_nodes(
+                d,
+                np.ones(e - s),
+                self.M,
+                self.budget,
+                self.nodes,
+                incumbents=None if inc is None else inc[None],
+                cutoff=cutoff,
+                rel_gap=self.rel_gap,
+                time_limit=self.time_limit,
+                level_bounds=lb,
+            )
+            self.stats["milp_seconds"] += sol.seconds
+            if np.isfinite(sol.value) and sol.optimal:
+                self.pool.add(sol.levels)
+            return sol
         sol = solve_frame(
             d,
             np.ones(e - s),
@@ -400,10 +433,11 @@ def optimum_result(
         int(ctx.budget_steps),
         float(ctx.penalty_s),
         int(max_segment),
+        b"" if ctx.nodes is None else ctx.nodes.key(),
     )
     plan = _PLANS.get(key)
     if plan is None:
-        plan = optimum_plan(actual, max_level, ctx.budget_steps, ctx.penalty_s, max_segment)
+        plan = optimum_plan(actual, max_level, ctx.budget_steps, ctx.penalty_s, max_segment, nodes=ctx.nodes)
         _PLANS.clear()  # keep one: a new scenario rarely comes back to an old one
         _PLANS[key] = plan
     ms = max((time.perf_counter() - t0) * 1e3, plan.stats["seconds"] * 1e3)  # the planning time, cached or not

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import InputError
+from ..signals import parent_death_signal
 
 # The default CFS period, a kubelet's (cpuCFSQuotaPeriod). A task limited to a fraction f of a CPU runs
 # f x period and then waits for the next period, so a step's wall time depends on where in the period it
@@ -253,12 +254,14 @@ class CpuQuotaGroup:
 
     def preexec_fn(self) -> None:
         """For ``subprocess.Popen(preexec_fn=...)``: the child joins the group before it execs, so no
-        work escapes the quota. Runs in the forked child: plain os calls only."""
+        work escapes the quota; and it gets SIGTERM if the process that started it dies, SIGKILL included
+        (a killed profiler leaves no stress-ng behind). Runs in the forked child: plain os calls only."""
         fd = os.open(self._procs, os.O_WRONLY)
         try:
             os.write(fd, str(os.getpid()).encode())
         finally:
             os.close(fd)
+        parent_death_signal(signal.SIGTERM)
 
     def pids(self) -> list[int]:
         try:

@@ -10,6 +10,7 @@ Bad inputs raise InputError, which `bsp_planner.cli.main` prints before exiting 
 from __future__ import annotations
 
 import contextlib
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
     from rich.table import Table
 
     from .calibrate import Calibration
-    from .runner import Failure
+    from .grid import Failure
 
 app = typer.Typer(help="Measure task durations over a grid of CPU limits x workload sizes.", no_args_is_help=True)
 
@@ -118,12 +119,14 @@ def run(
     level and repeat, its profiling session assigning the workloads step by step (docs/profiling.md)."""
     from rich.console import Console
 
+    from ..filelock import output_lock
     from ..job import load_job
     from ..profiles import metadata_path
     from .cgroups import quota_us
+    from .grid import validate_grid
     from .local import LocalBackend
     from .process import ProcessSteps
-    from .runner import Grid, failures_path, parse_levels, run_grid
+    from .runner import Grid, check_profile_path, failures_path, parse_levels, run_grid
 
     console = Console()
     grid = Grid(parse_levels(cpu, "--cpu"), parse_levels(workloads, "--workloads"), repeats)
@@ -151,6 +154,7 @@ def run(
         runs_on = LocalBackend(
             stress_ng=stress_ng, prefix=cgroup_prefix, cpu_shares=cpu_shares or None, cfs_period_us=cfs_period_us
         )
+        validate_grid(grid, cores=len(os.sched_getaffinity(0)))  # levels this machine can give
         for c in grid.cpu_millicores:  # every level a quota the kernel takes at this period, before any run
             quota_us(c, cfs_period_us)
         measure = lambda: run_grid(  # noqa: E731
@@ -160,13 +164,8 @@ def run(
         from ..errors import InputError
 
         raise InputError(f"unknown backend {backend!r}; known: local, kubernetes", field="--backend")
-    import signal
-
-    def on_term(signum, frame) -> None:  # SIGTERM (kill, a stopped service) stops as Ctrl-C does: nothing left
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, on_term)
-    with runs_on:
+    check_profile_path(out)  # before its lock is made beside it
+    with output_lock(out, "--out"), runs_on:  # one writer per profile: a second one is refused, naming this pid
         try:
             report = measure()
         except KeyboardInterrupt:
@@ -174,8 +173,6 @@ def run(
                 f"[yellow]interrupted[/]: every finished run is in {out}; run the same command again to resume"
             )
             raise typer.Exit(130) from None
-        finally:
-            signal.signal(signal.SIGTERM, previous)
     console.print(
         f"{report.measured} run(s) measured, {report.skipped} already in {out}, "
         f"{len(report.failures)} failed, in {report.wall_s:.0f} s; metadata in {metadata_path(out)}"

@@ -1,11 +1,13 @@
 """The grid a profile covers: CPU levels x workload sizes x repeats, its checks, and its cells in the order
-the runner measures them."""
+the runner measures them; and what a run over it reports (:class:`GridReport`, its :class:`Failure` s),
+which the runner and the profile's metadata both use (so they sit here, below both)."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
 from ..errors import InputError
 from ..job import Job, Task
@@ -64,7 +66,8 @@ def parse_levels(text: str | Sequence[float], option: str) -> tuple[float, ...]:
 
 def validate_grid(grid: Grid, cores: int | None = None) -> Grid:
     """Check a grid before any run: at least 2 distinct positive levels on each axis (the profile
-    interpolates between them), CPU levels the kernel can enforce, whole repeats. Returns it sorted."""
+    interpolates between them), CPU levels the kernel can enforce (and, given the machine's `cores`, no
+    more than it has), whole repeats. Returns it sorted."""
     for option, values in (("--cpu", grid.cpu_millicores), ("--workloads", grid.workloads)):
         for v in values:
             if not math.isfinite(v) or v <= 0:
@@ -89,6 +92,12 @@ def validate_grid(grid: Grid, cores: int | None = None) -> Grid:
             )
         if not float(c).is_integer():
             raise InputError(f"expected whole millicores, got {c:g}", field="--cpu")
+        if cores is not None and c > cores * 1000:
+            raise InputError(
+                f"{level_text(c)}m is more CPU than this machine has ({cores} CPUs = {cores * 1000}m): a quota "
+                "above it limits nothing, so its runs would measure the machine, not the level",
+                field="--cpu",
+            )
     if not isinstance(grid.repeats, int) or isinstance(grid.repeats, bool) or grid.repeats < 1:
         raise InputError(f"expected a whole number >= 1, got {grid.repeats!r}", field="--repeats")
     return Grid(tuple(sorted(grid.cpu_millicores)), tuple(sorted(grid.workloads)), grid.repeats)
@@ -118,3 +127,32 @@ def plan_cells(tasks: Sequence[Task], grid: Grid) -> list[Cell]:
         for w in grid.workloads
         for c in grid.cpu_millicores
     ]
+
+
+@dataclass
+class Failure:
+    """A cell that could not be measured: when and why."""
+
+    task: str
+    workload: float
+    cpu_millicores: float
+    repeat: int
+    reason: str
+    date: str
+
+
+@dataclass
+class GridReport:
+    """What one `profile run` did: cells planned, skipped (already measured), measured and failed."""
+
+    profile: Path
+    planned: int  # cells of the requested grid
+    skipped: int  # already in the file
+    measured: int = 0
+    failures: list[Failure] = field(default_factory=list)
+    interrupted: bool = False
+    wall_s: float = 0.0
+
+    @property
+    def missing(self) -> int:
+        return self.planned - self.skipped - self.measured

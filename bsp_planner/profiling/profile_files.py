@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
 
+from .. import atomic
 from ..errors import InputError
 from ..profiles import read_profile_rows
 from .grid import Cell
@@ -42,10 +42,7 @@ def ensure_csv(path: Path, columns: Sequence[str]) -> None:
     """Create the file with its header, or check an existing one (dropping a torn last line)."""
     header = ",".join(columns)
     if not path.exists() or path.stat().st_size == 0:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(header + "\n")
-        os.replace(tmp, path)
+        atomic.write_text(path, header + "\n")
         return
     data = path.read_bytes()
     first = data.split(b"\n", 1)[0].decode(errors="replace").strip()
@@ -75,6 +72,4 @@ def measured_cells(profile_path: Path) -> set[Cell]:
 
 
 def write_json(path: Path, data: dict) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    os.replace(tmp, path)
+    atomic.write_json(path, data)

@@ -10,19 +10,16 @@ import warnings
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..errors import InputError, InputWarning
 from ..job import Job, Task
 from ..program_files import program_digest
 from .cgroups import CFS_PERIOD_US
-from .grid import Cell, Grid, level_number
+from .grid import Cell, Grid, GridReport, level_number
 from .local import cpu_model
 from .process import ProcessSteps
 from .profile_files import failures_path, measured_cells
-
-if TYPE_CHECKING:
-    from .runner import GridReport
 
 META_FORMAT = 1
 #: what a task's rows depend on: a resumed profile must not mix rows measured with other values
@@ -216,7 +213,7 @@ def merge_meta(
     meta["tasks"] = per_task
     meta["ops_per_unit"] = {k: v["ops_per_unit"] for k, v in per_task.items() if "ops_per_unit" in v}
     meta["workers"] = {k: v["workers"] for k, v in per_task.items()}
-    meta["duration"] = DURATION_NOTE
+    meta["duration"] = KUBERNETES_DURATION_NOTE if backend.get("backend") == "kubernetes" else DURATION_NOTE
     return meta
 
 
@@ -227,6 +224,16 @@ DURATION_NOTE = (
     "measured step blocks at that workload (at least measure_steps, lasting at least min_measure_s together) "
     "after warmup_steps discarded ones, the process started once per "
     "CPU level and repeat in such a cgroup"
+)
+
+
+KUBERNETES_DURATION_NOTE = (
+    "wall-clock seconds of the task's process (stress-ng or its command) inside a Kubernetes Job's container "
+    "whose CPU limit is cpu_millicores (the kubelet turns it into the node's CFS quota), from just before the "
+    "process starts to its exit, as reported by the container (bsp_planner.k8s.measure); for a long-running "
+    "process task, the mean wall seconds of its measured step blocks at that workload (at least measure_steps, "
+    "lasting at least min_measure_s together) after warmup_steps discarded ones, one container per CPU level "
+    "and repeat"
 )
 
 

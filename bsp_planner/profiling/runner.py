@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -32,7 +32,9 @@ from .grid import (
     DEFAULT_TIMEOUT_S,
     DEFAULT_WORKLOADS,
     Cell,
+    Failure,
     Grid,
+    GridReport,
     level_text,
     parse_levels,
     plan_cells,
@@ -100,31 +102,6 @@ class Backend(Protocol):
 
 
 # -- running -----------------------------------------------------------------------------------------
-@dataclass
-class Failure:
-    task: str
-    workload: float
-    cpu_millicores: float
-    repeat: int
-    reason: str
-    date: str
-
-
-@dataclass
-class GridReport:
-    profile: Path
-    planned: int  # cells of the requested grid
-    skipped: int  # already in the file
-    measured: int = 0
-    failures: list[Failure] = field(default_factory=list)
-    interrupted: bool = False
-    wall_s: float = 0.0
-
-    @property
-    def missing(self) -> int:
-        return self.planned - self.skipped - self.measured
-
-
 def run_grid(
     job: Job,
     out: str | Path,
@@ -148,7 +125,7 @@ def run_grid(
     grid = validate_grid(grid)
     selected = select_tasks(job, tasks)
     _check_process_support(backend, selected)
-    _check_profile_path(out)
+    check_profile_path(out)
     meta, measured, backend_info = _open_profile(out, job, selected, grid, backend, steps)
 
     cells = plan_cells(selected, grid)
@@ -343,7 +320,7 @@ def run_batch(backend: Backend, batch: Batch, timeout_s: float, steps: ProcessSt
     return [(cell, backend.run(task, cell[1], cell[2], timeout_s))]
 
 
-def _check_profile_path(out: Path) -> None:
+def check_profile_path(out: Path) -> None:
     if out.suffix.lower() != ".csv":
         raise InputError("expected a .csv path for the profile", path=out, field="--out")
     if out.exists() and not out.is_file():

@@ -78,6 +78,7 @@ _RUN_FLAGS = {
 
 
 def run(
+    ctx: typer.Context,
     experiment: Path = typer.Option(
         Path("live-default"),
         "--experiment",
@@ -184,6 +185,7 @@ def run(
     if resume is not None:
         rid = check_run_id(resume)
         settings = _resumed_settings(runs_dir, rid, zookeeper, zk_wait)
+        _refuse_changes_on_resume(ctx, settings, planner=planner, mode=mode, reconfigure=reconfigure, backend=backend)
     else:
         rid = check_run_id(run_id) if run_id else new_run_id()
         flagged = [("--set", item) for item in set_ or []] + flag_overrides(
@@ -243,6 +245,48 @@ def run(
         highlight=False,
     )
     _run_to_the_end(console, coord)
+
+
+#: `run` options that define a run: on --resume the run's own (run.json) hold; another value given is refused
+_FIXED_ON_RESUME = {
+    "planner": "--planner",
+    "mode": "--mode",
+    "reconfigure": "--reconfigure",
+    "backend": "--backend",
+    "experiment": "--experiment",
+    "job": "--job",
+    "steps": "--steps",
+    "online": "--online",
+    "learn": "--learn",
+    "set_": "--set",
+    "barrier": "--barrier",
+    "zk_root": "--zk-root",
+    "cgroup_prefix": "--cgroup-prefix",
+    "cpu_weight": "--cpu-weight",
+    "cfs_period_us": "--cfs-period-us",
+    "run_id": "--run-id",
+}
+
+
+def _refuse_changes_on_resume(ctx: typer.Context, settings: RunSettings, **given: object) -> None:
+    """A resumed run replays its own plan with its own settings: an option that would change them (given on
+    the command line with another value than the run's) is refused, never silently ignored."""
+    from ..errors import InputError
+
+    for name, flag in _FIXED_ON_RESUME.items():
+        source = ctx.get_parameter_source(name)
+        if source is None or source.name != "COMMANDLINE":  # typer's own copy of click's enum: compare names
+            continue
+        own = getattr(settings, name, None)
+        value = given.get(name, ctx.params.get(name))
+        if name in given and value == own:
+            continue  # the run's own value, typed again: nothing changes
+        was = f" (it runs with {flag} {own})" if name in given else ""
+        raise InputError(
+            f"a resumed run keeps its own settings{was}: it replays its plan step by step. Resume without "
+            f"{flag}, or start a new run (--run-id) to use another",
+            field=flag,
+        )
 
 
 def _checked(settings: RunSettings) -> RunSettings:
@@ -351,25 +395,21 @@ def _kubernetes_settings(
 
 
 def _run_to_the_end(console: Console, coord: Coordinator) -> None:
-    """Run, turning SIGTERM (`kill`, a deleted pod) into the clean, resumable stop of Ctrl-C; exit 3 when
-    stopped, 1 when the run failed."""
-    import signal
-
+    """Run, turning SIGINT, SIGTERM and SIGHUP (Ctrl-C, `kill`, a deleted pod, a closed terminal) into the
+    coordinator's clean, resumable stop; exit 128 + the signal's number when a signal stopped it, 3 when
+    ZooKeeper or the run folder did, 1 when the run failed."""
     from rich.console import Console
 
+    from ..signals import routed_to
     from .coordinator import RunFailed, RunInterrupted
 
     err = Console(stderr=True)
 
-    def on_term(signum: int, frame: object) -> None:
-        # Raising here could land inside a ZooKeeper call and leave the client stuck; a running coordinator
-        # stops at its next check instead (within a tick). A second SIGTERM, or one before the steps, stops now.
-        if coord.stop_requested.is_set() or not coord.request_stop():
-            raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, on_term)
+    # Raising inside a ZooKeeper call could leave the client stuck: a running coordinator stops at its next
+    # check instead (within a tick). A second signal, or one before the steps, stops now.
     try:
-        result = coord.run()
+        with routed_to(lambda signum: coord.request_stop()):
+            result = coord.run()
     except RunInterrupted as exc:
         err.print(f"[yellow]stopped[/]: {exc}", highlight=False)
         _show(console, coord)
@@ -378,8 +418,6 @@ def _run_to_the_end(console: Console, coord: Coordinator) -> None:
         err.print(f"[bold red]run failed[/]: {exc}", highlight=False)
         _show(console, coord)
         raise typer.Exit(1) from None
-    finally:
-        signal.signal(signal.SIGTERM, previous)
     _show(console, coord)
     console.print(
         f"run folder: {result.run_dir} (steps.csv, steps.jsonl, summary.md, chart.png, logs/)", highlight=False
@@ -482,8 +520,14 @@ def zk_start(
     wait: float = typer.Option(60.0, "--wait", help="Seconds to wait for the server to answer."),
 ) -> None:
     """Start a standalone ZooKeeper on 127.0.0.1 in the background."""
+    from ..errors import InputError
     from .zkserver import LocalZooKeeper
 
+    if not 1 <= port <= 65535:  # 0 would be "any free port", which no client could then find
+        raise InputError(f"expected a TCP port from 1 to 65535, got {port}", field="--port")
+    if data_dir.exists() and not data_dir.is_dir():
+        raise InputError("expected a folder for the server's files, this is a file", path=data_dir, field="--data-dir")
+    _positive_seconds(wait, "--wait")
     z = LocalZooKeeper(data_dir, port=port)
     pid = z.start(wait_s=wait)
     typer.echo(f"ZooKeeper listening on {z.hosts} (pid {pid}; data, log and pid file in {z.data_dir})")

@@ -419,7 +419,8 @@ class Coordinator:
             planned, source = float(self.exp.penalty_s), "the experiment's penalty_s"
         self.ctx = dataclasses.replace(self.ctx, penalty_s=float(planned))
         self.reconfigure_cost = {"method": method, "planned_s": float(planned), "source": source}
-        self.say(f"planning with a {method} reconfiguration cost of {planned:.4g} s ({source})")
+        article = "an" if method[:1] in "aeiou" else "a"  # an in-place, a recreate
+        self.say(f"planning with {article} {method} reconfiguration cost of {planned:.4g} s ({source})")
 
     def _abandon(self, exc: BaseException) -> None:
         """A run that failed before any task started: a new one leaves nothing (its folder, its znodes);
@@ -500,6 +501,8 @@ class Coordinator:
             raise RunFailed(message) from exc
         finally:
             assert self.backend is not None and self.session is not None  # set up by _prepare
+            if self.executor is not None:
+                self.executor.own_share.leave()  # out of the run's group before the backend removes it
             try:
                 try:
                     self.backend.close()
@@ -535,11 +538,13 @@ class Coordinator:
         return observation_of(rec["step"], reports, given, rec["step_s"])
 
     def _given_workloads(self, t: int) -> np.ndarray:
-        """What the tasks are told for step t: the job's series; a job without one whose tasks report
-        their workloads is told the forecast (the tasks know the truth, we do not)."""
-        if self.scen.job_series is None and self.predictions is not None:
-            return np.clip(self.predictions.expected_workloads(t)[:, 0], *self.exp.workload_range)
-        return self.scen.actual_workloads[:, t]
+        """What the tasks are told for step t: a task's series; a task without one, which reports its
+        workloads, is told the forecast (the task knows the truth, we do not)."""
+        given = self.scen.actual_workloads[:, t]
+        if not self.scen.known_workloads.all() and self.predictions is not None:
+            forecast = np.clip(self.predictions.expected_workloads(t)[:, 0], *self.exp.workload_range)
+            given = np.where(self.scen.known_workloads, given, forecast)
+        return given
 
     def _run_steps(self, loop, records: list[dict], runlog: RunLog) -> None:
         """The remaining steps through the one step loop on the live executor; every step is appended to
@@ -575,14 +580,14 @@ class Coordinator:
                 d["reports"],
                 d["restarts"],
                 d["resumed"],
+                d["given"],
             )
             rec["reconfig_method"] = self.settings.reconfigure if step.reconfigured else None  # reconfig_s: its cost
-            for i, x in enumerate(rec["tasks"]):
-                x["workload"] = float(d["given"][i])  # what the task was told
             if step.learning is not None:
                 rec["learning"] = {
                     k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in step.learning.items()
                 }
+                rec["learned_step_s"] = float(np.max(step.learning["predicted_before_s"]))
             try:
                 runlog.append(rec)
             except OSError as exc:

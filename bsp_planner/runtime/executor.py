@@ -15,8 +15,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..loop import StepsEnded
 from . import zk as Z
 from .backends import Backend, WorkerLaunch
+from .own_share import RunGroupMembership
 from .run_settings import RunSettings
 from .worker import EXIT_INPUT, EXIT_STRESS
 
@@ -81,6 +83,7 @@ class LiveExecutor:
         # raises KeyboardInterrupt once a stop was asked for (SIGTERM): checked between ZooKeeper calls, never
         # inside one, so a stop cannot leave the client half-way through a request
         self.check_stop = check_stop or (lambda: None)
+        self.own_share = RunGroupMembership()  # the coordinator's CPU share while the tasks saturate the CPUs
         self.task_env = task_env or {}  # per task: its port, the run's ports, the job's folder (placeholders)
 
     # -- workers -----------------------------------------------------------------------------------
@@ -192,6 +195,8 @@ class LiveExecutor:
             self.backend.start_task(self._launch(t), self.cpu_of(int(levels[i])))
             self.levels_now[t] = int(levels[i])
         self._save_incarnations(self.incarnation)
+        # beside the tasks in the run's group, ahead of them, not behind the whole group in the root one
+        self.own_share.join(getattr(self.backend, "run_parent", None))
         self._wait_ready(self.tasks, next_step)
         return time.perf_counter() - t0
 
@@ -260,6 +265,7 @@ class LiveExecutor:
         deadline = time.monotonic() + self.settings.step_timeout_s
         caps = self.backend.capabilities()
         missing_since: dict[str, float] = {}
+        left: set[str] = set()  # observe mode: processes that ended normally without running step t
 
         def check(watch):
             if observe:  # every task reported step t (the application keeps its own synchronisation)
@@ -287,6 +293,9 @@ class LiveExecutor:
                     continue
                 if task in self.processes and st.exit_code == 0 and s.exists(self.paths.result(task, t)):
                     continue  # it reported step t (observe mode: perhaps its last) and ended normally
+                if observe and task in self.processes and st.exit_code == 0:
+                    left.add(task)  # the application ended on its own after its last step
+                    continue
                 if task in self.processes:  # its state is gone with it: a restart is a resume, not a retry
                     raise RunFailed(
                         f"task {task}'s process exited with code {st.exit_code} in step {t} (it keeps its state in "
@@ -308,6 +317,17 @@ class LiveExecutor:
                 self.backend.start_task(self._launch(task), self.cpu_of(self.levels_now[task]))
                 self._save_incarnations(self.incarnation)
                 missing_since.pop(task, None)
+            if left and all(
+                task in left or (self.backend.poll_task(task).alive is False and s.exists(self.paths.result(task, t)))
+                for task in self.tasks
+            ):
+                ran = [task for task in self.tasks if task not in left]
+                if ran:
+                    raise RunFailed(
+                        f"task {', '.join(sorted(left))} ended after step {t - 1} but {', '.join(ran)} ran step {t}: "
+                        "the application's tasks ran different numbers of steps"
+                    )
+                raise StepsEnded(t)  # every task left: the application's own length
             if time.monotonic() > deadline:
                 late = [task for task in self.tasks if not s.exists(self.paths.result(task, t))]
                 who = f": task {', '.join(late)} did not report step {t}" if late else ""

@@ -2,7 +2,9 @@
 
 ``apply`` starts the tasks (the first step this coordinator runs) or reconfigures them, and returns the
 seconds that really took; ``observe`` publishes the step's workloads to ZooKeeper, waits for its end
-(restarting workers that die) and returns what the tasks measured. The raw measurements the run log
+(restarting workers that die) and returns what the tasks measured. A step's time is the coordinator's
+publication to its release; in observe mode, where the tasks start a step before the coordinator
+publishes it, the tasks' own clocks (`clock_step_s`). The raw measurements the run log
 keeps beyond a `StepObservation` (release time, restarts, each task's report) ride along in
 `LiveObservation.details`, so the coordinator writes the step's record from what the loop hands it.
 
@@ -41,6 +43,19 @@ def observation_of(t: int, reports: list[dict], given: np.ndarray, step_s: float
         float(step_s),
         np.array([r.get("next_workload", np.nan) for r in reports], dtype=np.float64),
     )
+
+
+def clock_step_s(reports: list[dict], previous_end: float | None) -> tuple[float, float] | None:
+    """A self-synchronising (observe) step on the tasks' own clocks: (its time, its end). It ends when its
+    last task ends, and starts when the step before it ended (previous_end: the last end of the step
+    before, as logged) or, for the first step, when its first task started; so the steps add up to the
+    application's wall time, whatever it does between its steps (its own exchange and synchronisation).
+    None where a task's report has no start (an older task library), or the clocks disagree."""
+    if not all("started_at" in r and "finished_at" in r for r in reports):
+        return None
+    end = max(float(r["finished_at"]) for r in reports)
+    start = min(float(r["started_at"]) for r in reports) if previous_end is None else previous_end
+    return (end - start, end) if end > start else None
 
 
 def wall_step_s(wall_s: float, reports: list[dict], resumed: bool) -> float:
@@ -82,6 +97,7 @@ class LiveSteps:
         self.before_reconfigure = before_reconfigure
         self.say = say
         self.planner_name = planner_name
+        self.previous_end: float | None = None  # observe mode: when the last step ended, on the tasks' clocks
 
     def apply(self, step: int, levels: np.ndarray, reconfigure: bool) -> float:
         self.executor.check_stop()  # a stop asked for during the last step ends the run here, between steps
@@ -107,7 +123,11 @@ class LiveSteps:
         outcome = ex.wait_step(step)
         wall_s = time.perf_counter() - t_pub
         reports = ex.results(step)
-        obs = observation_of(step, reports, given, wall_step_s(wall_s, reports, not fresh))
+        step_s = wall_step_s(wall_s, reports, not fresh)
+        clocked = clock_step_s(reports, self.previous_end) if ex.sync == "observe" else None
+        if clocked is not None:  # the tasks ran the step before the coordinator saw it: their clocks tell
+            step_s, self.previous_end = clocked
+        obs = observation_of(step, reports, given, step_s)
         details = {
             "publish_s": published - t_pub,
             "released_at": outcome.released_at,

@@ -4,17 +4,27 @@
 
     run.json        the run's settings (what --resume needs) and its status
     steps.jsonl     one JSON object per completed step (the source of truth for --resume)
-    steps.csv       the same, one row per step, per-task columns (cpu_, workload_, predicted_, measured_)
+    steps.csv       the same, one row per step, per-task columns (cpu_, assigned_, reported_, predicted_,
+                    measured_)
     summary.{md,csv,json}  live against simulated for the same plan, in `simulate`'s table shape
     chart.png       predicted against measured step times
     logs/<task>.log  each worker's output
 
 A step record: step, action, reconfigured, reconfig_s (the real time the reconfiguration took), decision_ms,
-step_s (wall time from publishing the step to every task's release), predicted_step_s (the model's time of
-the slowest task at the actual workloads), slowest_s (the slowest measured task), sync_s = step_s -
-slowest_s, barrier_s (the last task's finish to the coordinator's release), restarts, and per task cpu,
-workload, predicted and measured duration (and, where the task reported them, observed_workload,
-next_workload and cpu_s).
+step_s (the step's time: in barrier mode from publishing the step to every task's release; in observe mode
+from the previous step's end, or this step's first start, to its last task's end, on the tasks' own
+clocks), predicted_step_s (the model's time of the slowest task at the workloads the tasks ran), slowest_s
+(the slowest measured task), sync_s = step_s - slowest_s, barrier_s (the last task's finish to the
+coordinator's release), restarts, and per task cpu, workload (what the coordinator assigned the task),
+observed_workload (what the task reported it ran, where it reported one), predicted and measured duration
+(and, where the task reported them, next_workload, cpu_s, and started_at / finished_at: time.time() on the
+task's clock when its compute started / ended). With a learning model, `learning` holds its
+predictions before and after each step and `learned_step_s` its predicted time of the slowest task.
+
+steps.csv names both workloads: ``assigned_<task>`` (what the task was told: the series, or the forecast
+for a task that reports its own) and ``reported_<task>`` (what it reported it ran; empty where it reported
+none, e.g. a stressor). ``predicted_<task>`` is the model at the reported workload where there is one, else
+at the assigned one.
 """
 
 from __future__ import annotations
@@ -23,10 +33,11 @@ import csv
 import io
 import json
 import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
+
+from ..atomic import write_text as atomic_write
 
 STEP_FIELDS = (
     "step",
@@ -42,25 +53,14 @@ STEP_FIELDS = (
     "restarts",
     "resumed",
 )
-TASK_FIELDS = ("cpu_millicores", "workload", "predicted_s", "measured_s")
-TASK_PREFIX = {"cpu_millicores": "cpu", "workload": "workload", "predicted_s": "predicted", "measured_s": "measured"}
-
-
-def atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w", newline="") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:  # a full disk: no half-written temporary file left beside the intact original
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+TASK_FIELDS = ("cpu_millicores", "workload", "observed_workload", "predicted_s", "measured_s")
+TASK_PREFIX = {
+    "cpu_millicores": "cpu",
+    "workload": "assigned",
+    "observed_workload": "reported",
+    "predicted_s": "predicted",
+    "measured_s": "measured",
+}
 
 
 def csv_header(task_names: list[str]) -> list[str]:
@@ -80,8 +80,11 @@ def csv_row(rec: dict, task_names: list[str]) -> list:
     by_task = {x["task"]: x for x in rec["tasks"]}
     for f in TASK_FIELDS:
         for t in task_names:
-            v = by_task[t][f]
-            row.append(f"{v:.6g}" if f in ("cpu_millicores", "workload") else f"{v:.6f}")
+            v = by_task[t].get(f)
+            if v is None:  # a task that reported no workload of its own
+                row.append("")
+            else:
+                row.append(f"{v:.6g}" if f in ("cpu_millicores", "workload", "observed_workload") else f"{v:.6f}")
     return row
 
 
@@ -132,6 +135,11 @@ class RunLog:
                 os.fsync(fh.fileno())
 
 
+def effective_workloads(res: list[dict], given: np.ndarray) -> np.ndarray:
+    """(tasks,) the workload each task ran: what it reported where it did, else what it was assigned."""
+    return np.array([r.get("observed_workload", given[i]) for i, r in enumerate(res)], dtype=np.float64)
+
+
 def step_record(
     run,
     t,
@@ -146,17 +154,17 @@ def step_record(
     res,
     restarts,
     resumed,
+    given=None,
 ) -> dict:
     """One step's record (see the module docstring); `run` is the coordinator (scen, ctx, tasks, cpu_of);
-    step_s: the step's time as the loop observed it (`live_steps.wall_step_s`)."""
+    step_s: the step's time as the loop observed it (`live_steps.wall_step_s`); given: (tasks,) the
+    workloads the tasks were assigned (default: the scenario's for step t)."""
     scen = run.scen
     n = len(run.tasks)
-    if all("observed_workload" in r for r in res):  # the model at the workloads the tasks really ran
-        w_obs = np.array([r["observed_workload"] for r in res], dtype=np.float64)
-        w_obs = np.clip(w_obs, *run.exp.workload_range)
-        pred = (scen.true_model or scen.model).durations(w_obs[:, None])[np.arange(n), levels, 0]
-    else:
-        pred = scen.actual[np.arange(n), levels, t]
+    given = scen.actual_workloads[:, t] if given is None else np.asarray(given, dtype=np.float64)
+    # the model at the workloads the tasks really ran (reported where they reported one), per task
+    w_run = np.clip(effective_workloads(res, given), *run.exp.workload_range)
+    pred = (scen.true_model or scen.model).durations(w_run[:, None])[np.arange(n), levels, 0]
     forecast = run.ctx.configs.predicted[t, np.arange(n), levels, 0]
     measured = np.array([r["duration_s"] for r in res])
     slowest = float(measured.max())
@@ -167,14 +175,18 @@ def step_record(
                 "task": task,
                 "level": int(levels[i]),
                 "cpu_millicores": run.cpu_of(int(levels[i])),
-                "workload": float(scen.actual_workloads[i, t]),
+                "workload": float(given[i]),  # what the task was assigned
                 "predicted_s": float(pred[i]),
                 "forecast_s": float(forecast[i]),
                 "measured_s": float(measured[i]),
                 "enter_wait_s": res[i]["enter_wait_s"],
                 "incarnation": res[i]["incarnation"],
                 # what the task itself reported (a command's {"workload": ...} line), where it did
-                **{k: res[i][k] for k in ("observed_workload", "next_workload", "cpu_s") if k in res[i]},
+                **{
+                    k: res[i][k]
+                    for k in ("observed_workload", "next_workload", "cpu_s", "started_at", "finished_at")
+                    if k in res[i]
+                },
             }
         )
     return {
@@ -197,12 +209,12 @@ def step_record(
 
 
 def step_chart(records: list[dict], path: Path, title: str = "", penalty_s: float = 0.0) -> None:
-    """Predicted against measured step time per step (reconfigurations marked), and the cumulative time
-    of both: the simulator's (model + penalty per reconfiguration) and the live one."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    """Predicted against measured step time per step (reconfigurations marked; a learning run's learned
+    predictions too), and the cumulative time of both: the simulator's (model + penalty per
+    reconfiguration) and the live one."""
+    # a bare Figure on the Agg canvas: no pyplot (its import and state cost more than this chart)
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
 
     from ..report import save_figure
 
@@ -212,20 +224,38 @@ def step_chart(records: list[dict], path: Path, title: str = "", penalty_s: floa
     slow = np.array([r["slowest_s"] for r in records])
     reconf = np.array([r["reconfig_s"] for r in records])
     changed = np.array([bool(r["reconfigured"]) for r in records])
-    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(9, 6.5), sharex=True)
-    ax1.plot(steps, pred, "o-", ms=3, color="#4C72B0", label="predicted (model, slowest task)")
-    ax1.plot(steps, meas, "s-", ms=3, color="#C44E52", label="measured (step wall time)")
-    ax1.plot(steps, slow, ".", ms=4, color="#8172B2", alpha=0.7, label="measured slowest task")
-    for s, ch in zip(steps, changed, strict=True):
-        if ch:
-            ax1.axvline(s - 0.5, color="#DD8452", lw=0.8, alpha=0.6)
+    marks = len(records) <= 200  # markers only where they can be told apart
+    fig = Figure(figsize=(9, 6.5))
+    FigureCanvasAgg(fig)
+    ax1, ax2 = fig.subplots(2, 1, sharex=True)
+    ax1.plot(steps, pred, "o-" if marks else "-", ms=3, color="#4C72B0", label="predicted (model, slowest task)")
+    ax1.plot(steps, meas, "s-" if marks else "-", ms=3, color="#C44E52", label="measured (step wall time)")
+    ax1.plot(steps, slow, ".", ms=4 if marks else 1, color="#8172B2", alpha=0.7, label="measured slowest task")
+    if all("learned_step_s" in r for r in records):  # a learning run: what its model predicted before each step
+        learned = np.array([r["learned_step_s"] for r in records])
+        ax1.plot(
+            steps,
+            learned,
+            "^-" if marks else "-",
+            ms=3,
+            color="#55A868",
+            label="predicted (learned model, slowest task)",
+        )
+    if changed.any():  # one collection for every reconfiguration, not one line each
+        ax1.vlines(
+            steps[changed] - 0.5,
+            0,
+            1,
+            transform=ax1.get_xaxis_transform(),
+            color="#DD8452",
+            lw=0.8,
+            alpha=0.6,
+            label="reconfiguration",
+        )
     ax1.set_ylabel("step time (s)")
     ax1.grid(alpha=0.3)
-    ax1.legend(fontsize=8, loc="best", framealpha=0.6)
+    ax1.legend(fontsize=8, loc="upper left", framealpha=0.6)
     ax1.set_title(title or "live run: predicted vs measured", fontsize=10)
-    if changed.any():
-        ax1.plot([], [], color="#DD8452", lw=0.8, label="reconfiguration")
-        ax1.legend(fontsize=8, loc="best", framealpha=0.6)
     ax2.plot(
         steps,
         np.cumsum(pred + penalty_s * changed),
@@ -238,5 +268,5 @@ def step_chart(records: list[dict], path: Path, title: str = "", penalty_s: floa
     ax2.set_ylabel("cumulative time (s)")
     ax2.grid(alpha=0.3)
     ax2.legend(fontsize=8, loc="upper left")
-    fig.tight_layout()
+    fig.subplots_adjust(left=0.08, right=0.98, top=0.95, bottom=0.08, hspace=0.08)
     save_figure(fig, path)

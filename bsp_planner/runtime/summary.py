@@ -1,6 +1,12 @@
 """The summary of a live run: the run's steps against the simulator's plan for the same steps, in
 `simulate`'s table shape (summary.md, summary.csv, summary.json) and a chart of predicted against measured
-step times (chart.png)."""
+step times (chart.png).
+
+The simulated and floor rows are charged at the workloads the tasks ran: what each task reported where
+it reported one (a process or a command that sizes its own work), else what it was assigned (its series),
+so a job whose workloads are only observed is compared with what really ran, not with a guess made
+before the run. With a learning model, the live steps are compared with its predictions as well as the
+profile's (`learned_step_error_pct`)."""
 
 from __future__ import annotations
 
@@ -12,10 +18,41 @@ import numpy as np
 from .runlog import atomic_write, step_chart
 
 
+def ran_workloads(records: list[dict], task_names: list[str]) -> np.ndarray:
+    """(tasks, len(records)) the workload each task ran in each logged step: reported, else assigned."""
+    out = np.empty((len(task_names), len(records)))
+    for k, rec in enumerate(records):
+        by_task = {x["task"]: x for x in rec["tasks"]}
+        for i, t in enumerate(task_names):
+            out[i, k] = by_task[t].get("observed_workload", by_task[t]["workload"])
+    return out
+
+
+def durations_as_run(run, records: list[dict]) -> np.ndarray:
+    """(tasks, levels, steps) the simulator's durations with the logged steps at the workloads the tasks
+    ran; the steps not run yet keep the scenario's."""
+    actual = np.array(run.scen.actual, dtype=np.float64, copy=True)
+    w = np.clip(ran_workloads(records, list(run.tasks)), *run.exp.workload_range)
+    actual[:, :, : w.shape[1]] = (run.scen.true_model or run.scen.model).durations(w)
+    return actual
+
+
+def error_pct(measured: np.ndarray, predicted: np.ndarray) -> dict:
+    """Per-step relative error of `measured` against `predicted` (both (steps,) seconds), in percent."""
+    err = (measured - predicted) / predicted
+    return {
+        "mean": round(100 * float(err.mean()), 2),
+        "mean_abs": round(100 * float(np.abs(err).mean()), 2),
+        "max_abs": round(100 * float(np.abs(err).max()), 2),
+    }
+
+
 def write_summary(run, records: list[dict], prepare_ms: float) -> tuple[dict, dict[str, Path]]:
     """`run` is the coordinator (settings, ctx, scen, exp, job, tasks, inputs, run_id, run_dir); returns
     (the summary dict, the paths written)."""
-    from ..planners.base import make_planner
+    import dataclasses
+
+    from ..planners.base import OnlineConfigTable, make_planner
     from ..report import comparison_rows, to_csv, to_markdown
     from ..simulation import StrategyResult, floor_result, simulate
 
@@ -38,8 +75,12 @@ def write_summary(run, records: list[dict], prepare_ms: float) -> tuple[dict, di
         actions=np.array([r["action"] for r in records]),
         prepare_ms=prepare_ms,
     )
-    sim_full = simulate(make_planner(name, run.exp.planner), run.ctx, run.scen.actual, mode)
-    floor_full = floor_result(run.ctx, run.scen.actual, mode)
+    actual = durations_as_run(run, records)
+    ctx = run.ctx
+    if isinstance(ctx.configs, OnlineConfigTable):  # predictions made step by step: only those the run made
+        ctx = dataclasses.replace(ctx, steps=min(ctx.steps, ctx.configs.known))
+    sim_full = simulate(make_planner(name, run.exp.planner), ctx, actual[:, :, : ctx.steps], mode)
+    floor_full = floor_result(ctx, actual[:, :, : ctx.steps], mode)
 
     def head(r: StrategyResult, label: str) -> StrategyResult:
         return StrategyResult(
@@ -59,7 +100,8 @@ def write_summary(run, records: list[dict], prepare_ms: float) -> tuple[dict, di
     rows = comparison_rows([floor, sim, live])
     pred = np.array([r["predicted_step_s"] for r in records])
     slow = np.array([r["slowest_s"] for r in records])
-    err = (step_s - pred) / pred
+    learned = [r.get("learned_step_s") for r in records]
+    learned_pred = np.array(learned, dtype=np.float64) if all(x is not None for x in learned) else None
     barrier = np.array([r["barrier_s"] for r in records])
     sync = np.array([r["sync_s"] for r in records])
     live_total = float(step_s.sum() + reconf_s[reconf].sum())
@@ -80,11 +122,7 @@ def write_summary(run, records: list[dict], prepare_ms: float) -> tuple[dict, di
         if sim_measured_penalty
         else None,
         "compute_error_pct": round(100 * (step_s.sum() / pred.sum() - 1), 2),
-        "step_error_pct": {
-            "mean": round(100 * float(err.mean()), 2),
-            "mean_abs": round(100 * float(np.abs(err).mean()), 2),
-            "max_abs": round(100 * float(np.abs(err).max()), 2),
-        },
+        "step_error_pct": error_pct(step_s, pred),
         "slowest_task_error_pct_mean": round(100 * float(((slow - pred) / pred).mean()), 2),
         "barrier_s": {
             "mean": round(float(barrier.mean()), 5),
@@ -99,6 +137,11 @@ def write_summary(run, records: list[dict], prepare_ms: float) -> tuple[dict, di
         "restarts": int(sum(r["restarts"] for r in records)),
         "rows": rows,
     }
+    if learned_pred is not None:  # the learning model's predictions before each step, at the workloads run
+        summary["learned_compute_error_pct"] = round(100 * (step_s.sum() / learned_pred.sum() - 1), 2)
+        summary["learned_step_error_pct"] = error_pct(step_s, learned_pred)
+        half = k // 2
+        summary["learned_step_error_pct_second_half"] = error_pct(step_s[half:], learned_pred[half:])
     paths = {
         "md": run.run_dir / "summary.md",
         "csv": run.run_dir / "summary.csv",
@@ -121,6 +164,18 @@ def write_summary(run, records: list[dict], prepare_ms: float) -> tuple[dict, di
         f"-> {summary['total_error_measured_penalty_pct']:+.2f}%",
         f"- per-step error (measured step vs predicted): mean {summary['step_error_pct']['mean']:+.2f}%, "
         f"mean |.| {summary['step_error_pct']['mean_abs']:.2f}%, max |.| {summary['step_error_pct']['max_abs']:.2f}%",
+        *(
+            [
+                f"- per-step error against the learned model (its prediction before each step): mean "
+                f"{summary['learned_step_error_pct']['mean']:+.2f}%, mean |.| "
+                f"{summary['learned_step_error_pct']['mean_abs']:.2f}% (second half of the run: mean |.| "
+                f"{summary['learned_step_error_pct_second_half']['mean_abs']:.2f}%); total "
+                f"{summary['learned_compute_error_pct']:+.2f}% against the learned model, "
+                f"{summary['compute_error_pct']:+.2f}% against the profile"
+            ]
+            if learned_pred is not None
+            else []
+        ),
         f"- barrier overhead (last task's report to release): mean {1e3 * barrier.mean():.1f} ms, p95 "
         f"{1e3 * np.percentile(barrier, 95):.1f} ms",
         f"- reconfigurations: {int(reconf.sum())}, mean real cost {measured_penalty:.3f} s ({run.settings.reconfigure}; "

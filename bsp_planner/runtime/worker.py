@@ -123,7 +123,7 @@ class Worker:
             self._say(f"error: {exc}")
             return EXIT_ZK
         except (InputError, TaskJoinError) as exc:
-            self._say(f"error: {exc}")
+            self._say(f"error: {_as_worker_options(exc)}")
             return EXIT_INPUT
         except StressFailed as exc:
             self._say(f"error: {exc}")
@@ -269,3 +269,18 @@ def _signal_name(signum: int) -> str:
 
 def main(cfg: WorkerConfig) -> int:
     return Worker(cfg).run()
+
+
+#: A worker is given its run and task by options, not by the environment a user's task process reads
+_WORKER_OPTIONS = {"BSP_RUN_ID": "--root", "BSP_TASK": "--task"}
+
+
+def _as_worker_options(exc: Exception) -> str:
+    """A join error as the worker's user reads it: naming --root and --task, not $BSP_RUN_ID and $BSP_TASK."""
+    field = getattr(exc, "field", None)
+    if field not in _WORKER_OPTIONS:
+        return str(exc)
+    message = getattr(exc, "message", str(exc))
+    for env, option in _WORKER_OPTIONS.items():
+        message = message.replace(f" (${env}=None)", "").replace(f"${env}", option)
+    return f"field '{_WORKER_OPTIONS[field]}': {message}"

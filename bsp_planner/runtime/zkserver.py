@@ -212,19 +212,24 @@ class LocalZooKeeper:
             )
         finally:
             log.close()
-        self.pid_path.write_text(f"{self._proc.pid}\n")
-        deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline:
-            if self._proc.poll() is not None:
-                tail = self.log_path.read_text(errors="replace")[-1500:]
-                raise InputError(
-                    f"the ZooKeeper server exited with code {self._proc.returncode} while starting; its log "
-                    f"({self.log_path}) ends with:\n{tail}",
-                    field="zk",
-                )
-            if self.ok():
-                return self._proc.pid
-            time.sleep(0.1)
+        try:
+            self.pid_path.write_text(f"{self._proc.pid}\n")
+            deadline = time.monotonic() + wait_s
+            while time.monotonic() < deadline:
+                if self._proc.poll() is not None:
+                    self.pid_path.unlink(missing_ok=True)
+                    raise InputError(
+                        f"the ZooKeeper server exited with code {self._proc.returncode} while starting: "
+                        f"{_log_error(self.log_path)} (the whole log: {self.log_path})",
+                        field="zk",
+                    )
+                if self.ok():
+                    return self._proc.pid
+                time.sleep(0.1)
+        except BaseException:  # Ctrl-C, a signal, a full disk: no JVM is left running unknown
+            if self._proc.poll() is None:
+                self.stop(timeout_s=5.0)
+            raise
         self.stop()
         raise InputError(
             f"the ZooKeeper server did not answer on {self.hosts} within {wait_s:g} s; see {self.log_path}", field="zk"
@@ -284,3 +289,14 @@ class LocalZooKeeper:
 
     def __exit__(self, *exc_info) -> None:
         self.stop()
+
+
+def _log_error(log_path: Path) -> str:
+    """The line of a server log that says why it stopped (its last ERROR, or its last line)."""
+    try:
+        lines = [ln.strip() for ln in log_path.read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return "(no log)"
+    errors = [ln for ln in lines if " ERROR " in f" {ln} " or "Exception" in ln]
+    line = (errors or lines or ["(empty log)"])[-1]
+    return line if len(line) <= 300 else line[:297] + "..."

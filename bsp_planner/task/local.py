@@ -9,10 +9,10 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from .errors import RunEnded, StepOrderError
-from .timing import StepTimer
+from .timing import SelfTimedReports, StepTimer
 
 
-class LocalSession:
+class LocalSession(SelfTimedReports):
     """Steps are timed and their reports kept in :attr:`reports` (and appended, flushed, to `reports_file`
     as JSON lines when given). `workloads[t]` is what :meth:`assigned_workload` returns for step t;
     `steps` ends the run after that many steps (RunEnded), as a coordinator would."""

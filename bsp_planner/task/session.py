@@ -12,7 +12,12 @@ task's steps exactly as its own worker's:
   run the block (timed), then leave the barrier with the report and the checkpoint in the same transaction
   as the leave arrival (all or nothing, one round trip).
 * observe mode: the block is timed and reported (result + checkpoint, one transaction) without waiting
-  for anyone; the program keeps its own synchronisation.
+  for anyone; the program keeps its own synchronisation. The report is committed by a thread of the
+  session's own (:mod:`.reporter`), so the step's end costs the application a queue put; a report that
+  failed is raised at the next step or at close, which waits for the queued reports.
+* on cgroup v1 the ZooKeeper client's threads (and the reporter's) leave the task's CPU-quota group for
+  the run's group, so a throttled task's report is not held up to the next CFS period
+  (:attr:`TaskSession.report_group` says where they went; None: not moved).
 
 A report for another step than the next one (out of order, or repeated) raises StepOrderError and records
 nothing; a workload that is NaN, negative or absurd raises InputError naming task and step.
@@ -22,14 +27,16 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from ..runtime import zk as Z
 from .errors import RunEnded, StepOrderError, TaskJoinError
+from .reporter import Reporter, leave_quota
 from .reports import check_report_workload
-from .timing import StepTimer
+from .timing import SelfTimedReports, StepTimer
 
 #: the environment the coordinator sets for a process task
 ENV = {
@@ -97,7 +104,7 @@ def join(env: dict | None = None, *, step_timeout_s: float | None = None) -> Tas
     return s
 
 
-class TaskSession:
+class TaskSession(SelfTimedReports):
     """One task of a live run (made by :func:`join`, or by the stress-ng worker with its own settings).
 
     `run_id` None accepts the run the root holds (the worker is told its root, not its id). `interrupt`
@@ -140,6 +147,9 @@ class TaskSession:
         self._need_member = False
         self._ended = False
         self._ahead: Z.Prefetch | None = None  # the next step's publication, asked for ahead of need
+        self._reporter: Reporter | None = None  # observe mode: commits the reports from a thread of its own
+        #: the run's group the reporting threads were moved to, out of the task's CPU quota (None: not moved)
+        self.report_group: str | None = None
         self.first_step = 0
         self._next = 0
         self.info: Z.RunInfo | None = None
@@ -167,7 +177,14 @@ class TaskSession:
     def _join(self) -> None:
         from kazoo.exceptions import NoAuthError
 
+        before = {t.native_id for t in threading.enumerate()}
         s = self.session.start()
+        # the ZooKeeper client's threads, and (observe mode) the reporter's, report outside the task's quota
+        reporting = [t.native_id for t in threading.enumerate() if t.native_id not in before]
+        if self.sync == "observe":
+            self._reporter = Reporter(self._report, name=f"bsp-report-{self.task_name}")
+            reporting.append(self._reporter.native_id)
+        self.report_group = leave_quota(tid for tid in reporting if tid is not None)
         try:
             v = s.get(self.root)
         except NoAuthError:
@@ -240,10 +257,22 @@ class TaskSession:
         return self
 
     def __exit__(self, *exc) -> None:
-        self.close()
+        self.close(raise_report_error=exc[0] is None)  # never hide the application's own exception
 
-    def close(self) -> None:
-        self.session.close()  # removes the member node at once
+    def close(self, raise_report_error: bool = True) -> None:
+        """Commit the reports still queued, then leave the run (the member node goes at once); a report
+        that failed is raised here (unless `raise_report_error` is False)."""
+        error: BaseException | None = None
+        if self._reporter is not None:
+            try:
+                self._reporter.flush()
+            except BaseException as exc:
+                error = exc
+            self._reporter.close()
+            self._reporter = None
+        self.session.close()
+        if error is not None and raise_report_error:
+            raise error
 
     # -- what the run says -----------------------------------------------------------------------
     @property
@@ -314,6 +343,8 @@ class TaskSession:
                 f"{what}: reported out of order or repeated (its next step is {self._next}); nothing was recorded",
                 field="step",
             )
+        if self._reporter is not None:
+            self._reporter.check()  # a report of an earlier step failed: say so before running another
         if self._ended or step >= self.steps:
             self._ended = True
             raise RunEnded(f"run {self.run_id} has {self.steps} steps")
@@ -341,7 +372,10 @@ class TaskSession:
         t_rep = time.perf_counter()
         leave_s = 0.0
         if barrier is None:
-            self._report(report)
+            if self._reporter is not None:  # observe mode: the application's thread only queues it
+                self._reporter.submit(report)
+            else:
+                self._report(report)
             t_rep = time.perf_counter()
         self._next = step + 1
         if barrier is not None:  # the report and the checkpoint travel with the leave arrival: one round trip
@@ -363,7 +397,15 @@ class TaskSession:
         """The report and the checkpoint, for one transaction: both or neither, and a step counted once."""
         t = st.step
         value = Z.result_value(
-            t, st.wall_s, enter_wait, self.incarnation, time.time(), st.workload, st.next_workload, st.cpu_s
+            t,
+            st.wall_s,
+            enter_wait,
+            self.incarnation,
+            st.ended_at,
+            st.workload,
+            st.next_workload,
+            st.cpu_s,
+            started_at=st.started_at,
         )
         return [
             ("create", self.paths.result(self.task_name, t), value),

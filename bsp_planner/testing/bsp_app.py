@@ -50,6 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--work-per-unit", type=int, default=2000)
     ap.add_argument("--self-sync", action="store_true")
     ap.add_argument("--control", default=None)
+    ap.add_argument("--steps", type=int, default=None, help="the application's own length (observe mode)")
+    ap.add_argument("--self-timed", action="store_true", help="time the compute itself: session.report()")
     args = ap.parse_args(argv)
     control = Path(args.control) if args.control else None
 
@@ -61,8 +63,16 @@ def main(argv: list[str] | None = None) -> int:
         assert session.info is not None  # read when the task joined
         rank = args.rank if args.rank is not None else sorted(session.info.tasks).index(name)
         run_dir = Path(session.run_dir)
+        (run_dir / f"report-group-{name}").write_text(str(getattr(session, "report_group", None)))
         step = session.first_step
-        while not session.ended:
+        while not session.ended and (args.steps is None or step < args.steps):
+            if args.self_timed:  # the application times its compute and reports it afterwards
+                t0 = time.perf_counter()
+                compute(own_workload(rank, step), args.work_per_unit)
+                session.report(step, workload=own_workload(rank, step), duration_s=time.perf_counter() - t0)
+                file_barrier(run_dir / "selfsync", step, rank, args.ranks)
+                step += 1
+                continue
             try:
                 with session.step(step) as st:
                     w = (

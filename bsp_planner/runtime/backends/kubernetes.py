@@ -147,12 +147,12 @@ class KubernetesBackend(Backend):
     name = "kubernetes"
 
     def __post_init__(self) -> None:
+        given = self.reconfigure is not None
         self._from_env()
         self.run_key = N.run_key(self.run_id)
         if self.reconfigure not in RECONFIGURE_MODES:
-            raise InputError(
-                f"expected one of {', '.join(RECONFIGURE_MODES)}, got {self.reconfigure!r}", field="--reconfigure"
-            )
+            source = "--reconfigure" if given else f"${ENV_PREFIX}RECONFIGURE"  # say where the value came from
+            raise InputError(f"expected one of {', '.join(RECONFIGURE_MODES)}, got {self.reconfigure!r}", field=source)
         for name in ("pending_timeout_s", "resize_timeout_s", "delete_timeout_s"):
             if not getattr(self, name) > 0:
                 raise InputError(f"expected a positive number of seconds, got {getattr(self, name)!r}", field=name)
@@ -725,7 +725,10 @@ class KubernetesBackend(Backend):
             return
         st = pod_state(pod)
         line = f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} pod {st.name} on {st.node or '-'}: {st.phase}"
-        line += f" ({st.problem})" if st.problem else ""
+        if st.phase == "Succeeded":  # exit code 0: the normal end, or (mid-run) the coordinator says why it is not
+            line += " (the worker exited with code 0)"
+        elif st.problem:
+            line += f" ({st.problem})"
         msg = _termination_message(pod)
         path = Path(self.log_dir)
         path.mkdir(parents=True, exist_ok=True)

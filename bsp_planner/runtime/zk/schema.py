@@ -286,8 +286,11 @@ def result_value(
     workload: float | None = None,
     next_workload: float | None = None,
     cpu_s: float | None = None,
+    *,
+    started_at: float | None = None,
 ) -> dict:
-    """A task's report of step t; `workload`/`next_workload`: what the task observed (None: not reported)."""
+    """A task's report of step t; `workload`/`next_workload`: what the task observed (None: not reported);
+    `finished_at` / `started_at`: time.time() when its compute ended / started, on the task's clock."""
     v = {
         "step": int(t),
         "duration_s": float(duration_s),
@@ -295,7 +298,12 @@ def result_value(
         "incarnation": int(incarnation),
         "finished_at": float(finished_at),
     }
-    for k, x in (("workload", workload), ("next_workload", next_workload), ("cpu_s", cpu_s)):
+    for k, x in (
+        ("workload", workload),
+        ("next_workload", next_workload),
+        ("cpu_s", cpu_s),
+        ("started_at", started_at),
+    ):
         if x is not None:
             v[k] = float(x)
     return v
@@ -332,6 +340,8 @@ def parse_result(path: str, v: dict, t: int) -> dict:
             out[name] = check_workload(v[k], f"{path} {k}")
     if "cpu_s" in v:
         out["cpu_s"] = get_float(path, v, "cpu_s", 0.0, MAX_DURATION_S)
+    if "started_at" in v:
+        out["started_at"] = get_float(path, v, "started_at", 0.0)
     return out
 
 

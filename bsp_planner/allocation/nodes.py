@@ -1,0 +1,345 @@
+"""Per-node CPU capacity as an allocation constraint, and the allocators that respect it.
+
+A cluster is nodes: every task runs on one node (its placement), and the CPU its tasks hold on a node
+can never exceed what that node can give. In level units (levels count CPU steps above every task's
+minimum, see `CpuLevels`) node j can hand out `steps[j]` levels to its tasks together, on top of the
+job-wide budget. `NodeLimits` holds that; `NodeConstrained` wraps an allocator so that every
+configuration it returns fits the nodes, so planners (which only ever call an allocator) need no change:
+
+* greedy: the greedy rule (thesis Algorithm 1) where a task whose node is full cannot grow
+  (`greedy_with_nodes`);
+* threshold: the threshold rule where each node gives at most its steps (`threshold_with_nodes`), for
+  hundreds to thousands of tasks;
+* exact: the MILP of `exact.py` (threshold formulation) with one more row per node, solved by HiGHS,
+  started from the node-aware greedy configuration (`solve_frame_nodes`).
+
+All are exact about the constraint; only `exact` is exact about the objective.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+from scipy.sparse import csr_array, vstack
+
+from .base import Allocator, frame_time
+
+if TYPE_CHECKING:
+    from .exact import FrameSolution
+
+
+@dataclass(frozen=True)
+class NodeLimits:
+    """node_of: (tasks,) the node index each task runs on; steps: (nodes,) CPU steps above its tasks'
+    minimum that each node can hand out (>= 0)."""
+
+    node_of: np.ndarray
+    steps: np.ndarray
+
+    @property
+    def n_nodes(self) -> int:
+        return int(self.steps.size)
+
+    def usage(self, levels: np.ndarray) -> np.ndarray:
+        """levels (..., tasks) -> steps used on each node (..., nodes)."""
+        lv = np.asarray(levels, dtype=np.int64)
+        one_hot = self.node_of[:, None] == np.arange(self.n_nodes)[None, :]  # (tasks, nodes)
+        used: np.ndarray = lv @ one_hot.astype(np.int64)
+        return used
+
+    def fits(self, levels: np.ndarray) -> np.ndarray:
+        """levels (..., tasks) -> (...) bool: every node holds its tasks' levels."""
+        ok: np.ndarray = np.all(self.usage(levels) <= self.steps, axis=-1)
+        return ok
+
+    def task_cap(self, max_level: np.ndarray) -> np.ndarray:
+        """(tasks,) the highest level each task can reach alone on its node."""
+        capped: np.ndarray = np.minimum(np.asarray(max_level, dtype=np.int64), self.steps[self.node_of])
+        return capped
+
+    def key(self) -> bytes:
+        return self.node_of.astype(np.int64).tobytes() + b"|" + self.steps.astype(np.int64).tobytes()
+
+
+def greedy_with_nodes(
+    durations: np.ndarray, weights: np.ndarray, max_level: np.ndarray, budget_steps: int, limits: NodeLimits
+) -> np.ndarray:
+    """The greedy rule with a task unable to grow once its node is full: durations (B, n, L, k),
+    weights (B, k), max_level (n,) -> levels (B, n). The plain per-round loop, one CPU step per frame
+    and round; a round costs O(B n k)."""
+    durations = np.asarray(durations, dtype=np.float64)
+    b, n, n_levels, k = durations.shape
+    weights = np.broadcast_to(np.asarray(weights, dtype=np.float64), (b, k))
+    max_of = limits.task_cap(np.minimum(np.asarray(max_level, dtype=np.int64), n_levels - 1))
+    node_of = limits.node_of
+    node_left = np.broadcast_to(limits.steps, (b, limits.n_nodes)).astype(np.int64).copy()
+    lvl = np.zeros((b, n), dtype=np.int64)
+    left = np.full(b, int(budget_steps), dtype=np.int64)
+    fb = np.arange(b)[:, None, None]
+    tb = np.arange(n)[None, :, None]
+    ki = np.arange(k)[None, None, :]
+    cur = durations[fb, tb, lvl[:, :, None], ki]  # (B, n, k)
+    nxt = durations[fb, tb, np.minimum(lvl + 1, n_levels - 1)[:, :, None], ki]
+    rows = np.arange(b)
+    while True:
+        can = (lvl < max_of[None, :]) & (node_left[:, node_of] > 0)
+        live = (left > 0) & can.any(axis=1) & (weights > 0).any(axis=1)
+        if not live.any():
+            break
+        f = rows[live]
+        cur_f, nxt_f, can_f, w_f = cur[f], nxt[f], can[f], weights[f]
+        # stragglers among the tasks that can grow and those that cannot: the slowest task at each step
+        strag = cur_f.argmax(axis=1)  # (F, k)
+        fi = np.arange(f.size)[:, None]
+        saved = (cur_f[fi, strag, np.arange(k)[None, :]] - nxt_f[fi, strag, np.arange(k)[None, :]]) * w_f
+        flat = (fi * n + strag).ravel()
+        gain = np.bincount(flat, weights=saved.ravel(), minlength=f.size * n).reshape(f.size, n)
+        count = np.bincount(flat, weights=(w_f > 0).ravel(), minlength=f.size * n).reshape(f.size, n)
+        cand = (count > 0) & can_f
+        stuck = ~cand.any(axis=1)
+        if stuck.any():
+            # the slowest tasks cannot grow: the slowest among those that can take their turn
+            masked = np.where(can_f[stuck][:, :, None], cur_f[stuck], -np.inf)
+            s2 = masked.argmax(axis=1)
+            fj = np.arange(int(stuck.sum()))[:, None]
+            kk = np.arange(k)[None, :]
+            sv = (masked[fj, s2, kk] - np.where(can_f[stuck][:, :, None], nxt_f[stuck], -np.inf)[fj, s2, kk]) * w_f[
+                stuck
+            ]
+            sv = np.nan_to_num(sv, nan=0.0, neginf=0.0, posinf=0.0)
+            flat2 = (fj * n + s2).ravel()
+            m = int(stuck.sum())
+            gain[stuck] = np.bincount(flat2, weights=sv.ravel(), minlength=m * n).reshape(m, n)
+            c2 = np.bincount(flat2, weights=(w_f[stuck] > 0).ravel(), minlength=m * n).reshape(m, n)
+            cand[stuck] = (c2 > 0) & can_f[stuck]
+        score = np.where(cand, gain, -np.inf)
+        choice = score.argmax(axis=1)
+        ok = cand[np.arange(f.size), choice]
+        left[f[~ok]] = 0
+        r, c = f[ok], choice[ok]
+        lv = lvl[r, c] + 1
+        lvl[r, c] = lv
+        left[r] -= 1
+        node_left[r, node_of[c]] -= 1
+        cur[r, c] = durations[r, c, lv]
+        nxt[r, c] = durations[r, c, np.minimum(lv + 1, n_levels - 1)]
+    return lvl
+
+
+def threshold_with_nodes(
+    durations: np.ndarray, weights: np.ndarray, max_level: np.ndarray, budget_steps: int, limits: NodeLimits
+) -> np.ndarray:
+    """The threshold allocator's rule (`threshold.py`: every weighted step aims at the same multiple of
+    its floor; the budget goes to the entries (task, level) with the largest ratios) with each node's
+    cap: on node j only the S_j entries of its tasks with the largest ratios may be taken (the others,
+    at or below its (S_j+1)-th largest ratio, are dropped), then the budget's largest of what is left.
+    Ratios are non-increasing in level, so every task still takes a prefix of its levels.
+    durations (B, n, L, k), weights (B, k) -> levels (B, n). No polish: O(B n L) per batch, whatever
+    the budget (the greedy rule's rounds are what 1,024 tasks cannot afford)."""
+    from .threshold import _kth_largest, frame_ratios, levels_for_ratios
+
+    durations = np.asarray(durations, dtype=np.float64)
+    b, n, n_levels, k = durations.shape
+    weights = np.broadcast_to(np.asarray(weights, dtype=np.float64), (b, k))
+    cap = limits.task_cap(np.minimum(np.asarray(max_level, dtype=np.int64), n_levels - 1))
+    if budget_steps <= 0 or b == 0 or n == 0 or not (cap > 0).any():
+        return np.zeros((b, n), dtype=np.int64)
+    order, R, tiebreak = frame_ratios(durations, weights, cap, budget_steps)  # R (B, n, L), -inf: cannot leave
+    # Nodes alike (as many tasks, as many steps) are cut in one partition: (B, nodes, tasks x L).
+    count = np.bincount(limits.node_of, minlength=limits.n_nodes)
+    for size, steps in {(int(c), int(st)) for c, st in zip(count, limits.steps, strict=True) if c}:
+        nodes = np.nonzero((count == size) & (limits.steps == steps))[0]
+        tasks = np.concatenate([np.nonzero(limits.node_of == j)[0] for j in nodes])  # node by node
+        block = R[:, tasks, :].reshape(b, nodes.size, size * n_levels)
+        a_j = _kth_largest(block, steps + 1, axis=-1)  # (B, nodes)
+        kept = np.where(block > a_j[:, :, None], block, -np.inf)
+        R[:, tasks, :] = kept.reshape(b, nodes.size * size, n_levels)
+    levels = np.empty((b, n), dtype=np.int64)
+    (levels[order],) = levels_for_ratios(R, tiebreak, [budget_steps])
+    levels[~(weights > 0).any(axis=1)] = 0
+    return levels
+
+
+def floor_with_nodes(
+    durations: np.ndarray, max_level: np.ndarray, budget_steps: int, limits: NodeLimits
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per step, the exact min-max over the configurations that fit the budget and the nodes:
+    durations (tasks, levels, steps) -> (levels (steps, tasks), times (steps,)). As `floor_levels`
+    (binary search over the step's own durations), with each node's sum of needed levels checked too."""
+    n, n_levels, m = durations.shape
+    max_level = np.minimum(np.asarray(max_level), n_levels - 1)
+    cand = np.sort(durations.reshape(n * n_levels, m), axis=0)
+    cols = np.arange(m)
+    one_hot = (limits.node_of[:, None] == np.arange(limits.n_nodes)[None, :]).astype(np.int64)  # (tasks, nodes)
+
+    def need(thresholds: np.ndarray) -> np.ndarray:  # (tasks, steps)
+        counts: np.ndarray = (durations > thresholds[None, None, :]).sum(axis=1)
+        return counts
+
+    lo = np.zeros(m, dtype=np.int64)
+    hi = np.full(m, n * n_levels - 1)
+    while np.any(lo < hi):
+        mid = (lo + hi) // 2
+        counts = need(cand[mid, cols])
+        per_node = one_hot.T @ counts  # (nodes, steps)
+        feasible = (
+            np.all(counts <= max_level[:, None], axis=0)
+            & (counts.sum(axis=0) <= budget_steps)
+            & np.all(per_node <= limits.steps[:, None], axis=0)
+        )
+        hi = np.where(feasible, mid, hi)
+        lo = np.where(feasible, lo, mid + 1)
+    levels = need(cand[lo, cols]).T
+    times = durations[np.arange(n)[None, :], levels, cols[:, None]].max(axis=1)
+    return levels, times
+
+
+def solve_frame_nodes(
+    durations: np.ndarray,
+    weights: np.ndarray,
+    max_level: np.ndarray,
+    budget_steps: int,
+    limits: NodeLimits,
+    *,
+    incumbents: np.ndarray | None = None,
+    cutoff: float | None = None,
+    rel_gap: float = 1e-9,
+    time_limit: float = 60.0,
+    level_bounds: np.ndarray | None = None,
+) -> FrameSolution:
+    """The exact configuration of one frame under the budget and the nodes' capacity.
+
+    durations (tasks, levels, k), weights (k,). The threshold model of `exact.py` (lo = 0, hi = each
+    task's cap on its node) plus one row per node: the levels of its tasks sum to at most its steps.
+    incumbents (P, tasks): configurations to start from (those that do not fit are dropped); the
+    node-aware greedy one is always tried. cutoff: only a configuration below it is wanted; when none
+    exists the result has optimal=False and bound >= cutoff (the `optimum` DP prunes with it).
+    level_bounds (tasks, levels): a lower bound on the frame's time with task i at level l; levels
+    whose bound cannot beat the best known configuration are left out of the model."""
+    from .exact import FrameSolution, _run_milp, build_threshold_model, shrink_levels
+
+    t0 = time.perf_counter()
+    d = np.asarray(durations, dtype=np.float64)
+    w = np.asarray(weights, dtype=np.float64)
+    n, L, _ = d.shape
+    active = np.nonzero(w > 0)[0]
+    d, w = d[:, :, active], w[active]
+    M = limits.task_cap(np.minimum(np.asarray(max_level, dtype=np.int64), L - 1))
+    budget = int(budget_steps)
+    if w.size == 0:
+        return FrameSolution(np.zeros(n, dtype=np.int64), 0.0, 0.0, True, "empty", seconds=time.perf_counter() - t0)
+    if w.size == 1:
+        lv = floor_with_nodes(d, M, budget, limits)[0][0]
+        v = float(frame_time(d, lv, w))
+        return FrameSolution(lv, v, v, True, "single-step", seconds=time.perf_counter() - t0)
+    starts: list[np.ndarray] = []
+    if incumbents is not None:
+        inc = np.minimum(np.asarray(incumbents, dtype=np.int64).reshape(-1, n), M)
+        starts += list(inc[limits.fits(inc) & (inc.sum(axis=1) <= budget)])
+    if not starts:  # greedy's rounds cost more than the MILP on small frames: only without a start
+        starts.append(greedy_with_nodes(d[None], w[None], M, budget, limits)[0])
+    values = [float(frame_time(d, s, w)) for s in starts]
+    j = int(np.argmin(values))
+    best_lv, best_v = starts[j], values[j]
+    floor_k = floor_with_nodes(d, M, budget, limits)[1]
+    lb_all = float(np.dot(w, floor_k))
+    limit = best_v if cutoff is None else min(best_v, float(cutoff))
+    scale = max(abs(best_v), 1e-9)
+    tol = 1e-12 * scale
+
+    def proved(bound: float) -> FrameSolution:
+        if cutoff is not None and cutoff < best_v:
+            return FrameSolution(
+                best_lv, best_v, max(float(cutoff), bound), False, "cutoff", seconds=time.perf_counter() - t0
+            )
+        return FrameSolution(best_lv, best_v, best_v, True, "incumbent", seconds=time.perf_counter() - t0)
+
+    if lb_all >= limit - tol:
+        return proved(lb_all)
+    lo = np.zeros(n, dtype=np.int64)
+    hi = np.minimum(M, budget)
+    if level_bounds is not None:
+        # a level whose bound cannot beat the limit is never taken (bounds of a relaxation hold here too)
+        shrunk = shrink_levels(np.asarray(level_bounds, dtype=np.float64), lo, hi, budget, limit + tol)
+        if shrunk is None:
+            return proved(lb_all)
+        lo, hi = shrunk
+        if np.any(limits.usage(lo) > limits.steps):
+            return proved(lb_all)
+        if np.all(lo == hi):  # the bounds fixed every level
+            v = float(frame_time(d, lo, w))
+            if v < limit - tol and limits.fits(lo):
+                return FrameSolution(lo, v, v, True, "bounds", seconds=time.perf_counter() - t0)
+            return proved(lb_all)
+    model = build_threshold_model(d, w, lo, hi, budget, floor_k)
+    ny_i = hi - lo
+    ny = int(ny_i.sum())
+    task_of_y = np.repeat(np.arange(n), ny_i)
+    node_rows = csr_array(
+        (np.ones(ny), (limits.node_of[task_of_y], np.arange(ny))), shape=(limits.n_nodes, model.A.shape[1])
+    )
+    model.A = csr_array(vstack([model.A, node_rows]))
+    model.row_lo = np.concatenate([model.row_lo, np.full(limits.n_nodes, -np.inf)])
+    model.row_hi = np.concatenate([model.row_hi, (limits.steps - limits.usage(lo)).astype(np.float64)])
+    cut = limit + max(rel_gap * scale, tol)
+    t1 = time.perf_counter()
+    res = _run_milp(model, cut, rel_gap, time_limit, scale)
+    milp_s = time.perf_counter() - t1
+    if res.x is not None:
+        lv = model.decode(res.x)
+        v = float(frame_time(d, lv, w))
+        if v < limit - tol and limits.fits(lv) and lv.sum() <= budget:
+            sol = FrameSolution(lv, v, v, True, "milp", int(res.mip_node_count or 0), time.perf_counter() - t0)
+            sol.milp_seconds = milp_s
+            return sol
+    if res.status not in (0, 2):
+        from .exact import ExactSolverError
+
+        raise ExactSolverError(f"the node-constrained MILP stopped without a proof ({str(res.message).strip()})")
+    return proved(lb_all)
+
+
+class NodeConstrained(Allocator):
+    """An allocator whose configurations fit the nodes: `inner` is greedy, threshold or exact (see
+    the module docstring; exact's frames are cached, like `ExactAllocator`'s)."""
+
+    def __init__(self, inner: str, limits: NodeLimits) -> None:
+        self.inner = inner
+        self.limits = limits
+        self.name = f"{inner}+nodes"
+        self._cache: dict[bytes, np.ndarray] = {}
+
+    def allocate_batch(
+        self, durations: np.ndarray, weights: np.ndarray, max_level: np.ndarray, budget_steps: int
+    ) -> np.ndarray:
+        durations = np.asarray(durations, dtype=np.float64)
+        b, n, _, k = durations.shape
+        weights = np.broadcast_to(np.asarray(weights, dtype=np.float64), (b, weights.shape[-1]))
+        if weights.shape[1] < k:
+            durations = durations[..., : weights.shape[1]]
+        if self.inner == "threshold":
+            return threshold_with_nodes(durations, weights, max_level, budget_steps, self.limits)
+        if self.inner != "exact":
+            return greedy_with_nodes(durations, weights, max_level, budget_steps, self.limits)
+        import hashlib
+
+        out = np.empty((b, n), dtype=np.int64)
+        for f in range(b):
+            act = weights[f] > 0
+            h = hashlib.blake2b(digest_size=20)
+            for part in (
+                np.ascontiguousarray(durations[f][:, :, act]),
+                np.round(weights[f][act], 12),
+                np.asarray(max_level, dtype=np.int64),
+                np.int64(budget_steps),
+            ):
+                h.update(part.tobytes())
+            key = h.digest()
+            if key not in self._cache:
+                sol = solve_frame_nodes(durations[f], weights[f], max_level, budget_steps, self.limits)
+                self._cache[key] = np.asarray(sol.levels, dtype=np.int64)
+            out[f] = self._cache[key]
+        return out

@@ -1,0 +1,139 @@
+"""The ring federation without bsp-planner: a broker and N federate processes on this machine.
+
+    python -m bsp_planner.apps.helics.local --federates 4 --steps 30 --out /tmp/ring
+
+Each federate runs with a local session (no coordinator), appending its reports to ``OUT/f<i>.jsonl``
+and its timings to ``OUT/timings-f<i>.jsonl``; the broker's output goes to ``OUT/broker.log``. Prints
+each step's workloads and the federation's wall time (from the first federate's first compute to the
+last one's last). Model options (``--cells``, ``--hotspot``, ``--base``, ``--speed``, ``--ops-per-unit``)
+are passed to every federate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+MODEL_OPTIONS = ("cells", "hotspot", "base", "speed", "ops_per_unit")
+
+
+def _env() -> dict[str, str]:
+    """The processes' environment: this bsp_planner first on the path, no bsp-planner run's variables (they
+    run alone, with local sessions)."""
+    import bsp_planner
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BSP_")}
+    env["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(Path(bsp_planner.__file__).parent.parent), env.get("PYTHONPATH")])
+    )
+    return env
+
+
+def free_port_pair() -> int:
+    """A loopback TCP port P with P+1 free too (the ZeroMQ broker binds both)."""
+    for _ in range(100):
+        with socket.socket() as a:
+            a.bind(("127.0.0.1", 0))
+            port = a.getsockname()[1]
+            if port >= 65535:
+                continue
+            with socket.socket() as b:
+                try:
+                    b.bind(("127.0.0.1", port + 1))
+                except OSError:
+                    continue
+            return port
+    raise OSError("no free pair of loopback TCP ports found")
+
+
+def federation_wall_s(timings: list[list[dict]]) -> float:
+    """From the earliest compute start to the latest compute end over every federate's timings."""
+    rows = [r for per in timings for r in per]
+    return max(r["end"] for r in rows) - min(r["start"] for r in rows)
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
+
+
+def run_federation(
+    out: Path, federates: int, steps: int, model: dict[str, object] | None = None, timeout_s: float = 300.0
+) -> dict:
+    """Run broker + federates to the end; returns {"codes", "reports", "timings", "wall_s"} (reports and
+    timings: one list per federate). Every process is ended on the way out, even on a timeout."""
+    out.mkdir(parents=True, exist_ok=True)
+    port = free_port_pair()
+    extra: list[str] = []
+    for key, value in (model or {}).items():
+        extra += [f"--{key.replace('_', '-')}", str(value)]
+    py = sys.executable
+    env = _env()
+    procs: list[subprocess.Popen] = []
+    with open(out / "broker.log", "ab") as log:
+        broker = subprocess.Popen(
+            [py, "-m", "bsp_planner.apps.helics.broker", "--federates", str(federates), "--port", str(port)]
+            + ["--exit-with-broker"],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+    try:
+        for i in range(federates):
+            argv = [py, "-m", "bsp_planner.apps.helics.federate", "--index", str(i), "--federates", str(federates)]
+            argv += ["--broker-port", str(port), "--steps", str(steps), *extra]
+            argv += ["--reports", str(out / f"f{i}.jsonl"), "--timings", str(out / f"timings-f{i}.jsonl")]
+            with open(out / f"f{i}.log", "ab") as log:
+                procs.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env))
+        deadline = time.monotonic() + timeout_s
+        codes = [p.wait(timeout=max(0.1, deadline - time.monotonic())) for p in procs]
+        broker_code = broker.wait(timeout=max(0.1, deadline - time.monotonic()))
+    finally:
+        for p in [*procs, broker]:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    timings = [read_jsonl(out / f"timings-f{i}.jsonl") for i in range(federates)]
+    return {
+        "codes": codes,
+        "broker_code": broker_code,
+        "reports": [read_jsonl(out / f"f{i}.jsonl") for i in range(federates)],
+        "timings": timings,
+        "wall_s": federation_wall_s(timings) if all(timings) else None,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bsp_planner.apps.helics.local", description=__doc__.split("\n\n")[0])
+    p.add_argument("--federates", type=int, default=4)
+    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--out", required=True, help="folder for the reports, timings and logs")
+    p.add_argument("--cells", type=int, default=None)
+    p.add_argument("--hotspot", type=float, default=None)
+    p.add_argument("--base", type=float, default=None)
+    p.add_argument("--speed", type=int, default=None)
+    p.add_argument("--ops-per-unit", type=int, default=None)
+    args = p.parse_args(argv)
+    if args.federates < 1 or args.steps < 0:
+        p.error("--federates: expected at least 1; --steps: expected a non-negative count")
+    model = {k: getattr(args, k) for k in MODEL_OPTIONS if getattr(args, k) is not None}
+    result = run_federation(Path(args.out), args.federates, args.steps, model)
+    for step in range(args.steps):
+        row = [next((r["workload"] for r in per if r["step"] == step), None) for per in result["reports"]]
+        print(f"step {step:3d}  " + "  ".join("-" if w is None else f"{w:7.2f}" for w in row))
+    if result["wall_s"] is not None:
+        print(f"federation wall time {result['wall_s']:.3f} s")
+    bad = [f"f{i}: exit {c}" for i, c in enumerate(result["codes"]) if c != 0]
+    if bad:
+        print("failed: " + ", ".join(bad) + f" (logs in {args.out})", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,143 @@
+"""`ensemble`: a weighted mean of named forecasters' median forecasts (`ensemble:lstm,gbm`; plain
+`ensemble` is `ensemble:lstm,gbm`).
+
+Weights are equal unless given (``--set ensemble.weights=0.6,0.4``, one per member, normalised to sum
+to 1). They are never fitted here: a weight chosen on the figures a forecaster is judged by would
+flatter it, so weights come from validation data only (`benchmarks/bench_forecast_select.py` fits
+them on the last part of the training halves, with every member trained on the part before).
+
+Each member is obtained as it would be alone (a saved model loaded, a statistical model fitted, the
+global `gbm` trained on its pool), so a forecast at origin o reads what its members read: values
+before o. Its quantiles come from its own recent errors (`base.PointForecaster`), until enough are
+known from its errors over the training history.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from ..errors import InputError
+from ..settings import load_settings, setting
+from .base import DEFAULT_QUANTILES, Forecaster, ForecasterSettings, PointForecaster
+
+DEFAULT_MEMBERS = ("lstm", "gbm")
+
+
+@dataclass(frozen=True)
+class EnsembleSettings:
+    """weights: one per member (empty: equal weights); the interval as for every forecaster."""
+
+    weights: tuple[float, ...] = setting((), ge=0)
+    interval_window: int = setting(240, ge=0)
+    interval_gamma: float = setting(0.01, ge=0, lt=1)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> EnsembleSettings:
+        return load_settings(cls, d, prefix="ensemble.")
+
+    def to_dict(self) -> dict:
+        return {
+            "weights": list(self.weights),
+            "interval_window": self.interval_window,
+            "interval_gamma": self.interval_gamma,
+        }
+
+
+class EnsembleForecaster(PointForecaster):
+    """The weighted mean of `members`' median forecasts; build it with `combine`, then `fit`."""
+
+    name = "ensemble"
+    learned = True  # its members come from the job (saved models, pools): built through the pipeline
+    settings_type: ClassVar[type[ForecasterSettings]] = EnsembleSettings
+    members: ClassVar[tuple[str, ...]] = DEFAULT_MEMBERS
+
+    def __init__(
+        self,
+        horizon: int = 20,
+        quantiles: tuple[float, ...] = DEFAULT_QUANTILES,
+        period: int = 1,
+        *,
+        settings: Any = None,
+    ) -> None:
+        super().__init__(horizon=horizon, quantiles=quantiles, period=period, settings=settings)
+        self.parts: list[Forecaster] = []
+        self.weights_ = np.ones(len(self.members)) / len(self.members)
+
+    @property
+    def interval_window(self) -> int:  # type: ignore[override]
+        return self.settings.interval_window
+
+    @property
+    def interval_gamma(self) -> float:  # type: ignore[override]
+        return self.settings.interval_gamma
+
+    @classmethod
+    def resolve_weights(cls, weights: tuple[float, ...]) -> np.ndarray:
+        """(members,) weights summing to 1; equal when none are given."""
+        n = len(cls.members)
+        if not weights:
+            return np.full(n, 1.0 / n)
+        if len(weights) != n:
+            raise InputError(
+                f"expected {n} weights, one per member ({', '.join(cls.members)}), got {len(weights)}",
+                field="ensemble.weights",
+            )
+        w = np.asarray(weights, dtype=np.float64)
+        if not w.sum() > 0:
+            raise InputError("expected weights that sum to more than 0", field="ensemble.weights")
+        return w / w.sum()
+
+    def combine(self, parts: list[Forecaster]) -> EnsembleForecaster:
+        """Use these fitted forecasters (one per member, in order)."""
+        if len(parts) != len(self.members):
+            raise ValueError(f"{self.name}: expected {len(self.members)} fitted members, got {len(parts)}")
+        if any(f.horizon != self.horizon for f in parts):
+            raise ValueError(f"{self.name}: every member must forecast {self.horizon} steps ahead")
+        self.parts = list(parts)
+        self.weights_ = self.resolve_weights(tuple(self.settings.weights))
+        return self
+
+    def _min_origin(self) -> int:
+        return max((f._min_origin() for f in self.parts), default=1)
+
+    def _point(self, series: np.ndarray, origins: np.ndarray) -> np.ndarray:
+        out = np.zeros((len(origins), self.horizon))
+        for w, f in zip(self.weights_, self.parts, strict=True):
+            out += w * f.predict_median(series, origins)
+        return out
+
+    def fit(self, history: np.ndarray) -> EnsembleForecaster:
+        """The starting interval from its errors over the last `interval_window` training origins
+        (the members are fitted already: `combine`)."""
+        if not self.parts:
+            raise ValueError(f"{self.name}: combine fitted members first")
+        w = np.asarray(history, dtype=np.float64)
+        last = len(w) - self.horizon
+        first = max(self._min_origin(), last - max(self.interval_window, 2 * self.horizon))
+        if last < first:
+            raise InputError(f"{self.name}: the training history of {len(w)} steps is too short")
+        origins = np.arange(first, last + 1)
+        truth = w[origins[:, None] + np.arange(self.horizon)[None, :]]
+        err = truth - self._point(w, origins)
+        self.error_quantiles_ = np.quantile(err, self.quantiles, axis=0)
+        self.error_quantiles_[self.median_index] = 0.0
+        self.fit_length_ = len(w)
+        self.info = {"members": list(self.members), "weights": self.weights_.round(4).tolist()}
+        return self
+
+
+_CLASSES: dict[tuple[str, ...], type[EnsembleForecaster]] = {}
+
+
+def ensemble_class(members: tuple[str, ...]) -> type[EnsembleForecaster]:
+    """The ensemble of these members (one class per combination, named `ensemble:a,b`)."""
+    if members == DEFAULT_MEMBERS:
+        return EnsembleForecaster
+    hit = _CLASSES.get(members)
+    if hit is None:
+        name = "ensemble:" + ",".join(members)
+        hit = _CLASSES[members] = type("EnsembleForecaster", (EnsembleForecaster,), {"name": name, "members": members})
+    return hit

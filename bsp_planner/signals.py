@@ -1,0 +1,148 @@
+"""How every command ends on SIGINT, SIGTERM and SIGHUP: the same way as on Ctrl-C.
+
+`installed` (around every command, by the CLI's `main`) turns each of the three signals into :class:`Stopped`, a
+KeyboardInterrupt, raised in the main thread. Every command already cleans up on Ctrl-C in ``finally``
+and ``except BaseException`` blocks (pools terminated, stress-ng and task processes killed, cgroups
+removed, staged outputs dropped, a live run left resumable), so a `kill` or a closed terminal now takes
+the same path instead of ending the process where it stands. The exit status is then 128 + the signal's
+number (130, 143, 129), as a shell reports a process the signal ended.
+
+While a command cleans up after the first signal, further ones are recorded and ignored: a second
+`kill` must not cut the cleanup in half (SIGKILL remains for that). A command with a gentler stop of its
+own (a live run stops at its next safe point) routes the signals to it with :func:`routed_to`.
+
+Child processes that must not see the terminal's Ctrl-C themselves (pool workers: their parent stops
+them) call :func:`child_defaults`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterator
+
+#: The signals that stop a command cleanly.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+PR_SET_PDEATHSIG = 1
+
+_received: list[int] = []
+_hooks: list = []  # the unraisable hook in place before ours
+
+
+class Stopped(KeyboardInterrupt):
+    """A stop asked by a signal; `signum` says which, `exit_code` is 128 + signum."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
+
+def received() -> int | None:
+    """The first stop signal this process received, or None."""
+    return _received[0] if _received else None
+
+
+def signal_name(signum: int) -> str:
+    return signal.Signals(signum).name
+
+
+def _raise_once(signum: int, frame: object) -> None:
+    first = not _received
+    _received.append(signum)
+    if first:
+        raise Stopped(signum)
+    # a second signal while the first one's cleanup runs: recorded, ignored
+
+
+@contextlib.contextmanager
+def installed() -> Iterator[None]:
+    """Within the block, SIGINT, SIGTERM and SIGHUP raise :class:`Stopped`; the previous handlers and a
+    clean record come back after it (a process may run several commands: the tests do). Outside the
+    main thread (where Python cannot take signals) nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {s: signal.getsignal(s) for s in STOP_SIGNALS}
+    previous_hook = sys.unraisablehook
+    _received.clear()
+    _hooks[:] = [previous_hook]
+    sys.unraisablehook = _redeliver_if_swallowed
+    for s in STOP_SIGNALS:
+        signal.signal(s, _raise_once)
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+        sys.unraisablehook = previous_hook
+        _received.clear()
+
+
+def _redeliver_if_swallowed(unraisable) -> None:
+    """A Stopped raised where Python drops exceptions (an at-fork callback, a finaliser) never reaches the
+    command: forget it and send the signal again a moment later, when the main thread is elsewhere."""
+    exc = unraisable.exc_value
+    if isinstance(exc, Stopped):
+        _received.clear()
+        threading.Timer(0.05, os.kill, (os.getpid(), exc.signum)).start()
+        return
+    (_hooks[0] if _hooks else sys.__unraisablehook__)(unraisable)
+
+
+@contextlib.contextmanager
+def routed_to(on_stop: Callable[[int], bool]) -> Iterator[None]:
+    """Within the block, a stop signal calls ``on_stop(signum)`` first: True means the command took the
+    stop in hand (it will raise :class:`Stopped` itself at a safe point), False raises it here and now.
+    A second signal raises at once."""
+    previous = {s: signal.getsignal(s) for s in STOP_SIGNALS}
+
+    def handler(signum: int, frame: object) -> None:
+        first = not _received
+        _received.append(signum)
+        if not first or not on_stop(signum):
+            for s in STOP_SIGNALS:  # from here on the cleanup runs; it is not cut by a third signal
+                signal.signal(s, _raise_once)
+            raise Stopped(signum)
+
+    for s in STOP_SIGNALS:
+        signal.signal(s, handler)
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+def child_defaults() -> None:
+    """In a forked helper process (a pool worker): ignore the terminal's SIGINT and SIGHUP (the parent
+    stops it), die on SIGTERM, and get SIGTERM when the parent dies, even by SIGKILL."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    parent_death_signal(signal.SIGTERM)
+
+
+def _libc_prctl():
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):  # pragma: no cover - not Linux
+        return None
+
+
+_PRCTL = _libc_prctl()  # looked up here, never between fork and exec
+
+
+def parent_death_signal(signum: int) -> None:
+    """Linux: this process gets `signum` when its parent exits, even by SIGKILL (a no-op without prctl).
+    Safe between fork and exec (``preexec_fn``): one system call."""
+    if _PRCTL is not None:
+        _PRCTL(PR_SET_PDEATHSIG, signum, 0, 0, 0)

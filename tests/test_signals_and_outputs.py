@@ -1,0 +1,337 @@
+"""Every command ends the same way on SIGTERM, SIGINT and SIGHUP (exit 128 + N, no child process, no
+cgroup, no partial output), one writer per output (a second is refused naming the first's pid), and a
+full disk is one line naming the path and the cause, with nothing torn.
+
+These run the real `bsp-planner` in a subprocess and send it real signals; each waits for an event (a
+pool worker started, a stress-ng inside its cgroup, a lock taken), never for a fixed time."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from bsp_planner.filelock import lock_path, output_lock
+from bsp_planner.profiling.cgroups import CpuQuotaGroup, detect_hierarchy
+
+from cli_run import run_cli
+from synthetic import DATA, write_experiment
+
+STOP = [signal.SIGTERM, signal.SIGINT, signal.SIGHUP]
+PREFIX = f"bsp-planner-sigtest-{os.getpid()}"
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def cli_proc(*args: object, cwd: Path | None = None, env: dict[str, str] | None = None) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+    return subprocess.Popen(
+        [sys.executable, "-m", "bsp_planner.cli", *map(str, args)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=cwd,
+    )
+
+
+def wait_for(what: str, cond: Callable[[], object], proc: subprocess.Popen, timeout_s: float = 120.0) -> object:
+    """Poll `cond` until it is truthy; fail if `proc` ended first or `timeout_s` passed (a hang, not a pace)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        got = cond()
+        if got:
+            return got
+        if proc.poll() is not None:
+            out, err = proc.communicate()
+            pytest.fail(f"the command ended (exit {proc.returncode}) before {what}: {out} {err}")
+        time.sleep(0.02)
+    proc.kill()
+    pytest.fail(f"no {what} within {timeout_s} s")
+
+
+def children(pid: int) -> list[int]:
+    found: list[int] = []
+    try:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            found += [int(c) for c in (task / "children").read_text().split()]
+    except OSError:
+        pass
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = next(ln for ln in Path(f"/proc/{pid}/status").read_text().splitlines() if ln.startswith("State:"))
+    except (OSError, StopIteration):
+        return False
+    return "Z" not in state.split()[1]
+
+
+def stop(proc: subprocess.Popen, sig: int) -> tuple[int, str]:
+    proc.send_signal(sig)
+    try:
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    return proc.returncode, " ".join(err.split())
+
+
+def hidden_leftovers(folder: Path) -> list[str]:
+    """Temporary or lock files a command leaves beside its outputs when it did not clean up."""
+    return sorted(p.name for p in folder.iterdir() if p.name.startswith(".")) if folder.exists() else []
+
+
+# -- simulate -j 2: the pool's workers go with their parent -----------------------------------------
+@pytest.mark.parametrize("sig", STOP, ids=lambda s: signal.Signals(s).name)
+def test_a_signal_during_simulate_with_two_processes_stops_both_workers_and_writes_nothing(tmp_path, sig):
+    out = tmp_path / "results"
+    proc = cli_proc(
+        "simulate", "-m", "perfect", "--steps", "400", "-s", "exppo,mpc,dp,optimum", "-j", "2", "-q", "-o", out
+    )
+    workers = wait_for("two pool workers", lambda: len(children(proc.pid)) >= 2 and children(proc.pid), proc)
+    code, err = stop(proc, sig)
+    assert code == 128 + sig, err
+    assert f"stopped by {signal.Signals(sig).name}" in err and "Traceback" not in err
+    assert [w for w in workers if alive(w)] == []  # the parent waited for them: gone, not reparented
+    assert not out.exists()
+    assert hidden_leftovers(tmp_path) == []
+
+
+def test_a_sigkilled_simulate_takes_its_pool_workers_along(tmp_path):
+    proc = cli_proc("simulate", "-m", "perfect", "--steps", "400", "-s", "mpc,optimum", "-j", "2", "-q", "-o", tmp_path)
+    workers = wait_for("two pool workers", lambda: len(children(proc.pid)) >= 2 and children(proc.pid), proc)
+    proc.kill()
+    proc.communicate()
+    deadline = time.monotonic() + 30  # the parent-death signal: the kernel delivers it as the parent exits
+    while any(alive(w) for w in workers) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert [w for w in workers if alive(w)] == []
+
+
+# -- simulate -o: one writer per folder; a full disk -------------------------------------------------
+def test_a_second_simulate_into_a_folder_being_written_is_refused_naming_the_writer(
+    tmp_path, synthetic_profile, monkeypatch, capsys
+):
+    exp = write_experiment(tmp_path, synthetic_profile, strategies=["mpc"], modes=["perfect"], steps=5)
+    out = tmp_path / "out"
+    with output_lock(out, "--out"):  # this test's process is the first writer
+        code, _, err = run_cli(["simulate", exp, "-q", "-o", out], monkeypatch, capsys)
+    assert code == 2, err
+    assert f"pid {os.getpid()}" in err and "--out" in err and str(out) in err
+    assert not out.exists()
+    code, _, err = run_cli(["simulate", exp, "-q", "-o", out], monkeypatch, capsys)
+    assert code == 0, err
+    assert not lock_path(out).exists()
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 4 MiB tmpfs mounted for the test (root only): a disk that fills for real."""
+    mnt = tmp_path / "disk"
+    mnt.mkdir()
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("mounting a tmpfs needs root")
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mnt)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def fill(disk: Path, leave_bytes: int) -> None:
+    """Fill `disk` up to `leave_bytes` free."""
+    st = os.statvfs(disk)
+    free = st.f_bavail * st.f_frsize
+    with open(disk / "filler", "wb") as fh:
+        fh.write(b"\0" * max(0, free - leave_bytes))
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_simulate_on_a_disk_that_fills_says_so_in_one_line_and_keeps_the_earlier_results(
+    tmp_path, synthetic_profile, small_disk, monkeypatch, capsys
+):
+    exp = write_experiment(tmp_path, synthetic_profile, strategies=["mpc", "floor"], modes=["perfect"], steps=5)
+    out = small_disk / "out"
+    code, _, err = run_cli(["simulate", exp, "-q", "-o", out], monkeypatch, capsys)
+    assert code == 0, err
+    before = snapshot(out)
+    fill(small_disk, 8 * 1024)  # room to check the folder, not for the chart
+    code, stdout, err = run_cli(["simulate", exp, "-q", "-o", out, "--penalty", "7"], monkeypatch, capsys)
+    assert code == 3, err
+    assert str(out) in err and "No space left on device" in err and "Traceback" not in err
+    assert len(capsys.readouterr().err.splitlines()) <= 1
+    assert snapshot(out) == before
+    assert hidden_leftovers(small_disk) == []
+
+
+# -- init: whole or nothing --------------------------------------------------------------------------
+def test_init_on_a_nearly_full_disk_leaves_nothing_and_says_why_in_one_line(small_disk):
+    fill(small_disk, 200 * 1024)  # the copy is 1.4 MB
+    target = small_disk / "w"
+    proc = cli_proc("init", target)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 3, err
+    assert len(err.strip().splitlines()) == 1 or "\n" not in " ".join(err.split()), err
+    flat = " ".join(err.split())
+    assert str(target) in flat and "No space left on device" in flat and "Traceback" not in flat
+    assert sorted(p.name for p in small_disk.iterdir()) == ["filler"]  # no partial copy, no hidden staging
+    (small_disk / "filler").unlink()
+    done = subprocess.run([sys.executable, "-m", "bsp_planner.cli", "init", str(target)], capture_output=True)
+    assert done.returncode == 0, done.stderr  # a retry is not refused as "not empty"
+
+
+def test_init_into_a_dangling_symlink_names_the_link(tmp_path, monkeypatch, capsys):
+    link = tmp_path / "w"
+    link.symlink_to(tmp_path / "nowhere")
+    code, _, err = run_cli(["init", link], monkeypatch, capsys)
+    assert code == 2 and "symbolic link" in err and "does not exist" in err and "File exists" not in err, err
+
+
+def test_a_second_init_of_the_same_folder_is_refused_naming_the_first(tmp_path, monkeypatch, capsys):
+    target = tmp_path / "w"
+    with output_lock(target):
+        code, _, err = run_cli(["init", target], monkeypatch, capsys)
+    assert code == 2 and f"pid {os.getpid()}" in err, err
+    assert not target.exists()
+
+
+# -- profile run: stress-ng and its cgroup go; one writer per profile -------------------------------
+def _cgroups_ok() -> str | None:
+    if shutil.which("stress-ng") is None:
+        return "stress-ng is not installed"
+    try:
+        with CpuQuotaGroup("probe", millicores=500, prefix=PREFIX):
+            pass
+    except Exception as exc:  # any reason is a reason to skip
+        return f"no cgroups here: {exc}"
+    return None
+
+
+needs_cgroups = pytest.mark.skipif(_cgroups_ok() is not None, reason=str(_cgroups_ok()))
+
+SLOW_JOB = f"""name = "slow"
+
+[[task]]
+name = "spin"
+stressor = "cpu"
+ops_per_unit = 100000
+series = {{ file = "{DATA}/datasets/nyc_taxi.csv", first_row = 0, last_row = 1998 }}
+"""
+
+
+def groups_with_processes() -> list[int]:
+    """Pids inside the tests' cgroups (the profiled stress-ng), once there are any."""
+    parent = detect_hierarchy().root / PREFIX
+    pids: list[int] = []
+    if parent.exists():
+        for procs in parent.rglob("cgroup.procs"):
+            try:
+                pids += [int(p) for p in procs.read_text().split()]
+            except OSError:
+                pass
+    return pids
+
+
+def leftover_groups() -> list[str]:
+    parent = detect_hierarchy().root / PREFIX
+    return sorted(p.name for p in parent.iterdir() if p.is_dir()) if parent.exists() else []
+
+
+def profile_cmd(tmp_path: Path) -> list[object]:
+    job = tmp_path / "job.toml"
+    job.write_text(SLOW_JOB)
+    out = tmp_path / "p" / "profile.csv"
+    return ["profile", "run", "--job", job, "--out", out, "--cpu", "250,500", "--workloads", "10,20", "--repeats", "1"]
+
+
+@needs_cgroups
+@pytest.mark.parametrize("sig", STOP, ids=lambda s: signal.Signals(s).name)
+def test_a_signal_during_profile_run_kills_stress_ng_and_removes_its_cgroup(tmp_path, sig):
+    proc = cli_proc(*profile_cmd(tmp_path), "--cgroup-prefix", PREFIX, "--timeout", "600")
+    inside = wait_for("a stress-ng inside its cgroup", groups_with_processes, proc)
+    code, err = stop(proc, sig)
+    assert code == 128 + sig, err
+    assert "Traceback" not in err
+    assert [p for p in inside if alive(p)] == []
+    assert leftover_groups() == []
+    profile = tmp_path / "p" / "profile.csv"
+    assert profile.read_text().endswith("\n")  # the header alone, or whole rows: nothing torn
+    assert hidden_leftovers(profile.parent) == []
+
+
+@needs_cgroups
+def test_a_sigkilled_profile_run_leaves_no_stress_ng(tmp_path):
+    proc = cli_proc(*profile_cmd(tmp_path), "--cgroup-prefix", PREFIX, "--timeout", "600")
+    inside = wait_for("a stress-ng inside its cgroup", groups_with_processes, proc)
+    proc.kill()
+    proc.communicate()
+    deadline = time.monotonic() + 30
+    while any(alive(p) for p in inside) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert [p for p in inside if alive(p)] == []
+    # its empty group is the next run's to remove (it cannot remove it itself)
+    for g in leftover_groups():
+        (detect_hierarchy().root / PREFIX / g).rmdir()
+
+
+@needs_cgroups
+def test_two_profile_runs_on_one_profile_the_second_is_refused_naming_the_first(tmp_path):
+    cmd = profile_cmd(tmp_path)
+    first = cli_proc(*cmd, "--cgroup-prefix", PREFIX, "--timeout", "600")
+    wait_for("a stress-ng inside its cgroup", groups_with_processes, first)
+    second = cli_proc(*cmd, "--cgroup-prefix", PREFIX, "--timeout", "600")
+    out, err = second.communicate(timeout=60)
+    flat = " ".join(err.split())
+    assert second.returncode == 2, flat
+    assert f"pid {first.pid}" in flat and "--out" in flat
+    code, err = stop(first, signal.SIGTERM)
+    assert code == 143, err
+    rows = (tmp_path / "p" / "profile.csv").read_text().splitlines()[1:]
+    assert len(rows) == len(set(rows))
+    assert leftover_groups() == []
+
+
+# -- zk start --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("port", ["70000", "-1", "0"])
+def test_zk_start_refuses_a_port_out_of_range_before_starting_anything(port, tmp_path, monkeypatch, capsys):
+    code, _, err = run_cli(["zk", "start", "--port", port, "--data-dir", tmp_path / "zk"], monkeypatch, capsys)
+    assert code == 2 and "--port" in err and "1 to 65535" in err, err
+    assert not (tmp_path / "zk").exists()
+
+
+def test_zk_start_refuses_a_data_dir_that_is_a_file(tmp_path, monkeypatch, capsys):
+    f = tmp_path / "zkdata"
+    f.write_text("")
+    code, _, err = run_cli(["zk", "start", "--port", "2999", "--data-dir", f], monkeypatch, capsys)
+    assert code == 2 and "--data-dir" in err and "is a file" in err, err
+
+
+def test_a_signal_while_zk_start_waits_stops_the_server_process(tmp_path):
+    # a stand-in JVM that never answers, so that the signal surely comes while `zk start` waits
+    java = tmp_path / "java"
+    java.write_text("#!/bin/sh\nexec sleep 600\n")
+    java.chmod(0o755)
+    data = tmp_path / "zk"
+    pid_file = data / "server.pid"
+    from bsp_planner.runtime.zkserver import free_port
+
+    stand_in = {"JAVA": str(java), "BSP_PLANNER_ZK_CLASSPATH": "unused"}
+    proc = cli_proc("zk", "start", "--port", free_port(), "--data-dir", data, "--wait", "300", env=stand_in)
+    wait_for("the server's pid file", lambda: pid_file.is_file() and pid_file.read_text().strip(), proc)
+    pid = int(pid_file.read_text())
+    code, err = stop(proc, signal.SIGTERM)
+    assert code == 143, err
+    assert not alive(pid)
+    assert not pid_file.exists()
