@@ -225,9 +225,16 @@ class LocalServiceRunner:
     """Services as processes on this machine, their output in ``<log_dir>/<name>.log``, working in `cwd`."""
 
     def __init__(self, log_dir: Path, cwd: str | None = None) -> None:
+        from .own_share import _cpu_group_tasks
+
         self.log_dir = Path(log_dir)
         self.cwd = cwd
         self.procs: dict[str, _Process] = {}
+        # where the coordinator runs before its threads join the run's group (own_share), and its niceness: a
+        # service restarted mid-run starts there, not inside the run's group (which could then not be
+        # removed) at the coordinator's raised priority
+        self.home_tasks = _cpu_group_tasks(Path("/sys/fs/cgroup"))
+        self.niceness = os.getpriority(os.PRIO_PROCESS, 0)
 
     def log_path(self, name: str) -> Path:
         return self.log_dir / f"{name}.log"
@@ -247,7 +254,7 @@ class LocalServiceRunner:
                 stderr=subprocess.STDOUT,
                 cwd=self.cwd,
                 env={**os.environ, **env},
-                preexec_fn=_parent_death_preexec(),
+                preexec_fn=_parent_death_preexec(self.home_tasks, self.niceness),
                 start_new_session=True,
                 close_fds=True,
             )
@@ -299,12 +306,23 @@ class LocalServiceRunner:
         return {name: p.proc.pid for name, p in self.procs.items()}
 
 
-def _parent_death_preexec() -> Callable[[], None]:
+def _parent_death_preexec(home_tasks: Path | None = None, niceness: int | None = None) -> Callable[[], None]:
     from .backends.local import _prctl
 
     parent = os.getpid()
 
     def preexec() -> None:  # in the child, between fork and exec: plain system calls only
+        if home_tasks is not None:
+            try:
+                with open(home_tasks, "w") as fh:
+                    fh.write(str(os.getpid()))
+            except OSError:
+                pass
+        if niceness is not None:
+            try:
+                os.setpriority(os.PRIO_PROCESS, 0, niceness)
+            except OSError:
+                pass
         if _prctl is not None:
             _prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
         if os.getppid() != parent:  # the coordinator died before the line above
