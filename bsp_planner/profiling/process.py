@@ -222,14 +222,13 @@ def drive_process(
 def _with_parent_death(preexec: Callable[[], None]) -> Callable[[], None]:
     """`preexec` (joining the quota group), then SIGKILL to the child when the profiler dies, so that a
     killed `profile run` leaves no task process behind."""
-    from ..runtime.backends.local import PR_SET_PDEATHSIG, _prctl
+    from ..signals import parent_death_signal
 
     parent = os.getpid()
 
     def run() -> None:  # in the child, between fork and exec: plain system calls only
         preexec()
-        if _prctl is not None:
-            _prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        parent_death_signal(signal.SIGKILL)
         if os.getppid() != parent:
             os._exit(1)
 

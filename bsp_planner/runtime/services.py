@@ -33,7 +33,6 @@ from .executor import RunFailed
 
 POLL_S = 0.05
 STOP_TIMEOUT_S = 10.0
-PR_SET_PDEATHSIG = 1
 LOCAL_HOST = "127.0.0.1"
 
 
@@ -307,7 +306,7 @@ class LocalServiceRunner:
 
 
 def _parent_death_preexec(home_tasks: Path | None = None, niceness: int | None = None) -> Callable[[], None]:
-    from .backends.local import _prctl
+    from ..signals import parent_death_signal
 
     parent = os.getpid()
 
@@ -323,8 +322,7 @@ def _parent_death_preexec(home_tasks: Path | None = None, niceness: int | None =
                 os.setpriority(os.PRIO_PROCESS, 0, niceness)
             except OSError:
                 pass
-        if _prctl is not None:
-            _prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        parent_death_signal(signal.SIGTERM)
         if os.getppid() != parent:  # the coordinator died before the line above
             os._exit(1)
 
