@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Protocol
 
 from ..job import Service, substitute
-from ..placeholders import run_env, run_values
+from ..placeholders import ENV_HOSTS, run_env, run_values
 from .executor import RunFailed
 
 POLL_S = 0.05
@@ -121,7 +121,7 @@ class Services:
         """What a task or service finds in its environment (BSP_PORT, BSP_PORTS, BSP_JOB_DIR, BSP_HOSTS)."""
         env = run_env(name, self.ports, self.job_dir)
         if self.hosts:
-            env["BSP_HOSTS"] = ",".join(f"{n}={h}" for n, h in self.hosts.items())
+            env[ENV_HOSTS] = ",".join(f"{n}={h}" for n, h in self.hosts.items())
         return env
 
     # -- lifecycle ---------------------------------------------------------------------------------
