@@ -87,6 +87,8 @@ def run_one(work: Path, zk: LocalZooKeeper, creds: Path, planner: str, round_no:
     ]
     if args.steps is not None:
         cmd += ["--steps", str(args.steps)]
+    for kv in args.set:
+        cmd += ["--set", kv]
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     t0 = time.perf_counter()
@@ -138,6 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--strategies", default="even,static:4,mpc")
     ap.add_argument("--experiment", default="helics-4", help="a shipped experiment's name, or a file")
     ap.add_argument("--steps", type=int, default=None, help="default: the experiment's")
+    ap.add_argument("--set", action="append", default=[], help="KEY=VALUE passed to every run (run --set)")
     ap.add_argument("--run-timeout-s", type=float, default=600.0)
     ap.add_argument("--out", default="bench_helics.json")
     ap.add_argument("--workdir", default=None, help="keep the runs here (default: a temporary folder)")

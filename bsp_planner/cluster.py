@@ -29,7 +29,7 @@ from .allocation.nodes import NodeLimits
 from .errors import InputError
 
 if TYPE_CHECKING:
-    from .loop import StepObservation
+    from .steps import StepObservation
 
 
 @dataclass(frozen=True)

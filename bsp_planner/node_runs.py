@@ -16,7 +16,8 @@ Costs: `[reconfigure_cost] in_place_s` and `recreate_s` when given, else `penalt
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -31,9 +32,8 @@ if TYPE_CHECKING:
     from .experiment import Experiment
     from .job import Job
     from .performance import DurationModel
-    from .scenario import Scenario
     from .series import JobSeries
-    from .simulation import StrategyResult
+    from .steps import StrategyResult
 
 #: The suffix of a row planned as one pool and replayed on the nodes.
 ONE_POOL = "/one-pool"
@@ -94,14 +94,15 @@ def _one_pool_floor(durations: np.ndarray, max_level: np.ndarray, budget_steps: 
     return levels
 
 
-def run_on_cluster(scen: Scenario, strategy: str, mode: str) -> StrategyResult:
-    """One row of a multi-node comparison (see the module docstring)."""
+def run_on_cluster(scen: Any, strategy: str, mode: str, step_predictions: Callable) -> StrategyResult:
+    """One row of a multi-node comparison (see the module docstring). scen: the `scenario.Scenario`;
+    step_predictions(scen, mode) -> (context, predictions) for a run planned step by step (scenario.py's,
+    handed in: this module sits below the scenario)."""
     from .executors.simulated import SimulatedExecutor
     from .loop import run_loop
     from .planners import BOUNDS
     from .planners.base import make_planner
     from .predictions import refuse_offline
-    from .scenario import _with_path, step_predictions
 
     assert scen.cluster is not None
     exp = scen.experiment
@@ -134,7 +135,7 @@ def run_on_cluster(scen: Scenario, strategy: str, mode: str) -> StrategyResult:
         executor = ClusterExecutor(inner, scen.cluster, scen.cpu, in_place_s(exp), recreate_s(exp), run)
         result = run_loop(planner, ctx, executor, mode=mode, predictions=predictions, task_names=scen.task_names)
     except InputError as exc:
-        raise _with_path(exc, exp) from exc
+        raise (exc if exc.path else InputError(exc.message, path=exp.path, line=exc.line, field=exc.field)) from exc
     result.strategy = strategy
     result.reconfigure_s = np.asarray(result.notes.pop("reconfigure_s"), dtype=np.float64)
     result.notes.update(executor.notes(result.levels))
@@ -143,13 +144,13 @@ def run_on_cluster(scen: Scenario, strategy: str, mode: str) -> StrategyResult:
     return result
 
 
-def _utilisation(scen: Scenario, levels: np.ndarray) -> dict:
+def _utilisation(scen: Any, levels: np.ndarray) -> dict:
     assert scen.cluster is not None
     placement = np.broadcast_to(scen.cluster.node_of, levels.shape)
     return node_utilisation(scen.cluster, scen.cpu.to_millicores(levels), placement)
 
 
-def one_pool_strategies(scen: Scenario, strategies: list[str]) -> list[tuple[str, str]]:
+def one_pool_strategies(scen: Any, strategies: list[str]) -> list[tuple[str, str]]:
     """The extra (mode, strategy) pairs of a multi-node comparison: every strategy but `floor` (and
     `mpc-place`, which as one pool is `mpc`) planned as one pool, in the modes planned on fixed predictions."""
     if scen.cluster is None:

@@ -272,7 +272,7 @@ def step_predictions(scen: Scenario, mode: str) -> tuple[PlanningContext, StepPr
 
 def run_strategy(scen: Scenario, strategy: str, mode: str) -> StrategyResult:
     if scen.cluster is not None:
-        return nodes.run_on_cluster(scen, strategy, mode)
+        return nodes.run_on_cluster(scen, strategy, mode, step_predictions)
     ctx = scen.contexts[mode]
     settings = scen.experiment.planner
     if strategy in BOUNDS:

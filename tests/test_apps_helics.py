@@ -22,6 +22,8 @@ from bsp_planner.apps.helics.model import Ring, serial_workloads
 from bsp_planner.shipped import data_dir
 from bsp_planner.task.profiling import PROFILE_ENV, ProfilingPlan, write_plan
 
+from cli_run import run_cli
+
 REPO = Path(__file__).resolve().parent.parent
 needs_helics = pytest.mark.skipif(
     broker_app.find_broker() is None, reason="the helics wheel is not installed (pip install 'bsp-planner[cosim]')"
@@ -208,3 +210,16 @@ def test_the_shipped_trace_is_the_workloads_the_federates_report():
         lines = (data_dir() / "traces" / "helics-4" / f"f{i}.csv").read_text().split()
         assert lines[0] == "workload"
         assert np.allclose([float(x) for x in lines[1:]], expected[:, i], rtol=0, atol=1e-6)
+
+
+def test_recreating_the_shipped_federates_is_refused_before_anything_starts(tmp_path, monkeypatch, capsys):
+    """A HELICS federate cannot rejoin its federation: `run --reconfigure recreate` would kill it at the first
+    reconfiguration, so the run refuses it up front, naming the federates (no ZooKeeper reached)."""
+    code, _, err = run_cli(
+        ["run", "--experiment", "helics-4", "--planner", "mpc", "--online", "--reconfigure", "recreate",
+         "--zookeeper", "127.0.0.1:1", "--runs-dir", tmp_path / "runs"],
+        monkeypatch,
+        capsys,
+    )  # fmt: skip
+    assert code == 2
+    assert "--reconfigure recreate would stop and restart tasks f0, f1, f2, f3" in err and "Traceback" not in err

@@ -221,6 +221,6 @@ def test_a_run_folder_with_too_few_steps_is_refused_as_a_trace(tmp_path, monkeyp
     args = ["simulate", str(exp), "-q", "--mode", "perfect", "-s", "even", "--actual", str(coord.run_dir)]
     code, _, err = run_cli([*args, "-o", tmp_path / "o"], monkeypatch, capsys)
     assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
-    assert "steps.jsonl" in err and "the run logged 4 steps but the experiment needs 6" in err, err
+    assert "--actual" in err and "the run logged 4 steps but the experiment needs 6" in err, err
     code, _, err = run_cli([*args, "--steps", "4", "-o", tmp_path / "o"], monkeypatch, capsys)
     assert code == 0, err

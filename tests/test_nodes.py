@@ -268,6 +268,7 @@ def test_mpc_place_moves_tasks_only_as_priced_recreates_and_never_a_process(tmp_
     assert place.notes["planned_recreates"] > 0 and place.notes["unpriced_recreates"] == 0
     assert place.notes["stops"] == 0
     assert place.total_s < mpc.total_s
+    assert place.total_s >= run_strategy(scen, "optimum/one-pool", "perfect").total_s - 1e-9  # its bound
     recreated = place.reconfigure_s > exp.reconfigure_cost.in_place_s + 1e-12
     assert recreated.sum() == place.notes["planned_recreates"]
     assert np.allclose(place.reconfigure_s[recreated], exp.reconfigure_cost.recreate_s)

@@ -84,9 +84,11 @@ def test_forecasters_are_one_registry_and_only_the_learned_are_trained():
         "seasonal-naive",
         "seasonal-naive-weekly",
         "mstl",
+        "gbm",
+        "ensemble",
     ]
-    assert [n for n in FORECASTERS if is_learned(n)] == ["lstm", "lstm-thesis"]
+    assert [n for n in FORECASTERS if is_learned(n)] == ["lstm", "lstm-thesis", "gbm", "ensemble"]
     assert default_settings("persistence") == {} and default_settings("lstm")["units"] == 32
     assert default_settings("seasonal-naive") == {"season": "day"}  # fitted on the spot, with settings
-    with pytest.raises(InputError, match="unknown forecaster 'arima'; known: lstm, lstm-thesis"):
+    with pytest.raises(InputError, match="unknown forecaster 'arima'; known: ensemble, gbm, lstm, lstm-thesis"):
         is_learned("arima")

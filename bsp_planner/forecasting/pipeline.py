@@ -178,13 +178,26 @@ def obtain(
     Learned forecasters load from `model_root` when a saved model matches the settings and the
     training data; with none saved they train (and save). A saved model that does not match is an
     error with on_mismatch="error", or retrained with on_mismatch="retrain". What it trains is saved
-    (save=True) under `save_root`, by default `model_root`. Within one workspace a forecaster is had
-    once per task and settings (an ensemble and its members alone share it).
+    (save=True) under `save_root`, by default `model_root`. Within one workspace a forecaster fitted
+    on the spot (or trained with no model folder) is had once per task and settings, so an ensemble
+    and its members alone share it; saved models are loaded each time.
     """
     check_name(name)
+    if issubclass(FORECASTERS.get(name), LearnedForecaster) and model_root is not None:
+        return _obtain(
+            ws,
+            name,
+            p,
+            model_root=model_root,
+            retrain=retrain,
+            on_mismatch=on_mismatch,
+            save=save,
+            save_root=save_root,
+            say=say,
+        )
     key = ("obtained", name, p.task, json.dumps(ws.settings_for(name), sort_keys=True))
     hit = ws.shared.get(key)
-    if hit is not None and not (retrain and hit[1] == "loaded"):
+    if hit is not None:
         return hit
     got = _obtain(
         ws,

@@ -46,6 +46,7 @@ from ..errors import InputError
 from ..job import Task, substitute
 from ..placeholders import alone_values
 from ..settings import coerce_field
+from ..signals import parent_death_signal
 from ..task.profiling import PROFILE_ENV, ProfilingPlan, write_plan
 from .cgroups import CpuQuotaGroup
 from .results import RunResult, stderr_tail
@@ -222,8 +223,6 @@ def drive_process(
 def _with_parent_death(preexec: Callable[[], None]) -> Callable[[], None]:
     """`preexec` (joining the quota group), then SIGKILL to the child when the profiler dies, so that a
     killed `profile run` leaves no task process behind."""
-    from ..signals import parent_death_signal
-
     parent = os.getpid()
 
     def run() -> None:  # in the child, between fork and exec: plain system calls only

@@ -595,7 +595,6 @@ class Coordinator:
                     f"step {t} ran but cannot be written to the run log {runlog.jsonl}: {exc.strerror or exc}"
                 ) from None
             records.append(rec)
-            ex.cleanup_barrier(t - 1)
             restarts = sum(d["restarts"].values())
             self.say(
                 f"step {t:4d}: {rec['step_s']:.3f} s (predicted {rec['predicted_step_s']:.3f} s)"

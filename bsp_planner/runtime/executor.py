@@ -340,11 +340,16 @@ class LiveExecutor:
         return StepOutcome(released, restarts)
 
     def results(self, t: int) -> list[dict]:
+        """Every task's report of step t, in the tasks' order; asked for all at once (pipelined: one round
+        trip, not one per task), each read again on its own where that failed."""
         s = self.session
         out = []
-        for task in self.tasks:
+        ahead = [s.prefetch(self.paths.result(task, t)) for task in self.tasks]
+        for task, pending in zip(self.tasks, ahead, strict=True):
             path = self.paths.result(task, t)
-            v = s.get(path)
+            v = pending.value(min(self.settings.zk_wait_s, 5.0))
+            if not isinstance(v, dict):
+                v = s.get(path)
             if v is None:
                 raise Z.MalformedValue(f"step {t} is done but {path} is missing", field=path)
             out.append(Z.parse_result(path, v, t))

@@ -8,8 +8,9 @@ member of the run's group instead (beside the tasks' groups, each weighing 1024 
 priority (nice -5, weight 3121), it comes first whenever it has work, which is rare and short.
 
 `RunGroupMembership.join(run_group)` moves every thread of this process there (new threads follow their
-creator); `leave()` puts them back where they were, with their niceness, before the run's group is
-removed (and removes it if the backend removed the tasks' groups while we were still inside). Both do
+creator, and so do the processes started meanwhile); `leave()` puts them, and whatever else sits in the
+run's group itself (not in a task's group), back where this process was, with their niceness, before the
+run's group is removed (and removes it if the backend removed the tasks' groups while we were inside). Both do
 nothing where it cannot apply (cgroup v2, whose inner groups hold no processes; no permission; no run
 group).
 """
@@ -91,7 +92,13 @@ class RunGroupMembership:
         tasks' groups were removed while we were in it, so the backend could not remove it) is removed."""
         if self.joined is None or self.home is None:
             return
-        _move(_threads(), self.home)
+        # ours, and whatever else is in the run's group itself rather than in a task's group: processes we
+        # started meanwhile (born where their parent thread was) and the tasks' reporting threads
+        try:
+            members = [int(x) for x in self.joined.read_text().split()]
+        except OSError:
+            members = []
+        _move(_threads() + members, self.home)
         for tid, nice in self.niceness.items():
             try:
                 os.setpriority(os.PRIO_PROCESS, tid, nice)

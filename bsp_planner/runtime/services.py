@@ -29,6 +29,7 @@ from typing import Protocol
 
 from ..job import Service, substitute
 from ..placeholders import ENV_HOSTS, run_env, run_values
+from ..signals import parent_death_signal
 from .executor import RunFailed
 
 POLL_S = 0.05
@@ -306,8 +307,6 @@ class LocalServiceRunner:
 
 
 def _parent_death_preexec(home_tasks: Path | None = None, niceness: int | None = None) -> Callable[[], None]:
-    from ..signals import parent_death_signal
-
     parent = os.getpid()
 
     def preexec() -> None:  # in the child, between fork and exec: plain system calls only

@@ -16,14 +16,12 @@ workers would outside any group, as each task's group does (see :meth:`LocalBack
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 from ...errors import InputError
@@ -36,9 +34,9 @@ from ...profiling.cgroups import (
     detect_hierarchy,
     quota_us,
 )
+from ...signals import parent_death_signal
 from . import Backend, Capabilities, TaskStatus, WorkerLaunch
 
-PR_SET_PDEATHSIG = 1
 GROUP_INFIX = ".live."  # a run's parent group: <cgroup-prefix>.live.<run-id>
 CPU_WEIGHTS = ("guaranteed", "workers")
 MAX_SHARES = 262_144
@@ -50,12 +48,6 @@ PROBE_READY = (
 RECREATE_PROBES = 3
 PROBE_TIMEOUT_S = 60.0
 MIN_PROBE_MILLICORES = 10
-
-_prctl: Callable[..., int] | None
-try:
-    _prctl = ctypes.CDLL(None, use_errno=True).prctl
-except (OSError, AttributeError):  # not Linux/glibc: no parent-death signal, the stop path still cleans up
-    _prctl = None
 
 
 def machine_millicores() -> float:
@@ -250,8 +242,7 @@ class LocalBackend(Backend):
 
         def preexec() -> None:  # in the child, between fork and exec: plain system calls only
             join()
-            if _prctl is not None:
-                _prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+            parent_death_signal(signal.SIGTERM)
             if os.getppid() != parent:  # the coordinator died before the line above
                 os._exit(1)
 
