@@ -92,8 +92,9 @@ def run(
         None,
         "--reconfigure",
         help="recreate (checkpoint, stop, start under the new quota), in-place (rewrite the quota; Kubernetes 1.33+), "
-        "or auto (in place where the backend can). Default: the backend's (local: recreate; kubernetes: "
-        "$BSP_PLANNER_K8S_RECONFIGURE, else auto).",
+        "or auto (in place where the backend can). Default: in-place for a job with process tasks (their state is in "
+        "memory: recreate is refused unless they say restorable = true), else the backend's (local: recreate; "
+        "kubernetes: $BSP_PLANNER_K8S_RECONFIGURE, else auto).",
     ),
     backend: str = typer.Option(
         "local",
