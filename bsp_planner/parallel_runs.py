@@ -11,6 +11,7 @@ long one does not start last.
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 
@@ -32,9 +33,9 @@ def check_jobs(jobs: int) -> int:
     return jobs
 
 
-def _init(exp: Experiment) -> None:
+def _init(exp: Experiment, parent_pid: int) -> None:
     global _SCENARIO
-    child_defaults()  # the parent stops the pool (Ctrl-C, kill); a SIGKILLed parent takes it along
+    child_defaults(parent_pid)  # the parent stops the pool (Ctrl-C, kill); a SIGKILLed parent takes it along
     if _SCENARIO is None:  # not inherited (a platform that spawns): build it here
         _SCENARIO = build_scenario(exp)
 
@@ -68,7 +69,9 @@ def run_pairs(
     order = sorted(range(len(pairs)), key=lambda i: -_HEAVY.get(pairs[i][1].partition(":")[0], 1))
     results: list[StrategyResult | None] = [None] * len(pairs)
     _SCENARIO = scen
-    pool = ProcessPoolExecutor(jobs, mp_context=mp.get_context(method), initializer=_init, initargs=(scen.experiment,))
+    pool = ProcessPoolExecutor(
+        jobs, mp_context=mp.get_context(method), initializer=_init, initargs=(scen.experiment, os.getpid())
+    )
     try:
         futures = {pool.submit(_run, *pairs[i]): i for i in order}
         for fut in as_completed(futures):

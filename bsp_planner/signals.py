@@ -122,13 +122,16 @@ def routed_to(on_stop: Callable[[int], bool]) -> Iterator[None]:
             signal.signal(s, h)
 
 
-def child_defaults() -> None:
+def child_defaults(parent_pid: int | None = None) -> None:
     """In a forked helper process (a pool worker): ignore the terminal's SIGINT and SIGHUP (the parent
-    stops it), die on SIGTERM, and get SIGTERM when the parent dies, even by SIGKILL."""
+    stops it), die on SIGTERM, and get SIGTERM when the parent dies, even by SIGKILL. With `parent_pid`
+    (the pid that started it), a parent that died before the signal was asked for ends it here."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     parent_death_signal(signal.SIGTERM)
+    if parent_pid is not None and os.getppid() != parent_pid:  # the parent went between fork and the line above
+        os._exit(1)
 
 
 def _libc_prctl():
