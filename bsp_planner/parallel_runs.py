@@ -33,9 +33,9 @@ def check_jobs(jobs: int) -> int:
     return jobs
 
 
-def _init(exp: Experiment, parent: int) -> None:
+def _init(exp: Experiment, parent_pid: int) -> None:
     global _SCENARIO
-    child_defaults(parent)  # the parent stops the pool (Ctrl-C, kill); a SIGKILLed parent takes it along
+    child_defaults(parent_pid)  # the parent stops the pool (Ctrl-C, kill); a SIGKILLed parent takes it along
     if _SCENARIO is None:  # not inherited (a platform that spawns): build it here
         _SCENARIO = build_scenario(exp)
 

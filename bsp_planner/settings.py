@@ -472,11 +472,15 @@ def flags_blamed(flagged: Iterable[tuple[str, str]], settings_file: str | Path |
             raise
         flag, item = by
         given = item if flag.endswith("set") else item.split("=", 1)[1]  # --set KEY=VALUE, --budget VALUE
-        same = settings_file is None or (
+        # the settings file the field would have come from is not the culprit; a file the flag itself names
+        # (a run folder's steps.jsonl for --actual), or another one it led to (a forecast file), stays named
+        settings_own = settings_file is None or (
             exc.path is not None and Path(exc.path).resolve() == Path(settings_file).resolve()
         )
-        path = None if same else exc.path
-        raise InputError(f"{exc.message} (from {flag} {given})", path=path, line=exc.line, field=exc.field) from None
+        inside = exc.path is not None and Path(exc.path).resolve().is_relative_to(Path(given).resolve())
+        keep = exc.path is not None and (inside or not settings_own)
+        path, line = (exc.path, exc.line) if keep else (None, None)
+        raise InputError(f"{exc.message} (from {flag} {given})", path=path, line=line, field=exc.field) from None
 
 
 def _override(obj: Any, parts: list[str], text: str, flag: str, where: str) -> Any:

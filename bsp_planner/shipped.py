@@ -145,6 +145,9 @@ def copy_defaults(dest: Path | str) -> list[Path]:
         raise InputError("the folder is not empty; give a new or empty folder (nothing was written)", path=dest)
     check_output_dir(dest, "DIR")  # a path under a file, a read-only place: a bad DIR (exit 2), nothing made
     place = dest.resolve()  # `init .`: the lock and the staging folder go beside the folder, not in it
+    blocking = next((p for p in place.parents if p.exists() and not p.is_dir()), None)
+    if blocking is not None:
+        raise InputError(f"cannot write the copy here: {blocking} is a file, not a folder", path=dest)
     try:
         place.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

@@ -134,16 +134,16 @@ def deferred() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
-def child_defaults(parent: int | None = None) -> None:
-    """In a forked helper process (a pool worker) of process `parent`: ignore the terminal's SIGINT and
-    SIGHUP (the parent stops it), die on SIGTERM, and get SIGTERM when the parent dies, even by SIGKILL;
-    exit at once if the parent died before that was in place."""
+def child_defaults(parent_pid: int | None = None) -> None:
+    """In a forked helper process (a pool worker): ignore the terminal's SIGINT and SIGHUP (the parent
+    stops it), die on SIGTERM, and get SIGTERM when the parent dies, even by SIGKILL. With `parent_pid`
+    (the pid that started it), a parent that died before the signal was asked for ends it here."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)  # started under `deferred`
     parent_death_signal(signal.SIGTERM)
-    if parent is not None and os.getppid() != parent:
+    if parent_pid is not None and os.getppid() != parent_pid:  # the parent went between fork and the line above
         os._exit(1)
 
 

@@ -92,8 +92,9 @@ def run(
         None,
         "--reconfigure",
         help="recreate (checkpoint, stop, start under the new quota), in-place (rewrite the quota; Kubernetes 1.33+), "
-        "or auto (in place where the backend can). Default: the backend's (local: recreate; kubernetes: "
-        "$BSP_PLANNER_K8S_RECONFIGURE, else auto).",
+        "or auto (in place where the backend can). Default: in-place for a job with process tasks (their state is in "
+        "memory: recreate is refused unless they say restorable = true), else the backend's (local: recreate; "
+        "kubernetes: $BSP_PLANNER_K8S_RECONFIGURE, else auto).",
     ),
     backend: str = typer.Option(
         "local",
@@ -284,9 +285,9 @@ def _refuse_changes_on_resume(ctx: typer.Context, settings: RunSettings, rid: st
         if name == "experiment" and own is not None:
             same = find_experiment(value).resolve() == Path(own).resolve()
         else:
-            same = own is not None and value == own
+            same = own is not None and value is not None and (value == own or str(value) == str(own))
         if same:
-            continue
+            continue  # the run's own value, typed again (a script resuming with its flags): nothing changes
         was = f" (it runs with {flag} {own})" if own is not None else ""
         raise InputError(
             f"a resumed run keeps its own settings{was}: it replays its plan step by step. Resume without "

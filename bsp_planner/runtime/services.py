@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Protocol
 
 from ..job import Service, substitute
-from ..placeholders import run_env, run_values
+from ..placeholders import ENV_HOSTS, run_env, run_values
 from ..signals import parent_death_signal
 from .executor import RunFailed
 
@@ -122,7 +122,7 @@ class Services:
         """What a task or service finds in its environment (BSP_PORT, BSP_PORTS, BSP_JOB_DIR, BSP_HOSTS)."""
         env = run_env(name, self.ports, self.job_dir)
         if self.hosts:
-            env["BSP_HOSTS"] = ",".join(f"{n}={h}" for n, h in self.hosts.items())
+            env[ENV_HOSTS] = ",".join(f"{n}={h}" for n, h in self.hosts.items())
         return env
 
     # -- lifecycle ---------------------------------------------------------------------------------
@@ -225,9 +225,16 @@ class LocalServiceRunner:
     """Services as processes on this machine, their output in ``<log_dir>/<name>.log``, working in `cwd`."""
 
     def __init__(self, log_dir: Path, cwd: str | None = None) -> None:
+        from .own_share import _cpu_group_tasks
+
         self.log_dir = Path(log_dir)
         self.cwd = cwd
         self.procs: dict[str, _Process] = {}
+        # where the coordinator runs before its threads join the run's group (own_share), and its niceness: a
+        # service restarted mid-run starts there, not inside the run's group (which could then not be
+        # removed) at the coordinator's raised priority
+        self.home_tasks = _cpu_group_tasks(Path("/sys/fs/cgroup"))
+        self.niceness = os.getpriority(os.PRIO_PROCESS, 0)
 
     def log_path(self, name: str) -> Path:
         return self.log_dir / f"{name}.log"
@@ -247,7 +254,7 @@ class LocalServiceRunner:
                 stderr=subprocess.STDOUT,
                 cwd=self.cwd,
                 env={**os.environ, **env},
-                preexec_fn=_parent_death_preexec(),
+                preexec_fn=_parent_death_preexec(self.home_tasks, self.niceness),
                 start_new_session=True,
                 close_fds=True,
             )
@@ -299,10 +306,21 @@ class LocalServiceRunner:
         return {name: p.proc.pid for name, p in self.procs.items()}
 
 
-def _parent_death_preexec() -> Callable[[], None]:
+def _parent_death_preexec(home_tasks: Path | None = None, niceness: int | None = None) -> Callable[[], None]:
     parent = os.getpid()
 
     def preexec() -> None:  # in the child, between fork and exec: plain system calls only
+        if home_tasks is not None:
+            try:
+                with open(home_tasks, "w") as fh:
+                    fh.write(str(os.getpid()))
+            except OSError:
+                pass
+        if niceness is not None:
+            try:
+                os.setpriority(os.PRIO_PROCESS, 0, niceness)
+            except OSError:
+                pass
         parent_death_signal(signal.SIGTERM)
         if os.getppid() != parent:  # the coordinator died before the line above
             os._exit(1)

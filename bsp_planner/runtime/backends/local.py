@@ -16,6 +16,7 @@ workers would outside any group, as each task's group does (see :meth:`LocalBack
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -474,6 +475,29 @@ class LocalBackend(Backend):
             except subprocess.TimeoutExpired:
                 pass
             self._reap(t, timeout_s=0.0)
+        self._remove_run_group()
         if self._workdir is not None:
             self._workdir.cleanup()
             self._workdir = None
+
+    def _remove_run_group(self, wait_s: float = 5.0) -> None:
+        """The run's own group, once its tasks' groups are gone. Threads that sat in it beside them (a
+        task's reporter, the coordinator's while it ran) may still be counted there for a moment after their
+        process ended or moved, so the removal is retried until they are gone; live ones are moved to the
+        hierarchy's root group. A group that still holds a task's group is not ours to remove yet."""
+        parent = self.run_parent
+        deadline = time.monotonic() + wait_s
+        while parent.is_dir() and not any(p.is_dir() for p in parent.iterdir()):
+            try:
+                parent.rmdir()
+                return
+            except OSError:
+                if time.monotonic() > deadline:
+                    return
+            try:
+                for tid in (parent / "tasks").read_text().split():
+                    with contextlib.suppress(OSError):
+                        (self.hierarchy.root / "tasks").write_text(tid)
+            except OSError:
+                pass  # cgroup v2 (no tasks file): only waiting helps
+            time.sleep(0.02)
