@@ -1,4 +1,4 @@
-"""A profiler killed mid-grid leaves its cgroup behind, with its stress-ng still running in it; the next
+"""A profiler killed mid-grid leaves its cgroup behind (its stress-ng dies with it, or is still running in it); the next
 profile run (a resumed one or any other) removes such groups of its own before it measures, and leaves a
 group whose profiler is still running alone. Real cgroups, real stress-ng."""
 
@@ -50,8 +50,9 @@ def test_a_killed_profilers_cgroup_is_removed_by_the_next_profile_run(tmp_path):
         group.created = True
         profiler.send_signal(signal.SIGKILL)
         profiler.wait(timeout=30)
+        # its stress-ng gets the parent-death signal and may be gone already: its group is left either way
         inside = group.pids()
-        assert inside, "the killed profiler's stress-ng (here: held) is still running in its group"
+        assert group.path.is_dir()
 
         backend = LocalBackend(prefix=prefix)
         backend.check([Task("a", "zero", 20.0, SeriesRef(tmp_path / "-"), 1)])
@@ -82,9 +83,50 @@ def test_a_killed_profilers_cgroup_is_removed_by_the_next_profile_run(tmp_path):
 
 @pytest.mark.parametrize(
     "name, pid",
-    [("a-123-456", 123), ("check-77", 77), ("g88-3", 88), ("my-task-name-9-10", 9), ("other", None), ("a-b", None)],
+    [
+        ("a-123-456", 123),
+        ("check-77", 77),
+        ("g88-3", 88),
+        ("my-task-name-9-10", 9),
+        ("probe-41", 41),
+        ("probe-42-b3", 42),
+        ("other", None),
+        ("a-b", None),
+        ("probe-x", None),
+    ],
 )
 def test_only_groups_named_by_a_runner_carry_an_owner(name, pid):
     from bsp_planner.profiling.cgroups import owner_pid
 
     assert owner_pid(name) == pid
+
+
+def test_a_run_killed_while_measuring_its_costs_leaves_no_probe_group_past_the_next_run(tmp_path):
+    """A coordinator SIGKILLed while it measured its recreation cost, before its run folder existed, left its
+    probe groups (and a process in one) inside its run's group, which no --resume reaches: the next run's
+    backend check removes them, and the run's group with them, and leaves a living coordinator's probes alone."""
+    from bsp_planner.job import load_job
+    from bsp_planner.profiling.cgroups import CpuQuotaGroup, detect_hierarchy
+    from bsp_planner.runtime.backends.local import LocalBackend
+
+    from zk_fixtures import DATA
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # a pid that no longer runs: the killed coordinator's
+    bystander = subprocess.Popen(["sleep", "600"])  # a coordinator still measuring beside us
+    stale = CpuQuotaGroup(f"probe-{gone.pid}-a0", prefix=f"{PREFIX}.live.killed", millicores=500).create()
+    held = subprocess.Popen(["sleep", "600"], preexec_fn=stale.preexec_fn)  # the killed run's probe worker
+    live = CpuQuotaGroup(f"probe-{bystander.pid}-a0", prefix=f"{PREFIX}.live.running", millicores=500).create()
+    try:
+        backend = LocalBackend("next", tmp_path / "logs", cgroup_prefix=PREFIX)
+        backend.check(load_job(DATA / "jobs" / "live-3.toml"), 1000, 1500)
+        assert backend.stale_probes_removed == [f"{PREFIX}.live.killed/probe-{gone.pid}-a0"]
+        assert not (detect_hierarchy().root / f"{PREFIX}.live.killed").exists()
+        assert held.wait(timeout=30) != 0  # killed with its group
+        assert live.path.is_dir(), "a living coordinator's probe is not touched"
+    finally:
+        held.kill()
+        bystander.kill()
+        bystander.wait()
+        live.remove()
+        stale.remove()

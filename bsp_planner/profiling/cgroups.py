@@ -311,8 +311,11 @@ class CpuQuotaGroup:
 
 # -- groups left by a killed runner ---------------------------------------------------------------------
 #: the names runners give their groups, each carrying the runner's pid: ``<task>-<pid>-<ns>`` (a profile
-#: run), ``check-<pid>`` (the permission probe), ``g<pid>-<n>`` (unnamed groups)
-_OWNED_NAME = re.compile(r"^(?:.+-(?P<run>\d+)-\d+|check-(?P<check>\d+)|g(?P<anon>\d+)-\d+)$")
+#: run), ``check-<pid>`` (the permission probe), ``g<pid>-<n>`` (unnamed groups), ``probe-<pid>`` and
+#: ``probe-<pid>-a<i>``/``-b<i>`` (a live run measuring its reconfiguration costs)
+_OWNED_NAME = re.compile(
+    r"^(?:.+-(?P<run>\d+)-\d+|check-(?P<check>\d+)|g(?P<anon>\d+)-\d+|probe-(?P<probe>\d+)(?:-[ab]\d+)?)$"
+)
 
 
 def owner_pid(group_name: str) -> int | None:

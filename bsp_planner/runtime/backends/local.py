@@ -33,6 +33,8 @@ from ...profiling.cgroups import (
     Hierarchy,
     check_period_us,
     detect_hierarchy,
+    owner_pid,
+    pid_alive,
     quota_us,
 )
 from ...signals import parent_death_signal
@@ -159,6 +161,27 @@ class LocalBackend(Backend):
         probe = ProfilingBackend(stress_ng=self.stress_ng, prefix=self.prefix, hierarchy=self._hierarchy)
         probe.check(list(job.tasks), job.path)  # stress-ng, its stressors, and a throw-away cgroup
         self.stress_ng = probe.stress_ng_path()
+        self.stale_probes_removed = self.remove_stale_probes()
+
+    def remove_stale_probes(self) -> list[str]:
+        """The probe groups of runs killed while measuring their reconfiguration costs, before their run
+        folder existed (so no `--resume` reaches them): ``probe-<pid>-...`` in any ``<prefix>.live.*`` group
+        whose coordinator pid is gone, killed and removed, and their run's group with them once empty.
+        Task groups and the probes of a living coordinator are left alone. Returns ``group/probe`` names."""
+        removed: list[str] = []
+        for parent in sorted(self.hierarchy.root.glob(f"{self.prefix}{GROUP_INFIX}*")):
+            if not parent.is_dir():
+                continue
+            for child in sorted(p for p in parent.iterdir() if p.is_dir() and p.name.startswith("probe-")):
+                pid = owner_pid(child.name)
+                if pid is None or pid == os.getpid() or pid_alive(pid):
+                    continue
+                g = CpuQuotaGroup(child.name, prefix=parent.name, hierarchy=self.hierarchy)
+                g.created = True  # it exists: remove() kills what is inside, then removes it (and an empty parent)
+                with contextlib.suppress(OSError):
+                    g.remove()
+                    removed.append(f"{parent.name}/{child.name}")
+        return removed
 
     # -- groups ------------------------------------------------------------------------------------
     @property
