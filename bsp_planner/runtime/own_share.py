@@ -20,6 +20,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from ..task.reporter import cpu_cgroup, tasks_file
+
 NICE = -5
 
 
@@ -32,18 +34,8 @@ def _threads() -> list[int]:
 
 def _cpu_group_tasks(cgroup_root: Path) -> Path | None:
     """The `tasks` file of this process's group in the cgroup v1 cpu hierarchy, else None."""
-    try:
-        lines = Path("/proc/self/cgroup").read_text().splitlines()
-    except OSError:
-        return None
-    for line in lines:
-        _, controllers, path = line.split(":", 2)
-        if "cpu" in controllers.split(","):
-            for mount in ("cpu,cpuacct", "cpu", "cpuacct,cpu"):
-                tasks = cgroup_root / mount / path.lstrip("/") / "tasks"
-                if tasks.is_file():
-                    return tasks
-    return None
+    group = cpu_cgroup()
+    return tasks_file(group, cgroup_root) if group is not None else None
 
 
 def _move(tids: list[int], tasks: Path) -> bool:

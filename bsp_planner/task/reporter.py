@@ -24,7 +24,7 @@ CGROUP_ROOT = Path("/sys/fs/cgroup")
 RUN_GROUP_INFIX = ".live."  # the local backend's run group: <prefix>.live.<run-id>
 
 
-def _cpu_cgroup() -> str | None:
+def cpu_cgroup() -> str | None:
     """This process's group in the cgroup v1 cpu hierarchy (e.g. '/bsp-planner.live.R/t0'), else None."""
     try:
         lines = Path("/proc/self/cgroup").read_text().splitlines()
@@ -37,20 +37,27 @@ def _cpu_cgroup() -> str | None:
     return None  # cgroup v2 only ("0::/path"): no per-thread placement
 
 
+def tasks_file(group: str, cgroup_root: Path = CGROUP_ROOT) -> Path | None:
+    """The `tasks` file of a cgroup v1 cpu group given by its path in the hierarchy (as /proc/self/cgroup
+    names it), wherever the cpu controller is mounted; None if there is none."""
+    for mount in ("cpu,cpuacct", "cpu", "cpuacct,cpu"):
+        tasks = cgroup_root / mount / group.lstrip("/") / "tasks"
+        if tasks.is_file():
+            return tasks
+    return None
+
+
 def leave_quota(thread_ids: Iterable[int], cgroup_root: Path = CGROUP_ROOT) -> str | None:
     """Move the given threads (kernel thread ids) into the parent of this process's CPU-quota group when
     that parent is a live run's group; the parent's path, or None where nothing was moved."""
-    group = _cpu_cgroup()
+    group = cpu_cgroup()
     if not group or group == "/":
         return None
     parent = os.path.dirname(group.rstrip("/"))
     if RUN_GROUP_INFIX not in os.path.basename(parent):
         return None
-    for mount in ("cpu,cpuacct", "cpu", "cpuacct,cpu"):
-        tasks = cgroup_root / mount / parent.lstrip("/") / "tasks"
-        if tasks.is_file():
-            break
-    else:
+    tasks = tasks_file(parent, cgroup_root)
+    if tasks is None:
         return None
     try:
         for tid in thread_ids:
