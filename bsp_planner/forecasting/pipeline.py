@@ -183,7 +183,8 @@ def obtain(
     and its members alone share it; saved models are loaded each time.
     """
     check_name(name)
-    if issubclass(FORECASTERS.get(name), LearnedForecaster) and model_root is not None:
+
+    def fetch():
         return _obtain(
             ws,
             name,
@@ -195,23 +196,13 @@ def obtain(
             save_root=save_root,
             say=say,
         )
+
+    if issubclass(FORECASTERS.get(name), LearnedForecaster) and model_root is not None:
+        return fetch()
     key = ("obtained", name, p.task, json.dumps(ws.settings_for(name), sort_keys=True))
-    hit = ws.shared.get(key)
-    if hit is not None:
-        return hit
-    got = _obtain(
-        ws,
-        name,
-        p,
-        model_root=model_root,
-        retrain=retrain,
-        on_mismatch=on_mismatch,
-        save=save,
-        save_root=save_root,
-        say=say,
-    )
-    ws.shared[key] = got
-    return got
+    if key not in ws.shared:
+        ws.shared[key] = fetch()
+    return ws.shared[key]
 
 
 def _obtain(
