@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/bench_exact.py [--only frame,mpc,optimum,quality,strategies]
         [--experiment experiments/default.toml] [--set KEY=VALUE ...] [--full]
 
-Prints Markdown for BENCHMARKS.md ("Exact allocation and optimum"). Sections:
+Prints Markdown for BENCHMARKS.md ("Exact bounds"). Sections:
 
 * frame: one exact frame of 8 tasks x 10 steps over 60 CPU levels (250m..1725m in 25m steps, budget
   8000m, discount 0.95), from the default experiment's actual durations at 60 seeded random steps; a

@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/bench_scale.py --quick      # goals and quality, one table (~5-10 min)
     .venv/bin/python benchmarks/bench_scale.py              # also growth in n, h and budget, and exact
 
-Rows (Markdown, for BENCHMARKS.md "Scale"), each with CPU time next to wall time and the load average
+Rows (Markdown, for BENCHMARKS.md "The threshold allocator at scale"), each with CPU time next to wall time and the load average
 (`os.getloadavg`) when it was taken:
 
 * MPC decision (threshold allocator, horizon 10, perfect knowledge) at 1,024 and 10,000 tasks: median
