@@ -194,15 +194,42 @@ def test_a_malformed_connection_string_is_a_clear_error(creds, hosts):
         Z.ZkSession(hosts, creds)
 
 
-def test_a_session_survives_a_server_restart_and_waits_wake_up(own_zk, creds, root):
-    s = session(own_zk, creds, session_timeout_s=10)
+def expire(server, creds, s, within_s: float = 120.0) -> None:
+    """Expire `s`'s ZooKeeper session as a server does when a client stays away too long: a second connection
+    takes the session over and closes it (repeated until `s` has seen the loss: `s` may win the session back
+    between the takeover and the close)."""
+    from kazoo.client import KazooClient
+
+    deadline = time.monotonic() + within_s
+    lost_before = s.lost
+    while s.lost == lost_before:
+        assert time.monotonic() < deadline, "the session never expired"
+        twin = KazooClient(hosts=server.hosts, client_id=s.client.client_id, auth_data=creds.auth_data)
+        try:
+            twin.start(timeout=30)
+            twin.stop()
+        finally:
+            twin.close()
+        wait_until = time.monotonic() + 5
+        while s.lost == lost_before and time.monotonic() < wait_until:
+            time.sleep(0.05)
+
+
+@pytest.mark.parametrize("expired", [False, True], ids=["session-kept", "session-expired"])
+def test_a_session_survives_a_server_restart_and_waits_wake_up(own_zk, creds, root, expired):
+    # What a user relies on across a server restart, whether or not the session expires while the server is down
+    # (under heavy load a JVM restart can outlast any session timeout; `expired` forces that case): a wait armed
+    # before the crash wakes up once its node appears, a write made during the outage lands exactly once, and the
+    # session's ephemeral node is there exactly when the session was kept (`lost` tells the caller which).
+    s = session(own_zk, creds, session_timeout_s=10, op_deadline_s=180)
     try:
         make_root(s, root)
+        s.create(f"{root}/arrivals")
         s.create(f"{root}/member", {"x": 1}, ephemeral=True)
-        got = {}
+        got: dict[str, bool] = {}
 
         def waiter():
-            got["ok"] = s.wait_exists(f"{root}/late", timeout_s=20)
+            got["woke"] = s.wait_exists(f"{root}/late", timeout_s=180)
 
         th = threading.Thread(target=waiter)
         th.start()  # armed before the crash: kazoo does not re-register watches, the wait re-checks
@@ -211,14 +238,23 @@ def test_a_session_survives_a_server_restart_and_waits_wake_up(own_zk, creds, ro
             assert time.monotonic() < deadline, "the wait never started"
             time.sleep(0.01)
         own_zk.kill()
-        time.sleep(0.5)
-        own_zk.start()
+        writer = threading.Thread(target=s.create, args=(f"{root}/arrivals/p0", {"step": 0}))
+        writer.start()  # issued while the server is down: retried until it is back
+        own_zk.start(wait_s=180)
+        if expired:
+            expire(own_zk, creds, s)
         other = session(own_zk, creds)
         other.create(f"{root}/late", {"y": 2})
         other.close()
-        th.join(25)
-        assert got["ok"] is True
-        assert s.exists(f"{root}/member")  # the same session: its ephemeral node is still there
+        th.join(200)
+        writer.join(200)
+        assert not th.is_alive() and not writer.is_alive()
+        assert got["woke"] is True
+        assert s.children(f"{root}/arrivals") == ["p0"]  # the outage's write landed, once
+        assert s.get(f"{root}/arrivals/p0") == {"step": 0}
+        if expired:
+            assert s.lost >= 1  # the expiry was seen, and the session went on with a new one
+        assert s.exists(f"{root}/member") == (s.lost == 0)  # an ephemeral lives exactly as long as its session
     finally:
         s.close()
 
