@@ -2,7 +2,8 @@
 one, so two writers never share it), is flushed to disk, and replaces the target in one `os.replace`.
 
 A full disk, a signal or any error half-way leaves the target as it was and removes the temporary file;
-only SIGKILL or a power cut between the write and the rename can leave one (``.NAME.XXXX``, hidden)."""
+only SIGKILL or a power cut between the write and the rename can leave one (``.NAME.tmp.PID.XXXX``,
+hidden), which the next writer of an output in that folder removes (`bsp_planner.leftovers`)."""
 
 from __future__ import annotations
 
@@ -11,12 +12,14 @@ import os
 import tempfile
 from pathlib import Path
 
+from .leftovers import prefix
+
 
 def write_bytes(path: str | Path, data: bytes) -> None:
     """Replace (or create) `path` with `data`, atomically; its folder is created if needed."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=prefix(path, "tmp"))
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)

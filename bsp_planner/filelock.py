@@ -6,6 +6,10 @@ The lock is ``flock`` on a hidden file beside the target (``.NAME.lock``, holdin
 releases it when its holder ends, however it ends (SIGKILL included), so a stale lock never blocks a
 retry. The holder removes the file when it is done; a contender that opened the file just before it was
 removed finds it no longer at its path and tries again, so two writers can never both hold it.
+
+A holder that was SIGKILLed could not tidy up: its lock file (with its pid) and its half-made working
+files (`bsp_planner.leftovers`) stay beside the target. Whoever takes the lock next removes those of
+every writer that is gone and says so in one line; none of it is ever read as a result.
 """
 
 from __future__ import annotations
@@ -13,10 +17,12 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
-from .errors import InputError
+from . import leftovers
+from .errors import InputError, InputWarning
 
 
 class OutputLocked(InputError):
@@ -87,10 +93,30 @@ def output_lock(target: str | Path, field: str | None = None) -> Iterator[None]:
             break
         os.close(fd)
     try:
+        before = _read_pid(fd)  # a pid here means its writer ended without removing the file: killed
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        _tidy_after_the_killed(target, before)
         yield
     finally:
         with contextlib.suppress(OSError):
             os.unlink(path)  # while still holding it: a contender then retries on a fresh file
         os.close(fd)
+
+
+def _tidy_after_the_killed(target: Path, lock_pid: int | None) -> None:
+    """Remove what writers that are gone left beside `target` (their working files; the lock file is
+    ours now), with one line saying so."""
+    removed = leftovers.sweep(target.parent)
+    if lock_pid is not None and lock_pid != os.getpid():
+        removed.setdefault(lock_pid, []).insert(0, lock_path(target).name)
+    if not removed:
+        return
+    pids = ", ".join(str(p) for p in sorted(removed))
+    names = ", ".join(n for p in sorted(removed) for n in removed[p])
+    warnings.warn(
+        f"an earlier command writing in {target.parent} (pid {pids}) was killed before it could tidy up; "
+        f"removed what it left there, none of which is a result: {names}",
+        InputWarning,
+        stacklevel=3,
+    )

@@ -3,7 +3,8 @@ is published all together only after every one of them was written.
 
 A failed run (bad input found late, a crash while drawing the chart, a full disk) therefore leaves an
 existing output folder exactly as it was: the files are written into a fresh temporary folder beside
-it and moved into place one `os.replace` each, only once all exist.
+it (``.NAME.staging.PID.XXXX``; one a SIGKILL left is removed by the next writer, see
+`bsp_planner.leftovers`) and moved into place one `os.replace` each, only once all exist.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from .errors import InputError, OutputUnwritable
+from .leftovers import prefix
 
 
 def _nearest_existing(path: Path) -> Path:
@@ -29,7 +31,7 @@ def _probe_writable(folder: Path, what: Path, flag: str) -> None:
     """Create and remove a file in `folder`: the only test that also catches read-only mounts and
     pseudo file systems (os.access says yes to root everywhere)."""
     try:
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".bsp-planner-probe.")
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=prefix(folder / "bsp-planner-probe", "tmp"))
     except OSError as exc:
         raise InputError(f"cannot write into {folder}: {exc.strerror or exc}", path=what, field=flag) from None
     os.close(fd)
@@ -77,7 +79,7 @@ def staged_outputs(out_dir: str | Path, flag: str | None = None) -> Iterator[Pat
     parent = out_dir.parent
     try:
         parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(dir=parent, prefix=f".{out_dir.name}.staging."))
+        staging = Path(tempfile.mkdtemp(dir=parent, prefix=prefix(out_dir, "staging")))
     except OSError as exc:
         raise OutputUnwritable.from_os_error(exc, out_dir, flag) from None
     try:

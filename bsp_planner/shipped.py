@@ -129,6 +129,7 @@ def copy_defaults(dest: Path | str) -> list[Path]:
     import shutil
     import tempfile
 
+    from . import leftovers
     from .errors import OutputUnwritable
     from .filelock import output_lock
     from .outputs import check_output_dir
@@ -154,7 +155,7 @@ def copy_defaults(dest: Path | str) -> list[Path]:
         raise OutputUnwritable.from_os_error(exc, dest) from None
     with output_lock(place):
         try:
-            staging = Path(tempfile.mkdtemp(dir=place.parent, prefix=f".{place.name}.init."))
+            staging = Path(tempfile.mkdtemp(dir=place.parent, prefix=leftovers.prefix(place, "init")))
             umask = os.umask(0)
             os.umask(umask)
             staging.chmod(0o777 & ~umask)  # as a plain mkdir would make it (mkdtemp's is private)

@@ -131,6 +131,98 @@ def test_a_second_simulate_into_a_folder_being_written_is_refused_naming_the_wri
     assert not lock_path(out).exists()
 
 
+# -- after SIGKILL: the next writer removes what the killed one left, says so, and reads none of it ----
+HOLD_STAGED = """
+import sys, time
+from pathlib import Path
+from bsp_planner.filelock import output_lock
+from bsp_planner.outputs import staged_outputs
+out = Path(sys.argv[1])
+with output_lock(out, "--out"), staged_outputs(out) as stage:
+    (stage / "comparison.csv").write_text("half,writ")
+    print("ready", flush=True)
+    time.sleep(600)
+"""
+
+HOLD_INIT = """
+import sys, tempfile, time
+from pathlib import Path
+from bsp_planner import leftovers
+from bsp_planner.filelock import output_lock
+place = Path(sys.argv[1]).resolve()
+with output_lock(place):
+    staging = Path(tempfile.mkdtemp(dir=place.parent, prefix=leftovers.prefix(place, "init")))
+    (staging / "experiments").mkdir()
+    print("ready", flush=True)
+    time.sleep(600)
+"""
+
+
+def sigkilled_holding(script: str, target: Path) -> int:
+    """Run `script` on `target` in a real process until it says it holds its half-made output, then SIGKILL
+    it (nothing in it can run to tidy up). Returns its pid."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-c", script, str(target)], stdout=subprocess.PIPE, text=True, env=env)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    proc.kill()
+    proc.communicate()
+    return proc.pid
+
+
+def test_a_simulate_sigkilled_while_running_leaves_nothing_the_next_one_does_not_remove(
+    tmp_path, synthetic_profile, monkeypatch, capsys
+):
+    out = tmp_path / "results"
+    proc = cli_proc("simulate", "-m", "perfect", "--steps", "400", "-s", "mpc,optimum", "-q", "-o", out)
+    wait_for("its output lock", lambda: lock_path(out).exists(), proc)
+    proc.kill()
+    proc.communicate()
+    assert hidden_leftovers(tmp_path) == [f".{out.name}.lock"]  # what SIGKILL leaves: nothing could run
+    exp = write_experiment(tmp_path, synthetic_profile, strategies=["mpc"], modes=["perfect"], steps=5)
+    code, _, err = run_cli(["simulate", exp, "-q", "-o", out], monkeypatch, capsys)
+    assert code == 0, err
+    assert f"pid {proc.pid}" in err and "killed" in err and f".{out.name}.lock" in err
+    assert hidden_leftovers(tmp_path) == []
+    code, _, err = run_cli(["simulate", exp, "-q", "-o", out], monkeypatch, capsys)
+    assert code == 0 and "killed" not in err, err  # said once: nothing left to say the next time
+
+
+def test_results_half_staged_by_a_sigkilled_writer_are_removed_never_published(
+    tmp_path, synthetic_profile, monkeypatch, capsys
+):
+    out = tmp_path / "results"
+    pid = sigkilled_holding(HOLD_STAGED, out)
+    staged = [n for n in hidden_leftovers(tmp_path) if n.startswith(f".{out.name}.staging.{pid}.")]
+    assert len(staged) == 1
+    exp = write_experiment(tmp_path, synthetic_profile, strategies=["mpc"], modes=["perfect"], steps=5)
+    code, _, err = run_cli(["simulate", exp, "-q", "-o", out], monkeypatch, capsys)
+    assert code == 0, err
+    assert f"pid {pid}" in err and staged[0] in err and "none of which is a result" in err
+    assert hidden_leftovers(tmp_path) == []
+    assert "half,writ" not in (out / "comparison.csv").read_text()
+
+
+def test_an_init_sigkilled_half_way_leaves_nothing_that_blocks_the_next_one(tmp_path, monkeypatch, capsys):
+    target = tmp_path / "w"
+    pid = sigkilled_holding(HOLD_INIT, target)
+    assert len(hidden_leftovers(tmp_path)) == 2 and not target.exists()  # its lock file and its half copy
+    code, _, err = run_cli(["init", target], monkeypatch, capsys)
+    assert code == 0, err
+    assert f"pid {pid}" in err and "killed" in err
+    assert hidden_leftovers(tmp_path) == []
+    assert (target / "experiments" / "default.toml").is_file()
+
+
+def test_leftovers_of_a_writer_still_running_are_kept(tmp_path):
+    from bsp_planner import leftovers
+
+    mine = tmp_path / (leftovers.prefix(tmp_path / "out", "staging") + "abc")
+    mine.mkdir()
+    (tmp_path / ".out.staging.notapid.abc").mkdir()  # not a name this tool makes: never touched
+    assert leftovers.sweep(tmp_path) == {}
+    assert mine.exists() and (tmp_path / ".out.staging.notapid.abc").exists()
+
+
 @pytest.fixture
 def small_disk(tmp_path):
     """A 4 MiB tmpfs mounted for the test (root only): a disk that fills for real."""
@@ -281,9 +373,15 @@ def test_a_sigkilled_profile_run_leaves_no_stress_ng(tmp_path):
     while any(alive(p) for p in inside) and time.monotonic() < deadline:
         time.sleep(0.02)
     assert [p for p in inside if alive(p)] == []
-    # its empty group is the next run's to remove (it cannot remove it itself)
-    for g in leftover_groups():
-        (detect_hierarchy().root / PREFIX / g).rmdir()
+    assert hidden_leftovers(tmp_path / "p") == [".profile.csv.lock"]  # nothing in it could run to tidy up
+    # the next run on the same profile removes what it left (its lock file, its empty cgroup) and says so
+    again = cli_proc(*profile_cmd(tmp_path), "--cgroup-prefix", PREFIX, "--timeout", "600")
+    wait_for("the next run's stress-ng inside its cgroup", groups_with_processes, again)
+    code, err = stop(again, signal.SIGTERM)
+    assert code == 143, err
+    assert f"pid {proc.pid}" in err and "killed" in err
+    assert hidden_leftovers(tmp_path / "p") == []
+    assert leftover_groups() == []
 
 
 @needs_cgroups
