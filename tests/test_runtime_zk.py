@@ -215,7 +215,7 @@ def expire(server, creds, s, within_s: float = 120.0) -> None:
             time.sleep(0.05)
 
 
-@pytest.mark.parametrize("expired", [False, True], ids=["session-kept", "session-expired"])
+@pytest.mark.parametrize("expired", [False, True], ids=["restart", "restart-and-expiry"])
 def test_a_session_survives_a_server_restart_and_waits_wake_up(own_zk, creds, root, expired):
     # What a user relies on across a server restart, whether or not the session expires while the server is down
     # (under heavy load a JVM restart can outlast any session timeout; `expired` forces that case): a wait armed
