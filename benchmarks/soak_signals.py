@@ -10,7 +10,10 @@ SIGTERM / SIGINT / SIGKILL after a delay drawn from [0.3, 6] s (seeded), waits f
 - processes: none of the command's left (pool workers, stress-ng, workers), waiting up to 10 s for the
   kernel's parent-death signals after a SIGKILL;
 - cgroups: none left after SIGTERM / SIGINT; after SIGKILL the empty groups a killed command cannot remove
-  are counted, and the next start with the same prefix must remove them;
+  are counted, and the next start with the same prefix must remove them (the profile run again; the
+  `--resume`; for a run killed before its run folder existed, the next run);
+- hidden files: none beside an output after SIGTERM / SIGINT; after SIGKILL the lock and staging entries
+  are counted, and the next command writing there must remove them and say so;
 - torn files: `simulate`'s output folder absent or whole (five files, the JSON readable), a profile whose
   every row has five fields and loads after the same command is run again to completion, a live run that
   `--resume` completes with every step logged exactly once.
@@ -61,6 +64,7 @@ class Round:
     code: int | None = None
     problems: list[str] = field(default_factory=list)
     left_groups: int = 0  # empty cgroups a SIGKILLed command left (the next start removes them)
+    left_hidden: int = 0  # hidden lock/staging entries a SIGKILLed simulate left (the next one removes them)
     note: str = ""
 
 
@@ -168,8 +172,22 @@ def simulate_round(r: Round, work: Path) -> None:
     hidden = [p.name for p in work.iterdir() if p.name.startswith(f".sim-{r.n}")]
     if hidden and r.sig != signal.SIGKILL:
         r.problems.append(f"left beside the output: {hidden}")
-    elif hidden:
-        r.note = (r.note + "; " if r.note else "") + f"{len(hidden)} hidden staging/lock entries (SIGKILL)"
+    elif hidden:  # nothing runs in a SIGKILLed process: the next simulate into the same folder removes them
+        r.left_hidden = len(hidden)
+        again = subprocess.run(
+            bsp("simulate", "-m", "perfect", "--steps", "20", "-s", "mpc", "-q", "-o", out),
+            env=env(),
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        left = [p.name for p in work.iterdir() if p.name.startswith(f".sim-{r.n}")]
+        if again.returncode != 0:
+            r.problems.append(f"the next simulate: exit {again.returncode}: {again.stderr.strip()[-200:]}")
+        elif left:
+            r.problems.append(f"the next simulate did not remove what the killed one left: {left}")
+        elif "killed" not in again.stderr:
+            r.problems.append("the next simulate removed the killed one's leftovers without a word")
 
 
 def profile_round(r: Round, work: Path) -> None:
@@ -207,6 +225,9 @@ def profile_round(r: Round, work: Path) -> None:
         load_profile(out)
     except Exception as exc:  # a duplicate or torn row: what this soak looks for
         r.problems.append(f"the resumed profile does not load: {exc}")
+    hidden = [p.name for p in out.parent.iterdir() if p.name.startswith(".")]
+    if hidden:
+        r.problems.append(f"left beside the profile after its resume: {hidden}")
 
 
 def live_round(r: Round, work: Path, zk_hosts: str, creds: Path) -> None:
@@ -231,8 +252,22 @@ def live_round(r: Round, work: Path, zk_hosts: str, creds: Path) -> None:
         r.problems.append(f"cgroups left: {[g.name for g in live_groups]}")
     r.left_groups = len(live_groups)
     if not (runs / rid / "run.json").exists():
-        if groups(f"{PREFIX}.live.{rid}"):
-            r.problems.append("killed before its run.json: its cgroups have no --resume to remove them")
+        if groups(f"{PREFIX}.live.{rid}"):  # no --resume reaches them: the next run's start must remove them
+            r.note = "killed before its run.json; the next run removed its groups"
+            nxt = f"{rid}-next"
+            done = subprocess.run(
+                bsp("run", "-e", exp, "--planner", "mpc", "--run-id", nxt, "--zk-auth-file", creds, *common),
+                env=env(),
+                capture_output=True,
+                text=True,
+                timeout=600,
+            )
+            if done.returncode != 0:
+                r.problems.append(f"the next run: exit {done.returncode}: {' '.join(done.stderr.split())[-200:]}")
+            if groups(f"{PREFIX}.live.{rid}"):
+                r.problems.append("killed before its run.json: the next run's start did not remove its cgroups")
+            if groups(f"{PREFIX}.live.{nxt}"):
+                r.problems.append("cgroups left after the next run")
         return
     if json.loads((runs / rid / "run.json").read_text()).get("status") != "finished":
         done = subprocess.run(
@@ -287,13 +322,14 @@ def main() -> int:
     wall = time.monotonic() - started
     leftover = groups(PREFIX)
     print()
-    print("| round | command | signal | after (s) | exit | empty cgroups left by SIGKILL | result |")
+    print("| round | command | signal | after (s) | exit | cgroups / hidden entries left by SIGKILL | result |")
     print("|---|---|---|---|---|---|---|")
     for r in results:
         result = "ok" if not r.problems else "; ".join(r.problems)
         result += f" ({r.note})" if r.note else ""
         print(
-            f"| {r.n} | {r.command} | {signal.Signals(r.sig).name} | {r.delay_s:.2f} | {r.code} | {r.left_groups} | {result} |"
+            f"| {r.n} | {r.command} | {signal.Signals(r.sig).name} | {r.delay_s:.2f} | {r.code} "
+            f"| {r.left_groups} / {r.left_hidden} | {result} |"
         )
     failed = [r for r in results if r.problems]
     print(
