@@ -16,7 +16,7 @@ import shutil
 from pathlib import Path
 
 KINDS = ("staging", "init", "tmp")
-_NAME = re.compile(r"\.(?P<target>.+)\.(?P<kind>staging|init|tmp)\.(?P<pid>[0-9]+)\.[A-Za-z0-9_]+")
+_NAME = re.compile(r"\.(?P<target>.*)\.(?P<kind>staging|init|tmp)\.(?P<pid>[0-9]+)\.[A-Za-z0-9_]+")
 
 
 def prefix(target: str | Path, kind: str) -> str:

@@ -213,7 +213,7 @@ def test_an_init_sigkilled_half_way_leaves_nothing_that_blocks_the_next_one(tmp_
     assert (target / "experiments" / "default.toml").is_file()
 
 
-def test_leftovers_of_a_writer_still_running_are_kept(tmp_path):
+def test_only_the_leftovers_of_writers_that_are_gone_are_removed(tmp_path):
     from bsp_planner import leftovers
 
     mine = tmp_path / (leftovers.prefix(tmp_path / "out", "staging") + "abc")
@@ -221,6 +221,14 @@ def test_leftovers_of_a_writer_still_running_are_kept(tmp_path):
     (tmp_path / ".out.staging.notapid.abc").mkdir()  # not a name this tool makes: never touched
     assert leftovers.sweep(tmp_path) == {}
     assert mine.exists() and (tmp_path / ".out.staging.notapid.abc").exists()
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    gone = int(ended.stdout)
+    names = [f".out.tmp.{gone}.x1", f"..staging.{gone}.x2"]  # the second: an output named "." (`-o .`)
+    for n in names:
+        (tmp_path / n).write_text("half")
+    removed = leftovers.sweep(tmp_path)
+    assert {pid: sorted(found) for pid, found in removed.items()} == {gone: sorted(names)}
+    assert not any((tmp_path / n).exists() for n in names) and mine.exists()
 
 
 @pytest.fixture
