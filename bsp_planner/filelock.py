@@ -107,16 +107,18 @@ def output_lock(target: str | Path, field: str | None = None) -> Iterator[None]:
 def _tidy_after_the_killed(target: Path, lock_pid: int | None) -> None:
     """Remove what writers that are gone left beside `target` (their working files; the lock file is
     ours now), with one line saying so."""
-    removed = leftovers.sweep(target.parent)
+    found = leftovers.sweep(target.parent)
     if lock_pid is not None and lock_pid != os.getpid():
-        removed.setdefault(lock_pid, []).insert(0, lock_path(target).name)
-    if not removed:
+        found.insert(0, leftovers.Leftover(lock_pid, lock_path(target).name))
+    if not found:
         return
-    pids = ", ".join(str(p) for p in sorted(removed))
-    names = ", ".join(n for p in sorted(removed) for n in removed[p])
+    pids = ", ".join(sorted({str(f.pid) for f in found}, key=int))
+    removed = [f.name for f in found if not f.finished]
+    what = [f"removed {', '.join(removed)} (none of it a result)"] if removed else []
+    what += [f"finished moving its complete results from {f.name} into {f.output}" for f in found if f.finished]
     warnings.warn(
-        f"an earlier command writing in {target.parent} (pid {pids}) was killed before it could tidy up; "
-        f"removed what it left there, none of which is a result: {names}",
+        f"an earlier command writing in {target.parent} (pid {pids}) was killed before it could tidy up: "
+        + "; ".join(what),
         InputWarning,
         stacklevel=3,
     )

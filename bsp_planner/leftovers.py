@@ -6,6 +6,10 @@ carries its writer's pid: ``.NAME.KIND.PID.RANDOM`` (KIND: ``staging``, ``init``
 the command can catch removes them; SIGKILL cannot be caught, so they stay. The next command that takes
 the output's lock (:func:`bsp_planner.filelock.output_lock`) calls :func:`sweep`, which removes those
 whose writer is no longer running, so they never pile up and are never mistaken for a result.
+
+One exception: a staging folder whose files had begun to move into the output (marked by
+:data:`PUBLISHING`) holds the rest of a complete set; dropping it would leave the output mixing new
+files with old ones, so :func:`sweep` moves the rest into place instead.
 """
 
 from __future__ import annotations
@@ -14,8 +18,11 @@ import os
 import re
 import shutil
 from pathlib import Path
+from typing import NamedTuple
 
 KINDS = ("staging", "init", "tmp")
+#: put in a staging folder just before its files start moving into the output folder, one by one
+PUBLISHING = ".publishing"
 _NAME = re.compile(r"\.(?P<target>.*)\.(?P<kind>staging|init|tmp)\.(?P<pid>[0-9]+)\.[A-Za-z0-9_]+")
 
 
@@ -44,16 +51,25 @@ def running(pid: int) -> bool:
     return stat.rsplit(")", 1)[-1].split()[0] not in ("Z", "X")  # the state follows the command's name
 
 
-def sweep(folder: str | Path) -> dict[int, list[str]]:
-    """Remove the working files and folders in `folder` whose writer is no longer running.
+class Leftover(NamedTuple):
+    """What a writer that is gone left: `name` beside the output, removed; or, when `finished`, a
+    staging folder half moved into place, whose remaining files `sweep` moved into `output`."""
 
-    Returns the names removed, by the pid that left them (empty when there was nothing to remove). A name
-    that cannot be removed (permissions) is left and not reported."""
-    removed: dict[int, list[str]] = {}
+    pid: int
+    name: str
+    finished: bool = False
+    output: str = ""
+
+
+def sweep(folder: str | Path) -> list[Leftover]:
+    """Remove the working files and folders in `folder` whose writer is no longer running (finishing a
+    staging folder's half-done move into place first). Returns what was found and handled, empty when
+    there was nothing; a name that cannot be removed (permissions) is left and not reported."""
+    found: list[Leftover] = []
     try:
-        entries = list(os.scandir(folder))
+        entries = sorted(os.scandir(folder), key=lambda e: e.name)
     except OSError:
-        return removed
+        return found
     for entry in entries:
         m = _NAME.fullmatch(entry.name)
         if m is None:
@@ -61,14 +77,27 @@ def sweep(folder: str | Path) -> dict[int, list[str]]:
         pid = int(m["pid"])
         if pid == os.getpid() or running(pid):
             continue
+        path = Path(entry.path)
+        output = Path(folder) / m["target"]
         try:
+            finished = m["kind"] == "staging" and (path / PUBLISHING).exists() and output.is_dir()
+            if finished:
+                finish_publishing(path, output)
             if entry.is_dir(follow_symlinks=False):
-                shutil.rmtree(entry.path)
+                shutil.rmtree(path)
             else:
-                os.unlink(entry.path)
+                os.unlink(path)
         except FileNotFoundError:
             continue  # another command's sweep got there first
         except OSError:
             continue
-        removed.setdefault(pid, []).append(entry.name)
-    return removed
+        found.append(Leftover(pid, entry.name, finished, output.name or str(output)))
+    return found
+
+
+def finish_publishing(staging: Path, output: Path) -> None:
+    """Move what is left in `staging` into `output`, each file in one `os.replace` (the move
+    `bsp_planner.outputs.staged_outputs` had begun)."""
+    for item in sorted(staging.iterdir()):
+        if item.name != PUBLISHING:
+            os.replace(item, output / item.name)

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from .errors import InputError, OutputUnwritable
-from .leftovers import prefix
+from .leftovers import PUBLISHING, finish_publishing, prefix
 
 
 def _nearest_existing(path: Path) -> Path:
@@ -90,8 +90,8 @@ def staged_outputs(out_dir: str | Path, flag: str | None = None) -> Iterator[Pat
         if not out_dir.exists():
             staging.rename(out_dir)  # one atomic step
             return
-        for item in sorted(staging.iterdir()):
-            os.replace(item, out_dir / item.name)
+        (staging / PUBLISHING).touch()  # from here on the set is complete: if killed, the next writer moves the rest
+        finish_publishing(staging, out_dir)
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)

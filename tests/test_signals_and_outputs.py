@@ -197,9 +197,50 @@ def test_results_half_staged_by_a_sigkilled_writer_are_removed_never_published(
     exp = write_experiment(tmp_path, synthetic_profile, strategies=["mpc"], modes=["perfect"], steps=5)
     code, _, err = run_cli(["simulate", exp, "-q", "-o", out], monkeypatch, capsys)
     assert code == 0, err
-    assert f"pid {pid}" in err and staged[0] in err and "none of which is a result" in err
+    assert f"pid {pid}" in err and staged[0] in err and "none of it a result" in err
     assert hidden_leftovers(tmp_path) == []
     assert "half,writ" not in (out / "comparison.csv").read_text()
+
+
+HOLD_PUBLISHING = """
+import os, sys, time
+from pathlib import Path
+from bsp_planner.filelock import output_lock
+from bsp_planner.outputs import staged_outputs
+out = Path(sys.argv[1])
+moved = []
+real_replace = os.replace
+def replace_then_stop(src, dst):
+    real_replace(src, dst)
+    moved.append(dst)
+    if len(moved) == 1:  # one new file in place, the other still staged: the window a SIGKILL can hit
+        print("ready", flush=True)
+        time.sleep(600)
+os.replace = replace_then_stop
+with output_lock(out, "--out"), staged_outputs(out) as stage:
+    (stage / "a.csv").write_text("new a")
+    (stage / "b.csv").write_text("new b")
+"""
+
+
+def test_results_half_moved_into_place_by_a_sigkilled_writer_are_finished_never_left_mixed(tmp_path):
+    from bsp_planner.errors import InputWarning
+
+    out = tmp_path / "results"
+    out.mkdir()
+    (out / "a.csv").write_text("old a")
+    (out / "b.csv").write_text("old b")
+    (out / "notes.txt").write_text("the user's")
+    pid = sigkilled_holding(HOLD_PUBLISHING, out)
+    assert (out / "a.csv").read_text() == "new a" and (out / "b.csv").read_text() == "old b"  # mixed, for now
+    with pytest.warns(InputWarning, match=f"pid {pid}.*finished moving its complete results"), output_lock(out):
+        pass
+    assert {p.name: p.read_text() for p in out.iterdir()} == {
+        "a.csv": "new a",
+        "b.csv": "new b",
+        "notes.txt": "the user's",
+    }
+    assert hidden_leftovers(tmp_path) == []
 
 
 def test_an_init_sigkilled_half_way_leaves_nothing_that_blocks_the_next_one(tmp_path, monkeypatch, capsys):
@@ -219,15 +260,15 @@ def test_only_the_leftovers_of_writers_that_are_gone_are_removed(tmp_path):
     mine = tmp_path / (leftovers.prefix(tmp_path / "out", "staging") + "abc")
     mine.mkdir()
     (tmp_path / ".out.staging.notapid.abc").mkdir()  # not a name this tool makes: never touched
-    assert leftovers.sweep(tmp_path) == {}
+    assert leftovers.sweep(tmp_path) == []
     assert mine.exists() and (tmp_path / ".out.staging.notapid.abc").exists()
     ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     gone = int(ended.stdout)
     names = [f".out.tmp.{gone}.x1", f"..staging.{gone}.x2"]  # the second: an output named "." (`-o .`)
     for n in names:
         (tmp_path / n).write_text("half")
-    removed = leftovers.sweep(tmp_path)
-    assert {pid: sorted(found) for pid, found in removed.items()} == {gone: sorted(names)}
+    found = leftovers.sweep(tmp_path)
+    assert sorted((f.pid, f.name, f.finished) for f in found) == sorted((gone, n, False) for n in names)
     assert not any((tmp_path / n).exists() for n in names) and mine.exists()
 
 
