@@ -7,7 +7,7 @@ the command can catch removes them; SIGKILL cannot be caught, so they stay. The 
 the output's lock (:func:`bsp_planner.filelock.output_lock`) calls :func:`sweep`, which removes those
 whose writer is no longer running, so they never pile up and are never mistaken for a result.
 
-One exception: a staging folder whose files had begun to move into the output (marked by
+One exception: a staging (or `init`) folder whose files had begun to move into the output (marked by
 :data:`PUBLISHING`) holds the rest of a complete set; dropping it would leave the output mixing new
 files with old ones, so :func:`sweep` moves the rest into place instead.
 """
@@ -80,7 +80,7 @@ def sweep(folder: str | Path) -> list[Leftover]:
         path = Path(entry.path)
         output = Path(folder) / m["target"]
         try:
-            finished = m["kind"] == "staging" and (path / PUBLISHING).exists() and output.is_dir()
+            finished = m["kind"] in ("staging", "init") and (path / PUBLISHING).exists() and output.is_dir()
             if finished:
                 finish_publishing(path, output)
             if entry.is_dir(follow_symlinks=False):

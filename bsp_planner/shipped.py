@@ -142,8 +142,6 @@ def copy_defaults(dest: Path | str) -> list[Path]:
         )
     if dest.exists() and not dest.is_dir():
         raise InputError("expected a folder to create (or an empty one), found a file", path=dest)
-    if dest.is_dir() and any(dest.iterdir()):
-        raise InputError("the folder is not empty; give a new or empty folder (nothing was written)", path=dest)
     check_output_dir(dest, "DIR")  # a path under a file, a read-only place: a bad DIR (exit 2), nothing made
     place = dest.resolve()  # `init .`: the lock and the staging folder go beside the folder, not in it
     blocking = next((p for p in place.parents if p.exists() and not p.is_dir()), None)
@@ -153,7 +151,9 @@ def copy_defaults(dest: Path | str) -> list[Path]:
         place.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise OutputUnwritable.from_os_error(exc, dest) from None
-    with output_lock(place):
+    with output_lock(place):  # taking it finishes the move of an earlier `init` killed half-way into `dest`
+        if dest.is_dir() and any(dest.iterdir()):
+            raise InputError("the folder is not empty; give a new or empty folder (nothing was written)", path=dest)
         try:
             staging = Path(tempfile.mkdtemp(dir=place.parent, prefix=leftovers.prefix(place, "init")))
             umask = os.umask(0)
@@ -164,8 +164,8 @@ def copy_defaults(dest: Path | str) -> list[Path]:
         try:
             files = _copy_files(staging)
             if dest.is_dir():  # empty (checked above), perhaps the current folder: fill it, top entry by entry
-                for entry in sorted(staging.iterdir()):
-                    entry.rename(dest / entry.name)
+                (staging / leftovers.PUBLISHING).touch()  # if killed now, the next `init` here moves the rest
+                leftovers.finish_publishing(staging, dest)
             else:
                 staging.rename(dest)
         except OSError as exc:

@@ -254,6 +254,35 @@ def test_an_init_sigkilled_half_way_leaves_nothing_that_blocks_the_next_one(tmp_
     assert (target / "experiments" / "default.toml").is_file()
 
 
+HOLD_INIT_MOVING = """
+import os, sys, time
+from pathlib import Path
+from bsp_planner.shipped import copy_defaults
+moved = []
+real_replace = os.replace
+def replace_then_stop(src, dst):
+    real_replace(src, dst)
+    moved.append(dst)
+    if len(moved) == 1:  # one top entry in the empty folder, the rest still staged
+        print("ready", flush=True)
+        time.sleep(600)
+os.replace = replace_then_stop
+copy_defaults(Path(sys.argv[1]))
+"""
+
+
+def test_an_init_into_an_empty_folder_sigkilled_half_way_is_finished_by_the_next(tmp_path, monkeypatch, capsys):
+    target = tmp_path / "w"
+    target.mkdir()
+    pid = sigkilled_holding(HOLD_INIT_MOVING, target)
+    assert len(list(target.iterdir())) == 1  # half a copy: refused as "not empty" but for the next init
+    code, _, err = run_cli(["init", target], monkeypatch, capsys)
+    assert code == 2 and "not empty" in err, err  # the copy was finished before the folder was judged
+    assert f"pid {pid}" in err and "finished moving" in err
+    assert (target / "experiments" / "default.toml").is_file() and (target / "jobs").is_dir()
+    assert hidden_leftovers(tmp_path) == []
+
+
 def test_only_the_leftovers_of_writers_that_are_gone_are_removed(tmp_path):
     from bsp_planner import leftovers
 
