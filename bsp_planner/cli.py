@@ -11,12 +11,16 @@ import sys
 import warnings
 from collections.abc import Callable
 
-import typer
-from rich.console import Console
-from rich.markup import escape
+from .signals import default_while_starting
 
-from .errors import InputError, InputWarning
-from .registry import NotInstalled, Registry, resolve
+default_while_starting()  # before the heavy imports below: a Ctrl-C now ends the command, never a traceback
+
+import typer  # noqa: E402
+from rich.console import Console  # noqa: E402
+from rich.markup import escape  # noqa: E402
+
+from .errors import InputError, InputWarning  # noqa: E402
+from .registry import NotInstalled, Registry, resolve  # noqa: E402
 
 app = typer.Typer(
     name="bsp-planner",

@@ -51,6 +51,22 @@ def received() -> int | None:
     return _received[0] if _received else None
 
 
+def default_while_starting(argv0: str | None = None) -> None:
+    """In the `bsp-planner` process itself (the console script or ``python -m bsp_planner.cli``), until
+    :func:`installed` takes the stop signals in hand: SIGINT's default action, as SIGTERM and SIGHUP have.
+
+    The command line spends a second or more importing before its command starts; a Ctrl-C there would
+    otherwise raise KeyboardInterrupt inside some library's import (a traceback) or inside a finaliser,
+    where Python drops it and the command then runs to the end as if never stopped. With the default
+    action the process ends by the signal, as a shell reports it (130). Imported by anything else (a
+    test, an application), nothing changes."""
+    argv = list(getattr(sys, "orig_argv", sys.argv))
+    name = os.path.basename(argv0 if argv0 is not None else sys.argv[0])
+    as_module = any(a == "-m" and b == "bsp_planner.cli" for a, b in zip(argv, argv[1:], strict=False))
+    if (name == "bsp-planner" or as_module) and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def signal_name(signum: int) -> str:
     return signal.Signals(signum).name
 

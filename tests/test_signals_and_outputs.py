@@ -88,6 +88,33 @@ def hidden_leftovers(folder: Path) -> list[str]:
     return sorted(p.name for p in folder.iterdir() if p.name.startswith(".")) if folder.exists() else []
 
 
+# -- a Ctrl-C while the command line is still starting ---------------------------------------------
+def importing_numpy(pid: int) -> bool:
+    """The process has begun importing the command line's libraries (numpy's extension is mapped)."""
+    try:
+        return "_multiarray_umath" in Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("how", ["module", "script"])
+def test_a_sigint_while_the_command_line_starts_ends_it_without_a_traceback(tmp_path, how):
+    # a Ctrl-C during the imports used to raise KeyboardInterrupt inside some library (a traceback) or inside a
+    # finaliser, where Python drops it and the command then ran to the end as if never stopped
+    script = tmp_path / "bsp-planner"  # what the console script is called
+    script.write_text("import sys\nfrom bsp_planner.cli import main\nsys.exit(main())\n")
+    cmd = [sys.executable, "-m", "bsp_planner.cli"] if how == "module" else [sys.executable, str(script)]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(
+        [*cmd, "simulate", "-q", "-o", tmp_path / "out"], stderr=subprocess.PIPE, text=True, env=env
+    )
+    wait_for("the imports", lambda: importing_numpy(proc.pid), proc)
+    code, err = stop(proc, signal.SIGINT)
+    assert code in (-signal.SIGINT, 128 + signal.SIGINT), err  # ended by the signal, or stopped by the command
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    assert not (tmp_path / "out").exists()
+
+
 # -- simulate -j 2: the pool's workers go with their parent -----------------------------------------
 @pytest.mark.parametrize("sig", STOP, ids=lambda s: signal.Signals(s).name)
 def test_a_signal_during_simulate_with_two_processes_stops_both_workers_and_writes_nothing(tmp_path, sig):
