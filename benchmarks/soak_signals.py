@@ -6,7 +6,7 @@ live `run` (then `--resume`), checking after every round that nothing is left an
 Each round runs one command (in turn: simulate, profile, live run), sends it one signal drawn from
 SIGTERM / SIGINT / SIGKILL after a delay drawn from [0.3, 6] s (seeded), waits for it to end, then checks:
 
-- exit status: 128 + N for SIGTERM and SIGINT (a run that finished before the signal: 0);
+- exit status: 128 + N for SIGTERM and SIGINT (0 only for a command that ended before its signal was due);
 - processes: none of the command's left (pool workers, stress-ng, workers), waiting up to 10 s for the
   kernel's parent-death signals after a SIGKILL;
 - cgroups: none left after SIGTERM / SIGINT; after SIGKILL the empty groups a killed command cannot remove
@@ -65,6 +65,7 @@ class Round:
     problems: list[str] = field(default_factory=list)
     left_groups: int = 0  # empty cgroups a SIGKILLed command left (the next start removes them)
     left_hidden: int = 0  # hidden lock/staging entries a SIGKILLed simulate left (the next one removes them)
+    sent: bool = False  # the signal was sent (the command had not ended before its delay)
     note: str = ""
 
 
@@ -119,12 +120,13 @@ def wait_gone(check, timeout_s: float = 10.0) -> list:
     return left
 
 
-def signal_after(proc: subprocess.Popen, sig: int, delay_s: float) -> int:
-    """Send `sig` after `delay_s` (unless the command ended first); its exit status."""
+def signal_after(proc: subprocess.Popen, sig: int, delay_s: float, r: Round) -> int:
+    """Send `sig` after `delay_s` (unless the command ended first: then `r.sent` stays False); its exit status."""
     try:
         proc.wait(timeout=delay_s)
     except subprocess.TimeoutExpired:
         proc.send_signal(sig)
+        r.sent = True
     try:
         proc.wait(timeout=120)
     except subprocess.TimeoutExpired:
@@ -134,8 +136,11 @@ def signal_after(proc: subprocess.Popen, sig: int, delay_s: float) -> int:
 
 
 def check_exit(r: Round) -> None:
-    if r.code == 0:
+    if r.code == 0 and not r.sent:
         r.note = "finished before the signal"
+        return
+    if r.code == 0:
+        r.problems.append("exit 0 although the signal was sent: the stop was lost")
         return
     if r.code == -r.sig and r.sig != signal.SIGKILL:  # the signal's own default action: it came during the
         r.note = "stopped in the interpreter's start-up, before the command began"  # imports, before any work
@@ -154,7 +159,7 @@ def simulate_round(r: Round, work: Path) -> None:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    r.code = signal_after(proc, r.sig, r.delay_s)
+    r.code = signal_after(proc, r.sig, r.delay_s, r)
     check_exit(r)
     left = wait_gone(lambda: processes_with(str(out)))
     if left:
@@ -198,7 +203,7 @@ def profile_round(r: Round, work: Path) -> None:
     args += ["--repeats", "2", "--cgroup-prefix", PREFIX]
     before = [g for g in groups(PREFIX) if g.parent == detect_hierarchy().root / PREFIX]
     proc = subprocess.Popen(bsp(*args), env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    r.code = signal_after(proc, r.sig, r.delay_s)
+    r.code = signal_after(proc, r.sig, r.delay_s, r)
     check_exit(r)
     left = wait_gone(lambda: group_pids(PREFIX))
     if left:
@@ -241,7 +246,7 @@ def live_round(r: Round, work: Path, zk_hosts: str, creds: Path) -> None:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    r.code = signal_after(proc, r.sig, r.delay_s)
+    r.code = signal_after(proc, r.sig, r.delay_s, r)
     check_exit(r)
     marker = f"/{rid}"
     left = wait_gone(lambda: [p for p in processes_with("bsp_planner.cli worker") if p in processes_with(marker)])
