@@ -7,6 +7,9 @@ the command can catch removes them; SIGKILL cannot be caught, so they stay. The 
 the output's lock (:func:`bsp_planner.filelock.output_lock`) calls :func:`sweep`, which removes those
 whose writer is no longer running, so they never pile up and are never mistaken for a result.
 
+A pid is judged on this machine (in this pid namespace): a folder written at the same time by commands
+on other machines or in other containers is not one to share.
+
 One exception: a staging (or `init`) folder whose files had begun to move into the output (marked by
 :data:`PUBLISHING`) holds the rest of a complete set; dropping it would leave the output mixing new
 files with old ones, so :func:`sweep` moves the rest into place instead.
