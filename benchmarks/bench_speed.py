@@ -84,7 +84,9 @@ def bench_optimum() -> None:
     from bsp_planner.scenario import run_strategy
 
     scen = _scenario()
-    print("| optimum row | goal | CPU s | wall s | MILPs | MILP s | total_s | load |")
+    print(
+        "| optimum row | goal | CPU s | wall s | segment solves (LP, then MILP if needed) | solver s | total_s | load |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for mode in scen.experiment.modes:
         optimum._PLANS.clear()  # each mode pays for its own plan
