@@ -29,11 +29,13 @@ never solved, thanks to three facts:
   found so far (the pool, seeded with every step's floor configuration) gives it. A start whose lower
   bound cannot beat V(e) waits without a MILP; one whose bound cannot beat V(e) + C is dropped;
   bounds that meet need no solver.
-* Cutoffs and warm starts. A segment that is solved is solved with the cutoff best(e) + C - V(s) -
-  C[s>0] (best(e) >= V(e) is the best found so far; the value decides both its use and its pruning),
-  as HiGHS's objective bound, so HiGHS proves "nothing below" rather than finding an optimum nobody
-  will use; its incumbent is the best pool configuration for it, improved by local search, and the
-  per-(task, level) bounds fix most levels before HiGHS sees the model.
+* LP first, then cutoffs. A segment that bounds cannot settle has its model (the per-(task, level)
+  bounds fix most levels first) solved as an LP: the relaxation is tight but for the one budget row,
+  so its solution is often integral (the segment's optimum) and otherwise its bound mostly shows the
+  segment cannot beat best(e) (best(e) >= V(e) is the best found so far): the start waits with that
+  bound, or dies if it reaches best(e) + C. Only the rest (a few in ten) go to HiGHS's MILP, with the
+  objective bound best(e) - V(s) - C[s>0]: it proves "nothing below" or finds the improving optimum.
+  The incumbent is the best pool configuration for the segment.
 """
 
 from __future__ import annotations
