@@ -36,6 +36,7 @@ best bound and gap: never a silent greedy answer.
 
 from __future__ import annotations
 
+import threading
 import time
 import warnings
 from collections import OrderedDict
@@ -690,15 +691,44 @@ def _screen_by_lp(
     return None
 
 
+_LP_SOLVERS = threading.local()  # one HiGHS instance per thread, reused LP after LP
+
+
 def _run_lp(model: _Model) -> OptimizeResult:
-    """The LP relaxation of `model` (every variable continuous), by HiGHS."""
-    return milp(
-        model.c,
-        constraints=LinearConstraint(model.A, model.row_lo, model.row_hi),
-        integrality=np.zeros_like(model.integrality),
-        bounds=Bounds(model.var_lo, model.var_hi),
-        options={"presolve": True},
-    )
+    """The LP relaxation of `model` (every variable continuous), by HiGHS: status 0 with x and fun (the
+    objective without model.constant) when optimal. Straight through the HiGHS binding scipy ships,
+    one instance reused: `scipy.optimize.milp` checks and sets every option anew on each call, as
+    long as HiGHS takes to solve an LP of a hundred variables. `milp` where that binding is missing."""
+    try:
+        from scipy.optimize._highspy import _core as highs
+    except ImportError:  # another scipy layout: the public route
+        return milp(
+            model.c,
+            constraints=LinearConstraint(model.A, model.row_lo, model.row_hi),
+            integrality=np.zeros_like(model.integrality),
+            bounds=Bounds(model.var_lo, model.var_hi),
+            options={"presolve": True},
+        )
+    h = getattr(_LP_SOLVERS, "highs", None)
+    if h is None:
+        h = _LP_SOLVERS.highs = highs._Highs()
+        h.setOptionValue("output_flag", False)
+        h.setOptionValue("threads", 1)
+    A = model.A.tocsc()
+    n, m = model.c.size, model.row_lo.size
+    lp = highs.HighsLp()
+    lp.num_col_, lp.num_row_ = n, m
+    lp.col_cost_, lp.col_lower_, lp.col_upper_ = model.c, model.var_lo, model.var_hi
+    lp.row_lower_, lp.row_upper_ = model.row_lo, model.row_hi
+    lp.a_matrix_.format_ = highs.MatrixFormat.kColwise
+    lp.a_matrix_.num_col_, lp.a_matrix_.num_row_ = n, m
+    lp.a_matrix_.start_, lp.a_matrix_.index_, lp.a_matrix_.value_ = A.indptr, A.indices, A.data
+    h.passModel(lp)
+    h.run()
+    if h.getModelStatus() != highs.HighsModelStatus.kOptimal:
+        return OptimizeResult(status=1, x=None, fun=None)
+    x = np.asarray(h.getSolution().col_value, dtype=np.float64)
+    return OptimizeResult(status=0, x=x, fun=float(h.getInfo().objective_function_value))
 
 
 @dataclass
@@ -821,7 +851,10 @@ def _fix_levels(
         if np.array_equal(lo2, lo) and np.array_equal(hi2, hi) and not (r == 0 and level_bounds is not None):
             break
         lo, hi = lo2, hi2
-        G, floor_k = level_bound_terms(d, lo, hi, budget)
+        if r + 1 < rounds:
+            G, floor_k = level_bound_terms(d, lo, hi, budget)
+        else:  # the last round: only the floor of the new levels is wanted (the model's lowest thresholds)
+            floor_k = floor_levels(d, hi, budget, min_level=lo)[1]
     return lo, hi, floor_k
 
 

@@ -18,10 +18,15 @@ if TYPE_CHECKING:
 
 
 def floor_levels(
-    durations: np.ndarray, max_level: np.ndarray, budget_steps: int, limits: NodeLimits | None = None
+    durations: np.ndarray,
+    max_level: np.ndarray,
+    budget_steps: int,
+    limits: NodeLimits | None = None,
+    min_level: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """durations: (tasks, levels, steps) actual seconds; limits: the nodes' capacity (None: one pool).
-    Returns (levels (steps, tasks), times (steps,))."""
+    """durations: (tasks, levels, steps) actual seconds; limits: the nodes' capacity (None: one pool);
+    min_level: (tasks,) the lowest level each task may take (None: 0). Returns (levels (steps, tasks),
+    times (steps,))."""
     n, n_levels, m = durations.shape
     max_level = np.minimum(np.asarray(max_level), n_levels - 1)
     cand = np.sort(durations.reshape(n * n_levels, m), axis=0)  # (n*L, m)
@@ -33,7 +38,7 @@ def floor_levels(
 
     def need(thresholds: np.ndarray) -> np.ndarray:  # (tasks, steps) levels needed to reach the threshold
         counts: np.ndarray = (durations > thresholds[None, None, :]).sum(axis=1)
-        return counts
+        return counts if min_level is None else np.maximum(counts, np.asarray(min_level)[:, None])
 
     lo = np.zeros(m, dtype=np.int64)
     hi = np.full(m, n * n_levels - 1)
