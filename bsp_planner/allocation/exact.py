@@ -714,6 +714,7 @@ def _run_lp(model: _Model) -> OptimizeResult:
         h = _LP_SOLVERS.highs = highs._Highs()
         h.setOptionValue("output_flag", False)
         h.setOptionValue("threads", 1)
+        h.setOptionValue("presolve", "off")  # a hundred variables, already cut down by level fixing
     A = model.A.tocsc()
     n, m = model.c.size, model.row_lo.size
     lp = highs.HighsLp()
