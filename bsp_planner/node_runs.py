@@ -23,7 +23,7 @@ import numpy as np
 
 from .allocation import make_allocator
 from .allocation.base import Allocator, CpuLevels
-from .allocation.nodes import NodeConstrained, NodeLimits, floor_with_nodes
+from .allocation.nodes import NodeConstrained, NodeLimits
 from .cluster import Cluster, ClusterExecutor, cluster_from_settings, node_utilisation, place_balanced
 from .errors import InputError
 from .planners.placement_mpc import CLUSTER_RUN
@@ -164,4 +164,4 @@ def one_pool_strategies(scen: Any, strategies: list[str]) -> list[tuple[str, str
     ]
 
 
-__all__ = ["ONE_POOL", "floor_with_nodes", "run_on_cluster", "one_pool_strategies", "cluster_of", "allocator"]
+__all__ = ["ONE_POOL", "run_on_cluster", "one_pool_strategies", "cluster_of", "allocator"]

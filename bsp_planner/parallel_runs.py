@@ -24,7 +24,20 @@ from .steps import StrategyResult
 #: Rough relative cost, to submit long runs first (unknown strategies count as cheap).
 _HEAVY = {"optimum": 4, "dqn": 3, "dp": 3, "mpc": 3, "floor": 0}
 
+#: Strategies whose result is the same in every mode (perfect knowledge of the actual durations): their
+#: pairs run one after another in one process, where the plan made for the first mode serves the others
+#: (`optimum` keeps its last plan per process), instead of being planned again in parallel.
+_SAME_IN_EVERY_MODE = {"optimum"}
+
 _SCENARIO: Scenario | None = None
+
+
+def default_jobs() -> int:
+    """How many processes `simulate` uses unless told: the CPUs this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # a platform without CPU affinity
+        return max(1, os.cpu_count() or 1)
 
 
 def check_jobs(jobs: int) -> int:
@@ -40,9 +53,25 @@ def _init(exp: Experiment, parent_pid: int) -> None:
         _SCENARIO = build_scenario(exp)
 
 
-def _run(mode: str, strategy: str) -> StrategyResult:
+def _run(pairs: list[tuple[str, str]]) -> list[StrategyResult]:
     assert _SCENARIO is not None
-    return run_strategy(_SCENARIO, strategy, mode)
+    return [run_strategy(_SCENARIO, s, m) for m, s in pairs]
+
+
+def _units(pairs: list[tuple[str, str]]) -> list[list[int]]:
+    """The pairs' indices grouped into what one process runs at a time: one pair each, but all the
+    modes of a strategy that is the same in every mode together."""
+    units: list[list[int]] = []
+    shared: dict[str, list[int]] = {}
+    for i, (_, s) in enumerate(pairs):
+        if s in _SAME_IN_EVERY_MODE:
+            if s not in shared:
+                shared[s] = []
+                units.append(shared[s])
+            shared[s].append(i)
+        else:
+            units.append([i])
+    return units
 
 
 def run_pairs(
@@ -54,7 +83,8 @@ def run_pairs(
 ) -> list[StrategyResult]:
     """Results for the (mode, strategy) pairs, in the order given; jobs > 1 uses that many processes."""
     check_jobs(jobs)
-    jobs = min(jobs, len(pairs))
+    units = _units(pairs)
+    jobs = min(jobs, len(units))
     if jobs <= 1:
         out = []
         for m, s in pairs:
@@ -66,7 +96,7 @@ def run_pairs(
         return out
     global _SCENARIO
     method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
-    order = sorted(range(len(pairs)), key=lambda i: -_HEAVY.get(pairs[i][1].partition(":")[0], 1))
+    order = sorted(units, key=lambda u: -_HEAVY.get(pairs[u[0]][1].partition(":")[0], 1))
     results: list[StrategyResult | None] = [None] * len(pairs)
     _SCENARIO = scen
     pool: ProcessPoolExecutor | None = None
@@ -75,12 +105,13 @@ def run_pairs(
             pool = ProcessPoolExecutor(
                 jobs, mp_context=mp.get_context(method), initializer=_init, initargs=(scen.experiment, os.getpid())
             )
-            futures = {pool.submit(_run, *pairs[i]): i for i in order}
+            futures = {pool.submit(_run, [pairs[i] for i in u]): u for u in order}
         for fut in as_completed(futures):
-            i = futures[fut]
-            results[i] = fut.result()  # an InputError in a worker is raised here, as with one process
-            if on_done:
-                on_done(*pairs[i])
+            unit = futures[fut]
+            for i, result in zip(unit, fut.result(), strict=True):  # an InputError in a worker is raised here
+                results[i] = result
+                if on_done:
+                    on_done(*pairs[i])
     except BaseException:
         if pool is not None:
             _terminate(pool)  # a signal or a failed pair: the others' work is not wanted

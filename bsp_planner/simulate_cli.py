@@ -63,16 +63,21 @@ def simulate(
         typer.Option("--true-profile", help="Profile the simulated tasks really follow (plan on the experiment's)."),
     ] = None,
     jobs: Annotated[
-        int,
-        typer.Option("--jobs", "-j", help="Run strategies and modes in this many processes (results identical to 1)."),
-    ] = 1,
+        int | None,
+        typer.Option(
+            "--jobs",
+            "-j",
+            help="Run strategies and modes in this many processes (results identical to 1; default: the CPUs "
+            "this process may use).",
+        ),
+    ] = None,
 ) -> None:
     """Compare reconfiguration strategies on a job in simulation (table, CSV/JSON/Markdown, chart)."""
     from .errors import InputError
     from .filelock import output_lock
     from .node_runs import one_pool_strategies
     from .outputs import check_output_dir
-    from .parallel_runs import check_jobs
+    from .parallel_runs import check_jobs, default_jobs
     from .report import write_outputs
     from .scenario import build_scenario, check_strategies
     from .settings import flags_blamed
@@ -107,7 +112,7 @@ def simulate(
         _leave_out_offline_strategies(console, exp)
     with flags_blamed(flagged, exp.path):
         check_strategies(exp.strategies, exp)
-    check_jobs(jobs)
+    jobs = default_jobs() if jobs is None else check_jobs(jobs)
     out_dir = out if out is not None else exp.output_path
     out_flag = "--out" if out is not None else "output"
     check_output_dir(out_dir, out_flag)

@@ -12,8 +12,8 @@ import time
 
 import numpy as np
 
+from .allocation.floor import floor_levels
 from .planners.base import Planner, PlanningContext
-from .planners.floor import floor_levels
 from .steps import StrategyResult as StrategyResult  # re-exported: other modules import it from here
 
 
@@ -50,12 +50,7 @@ def floor_result(ctx: PlanningContext, actual: np.ndarray, mode: str, settings: 
     parameters (settings: accepted like every bound's, unused)."""
     t0 = time.perf_counter()
     max_level = ctx.max_level if ctx.exppo_max_level is None else np.maximum(ctx.max_level, ctx.exppo_max_level)
-    if ctx.nodes is None:
-        levels, times = floor_levels(actual, max_level, ctx.budget_steps)
-    else:
-        from .allocation.nodes import floor_with_nodes
-
-        levels, times = floor_with_nodes(actual, max_level, ctx.budget_steps, ctx.nodes)
+    levels, times = floor_levels(actual, max_level, ctx.budget_steps, ctx.nodes)
     ms = (time.perf_counter() - t0) * 1e3
     m = ctx.steps
     return StrategyResult(

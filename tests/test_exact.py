@@ -52,6 +52,35 @@ def test_milp_equals_brute_force_on_small_frames(formulation):
         assert sol.value == pytest.approx(float(frame_time(d, sol.levels, w)), rel=1e-12)
 
 
+def test_lp_screen_answers_exactly_or_with_a_true_bound():
+    """With `screen` (what `optimum` does), the LP relaxation answers first: an exact answer must be
+    the optimum, and any bound (from the LP, or a MILP asked only about the screen) must lie between
+    the screen and the optimum: on small frames against brute force, with the search off as `optimum`
+    calls it."""
+    rng = np.random.default_rng(3)
+    methods = set()
+    for trial in range(80):
+        n, levels, k = int(rng.integers(2, 5)), int(rng.integers(3, 6)), int(rng.integers(2, 5))
+        d = random_table(rng, n, levels, k, ties=trial % 4 == 0)
+        max_level = np.full(n, levels - 1)
+        budget = int(rng.integers(1, n * (levels - 1)))
+        w = np.ones(k)
+        best = brute_force(d, w, max_level, budget)
+        inc = np.zeros((1, n), dtype=np.int64)  # a poor start: the LP and MILP have work to do
+        screen = best * float(rng.uniform(0.9, 1.1))
+        cutoff = screen + float(rng.uniform(0.0, 0.3)) * best
+        sol = solve_frame(
+            d, w, max_level, budget, incumbents=inc, cutoff=cutoff, screen=screen, search=False, fill=False
+        )
+        methods.add(sol.method)
+        if sol.optimal:
+            assert sol.value == pytest.approx(best, rel=1e-9)
+        else:
+            assert sol.bound <= best * (1 + 1e-9)  # a bound never above the optimum
+            assert sol.bound >= min(screen, cutoff) - 1e-9 * best  # and enough to tell the caller
+    assert "lp-bound" in methods  # the screen answered some frames without a MILP
+
+
 def test_milp_alone_finds_the_optimum_without_level_fixing():
     # The model itself (not the bounds that shrink it) must be exact: no shrinking, no incumbent.
     rng = np.random.default_rng(1)

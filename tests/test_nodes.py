@@ -13,10 +13,10 @@ from hypothesis import strategies as st
 from numpy.lib.stride_tricks import sliding_window_view
 
 from bsp_planner.allocation import CpuLevels, GreedyAllocator
+from bsp_planner.allocation.floor import floor_levels
 from bsp_planner.allocation.nodes import (
     NodeConstrained,
     NodeLimits,
-    floor_with_nodes,
     greedy_with_nodes,
     solve_frame_nodes,
 )
@@ -77,7 +77,7 @@ def test_floor_and_exact_frame_equal_brute_force_under_nodes():
         cfgs = all_configs(max_level, budget, limits)
         n = actual.shape[0]
         per_step = np.array([actual[np.arange(n), c, :].max(axis=0) for c in cfgs])  # (P, m)
-        _, times = floor_with_nodes(actual, max_level, budget, limits)
+        _, times = floor_levels(actual, max_level, budget, limits)
         assert np.allclose(times, per_step.min(axis=0))
         w = 0.9 ** np.arange(actual.shape[2])
         sol = solve_frame_nodes(actual, w, max_level, budget, limits)

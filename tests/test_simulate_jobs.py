@@ -1,12 +1,13 @@
 """`simulate --jobs N` runs strategies and modes in parallel processes with the same results as one."""
 
 import csv
+import os
 
 import numpy as np
 import pytest
 
 from bsp_planner.experiment import load_experiment
-from bsp_planner.parallel_runs import run_pairs
+from bsp_planner.parallel_runs import _units, run_pairs
 from bsp_planner.scenario import build_scenario
 
 from cli_run import run_cli
@@ -52,3 +53,32 @@ def test_jobs_below_one_is_refused(tmp_path, synthetic_profile, monkeypatch, cap
     assert code == 2
     assert "--jobs" in out + err and ">= 1" in out + err
     assert not (tmp_path / "out").exists()
+
+
+def test_simulate_uses_every_cpu_it_may_unless_told(tmp_path, synthetic_profile, monkeypatch, capsys):
+    """Without --jobs, the runs spread over the CPUs this process may use (the default command's time)."""
+    from bsp_planner import parallel_runs
+
+    seen = []
+    real = parallel_runs.run_pairs
+
+    def spy(scen, pairs, jobs=1, **kw):
+        seen.append(jobs)
+        return real(scen, pairs, 1, **kw)
+
+    monkeypatch.setattr(parallel_runs, "run_pairs", spy)
+    exp = write_experiment(tmp_path, synthetic_profile, steps=5)
+    for extra in ([], ["--jobs", "1"]):
+        code, _, err = run_cli(["simulate", str(exp), "-q", *extra], monkeypatch, capsys)
+        assert code == 0, err
+    assert seen == [len(os.sched_getaffinity(0)), 1]
+
+
+def test_every_mode_of_optimum_runs_in_one_process():
+    """`optimum` is the same plan in every mode: its modes go to one worker, one after another, where
+    the first mode's plan serves the next instead of being made again in parallel."""
+    pairs = [(m, s) for m in ("perfect", "forecast") for s in ("mpc", "optimum", "floor")]
+    units = _units(pairs)
+    assert sorted(i for u in units for i in u) == list(range(len(pairs)))
+    assert [pairs[i] for i in next(u for u in units if len(u) > 1)] == [("perfect", "optimum"), ("forecast", "optimum")]
+    assert all(len(u) == 1 for u in units if pairs[u[0]][1] != "optimum")

@@ -142,3 +142,22 @@ def test_mpc_plan_on_the_default_experiment_is_within_a_tenth_of_a_percent_of_gr
         ctx.configs.__init__(ctx.configs.predicted, make_allocator(name), ctx.max_level, ctx.budget_steps, ctx.discount)
         totals[name] = simulate(make_planner("mpc"), ctx, default_scenario.actual).total_s
     assert totals["threshold"] <= totals["greedy"] * 1.001
+
+
+def test_threshold_is_the_budgets_largest_ratio_with_many_entries_no_task_may_leave():
+    """Frames where most entries are -inf (levels no task may leave, a full node's) take the same
+    levels as sorting every ratio would give: the b steps go to the b largest ratios (no ties here)."""
+    from bsp_planner.allocation.threshold import levels_for_ratios
+
+    rng = np.random.default_rng(5)
+    f, n, L = 6, 40, 12
+    ratio = -np.sort(-rng.uniform(0.5, 3.0, (f, n, L)), axis=-1).astype(np.float32)
+    cut = rng.integers(0, L + 1, (f, n))  # task i may leave only its first cut levels
+    ratio[np.arange(L)[None, None, :] >= cut[:, :, None]] = -np.inf
+    for b in (5, int(cut.sum(axis=1).min()), int(cut.sum(axis=1).max()) + 3):
+        (levels,) = levels_for_ratios(ratio, lambda j, idx: np.zeros(idx.size), [b])
+        for j in range(f):
+            flat = ratio[j].ravel()
+            top = np.argsort(-flat, kind="stable")[: min(b, int((flat > -np.inf).sum()))]
+            want = np.bincount(top // L, minlength=n)
+            assert np.array_equal(levels[j], want), (b, j)

@@ -36,6 +36,7 @@ best bound and gap: never a silent greedy answer.
 
 from __future__ import annotations
 
+import threading
 import time
 import warnings
 from collections import OrderedDict
@@ -48,6 +49,7 @@ from scipy.sparse import csr_array
 
 from ..errors import InputError
 from .base import Allocator, frame_time
+from .floor import floor_levels
 from .greedy import GreedyAllocator
 
 
@@ -575,6 +577,9 @@ def solve_frame(
     level_bounds: np.ndarray | None = None,
     lower_bound: float | None = None,
     fill: bool = True,
+    search: bool = True,
+    floor_steps: np.ndarray | None = None,
+    screen: float | None = None,
 ) -> FrameSolution:
     """The exact configuration of one frame.
 
@@ -586,6 +591,16 @@ def solve_frame(
     where not allowed), used for the first round of level fixing instead of computing it here;
     shrink_rounds: how many rounds of level fixing (0: hand HiGHS every level).
     lower_bound: a known lower bound on the frame's optimum (the incumbent is optimal if it meets it).
+    search: look for a better start than the incumbents (min-max and proportional starts, local
+    search); False when the caller's incumbents are already good (`optimum`'s pool): the answer is
+    the same, only the bounds HiGHS starts from differ.
+    floor_steps: the per-step floor (min-max over all configurations) of the frame's weighted steps,
+    when the caller has it; with level_bounds it saves the first round's bound tables.
+    screen: the value the caller compares the frame's optimum with (below the cutoff). The model's LP
+    relaxation is solved first (a fraction of the MILP's cost: the relaxation is tight but for the
+    budget row): an integral LP solution is the MILP's; an LP bound that reaches the cutoff proves
+    nothing is below it; one that reaches `screen` is returned as it is (optimal=False, bound below
+    the cutoff, method "lp-bound"): the frame cannot beat `screen`, and no MILP is run.
     """
     t0 = time.perf_counter()
     durations = np.asarray(durations, dtype=np.float64)
@@ -598,7 +613,7 @@ def solve_frame(
     closed = _closed_form(fr)
     if closed is not None:
         return closed
-    best_lv, best_v = _incumbent(fr, incumbents)
+    best_lv, best_v = _incumbent(fr, incumbents) if search else _given_incumbent(fr, incumbents)
     d, w, M, budget = fr.d, fr.w, fr.M, fr.budget
     limit = best_v if cutoff is None else min(best_v, float(cutoff))
     scale = max(abs(best_v) if np.isfinite(best_v) else float(np.dot(w, d.max(axis=(0, 1)))), 1e-9)
@@ -607,7 +622,11 @@ def solve_frame(
 
     lo = np.zeros(fr.n, dtype=np.int64)
     hi = np.minimum(M, budget)
-    G, floor_k = level_bound_terms(d, lo, hi, budget)
+    G: np.ndarray | None
+    if level_bounds is not None and floor_steps is not None:  # the first round needs no G
+        G, floor_k = None, np.asarray(floor_steps, dtype=np.float64)[active]
+    else:
+        G, floor_k = level_bound_terms(d, lo, hi, budget)
     lb_all = float(np.dot(w, floor_k))
     if lower_bound is not None:
         lb_all = max(lb_all, float(lower_bound))
@@ -628,8 +647,149 @@ def solve_frame(
     model = FORMULATIONS[formulation](d, w, lo, hi, budget, floor_k)
     cut = limit + max(rel_gap * scale, tol) if np.isfinite(limit) else None
     t1 = time.perf_counter()
-    res = _run_milp(model, cut, rel_gap, time_limit, scale)
+    if screen is not None:
+        screened = _screen_by_lp(fr, inc, model, float(screen), lb_all, scale, tol)
+        if screened is not None:
+            return screened
+        if screen < inc.limit:  # only a configuration below `screen` matters now: a quicker proof
+            inc = _Incumbent(best_lv, best_v, float(screen), float(screen))
+            cut = float(screen) + max(rel_gap * scale, tol)
+    run = _run_milp if screen is None else _run_milp_direct  # the `optimum` DP's hundreds of small MILPs
+    res = run(model, cut, rel_gap, time_limit, scale)
     return _milp_solution(fr, inc, model, res, time.perf_counter() - t1, lb_all, tol)
+
+
+#: How far below HiGHS's LP objective a bound taken from it is put (relative to the frame's time): the
+#: LP is solved to floating-point tolerances, and a bound must never exceed the true optimum.
+LP_BOUND_MARGIN = 1e-7
+
+
+def _screen_by_lp(
+    fr: _Frame, inc: _Incumbent, model: _Model, screen: float, lb_all: float, scale: float, tol: float
+) -> FrameSolution | None:
+    """The LP relaxation of `model` as a cheap answer (see solve_frame's `screen`), or None when only
+    the MILP can tell."""
+    t1 = time.perf_counter()
+    res = _run_lp(model)
+    lp_s = time.perf_counter() - t1
+    if res.status != 0 or res.x is None:
+        return None
+    y = res.x[model.integrality > 0]
+    if np.all(np.abs(y - np.round(y)) <= 1e-9):  # a vertex of the closure polytope: the MILP's optimum
+        res.mip_node_count, res.mip_dual_bound = 0, None
+        return _milp_solution(fr, inc, model, res, lp_s, lb_all, tol)
+    bound = max(float(res.fun + model.constant) - LP_BOUND_MARGIN * scale, lb_all)
+    if bound >= inc.limit + tol:  # nothing below the limit (the incumbent, or the cutoff)
+        sol = _proved(fr, inc, bound, method="lp")
+        sol.milp_seconds = lp_s
+        return sol
+    bound = min(bound, inc.limit)  # levels were fixed against the limit: the model holds nothing above it
+    if bound >= screen:
+        lv = inc.levels if inc.levels is not None else np.zeros(fr.n, dtype=np.int64)
+        sol = FrameSolution(lv, inc.value, bound, False, "lp-bound", seconds=fr.elapsed())
+        sol.milp_seconds = lp_s
+        return sol
+    return None
+
+
+_LP_SOLVERS = threading.local()  # one HiGHS instance per thread, reused LP after LP
+
+
+def _highs_lp(highs, model: _Model):  # type: ignore[no-untyped-def]
+    """`model` as the binding's HighsLp (columns, rows, the matrix by columns)."""
+    A = model.A.tocsc()
+    n, m = model.c.size, model.row_lo.size
+    lp = highs.HighsLp()
+    lp.num_col_, lp.num_row_ = n, m
+    lp.col_cost_, lp.col_lower_, lp.col_upper_ = model.c, model.var_lo, model.var_hi
+    lp.row_lower_, lp.row_upper_ = model.row_lo, model.row_hi
+    lp.a_matrix_.format_ = highs.MatrixFormat.kColwise
+    lp.a_matrix_.num_col_, lp.a_matrix_.num_row_ = n, m
+    lp.a_matrix_.start_, lp.a_matrix_.index_, lp.a_matrix_.value_ = A.indptr, A.indices, A.data
+    return lp
+
+
+#: HiGHS's model status -> scipy.optimize.milp's status code (0 optimal, 1 limit, 2 infeasible: nothing
+#: below the objective bound, 3 unbounded, 4 other), as `_milp_solution` reads it.
+_SCIPY_STATUS = {"kOptimal": 0, "kTimeLimit": 1, "kIterationLimit": 1, "kSolutionLimit": 1, "kInfeasible": 2}
+
+
+def _run_milp_direct(
+    model: _Model, cutoff: float | None, rel_gap: float, time_limit: float, scale: float
+) -> OptimizeResult:
+    """`_run_milp` (same options, same result fields) straight through the HiGHS binding scipy ships,
+    one instance per thread reused: `scipy.optimize.milp` checks and sets a dozen options anew on every
+    call, a fifth of a small MILP's time. `_run_milp` itself where that binding is missing."""
+    try:
+        from scipy.optimize._highspy import _core as highs
+    except ImportError:
+        return _run_milp(model, cutoff, rel_gap, time_limit, scale)
+    h = getattr(_LP_SOLVERS, "milp", None)
+    if h is None:
+        h = _LP_SOLVERS.milp = highs._Highs()
+        for key, value in {
+            "output_flag": False,
+            "threads": 1,
+            "presolve": "on",
+            "mip_rel_gap": 0.0,
+            "mip_heuristic_effort": 0.0,
+            "mip_heuristic_run_rins": False,
+            "mip_heuristic_run_rens": False,
+            "mip_heuristic_run_root_reduced_cost": False,
+            "mip_heuristic_run_zi_round": False,
+            "mip_heuristic_run_shifting": False,
+            "mip_heuristic_run_feasibility_jump": False,
+        }.items():
+            h.setOptionValue(key, value)
+    h.setOptionValue("time_limit", float(time_limit))
+    h.setOptionValue("mip_abs_gap", max(rel_gap * scale, 1e-12))
+    bound = float(cutoff - model.constant) if cutoff is not None and np.isfinite(cutoff) else np.inf
+    h.setOptionValue("objective_bound", bound)
+    lp = _highs_lp(highs, model)
+    lp.integrality_ = [highs.HighsVarType(int(i)) for i in model.integrality]
+    h.passModel(lp)
+    h.run()
+    model_status = h.getModelStatus()
+    status = _SCIPY_STATUS.get(model_status.name, 4)
+    info = h.getInfo()
+    feasible = status in (0, 1) and np.isfinite(info.objective_function_value) and info.primal_solution_status == 2
+    x = np.asarray(h.getSolution().col_value, dtype=np.float64) if feasible else None
+    return OptimizeResult(
+        status=status,
+        x=x,
+        mip_node_count=int(info.mip_node_count),
+        mip_dual_bound=float(info.mip_dual_bound),
+        message=h.modelStatusToString(model_status),
+    )
+
+
+def _run_lp(model: _Model) -> OptimizeResult:
+    """The LP relaxation of `model` (every variable continuous), by HiGHS: status 0 with x and fun (the
+    objective without model.constant) when optimal. Straight through the HiGHS binding scipy ships,
+    one instance reused: `scipy.optimize.milp` checks and sets every option anew on each call, as
+    long as HiGHS takes to solve an LP of a hundred variables. `milp` where that binding is missing."""
+    try:
+        from scipy.optimize._highspy import _core as highs
+    except ImportError:  # another scipy layout: the public route
+        return milp(
+            model.c,
+            constraints=LinearConstraint(model.A, model.row_lo, model.row_hi),
+            integrality=np.zeros_like(model.integrality),
+            bounds=Bounds(model.var_lo, model.var_hi),
+            options={"presolve": True},
+        )
+    h = getattr(_LP_SOLVERS, "highs", None)
+    if h is None:
+        h = _LP_SOLVERS.highs = highs._Highs()
+        h.setOptionValue("output_flag", False)
+        h.setOptionValue("threads", 1)
+        h.setOptionValue("presolve", "off")  # a hundred variables, already cut down by level fixing
+    h.passModel(_highs_lp(highs, model))
+    h.run()
+    if h.getModelStatus() != highs.HighsModelStatus.kOptimal:
+        return OptimizeResult(status=1, x=None, fun=None)
+    x = np.asarray(h.getSolution().col_value, dtype=np.float64)
+    return OptimizeResult(status=0, x=x, fun=float(h.getInfo().objective_function_value))
 
 
 @dataclass
@@ -679,8 +839,6 @@ def _closed_form(fr: _Frame) -> FrameSolution | None:
         v = fr.time_of(lv)
         return FrameSolution(lv, v, v, True, "all-max", seconds=fr.elapsed())
     if k == 1:
-        from ..planners.floor import floor_levels
-
         lvs, times = floor_levels(d, M, budget)
         lv = fr.filled(lvs[0])
         v = float(w[0] * times[0])
@@ -688,11 +846,22 @@ def _closed_form(fr: _Frame) -> FrameSolution | None:
     return None
 
 
+def _given_incumbent(fr: _Frame, incumbents: np.ndarray | None) -> tuple[np.ndarray | None, float]:
+    """The best of the given configurations that fit the budget (None, inf: none given)."""
+    if incumbents is None or not len(incumbents):
+        return None, np.inf
+    inc = np.minimum(np.asarray(incumbents, dtype=np.int64).reshape(-1, fr.n), fr.M[None, :])
+    inc = inc[inc.sum(axis=1) <= fr.budget]
+    if not len(inc):
+        return None, np.inf
+    vals = frame_time(np.broadcast_to(fr.d, (len(inc),) + fr.d.shape), inc, fr.w)
+    j = int(np.argmin(vals))
+    return inc[j], float(vals[j])
+
+
 def _incumbent(fr: _Frame, incumbents: np.ndarray | None) -> tuple[np.ndarray | None, float]:
     """The best of the given configurations, the min-max configuration of the frame's weighted mean
     durations and the proportional-floor one, improved by local search: (levels, weighted time)."""
-    from ..planners.floor import floor_levels
-
     d, w, M, budget, n = fr.d, fr.w, fr.M, fr.budget, fr.n
     floor_k = floor_levels(d, M, budget)[1]
     mean = (d * w[None, None, :]).sum(axis=2, keepdims=True) / w.sum()
@@ -716,7 +885,7 @@ def _incumbent(fr: _Frame, incumbents: np.ndarray | None) -> tuple[np.ndarray | 
 
 def _fix_levels(
     fr: _Frame,
-    G: np.ndarray,
+    G: np.ndarray | None,
     floor_k: np.ndarray,
     lo: np.ndarray,
     hi: np.ndarray,
@@ -726,13 +895,15 @@ def _fix_levels(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """Rounds of level fixing: drop the levels whose weighted bound from G (tasks, levels, k) exceeds
     `limit` (level_bounds, when given, in the first round instead). G and floor_k (k,) are
-    level_bound_terms of lo..hi. Returns the new (lo, hi, floor_k), or None when some task has no level
-    left (nothing beats the limit)."""
+    level_bound_terms of lo..hi (G may be None when level_bounds are given). Returns the new (lo, hi,
+    floor_k), or None when some task has no level left (nothing beats the limit)."""
     d, w, budget = fr.d, fr.w, fr.budget
     for r in range(rounds):
         if r == 0 and level_bounds is not None:
             lb = np.asarray(level_bounds, dtype=np.float64)
         else:
+            if G is None:
+                G, floor_k = level_bound_terms(d, lo, hi, budget)
             lb = (G * w[None, None, :]).sum(axis=2)
         got = shrink_levels(lb, lo, hi, budget, limit)
         if got is None:
@@ -741,7 +912,10 @@ def _fix_levels(
         if np.array_equal(lo2, lo) and np.array_equal(hi2, hi) and not (r == 0 and level_bounds is not None):
             break
         lo, hi = lo2, hi2
-        G, floor_k = level_bound_terms(d, lo, hi, budget)
+        if r + 1 < rounds:
+            G, floor_k = level_bound_terms(d, lo, hi, budget)
+        else:  # the last round: only the floor of the new levels is wanted (the model's lowest thresholds)
+            floor_k = floor_levels(d, hi, budget, min_level=lo)[1]
     return lo, hi, floor_k
 
 
@@ -919,8 +1093,6 @@ class ExactAllocator(Allocator):
         """Lower bound and incumbents from solved sub-frames: for a cut m, the frame's optimum is at
         least the optimum of its first m steps plus that of the rest (one configuration serves both),
         each known from the cache (a one-step part: its floor)."""
-        from ..planners.floor import floor_levels
-
         ka = d.shape[2]
         floors = None
         best, cands = None, []

@@ -19,49 +19,17 @@ All are exact about the constraint; only `exact` is exact about the objective.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 from scipy.sparse import csr_array, vstack
 
 from .base import Allocator, frame_time
+from .floor import floor_levels
+from .node_limits import NodeLimits as NodeLimits  # re-exported: callers import it from here
 
 if TYPE_CHECKING:
     from .exact import FrameSolution
-
-
-@dataclass(frozen=True)
-class NodeLimits:
-    """node_of: (tasks,) the node index each task runs on; steps: (nodes,) CPU steps above its tasks'
-    minimum that each node can hand out (>= 0)."""
-
-    node_of: np.ndarray
-    steps: np.ndarray
-
-    @property
-    def n_nodes(self) -> int:
-        return int(self.steps.size)
-
-    def usage(self, levels: np.ndarray) -> np.ndarray:
-        """levels (..., tasks) -> steps used on each node (..., nodes)."""
-        lv = np.asarray(levels, dtype=np.int64)
-        one_hot = self.node_of[:, None] == np.arange(self.n_nodes)[None, :]  # (tasks, nodes)
-        used: np.ndarray = lv @ one_hot.astype(np.int64)
-        return used
-
-    def fits(self, levels: np.ndarray) -> np.ndarray:
-        """levels (..., tasks) -> (...) bool: every node holds its tasks' levels."""
-        ok: np.ndarray = np.all(self.usage(levels) <= self.steps, axis=-1)
-        return ok
-
-    def task_cap(self, max_level: np.ndarray) -> np.ndarray:
-        """(tasks,) the highest level each task can reach alone on its node."""
-        capped: np.ndarray = np.minimum(np.asarray(max_level, dtype=np.int64), self.steps[self.node_of])
-        return capped
-
-    def key(self) -> bytes:
-        return self.node_of.astype(np.int64).tobytes() + b"|" + self.steps.astype(np.int64).tobytes()
 
 
 def greedy_with_nodes(
@@ -163,40 +131,6 @@ def threshold_with_nodes(
     return levels
 
 
-def floor_with_nodes(
-    durations: np.ndarray, max_level: np.ndarray, budget_steps: int, limits: NodeLimits
-) -> tuple[np.ndarray, np.ndarray]:
-    """Per step, the exact min-max over the configurations that fit the budget and the nodes:
-    durations (tasks, levels, steps) -> (levels (steps, tasks), times (steps,)). As `floor_levels`
-    (binary search over the step's own durations), with each node's sum of needed levels checked too."""
-    n, n_levels, m = durations.shape
-    max_level = np.minimum(np.asarray(max_level), n_levels - 1)
-    cand = np.sort(durations.reshape(n * n_levels, m), axis=0)
-    cols = np.arange(m)
-    one_hot = (limits.node_of[:, None] == np.arange(limits.n_nodes)[None, :]).astype(np.int64)  # (tasks, nodes)
-
-    def need(thresholds: np.ndarray) -> np.ndarray:  # (tasks, steps)
-        counts: np.ndarray = (durations > thresholds[None, None, :]).sum(axis=1)
-        return counts
-
-    lo = np.zeros(m, dtype=np.int64)
-    hi = np.full(m, n * n_levels - 1)
-    while np.any(lo < hi):
-        mid = (lo + hi) // 2
-        counts = need(cand[mid, cols])
-        per_node = one_hot.T @ counts  # (nodes, steps)
-        feasible = (
-            np.all(counts <= max_level[:, None], axis=0)
-            & (counts.sum(axis=0) <= budget_steps)
-            & np.all(per_node <= limits.steps[:, None], axis=0)
-        )
-        hi = np.where(feasible, mid, hi)
-        lo = np.where(feasible, lo, mid + 1)
-    levels = need(cand[lo, cols]).T
-    times = durations[np.arange(n)[None, :], levels, cols[:, None]].max(axis=1)
-    return levels, times
-
-
 def solve_frame_nodes(
     durations: np.ndarray,
     weights: np.ndarray,
@@ -232,7 +166,7 @@ def solve_frame_nodes(
     if w.size == 0:
         return FrameSolution(np.zeros(n, dtype=np.int64), 0.0, 0.0, True, "empty", seconds=time.perf_counter() - t0)
     if w.size == 1:
-        lv = floor_with_nodes(d, M, budget, limits)[0][0]
+        lv = floor_levels(d, M, budget, limits)[0][0]
         v = float(frame_time(d, lv, w))
         return FrameSolution(lv, v, v, True, "single-step", seconds=time.perf_counter() - t0)
     starts: list[np.ndarray] = []
@@ -244,7 +178,7 @@ def solve_frame_nodes(
     values = [float(frame_time(d, s, w)) for s in starts]
     j = int(np.argmin(values))
     best_lv, best_v = starts[j], values[j]
-    floor_k = floor_with_nodes(d, M, budget, limits)[1]
+    floor_k = floor_levels(d, M, budget, limits)[1]
     lb_all = float(np.dot(w, floor_k))
     limit = best_v if cutoff is None else min(best_v, float(cutoff))
     scale = max(abs(best_v), 1e-9)

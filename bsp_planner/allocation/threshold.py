@@ -81,12 +81,25 @@ def levels_for_ratios(ratio: np.ndarray, tiebreak: TieBreak, budgets: list[int])
     f, n, L = ratio.shape
     flat = ratio.reshape(f, n * L)
     size = n * L
+    # A frame with no more than b entries a task may leave has threshold -inf for budget b (every such
+    # entry is taken). Only the other frames are partitioned, with their -inf entries (levels no task
+    # may leave, or a full node's) made distinct values below every ratio (ratios are >= 0): np.partition
+    # slows tenfold on an array half made of one repeated value, and the k-th largest, a leavable
+    # entry, is the same.
+    leavable = (flat > -np.inf).sum(axis=1)
+    rows = np.nonzero(leavable > min(budgets, default=size))[0]
     kth = sorted({size - b - 1 for b in budgets if b + 1 <= size})
-    part = np.partition(flat, kth, axis=-1) if kth else flat
+    sub = flat[rows]
+    if kth and rows.size:
+        part = np.partition(np.where(sub > -np.inf, sub, -1.0 - np.arange(size, dtype=sub.dtype)), kth, axis=-1)
+    else:
+        part = sub
     out = []
     for b in budgets:
         # The (b+1)-th largest ratio: the smallest multiple b steps reach (every entry above it needs one).
-        a = part[:, size - b - 1] if b + 1 <= size else np.full(f, -np.inf)
+        a = np.full(f, -np.inf, dtype=flat.dtype)
+        if b + 1 <= size:
+            a[rows] = np.where(leavable[rows] > b, part[:, size - b - 1], -np.inf)
         levels = (ratio > a[:, None, None]).sum(axis=-1)
         spare = np.where(a > -np.inf, b - levels.sum(axis=1), 0)  # -inf: a frame without weighted steps
         # Entries tied at the threshold: the spare steps go to those with the larger tiebreak (a

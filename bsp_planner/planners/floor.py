@@ -1,36 +1,11 @@
-"""`floor`: for every step, the exact minimum over all configurations within the budget of the slowest
-task's time (min-max), with no reconfiguration cost. No strategy can beat it: the lower bound.
-
-Durations are non-increasing in CPU, so a time T is reachable iff giving each task the fewest levels
-that bring it to T or below fits the budget; the smallest reachable T is found by binary search over
-the step's own durations, for all steps at once.
+"""`floor`: for every step, the exact minimum over all configurations within the budget (and the
+nodes, on a cluster) of the slowest task's time (min-max), with no reconfiguration cost. No strategy
+can beat it: the lower bound. The computation lives with the allocators (`allocation/floor.py`), which
+use it too.
 """
 
 from __future__ import annotations
 
-import numpy as np
+from ..allocation.floor import floor_levels
 
-
-def floor_levels(durations: np.ndarray, max_level: np.ndarray, budget_steps: int) -> tuple[np.ndarray, np.ndarray]:
-    """durations: (tasks, levels, steps) actual seconds. Returns (levels (steps, tasks), times (steps,))."""
-    n, n_levels, m = durations.shape
-    max_level = np.minimum(np.asarray(max_level), n_levels - 1)
-    cand = np.sort(durations.reshape(n * n_levels, m), axis=0)  # (n*L, m)
-    cols = np.arange(m)
-
-    def need(thresholds: np.ndarray) -> np.ndarray:  # (tasks, steps) levels needed to reach the threshold
-        counts: np.ndarray = (durations > thresholds[None, None, :]).sum(axis=1)
-        return counts
-
-    lo = np.zeros(m, dtype=np.int64)
-    hi = np.full(m, n * n_levels - 1)
-    # The largest duration of all is always reachable (every task at its minimum), so hi stays feasible.
-    while np.any(lo < hi):
-        mid = (lo + hi) // 2
-        counts = need(cand[mid, cols])
-        feasible = np.all(counts <= max_level[:, None], axis=0) & (counts.sum(axis=0) <= budget_steps)
-        hi = np.where(feasible, mid, hi)
-        lo = np.where(feasible, lo, mid + 1)
-    levels = need(cand[lo, cols]).T  # (steps, tasks)
-    times = durations[np.arange(n)[None, :], levels, cols[:, None]].max(axis=1)
-    return levels, times
+__all__ = ["floor_levels"]

@@ -29,11 +29,13 @@ never solved, thanks to three facts:
   found so far (the pool, seeded with every step's floor configuration) gives it. A start whose lower
   bound cannot beat V(e) waits without a MILP; one whose bound cannot beat V(e) + C is dropped;
   bounds that meet need no solver.
-* Cutoffs and warm starts. A segment that is solved is solved with the cutoff best(e) + C - V(s) -
-  C[s>0] (best(e) >= V(e) is the best found so far; the value decides both its use and its pruning),
-  as HiGHS's objective bound, so HiGHS proves "nothing below" rather than finding an optimum nobody
-  will use; its incumbent is the best pool configuration for it, improved by local search, and the
-  per-(task, level) bounds fix most levels before HiGHS sees the model.
+* LP first, then cutoffs. A segment that bounds cannot settle has its model (the per-(task, level)
+  bounds fix most levels first) solved as an LP: the relaxation is tight but for the one budget row,
+  so its solution is often integral (the segment's optimum) and otherwise its bound mostly shows the
+  segment cannot beat best(e) (best(e) >= V(e) is the best found so far): the start waits with that
+  bound, or dies if it reaches best(e) + C. Only the rest (a few in ten) go to HiGHS's MILP, with the
+  objective bound best(e) - V(s) - C[s>0]: it proves "nothing below" or finds the improving optimum.
+  The incumbent is the best pool configuration for the segment.
 """
 
 from __future__ import annotations
@@ -51,7 +53,8 @@ from ..allocation.exact import (
     floors_without_each_task,
     solve_frame,
 )
-from ..allocation.nodes import NodeLimits, floor_with_nodes, solve_frame_nodes
+from ..allocation.floor import floor_levels
+from ..allocation.nodes import NodeLimits, solve_frame_nodes
 from ..errors import InputError
 
 if TYPE_CHECKING:
@@ -206,6 +209,7 @@ class _SegmentDP:
             "milps": 0,
             "milp_seconds": 0.0,
             "cutoff_proofs": 0,
+            "lp_waits": 0,
             "bound_proofs": 0,
             "pruned_by_bound": 0,
             "waited": 0,
@@ -223,7 +227,7 @@ class _SegmentDP:
         # Without the nodes' rows these are bounds of a relaxation: still lower bounds with them.
         fm, floor = floors_without_each_task(actual, lo0, hi0, budget)  # (n, B+1, m), (m,)
         if self.nodes is not None:
-            floor = floor_with_nodes(actual, self.M, budget, self.nodes)[1]
+            floor = floor_levels(actual, self.M, budget, self.nodes)[1]
         lv = np.arange(L)
         G = np.maximum(actual, fm[:, np.clip(budget - lv, 0, budget), :])
         G[(lv[None, :] > hi0[:, None])] = 1e12  # a level no task may take: finite, so prefix sums stay usable
@@ -234,12 +238,7 @@ class _SegmentDP:
     def seed_pool(self, initial: np.ndarray | None) -> None:
         """Every step's floor configuration (exact for one-step segments, good incumbents nearby), and
         the given configurations."""
-        from .floor import floor_levels
-
-        if self.nodes is None:
-            floors = floor_levels(self.actual, self.M, self.budget)[0]
-        else:
-            floors = floor_with_nodes(self.actual, self.M, self.budget, self.nodes)[0]
+        floors = floor_levels(self.actual, self.M, self.budget, self.nodes)[0]
         for c in np.unique(floors, axis=0):
             self.pool.add(c)
         if initial is not None:
@@ -248,8 +247,12 @@ class _SegmentDP:
                 if self.nodes is None or self.nodes.fits(c):
                     self.pool.add(c)
 
-    def solve(self, s: int, e: int, cutoff: float, inc: np.ndarray | None) -> FrameSolution:
-        """The MILP of segment [s, e) below `cutoff`, starting from the pool configuration `inc`."""
+    def solve(
+        self, s: int, e: int, cutoff: float, inc: np.ndarray | None, screen: float | None = None
+    ) -> FrameSolution:
+        """The MILP of segment [s, e) below `cutoff`, starting from the pool configuration `inc`.
+        screen: what the segment must beat to matter now; when its LP bound says it cannot, that bound
+        is the answer (optimal False, bound below the cutoff) and no MILP runs."""
         self.stats["milps"] += 1
         d = self.actual[:, :, s:e]
         lb = self.PG[:, :, e] - self.PG[:, :, s]
@@ -280,7 +283,12 @@ class _SegmentDP:
             rel_gap=self.rel_gap,
             time_limit=self.time_limit,
             level_bounds=lb,
+            lower_bound=float(self.H[s, e - s]),
             fill=False,
+            search=False,
+            shrink_rounds=1,  # the LP screen below copes with the levels a second round would drop
+            floor_steps=self.floor[s:e],
+            screen=screen,
         )
         self.stats["milp_seconds"] += sol.seconds
         if np.isfinite(sol.value):
@@ -352,11 +360,14 @@ class _SegmentDP:
                 continue
             cutoff = best_val + C - base[q]
             inc = self.pool.configs[ub_idx[q]] if np.isfinite(ub[q]) else None
-            sol = self.solve(s, e, cutoff, inc)
-            if not sol.optimal:  # nothing below the cutoff: never useful again
-                stats["cutoff_proofs"] += 1
-                dead.add(s)
+            sol = self.solve(s, e, cutoff, inc, screen=best_val - base[q])
+            if not sol.optimal:
                 lb[q] = H[s, e - s] = max(lb[q], sol.bound)
+                if sol.bound >= cutoff - tol:  # nothing below the cutoff: never useful again
+                    stats["cutoff_proofs"] += 1
+                    dead.add(s)
+                else:  # its LP bound: it cannot improve V(e), but may still help a later end
+                    stats["lp_waits"] += 1
                 continue
             lb[q] = H[s, e - s] = sol.value
             exact[q] = True

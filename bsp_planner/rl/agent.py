@@ -71,7 +71,16 @@ class Agent:
             )
 
     def act(self, obs) -> int:
-        action, _ = self.model.predict(obs, deterministic=True)
+        import torch
+
+        # One observation through a small network: a second intra-op thread only adds synchronisation
+        # (ten times slower on a busy 2-core machine). The process's setting is put back after.
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            action, _ = self.model.predict(obs, deterministic=True)
+        finally:
+            torch.set_num_threads(threads)
         return int(action)
 
 
