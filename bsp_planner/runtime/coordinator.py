@@ -399,26 +399,43 @@ class Coordinator:
         self.executor.task_env = {t: sv.env(t) for t in self.job.task_names}
 
     def _plan_with_method_cost(self) -> None:
-        """The planner's reconfiguration penalty is the cost of the method this run uses: the
-        experiment's [reconfigure_cost] for it, else (a resumed run) the cost the run planned with,
-        else what the backend measures now, else penalty_s. Recorded in run.json."""
+        """The planner's reconfiguration penalty is the cost of the method this run uses; every change a
+        node-aware plan makes fits its tasks' nodes, so it is made by that method. Each method's cost is
+        the experiment's [reconfigure_cost] for it, else (a resumed run) the cost the run recorded, else
+        what the backend measures now, else penalty_s. The run's own method is always resolved; the
+        other one where this run may use it too: a Kubernetes in-place run recreates a stress-ng task
+        whose resize the kubelet refuses. Both are recorded in run.json and the summary."""
         import dataclasses
 
         method = self.settings.reconfigure
         assert method is not None and self.backend is not None  # resolved and made in _prepare
-        planned, source = self.exp.reconfigure_cost.of(method), "experiment [reconfigure_cost]"
         before = self.run_meta.get("reconfigure_cost") if self.resume else None
-        if planned is None and isinstance(before, dict) and before.get("method") == method:
-            planned, source = float(before["planned_s"]), before.get("source", "run.json")
-        if planned is None:
-            planned, source = (
-                self.backend.measure_reconfigure_cost(method),
-                f"measured by the {self.backend.name} backend",
-            )
-        if planned is None:
-            planned, source = float(self.exp.penalty_s), "the experiment's penalty_s"
+        before = before if isinstance(before, dict) else {}
+        other = "recreate" if method == "in-place" else "in-place"
+        may_use_other = self.backend.name == "kubernetes" and method == "in-place"
+        costs: dict[str, tuple[float | None, str]] = {}
+        for m in (method, other):
+            key = m.replace("-", "_") + "_s"  # in_place_s, recreate_s
+            cost, source = self.exp.reconfigure_cost.of(m), "experiment [reconfigure_cost]"
+            if cost is None and before.get(key) is not None:
+                cost, source = float(before[key]), before.get(key.replace("_s", "_source"), "run.json")
+            elif cost is None and before.get("method") == m and before.get("planned_s") is not None:
+                cost, source = float(before["planned_s"]), before.get("source", "run.json")  # an older run.json
+            if cost is None and (m == method or may_use_other):
+                cost, source = self.backend.measure_reconfigure_cost(m), f"measured by the {self.backend.name} backend"
+            if cost is None and m == method:
+                cost, source = float(self.exp.penalty_s), "the experiment's penalty_s"
+            elif cost is None:
+                source = "not used by this run's method"
+            costs[m] = (cost, source)
+        planned, source = costs[method]
+        assert planned is not None  # the run's own method always has a cost (penalty_s at worst)
         self.ctx = dataclasses.replace(self.ctx, penalty_s=float(planned))
         self.reconfigure_cost = {"method": method, "planned_s": float(planned), "source": source}
+        for m, (cost, src) in costs.items():
+            key = m.replace("-", "_")
+            self.reconfigure_cost[f"{key}_s"] = None if cost is None else float(cost)
+            self.reconfigure_cost[f"{key}_source"] = src
         article = "an" if method[:1] in "aeiou" else "a"  # an in-place, a recreate
         self.say(f"planning with {article} {method} reconfiguration cost of {planned:.4g} s ({source})")
 
@@ -582,7 +599,12 @@ class Coordinator:
                 d["resumed"],
                 d["given"],
             )
-            rec["reconfig_method"] = self.settings.reconfigure if step.reconfigured else None  # reconfig_s: its cost
+            # what really happened (reconfig_s: its cost): a resumed run's first step started its workers
+            rec["reconfig_method"] = steps.method(t, step.reconfigured)
+            if t == steps.first_step:
+                rec["start_s"] = steps.start_s
+            elif step.reconfigured and len(set(ex.last_methods.values())) > 1:
+                rec["reconfig_methods"] = dict(ex.last_methods)  # some tasks fell back to another method
             if step.learning is not None:
                 rec["learning"] = {
                     k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in step.learning.items()
