@@ -169,6 +169,7 @@ class KubernetesBackend(Backend):
         self.recreate_probe: dict = {}  # what measure_reconfigure_cost('recreate') saw
         self.in_place_probe: dict = {}  # what measure_reconfigure_cost('in-place') saw
         self.events: list[ReconfigEvent] = []
+        self.placement: dict[str, str] = {}  # task -> the node the plan put it on (place)
         self.warnings: list[str] = []
         self._mode: tuple[str, str] | None = None
         self._capacity_m: float | None | bool = False  # False: not read yet
@@ -337,6 +338,20 @@ class KubernetesBackend(Backend):
 
         return node_capacities(nodes, pods, movable=movable, node_selector=self.node_selector)
 
+    def cluster_nodes(self) -> list[tuple[str, float]] | None:
+        """Every schedulable node (not cordoned, tainted, unready, or left out by the node selector) with
+        its allocatable CPU less the requests of the pods that are not this run's: the cluster the run
+        plans on. None where nodes cannot be read (the fit check is off): the run plans one pool."""
+        nodes = self._node_capacities(movable_own=True)
+        if nodes is None:
+            return None
+        return [(c.name, max(0.0, c.free_m)) for c in nodes if c.unschedulable is None]
+
+    def place(self, placement: dict[str, str]) -> None:
+        """Pin each task's pod to its node (a required node affinity on the node's name, so the scheduler
+        still checks its room), from the next pod created on."""
+        self.placement = dict(placement)
+
     def check_configuration(self, millicores: Mapping[str, float]) -> dict[str, str]:
         """Can `millicores` (task -> CPU) be applied? Returns task -> how: 'start', 'keep', 'in-place' or
         'recreate' (resize_task follows this plan), or raises ConfigurationDoesNotFit.
@@ -398,6 +413,13 @@ class KubernetesBackend(Backend):
             elif how == "in-place" and where.get(task) in room:
                 room[where[task]] -= float(millicores[task]) - self.tasks[task].millicores
         placed = {t: float(millicores[t]) for t, how in plan.items() if how in ("start", "recreate")}
+        for task in [t for t in placed if self.placement.get(t) in room]:  # pinned: its own node must hold it
+            node = self.placement[task]
+            if placed[task] > room[node] + 1e-6:
+                raise DoesNotFit(
+                    f"task {task!r} needs {placed[task]:g}m on its node {node}, which has {room[node]:.0f}m free"
+                )
+            room[node] -= placed.pop(task)
         if placed:
             caps = [
                 NodeCapacity(c.name, c.allocatable_m, c.allocatable_m - room[c.name], c.unschedulable) for c in nodes
@@ -513,6 +535,8 @@ class KubernetesBackend(Backend):
         )
         container = body["spec"]["containers"][0]
         container["env"] += refs
+        if launch.task in self.placement:
+            body["spec"]["affinity"] = M.on_node(self.placement[launch.task])
         body["metadata"]["annotations"][f"{N.DOMAIN}/incarnation"] = str(launch.incarnation)
         return body
 
