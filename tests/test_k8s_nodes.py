@@ -222,4 +222,5 @@ def test_mpc_reconfigures_no_more_often_than_a_1s_resize_pays_for(tmp_path, zk_s
         counts[delay_s] = len(changes)
         for r in changes:  # each change really cost what the probe measured: the kubelet's delay
             assert r["reconfig_method"] == "in-place" and r["reconfig_s"] >= delay_s
+    print(f"reconfigurations with a ~free resize: {counts[0.0]}, with a 1 s resize: {counts[1.0]}")
     assert counts[1.0] < counts[0.0], counts

@@ -170,6 +170,7 @@ class Coordinator:
                 for k, p in (("experiment", exp.path), ("job", exp.job_path), ("profile", exp.profile_path))
             },
         }
+        self._build_scenario()  # on the experiment's own nodes, if any (the backend's may replace them: _plan_on_nodes)
 
     def _build_scenario(self) -> None:
         """The planning context exactly as `simulate` builds it, on the run's nodes where it has any
@@ -248,9 +249,10 @@ class Coordinator:
             if nodes is not None
             else None
         )
-        self.exp = exp
         try:
-            self._build_scenario()
+            if exp is not self.exp:  # planned on other nodes than the experiment's own: built again on them
+                self.exp = exp
+                self._build_scenario()
         except InputError as exc:
             if source != f"the {self.backend.name} backend" or not (exc.field or "").startswith("node"):
                 raise
@@ -377,7 +379,7 @@ class Coordinator:
             cfs_period_us=s.cfs_period_us,
             **(s.kubernetes if s.backend in ("kubernetes", "k8s") else {}),
         )
-        self._plan_on_nodes()  # the planning context, on the run's nodes (its own, or the backend's)
+        self._plan_on_nodes()  # the planning context on the run's nodes (the experiment's, or the backend's)
         if s.backend == "local" and (note := period_mismatch(self.exp, s.cfs_period_us)):
             self.say(note)
         caps = self.backend.capabilities()
