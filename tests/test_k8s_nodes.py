@@ -224,3 +224,40 @@ def test_mpc_reconfigures_no_more_often_than_a_1s_resize_pays_for(tmp_path, zk_s
             assert r["reconfig_method"] == "in-place" and r["reconfig_s"] >= delay_s
     print(f"reconfigurations with a ~free resize: {counts[0.0]}, with a 1 s resize: {counts[1.0]}")
     assert counts[1.0] < counts[0.0], counts
+
+
+def test_on_the_command_line_a_node_the_cluster_lacks_is_one_line_and_exit_code_2(tmp_path, creds_file):
+    import subprocess
+    import sys
+
+    import yaml
+
+    exp = nodes_experiment(tmp_path, '\n[[node]]\nname = "node-z"\ncpu_millicores = 1500\n')
+    with FakeApiServer() as api:
+        api.add_node("node-a", "2")
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "current-context": "fake",
+                    "clusters": [{"name": "fake", "cluster": {"server": api.url}}],
+                    "users": [{"name": "u", "user": {"token": "t"}}],
+                    "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "u"}}],
+                }
+            )
+        )
+        # (with --zk-auth-secret the credentials never reach a pod's plain environment)
+        args = ["run", "--backend", "kubernetes", "--experiment", str(exp), "--planner", "mpc"]
+        args += ["--zookeeper", "127.0.0.1:9", "--zk-auth-file", str(creds_file), "--runs-dir", str(tmp_path / "runs")]
+        args += ["--namespace", NS, "--image", "bsp-planner:dev", "--kubeconfig", str(kubeconfig)]
+        args += ["--zk-auth-secret", SECRET, "--reconfigure", "in-place", "--quiet"]
+        out = subprocess.run(
+            [sys.executable, "-m", "bsp_planner.cli", *args], capture_output=True, text=True, timeout=120
+        )
+        assert out.returncode == 2, out.stdout + out.stderr
+        lines = [line for line in out.stderr.splitlines() if line.strip()]
+        assert len(lines) == 1 and "node[0].name" in lines[0] and "'node-z' is not a schedulable node" in lines[0]
+        assert api.pods(NS) == []
+    assert not any((tmp_path / "runs").glob("*/run.json"))  # no run was left behind
