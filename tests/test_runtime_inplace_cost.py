@@ -81,3 +81,46 @@ def test_penalty_s_is_only_the_fallback_where_nothing_can_be_measured(tmp_path, 
     assert coord.reconfigure_cost["source"] == "the experiment's penalty_s"
     assert coord.reconfigure_cost["recreate_s"] is None
     assert coord.reconfigure_cost["recreate_source"] == "could not be measured"
+
+
+class NodesBackend(MeasuringBackend):
+    """A backend with nodes (as Kubernetes reads them), recording where it was told to place the tasks."""
+
+    def __init__(self, nodes: list[tuple[str, float]]) -> None:
+        super().__init__({"in-place": 0.01})
+        self.nodes = nodes
+        self.placed: dict[str, str] = {}
+
+    def cluster_nodes(self):
+        return list(self.nodes)
+
+    def place(self, placement: dict[str, str]) -> None:
+        self.placed = dict(placement)
+
+
+def test_a_resumed_run_plans_on_the_nodes_it_recorded_not_on_what_is_free_now(tmp_path):
+    """Its decisions are made again (and checked against the log), so it must plan on the same nodes."""
+    from zk_fixtures import tiny_experiment
+
+    exp = tiny_experiment(tmp_path / "exp")
+    creds = tmp_path / "zk-auth"
+    creds.write_text("tester:secret\n")
+    creds.chmod(0o600)
+    run = settings(exp, type("Zk", (), {"hosts": "127.0.0.1:9"})(), creds, planner="mpc", reconfigure="in-place")
+    first = Coordinator(run, "nodes", tmp_path / "runs", backend=NodesBackend([("n1", 1000.0), ("n2", 600.0)]))
+    first._load()
+    first.backend = first._backend
+    first._plan_on_nodes()
+    assert first.cluster_record["source"] == "the kubernetes backend"
+    assert {n["name"]: n["cpu_millicores"] for n in first.cluster_record["nodes"]} == {"n1": 1000.0, "n2": 600.0}
+    assert sorted(first.backend.placed) == ["a", "b", "c"]  # every task placed on one of them
+    assert first.ctx.nodes is not None  # the planner plans with the nodes' capacity
+
+    later = NodesBackend([("n1", 4000.0), ("n2", 4000.0), ("n3", 4000.0)])  # the cluster has changed since
+    resumed = Coordinator(run, "nodes", tmp_path / "runs", resume=True, backend=later)
+    resumed._load()
+    resumed.store.meta = {"cluster": first.cluster_record}
+    resumed.backend = later
+    resumed._plan_on_nodes()
+    assert resumed.cluster_record["nodes"] == first.cluster_record["nodes"]
+    assert resumed.cluster_record["source"] == "run.json" and later.placed == first.backend.placed
