@@ -425,7 +425,10 @@ def test_image_command_tasks_run_their_command_every_step_in_their_image(tmp_pat
     create = b._cluster.create_pod
 
     def spy(body):  # the pods as created: each task's image, our worker as the container's command
-        seen[body["metadata"]["annotations"]["bsp-planner.io/task-name"]] = body["spec"]["containers"][0]["image"]
+        task = body["metadata"]["annotations"]["bsp-planner.io/task-name"]
+        if task == "cost-probe":  # the pod that measures an in-place resize before the run: it sleeps
+            return create(body)
+        seen[task] = body["spec"]["containers"][0]["image"]
         assert body["spec"]["containers"][0]["command"] == ["bsp-planner"]
         return create(body)
 
@@ -695,9 +698,56 @@ def test_the_backend_measures_a_pod_recreation_with_a_probe_pod_and_leaves_nothi
         info = b.info()["kubernetes"]["recreate_probe"]
         assert info["seconds"] == pytest.approx(cost, abs=1e-3) and info["millicores"] == 1500
         assert "created_to_started_s" in info and "started_to_finished_s" in info  # from the pod's timestamps
-        assert b.measure_reconfigure_cost("in-place") is None
     for p in procs:
         p.wait(timeout=30)
+
+
+# -- what an in-place resize costs (issue 23) -------------------------------------------------------------------
+@pytest.mark.parametrize("delay_s", [0.0, 0.5])
+def test_the_backend_measures_an_in_place_resize_until_the_kubelet_reports_it_applied(delay_s):
+    """The probe pod is resized down and up again; each resize counts until the kubelet's status shows the
+    new limit (the fake applies it after `delay_s`), so the measurement follows the kubelet, not the patch."""
+    with FakeApiServer(resize_delay_s=delay_s) as api:
+        api.add_node("node-a", "4")
+        b = checked(backend(api, zk_auth_secret=SECRET), _Task("a", "stressor"), _Task("b", "stressor"))
+        cost = b.measure_reconfigure_cost("in-place")
+        assert cost is not None and delay_s <= cost < delay_s + 5
+        info = b.info()["kubernetes"]["in_place_probe"]
+        assert info["seconds"] == pytest.approx(cost, abs=1e-3) and len(info["samples_s"]) == 3
+        assert info["millicores"] == [1500.0, 750.0]  # the average task's CPU (3000m / 2), and half of it
+        assert api.pods(NS) == []  # the probe is gone
+        resizes = [c for c in api.calls if c.resource == "pods/resize"]
+        assert len(resizes) == 3
+
+
+def test_an_in_place_probe_is_not_measured_where_the_server_cannot_resize():
+    with FakeApiServer(resize_subresource=False) as api:
+        api.add_node("node-a", "4")
+        b = checked(backend(api, zk_auth_secret=SECRET), _Task("a", "stressor"))
+        assert b.measure_reconfigure_cost("in-place") is None
+        assert api.pods(NS) == []
+
+
+def test_an_in_place_probe_whose_resize_is_refused_falls_back_with_a_warning():
+    """Another pod takes the room the probe would grow back into: its resize is Deferred until the timeout."""
+    with FakeApiServer() as api:
+        api.add_node("node-a", "2")
+        b = checked(backend(api, zk_auth_secret=SECRET, resize_timeout_s=0.3, fit_check=False), _Task("a", "stressor"))
+        b.probe_millicores = 1500.0
+
+        taken = []
+
+        def take_room(*a, **kw):  # once the probe shrank, someone else's pod takes the node's free CPU
+            out = real_resize(*a, **kw)
+            if not taken:
+                taken.append(api.add_foreign_pod(NS, "other", "node-a", "1200m"))
+            return out
+
+        real_resize = b._cluster.resize_pod
+        b._cluster.resize_pod = take_room  # type: ignore[method-assign]
+        assert b.measure_reconfigure_cost("in-place") is None
+        assert any("could not measure an in-place resize" in w and "Deferred" in w for w in b.warnings)
+        assert [p["metadata"]["name"] for p in api.pods(NS)] == ["other"]  # the probe is gone
 
 
 def test_a_recreation_probe_that_cannot_be_placed_falls_back_with_a_warning(tmp_path):

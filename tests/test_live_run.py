@@ -321,6 +321,14 @@ def test_a_stopped_or_killed_coordinator_leaves_nothing_running_and_resume_finis
     assert out.returncode == 0, out.stdout + out.stderr
     records = check_log(runs / "killc", 7)
     assert second == 4 and any(r["step"] == second for r in records)
+    # each coordinator's first step started its workers: logged as a start (with its start-up time), and where
+    # the configuration changed there, the change is that start, not a resize costing the start-up
+    for r in records:
+        first_of_a_coordinator = r["step"] in (0, first, second)
+        assert ("start_s" in r) == first_of_a_coordinator and (not first_of_a_coordinator or r["start_s"] > 0)
+        method = json.loads((runs / "killc" / "run.json").read_text())["settings"]["reconfigure"]
+        expected = ("start" if first_of_a_coordinator else method) if r["reconfigured"] else None
+        assert r["reconfig_method"] == (expected if r["step"] else None)
     sm = json.loads((runs / "killc" / "summary.json").read_text())
     assert sm["same_plan_as_simulated"]
     meta = json.loads((runs / "killc" / "run.json").read_text())

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from bsp_planner.runtime.coordinator import Coordinator
@@ -65,7 +66,21 @@ def test_a_run_plans_with_the_cost_of_its_method_and_reports_each_reconfiguratio
     assert any(r["reconfigured"] for r in records)
     for r in records:
         assert r["reconfig_method"] == (how if r["reconfigured"] else None)
+    key = how.replace("-", "_")
+    assert cost[f"{key}_s"] == cost["planned_s"] and cost[f"{key}_source"] == source
+    other = "recreate" if how == "in-place" else "in_place"
+    # the local backend never uses the other method in this run: neither measured nor planned with
+    assert cost[f"{other}_s"] is None and cost[f"{other}_source"] == "not used by this run's method"
     summary = json.loads((result.run_dir / "summary.json").read_text())
     assert summary["reconfigure_cost"] == cost
+    done = [r["reconfig_s"] for r in records if r["reconfigured"]]
+    assert summary["reconfigure_measured"] == {
+        how: {
+            "count": len(done),
+            "median_s": pytest.approx(np.median(done), abs=1e-4),
+            "mean_s": pytest.approx(np.mean(done), abs=1e-4),
+        }
+    }
+    assert f"- {how}: {len(done)} measured" in (result.run_dir / "summary.md").read_text()
     assert f"planned with {cost['planned_s']:.4g} s: {source}" in (result.run_dir / "summary.md").read_text()
     assert_nothing_left(run_id)

@@ -135,6 +135,13 @@ def worker_pod(
     }
 
 
+def on_node(node: str) -> dict:
+    """A pod's affinity that requires the node named `node` (its metadata.name, which unlike the hostname
+    label always is the node's name); the scheduler still checks that the node has room."""
+    term = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}
+
+
 SERVICE_CPU_REQUEST_MILLICORES = 100.0  # a service's CPU request; no limit: the plan does not size it
 
 

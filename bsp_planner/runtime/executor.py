@@ -75,6 +75,7 @@ class LiveExecutor:
         self._relock = relock
         self.say = say
         self.levels_now: dict[str, int] = {}
+        self.last_methods: dict[str, str] = {}  # task -> how the last reconfiguration changed it
         # process tasks: the user's long-running program (bsp_planner.task), task -> its argument list
         self.processes = dict(processes or {})
         self.sync = sync
@@ -206,6 +207,8 @@ class LiveExecutor:
         if not changed:
             return 0.0, []
         t0 = time.perf_counter()
+        events = getattr(self.backend, "events", None)  # what a backend that times each change did (kubernetes)
+        seen = len(events) if events is not None else 0
         self.backend.check_configuration({t: self.cpu_of(int(levels[i])) for i, t in enumerate(self.tasks)})
         if self.settings.reconfigure == "in-place":
             # shrink first, so that the sum of the quotas never exceeds the budget in between
@@ -219,6 +222,9 @@ class LiveExecutor:
             self._wait_ready(changed, next_step)
         for t in changed:
             self.levels_now[t] = int(levels[self.tasks.index(t)])
+        # how each task really changed: the run's method, unless the backend fell back (a refused resize)
+        self.last_methods = {t: str(self.settings.reconfigure) for t in changed}
+        self.last_methods.update({e.task: e.mode for e in (events or [])[seen:] if e.task in self.last_methods})
         return time.perf_counter() - t0, changed
 
     # -- one step ----------------------------------------------------------------------------------

@@ -98,6 +98,19 @@ class LiveSteps:
         self.say = say
         self.planner_name = planner_name
         self.previous_end: float | None = None  # observe mode: when the last step ended, on the tasks' clocks
+        self.start_s: float | None = None  # the seconds the workers took to start (first_step)
+
+    def method(self, step: int, reconfigured: bool) -> str | None:
+        """How step's configuration was put in place, as it really happened: 'start' at the first step
+        this coordinator runs where the configuration changed (a resumed run: its workers were started
+        under the new one), else the method of a reconfiguration ('recreate' if the backend recreated any
+        task, e.g. after a refused resize), else None."""
+        if step == self.first_step:
+            return "start" if reconfigured else None
+        if not reconfigured:
+            return None
+        methods = set(self.executor.last_methods.values())
+        return "recreate" if "recreate" in methods else (methods.pop() if methods else None)
 
     def apply(self, step: int, levels: np.ndarray, reconfigure: bool) -> float:
         self.executor.check_stop()  # a stop asked for during the last step ends the run here, between steps
@@ -106,9 +119,12 @@ class LiveSteps:
             raise RunFailed(f"planner {self.planner_name} asked for {total:g}m at step {step}, over the budget")
         if step == self.first_step:
             start_s = self.executor.start_all(levels, step)
+            self.start_s = start_s
             self.say(
                 f"started {self.n_tasks} workers in {start_s:.2f} s" + (f" (resuming at step {step})" if step else "")
             )
+            # a resumed run whose configuration changed here started its workers under it: the change cost
+            # their start (method() says so), not a resize
             return start_s if reconfigure else 0.0
         self.before_reconfigure()
         seconds, _ = self.executor.reconfigure(levels, step)

@@ -10,7 +10,10 @@
     chart.png       predicted against measured step times
     logs/<task>.log  each worker's output
 
-A step record: step, action, reconfigured, reconfig_s (the real time the reconfiguration took), decision_ms,
+A step record: step, action, reconfigured, reconfig_s (the real time the reconfiguration took),
+reconfig_method (how it really happened: 'in-place', 'recreate', or 'start' where a resumed run's first step
+changed the configuration by starting its workers; reconfig_methods per task where they differed),
+start_s (the first step each coordinator ran: its workers' start-up), decision_ms,
 step_s (the step's time: in barrier mode from publishing the step to every task's release; in observe mode
 from the previous step's end, or this step's first start, to its last task's end, on the tasks' own
 clocks), predicted_step_s (the model's time of the slowest task at the workloads the tasks ran), slowest_s

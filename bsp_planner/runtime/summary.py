@@ -134,6 +134,7 @@ def write_summary(run, records: list[dict], prepare_ms: float) -> tuple[dict, di
         "reconfig_s_mean": round(measured_penalty, 4),
         "penalty_s_assumed": run.ctx.penalty_s,
         "reconfigure_cost": getattr(run, "reconfigure_cost", None),
+        "reconfigure_measured": measured_by_method(records),
         "restarts": int(sum(r["restarts"] for r in records)),
         "rows": rows,
     }
@@ -180,6 +181,10 @@ def write_summary(run, records: list[dict], prepare_ms: float) -> tuple[dict, di
         f"{1e3 * np.percentile(barrier, 95):.1f} ms",
         f"- reconfigurations: {int(reconf.sum())}, mean real cost {measured_penalty:.3f} s ({run.settings.reconfigure}; "
         f"planned with {run.ctx.penalty_s:.4g} s: {(getattr(run, 'reconfigure_cost', None) or {}).get('source', 'penalty_s')})",
+        *(
+            f"- {method}: {m['count']} measured, median {m['median_s']:.4g} s (planned with {planned_as(run, method)})"
+            for method, m in summary["reconfigure_measured"].items()
+        ),
         f"- worker restarts: {summary['restarts']}",
         "",
         to_markdown(rows),
@@ -187,3 +192,22 @@ def write_summary(run, records: list[dict], prepare_ms: float) -> tuple[dict, di
     atomic_write(paths["md"], "\n".join(lines))
     step_chart(records, paths["chart"], f"{run.run_id}: {name}, {mode}, {run.settings.reconfigure}", run.ctx.penalty_s)
     return summary, paths
+
+
+def measured_by_method(records: list[dict]) -> dict[str, dict]:
+    """What the run's real changes cost, by how they happened (reconfig_method: in-place, recreate, or a
+    resumed run's start): count, median and mean seconds."""
+    by: dict[str, list[float]] = {}
+    for r in records:
+        if r.get("reconfigured") and r.get("reconfig_method"):
+            by.setdefault(r["reconfig_method"], []).append(float(r["reconfig_s"]))
+    return {
+        m: {"count": len(v), "median_s": round(float(np.median(v)), 4), "mean_s": round(float(np.mean(v)), 4)}
+        for m, v in sorted(by.items())
+    }
+
+
+def planned_as(run, method: str) -> str:
+    """The cost the run planned `method` with, for the summary's text."""
+    cost = (getattr(run, "reconfigure_cost", None) or {}).get(method.replace("-", "_") + "_s")
+    return "-" if cost is None else f"{cost:.4g} s"

@@ -3,8 +3,9 @@ calls. FOR LOGIC TESTS ONLY.
 
 It lets the real ``kubernetes`` client (its URL building, serialisation, content types, error mapping)
 drive the backend's and the profiler's reconcile logic on this machine, where no cluster exists. It is
-not a cluster and proves nothing about one: its "scheduler" puts a pending pod on the first node whose
-allocatable CPU covers the requests already there, its "kubelet" starts containers and applies resizes
+not a cluster and proves nothing about one: its "scheduler" puts a pending pod on the first node (of
+those its nodeSelector and required node affinity admit) whose allocatable CPU covers the requests already
+there, its "kubelet" starts containers and applies resizes
 at once (or after a set delay) and runs profiling Jobs by calling a function the test gives, and it
 evicts a pod when a test says so. What it does check like a real server:
 
@@ -341,7 +342,9 @@ class FakeApiServer:
         if any(t.get("effect") in ("NoSchedule", "NoExecute") for t in spec.get("taints") or []):
             return False
         labels = node["metadata"].get("labels") or {}
-        return all(labels.get(k) == v for k, v in (pod["spec"].get("nodeSelector") or {}).items())
+        if not all(labels.get(k) == v for k, v in (pod["spec"].get("nodeSelector") or {}).items()):
+            return False
+        return _affinity_allows(node, pod)
 
     def _probe_readiness(self) -> None:
         """A running container's tcpSocket readiness probe, as the kubelet runs it: ready while its port (on
@@ -506,6 +509,32 @@ class FakeApiServer:
         self.state.pods[(ns, name)] = pod
         self._job_pods[(ns, name)] = outcome
         job["status"] = {"active": 1}
+
+
+def _affinity_allows(node: dict, pod: dict) -> bool:
+    """The pod's required node affinity (one of its terms matches: every matchFields on metadata.name and
+    every matchExpressions on the labels, operators In / NotIn / Exists / DoesNotExist) admits the node."""
+    required = ((pod["spec"].get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or {}
+    terms = required.get("nodeSelectorTerms") or []
+    labels = node["metadata"].get("labels") or {}
+
+    def holds(req: dict, value: str | None) -> bool:
+        op, values = req.get("operator"), req.get("values") or []
+        return {
+            "In": value in values,
+            "NotIn": value not in values,
+            "Exists": value is not None,
+            "DoesNotExist": value is None,
+        }.get(str(op), False)
+
+    def matches(term: dict) -> bool:
+        fields = all(holds(r, node["metadata"]["name"]) for r in term.get("matchFields") or [])
+        exprs = all(holds(r, labels.get(r.get("key"))) for r in term.get("matchExpressions") or [])
+        return fields and exprs
+
+    return not terms or any(matches(t) for t in terms)
 
 
 def _terminate(proc: PodProcess, kill: bool = False) -> None:

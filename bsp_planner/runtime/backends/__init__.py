@@ -70,6 +70,14 @@ class Backend(ABC):
         May return task -> how it will be applied ('start', 'keep', 'in-place', 'recreate')."""
         return {}
 
+    def cluster_nodes(self) -> list[tuple[str, float]] | None:
+        """The nodes this run's tasks may use, each with the CPU free for them (millicores), where the
+        platform has nodes and says so (Kubernetes); None: one pool (the experiment's [[node]] if any)."""
+        return None
+
+    def place(self, placement: dict[str, str]) -> None:  # noqa: B027  (optional hook: no nodes, nothing to place)
+        """Run each task (task -> node name) on the node the plan put it on, from its next start on."""
+
     def cleanup_stale(self) -> list[str]:
         """Remove what an earlier, killed coordinator of the same run left behind; returns what it removed."""
         return []

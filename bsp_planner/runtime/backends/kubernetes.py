@@ -91,6 +91,8 @@ class ResizeRefused(TaskLost):
 START_FAILURES = ("StartError", "ContainerCannotRun")
 PROBE_TASK = "cost-probe"  # the task name of the pod that measures a recreation (never a job's task)
 MIN_PROBE_MILLICORES = 10
+IN_PLACE_PROBES = 3  # resizes of the in-place probe pod: down, up, down (the median is planned with)
+PROBE_SLEEP = "import time; time.sleep(3600)"  # the in-place probe's container: runs until deleted
 
 
 @dataclass
@@ -165,7 +167,9 @@ class KubernetesBackend(Backend):
         self.as_built: set[str] = set()  # image tasks without a program: the image's ENTRYPOINT/CMD runs
         self.probe_millicores = 1000.0  # the CPU a recreation is measured under: budget / tasks (check)
         self.recreate_probe: dict = {}  # what measure_reconfigure_cost('recreate') saw
+        self.in_place_probe: dict = {}  # what measure_reconfigure_cost('in-place') saw
         self.events: list[ReconfigEvent] = []
+        self.placement: dict[str, str] = {}  # task -> the node the plan put it on (place)
         self.warnings: list[str] = []
         self._mode: tuple[str, str] | None = None
         self._capacity_m: float | None | bool = False  # False: not read yet
@@ -244,6 +248,7 @@ class KubernetesBackend(Backend):
                 "zk_auth_secret": self.zk_auth_secret,
                 "pending_timeout_s": self.pending_timeout_s,
                 **({"recreate_probe": dict(self.recreate_probe)} if self.recreate_probe else {}),
+                **({"in_place_probe": dict(self.in_place_probe)} if self.in_place_probe else {}),
             },
             "warnings": list(self.warnings),
         }
@@ -333,6 +338,20 @@ class KubernetesBackend(Backend):
 
         return node_capacities(nodes, pods, movable=movable, node_selector=self.node_selector)
 
+    def cluster_nodes(self) -> list[tuple[str, float]] | None:
+        """Every schedulable node (not cordoned, tainted, unready, or left out by the node selector) with
+        its allocatable CPU less the requests of the pods that are not this run's: the cluster the run
+        plans on. None where nodes cannot be read (the fit check is off): the run plans one pool."""
+        nodes = self._node_capacities(movable_own=True)
+        if nodes is None:
+            return None
+        return [(c.name, max(0.0, c.free_m)) for c in nodes if c.unschedulable is None]
+
+    def place(self, placement: dict[str, str]) -> None:
+        """Pin each task's pod to its node (a required node affinity on the node's name, so the scheduler
+        still checks its room), from the next pod created on."""
+        self.placement = dict(placement)
+
     def check_configuration(self, millicores: Mapping[str, float]) -> dict[str, str]:
         """Can `millicores` (task -> CPU) be applied? Returns task -> how: 'start', 'keep', 'in-place' or
         'recreate' (resize_task follows this plan), or raises ConfigurationDoesNotFit.
@@ -394,6 +413,13 @@ class KubernetesBackend(Backend):
             elif how == "in-place" and where.get(task) in room:
                 room[where[task]] -= float(millicores[task]) - self.tasks[task].millicores
         placed = {t: float(millicores[t]) for t, how in plan.items() if how in ("start", "recreate")}
+        for task in [t for t in placed if self.placement.get(t) in room]:  # pinned: its own node must hold it
+            node = self.placement[task]
+            if placed[task] > room[node] + 1e-6:
+                raise DoesNotFit(
+                    f"task {task!r} needs {placed[task]:g}m on its node {node}, which has {room[node]:.0f}m free"
+                )
+            room[node] -= placed.pop(task)
         if placed:
             caps = [
                 NodeCapacity(c.name, c.allocatable_m, c.allocatable_m - room[c.name], c.unschedulable) for c in nodes
@@ -509,6 +535,8 @@ class KubernetesBackend(Backend):
         )
         container = body["spec"]["containers"][0]
         container["env"] += refs
+        if launch.task in self.placement:
+            body["spec"]["affinity"] = M.on_node(self.placement[launch.task])
         body["metadata"]["annotations"][f"{N.DOMAIN}/incarnation"] = str(launch.incarnation)
         return body
 
@@ -735,15 +763,23 @@ class KubernetesBackend(Backend):
         with open(path / f"{task}.log", "a") as fh:
             fh.write(line + "\n" + (msg + "\n" if msg else ""))
 
-    # -- what a recreation costs on this cluster ----------------------------------------------------
+    # -- what a reconfiguration costs on this cluster ----------------------------------------------
     def measure_reconfigure_cost(self, method: str) -> float | None:
-        """recreate: seconds one pod recreation costs on this cluster, measured now with a probe pod of the
-        run's image under the average task's CPU (budget / tasks): created -> scheduled -> container
-        started -> our worker's interpreter and imports done (it runs ``bsp-planner worker --help`` and
-        exits) -> deleted and gone. Our wall clock times it; the pod's timestamps (creation, container
-        start and finish: whole seconds) say where the time went (:attr:`recreate_probe`, in run.json's
-        backend info). None (the experiment's penalty_s then) for in-place, and where the probe cannot
-        run (with a warning): the per-step records hold what each reconfiguration really cost."""
+        """Seconds one reconfiguration with `method` costs on this cluster, measured now with a probe pod
+        of the run's image under the average task's CPU (budget / tasks); None where the probe cannot run
+        (with a warning: the experiment's penalty_s is planned with then). The per-step records hold what
+        each real reconfiguration cost (:attr:`events`).
+
+        in-place: the ``pods/resize`` round trip of a running probe pod until the kubelet reports the new
+        limit applied (:func:`~bsp_planner.k8s.cluster.resize_done`: ``containerStatuses[].resources``
+        shows it, no PodResizePending/InProgress condition left), down to half and back, median of
+        :data:`IN_PLACE_PROBES` (:attr:`in_place_probe`). None where the server cannot resize.
+        recreate: created -> scheduled -> container started -> our worker's interpreter and imports done
+        (it runs ``bsp-planner worker --help`` and exits) -> deleted and gone. Our wall clock times it;
+        the pod's timestamps (creation, container start and finish: whole seconds) say where the time
+        went (:attr:`recreate_probe`, in run.json's backend info)."""
+        if method == "in-place":
+            return self._measure_in_place() if self._cluster.capabilities().resize_subresource else None
         if method != "recreate":
             return None
         name = N.dns_label(f"bsp-{self.run_key}-cost-probe")
@@ -796,6 +832,63 @@ class KubernetesBackend(Backend):
             **_pod_timeline(pod),
         }
         return ran_s + gone_s
+
+    def _measure_in_place(self) -> float | None:
+        """The in-place half of :meth:`measure_reconfigure_cost`: a probe pod that sleeps, resized
+        down and up again IN_PLACE_PROBES times in all, each resize timed from the patch to the kubelet's
+        report that it applied; the median. The pod is deleted afterwards (and on any failure)."""
+        import statistics
+
+        name = N.dns_label(f"bsp-{self.run_key}-resize-probe")
+        high = self.probe_millicores
+        low = float(max(MIN_PROBE_MILLICORES, round(high / 2)))
+        body = M.worker_pod(
+            self.settings, self.run_key, PROBE_TASK, high, [], command=[IMAGE_PYTHON, "-c", PROBE_SLEEP], env={}
+        )
+        body["metadata"]["name"] = name
+        samples: list[float] = []
+        try:
+            self._cluster.delete_pod(name, 0)
+            self._wait_gone(name)
+            self._cluster.create_pod(body)
+            deadline = self.clock() + float(self.pending_timeout_s or 120.0)
+            while not (st := pod_state(self._cluster.get_pod(name))).running:
+                if st.problem or st.phase in ("Succeeded", "Failed") or st.fatal_waiting or self.clock() >= deadline:
+                    self._warn(
+                        f"could not measure an in-place resize: the probe pod {name} did not run "
+                        f"({st.problem or st.waiting or st.phase}); planning with the experiment's penalty_s (or give "
+                        "[reconfigure_cost] in_place_s)"
+                    )
+                    return None
+                self.sleep(self.poll_s)
+            for i in range(IN_PLACE_PROBES):
+                target = low if i % 2 == 0 else high
+                started = self.clock()
+                self._cluster.resize_pod(name, M.resize_patch(target))
+                while not resize_done(st := pod_state(self._cluster.get_pod(name)), target):
+                    if st.resize_infeasible or st.problem or self.clock() >= started + self.resize_timeout_s:
+                        self._warn(
+                            f"could not measure an in-place resize: the probe pod {name}'s resize to {target:g}m "
+                            f"was not applied ({_resize_progress(st)}); planning with the experiment's penalty_s "
+                            "(or give [reconfigure_cost] in_place_s)"
+                        )
+                        return None
+                    self.sleep(self.poll_s)
+                samples.append(self.clock() - started)
+        except TaskLost:
+            raise
+        except InputError as exc:
+            self._warn(f"could not measure an in-place resize ({exc}); planning with the experiment's penalty_s")
+            return None
+        finally:
+            self._cluster.delete_pod(name, 0)
+            self._wait_gone(name)
+        self.in_place_probe = {
+            "seconds": round(statistics.median(samples), 4),
+            "samples_s": [round(x, 4) for x in samples],
+            "millicores": [high, low],
+        }
+        return statistics.median(samples)
 
     def _wait_gone(self, name: str) -> None:
         deadline = self.clock() + self.delete_timeout_s
