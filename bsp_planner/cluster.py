@@ -100,13 +100,25 @@ def cluster_from_settings(nodes: list, task_names: list[str], can_restore: list[
     return Cluster(names, cap, node_of, np.asarray(can_restore, dtype=bool), "given" if listed else "balanced")
 
 
-def place_balanced(demand_millicores: np.ndarray, capacity_millicores: np.ndarray, min_millicores: float) -> np.ndarray:
+def place_balanced(
+    demand_millicores: np.ndarray,
+    capacity_millicores: np.ndarray,
+    min_millicores: float,
+    slowdown: np.ndarray | None = None,
+) -> np.ndarray:
     """A placement that balances each node's peak demand against its capacity.
 
     demand_millicores (steps, tasks): what each task is predicted to want at each step (e.g. its CPU in
     the per-step min-max configuration). Tasks in order of mean demand, largest first, each go to the
     node whose peak over the steps of (its tasks' demand + this task's) / capacity is lowest, among the
-    nodes with room for one more task at the minimum (ties: the lower index). Returns node_of (tasks,)."""
+    nodes with room for one more task at the minimum (ties: the lower index). Returns node_of (tasks,).
+
+    slowdown (tasks, tasks), optional: a pair profile's slowdowns ([i, j]: task i while j co-runs; see
+    `performance.co_location_slowdown`). Then the placement also avoids the pairs that hurt: a task
+    slowed down s times needs about s times the CPU for the same step time, so a node's demand is its
+    tasks' demand each times its co-location factor; the greedy pass above uses it, then single moves
+    and swaps of tasks are made while they lower (the highest node peak / capacity, then the summed
+    extra demand the co-location causes / the cluster's capacity)."""
     d = np.asarray(demand_millicores, dtype=np.float64)
     cap = np.asarray(capacity_millicores, dtype=np.float64)
     n_nodes = cap.size
@@ -116,17 +128,75 @@ def place_balanced(demand_millicores: np.ndarray, capacity_millicores: np.ndarra
     left = d.shape[1]
     for i in np.argsort(-d.mean(axis=0), kind="stable"):
         left -= 1
-        peak = ((load + d[:, i][None, :]) / cap[:, None]).max(axis=1)
         room = cap - (count + 1) * min_millicores >= -1e-9
         # keep enough minimum-sized slots elsewhere for the tasks still to place
         slots_after = np.floor(cap / min_millicores + 1e-9) - count
         spare = slots_after.sum() - 1 >= left
         ok = room & spare
+        if slowdown is None:
+            peak = ((load + d[:, i][None, :]) / cap[:, None]).max(axis=1)
+        else:  # each node's demand with this task added, every task on it times its co-location factor
+            peak = (
+                np.array(
+                    [_node_demand(d, np.append(np.nonzero(node_of == j)[0], i), slowdown).max() for j in range(n_nodes)]
+                )
+                / cap
+            )
         j = int(np.argmin(np.where(ok, peak, np.inf)))
         node_of[i] = j
         load[j] += d[:, i]
         count[j] += 1
+    if slowdown is not None:
+        node_of = _avoid_costly_pairs(d, cap, min_millicores, node_of, slowdown)
     return node_of
+
+
+def _node_demand(d: np.ndarray, members: np.ndarray, slowdown: np.ndarray | None) -> np.ndarray:
+    """(steps,) demand of the tasks `members` on one node, each times its co-location factor."""
+    if slowdown is None or members.size < 2:
+        return d[:, members].sum(axis=1)
+    s = np.maximum(slowdown[np.ix_(members, members)], 1.0)
+    np.fill_diagonal(s, 1.0)
+    out: np.ndarray = d[:, members] @ s.prod(axis=1)
+    return out
+
+
+def _avoid_costly_pairs(
+    d: np.ndarray, cap: np.ndarray, min_millicores: float, node_of: np.ndarray, slowdown: np.ndarray
+) -> np.ndarray:
+    """Local search from `node_of`: single moves and pairwise swaps while they lower the placement's
+    (highest node peak / capacity, extra demand from co-location / total capacity); see place_balanced."""
+    n_nodes, n = cap.size, node_of.size
+    base = d.sum(axis=1)  # (steps,) demand without interference
+
+    def score(where: np.ndarray) -> tuple[float, float]:
+        loads = [_node_demand(d, np.nonzero(where == j)[0], slowdown) for j in range(n_nodes)]
+        if any(np.count_nonzero(where == j) * min_millicores > cap[j] + 1e-9 for j in range(n_nodes)):
+            return (np.inf, np.inf)
+        peak = max(float(load.max()) / cap[j] for j, load in enumerate(loads))
+        extra = float((sum(loads) - base).mean()) / cap.sum()
+        return (round(peak, 9), extra)
+
+    best, best_score = node_of.copy(), score(node_of)
+    for _ in range(4 * n):  # each round takes the best improving move or swap; a few rounds suffice
+        found = None
+        for i in range(n):
+            for j in range(n_nodes):
+                if j != best[i]:
+                    cand = best.copy()
+                    cand[i] = j
+                    if (sc := score(cand)) < best_score:
+                        found, best_score = cand, sc
+            for k in range(i + 1, n):
+                if best[k] != best[i]:
+                    cand = best.copy()
+                    cand[i], cand[k] = best[k], best[i]
+                    if (sc := score(cand)) < best_score:
+                        found, best_score = cand, sc
+        if found is None:
+            break
+        best = found
+    return best
 
 
 def repack(millicores: np.ndarray, node_of: np.ndarray, capacity_millicores: np.ndarray) -> np.ndarray | None:

@@ -3,6 +3,8 @@
 * `cluster_of`: the experiment's nodes and the tasks' initial placement (given, or balanced from the
   predictions made before the run: the per-step min-max configuration of the last `steps` steps of
   each task's training history, or of the replayed trace when the tasks have no series).
+* Interference (interference.py): with a pair profile, a chosen placement avoids the pairs that hurt
+  (unless `interference.placement = "blind"`); the scenario applies the slowdowns at that placement.
 * `allocator`: the experiment's allocator constrained to the nodes (allocation/nodes.py).
 * `run_on_cluster`: one row of the comparison. A planner plans on the nodes (every change it makes
   fits them, so it is an in-place resize, priced `in_place_s`); `STRATEGY/one-pool` plans as today,
@@ -26,6 +28,7 @@ from .allocation.base import Allocator, CpuLevels
 from .allocation.nodes import NodeConstrained, NodeLimits, floor_with_nodes
 from .cluster import Cluster, ClusterExecutor, cluster_from_settings, node_utilisation, place_balanced
 from .errors import InputError
+from .interference import pair_slowdown
 from .planners.placement_mpc import CLUSTER_RUN
 
 if TYPE_CHECKING:
@@ -83,7 +86,8 @@ def cluster_of(
     else:
         history = actual_w
     levels = _one_pool_floor(dm.durations(history), max_level, budget_steps)
-    node_of = place_balanced(cpu.to_millicores(levels), cluster.capacity_millicores, cpu.min_millicores)
+    slowdown = pair_slowdown(exp, job.task_names)[0] if exp.interference.placement == "aware" else None
+    node_of = place_balanced(cpu.to_millicores(levels), cluster.capacity_millicores, cpu.min_millicores, slowdown)
     return Cluster(cluster.names, cluster.capacity_millicores, node_of, cluster.can_restore, "balanced")
 
 
