@@ -19,6 +19,7 @@ int node indices; capacity (nodes,) millicores.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -116,9 +117,9 @@ def place_balanced(
     slowdown (tasks, tasks), optional: a pair profile's slowdowns ([i, j]: task i while j co-runs; see
     `performance.co_location_slowdown`). Then the placement also avoids the pairs that hurt: a task
     slowed down s times needs about s times the CPU for the same step time, so a node's demand is its
-    tasks' demand each times its co-location factor; the greedy pass above uses it, then single moves
-    and swaps of tasks are made while they lower (the highest node peak / capacity, then the summed
-    extra demand the co-location causes / the cluster's capacity)."""
+    tasks' demand each times its co-location factor (`improve_placement` can refine the result against
+    the performance model itself, as node_runs.py does).
+    """
     d = np.asarray(demand_millicores, dtype=np.float64)
     cap = np.asarray(capacity_millicores, dtype=np.float64)
     n_nodes = cap.size
@@ -146,8 +147,6 @@ def place_balanced(
         node_of[i] = j
         load[j] += d[:, i]
         count[j] += 1
-    if slowdown is not None:
-        node_of = _avoid_costly_pairs(d, cap, min_millicores, node_of, slowdown)
     return node_of
 
 
@@ -161,38 +160,31 @@ def _node_demand(d: np.ndarray, members: np.ndarray, slowdown: np.ndarray | None
     return out
 
 
-def _avoid_costly_pairs(
-    d: np.ndarray, cap: np.ndarray, min_millicores: float, node_of: np.ndarray, slowdown: np.ndarray
+def improve_placement(
+    node_of: np.ndarray, slots: np.ndarray, cost: Callable[[np.ndarray], float], max_rounds: int | None = None
 ) -> np.ndarray:
-    """Local search from `node_of`: single moves and pairwise swaps while they lower the placement's
-    (highest node peak / capacity, extra demand from co-location / total capacity); see place_balanced."""
-    n_nodes, n = cap.size, node_of.size
-    base = d.sum(axis=1)  # (steps,) demand without interference
-
-    def score(where: np.ndarray) -> tuple[float, float]:
-        loads = [_node_demand(d, np.nonzero(where == j)[0], slowdown) for j in range(n_nodes)]
-        if any(np.count_nonzero(where == j) * min_millicores > cap[j] + 1e-9 for j in range(n_nodes)):
-            return (np.inf, np.inf)
-        peak = max(float(load.max()) / cap[j] for j, load in enumerate(loads))
-        extra = float((sum(loads) - base).mean()) / cap.sum()
-        return (round(peak, 9), extra)
-
-    best, best_score = node_of.copy(), score(node_of)
-    for _ in range(4 * n):  # each round takes the best improving move or swap; a few rounds suffice
+    """Local search from `node_of` (tasks,): each round makes the single move or pairwise swap of tasks
+    that lowers `cost(node_of)` most, until none does (or `max_rounds`, default 4 x tasks). A node
+    never holds more than its `slots` (nodes,) tasks. Returns the placement found."""
+    n_nodes, n = slots.size, node_of.size
+    best = np.asarray(node_of, dtype=np.int64).copy()
+    best_cost = cost(best)
+    for _ in range(4 * n if max_rounds is None else max_rounds):
         found = None
+        count = np.bincount(best, minlength=n_nodes)
         for i in range(n):
             for j in range(n_nodes):
-                if j != best[i]:
+                if j != best[i] and count[j] < slots[j]:
                     cand = best.copy()
                     cand[i] = j
-                    if (sc := score(cand)) < best_score:
-                        found, best_score = cand, sc
+                    if (c := cost(cand)) < best_cost - 1e-12:
+                        found, best_cost = cand, c
             for k in range(i + 1, n):
                 if best[k] != best[i]:
                     cand = best.copy()
                     cand[i], cand[k] = best[k], best[i]
-                    if (sc := score(cand)) < best_score:
-                        found, best_score = cand, sc
+                    if (c := cost(cand)) < best_cost - 1e-12:
+                        found, best_cost = cand, c
         if found is None:
             break
         best = found

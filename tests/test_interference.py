@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bsp_planner.cluster import place_balanced
+from bsp_planner.cluster import improve_placement, place_balanced
 from bsp_planner.errors import InputError
 from bsp_planner.interference import NONE_ASSUMED
 from bsp_planner.pair_profiles import COLUMNS, PairRow, load_pair_profile, write_pair_profile
@@ -125,6 +125,19 @@ def test_placement_avoids_a_pair_that_hurts_and_still_balances():
     aware = place_balanced(demand, cap, 250, s)
     assert aware[0] != aware[2]
     assert np.bincount(aware, minlength=2).tolist() == [2, 2]
+
+
+def test_improving_a_placement_swaps_tasks_when_the_nodes_are_full():
+    target = np.array([1, 0, 1, 0])
+    calls = []
+
+    def cost(where):
+        calls.append(np.bincount(where, minlength=2).tolist())
+        return float(np.abs(where - target).sum())
+
+    got = improve_placement(np.array([0, 0, 1, 1]), np.array([2, 2]), cost)
+    assert got.tolist() == target.tolist()
+    assert all(c == [2, 2] for c in calls)  # a full node takes no third task: only swaps were tried
 
 
 # -- simulation on nodes ------------------------------------------------------------------------------------
