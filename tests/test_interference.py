@@ -3,6 +3,7 @@ that avoids the pairs that hurt, and what a simulation on nodes says about it.""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -77,6 +78,8 @@ def test_profile_pairs_measures_co_runs_under_quotas_resumes_and_refuses_another
     assert (tmp_path / "p" / "pairs.meta.json").exists()
     code, stdout, _ = run_cli([*args, "--cpu", "500"], monkeypatch, capsys)
     assert code == 0 and "0 run(s) measured, 4 already in" in stdout
+    meta = json.loads((tmp_path / "p" / "pairs.meta.json").read_text())
+    assert [x["measured"] for x in meta["sessions"]] == [4, 0] and meta["pairs"] == 2
     before = out.read_text()
     code, _, err = run_cli([*args, "--cpu", "250"], monkeypatch, capsys)
     assert code == 2 and "pairs.runs.csv" in err and "not 250m" in err

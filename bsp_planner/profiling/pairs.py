@@ -17,7 +17,7 @@ are 192 runs of about 1 s.
 from __future__ import annotations
 
 import csv
-import os
+import json
 import subprocess
 import time
 from collections.abc import Sequence
@@ -100,6 +100,17 @@ def _read_runs(path: Path, workload: float, cpu: float) -> dict[PairCell, float]
     return done
 
 
+def _earlier_sessions(path: Path) -> list[dict]:
+    """The sessions a resumed pair profile's metadata already lists (none for a new one)."""
+    if not path.exists():
+        return []
+    try:
+        sessions = json.loads(path.read_text()).get("sessions", [])
+    except (ValueError, AttributeError, UnicodeDecodeError):
+        raise InputError("expected a pair profile's metadata (JSON); move it away to start afresh", path=path) from None
+    return list(sessions) if isinstance(sessions, list) else []
+
+
 def summarise(runs: dict[PairCell, float], names: Sequence[str], workload: float, cpu: float) -> list[PairRow]:
     """Ordered pairs with at least one run alone and one beside: slowdown = median beside / median alone."""
     rows = []
@@ -180,11 +191,12 @@ def measure_pairs(
         "workload": workload,
         "repeats": repeats,
         "co_workload_factor": CO_WORKLOAD_FACTOR,
-        "started": now_text(),
-        "load_average_1m_start": load_avg_1m(),
         "note": "slowdown = median duration of task with co_task beside it / median alone; each task under its "
         "own cpu_millicores quota in its own cgroup, on this host",
+        "sessions": _earlier_sessions(meta_path(out)),
     }
+    session: dict = {"started": now_text(), "load_average_1m_start": load_avg_1m(), "tasks": names}
+    meta["sessions"].append(session)
     # the progress bar's cells are (label, workload, cpu, repeat)
     bar_cell = lambda c: (f"{c[0]}+{c[1]}" if c[1] else f"{c[0]} alone", workload, cpu_millicores, c[2])  # noqa: E731
     bar = GridProgress([bar_cell(c) for c in todo], console) if progress and todo else None
@@ -220,7 +232,8 @@ def measure_pairs(
         report.pairs = len(rows)
         if rows:
             write_pair_profile(out, rows)
-        meta.update(
+        meta["pairs"] = len(rows)
+        session.update(
             finished=now_text(),
             load_average_1m_end=load_avg_1m(),
             load_average_1m_mean=round(sum(loads) / len(loads), 2) if loads else None,
@@ -228,8 +241,7 @@ def measure_pairs(
             measured=report.measured,
             failed=len(report.failures),
             wall_s=round(report.wall_s, 1),
-            pairs=len(rows),
-            pid=os.getpid(),
+            interrupted=len(report.failures) + report.measured < len(todo),
         )
         write_json(meta_path(out), meta)
     return report
