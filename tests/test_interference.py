@@ -164,6 +164,8 @@ def test_without_a_pair_profile_the_summary_says_no_interference_is_assumed(tmp_
     code, out, err = run_cli([*args, "--out", tmp_path / "o"], monkeypatch, capsys)
     assert code == 0, err
     assert " ".join(NONE_ASSUMED.split()) in out
+    assert f"- {NONE_ASSUMED}" in (tmp_path / "o" / "comparison.md").read_text()
+    assert json.loads((tmp_path / "o" / "comparison.json").read_text())["meta"]["interference"] == NONE_ASSUMED
 
 
 def test_the_pair_slowdowns_multiply_the_co_located_tasks_durations(tmp_path):
