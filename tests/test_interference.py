@@ -241,3 +241,14 @@ def test_a_pair_profile_without_nodes_is_refused(tmp_path, monkeypatch, capsys):
     path.write_text(exp + f'\n[interference]\npairs = "{pairs}"\n')
     code, _, err = run_cli(["simulate", path, "-q", "--steps", "5", "--out", tmp_path / "o"], monkeypatch, capsys)
     assert code == 2 and "interference.pairs" in err and "[[node]]" in err, err
+
+
+def test_a_bad_row_in_the_experiments_pair_profile_names_the_file_line_and_field(tmp_path, monkeypatch, capsys):
+    pairs = tmp_path / "pairs.csv"
+    pairs.write_text(f"{HEADER}\nmemcpy,zero,1.2,1,1,3,1000,20\nzero,memcpy,x,1,1,3,1000,20\n")
+    args = ["simulate", _tight(tmp_path, f'[interference]\npairs = "{pairs}"\n\n'), "-q", "--steps", "5"]
+    code, _, err = run_cli([*args, "--out", tmp_path / "o"], monkeypatch, capsys)
+    assert code == 2 and "Traceback" not in err, err
+    for needle in (str(pairs), "line 3", "interference.pairs", "slowdown: expected a number"):
+        assert needle in err, (needle, err)
+    assert not (tmp_path / "o").exists()
