@@ -48,6 +48,10 @@ if TYPE_CHECKING:
     from .series import JobSeries
     from .steps import StrategyResult
 
+#: Above this many tasks the interference-aware placement keeps its greedy pass: the refinement tries
+#: tasks^2 moves and swaps a round, each a node-constrained floor over the predicted steps.
+REFINE_MAX_TASKS = 64
+
 #: The suffix of a row planned as one pool and replayed on the nodes.
 ONE_POOL = "/one-pool"
 
@@ -99,7 +103,7 @@ def cluster_of(
     levels = _one_pool_floor(durations, max_level, budget_steps)
     slowdown = pair_slowdown(exp, job.task_names)[0] if exp.interference.placement == "aware" else None
     node_of = place_balanced(cpu.to_millicores(levels), cluster.capacity_millicores, cpu.min_millicores, slowdown)
-    if slowdown is not None:
+    if slowdown is not None and node_of.size <= REFINE_MAX_TASKS:
         node_of = _avoiding_pairs(cluster, cpu, durations, slowdown, node_of, max_level, budget_steps)
     return Cluster(cluster.names, cluster.capacity_millicores, node_of, cluster.can_restore, "balanced")
 
