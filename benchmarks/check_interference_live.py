@@ -11,7 +11,8 @@ times), so that each has company for (nearly) its whole run. Per run: each task 
 together; measured slowdown = together / the median alone (of all runs so far). Reports, per task, the
 median measured slowdown of `--runs` runs against the modelled one (the pair profile's), and whether they
 agree within `--tolerance` (goal 15%, on an idle machine). The load average is printed: on a busy host
-the solo times drift and the figure says little. Needs root (cgroups) and stress-ng.
+the solo times drift and the figure says little. Exit status 1 when a task is outside the tolerance.
+Needs root (cgroups) and stress-ng.
 """
 
 from __future__ import annotations
@@ -129,6 +130,8 @@ def main() -> None:
         )
     results["within_tolerance"] = ok
     write_results(results, args.out)
+    if not ok:
+        sys.exit(1)  # a re-run on an idle machine can gate on it
 
 
 if __name__ == "__main__":
