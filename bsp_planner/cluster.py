@@ -19,6 +19,7 @@ int node indices; capacity (nodes,) millicores.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -100,13 +101,25 @@ def cluster_from_settings(nodes: list, task_names: list[str], can_restore: list[
     return Cluster(names, cap, node_of, np.asarray(can_restore, dtype=bool), "given" if listed else "balanced")
 
 
-def place_balanced(demand_millicores: np.ndarray, capacity_millicores: np.ndarray, min_millicores: float) -> np.ndarray:
+def place_balanced(
+    demand_millicores: np.ndarray,
+    capacity_millicores: np.ndarray,
+    min_millicores: float,
+    slowdown: np.ndarray | None = None,
+) -> np.ndarray:
     """A placement that balances each node's peak demand against its capacity.
 
     demand_millicores (steps, tasks): what each task is predicted to want at each step (e.g. its CPU in
     the per-step min-max configuration). Tasks in order of mean demand, largest first, each go to the
     node whose peak over the steps of (its tasks' demand + this task's) / capacity is lowest, among the
-    nodes with room for one more task at the minimum (ties: the lower index). Returns node_of (tasks,)."""
+    nodes with room for one more task at the minimum (ties: the lower index). Returns node_of (tasks,).
+
+    slowdown (tasks, tasks), optional: a pair profile's slowdowns ([i, j]: task i while j co-runs; see
+    `performance.co_location_slowdown`). Then the placement also avoids the pairs that hurt: a task
+    slowed down s times needs about s times the CPU for the same step time, so a node's demand is its
+    tasks' demand each times its co-location factor (`improve_placement` can refine the result against
+    the performance model itself, as node_runs.py does).
+    """
     d = np.asarray(demand_millicores, dtype=np.float64)
     cap = np.asarray(capacity_millicores, dtype=np.float64)
     n_nodes = cap.size
@@ -116,17 +129,66 @@ def place_balanced(demand_millicores: np.ndarray, capacity_millicores: np.ndarra
     left = d.shape[1]
     for i in np.argsort(-d.mean(axis=0), kind="stable"):
         left -= 1
-        peak = ((load + d[:, i][None, :]) / cap[:, None]).max(axis=1)
         room = cap - (count + 1) * min_millicores >= -1e-9
         # keep enough minimum-sized slots elsewhere for the tasks still to place
         slots_after = np.floor(cap / min_millicores + 1e-9) - count
         spare = slots_after.sum() - 1 >= left
         ok = room & spare
+        if slowdown is None:
+            peak = ((load + d[:, i][None, :]) / cap[:, None]).max(axis=1)
+        else:  # each node's demand with this task added, every task on it times its co-location factor
+            peak = (
+                np.array(
+                    [_node_demand(d, np.append(np.nonzero(node_of == j)[0], i), slowdown).max() for j in range(n_nodes)]
+                )
+                / cap
+            )
         j = int(np.argmin(np.where(ok, peak, np.inf)))
         node_of[i] = j
         load[j] += d[:, i]
         count[j] += 1
     return node_of
+
+
+def _node_demand(d: np.ndarray, members: np.ndarray, slowdown: np.ndarray | None) -> np.ndarray:
+    """(steps,) demand of the tasks `members` on one node, each times its co-location factor."""
+    if slowdown is None or members.size < 2:
+        return d[:, members].sum(axis=1)
+    s = np.maximum(slowdown[np.ix_(members, members)], 1.0)
+    np.fill_diagonal(s, 1.0)
+    out: np.ndarray = d[:, members] @ s.prod(axis=1)
+    return out
+
+
+def improve_placement(
+    node_of: np.ndarray, slots: np.ndarray, cost: Callable[[np.ndarray], float], max_rounds: int | None = None
+) -> np.ndarray:
+    """Local search from `node_of` (tasks,): each round makes the single move or pairwise swap of tasks
+    that lowers `cost(node_of)` most, until none does (or `max_rounds`, default 4 x tasks). A node
+    never holds more than its `slots` (nodes,) tasks. Returns the placement found."""
+    n_nodes, n = slots.size, node_of.size
+    best = np.asarray(node_of, dtype=np.int64).copy()
+    best_cost = cost(best)
+    for _ in range(4 * n if max_rounds is None else max_rounds):
+        found = None
+        count = np.bincount(best, minlength=n_nodes)
+        for i in range(n):
+            for j in range(n_nodes):
+                if j != best[i] and count[j] < slots[j]:
+                    cand = best.copy()
+                    cand[i] = j
+                    if (c := cost(cand)) < best_cost - 1e-12:
+                        found, best_cost = cand, c
+            for k in range(i + 1, n):
+                if best[k] != best[i]:
+                    cand = best.copy()
+                    cand[i], cand[k] = best[k], best[i]
+                    if (c := cost(cand)) < best_cost - 1e-12:
+                        found, best_cost = cand, c
+        if found is None:
+            break
+        best = found
+    return best
 
 
 def repack(millicores: np.ndarray, node_of: np.ndarray, capacity_millicores: np.ndarray) -> np.ndarray | None:

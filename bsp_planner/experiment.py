@@ -101,6 +101,16 @@ class NodeSettings:
 
 
 @dataclass
+class InterferenceSettings:
+    """`[interference]`: a pair profile (`profile pairs`) whose slowdowns the model applies to tasks that
+    share a node (performance.co_location_slowdown); None: no interference assumed. `placement`: a chosen
+    placement avoids the pairs that hurt ("aware") or ignores them ("blind", to see what avoiding them is worth)."""
+
+    pairs: str | None = None
+    placement: str = setting("aware", choices=("aware", "blind"))
+
+
+@dataclass
 class ForecastSettings:
     source: str = "seasonal-naive"
     horizon: int = setting(20, ge=1)
@@ -135,6 +145,8 @@ class Experiment:
     reconfigure_cost: ReconfigureCosts = field(default_factory=lambda: ReconfigureCosts())
     # The cluster's nodes ([[node]]); none: one pool, as if the cluster were one machine.
     node: list[NodeSettings] = setting(default_factory=list)
+    # Co-location interference between tasks on one node, from a pair profile (needs [[node]]).
+    interference: InterferenceSettings = field(default_factory=InterferenceSettings)
     name: str = internal("experiment")
     path: Path | None = internal(None)
 
@@ -152,6 +164,10 @@ class Experiment:
     @property
     def profile_path(self) -> Path:
         return self.resolve(self.profile)
+
+    @property
+    def pairs_path(self) -> Path | None:
+        return self.resolve(self.interference.pairs) if self.interference.pairs else None
 
     @property
     def true_profile_path(self) -> Path:
@@ -172,6 +188,8 @@ class Experiment:
         d["workload_range"] = list(self.workload_range)
         if not d["node"]:
             d.pop("node")  # one pool: recorded as before nodes existed
+        if self.interference == InterferenceSettings():
+            d.pop("interference")  # none: recorded as before interference existed
         return d
 
     def validate(self, path: str | Path | None = None) -> None:
@@ -235,6 +253,13 @@ def validate(exp: Experiment) -> None:
                 field=f"node[{j}].name",
             )
         seen[nd.name] = j
+    if exp.interference.pairs is not None and not exp.node:
+        raise InputError(
+            "a pair profile says how tasks that share a node slow each other; this experiment has no [[node]] "
+            "tables (one pool): describe its nodes or remove interference.pairs",
+            path=p,
+            field="interference.pairs",
+        )
     lo, hi = exp.workload_range
     if not hi > lo:
         raise InputError(f"expected low < high, got {list(exp.workload_range)}", path=p, field="workload_range")

@@ -3,6 +3,10 @@
 * `cluster_of`: the experiment's nodes and the tasks' initial placement (given, or balanced from the
   predictions made before the run: the per-step min-max configuration of the last `steps` steps of
   each task's training history, or of the replayed trace when the tasks have no series).
+* Interference (interference.py): with a pair profile, a chosen placement avoids the pairs that hurt
+  (unless `interference.placement = "blind"`): `place_balanced` with the slowdowns, then moves and
+  swaps while they lower the summed node-constrained floor of the predicted steps with the slowdowns
+  applied; the scenario applies the slowdowns at that placement.
 * `allocator`: the experiment's allocator constrained to the nodes (allocation/nodes.py).
 * `run_on_cluster`: one row of the comparison. A planner plans on the nodes (every change it makes
   fits them, so it is an in-place resize, priced `in_place_s`); `STRATEGY/one-pool` plans as today,
@@ -23,9 +27,19 @@ import numpy as np
 
 from .allocation import make_allocator
 from .allocation.base import Allocator, CpuLevels
+from .allocation.floor import floor_levels
 from .allocation.nodes import NodeConstrained, NodeLimits
-from .cluster import Cluster, ClusterExecutor, cluster_from_settings, node_utilisation, place_balanced
+from .cluster import (
+    Cluster,
+    ClusterExecutor,
+    cluster_from_settings,
+    improve_placement,
+    node_utilisation,
+    place_balanced,
+)
 from .errors import InputError
+from .interference import pair_slowdown
+from .performance import co_location_slowdown
 from .planners.placement_mpc import CLUSTER_RUN
 
 if TYPE_CHECKING:
@@ -34,6 +48,10 @@ if TYPE_CHECKING:
     from .performance import DurationModel
     from .series import JobSeries
     from .steps import StrategyResult
+
+#: Above this many tasks the interference-aware placement keeps its greedy pass: the refinement tries
+#: tasks^2 moves and swaps a round, each a node-constrained floor over the predicted steps.
+REFINE_MAX_TASKS = 64
 
 #: The suffix of a row planned as one pool and replayed on the nodes.
 ONE_POOL = "/one-pool"
@@ -82,14 +100,37 @@ def cluster_of(
         )
     else:
         history = actual_w
-    levels = _one_pool_floor(dm.durations(history), max_level, budget_steps)
-    node_of = place_balanced(cpu.to_millicores(levels), cluster.capacity_millicores, cpu.min_millicores)
+    durations = dm.durations(history)
+    levels = _one_pool_floor(durations, max_level, budget_steps)
+    slowdown = pair_slowdown(exp, job.task_names)[0] if exp.interference.placement == "aware" else None
+    node_of = place_balanced(cpu.to_millicores(levels), cluster.capacity_millicores, cpu.min_millicores, slowdown)
+    if slowdown is not None and node_of.size <= REFINE_MAX_TASKS:
+        node_of = _avoiding_pairs(cluster, cpu, durations, slowdown, node_of, max_level, budget_steps)
     return Cluster(cluster.names, cluster.capacity_millicores, node_of, cluster.can_restore, "balanced")
 
 
-def _one_pool_floor(durations: np.ndarray, max_level: np.ndarray, budget_steps: int) -> np.ndarray:
-    from .planners.floor import floor_levels
+def _avoiding_pairs(
+    cluster: Cluster,
+    cpu: CpuLevels,
+    durations: np.ndarray,
+    slowdown: np.ndarray,
+    node_of: np.ndarray,
+    max_level: np.ndarray,
+    budget_steps: int,
+) -> np.ndarray:
+    """The placement refined against the model: moves and swaps while they lower the sum over the
+    predicted steps of the best step time the nodes allow (the node-constrained per-step floor), every
+    task's durations times its co-location slowdown there. durations (tasks, levels, steps)."""
+    slots = np.floor(cluster.capacity_millicores / cpu.min_millicores + 1e-9).astype(np.int64)
 
+    def cost(where: np.ndarray) -> float:
+        slowed = durations * co_location_slowdown(slowdown, where)[:, None, None]
+        return float(floor_levels(slowed, max_level, budget_steps, cluster.limits(cpu, where))[1].sum())
+
+    return improve_placement(node_of, slots, cost)
+
+
+def _one_pool_floor(durations: np.ndarray, max_level: np.ndarray, budget_steps: int) -> np.ndarray:
     levels: np.ndarray = floor_levels(durations, max_level, budget_steps)[0]
     return levels
 

@@ -162,3 +162,40 @@ class DurationModel:
         np.maximum(out, MIN_DURATION_S, out=out)
         np.minimum.accumulate(out, axis=1, out=out)
         return out.reshape((self.n_tasks, self.n_levels) + shape)
+
+
+def co_location_slowdown(pair_slowdown: np.ndarray, node_of: np.ndarray) -> np.ndarray:
+    """How many times slower each task runs because of the tasks placed on its node.
+
+    pair_slowdown (tasks, tasks): [i, j] the measured slowdown of task i while task j co-runs (a pair
+    profile, `pair_profiles.PairProfile.matrix`; 1 on the diagonal and for unmeasured pairs); node_of
+    (tasks,) node indices. Returns (tasks,) factors >= 1 that multiply the task's duration.
+
+    Combination rule for more than two tasks on a node: the PRODUCT of the pairwise factors of the
+    task's co-located tasks (each co-runner takes its own share of the memory bandwidth and caches);
+    a factor under 1 counts as 1 (co-running never speeds a task up: such a ratio is measurement noise).
+    One factor per pair, whatever the CPU and workload: the pair profile's stated cpu/workload stand for all.
+    """
+    s = np.maximum(np.asarray(pair_slowdown, dtype=np.float64), 1.0)
+    where = np.asarray(node_of)
+    together = (where[:, None] == where[None, :]) & ~np.eye(where.size, dtype=bool)
+    out: np.ndarray = np.where(together, s, 1.0).prod(axis=1)
+    return out
+
+
+class InterferedDurations(DurationModel):
+    """A DurationModel whose durations carry each task's co-location slowdown at a fixed placement.
+
+    base: the DurationModel; factor (tasks,): `co_location_slowdown` at the placement. Same shapes as
+    DurationModel.durations: (tasks, *shape) workloads -> (tasks, levels, *shape) seconds."""
+
+    def __init__(self, base: DurationModel, factor: np.ndarray) -> None:  # shares base's tables
+        self.base = base
+        self.model = base.model
+        self.cpu_levels = base.cpu_levels
+        self._level_coef = base._level_coef
+        self.factor = np.asarray(factor, dtype=np.float64)
+
+    def durations(self, workloads: np.ndarray) -> np.ndarray:
+        out = self.base.durations(workloads)
+        return out * self.factor.reshape((-1,) + (1,) * (out.ndim - 1))

@@ -173,6 +173,8 @@ def write_outputs(
                 header.append(f"- {k}: {meta[k]}")
         for mode, label in meta.get("forecasts", {}).items():
             header.append(f"- {mode} mode predictions: {label}")
+        if "interference" in meta:  # on nodes: what co-location is assumed to cost
+            header.append(f"- {meta['interference']}")
         tmp["md"].write_text("\n".join(header) + "\n\n" + to_markdown(rows))
         tmp["steps"].write_text(steps_csv(results, task_names, cpu_of_level), newline="")
         learned = learning_csv(results, task_names, cpu_of_level)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from . import interference
 from . import node_runs as nodes
 from .allocation import make_allocator
 from .allocation.base import CpuLevels
@@ -27,7 +28,7 @@ from .job import Job, load_job
 from .learning import LearnedDurations
 from .loop import run_loop
 from .online import online_forecasts, unseeded_online_forecasts
-from .performance import DurationModel, PerformanceModel
+from .performance import DurationModel, InterferedDurations, PerformanceModel
 from .planners import BOUNDS
 from .planners.base import ConfigTable, PlanningContext, make_planner
 from .planners.observed import EXTRAS_KEY as OBSERVATIONS_KEY
@@ -62,6 +63,7 @@ class Scenario:
     # planned as one pool, which the comparison replays through the nodes' fit rules (nodes.py).
     cluster: Cluster | None = None
     one_pool_contexts: dict[str, PlanningContext] = field(default_factory=dict)
+    interference: str | None = None  # on nodes: the report's line about co-location interference
 
     @property
     def task_names(self) -> list[str]:
@@ -166,6 +168,16 @@ def _build(exp: Experiment) -> Scenario:
     scen = Scenario(exp, job, job_series, dm, cpu, actual_w, actual, known_workloads=known, true_model=true_dm)
     stepwise = exp.online or exp.learn
     scen.cluster = nodes.cluster_of(exp, job, cpu, dm, job_series, actual_w, max_level, budget_steps)
+    if scen.cluster is not None:  # tasks that share a node slow each other (a pair profile), or not at all
+        slowdown, measured = interference.pair_slowdown(exp, job.task_names)
+        factor = interference.factors(slowdown, scen.cluster)
+        scen.interference = interference.note(exp, scen.cluster, factor, measured, job.task_names)
+        if factor is not None:  # at the initial placement: the truth and the planning model both carry it
+            for table in {id(actual): actual, id(planned_at_actual): planned_at_actual}.values():
+                table *= factor[:, None, None]
+            dm = scen.model = InterferedDurations(dm, factor)
+            if true_dm is not None:
+                scen.true_model = InterferedDurations(true_dm, factor)
     limits = None if scen.cluster is None else scen.cluster.limits(cpu)
 
     def context(predicted: np.ndarray | tuple[int, int], one_pool: bool = False) -> PlanningContext:

@@ -208,6 +208,7 @@ def _run_meta(exp: Experiment, scen: Scenario, out_dir: Path, elapsed: float) ->
         "penalty_s": exp.penalty_s,
         "budget_millicores": exp.cpu.budget_millicores,
         "forecasts": scen.forecast_label,
+        **({"interference": scen.interference} if scen.interference else {}),
         "settings": exp.to_dict(),
         "elapsed_s": round(elapsed, 3),
     }
@@ -295,3 +296,5 @@ def _print_summary(
         f"{len(scen.task_names)} tasks x {exp.steps} steps, penalty {exp.penalty_s:g} s, budget "
         f"{exp.cpu.budget_millicores:g}m; {len(results)} runs in {elapsed:.1f} s"
     )
+    if scen.interference:
+        console.print(scen.interference, highlight=False)

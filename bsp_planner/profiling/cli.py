@@ -3,6 +3,7 @@
     bsp-planner profile calibrate --job jobs/thesis-8.toml --target-s 0.3
     bsp-planner profile run --job jobs/thesis-8.toml --out profiles/local-2core/profile.csv
     bsp-planner profile heatmap profiles/local-2core/profile.csv
+    bsp-planner profile pairs --job jobs/thesis-8.toml --out profiles/local-2core/pairs.csv
 
 Bad inputs raise InputError, which `bsp_planner.cli.main` prints before exiting with status 2.
 """
@@ -193,6 +194,92 @@ def _print_failures(console: Console, failures: list[Failure], log: Path) -> Non
         f"[red]{len(failures)} run(s) failed[/] (logged in {log}); "
         "the profile is incomplete: run the same command again to retry them"
     )
+
+
+@app.command("pairs")
+def pairs(
+    job: Path = typer.Option(DEFAULT_JOB, "--job", help="The job file (TOML)."),
+    out: Path = typer.Option(..., "--out", help="Pair profile CSV to write or resume, e.g. profiles/<name>/pairs.csv."),
+    cpu: float = typer.Option(1000, "--cpu", help="CPU limit of each task of a pair, in millicores (its own quota)."),
+    workload: float = typer.Option(20, "--workload", help="Workload of the timed runs."),
+    repeats: int = typer.Option(3, "--repeats", help="Runs per ordered pair (and alone per task); medians count."),
+    timeout: float = typer.Option(60.0, "--timeout", help="Seconds before a run is killed and logged as failed."),
+    tasks: str | None = typer.Option(None, "--tasks", help="Only these tasks, comma-separated (default: all)."),
+    stress_ng: str = typer.Option("stress-ng", "--stress-ng", help="The stress-ng executable."),
+    cgroup_prefix: str = typer.Option("bsp-planner", "--cgroup-prefix", help="Parent cgroup for the runs' groups."),
+    cpu_shares: int = typer.Option(262144, "--cpu-shares", help="As for `profile run`."),
+    cfs_period_us: int = typer.Option(CFS_PERIOD_US, "--cfs-period-us", help="As for `profile run`."),
+) -> None:
+    """How much each task slows down while another co-runs on this host, each under its own quota; resumable.
+
+    Per repeat: every task alone, then beside every other task (docs/nodes.md, "Interference")."""
+    from rich.console import Console
+
+    from ..errors import InputError
+    from ..filelock import output_lock
+    from ..job import load_job
+    from ..outputs import check_output_file
+    from .cgroups import quota_us
+    from .local import LocalBackend
+    from .pairs import measure_pairs, meta_path, runs_path
+    from .runner import select_tasks
+
+    if out.suffix.lower() != ".csv" or (out.exists() and not out.is_file()):
+        raise InputError("expected a .csv file path for the pair profile", path=out, field="--out")
+    check_output_file(out, "--out")
+    if not workload > 0:
+        raise InputError(f"expected a positive workload, got {workload:g}", field="--workload")
+    if repeats < 1:
+        raise InputError(f"expected at least 1, got {repeats}", field="--repeats")
+    if not timeout > 0:
+        raise InputError(f"expected a positive number of seconds, got {timeout:g}", field="--timeout")
+    cores = len(os.sched_getaffinity(0))
+    if 2 * cpu > cores * 1000:
+        raise InputError(
+            f"two tasks at {cpu:g}m need {2 * cpu:g}m; this host gives {cores * 1000}m: lower --cpu", field="--cpu"
+        )
+    quota_us(cpu, cfs_period_us)
+    the_job = load_job(job)
+    selected = select_tasks(the_job, _task_list(tasks))
+    other = [t.name for t in selected if t.kind != "stressor"]
+    if other:
+        raise InputError(
+            f"task {other[0]!r} is not a stress-ng stressor; pair profiles measure stressor tasks (--tasks)",
+            field="--tasks",
+        )
+    if len(selected) < 2:
+        raise InputError("expected at least two tasks to pair", field="--tasks")
+    console = Console()
+    backend = LocalBackend(
+        stress_ng=stress_ng, prefix=cgroup_prefix, cpu_shares=cpu_shares or None, cfs_period_us=cfs_period_us
+    )
+    with output_lock(out, "--out"), backend:
+        try:
+            report = measure_pairs(
+                the_job,
+                out,
+                selected,
+                backend,
+                cpu_millicores=cpu,
+                workload=workload,
+                repeats=repeats,
+                timeout_s=timeout,
+            )
+        except KeyboardInterrupt:
+            console.print(
+                f"[yellow]interrupted[/]: every finished run is in {runs_path(out)}; run the same command again to resume"
+            )
+            raise typer.Exit(130) from None
+    console.print(
+        f"{report.measured} run(s) measured, {report.skipped} already in {runs_path(out).name}, "
+        f"{len(report.failures)} failed, in {report.wall_s:.0f} s; {report.pairs} pair(s) in {out}, "
+        f"metadata in {meta_path(out).name}"
+    )
+    if report.failures:
+        for (a, b, r), reason in report.failures[:10]:
+            console.print(f"[red]failed[/] {a} {'beside ' + b if b else 'alone'} #{r}: {reason}", highlight=False)
+        console.print("the pair profile is incomplete: run the same command again to retry them")
+        raise typer.Exit(1)
 
 
 @app.command("calibrate")
