@@ -1,15 +1,18 @@
 """Choose the default forecaster on validation data, never on the test halves (issue 25).
 
-    .venv/bin/python benchmarks/bench_forecast_select.py [--fraction 0.75]
-                                                          [--out out/bench_forecast_select.json]
+    PYTHONPATH=. .venv/bin/python benchmarks/bench_forecast_select.py [--fraction 0.25]
+                                                                      [--out out/bench_forecast_select.json]
 
-Every task's series is cut to its training half; the first `fraction` of that half trains each
-candidate afresh (lstm, gbm, and their equal-weight ensemble; gbm's pools follow the same
+Every task's series is cut to its training half (`forecasting.validation`); its first 1 - `fraction`
+trains each candidate afresh (lstm with the lags its whole half gives it; gbm's pools under the same
 source-series rule as always), and the rest is the validation period: every origin in it whose H = 20
 targets lie in the training half is scored, as `forecast evaluate` scores the test halves. Nothing of
-the test halves is read. It reports, per candidate, the mean RMSE over leads 1..20 per task, their mean
-and the pooled figure; and the weight w of lstm in w * lstm + (1 - w) * gbm that validation prefers
-(from 0, 0.1, .., 1), the only place an ensemble weight may come from.
+the test halves is read. Candidates: lstm, gbm, their equal-weight `ensemble`, and `ensemble-fit`
+(per-task weights of lstm and gbm on a 0.1 grid, fitted on the validation period). Since ensemble-fit's
+weights are fitted on the very period scored, it is also scored out of sample: weights fitted on one
+half of a task's validation origins, scored on the other (both ways, H origins left out between them),
+and the choice uses that figure. Reported per candidate: the mean RMSE over leads 1..20 per task, their
+mean and the pooled figure; the default is the candidate with the least mean of tasks.
 """
 
 from __future__ import annotations
@@ -20,7 +23,6 @@ import os
 import platform
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -29,49 +31,67 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bsp_planner.experiment import load_experiment  # noqa: E402
-from bsp_planner.forecasting.pipeline import Workspace, obtain, test_origins  # noqa: E402
-from bsp_planner.forecasting.prepare import PreparedSeries  # noqa: E402
+from bsp_planner.forecasting.pipeline import Workspace, obtain  # noqa: E402
+from bsp_planner.forecasting.validation import fit_weights, validation_forecasts  # noqa: E402
 from bsp_planner.shipped import find_experiment  # noqa: E402
 
 H = 20
-CANDIDATES = ("lstm", "gbm", "ensemble")
+MEMBERS = ("lstm", "gbm")
+CANDIDATES = ("lstm", "gbm", "ensemble", "ensemble-fit", "ensemble-fit (out of sample)")
 
 
-def validation_part(p: PreparedSeries, fraction: float) -> PreparedSeries:
-    """The task's training half alone, its first `fraction` as the training part."""
-    n = p.n_train
-    grid_end = int(p.grid_index[n - 1]) + 1
-    return replace(
-        p,
-        rows=p.rows[:n],
-        grid=p.grid[:grid_end],
-        grid_index=p.grid_index[:n],
-        n_train=int(round(fraction * n)),
-        filled=int(grid_end - n),
-    )
+def two_fold(preds: list[np.ndarray], truth: np.ndarray, step: float = 0.1) -> tuple[np.ndarray, list]:
+    """Forecasts of weights fitted on one half of the origins, applied to the other (both ways;
+    the H origins nearest the cut are left out of the fitting side, so no target is shared)."""
+    m = len(truth)
+    cut = m // 2
+    out = np.empty_like(truth)
+    chosen = []
+    for fit_idx, use_idx in (
+        (np.arange(0, max(1, cut - H)), np.arange(cut, m)),
+        (np.arange(cut + H, m), np.arange(0, cut)),
+    ):
+        if fit_idx.size == 0:
+            fit_idx = use_idx
+        w = fit_weights([p[fit_idx] for p in preds], truth[fit_idx], step)
+        out[use_idx] = np.tensordot(w, np.stack([p[use_idx] for p in preds]), axes=1)
+        chosen.append(w.tolist())
+    return out, chosen
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--fraction", type=float, default=0.75)
+    ap.add_argument(
+        "--fraction", type=float, default=0.25, help="the validation period: this last part of each training half"
+    )
     ap.add_argument("--out", type=Path, default=ROOT / "out" / "bench_forecast_select.json")
     args = ap.parse_args()
     exp = load_experiment(find_experiment(None))
-    full = Workspace.load(exp.job_path, workload_range=tuple(exp.workload_range), gaps="fill", horizon=H)
-    ws = replace(full, prepared=[validation_part(p, args.fraction) for p in full.prepared], shared={})
+    ws = Workspace.load(exp.job_path, workload_range=tuple(exp.workload_range), gaps="fill", horizon=H)
     t0, cpu0 = time.perf_counter(), time.process_time()
     preds: dict[str, dict[str, np.ndarray]] = {n: {} for n in CANDIDATES}
     truths: dict[str, np.ndarray] = {}
+    weights: dict[str, dict] = {}
     for i, p in enumerate(ws.prepared):
-        o = test_origins(p, H)
-        truths[p.task] = p.rows[o[:, None] + np.arange(H)[None, :]]
-        for n in CANDIDATES:
+        got = {}
+        for n in MEMBERS:
             tag = f"[{i + 1}/{len(ws.prepared)}] {p.task} · {n}"
             say = lambda msg, tag=tag: print(f"{tag}: {msg}", flush=True)  # noqa: E731
-            f, how = obtain(ws, n, p, model_root=None, save=False, say=say)
-            preds[n][p.task] = p.predict_rows_median(f, o)
-            err = np.sqrt(np.mean((preds[n][p.task] - truths[p.task]) ** 2, axis=0)).mean()
-            print(f"[{i + 1}/{len(ws.prepared)}] {p.task} · {n}: {how}; validation RMSE {err:.3f}", flush=True)
+            got[n], truths[p.task] = validation_forecasts(ws, n, p, obtain, args.fraction, say)
+            preds[n][p.task] = got[n]
+        both = [got[n] for n in MEMBERS]
+        preds["ensemble"][p.task] = np.mean(both, axis=0)
+        w = fit_weights(both, truths[p.task])
+        preds["ensemble-fit"][p.task] = np.tensordot(w, np.stack(both), axes=1)
+        preds["ensemble-fit (out of sample)"][p.task], folds = two_fold(both, truths[p.task])
+        weights[p.task] = {"fitted": w.tolist(), "two_fold": folds}
+        err = {n: np.sqrt(np.mean((preds[n][p.task] - truths[p.task]) ** 2, axis=0)).mean() for n in CANDIDATES}
+        print(
+            f"[{i + 1}/{len(ws.prepared)}] {p.task}: validation RMSE "
+            + ", ".join(f"{n} {e:.3f}" for n, e in err.items())
+            + f"; weights lstm {w[0]:.1f}, gbm {w[1]:.1f}",
+            flush=True,
+        )
     tasks = [p.task for p in ws.prepared]
 
     def scores(pred: dict[str, np.ndarray]) -> dict:
@@ -85,20 +105,20 @@ def main() -> None:
         }
 
     result = {n: scores(preds[n]) for n in CANDIDATES}
-    weights = {}
-    for w in np.round(np.linspace(0, 1, 11), 2):
-        mix = {t: w * preds["lstm"][t] + (1 - w) * preds["gbm"][t] for t in tasks}
-        weights[float(w)] = scores(mix)
-    best_w = min(weights, key=lambda w: weights[w]["mean_of_tasks"])
-    chosen = min(CANDIDATES, key=lambda n: result[n]["mean_of_tasks"])
-    print(f"\nvalidation (last {1 - args.fraction:.0%} of each training half), mean RMSE over leads 1..{H}:")
-    print("task       " + "".join(f"{n:>10}" for n in CANDIDATES))
+    shippable = {"lstm": "lstm", "gbm": "gbm", "ensemble": "ensemble", "ensemble-fit (out of sample)": "ensemble-fit"}
+    best = min(shippable, key=lambda n: result[n]["mean_of_tasks"])
+    chosen = shippable[best]
+    print(f"\nvalidation (last {args.fraction:.0%} of each training half), mean RMSE over leads 1..{H}:")
+    heads = ["lstm", "gbm", "ensemble", "fit", "fit (oos)"]
+    print("task       " + "".join(f"{n:>11}" for n in heads) + "   weights lstm,gbm")
     for t in tasks:
-        print(f"{t:10} " + "".join(f"{result[n]['per_task'][t]:10.3f}" for n in CANDIDATES))
-    print("mean       " + "".join(f"{result[n]['mean_of_tasks']:10.3f}" for n in CANDIDATES))
-    print("pooled     " + "".join(f"{result[n]['pooled']:10.3f}" for n in CANDIDATES))
-    print("lstm weight w: " + ", ".join(f"{w:.1f}: {s['mean_of_tasks']:.3f}" for w, s in weights.items()))
-    print(f"chosen by validation: {chosen}; best lstm weight {best_w:.1f}")
+        w = weights[t]["fitted"]
+        print(
+            f"{t:10} " + "".join(f"{result[n]['per_task'][t]:11.3f}" for n in CANDIDATES) + f"   {w[0]:.1f},{w[1]:.1f}"
+        )
+    print("mean       " + "".join(f"{result[n]['mean_of_tasks']:11.3f}" for n in CANDIDATES))
+    print("pooled     " + "".join(f"{result[n]['pooled']:11.3f}" for n in CANDIDATES))
+    print(f"chosen by validation (least mean of tasks; ensemble-fit by its out-of-sample figure): {chosen}")
     wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(
@@ -106,9 +126,8 @@ def main() -> None:
             {
                 "fraction": args.fraction,
                 "candidates": result,
-                "lstm_weight": {str(w): s for w, s in weights.items()},
+                "weights": weights,
                 "chosen": chosen,
-                "best_lstm_weight": best_w,
                 "wall_s": round(wall, 1),
                 "cpu_s": round(cpu, 1),
                 "load": os.getloadavg(),
@@ -118,7 +137,7 @@ def main() -> None:
         )
         + "\n"
     )
-    print(f"wrote {args.out} ({wall:.0f} s wall, {cpu:.0f} s CPU)")
+    print(f"wrote {args.out} ({wall:.0f} s wall, {cpu:.0f} s CPU, load {os.getloadavg()[0]:.1f})")
 
 
 if __name__ == "__main__":

@@ -119,7 +119,8 @@ def _parse_settings(items: list[str] | None, names: list[str]) -> dict[str, dict
             targets = [fname]
         if not targets:
             raise InputError(
-                "settings apply to the learned forecasters (lstm, lstm-thesis, gbm, ensemble) only", field="--set"
+                "settings apply to the learned forecasters (lstm, lstm-thesis, gbm, ensemble, ensemble-fit) only",
+                field="--set",
             )
         for n in targets:
             out.setdefault(n, {})[key] = value

@@ -1,10 +1,13 @@
 """`ensemble`: a weighted mean of named forecasters' median forecasts (`ensemble:lstm,gbm`; plain
-`ensemble` is `ensemble:lstm,gbm`).
+`ensemble` is `ensemble:lstm,gbm`), and `ensemble-fit`, the same members with weights fitted per task
+on validation data.
 
 Weights are equal unless given (``--set ensemble.weights=0.6,0.4``, one per member, normalised to sum
-to 1). They are never fitted here: a weight chosen on the figures a forecaster is judged by would
-flatter it, so weights come from validation data only (`benchmarks/bench_forecast_select.py` fits
-them on the last part of the training halves, with every member trained on the part before).
+to 1) or fitted (``fit_weights``, on by default for `ensemble-fit`): then each task's weights are the
+ones, on a grid of ``weight_step``, whose combination has the least squared error over the validation
+period of that task (the last ``validation_fraction`` of its training half, every member trained
+afresh on the part before; `validation`). A weight is never fitted on the test half: chosen on the
+figures a forecaster is judged by, it would flatter it.
 
 Each member is obtained as it would be alone (a saved model loaded, a statistical model fitted, the
 global `gbm` trained on its pool), so a forecast at origin o reads what its members read: values
@@ -28,9 +31,13 @@ DEFAULT_MEMBERS = ("lstm", "gbm")
 
 @dataclass(frozen=True)
 class EnsembleSettings:
-    """weights: one per member (empty: equal weights); the interval as for every forecaster."""
+    """weights: one per member (empty: equal weights, or fitted with fit_weights); the interval as
+    for every forecaster."""
 
     weights: tuple[float, ...] = setting((), ge=0)
+    fit_weights: bool = False  # per task, on the validation period (weights must then be empty)
+    validation_fraction: float = setting(0.25, gt=0, lt=1)  # the training half's last part
+    weight_step: float = setting(0.1, gt=0, le=1)  # the grid the fitted weights lie on
     interval_window: int = setting(240, ge=0)
     interval_gamma: float = setting(0.01, ge=0, lt=1)
 
@@ -38,9 +45,16 @@ class EnsembleSettings:
     def from_dict(cls, d: dict) -> EnsembleSettings:
         return load_settings(cls, d, prefix="ensemble.")
 
+    def validate(self, path: Any = None) -> None:
+        if self.fit_weights and self.weights:
+            raise InputError("expected either weights or fit_weights, not both", path=path, field="ensemble.weights")
+
     def to_dict(self) -> dict:
         return {
             "weights": list(self.weights),
+            "fit_weights": self.fit_weights,
+            "validation_fraction": self.validation_fraction,
+            "weight_step": self.weight_step,
             "interval_window": self.interval_window,
             "interval_gamma": self.interval_gamma,
         }
@@ -90,14 +104,15 @@ class EnsembleForecaster(PointForecaster):
             raise InputError("expected weights that sum to more than 0", field="ensemble.weights")
         return w / w.sum()
 
-    def combine(self, parts: list[Forecaster]) -> EnsembleForecaster:
-        """Use these fitted forecasters (one per member, in order)."""
+    def combine(self, parts: list[Forecaster], weights: np.ndarray | None = None) -> EnsembleForecaster:
+        """Use these fitted forecasters (one per member, in order), with `weights` (members,) when
+        fitted (`validation.fit_weights`), else the settings' weights."""
         if len(parts) != len(self.members):
             raise ValueError(f"{self.name}: expected {len(self.members)} fitted members, got {len(parts)}")
         if any(f.horizon != self.horizon for f in parts):
             raise ValueError(f"{self.name}: every member must forecast {self.horizon} steps ahead")
         self.parts = list(parts)
-        self.weights_ = self.resolve_weights(tuple(self.settings.weights))
+        self.weights_ = self.resolve_weights(tuple(self.settings.weights) if weights is None else tuple(weights))
         return self
 
     def _min_origin(self) -> int:
@@ -125,8 +140,26 @@ class EnsembleForecaster(PointForecaster):
         self.error_quantiles_ = np.quantile(err, self.quantiles, axis=0)
         self.error_quantiles_[self.median_index] = 0.0
         self.fit_length_ = len(w)
-        self.info = {"members": list(self.members), "weights": self.weights_.round(4).tolist()}
+        self.info = {**self.info, "members": list(self.members), "weights": self.weights_.round(4).tolist()}
         return self
+
+
+@dataclass(frozen=True)
+class FittedEnsembleSettings(EnsembleSettings):
+    """`ensemble-fit`'s settings: the ensemble's, with weights fitted on validation by default."""
+
+    fit_weights: bool = True
+
+    @classmethod
+    def from_dict(cls, d: dict) -> FittedEnsembleSettings:
+        return load_settings(cls, d, prefix="ensemble-fit.")
+
+
+class FittedEnsembleForecaster(EnsembleForecaster):
+    """lstm and gbm with per-task weights fitted on each task's validation period."""
+
+    name = "ensemble-fit"
+    settings_type: ClassVar[type[ForecasterSettings]] = FittedEnsembleSettings
 
 
 _CLASSES: dict[tuple[str, ...], type[EnsembleForecaster]] = {}

@@ -389,6 +389,12 @@ class LSTMForecaster(_KerasForecaster):
     def history_needed(self, n_train: int) -> int:
         return self.min_history(self.resolved_lags(n_train))
 
+    def validation_settings(self, n_train: int) -> dict:
+        """Settings for a refit on part of a training half of n_train steps (`validation`): the lags
+        the whole half resolves to, which the shorter part would otherwise shrink (a week to two
+        days), scoring another model than the one used."""
+        return {"lags": list(self.resolved_lags(n_train))}
+
     def min_history(self, lags: tuple[int, ...] | None = None) -> int:
         """Training steps needed: the window, the longest lag, H, and room for a validation tail."""
         first = self._first_origin(lags or (1,))

@@ -28,6 +28,7 @@ from .base import DEFAULT_QUANTILES, Forecaster, LearnedForecaster
 from .lstm import _digest, spec_differences
 from .prepare import PreparedSeries, prepare_job
 from .registry import FORECASTER_VERSION, FORECASTERS, check_name, default_settings, make_forecaster
+from .validation import validated_weights
 
 Say = Callable[[str], None]
 DEFAULT_MODEL_ROOT = data_path("models")  # the shipped models (package data)
@@ -236,7 +237,10 @@ def _obtain(
                 for m in members
             ]
             f = make_forecaster(name, p, ws.horizon, quantiles=ws.quantiles, settings=ws.settings.get(name))
-            f.combine([g[0] for g in got]).fit(p.train_grid)  # type: ignore[attr-defined]
+            weights = None
+            if f.settings.fit_weights:  # per task, on its validation period (never the test half)
+                weights, f.info = validated_weights(ws, members, p, f.settings, obtain, say)
+            f.combine([g[0] for g in got], weights).fit(p.train_grid)  # type: ignore[attr-defined]
             return f, "+".join(g[1] for g in got)
         return train_one(ws, name, p, say), "fitted"
     folder = model_folder(model_root, ws.job.name, name) if model_root is not None else None
@@ -425,6 +429,7 @@ def plot_evaluation(ev: Evaluation, path: Path, title: str = "") -> Path:
         "mstl": ("C1", "--", "x"),
         "gbm": ("C5", "-", "P"),
         "ensemble": ("k", "-", "*"),
+        "ensemble-fit": ("C6", "-", "h"),
     }
     for k, ax in enumerate(axes.flat):
         if k >= n_panels:

@@ -36,9 +36,8 @@ class ForecasterRegistry(Registry[type[Forecaster]]):
                 field=self.field,
             )
         for m in members:
-            if self.members(m) is not None or m == "ensemble":
+            if self.members(m) is not None or getattr(super().get(m), "members", None):
                 raise InputError(f"an ensemble's member cannot be an ensemble, got {name!r}", field=self.field)
-            super().get(m)
         from .ensemble import ensemble_class
 
         return ensemble_class(members)
@@ -55,6 +54,7 @@ FORECASTERS.register("seasonal-naive-weekly", "bsp_planner.forecasting.baselines
 FORECASTERS.register("mstl", "bsp_planner.forecasting.statistical:MSTLForecaster")
 FORECASTERS.register("gbm", "bsp_planner.forecasting.gbm:GBMForecaster")
 FORECASTERS.register("ensemble", "bsp_planner.forecasting.ensemble:EnsembleForecaster")
+FORECASTERS.register("ensemble-fit", "bsp_planner.forecasting.ensemble:FittedEnsembleForecaster")
 # Bump when a change to a forecaster's code changes what it predicts: shipped forecasts and saved
 # models made by an older version are then stale.
 FORECASTER_VERSION = 1
