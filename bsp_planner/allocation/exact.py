@@ -464,23 +464,28 @@ def build_assignment_model(
 FORMULATIONS = {"threshold": build_threshold_model, "assignment": build_assignment_model}
 
 
+# HiGHS options for every MILP here, passed verbatim (scipy warns that it does not check them). No primal
+# heuristics: the incumbent (greedy improved by local search) is already within a fraction of a percent,
+# and its time is the objective bound, so HiGHS only has to prove.
+_NO_HEURISTICS: dict[str, int | float | bool] = {
+    "threads": 1,
+    "mip_heuristic_effort": 0.0,
+    "mip_heuristic_run_rins": False,
+    "mip_heuristic_run_rens": False,
+    "mip_heuristic_run_root_reduced_cost": False,
+    "mip_heuristic_run_zi_round": False,
+    "mip_heuristic_run_shifting": False,
+    "mip_heuristic_run_feasibility_jump": False,
+}
+
+
 def _run_milp(model: _Model, cutoff: float | None, rel_gap: float, time_limit: float, scale: float) -> OptimizeResult:
     """HiGHS through scipy.optimize.milp. `cutoff` (in frame seconds) becomes HiGHS's objective_bound,
     so every node that cannot beat it is pruned; the gap is absolute, rel_gap x scale seconds."""
     options = {"time_limit": float(time_limit), "mip_rel_gap": 0.0, "presolve": True}
-    # Passed to HiGHS verbatim (scipy warns that it does not check them).
-    # No primal heuristics: the incumbent (greedy improved by local search) is already within a
-    # fraction of a percent, and its time is the objective bound, so HiGHS only has to prove.
     extra = {
         "mip_abs_gap": max(rel_gap * scale, 1e-12),
-        "threads": 1,
-        "mip_heuristic_effort": 0.0,
-        "mip_heuristic_run_rins": False,
-        "mip_heuristic_run_rens": False,
-        "mip_heuristic_run_root_reduced_cost": False,
-        "mip_heuristic_run_zi_round": False,
-        "mip_heuristic_run_shifting": False,
-        "mip_heuristic_run_feasibility_jump": False,
+        **_NO_HEURISTICS,
     }
     if cutoff is not None and np.isfinite(cutoff):
         extra["objective_bound"] = float(cutoff - model.constant)
@@ -729,16 +734,9 @@ def _run_milp_direct(
         h = _LP_SOLVERS.milp = highs._Highs()
         for key, value in {
             "output_flag": False,
-            "threads": 1,
             "presolve": "on",
             "mip_rel_gap": 0.0,
-            "mip_heuristic_effort": 0.0,
-            "mip_heuristic_run_rins": False,
-            "mip_heuristic_run_rens": False,
-            "mip_heuristic_run_root_reduced_cost": False,
-            "mip_heuristic_run_zi_round": False,
-            "mip_heuristic_run_shifting": False,
-            "mip_heuristic_run_feasibility_jump": False,
+            **_NO_HEURISTICS,
         }.items():
             h.setOptionValue(key, value)
     h.setOptionValue("time_limit", float(time_limit))

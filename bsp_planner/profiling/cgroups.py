@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import InputError
+from ..leftovers import running
 from ..signals import parent_death_signal
 
 # The default CFS period, a kubelet's (cpuCFSQuotaPeriod). A task limited to a fraction f of a CPU runs
@@ -327,14 +328,9 @@ def owner_pid(group_name: str) -> int | None:
 
 
 def pid_alive(pid: int) -> bool:
-    """Whether a process with this pid exists on this machine (owned by anyone)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    """Whether a process with this pid is running on this machine (owned by anyone; a zombie that
+    exited unreaped counts as gone, so its groups are stale)."""
+    return running(pid)
 
 
 def remove_stale_groups(prefix: str = DEFAULT_PREFIX, hierarchy: Hierarchy | None = None) -> list[str]:
