@@ -86,9 +86,12 @@ def test_forecasters_are_one_registry_and_only_the_learned_are_trained():
         "mstl",
         "gbm",
         "ensemble",
+        "ensemble-fit",
     ]
-    assert [n for n in FORECASTERS if is_learned(n)] == ["lstm", "lstm-thesis", "gbm", "ensemble"]
+    assert [n for n in FORECASTERS if is_learned(n)] == ["lstm", "lstm-thesis", "gbm", "ensemble", "ensemble-fit"]
     assert default_settings("persistence") == {} and default_settings("lstm")["units"] == 32
     assert default_settings("seasonal-naive") == {"season": "day"}  # fitted on the spot, with settings
-    with pytest.raises(InputError, match="unknown forecaster 'arima'; known: ensemble, gbm, lstm, lstm-thesis"):
+    with pytest.raises(
+        InputError, match="unknown forecaster 'arima'; known: ensemble, ensemble-fit, gbm, lstm, lstm-thesis"
+    ):
         is_learned("arima")
