@@ -38,7 +38,6 @@ from .cluster import (
     place_balanced,
 )
 from .errors import InputError
-from .interference import pair_slowdown
 from .performance import co_location_slowdown
 from .planners.placement_mpc import CLUSTER_RUN
 
@@ -81,8 +80,10 @@ def cluster_of(
     actual_w: np.ndarray,
     max_level: np.ndarray,
     budget_steps: int,
+    slowdown: np.ndarray | None = None,
 ) -> Cluster | None:
-    """The experiment's cluster with its initial placement (None without [[node]])."""
+    """The experiment's cluster with its initial placement (None without [[node]]). slowdown: the pair
+    profile's (tasks, tasks) slowdowns (`interference.pair_slowdown`), None without one."""
     if not exp.node:
         return None
     # a process keeps its state in memory, which a recreate loses, unless it restores from its own checkpoint
@@ -102,7 +103,8 @@ def cluster_of(
         history = actual_w
     durations = dm.durations(history)
     levels = _one_pool_floor(durations, max_level, budget_steps)
-    slowdown = pair_slowdown(exp, job.task_names)[0] if exp.interference.placement == "aware" else None
+    if exp.interference.placement != "aware":
+        slowdown = None
     node_of = place_balanced(cpu.to_millicores(levels), cluster.capacity_millicores, cpu.min_millicores, slowdown)
     if slowdown is not None and node_of.size <= REFINE_MAX_TASKS:
         node_of = _avoiding_pairs(cluster, cpu, durations, slowdown, node_of, max_level, budget_steps)

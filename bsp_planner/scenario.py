@@ -167,9 +167,10 @@ def _build(exp: Experiment) -> Scenario:
     known = np.array([t.series is not None for t in job.tasks], dtype=bool)
     scen = Scenario(exp, job, job_series, dm, cpu, actual_w, actual, known_workloads=known, true_model=true_dm)
     stepwise = exp.online or exp.learn
-    scen.cluster = nodes.cluster_of(exp, job, cpu, dm, job_series, actual_w, max_level, budget_steps)
-    if scen.cluster is not None:  # tasks that share a node slow each other (a pair profile), or not at all
-        slowdown, measured = interference.pair_slowdown(exp, job.task_names)
+    # tasks that share a node slow each other (a pair profile, read once here), or not at all
+    slowdown, measured = interference.pair_slowdown(exp, job.task_names) if exp.node else (None, 0)
+    scen.cluster = nodes.cluster_of(exp, job, cpu, dm, job_series, actual_w, max_level, budget_steps, slowdown)
+    if scen.cluster is not None:
         factor = interference.factors(slowdown, scen.cluster)
         scen.interference = interference.note(exp, scen.cluster, factor, measured, job.task_names)
         if factor is not None:  # at the initial placement: the truth and the planning model both carry it
