@@ -1,7 +1,7 @@
 """The defaults shipped inside the package, under ``bsp_planner/data/``, found through importlib.resources.
 
     data/experiments/   default.toml (what `bsp-planner simulate` runs), large.toml, live-*.toml,
-                        forecasts/default/ (the default experiment's LSTM forecasts)
+                        forecasts/default/ (the default experiment's ensemble-fit forecasts), default-lstm/
     data/jobs/          thesis-8.toml, live-3.toml
     data/profiles/      local-2core/ (profile.csv, profile.meta.json, heatmaps)
     data/datasets/      the NAB series the jobs read (LICENSE-NAB.txt, README.md)

@@ -15,7 +15,7 @@ from bsp_planner.series import load_job_series
 
 H = 6
 PERIOD = 12  # 2-hourly data
-SMALL = {"n_estimators": 30, "num_leaves": 7, "min_child_samples": 5, "refit_every": 24}
+SMALL = {"n_estimators": 30, "learning_rate": 0.1, "num_leaves": 7, "min_child_samples": 5, "refit_every": 24}
 
 
 def series(n: int = 400, seed: int = 0) -> np.ndarray:
@@ -200,7 +200,7 @@ def test_evaluate_reports_gbm_and_an_ensemble_beside_the_others_with_progress(pi
     out = pieces_job / "ev"
     args = ["forecast", "evaluate", "-e", str(pieces_job / "exp.toml"), "-o", str(out)]
     args += ["-f", "seasonal-naive", "-f", "gbm", "-f", "ensemble:gbm,seasonal-naive"]
-    args += ["--set", "gbm.n_estimators=30", "--set", "gbm.num_leaves=7"]
+    args += ["--set", "gbm.n_estimators=30", "--set", "gbm.learning_rate=0.1", "--set", "gbm.num_leaves=7"]
     r = CliRunner().invoke(app, args, catch_exceptions=False)
     assert r.exit_code == 0, r.output
     assert "pool leaves out late" in r.output and "refit at step" in r.output  # progress, as it goes

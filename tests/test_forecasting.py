@@ -451,8 +451,18 @@ def test_provider_uses_shipped_forecasts_only_when_their_digest_matches(small_jo
     )
     fc, label = provider.forecast_matrix("lstm", js, 0, 50, H, base_dir=small_job)
     assert np.all(fc == 33.0) and "shipped forecasts default/" in label
-    fc, label = provider.forecast_matrix("default", js, 0, 50, H, base_dir=small_job)  # "default" is the lstm
-    assert "shipped" in label
+    # "default" names the default forecaster: its shipped folder, not the lstm's
+    from bsp_planner.forecasting.registry import DEFAULT_FORECASTER
+
+    default_inputs = request_inputs(ws, DEFAULT_FORECASTER, 0, 50)
+    write_forecasts(
+        small_job / "forecasts" / f"default-{DEFAULT_FORECASTER}",
+        job.task_names,
+        np.full((2, 50, H), 44.0),
+        {"forecaster": DEFAULT_FORECASTER, "digest": inputs_digest(default_inputs), "inputs": default_inputs},
+    )
+    fc, label = provider.forecast_matrix("default", js, 0, 50, H, base_dir=small_job)
+    assert np.all(fc == 44.0) and "shipped" in label
     # steps inside the shipped ones: those rows (a forecast before step t never depends on later steps)
     fc, label = provider.forecast_matrix("lstm", js, 10, 20, H, base_dir=small_job)
     assert fc.shape == (2, 20, H) and np.all(fc == 33.0) and "from row 10" in label
@@ -502,3 +512,29 @@ def test_train_saves_into_the_current_directory_not_the_package(small_job, monke
     r = _run(args)
     assert r.exit_code == 0, r.output
     assert read_forecast_metadata(small_job / "fc")["models"] == {"alpha": "loaded", "beta": "loaded"}
+
+
+@pytest.mark.parametrize("folder, forecaster", [("default", None), ("default-lstm", "lstm")])
+def test_the_shipped_forecasts_are_current_for_the_default_experiment(folder, forecaster):
+    """The forecasts that ship are what the default experiment would compute now: made by the default
+    forecaster (the lstm's beside them), with the inputs' digest of today's settings, so `simulate` reads
+    them instead of regenerating them (a changed forecaster setting must come with regenerated files)."""
+    from bsp_planner.experiment import load_experiment
+    from bsp_planner.forecasting.pipeline import Workspace, inputs_digest, request_inputs
+    from bsp_planner.forecasting.registry import DEFAULT_FORECASTER
+    from bsp_planner.shipped import data_path, find_experiment
+
+    exp = load_experiment(find_experiment(None))
+    name = forecaster or DEFAULT_FORECASTER
+    if forecaster is None:
+        assert exp.forecast.source == DEFAULT_FORECASTER
+    meta = read_forecast_metadata(data_path("experiments") / "forecasts" / folder)
+    assert meta["forecaster"] == name
+    ws = Workspace.load(
+        exp.job_path,
+        workload_range=tuple(exp.workload_range),
+        gaps=meta["inputs"]["gaps"],
+        horizon=exp.forecast.horizon,
+    )
+    now = request_inputs(ws, name, exp.start, exp.steps)
+    assert inputs_digest(now) == meta["digest"], "regenerate with `bsp-planner forecast predict`"

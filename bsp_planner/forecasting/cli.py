@@ -18,7 +18,7 @@ from rich.table import Table
 
 from ..errors import InputError
 from .prepare import GAP_POLICIES
-from .registry import DEFAULT_FORECASTER, FORECASTERS
+from .registry import DEFAULT_FORECASTER, FORECASTERS, TRAINED_FORECASTER
 
 app = typer.Typer(
     help="Workload forecasters: train one model per task on the first half of its series, evaluate on the second, "
@@ -197,7 +197,7 @@ def _shipped_gap_policy(exp, job_path: Path) -> str:
 @app.command()
 def train(
     forecaster: Annotated[list[str], typer.Option("--forecaster", "-f", help="lstm or lstm-thesis (repeatable).")] = [  # noqa: B006  (typer needs a list; only read)
-        DEFAULT_FORECASTER
+        TRAINED_FORECASTER
     ],
     experiment: ExperimentOpt = None,
     job: JobOpt = None,
@@ -371,8 +371,8 @@ def predict(
         typer.Option(
             "--out",
             "-o",
-            help="Folder for <task>.csv + forecasts.json [default: experiments/forecasts/<experiment>/ for lstm, "
-            ".../<experiment>-<forecaster>/ otherwise].",
+            help="Folder for <task>.csv + forecasts.json [default: experiments/forecasts/<experiment>/ for "
+            f"{DEFAULT_FORECASTER}, .../<experiment>-<forecaster>/ otherwise].",
         ),
     ] = None,
 ) -> None:

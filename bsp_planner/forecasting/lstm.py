@@ -365,7 +365,7 @@ def per_lead_dense_class():
 
 
 class LSTMForecaster(_KerasForecaster):
-    """The default forecaster; see the module's notes."""
+    """The LSTM forecaster (a member of the default `ensemble-fit`); see the module's notes."""
 
     name = "lstm"
     settings_type: ClassVar[type[ForecasterSettings]] = LSTMSettings

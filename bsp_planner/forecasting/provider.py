@@ -4,7 +4,8 @@ Sources:
 
 - ``persistence``, ``seasonal-naive``, ``seasonal-naive-weekly``, ``mstl``: fitted on the training half
   and computed on the spot (no saved model);
-- ``lstm`` (also ``default``: the default forecaster), ``lstm-thesis``, ``gbm`` and ensembles: the
+- ``lstm``, ``lstm-thesis``, ``gbm`` and ensembles (``ensemble-fit``, also ``default``: the default
+  forecaster, is one): the
   shipped forecasts when a folder under ``<experiment dir>/forecasts/`` was made from this request
   (its ``forecasts.json`` digest covers the series, the split, start/steps/H, the gap policy and the
   forecaster's settings), or from one that differs only in covering more steps (its rows for these

@@ -9,7 +9,9 @@ from ..registry import Registry
 from .base import DEFAULT_QUANTILES, Forecaster, LearnedForecaster
 from .prepare import PreparedSeries
 
-DEFAULT_FORECASTER = "lstm"
+# chosen on validation data only (benchmarks/bench_forecast_select.py), never on the test halves
+DEFAULT_FORECASTER = "ensemble-fit"
+TRAINED_FORECASTER = "lstm"  # what `forecast train` trains unless told: the saved models the default reads
 ENSEMBLE_PREFIX = "ensemble:"
 
 
