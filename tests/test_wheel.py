@@ -165,7 +165,11 @@ def test_the_installed_wheel_runs_the_shipped_default_from_an_empty_directory(ve
     ]
     assert result["meta"]["steps"] == 20
     assert result["meta"]["experiment"] == "default.toml (shipped)"
-    assert result["meta"]["forecasts"]["forecast"].startswith("lstm")  # from the models inside the wheel
+    # the default forecaster's forecasts, from the files inside the wheel
+    from bsp_planner.forecasting.registry import DEFAULT_FORECASTER
+
+    label = result["meta"]["forecasts"]["forecast"]
+    assert label.startswith(DEFAULT_FORECASTER) and "shipped forecasts default/" in label
     floor = {r["mode"]: r["total_s"] for r in result["results"] if r["strategy"] == "floor"}
     assert all(r["total_s"] >= floor[r["mode"]] - 1e-9 for r in result["results"])
     for name in ("comparison.json", "comparison.md", "comparison.csv"):
