@@ -98,6 +98,22 @@ def sweep(folder: str | Path) -> list[Leftover]:
     return found
 
 
+def half_published(folder: str | Path, target: str, kind: str) -> bool:
+    """Whether a writer that is gone left a `kind` folder for `target` in `folder` whose complete set had
+    begun to move into place (the next :func:`sweep` finishes that move)."""
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return False
+    for entry in entries:
+        m = _NAME.fullmatch(entry.name)
+        if m is None or m["target"] != target or m["kind"] != kind:
+            continue
+        if not running(int(m["pid"])) and (Path(entry.path) / PUBLISHING).exists():
+            return True
+    return False
+
+
 def finish_publishing(staging: Path, output: Path) -> None:
     """Move what is left in `staging` into `output`, each file in one `os.replace` (the move
     `bsp_planner.outputs.staged_outputs` had begun)."""

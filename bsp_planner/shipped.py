@@ -151,8 +151,13 @@ def copy_defaults(dest: Path | str) -> list[Path]:
         place.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise OutputUnwritable.from_os_error(exc, dest) from None
-    with output_lock(place):  # taking it finishes the move of an earlier `init` killed half-way into `dest`
+    # an earlier `init` of this folder killed half-way through moving its whole copy in: taking the lock
+    # finishes that move, and the copy asked for is then there
+    resuming = leftovers.half_published(place.parent, place.name, "init")
+    with output_lock(place):
         if dest.is_dir() and any(dest.iterdir()):
+            if resuming:
+                return sorted(p for p in dest.rglob("*") if p.is_file())
             raise InputError("the folder is not empty; give a new or empty folder (nothing was written)", path=dest)
         try:
             staging = Path(tempfile.mkdtemp(dir=place.parent, prefix=leftovers.prefix(place, "init")))

@@ -302,12 +302,16 @@ def test_an_init_into_an_empty_folder_sigkilled_half_way_is_finished_by_the_next
     target = tmp_path / "w"
     target.mkdir()
     pid = sigkilled_holding(HOLD_INIT_MOVING, target)
-    assert len(list(target.iterdir())) == 1  # half a copy: refused as "not empty" but for the next init
-    code, _, err = run_cli(["init", target], monkeypatch, capsys)
-    assert code == 2 and "not empty" in err, err  # the copy was finished before the folder was judged
+    assert len(list(target.iterdir())) == 1  # half a copy
+    code, out, err = run_cli(["init", target], monkeypatch, capsys)
+    assert code == 0, err  # the same command again: its copy is finished, and that is what was asked for
     assert f"pid {pid}" in err and "finished moving" in err
     assert (target / "experiments" / "default.toml").is_file() and (target / "jobs").is_dir()
+    assert "wrote" in out and "run it with" in out
     assert hidden_leftovers(tmp_path) == []
+    # a folder some other way not empty is still refused, and left as it is
+    code, _, err = run_cli(["init", target], monkeypatch, capsys)
+    assert code == 2 and "not empty" in err
 
 
 def test_only_the_leftovers_of_writers_that_are_gone_are_removed(tmp_path):
