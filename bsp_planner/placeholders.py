@@ -39,17 +39,30 @@ def host_refs(arg: str) -> list[str]:
     return HOST_REF.findall(arg)
 
 
-def choose_ports(names: Iterable[str], host: str = "127.0.0.1") -> dict[str, int]:
-    """A distinct free TCP port on `host` for every name. The sockets stay bound until all are chosen (so no
-    two names get the same port), then are closed for the programs to bind; another program of the machine
-    could take one in between, which its program then reports as a clear bind error."""
+def choose_ports(names: Iterable[str], host: str = "127.0.0.1", tries: int = 64) -> dict[str, int]:
+    """A distinct free TCP port P on `host` for every name, with P + 1 free too and no other name's: a
+    ZeroMQ broker (HELICS's, among others) given port P binds P + 1 as well. The sockets stay bound until
+    all are chosen (so no two names' pairs overlap), then are closed for the programs to bind; another
+    program of the machine could take one in between, which its program then reports as a bind error."""
     names = list(dict.fromkeys(names))
     ports: dict[str, int] = {}
     with ExitStack() as stack:
         for name in names:
-            s = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
-            s.bind((host, 0))
-            ports[name] = s.getsockname()[1]
+            for _ in range(tries):
+                s = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+                s.bind((host, 0))  # held even when its neighbour is taken: the kernel then offers another
+                port = s.getsockname()[1]
+                if port >= 65535:
+                    continue
+                neighbour = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+                try:
+                    neighbour.bind((host, port + 1))
+                except OSError:
+                    continue
+                ports[name] = port
+                break
+            else:  # pragma: no cover - a machine with almost no free ports
+                raise OSError(f"no free pair of TCP ports (P, P + 1) on {host} after {tries} tries")
     return ports
 
 

@@ -17,8 +17,9 @@ import numpy as np
 import pytest
 
 from bsp_planner.apps.helics import broker as broker_app
-from bsp_planner.apps.helics.local import free_port_pair, run_federation
+from bsp_planner.apps.helics.local import run_federation
 from bsp_planner.apps.helics.model import Ring, serial_workloads
+from bsp_planner.placeholders import choose_ports
 from bsp_planner.shipped import data_dir
 from bsp_planner.task.profiling import PROFILE_ENV, ProfilingPlan, write_plan
 
@@ -94,7 +95,7 @@ def test_four_federates_and_a_broker_run_the_ring_and_report_the_models_workload
 def test_the_broker_outlives_its_federation_until_it_is_stopped(tmp_path):
     """A run stops its services after the tasks: a broker ending with its federation would look like a
     service that died. The wrapper keeps running after the broker's normal end, until SIGTERM."""
-    port = free_port_pair()
+    port = choose_ports(["broker"])["broker"]
     log = tmp_path / "broker.log"
     with open(log, "wb") as out:
         broker = subprocess.Popen(

@@ -158,6 +158,44 @@ def test_the_agreed_service_table_loads_and_its_placeholders_are_substituted(tmp
     assert svc.args(run_values("svc", ports, job.job_dir))[2] == str(ports["svc"])
 
 
+def test_every_chosen_port_has_its_next_port_free_for_a_zeromq_broker(monkeypatch):
+    """A HELICS (ZeroMQ) broker given {port} binds port + 1 too: no chosen port's neighbour is taken by
+    another program or given to another name."""
+    from bsp_planner import placeholders
+
+    picks = iter([40000, 40010, 39999, 40020])  # what the kernel offers for port 0, in turn
+    taken = {40011}  # another program's
+
+    class FakeSocket:
+        def __init__(self, *a):
+            self.port = None
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def bind(self, addr):
+            port = addr[1] or next(picks)
+            if port in taken:
+                raise OSError(98, "Address already in use")
+            taken.add(port)
+            self.port = port
+
+        def getsockname(self):
+            return ("127.0.0.1", self.port)
+
+    monkeypatch.setattr(placeholders.socket, "socket", FakeSocket)
+    ports = placeholders.choose_ports(["broker", "fed"])
+    # 40010's neighbour is another program's; 39999's is the broker's own port
+    assert ports == {"broker": 40000, "fed": 40020}
+    monkeypatch.undo()  # the real sockets again
+    real = placeholders.choose_ports([f"t{i}" for i in range(16)])
+    chosen = set(real.values())
+    assert len(chosen) == 16 and not chosen & {p + 1 for p in chosen}
+
+
 def test_a_relative_script_argument_resolves_against_the_job_file(tmp_path):
     (tmp_path / "cmd_task.py").write_text("print(1)\n")
     (tmp_path / "job.toml").write_text(

@@ -14,11 +14,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from ...placeholders import choose_ports
 
 MODEL_OPTIONS = ("cells", "hotspot", "base", "speed", "ops_per_unit")
 
@@ -33,23 +34,6 @@ def _env() -> dict[str, str]:
         filter(None, [str(Path(bsp_planner.__file__).parent.parent), env.get("PYTHONPATH")])
     )
     return env
-
-
-def free_port_pair() -> int:
-    """A loopback TCP port P with P+1 free too (the ZeroMQ broker binds both)."""
-    for _ in range(100):
-        with socket.socket() as a:
-            a.bind(("127.0.0.1", 0))
-            port = a.getsockname()[1]
-            if port >= 65535:
-                continue
-            with socket.socket() as b:
-                try:
-                    b.bind(("127.0.0.1", port + 1))
-                except OSError:
-                    continue
-            return port
-    raise OSError("no free pair of loopback TCP ports found")
 
 
 def federation_wall_s(timings: list[list[dict]]) -> float:
@@ -68,7 +52,7 @@ def run_federation(
     """Run broker + federates to the end; returns {"codes", "reports", "timings", "wall_s"} (reports and
     timings: one list per federate). Every process is ended on the way out, even on a timeout."""
     out.mkdir(parents=True, exist_ok=True)
-    port = free_port_pair()
+    port = choose_ports(["broker"])["broker"]  # with port + 1 free too: the ZeroMQ broker binds both
     extra: list[str] = []
     for key, value in (model or {}).items():
         extra += [f"--{key.replace('_', '-')}", str(value)]
