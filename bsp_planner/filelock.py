@@ -68,9 +68,10 @@ def _read_pid(fd: int) -> int | None:
 
 
 @contextlib.contextmanager
-def output_lock(target: str | Path, field: str | None = None) -> Iterator[None]:
+def output_lock(target: str | Path, field: str | None = None) -> Iterator[list[leftovers.Leftover]]:
     """Hold `target`'s lock for the block, or raise :class:`OutputLocked` naming the holder's pid (and
-    `field`, the flag or setting that named `target`). The target's folder is created if needed."""
+    `field`, the flag or setting that named `target`). The target's folder is created if needed. Yields
+    what writers that are gone had left beside `target` and taking the lock tidied (empty: nothing)."""
     target = Path(target)
     path = lock_path(target)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -96,22 +97,21 @@ def output_lock(target: str | Path, field: str | None = None) -> Iterator[None]:
         before = _read_pid(fd)  # a pid here means its writer ended without removing the file: killed
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        _tidy_after_the_killed(target, before)
-        yield
+        yield _tidy_after_the_killed(target, before)
     finally:
         with contextlib.suppress(OSError):
             os.unlink(path)  # while still holding it: a contender then retries on a fresh file
         os.close(fd)
 
 
-def _tidy_after_the_killed(target: Path, lock_pid: int | None) -> None:
+def _tidy_after_the_killed(target: Path, lock_pid: int | None) -> list[leftovers.Leftover]:
     """Remove what writers that are gone left beside `target` (their working files; the lock file is
-    ours now), with one line saying so."""
+    ours now), with one line saying so; returns what was found."""
     found = leftovers.sweep(target.parent)
     if lock_pid is not None and lock_pid != os.getpid():
         found.insert(0, leftovers.Leftover(lock_pid, lock_path(target).name))
     if not found:
-        return
+        return found
     pids = ", ".join(sorted({str(f.pid) for f in found}, key=int))
     removed = [f.name for f in found if not f.finished]
     what = [f"removed {', '.join(removed)} (none of it a result)"] if removed else []
@@ -122,3 +122,4 @@ def _tidy_after_the_killed(target: Path, lock_pid: int | None) -> None:
         InputWarning,
         stacklevel=3,
     )
+    return found

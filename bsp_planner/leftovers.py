@@ -56,12 +56,14 @@ def running(pid: int) -> bool:
 
 class Leftover(NamedTuple):
     """What a writer that is gone left: `name` beside the output, removed; or, when `finished`, a
-    staging folder half moved into place, whose remaining files `sweep` moved into `output`."""
+    staging folder half moved into place, whose remaining files `sweep` moved into `output`. `kind`: one of
+    :data:`KINDS` ("" for what is not a working name, such as a lock file)."""
 
     pid: int
     name: str
     finished: bool = False
     output: str = ""
+    kind: str = ""
 
 
 def sweep(folder: str | Path) -> list[Leftover]:
@@ -94,24 +96,8 @@ def sweep(folder: str | Path) -> list[Leftover]:
             continue  # another command's sweep got there first
         except OSError:
             continue
-        found.append(Leftover(pid, entry.name, finished, output.name or str(output)))
+        found.append(Leftover(pid, entry.name, finished, output.name or str(output), m["kind"]))
     return found
-
-
-def half_published(folder: str | Path, target: str, kind: str) -> bool:
-    """Whether a writer that is gone left a `kind` folder for `target` in `folder` whose complete set had
-    begun to move into place (the next :func:`sweep` finishes that move)."""
-    try:
-        entries = list(os.scandir(folder))
-    except OSError:
-        return False
-    for entry in entries:
-        m = _NAME.fullmatch(entry.name)
-        if m is None or m["target"] != target or m["kind"] != kind:
-            continue
-        if not running(int(m["pid"])) and (Path(entry.path) / PUBLISHING).exists():
-            return True
-    return False
 
 
 def finish_publishing(staging: Path, output: Path) -> None:

@@ -151,12 +151,11 @@ def copy_defaults(dest: Path | str) -> list[Path]:
         place.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise OutputUnwritable.from_os_error(exc, dest) from None
-    # an earlier `init` of this folder killed half-way through moving its whole copy in: taking the lock
-    # finishes that move, and the copy asked for is then there
-    resuming = leftovers.half_published(place.parent, place.name, "init")
-    with output_lock(place):
+    with output_lock(place) as tidied:
         if dest.is_dir() and any(dest.iterdir()):
-            if resuming:
+            # an earlier `init` of this folder killed half-way through moving its whole copy in: taking the
+            # lock finished that move, and the copy asked for is there
+            if any(f.finished and f.kind == "init" and f.output == place.name for f in tidied):
                 return sorted(p for p in dest.rglob("*") if p.is_file())
             raise InputError("the folder is not empty; give a new or empty folder (nothing was written)", path=dest)
         try:
