@@ -21,6 +21,8 @@ from ..shipped import data_path
 from .cgroups import CFS_PERIOD_US
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from rich.console import Console
     from rich.table import Table
 
@@ -43,6 +45,17 @@ def _task_list(text: str | None) -> list[str] | None:
 
         raise InputError(f"expected comma-separated task names, got {text!r}", field="--tasks")
     return names
+
+
+@contextlib.contextmanager
+def _resumable(console: Console, runs: Path) -> Iterator[None]:
+    """Ctrl-C during a measurement: say where the finished runs are and that the same command resumes,
+    then end with 130 (the lock and the backend are released on the way out)."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        console.print(f"[yellow]interrupted[/]: every finished run is in {runs}; run the same command again to resume")
+        raise typer.Exit(130) from None
 
 
 @app.command("run")
@@ -166,14 +179,9 @@ def run(
 
         raise InputError(f"unknown backend {backend!r}; known: local, kubernetes", field="--backend")
     check_profile_path(out)  # before its lock is made beside it
-    with output_lock(out, "--out"), runs_on:  # one writer per profile: a second one is refused, naming this pid
-        try:
-            report = measure()
-        except KeyboardInterrupt:
-            console.print(
-                f"[yellow]interrupted[/]: every finished run is in {out}; run the same command again to resume"
-            )
-            raise typer.Exit(130) from None
+    # one writer per profile: a second one is refused, naming this pid
+    with output_lock(out, "--out"), runs_on, _resumable(console, out):
+        report = measure()
     console.print(
         f"{report.measured} run(s) measured, {report.skipped} already in {out}, "
         f"{len(report.failures)} failed, in {report.wall_s:.0f} s; metadata in {metadata_path(out)}"
@@ -253,23 +261,17 @@ def pairs(
     backend = LocalBackend(
         stress_ng=stress_ng, prefix=cgroup_prefix, cpu_shares=cpu_shares or None, cfs_period_us=cfs_period_us
     )
-    with output_lock(out, "--out"), backend:
-        try:
-            report = measure_pairs(
-                the_job,
-                out,
-                selected,
-                backend,
-                cpu_millicores=cpu,
-                workload=workload,
-                repeats=repeats,
-                timeout_s=timeout,
-            )
-        except KeyboardInterrupt:
-            console.print(
-                f"[yellow]interrupted[/]: every finished run is in {runs_path(out)}; run the same command again to resume"
-            )
-            raise typer.Exit(130) from None
+    with output_lock(out, "--out"), backend, _resumable(console, runs_path(out)):
+        report = measure_pairs(
+            the_job,
+            out,
+            selected,
+            backend,
+            cpu_millicores=cpu,
+            workload=workload,
+            repeats=repeats,
+            timeout_s=timeout,
+        )
     console.print(
         f"{report.measured} run(s) measured, {report.skipped} already in {runs_path(out).name}, "
         f"{len(report.failures)} failed, in {report.wall_s:.0f} s; {report.pairs} pair(s) in {out}, "
