@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -89,6 +90,48 @@ def test_four_federates_and_a_broker_run_the_ring_and_report_the_models_workload
         assert all(t["end"] >= t["start"] and t["grant_s"] >= 0 for t in timings)
     # the wall time runs from the first compute to the last, over every federate
     assert result["wall_s"] >= max(t["end"] - t["start"] for per in result["timings"] for t in per)
+
+
+@needs_helics
+def test_the_federation_runs_when_other_programs_hold_the_ports_the_broker_would_hand_out(tmp_path, monkeypatch):
+    """A ZeroMQ broker on port P hands its federates P + 5, P + 6... whether or not they are free. The
+    federates bind ports chosen free instead, so a program holding those ports does not stop the run."""
+    import bsp_planner.apps.helics.local as local_app
+
+    held: list[socket.socket] = []
+
+    def choose_then_take_the_brokers_range(names):
+        ports = choose_ports(names)
+        for port in range(ports["broker"] + 2, ports["broker"] + 12):
+            if port in ports.values():
+                continue
+            s = socket.socket()
+            try:
+                s.bind(("127.0.0.1", port))
+                s.listen()
+                held.append(s)
+            except OSError:
+                s.close()  # already taken by some other program: taken all the same
+        return ports
+
+    monkeypatch.setattr(local_app, "choose_ports", choose_then_take_the_brokers_range)
+    try:
+        result = run_federation(tmp_path, 4, 2, FAST, timeout_s=120)
+    finally:
+        for s in held:
+            s.close()
+    assert len(held) >= 4
+    assert result["codes"] == [0, 0, 0, 0], [(tmp_path / f"f{i}.log").read_text() for i in range(4)]
+
+
+def test_a_federate_binds_the_port_its_run_chose_for_it(monkeypatch):
+    from bsp_planner.apps.helics.federate import parse_args
+
+    monkeypatch.setenv("BSP_PORT", "41234")
+    args = parse_args(["--index", "0", "--federates", "2", "--broker-port", "41000", "--steps", "1"])
+    assert args.port == 41234
+    args = parse_args(["--index", "0", "--federates", "2", "--broker-port", "41000", "--steps", "1", "--port", "42"])
+    assert args.port == 42
 
 
 @needs_helics

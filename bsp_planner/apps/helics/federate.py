@@ -15,6 +15,8 @@ compute of each step and reporting the workload the federate sized it by.
   start at any step but 0.
 * Under ``bsp-planner profile run`` (``session.sync == "profile"``) it runs alone, without HELICS: each
   step runs the kernel at the workload the profiler assigns.
+* It binds its own port (``--port``, by default ``$BSP_PORT``: the run's ``{port}`` for the task) rather
+  than one the broker hands out (``P + 5``, ``P + 6``...), which another program may hold.
 * Started by hand it needs ``--steps`` and a broker (``python -m bsp_planner.apps.helics.broker``);
   ``--reports FILE`` keeps each step's report as a JSON line (``python -m bsp_planner.apps.helics.local``
   starts a whole federation that way).
@@ -49,6 +51,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--index", type=int, required=True, help="this federate's place in the ring, 0..federates-1")
     p.add_argument("--federates", type=int, required=True, help="federates in the ring")
     p.add_argument("--broker-port", type=int, default=None, help="the broker's TCP port on 127.0.0.1")
+    p.add_argument(
+        "--port",
+        type=int,
+        default=None,
+        help="this federate's own TCP port (default: $BSP_PORT; else the broker picks)",
+    )
     p.add_argument("--steps", type=int, default=None, help="supersteps (default: the run's length)")
     p.add_argument("--cells", type=int, default=Ring.cells, help="cells per federate")
     p.add_argument("--hotspot", type=float, default=Ring.hotspot, help="the hotspot's work in all (units)")
@@ -72,6 +80,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     profiling = bool(os.environ.get(task.PROFILE_ENV))
     if not profiling and (args.broker_port is None or not 0 < args.broker_port < 65536):
         p.error(f"--broker-port: expected the broker's TCP port (1..65535), got {args.broker_port}")
+    if args.port is None and os.environ.get("BSP_PORT", "").isdigit():
+        args.port = int(os.environ["BSP_PORT"])
+    if args.port is not None and not 0 < args.port < 65536:
+        p.error(f"--port: expected a TCP port (1..65535), got {args.port}")
     if args.steps is None and not under_coordinator():
         p.error("--steps: required when started outside a bsp-planner run")
     return args
@@ -109,7 +121,10 @@ class Federate:
         h.helicsFederateInfoSetCoreInitString(
             info,
             f"--federates=1 --broker_address={LOCAL} --local_interface={LOCAL} --brokerport={args.broker_port} "
-            f"--timeout={int(args.timeout_s * 1000)}ms",
+            f"--timeout={int(args.timeout_s * 1000)}ms"
+            # its own port, chosen free by the run: the broker would hand out broker port + 5, + 6, ... whether
+            # or not another program holds them, and a federate that cannot bind never joins
+            + (f" --localport={args.port}" if args.port is not None else ""),
         )
         h.helicsFederateInfoSetTimeProperty(info, h.HELICS_PROPERTY_TIME_PERIOD, 1.0)
         # never wait_for_current_time_update: in a ring of value federates at most one federate may set it

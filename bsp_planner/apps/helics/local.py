@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -52,7 +53,9 @@ def run_federation(
     """Run broker + federates to the end; returns {"codes", "reports", "timings", "wall_s"} (reports and
     timings: one list per federate). Every process is ended on the way out, even on a timeout."""
     out.mkdir(parents=True, exist_ok=True)
-    port = choose_ports(["broker"])["broker"]  # with port + 1 free too: the ZeroMQ broker binds both
+    # the broker's port with port + 1 free too (the ZeroMQ broker binds both), and one for each federate
+    ports = choose_ports(["broker", *(f"f{i}" for i in range(federates))])
+    port = ports["broker"]
     extra: list[str] = []
     for key, value in (model or {}).items():
         extra += [f"--{key.replace('_', '-')}", str(value)]
@@ -66,11 +69,12 @@ def run_federation(
             stdout=log,
             stderr=subprocess.STDOUT,
             env=env,
+            start_new_session=True,  # its own group: helics_broker, its child, goes with it on the way out
         )
     try:
         for i in range(federates):
             argv = [py, "-m", "bsp_planner.apps.helics.federate", "--index", str(i), "--federates", str(federates)]
-            argv += ["--broker-port", str(port), "--steps", str(steps), *extra]
+            argv += ["--broker-port", str(port), "--port", str(ports[f"f{i}"]), "--steps", str(steps), *extra]
             argv += ["--reports", str(out / f"f{i}.jsonl"), "--timings", str(out / f"timings-f{i}.jsonl")]
             with open(out / f"f{i}.log", "ab") as log:
                 procs.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env))
@@ -78,10 +82,15 @@ def run_federation(
         codes = [p.wait(timeout=max(0.1, deadline - time.monotonic())) for p in procs]
         broker_code = broker.wait(timeout=max(0.1, deadline - time.monotonic()))
     finally:
-        for p in [*procs, broker]:
+        for p in procs:
             if p.poll() is None:
                 p.kill()
                 p.wait()
+        try:
+            os.killpg(broker.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        broker.wait()
     timings = [read_jsonl(out / f"timings-f{i}.jsonl") for i in range(federates)]
     return {
         "codes": codes,
