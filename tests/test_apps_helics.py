@@ -111,7 +111,7 @@ def test_the_federation_runs_when_other_programs_hold_the_ports_the_broker_would
                 s.listen()
                 held.append(s)
             except OSError:
-                s.close()  # already taken by some other program: taken all the same
+                s.close()  # some other program holds it: held all the same
         return ports
 
     monkeypatch.setattr(local_app, "choose_ports", choose_then_take_the_brokers_range)
@@ -120,7 +120,6 @@ def test_the_federation_runs_when_other_programs_hold_the_ports_the_broker_would
     finally:
         for s in held:
             s.close()
-    assert len(held) >= 4
     assert result["codes"] == [0, 0, 0, 0], [(tmp_path / f"f{i}.log").read_text() for i in range(4)]
 
 
