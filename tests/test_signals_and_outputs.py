@@ -29,9 +29,29 @@ PREFIX = f"bsp-planner-sigtest-{os.getpid()}"
 ROOT = Path(__file__).resolve().parent.parent
 
 
+STARTED: list[subprocess.Popen] = []  # this test's commands, ended when it ends (pass or fail)
+
+
+@pytest.fixture(autouse=True)
+def end_started_commands():
+    """A test that fails half-way must not leave its command running into the next test (a profile run
+    still holding its cgroups would look like the next test's). SIGTERM first: the command's own way out
+    tidies its children and cgroups; SIGKILL if it does not end."""
+    yield
+    while STARTED:
+        proc = STARTED.pop()
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.communicate()
+
+
 def cli_proc(*args: object, cwd: Path | None = None, env: dict[str, str] | None = None) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
-    return subprocess.Popen(
+    proc = subprocess.Popen(
         [sys.executable, "-m", "bsp_planner.cli", *map(str, args)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -39,6 +59,8 @@ def cli_proc(*args: object, cwd: Path | None = None, env: dict[str, str] | None 
         env=env,
         cwd=cwd,
     )
+    STARTED.append(proc)
+    return proc
 
 
 def wait_for(what: str, cond: Callable[[], object], proc: subprocess.Popen, timeout_s: float = 120.0) -> object:
@@ -434,12 +456,12 @@ series = {{ file = "{DATA}/datasets/nyc_taxi.csv", first_row = 0, last_row = 199
 
 def groups_with_processes() -> list[int]:
     """Pids inside the tests' cgroups (the profiled stress-ng), once there are any."""
-    parent = detect_hierarchy().root / PREFIX
     pids: list[int] = []
-    if parent.exists():
-        for procs in parent.rglob("cgroup.procs"):
+    # os.walk, not rglob: a group the command removes while we look is skipped, not an error
+    for folder, _, files in os.walk(detect_hierarchy().root / PREFIX):
+        if "cgroup.procs" in files:
             try:
-                pids += [int(p) for p in procs.read_text().split()]
+                pids += [int(p) for p in (Path(folder) / "cgroup.procs").read_text().split()]
             except OSError:
                 pass
     return pids
