@@ -158,9 +158,7 @@ def child_defaults(parent_pid: int | None = None) -> None:
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)  # started under `deferred`
-    parent_death_signal(signal.SIGTERM)
-    if parent_pid is not None and os.getppid() != parent_pid:  # the parent went between fork and the line above
-        os._exit(1)
+    die_with(parent_pid)
 
 
 def _libc_prctl():
@@ -178,3 +176,12 @@ def parent_death_signal(signum: int) -> None:
     Safe between fork and exec (``preexec_fn``): one system call."""
     if _PRCTL is not None:
         _PRCTL(PR_SET_PDEATHSIG, signum, 0, 0, 0)
+
+
+def die_with(parent_pid: int | None, signum: int = signal.SIGTERM) -> None:
+    """In a child (a forked helper, or between fork and exec in ``preexec_fn``): get `signum` when the
+    parent dies, and end now (exit 1) if `parent_pid`, the process that started it, already went between
+    the fork and this call. Plain system calls only."""
+    parent_death_signal(signum)
+    if parent_pid is not None and os.getppid() != parent_pid:
+        os._exit(1)

@@ -20,6 +20,7 @@ import pytest
 from bsp_planner.apps.helics import broker as broker_app
 from bsp_planner.apps.helics.local import run_federation
 from bsp_planner.apps.helics.model import Ring, serial_workloads
+from bsp_planner.leftovers import running
 from bsp_planner.placeholders import choose_ports
 from bsp_planner.shipped import data_dir
 from bsp_planner.task.profiling import PROFILE_ENV, ProfilingPlan, write_plan
@@ -164,6 +165,36 @@ def test_the_broker_outlives_its_federation_until_it_is_stopped(tmp_path):
         if broker.poll() is None:
             broker.kill()
             broker.wait()
+
+
+@needs_helics
+def test_a_sigkilled_broker_wrapper_leaves_no_helics_broker_holding_its_ports(tmp_path):
+    port = choose_ports(["broker"])["broker"]
+    log = tmp_path / "broker.log"
+    with open(log, "wb") as out:
+        wrapper = subprocess.Popen(
+            [sys.executable, "-m", "bsp_planner.apps.helics.broker", "--federates", "1", "--port", str(port)],
+            env=_env(),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while f"broker ready on port {port}" not in log.read_text():
+            assert wrapper.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.05)
+        (broker,) = [
+            int(c) for t in Path(f"/proc/{wrapper.pid}/task").iterdir() for c in (t / "children").read_text().split()
+        ]
+        wrapper.kill()
+        wrapper.wait()
+        while running(broker):
+            assert time.monotonic() < deadline, "helics_broker outlived its wrapper"
+            time.sleep(0.05)
+    finally:
+        if wrapper.poll() is None:
+            wrapper.kill()
+            wrapper.wait()
 
 
 def test_without_the_helics_broker_program_the_wrapper_says_what_to_install(monkeypatch, capsys):

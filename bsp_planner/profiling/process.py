@@ -46,7 +46,7 @@ from ..errors import InputError
 from ..job import Task, substitute
 from ..placeholders import alone_values
 from ..settings import coerce_field
-from ..signals import parent_death_signal
+from ..signals import die_with
 from ..task.profiling import PROFILE_ENV, ProfilingPlan, write_plan
 from .cgroups import CpuQuotaGroup
 from .results import RunResult, stderr_tail
@@ -227,9 +227,7 @@ def _with_parent_death(preexec: Callable[[], None]) -> Callable[[], None]:
 
     def run() -> None:  # in the child, between fork and exec: plain system calls only
         preexec()
-        parent_death_signal(signal.SIGKILL)
-        if os.getppid() != parent:
-            os._exit(1)
+        die_with(parent, signal.SIGKILL)
 
     return run
 

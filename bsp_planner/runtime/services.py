@@ -29,7 +29,7 @@ from typing import Protocol
 
 from ..job import Service, substitute
 from ..placeholders import ENV_HOSTS, run_env, run_values
-from ..signals import parent_death_signal
+from ..signals import die_with
 from .executor import RunFailed
 
 POLL_S = 0.05
@@ -321,9 +321,7 @@ def _parent_death_preexec(home_tasks: Path | None = None, niceness: int | None =
                 os.setpriority(os.PRIO_PROCESS, 0, niceness)
             except OSError:
                 pass
-        parent_death_signal(signal.SIGTERM)
-        if os.getppid() != parent:  # the coordinator died before the line above
-            os._exit(1)
+        die_with(parent)  # the coordinator's death, even by SIGKILL, ends the service
 
     return preexec
 

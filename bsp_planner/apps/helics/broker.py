@@ -28,6 +28,9 @@ import threading
 import time
 from pathlib import Path
 
+from ...placeholders import ENV_PORT
+from ...signals import die_with
+
 BINARY = "helics_broker"
 
 
@@ -66,7 +69,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.federates < 1:
         p.error(f"--federates: expected at least 1, got {args.federates}")
     if args.port is None:
-        env = os.environ.get("BSP_PORT", "")
+        env = os.environ.get(ENV_PORT, "")
         if not env.isdigit():
             p.error("--port: required when $BSP_PORT is not set")
         args.port = int(env)
@@ -101,7 +104,12 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     stopping = threading.Event()
-    proc = subprocess.Popen(broker_args(binary, args.federates, args.port, args.loglevel))
+    wrapper = os.getpid()
+    # helics_broker ends with this wrapper however it ends (SIGKILL included): whoever stops the wrapper
+    # stops the broker, and no broker is left holding its ports
+    proc = subprocess.Popen(
+        broker_args(binary, args.federates, args.port, args.loglevel), preexec_fn=lambda: die_with(wrapper)
+    )
 
     def stop(signum: int, _frame: object) -> None:
         stopping.set()

@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from ... import task
+from ...placeholders import ENV_PORT
 from ..kernel import DEFAULT_OPS_PER_UNIT, kernel
 from ..session import open_session, run_ended_errors, under_coordinator
 from .model import Ring, advance, initial_field, local_cells, outgoing, workload
@@ -80,8 +81,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     profiling = bool(os.environ.get(task.PROFILE_ENV))
     if not profiling and (args.broker_port is None or not 0 < args.broker_port < 65536):
         p.error(f"--broker-port: expected the broker's TCP port (1..65535), got {args.broker_port}")
-    if args.port is None and os.environ.get("BSP_PORT", "").isdigit():
-        args.port = int(os.environ["BSP_PORT"])
+    if args.port is None and os.environ.get(ENV_PORT, "").isdigit():
+        args.port = int(os.environ[ENV_PORT])
     if args.port is not None and not 0 < args.port < 65536:
         p.error(f"--port: expected a TCP port (1..65535), got {args.port}")
     if args.steps is None and not under_coordinator():

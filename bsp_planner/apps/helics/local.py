@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -69,7 +68,6 @@ def run_federation(
             stdout=log,
             stderr=subprocess.STDOUT,
             env=env,
-            start_new_session=True,  # its own group: helics_broker, its child, goes with it on the way out
         )
     try:
         for i in range(federates):
@@ -82,15 +80,10 @@ def run_federation(
         codes = [p.wait(timeout=max(0.1, deadline - time.monotonic())) for p in procs]
         broker_code = broker.wait(timeout=max(0.1, deadline - time.monotonic()))
     finally:
-        for p in procs:
+        for p in [*procs, broker]:  # the broker wrapper's helics_broker ends with it
             if p.poll() is None:
                 p.kill()
                 p.wait()
-        try:
-            os.killpg(broker.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        broker.wait()
     timings = [read_jsonl(out / f"timings-f{i}.jsonl") for i in range(federates)]
     return {
         "codes": codes,

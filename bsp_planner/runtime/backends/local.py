@@ -37,7 +37,7 @@ from ...profiling.cgroups import (
     pid_alive,
     quota_us,
 )
-from ...signals import parent_death_signal
+from ...signals import die_with
 from . import Backend, Capabilities, TaskStatus, WorkerLaunch
 
 GROUP_INFIX = ".live."  # a run's parent group: <cgroup-prefix>.live.<run-id>
@@ -266,9 +266,7 @@ class LocalBackend(Backend):
 
         def preexec() -> None:  # in the child, between fork and exec: plain system calls only
             join()
-            parent_death_signal(signal.SIGTERM)
-            if os.getppid() != parent:  # the coordinator died before the line above
-                os._exit(1)
+            die_with(parent)  # the coordinator's death, even by SIGKILL, ends the worker
 
         env = dict(os.environ)
         env.update(launch.env)
