@@ -134,19 +134,25 @@ def test_a_federate_binds_the_port_its_run_chose_for_it(monkeypatch):
     assert args.port == 42
 
 
-@needs_helics
-def test_the_broker_outlives_its_federation_until_it_is_stopped(tmp_path):
-    """A run stops its services after the tasks: a broker ending with its federation would look like a
-    service that died. The wrapper keeps running after the broker's normal end, until SIGTERM."""
+def _broker_wrapper(tmp_path: Path) -> tuple[subprocess.Popen, int, Path]:
+    """The broker wrapper for a federation of 1 on a free port: (process, port, its log)."""
     port = choose_ports(["broker"])["broker"]
     log = tmp_path / "broker.log"
     with open(log, "wb") as out:
-        broker = subprocess.Popen(
+        proc = subprocess.Popen(
             [sys.executable, "-m", "bsp_planner.apps.helics.broker", "--federates", "1", "--port", str(port)],
             env=_env(),
             stdout=out,
             stderr=subprocess.STDOUT,
         )
+    return proc, port, log
+
+
+@needs_helics
+def test_the_broker_outlives_its_federation_until_it_is_stopped(tmp_path):
+    """A run stops its services after the tasks: a broker ending with its federation would look like a
+    service that died. The wrapper keeps running after the broker's normal end, until SIGTERM."""
+    broker, port, log = _broker_wrapper(tmp_path)
     try:
         fed = _federate(
             "--index", "0", "--federates", "1", "--broker-port", str(port), "--steps", "2", "--ops-per-unit", "10"
@@ -169,15 +175,7 @@ def test_the_broker_outlives_its_federation_until_it_is_stopped(tmp_path):
 
 @needs_helics
 def test_a_sigkilled_broker_wrapper_leaves_no_helics_broker_holding_its_ports(tmp_path):
-    port = choose_ports(["broker"])["broker"]
-    log = tmp_path / "broker.log"
-    with open(log, "wb") as out:
-        wrapper = subprocess.Popen(
-            [sys.executable, "-m", "bsp_planner.apps.helics.broker", "--federates", "1", "--port", str(port)],
-            env=_env(),
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
+    wrapper, port, log = _broker_wrapper(tmp_path)
     try:
         deadline = time.monotonic() + 60
         while f"broker ready on port {port}" not in log.read_text():
