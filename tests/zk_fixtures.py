@@ -219,23 +219,25 @@ def settings(experiment: Path, zk, creds: Path, **kw):
 
 # -- nothing left behind -------------------------------------------------------------------------------
 def run_processes(run_id: str) -> list[int]:
-    """Live processes that belong to the run (its workers name the run's znode on their command line)."""
-    out = []
+    """Live worker processes of the run (its workers name the run's znode on their command line).
+
+    A worker's child that has forked but not yet exec'd its step carries the worker's command line for
+    that moment (a long one on a loaded machine); it is not a worker, so a match whose parent is itself
+    a match is left out."""
+    found: dict[int, int] = {}  # pid -> parent pid
     for p in Path("/proc").iterdir():
         if not p.name.isdigit():
             continue
         try:
             cmd = (p / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            if "bsp_planner.cli worker" not in cmd or f"/{run_id}" not in cmd:
+                continue
+            status = dict(line.split(":", 1) for line in (p / "status").read_text().splitlines() if ":" in line)
         except OSError:
             continue
-        if "bsp_planner.cli worker" in cmd and f"/{run_id}" in cmd:
-            try:
-                state = next(line for line in (p / "status").read_text().splitlines() if line.startswith("State:"))
-            except (OSError, StopIteration):
-                continue
-            if "Z" not in state.split()[1]:  # a zombie is already dead, waiting for its parent
-                out.append(int(p.name))
-    return out
+        if "Z" not in status.get("State", "Z").split()[0]:  # a zombie is already dead, waiting for its parent
+            found[int(p.name)] = int(status.get("PPid", "0").strip() or 0)
+    return [pid for pid, ppid in found.items() if ppid not in found]
 
 
 def run_cgroups(run_id: str, prefix: str = PREFIX) -> list[str]:
