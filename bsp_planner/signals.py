@@ -185,3 +185,13 @@ def die_with(parent_pid: int | None, signum: int = signal.SIGTERM) -> None:
     parent_death_signal(signum)
     if parent_pid is not None and os.getppid() != parent_pid:
         os._exit(1)
+
+
+def kill_group(leader_pid: int, signum: int = signal.SIGKILL) -> None:
+    """Signal the process group a child leads (one started with ``start_new_session``: its group id is its
+    pid). A group that has already ended, or that is no longer ours to signal, is left as it is: the
+    callers are stopping it either way."""
+    try:
+        os.killpg(leader_pid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass

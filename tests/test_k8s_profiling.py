@@ -324,6 +324,23 @@ def test_measure_reports_timeouts_failures_and_missing_programs(tmp_path):
     assert measure.main(["--bogus"]) == 2
 
 
+def test_a_command_that_ends_just_as_its_timeout_fires_is_still_reported_as_a_timeout(tmp_path, monkeypatch):
+    """The command's process group is gone by the time the measurer kills it: a report, not a traceback
+    in the pod (which would leave no termination message at all)."""
+    real = subprocess.Popen.communicate
+
+    def ends_at_the_timeout(self, input=None, timeout=None):
+        if timeout is not None:
+            self.wait()  # the command ends and is reaped before the kill
+            raise subprocess.TimeoutExpired(self.args, timeout)
+        return real(self, input, timeout)
+
+    monkeypatch.setattr(subprocess.Popen, "communicate", ends_at_the_timeout)
+    out = tmp_path / "t"
+    assert measure.main(["--timeout", "5", "--out", str(out), "--", "true"]) == 1
+    assert json.loads(out.read_text())["reason"] == "timeout after 5 s"
+
+
 @needs_stress_ng
 def test_a_real_measurement_travels_through_the_job_and_its_termination_message(tmp_path):
     """The Job's own command, run here (no CPU limit: this is about the plumbing, not the numbers)."""

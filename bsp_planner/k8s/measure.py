@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -25,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ..profiling.local import cpu_model
+from ..signals import kill_group
 
 TERMINATION_LOG = "/dev/termination-log"
 MAX_MESSAGE = 4096  # the kubelet keeps at most this many bytes of a termination message
@@ -49,7 +49,7 @@ def measure(args: list[str], timeout_s: float) -> dict:
     try:
         _, err = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
+        kill_group(proc.pid)  # the command and whatever it started
         proc.communicate()
         result["reason"] = f"timeout after {timeout_s:g} s"
         return result

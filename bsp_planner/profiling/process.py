@@ -46,7 +46,7 @@ from ..errors import InputError
 from ..job import Task, substitute
 from ..placeholders import alone_values
 from ..settings import coerce_field
-from ..signals import die_with
+from ..signals import die_with, kill_group
 from ..task.profiling import PROFILE_ENV, ProfilingPlan, write_plan
 from .cgroups import CpuQuotaGroup
 from .results import RunResult, stderr_tail
@@ -291,10 +291,7 @@ def where_stopped(reports: list[dict]) -> str:
 
 def kill_run(proc: subprocess.Popen, group: CpuQuotaGroup) -> None:
     """Kill a profiled run: its process group, and whatever else is left in its quota cgroup."""
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+    kill_group(proc.pid)
     group.kill_all()
 
 

@@ -29,7 +29,7 @@ from typing import Protocol
 
 from ..job import Service, substitute
 from ..placeholders import ENV_HOSTS, run_env, run_values
-from ..signals import die_with
+from ..signals import die_with, kill_group
 from .executor import RunFailed
 
 POLL_S = 0.05
@@ -289,14 +289,14 @@ class LocalServiceRunner:
     def stop(self, names: list[str]) -> None:
         procs = [self.procs.pop(n) for n in names if n in self.procs]
         for p in procs:
-            _signal_group(p.proc, signal.SIGTERM)
+            kill_group(p.proc.pid, signal.SIGTERM)
         deadline = time.monotonic() + STOP_TIMEOUT_S
         for p in procs:
             try:
                 p.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 pass
-            _signal_group(p.proc, signal.SIGKILL)  # the service's own children too (its whole session)
+            kill_group(p.proc.pid)  # the service's own children too (its whole session)
             try:
                 p.proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
@@ -324,13 +324,6 @@ def _parent_death_preexec(home_tasks: Path | None = None, niceness: int | None =
         die_with(parent)  # the coordinator's death, even by SIGKILL, ends the service
 
     return preexec
-
-
-def _signal_group(proc: subprocess.Popen, sig: int) -> None:
-    try:
-        os.killpg(proc.pid, sig)  # its own session (start_new_session): the group id is its pid
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def _accepts(port: int, host: str = LOCAL_HOST) -> bool:

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 from ..errors import InputError
 from ..job import SeriesRef, Task
 from ..placeholders import values_from_env
+from ..signals import kill_group
 from ..task.reports import parse_workload_report
 from . import zk as Z
 
@@ -103,10 +104,7 @@ class Worker:
     def _kill_child(self) -> None:
         p = self._child
         if p is not None and p.poll() is None:
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+            kill_group(p.pid)
 
     # -- the loop ----------------------------------------------------------------------------------
     def run(self) -> int:

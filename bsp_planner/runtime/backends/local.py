@@ -37,7 +37,7 @@ from ...profiling.cgroups import (
     pid_alive,
     quota_us,
 )
-from ...signals import die_with
+from ...signals import die_with, kill_group
 from . import Backend, Capabilities, TaskStatus, WorkerLaunch
 
 GROUP_INFIX = ".live."  # a run's parent group: <cgroup-prefix>.live.<run-id>
@@ -435,10 +435,7 @@ class LocalBackend(Backend):
             except subprocess.TimeoutExpired:
                 pass
         if t.proc.poll() is None:
-            try:
-                os.killpg(t.proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+            kill_group(t.proc.pid)
         t.group.remove()  # kills whatever is still inside (stress-ng children of a killed worker)
         try:
             t.proc.wait(timeout=5)
