@@ -143,6 +143,33 @@ def test_child_runs_inside_its_group_before_exec(backend):
     assert f"/{PREFIX}/inside" in out.stdout
 
 
+@needs_cgroups
+def test_a_child_whose_starter_died_before_it_asked_for_the_death_signal_exits_instead_of_running(tmp_path):
+    """Between a child joining its group and asking for the parent-death signal is a moment a loaded
+    machine makes long; a profiler SIGKILLed inside it must still leave no stress-ng running."""
+    import time
+
+    marker = tmp_path / "joining"
+    with CpuQuotaGroup("orphan", millicores=500, prefix=PREFIX) as g:
+        starter = os.fork()
+        if starter == 0:  # the profiler: reads the hook, forks its child and dies before the child joins
+            try:
+                join, starter_pid = g.preexec_fn, os.getpid()
+                if os.fork() == 0:  # the child, held until its starter is gone
+                    while os.getppid() == starter_pid:
+                        time.sleep(0.01)
+                    marker.touch()
+                    join()
+                    os.execvp("sleep", ["sleep", "600"])
+            finally:
+                os._exit(0)
+        os.waitpid(starter, 0)
+        deadline = time.monotonic() + 60
+        while not (marker.exists() and g.pids() == []):
+            assert time.monotonic() < deadline, f"still in the group: {g.pids()}"
+            time.sleep(0.02)
+
+
 def test_quota_below_kernel_minimum_is_refused():
     assert quota_us(250) == 25_000
     with pytest.raises(InputError, match="minimum"):

@@ -27,12 +27,13 @@ import os
 import re
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import InputError
 from ..leftovers import running
-from ..signals import parent_death_signal
+from ..signals import die_with
 
 # The default CFS period, a kubelet's (cpuCFSQuotaPeriod). A task limited to a fraction f of a CPU runs
 # f x period and then waits for the next period, so a step's wall time depends on where in the period it
@@ -253,16 +254,24 @@ class CpuQuotaGroup:
         except PermissionError as exc:
             raise _permission_error(self.path, exc) from exc
 
-    def preexec_fn(self) -> None:
-        """For ``subprocess.Popen(preexec_fn=...)``: the child joins the group before it execs, so no
-        work escapes the quota; and it gets SIGTERM if the process that started it dies, SIGKILL included
-        (a killed profiler leaves no stress-ng behind). Runs in the forked child: plain os calls only."""
-        fd = os.open(self._procs, os.O_WRONLY)
-        try:
-            os.write(fd, str(os.getpid()).encode())
-        finally:
-            os.close(fd)
-        parent_death_signal(signal.SIGTERM)
+    @property
+    def preexec_fn(self) -> Callable[[], None]:
+        """For ``subprocess.Popen(preexec_fn=group.preexec_fn)``: the child joins the group before it execs,
+        so no work escapes the quota; and it gets SIGTERM if the process that started it dies, SIGKILL
+        included (a killed profiler leaves no stress-ng behind). A starter that died before the child asked
+        for that signal (a moment a loaded machine makes long) is caught too: the child exits at once.
+        Read it in the starting process, just before the start: it names that process as the parent."""
+        procs, parent = self._procs, os.getpid()
+
+        def join() -> None:  # in the forked child: plain system calls only
+            fd = os.open(procs, os.O_WRONLY)
+            try:
+                os.write(fd, str(os.getpid()).encode())
+            finally:
+                os.close(fd)
+            die_with(parent)
+
+        return join
 
     def pids(self) -> list[int]:
         try:

@@ -37,7 +37,7 @@ from ...profiling.cgroups import (
     pid_alive,
     quota_us,
 )
-from ...signals import die_with, kill_group
+from ...signals import kill_group
 from . import Backend, Capabilities, TaskStatus, WorkerLaunch
 
 GROUP_INFIX = ".live."  # a run's parent group: <cgroup-prefix>.live.<run-id>
@@ -261,13 +261,6 @@ class LocalBackend(Backend):
         self._weigh_run()
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log_path = self.log_dir / f"{launch.task}.log"
-        parent = os.getpid()
-        join = group.preexec_fn
-
-        def preexec() -> None:  # in the child, between fork and exec: plain system calls only
-            join()
-            die_with(parent)  # the coordinator's death, even by SIGKILL, ends the worker
-
         env = dict(os.environ)
         env.update(launch.env)
         env["PYTHONUNBUFFERED"] = "1"
@@ -285,7 +278,7 @@ class LocalBackend(Backend):
                     stderr=subprocess.STDOUT,
                     cwd=self._cwd(),
                     env=env,
-                    preexec_fn=preexec,
+                    preexec_fn=group.preexec_fn,  # the coordinator's death, even by SIGKILL, ends the worker
                     start_new_session=True,
                     close_fds=True,
                 )
