@@ -7,6 +7,7 @@ pool worker started, a stress-ng inside its cgroup, a lock taken), never for a f
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -47,6 +48,25 @@ def end_started_commands():
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.communicate()
+    _clear_test_cgroups()
+
+
+def _clear_test_cgroups() -> None:
+    """What a failed test's profile run left in the tests' cgroups (a stress-ng, its group) goes too: the
+    next test waits for a stress-ng in those groups and would take the leftover for its own."""
+    try:
+        parent = detect_hierarchy().root / PREFIX
+    except Exception:  # no cgroups here: nothing can be left in them
+        return
+    deadline = time.monotonic() + 30
+    while parent.exists() and time.monotonic() < deadline:
+        for pid in groups_with_processes():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        for folder, _, _ in sorted(os.walk(parent), key=lambda w: -len(w[0])):  # the deepest groups first
+            with contextlib.suppress(OSError):  # still has a process (dying) or a child group: next round
+                os.rmdir(folder)
+        time.sleep(0.02)
 
 
 def cli_proc(*args: object, cwd: Path | None = None, env: dict[str, str] | None = None) -> subprocess.Popen:
