@@ -79,8 +79,8 @@ def test_participants_pass_only_when_all_have_arrived_in_both_phases(zk_server, 
             assert sorted(coord.children(f"{paths.barrier(t)}/leave")) == names
         # a participant restarted after everyone passed goes straight through; strangers are refused
         b = CountingBarrier(sessions["p0"], paths, 1, names)
-        b.enter("p0", timeout_s=5)
-        b.leave("p0", timeout_s=5)
+        b.enter("p0", timeout_s=30)  # a barrier that held it would raise TimeoutError
+        b.leave("p0", timeout_s=30)
         with pytest.raises(InputError, match="not a participant"):
             b.enter("stranger")
         coord.commit(CountingBarrier(coord, paths, 0, names).cleanup_ops())

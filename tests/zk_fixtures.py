@@ -250,7 +250,7 @@ def run_cgroups(run_id: str, prefix: str = PREFIX) -> list[str]:
     return [parent.name] + sorted(f"{parent.name}/{p.name}" for p in parent.iterdir() if p.is_dir())
 
 
-def assert_nothing_left(run_id: str, prefix: str = PREFIX, wait_s: float = 5.0) -> None:
+def assert_nothing_left(run_id: str, prefix: str = PREFIX, wait_s: float = 30.0) -> None:
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline and (run_processes(run_id) or run_cgroups(run_id, prefix)):
         time.sleep(0.05)
