@@ -10,6 +10,7 @@ import csv
 import json
 import os
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -147,8 +148,6 @@ def test_child_runs_inside_its_group_before_exec(backend):
 def test_a_child_whose_starter_died_before_it_asked_for_the_death_signal_exits_instead_of_running(tmp_path):
     """Between a child joining its group and asking for the parent-death signal is a moment a loaded
     machine makes long; a profiler SIGKILLed inside it must still leave no stress-ng running."""
-    import time
-
     marker = tmp_path / "joining"
     with CpuQuotaGroup("orphan", millicores=500, prefix=PREFIX) as g:
         starter = os.fork()

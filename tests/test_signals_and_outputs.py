@@ -7,7 +7,6 @@ pool worker started, a stress-ng inside its cgroup, a lock taken), never for a f
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import signal
@@ -24,6 +23,7 @@ from bsp_planner.profiling.cgroups import CpuQuotaGroup, detect_hierarchy
 
 from cli_run import run_cli
 from synthetic import DATA, write_experiment
+from zk_fixtures import remove_groups_under
 
 STOP = [signal.SIGTERM, signal.SIGINT, signal.SIGHUP]
 PREFIX = f"bsp-planner-sigtest-{os.getpid()}"
@@ -55,18 +55,10 @@ def _clear_test_cgroups() -> None:
     """What a failed test's profile run left in the tests' cgroups (a stress-ng, its group) goes too: the
     next test waits for a stress-ng in those groups and would take the leftover for its own."""
     try:
-        parent = detect_hierarchy().root / PREFIX
+        detect_hierarchy()
     except Exception:  # no cgroups here: nothing can be left in them
         return
-    deadline = time.monotonic() + 30
-    while parent.exists() and time.monotonic() < deadline:
-        for pid in groups_with_processes():
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        for folder, _, _ in sorted(os.walk(parent), key=lambda w: -len(w[0])):  # the deepest groups first
-            with contextlib.suppress(OSError):  # still has a process (dying) or a child group: next round
-                os.rmdir(folder)
-        time.sleep(0.02)
+    remove_groups_under(PREFIX)
 
 
 def cli_proc(*args: object, cwd: Path | None = None, env: dict[str, str] | None = None) -> subprocess.Popen:

@@ -265,25 +265,27 @@ def reap_runs():
     and remove the groups, so one failure cannot leak into the host. The tests themselves assert that
     nothing is left."""
     yield
-    import signal
+    from bsp_planner.profiling.cgroups import detect_hierarchy
 
+    for parent in sorted(detect_hierarchy().root.glob(f"{PREFIX}.live.*")):
+        remove_groups_under(parent.name)
+
+
+def remove_groups_under(prefix: str) -> None:
+    """Kill whatever runs in the groups under the prefix group `prefix`, remove them, then the prefix group."""
     from bsp_planner.profiling.cgroups import CpuQuotaGroup, detect_hierarchy
 
-    root = detect_hierarchy().root
-    for parent in sorted(root.glob(f"{PREFIX}.live.*")):
-        for child in sorted(x for x in parent.iterdir() if x.is_dir()):
-            g = CpuQuotaGroup(child.name, prefix=parent.name)
-            g.created = True
-            for pid in g.pids():
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            g.remove()
-        try:
-            parent.rmdir()
-        except OSError:
-            pass
+    parent = detect_hierarchy().root / prefix
+    if not parent.is_dir():
+        return
+    for child in sorted(x for x in parent.iterdir() if x.is_dir()):
+        g = CpuQuotaGroup(child.name, prefix=prefix)
+        g.created = True  # it exists: remove() kills whatever is inside, then removes it and the prefix group
+        g.remove()
+    try:
+        parent.rmdir()
+    except OSError:
+        pass
 
 
 def wait_for_steps(run_dir: Path, n: int, timeout_s: float = 60.0) -> None:
