@@ -30,9 +30,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bsp_planner.runtime import zk as Z
+from bsp_planner import zk as Z
+from bsp_planner.inputs.shipped import data_dir
 from bsp_planner.runtime.zkserver import LocalZooKeeper, free_port
-from bsp_planner.shipped import data_dir
 
 
 def write_experiment(folder: Path, ranks: int, steps: int, sync: str) -> Path:

@@ -24,13 +24,13 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from bsp_planner.allocation import make_allocator
 from bsp_planner.allocation.base import CpuLevels
-from bsp_planner.experiment import load_experiment
 from bsp_planner.forecasting.files import read_trace
-from bsp_planner.performance import PerformanceModel
+from bsp_planner.inputs.experiment import load_experiment
+from bsp_planner.inputs.profiles import load_profile
+from bsp_planner.inputs.shipped import data_dir
+from bsp_planner.model.performance import PerformanceModel
 from bsp_planner.planners.base import ConfigTable, PlanningContext, make_planner
-from bsp_planner.profiles import load_profile
-from bsp_planner.shipped import data_dir
-from bsp_planner.simulation import simulate
+from bsp_planner.simulate.simulation import simulate
 
 
 def contexts(ranks: int, steps: int):

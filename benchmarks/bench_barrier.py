@@ -30,9 +30,9 @@ from pathlib import Path
 
 from _zk import ROOT, collect, credentials, in_threads, kill_left, local_server, make_root, spawn
 
-from bsp_planner.runtime import zk as Z
-from bsp_planner.runtime.zk.counting_barrier import CountingBarrier
+from bsp_planner import zk as Z
 from bsp_planner.runtime.zkserver import LocalZooKeeper
+from bsp_planner.zk.counting_barrier import CountingBarrier
 
 KINDS = {"step": Z.StepBarrier, "counting": CountingBarrier}
 COUNTED = ("create_async", "exists_async", "get_children_async", "get_async", "set_async", "delete_async")

@@ -33,10 +33,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bsp_planner.experiment import load_experiment  # noqa: E402
 from bsp_planner.forecasting.pipeline import Workspace, obtain  # noqa: E402
 from bsp_planner.forecasting.validation import fit_weights, validation_forecasts  # noqa: E402
-from bsp_planner.shipped import find_experiment  # noqa: E402
+from bsp_planner.inputs.experiment import load_experiment  # noqa: E402
+from bsp_planner.inputs.shipped import find_experiment  # noqa: E402
 
 H = 20
 

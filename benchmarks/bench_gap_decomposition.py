@@ -68,7 +68,7 @@ def oracle_context(ctx, workloads: np.ndarray):
 
 
 def run_planner(planner, ctx, scen, mode="forecast"):
-    from bsp_planner.simulation import simulate
+    from bsp_planner.simulate.simulation import simulate
 
     return simulate(planner, ctx, scen.actual, mode, scen.actual_workloads)
 
@@ -76,10 +76,10 @@ def run_planner(planner, ctx, scen, mode="forecast"):
 def main() -> None:
     import warnings
 
-    from bsp_planner.experiment import apply_overrides, load_experiment
+    from bsp_planner.inputs.experiment import apply_overrides, load_experiment
     from bsp_planner.planners.base import make_planner
     from bsp_planner.planners.risk import RiskAwareMpcPlanner
-    from bsp_planner.scenario import build_scenario, run_strategy
+    from bsp_planner.simulate.scenario import build_scenario, run_strategy
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--strategies", default="mpc,mpc-risk")

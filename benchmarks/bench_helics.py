@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 from _report import load, write_results  # noqa: E402
 
-from bsp_planner.runtime import zk as Z  # noqa: E402
+from bsp_planner import zk as Z  # noqa: E402
 from bsp_planner.runtime.zkserver import LocalZooKeeper, free_port  # noqa: E402
 
 

@@ -25,9 +25,9 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from _report import load, write_results  # noqa: E402
 
-from bsp_planner.experiment import load_experiment  # noqa: E402
-from bsp_planner.scenario import build_scenario, run_strategy  # noqa: E402
-from bsp_planner.shipped import data_path  # noqa: E402
+from bsp_planner.inputs.experiment import load_experiment  # noqa: E402
+from bsp_planner.inputs.shipped import data_path  # noqa: E402
+from bsp_planner.simulate.scenario import build_scenario, run_strategy  # noqa: E402
 
 PAIRS = "../profiles/local-2core/pairs.csv"  # relative to the shipped experiment
 

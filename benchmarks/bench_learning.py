@@ -42,15 +42,12 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bsp_planner.executors.simulated import SimulatedExecutor
-from bsp_planner.experiment import (
-    apply_overrides,
-    load_experiment,
-)
+from bsp_planner.inputs.experiment import apply_overrides, load_experiment
+from bsp_planner.inputs.shipped import find_experiment
 from bsp_planner.loop import StepObservation, run_loop
 from bsp_planner.planners.base import make_planner
-from bsp_planner.scenario import build_scenario, run_strategy, step_predictions
-from bsp_planner.shipped import find_experiment
+from bsp_planner.simulate.executor import SimulatedExecutor
+from bsp_planner.simulate.scenario import build_scenario, run_strategy, step_predictions
 
 
 def wrong_profile(src_csv: Path, folder: Path, factor_of) -> Path:

@@ -48,9 +48,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_learning import settled_at, wrong_profile
 
-from bsp_planner.runtime import zk as Z
+from bsp_planner import zk as Z
+from bsp_planner.inputs.shipped import data_dir
 from bsp_planner.runtime.zkserver import LocalZooKeeper, free_port
-from bsp_planner.shipped import data_dir
 
 CASES = {
     "uniform": ("x1.4", lambda i, c, w: 1.4),

@@ -36,7 +36,7 @@ from pathlib import Path
 from _report import load, write_results
 from _zk import ROOT, collect, credentials, in_threads, kill_left, local_server, make_root, spawn
 
-from bsp_planner.runtime import zk as Z
+from bsp_planner import zk as Z
 
 
 def pct(values: list[float], q: float) -> float:

@@ -28,10 +28,10 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from bench_simulate import big_context  # noqa: E402
 
 from bsp_planner.allocation.nodes import NodeConstrained  # noqa: E402
-from bsp_planner.cluster import Cluster  # noqa: E402
-from bsp_planner.experiment import PlannerSettings  # noqa: E402
+from bsp_planner.inputs.experiment import PlannerSettings  # noqa: E402
+from bsp_planner.model.cluster import Cluster  # noqa: E402
 from bsp_planner.planners.base import make_planner  # noqa: E402
-from bsp_planner.simulation import simulate  # noqa: E402
+from bsp_planner.simulate.simulation import simulate  # noqa: E402
 
 
 def decisions(n_tasks: int, n_nodes: int, share: float, steps: int = 30, horizon: int = 10) -> dict:

@@ -68,7 +68,7 @@ def live(steps: int) -> dict:
     from _zk import local_server
     from bench_live import live_run
 
-    from bsp_planner.shipped import data_path
+    from bsp_planner.inputs.shipped import data_path
 
     experiment = data_path("experiments/live-default.toml")
     with tempfile.TemporaryDirectory() as tmp, local_server(Path(tmp) / "zk") as server:

@@ -76,8 +76,8 @@ def versus(agent_path: Path, overrides: list[str], strategies: list[str]) -> dic
     s = agent.settings()
     runs, data = evaluate_agent(agent, s, strategies, extra_overrides=overrides, strict=True)
     t0 = time.perf_counter()
-    from bsp_planner.planners.rl import RlPlanner
-    from bsp_planner.simulation import simulate
+    from bsp_planner.rl.planner import RlPlanner
+    from bsp_planner.simulate.simulation import simulate
 
     r = simulate(RlPlanner(str(agent_path), name="dqn"), data.ctx, data.actual, s.mode)
     decide_ms = float(r.decision_ms.mean())

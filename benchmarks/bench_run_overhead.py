@@ -78,7 +78,7 @@ horizon = 8
 
 
 def write_inputs(folder: Path, n: int, steps: int, sync: str, work: int, budget: float) -> Path:
-    from bsp_planner.shipped import data_dir
+    from bsp_planner.inputs.shipped import data_dir
 
     data = data_dir() / "datasets"
     extra = ', "--self-sync"' if sync == "observe" else ""

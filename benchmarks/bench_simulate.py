@@ -28,10 +28,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bsp_planner.allocation import CpuLevels, GreedyAllocator  # noqa: E402
-from bsp_planner.experiment import PlannerSettings, load_experiment  # noqa: E402
+from bsp_planner.inputs.experiment import PlannerSettings, load_experiment  # noqa: E402
 from bsp_planner.planners.base import ConfigTable, PlanningContext, make_planner  # noqa: E402
-from bsp_planner.scenario import build_scenario  # noqa: E402
-from bsp_planner.simulation import simulate  # noqa: E402
+from bsp_planner.simulate.scenario import build_scenario  # noqa: E402
+from bsp_planner.simulate.simulation import simulate  # noqa: E402
 
 REFERENCE = False
 

@@ -52,9 +52,9 @@ def bench_simulate() -> None:
 
 
 def _scenario():
-    from bsp_planner.experiment import load_experiment
-    from bsp_planner.scenario import build_scenario
-    from bsp_planner.shipped import default_experiment
+    from bsp_planner.inputs.experiment import load_experiment
+    from bsp_planner.inputs.shipped import default_experiment
+    from bsp_planner.simulate.scenario import build_scenario
 
     return build_scenario(load_experiment(default_experiment()))
 
@@ -62,7 +62,7 @@ def _scenario():
 def bench_strategies() -> None:
     """CPU seconds of each run of the default experiment, in the command's order (so `optimum`'s
     plan is paid by its first mode only, as in the command)."""
-    from bsp_planner.scenario import run_strategy
+    from bsp_planner.simulate.scenario import run_strategy
 
     scen = _scenario()
     exp = scen.experiment
@@ -81,7 +81,7 @@ def bench_strategies() -> None:
 
 def bench_optimum() -> None:
     from bsp_planner.planners import optimum
-    from bsp_planner.scenario import run_strategy
+    from bsp_planner.simulate.scenario import run_strategy
 
     scen = _scenario()
     print(

@@ -29,10 +29,10 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from _report import load, write_results  # noqa: E402
 
-from bsp_planner.job import load_job  # noqa: E402
-from bsp_planner.pair_profiles import load_pair_profile  # noqa: E402
+from bsp_planner.inputs.job import load_job  # noqa: E402
+from bsp_planner.inputs.pair_profiles import load_pair_profile  # noqa: E402
+from bsp_planner.inputs.shipped import data_path  # noqa: E402
 from bsp_planner.profiling.local import LocalBackend  # noqa: E402
-from bsp_planner.shipped import data_path  # noqa: E402
 
 
 def together(backend: LocalBackend, tasks, workloads, cpu: float, timeout_s: float) -> list[float]:

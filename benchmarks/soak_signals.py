@@ -224,7 +224,7 @@ def profile_round(r: Round, work: Path) -> None:
         return
     if [g for g in before + stale if g.exists()]:
         r.problems.append("the next start did not remove the groups a killed profiler left")
-    from bsp_planner.profiles import load_profile
+    from bsp_planner.inputs.profiles import load_profile
 
     try:
         load_profile(out)
@@ -295,8 +295,8 @@ def main() -> int:
     args = ap.parse_args()
     rng = random.Random(args.seed)
 
-    from bsp_planner.runtime.zk import Credentials, write_credentials_file
     from bsp_planner.runtime.zkserver import LocalZooKeeper, free_port
+    from bsp_planner.zk import Credentials, write_credentials_file
 
     results: list[Round] = []
     started = time.monotonic()

@@ -11,7 +11,7 @@ import sys
 import warnings
 from collections.abc import Callable
 
-from .signals import default_while_starting
+from .core.signals import default_while_starting
 
 default_while_starting()  # before the heavy imports below: a Ctrl-C now ends the command, never a traceback
 
@@ -19,8 +19,8 @@ import typer  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.markup import escape  # noqa: E402
 
-from .errors import InputError, InputWarning  # noqa: E402
-from .registry import NotInstalled, Registry, resolve  # noqa: E402
+from .core.errors import InputError, InputWarning  # noqa: E402
+from .core.registry import NotInstalled, Registry, resolve  # noqa: E402
 
 app = typer.Typer(
     name="bsp-planner",
@@ -53,8 +53,8 @@ def _commands(spec: str) -> Attach:
 #: Every command group, one line each; a part absent from the installation is left out.
 COMMANDS: Registry[Attach] = Registry("command group")
 COMMANDS.register("profile", _group("bsp_planner.profiling.cli:app"))
-COMMANDS.register("simulate", _command("bsp_planner.simulate_cli:simulate"))
-COMMANDS.register("init", _command("bsp_planner.init_cli:init"))
+COMMANDS.register("simulate", _command("bsp_planner.simulate.cli:simulate"))
+COMMANDS.register("init", _command("bsp_planner.inputs.init_cli:init"))
 COMMANDS.register("forecast", _group("bsp_planner.forecasting.cli:app"))
 COMMANDS.register("rl", _group("bsp_planner.rl.cli:app"))
 COMMANDS.register("runtime", _commands("bsp_planner.runtime.cli:register"))  # run, worker, zk
@@ -82,8 +82,8 @@ def _show_warning(message, category, filename, lineno, file=None, line=None, _de
 def main() -> None:
     """Run a command: a bad input is one line and exit 2; an output that cannot be written (a full disk,
     a read-only folder) one line naming it and exit 3; SIGINT, SIGTERM or SIGHUP the clean stop of
-    Ctrl-C and exit 128 + the signal's number (:mod:`bsp_planner.signals`)."""
-    from . import signals
+    Ctrl-C and exit 128 + the signal's number (:mod:`bsp_planner.core.signals`)."""
+    from .core import signals
 
     warnings.showwarning = _show_warning
     with signals.installed():
@@ -105,7 +105,7 @@ def main() -> None:
 
 
 def _stopped(signum: int) -> None:
-    from .signals import signal_name
+    from .core.signals import signal_name
 
     err_console.print(f"stopped by {signal_name(signum)}", highlight=False, markup=False)
     sys.exit(128 + signum)

@@ -56,10 +56,10 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from .errors import InputError
+from .core.errors import InputError
+from .core.steps import StepObservation as StepObservation  # re-exported: other modules import it from here
+from .core.steps import StrategyResult
 from .planners.base import Planner, PlanningContext
-from .steps import StepObservation as StepObservation  # re-exported: other modules import it from here
-from .steps import StrategyResult
 
 
 @runtime_checkable

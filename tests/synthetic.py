@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bsp_planner.shipped import data_dir
+from bsp_planner.inputs.shipped import data_dir
 
 DATA = data_dir()  # the shipped defaults (package data)
 THESIS_TASKS = ["affinity", "atomic", "bsearch", "cap", "chmod", "memcpy", "vecmath", "zero"]

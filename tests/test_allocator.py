@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from bsp_planner.allocation import CpuLevels, GreedyAllocator, discount_weights, frame_time
-from bsp_planner.errors import InputError
+from bsp_planner.core.errors import InputError
 
 
 def inverse_table(work: np.ndarray, n_levels: int) -> np.ndarray:

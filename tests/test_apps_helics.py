@@ -20,9 +20,9 @@ import pytest
 from bsp_planner.apps.helics import broker as broker_app
 from bsp_planner.apps.helics.local import run_federation
 from bsp_planner.apps.helics.model import Ring, serial_workloads
-from bsp_planner.leftovers import running
-from bsp_planner.placeholders import choose_ports
-from bsp_planner.shipped import data_dir
+from bsp_planner.core.leftovers import running
+from bsp_planner.inputs.placeholders import choose_ports
+from bsp_planner.inputs.shipped import data_dir
 from bsp_planner.task.profiling import PROFILE_ENV, ProfilingPlan, write_plan
 
 from cli_run import run_cli
@@ -257,7 +257,7 @@ def test_the_shipped_job_runs_one_federate_of_4_per_task_against_its_broker_serv
 
 
 def test_the_shipped_profile_covers_every_federate_over_the_experiments_range():
-    from bsp_planner.profiles import load_profile
+    from bsp_planner.inputs.profiles import load_profile
 
     exp = tomllib.loads((data_dir() / "experiments" / "helics-4.toml").read_text())
     job = tomllib.loads((data_dir() / "jobs" / "helics-4.toml").read_text())

@@ -15,7 +15,7 @@ import pytest
 
 from bsp_planner.apps.helics.broker import find_broker
 from bsp_planner.apps.helics.model import Ring, serial_workloads
-from bsp_planner.shipped import data_dir
+from bsp_planner.inputs.shipped import data_dir
 
 from cli_run import run_cli
 from zk_fixtures import PREFIX, assert_nothing_left, needs_tasks

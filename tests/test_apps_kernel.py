@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from bsp_planner.apps.kernel import kernel
-from bsp_planner.shipped import data_dir
+from bsp_planner.inputs.shipped import data_dir
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -18,8 +18,8 @@ import pytest
 pytest.importorskip("bsp_planner.task", reason="the task library (bsp_planner.task) is not on this branch yet")
 
 from bsp_planner.apps.particles.serial import run_serial
+from bsp_planner.inputs.shipped import data_dir
 from bsp_planner.runtime.coordinator import Coordinator
-from bsp_planner.shipped import data_dir
 
 from zk_fixtures import (
     assert_nothing_left,

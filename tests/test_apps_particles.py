@@ -20,7 +20,7 @@ from bsp_planner.apps.particles.model import (
     slice_bounds,
 )
 from bsp_planner.apps.particles.serial import run_serial
-from bsp_planner.shipped import data_dir
+from bsp_planner.inputs.shipped import data_dir
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -189,7 +189,7 @@ def test_shipped_particles_jobs_start_one_rank_of_n_per_task_sharing_one_exchang
 
 @pytest.mark.parametrize("n", [3, 8])
 def test_shipped_particles_profiles_cover_every_task_of_their_job(n):
-    from bsp_planner.profiles import load_profile
+    from bsp_planner.inputs.profiles import load_profile
 
     job = tomllib.loads((data_dir() / "jobs" / f"particles-{n}.toml").read_text())
     profile = load_profile(data_dir() / "profiles" / f"particles-{n}" / "profile.csv")

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 from bsp_planner import cli
-from bsp_planner.errors import InputError, InputWarning
+from bsp_planner.core.errors import InputError, InputWarning
 from bsp_planner.forecasting.files import write_trace
-from bsp_planner.job import load_job
-from bsp_planner.profiles import load_profile, metadata_path
+from bsp_planner.inputs.job import load_job
+from bsp_planner.inputs.profiles import load_profile, metadata_path
 
 from cli_run import run_cli
 from synthetic import DATA, THESIS_TASKS, write_experiment, write_profile
@@ -170,7 +170,7 @@ def test_grossly_non_monotone_profile_warns(tmp_path, monkeypatch, capsys):
 
 
 def test_appending_another_job_or_grid_warns_and_keeps_the_metadata(tmp_path):
-    from bsp_planner.job import Job, SeriesRef, Task
+    from bsp_planner.inputs.job import Job, SeriesRef, Task
     from bsp_planner.profiling.local import RunResult
     from bsp_planner.profiling.runner import Grid, run_grid
 
@@ -225,7 +225,7 @@ def test_replayed_workloads_negative_or_off_the_grid(value, needle, tmp_path, ex
 @pytest.fixture
 def no_work(monkeypatch):
     """Fail the test if the simulation starts: output problems must be found before."""
-    import bsp_planner.scenario as scenario
+    import bsp_planner.simulate.scenario as scenario
 
     def boom(exp):
         raise AssertionError("the simulation started before the output location was checked")
@@ -276,7 +276,7 @@ def test_profile_run_out_under_a_file(tmp_path, monkeypatch, capsys):
 
 # -- results are published together, only after everything succeeded ------------------------------
 def test_a_crash_while_writing_results_leaves_the_folder_byte_identical(earlier, experiment, monkeypatch, capsys):
-    import bsp_planner.report as report
+    import bsp_planner.simulate.report as report
 
     out, before = earlier
 
@@ -450,7 +450,7 @@ def test_an_experiment_with_a_byte_order_mark_is_read(experiment, monkeypatch, c
 
 
 def test_a_series_and_a_profile_with_a_byte_order_mark_are_read(tmp_path, synthetic_profile):
-    from bsp_planner.series import read_series_csv
+    from bsp_planner.inputs.series import read_series_csv
 
     synthetic_profile.write_bytes(b"\xef\xbb\xbf" + synthetic_profile.read_bytes())
     assert load_profile(synthetic_profile).tasks
@@ -523,7 +523,7 @@ def test_forecasts_far_outside_the_workload_range_are_warned_about(tmp_path, exp
 
 
 def test_an_extreme_value_in_a_training_half_is_warned_about(tmp_path):
-    from bsp_planner.series import WorkloadScaler
+    from bsp_planner.inputs.series import WorkloadScaler
 
     train = np.linspace(100.0, 200.0, 500)
     train[42] = 1e300
@@ -545,7 +545,7 @@ def test_profile_metadata_that_is_a_folder_is_refused(synthetic_profile, monkeyp
 
 
 def test_a_huge_inversion_warning_prints_a_short_ratio(tmp_path):
-    from bsp_planner.profiles import TaskProfile, warn_non_monotone
+    from bsp_planner.inputs.profiles import TaskProfile, warn_non_monotone
 
     d = np.array([[1.0, 1e300], [1.0, 0.5]])
     p = TaskProfile("t", np.array([10.0, 20.0]), np.array([250.0, 500.0]), d, repeats=1)

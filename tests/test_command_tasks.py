@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from bsp_planner.errors import InputError
-from bsp_planner.job import load_job
+from bsp_planner.core.errors import InputError
+from bsp_planner.inputs.job import load_job
 from bsp_planner.runtime.coordinator import Coordinator
 from bsp_planner.runtime.executor import RunFailed
 from bsp_planner.runtime.worker import parse_workload_report

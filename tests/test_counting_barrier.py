@@ -7,9 +7,9 @@ import threading
 
 import pytest
 
-from bsp_planner.errors import InputError
-from bsp_planner.runtime import zk as Z
-from bsp_planner.runtime.zk.counting_barrier import CountingBarrier
+from bsp_planner import zk as Z
+from bsp_planner.core.errors import InputError
+from bsp_planner.zk.counting_barrier import CountingBarrier
 
 from zk_fixtures import close_all, make_root, needs_zk, session
 

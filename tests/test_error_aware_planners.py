@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 
 from bsp_planner.allocation import CpuLevels, GreedyAllocator
-from bsp_planner.errors import InputError
-from bsp_planner.experiment import PlannerSettings
+from bsp_planner.core.errors import InputError
+from bsp_planner.inputs.experiment import PlannerSettings
 from bsp_planner.planners.base import ConfigTable, PlanningContext, make_planner
 from bsp_planner.planners.observed import MIN_ERRORS, Observations, attach, observations
-from bsp_planner.simulation import simulate
+from bsp_planner.simulate.simulation import simulate
 
 N_LEVELS = 10
 H = 5

@@ -14,7 +14,7 @@ from bsp_planner.allocation.exact import (
     local_search,
     solve_frame,
 )
-from bsp_planner.errors import InputError
+from bsp_planner.core.errors import InputError
 from bsp_planner.planners.base import ConfigTable
 
 
@@ -201,8 +201,8 @@ def test_budget_that_leaves_no_configuration_is_refused():
 
 
 def test_budget_below_the_minimum_is_refused_in_an_experiment(tmp_path, synthetic_profile):
-    from bsp_planner.experiment import load_experiment
-    from bsp_planner.scenario import build_scenario
+    from bsp_planner.inputs.experiment import load_experiment
+    from bsp_planner.simulate.scenario import build_scenario
 
     from synthetic import write_experiment
 

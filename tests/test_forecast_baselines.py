@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bsp_planner.errors import InputError
+from bsp_planner.core.errors import InputError
 from bsp_planner.forecasting.baselines import (
     PersistenceForecaster,
     SeasonalNaiveForecaster,

@@ -9,12 +9,12 @@ import json
 import numpy as np
 import pytest
 
-from bsp_planner.errors import InputError
+from bsp_planner.core.errors import InputError
 from bsp_planner.forecasting.pipeline import Workspace, obtain
 from bsp_planner.forecasting.registry import FORECASTERS
 from bsp_planner.forecasting.validation import fit_weights, validation_forecasts, validation_part, weight_grid
-from bsp_planner.job import load_job
-from bsp_planner.series import load_job_series
+from bsp_planner.inputs.job import load_job
+from bsp_planner.inputs.series import load_job_series
 
 H = 6
 PERIOD = 12  # 2-hourly data

@@ -6,12 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bsp_planner.errors import InputError
+from bsp_planner.core.errors import InputError
 from bsp_planner.forecasting.gbm import GBMForecaster, GBMSettings, Member, SeriesFacts
 from bsp_planner.forecasting.pipeline import Workspace, obtain
 from bsp_planner.forecasting.registry import FORECASTERS
-from bsp_planner.job import load_job
-from bsp_planner.series import load_job_series
+from bsp_planner.inputs.job import load_job
+from bsp_planner.inputs.series import load_job_series
 
 H = 6
 PERIOD = 12  # 2-hourly data
@@ -176,7 +176,7 @@ def test_ensemble_weights_must_match_its_members(pieces_job):
 
 def test_ensemble_and_gbm_are_forecast_sources_offline_and_online_alike(pieces_job, monkeypatch, tmp_path):
     from bsp_planner.forecasting.provider import forecast_matrix
-    from bsp_planner.online import online_forecasts
+    from bsp_planner.simulate.online import online_forecasts
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     job = load_job(pieces_job / "job.toml")

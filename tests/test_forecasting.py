@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from bsp_planner.errors import InputError
+from bsp_planner.core.errors import InputError
 from bsp_planner.forecasting.base import rolling_error_quantiles
 from bsp_planner.forecasting.baselines import PersistenceForecaster, SeasonalNaiveForecaster
 from bsp_planner.forecasting.files import read_forecast_metadata, read_forecasts, write_forecasts
 from bsp_planner.forecasting.prepare import prepare_task
 from bsp_planner.forecasting.transforms import MinMaxScaler, difference, supervised_pairs, undifference
-from bsp_planner.series import TaskSeries, read_series_csv
+from bsp_planner.inputs.series import TaskSeries, read_series_csv
 
 PERIOD = 12
 H = 6
@@ -224,8 +224,8 @@ def test_unknown_forecaster_and_task(tmp_path):
 def _workspace_for(values, period_s: int = PERIOD, settings=None):
     """A one-task workspace on a series with `period_s` steps per day."""
     from bsp_planner.forecasting.pipeline import Workspace
-    from bsp_planner.job import Job
-    from bsp_planner.series import JobSeries, WorkloadScaler
+    from bsp_planner.inputs.job import Job
+    from bsp_planner.inputs.series import JobSeries, WorkloadScaler
 
     interval = 86_400 // period_s
     ts = task_series(np.asarray(values, float), interval_s=interval)
@@ -395,8 +395,8 @@ def test_cli_evaluate_refuses_gaps_then_compares_forecasters(small_job):
 
 def test_cli_predict_writes_what_simulate_reads(small_job):
     from bsp_planner.forecasting.provider import forecast_matrix
-    from bsp_planner.job import load_job
-    from bsp_planner.series import load_job_series
+    from bsp_planner.inputs.job import load_job
+    from bsp_planner.inputs.series import load_job_series
 
     r = _run(
         [
@@ -434,8 +434,8 @@ def test_unknown_task_and_forecaster_on_the_command_line(small_job):
 def test_provider_uses_shipped_forecasts_only_when_their_digest_matches(small_job, monkeypatch, tmp_path):
     from bsp_planner.forecasting import pipeline, provider
     from bsp_planner.forecasting.pipeline import Workspace, inputs_digest, request_inputs
-    from bsp_planner.job import load_job
-    from bsp_planner.series import load_job_series
+    from bsp_planner.inputs.job import load_job
+    from bsp_planner.inputs.series import load_job_series
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     job = load_job(small_job / "job.toml")
@@ -519,10 +519,10 @@ def test_the_shipped_forecasts_are_current_for_the_default_experiment(folder, fo
     """The forecasts that ship are what the default experiment would compute now: made by the default
     forecaster (the lstm's beside them), with the inputs' digest of today's settings, so `simulate` reads
     them instead of regenerating them (a changed forecaster setting must come with regenerated files)."""
-    from bsp_planner.experiment import load_experiment
     from bsp_planner.forecasting.pipeline import Workspace, inputs_digest, request_inputs
     from bsp_planner.forecasting.registry import DEFAULT_FORECASTER
-    from bsp_planner.shipped import data_path, find_experiment
+    from bsp_planner.inputs.experiment import load_experiment
+    from bsp_planner.inputs.shipped import data_path, find_experiment
 
     exp = load_experiment(find_experiment(None))
     name = forecaster or DEFAULT_FORECASTER

@@ -44,7 +44,7 @@ def _registry_import(me: str, is_package: bool, target: str, lazy: bool) -> bool
 
 def imports(path: Path) -> set[str]:
     """The package's modules that `path` imports (a name imported from a package counts as its module
-    when it is one: `from . import zk` is bsp_planner.runtime.zk)."""
+    when it is one: `from . import zk` is bsp_planner.zk)."""
     me = module_name(path)
     is_package = path.name == "__init__.py"
     package = me if is_package else me.rpartition(".")[0]

@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bsp_planner.cluster import improve_placement, place_balanced
-from bsp_planner.errors import InputError
-from bsp_planner.interference import NONE_ASSUMED
-from bsp_planner.pair_profiles import COLUMNS, PairRow, load_pair_profile, write_pair_profile
-from bsp_planner.performance import co_location_slowdown
+from bsp_planner.core.errors import InputError
+from bsp_planner.inputs.pair_profiles import COLUMNS, PairRow, load_pair_profile, write_pair_profile
+from bsp_planner.model.cluster import improve_placement, place_balanced
+from bsp_planner.model.interference import NONE_ASSUMED
+from bsp_planner.model.performance import co_location_slowdown
 
 from cli_run import run_cli
 from synthetic import DATA
@@ -169,8 +169,8 @@ def test_without_a_pair_profile_the_summary_says_no_interference_is_assumed(tmp_
 
 
 def test_the_pair_slowdowns_multiply_the_co_located_tasks_durations(tmp_path):
-    from bsp_planner.experiment import load_experiment
-    from bsp_planner.scenario import build_scenario
+    from bsp_planner.inputs.experiment import load_experiment
+    from bsp_planner.simulate.scenario import build_scenario
 
     plain = build_scenario(load_experiment(_tight(tmp_path), ["steps=6", "modes=perfect"]))
     names = plain.task_names
@@ -198,8 +198,8 @@ def test_the_pair_slowdowns_multiply_the_co_located_tasks_durations(tmp_path):
 
 def test_interference_aware_placement_beats_blind_on_the_tight_cluster(tmp_path):
     """Both simulated with the same interference model; the aware placement keeps the pairs that hurt apart."""
-    from bsp_planner.experiment import load_experiment
-    from bsp_planner.scenario import build_scenario, run_strategy
+    from bsp_planner.inputs.experiment import load_experiment
+    from bsp_planner.simulate.scenario import build_scenario, run_strategy
 
     names = build_scenario(load_experiment(_tight(tmp_path), ["steps=2", "modes=perfect"])).task_names
     hurt = {(a, b): 2.5 for a in ("memcpy", "zero", "bsearch") for b in ("memcpy", "zero", "bsearch") if a != b}

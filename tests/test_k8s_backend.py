@@ -22,7 +22,7 @@ import yaml
 
 pytest.importorskip("bsp_planner.runtime.backends", reason="the runtime backends package is not in this tree yet")
 
-from bsp_planner.errors import InputError
+from bsp_planner.core.errors import InputError
 from bsp_planner.k8s import names as N
 from bsp_planner.k8s.cluster import ROLE_RULES
 from bsp_planner.runtime.backends import WorkerLaunch, make_backend
@@ -405,7 +405,7 @@ def test_no_kubeconfig_and_no_cluster_says_so(tmp_path, monkeypatch):
 
 
 def _job():
-    from bsp_planner.job import Job, SeriesRef, Task
+    from bsp_planner.inputs.job import Job, SeriesRef, Task
 
     return Job("j", tuple(Task(t, "cpu", 1.0, SeriesRef(Path("-"))) for t in ("affinity", "atomic")))
 

@@ -24,9 +24,9 @@ from pathlib import Path
 
 import pytest
 
-from bsp_planner.job import Job, SeriesRef, Task
+from bsp_planner.inputs.job import Job, SeriesRef, Task
+from bsp_planner.inputs.shipped import data_dir
 from bsp_planner.k8s import names as N
-from bsp_planner.shipped import data_dir
 
 pytestmark = pytest.mark.k8s
 
@@ -70,7 +70,7 @@ def cluster():
 
 
 def test_the_profiler_measures_a_grid_as_jobs_under_real_cpu_limits(cluster, tmp_path):
-    from bsp_planner.profiles import load_profile
+    from bsp_planner.inputs.profiles import load_profile
     from bsp_planner.profiling.kubernetes import KubernetesProfiler, default_profile_id, run_grid_kubernetes
     from bsp_planner.profiling.runner import Grid
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from bsp_planner.errors import InputError
+from bsp_planner.core.errors import InputError
 from bsp_planner.k8s.binpack import DoesNotFit, NodeCapacity, fits_in_place, node_capacities, pack, pod_cpu_request
 from bsp_planner.k8s.capabilities import ServerCapabilities, choose_reconfigure_mode, detect, parse_version
 from bsp_planner.k8s.cluster import pod_state, resize_done

@@ -21,7 +21,7 @@ pytest.importorskip(
 )
 import yaml
 
-from bsp_planner.errors import InputError
+from bsp_planner.core.errors import InputError
 from bsp_planner.k8s import manifests as M
 from bsp_planner.k8s import names as N
 from bsp_planner.k8s.cluster import CLUSTER_READ_RULES, ROLE_RULES
@@ -378,7 +378,7 @@ def test_a_profiling_job_runs_one_cell_once_under_its_cpu_level():
         "spin,10,500,1",
         "spin",
         500,
-        ["python", "-m", "bsp_planner.k8s.measure", "--", "stress-ng"],
+        ["python", "-m", "bsp_planner.profiling.pod_measure", "--", "stress-ng"],
         timeout_s=60,
         startup_s=300,
     )

@@ -20,7 +20,7 @@ pytest.importorskip(
 
 from k8s_fixtures import NS, SECRET, kubelet
 
-from bsp_planner.errors import InputError
+from bsp_planner.core.errors import InputError
 from bsp_planner.runtime.backends import WorkerLaunch
 from bsp_planner.runtime.backends.kubernetes import ConfigurationDoesNotFit, KubernetesBackend
 from bsp_planner.runtime.coordinator import Coordinator
@@ -189,9 +189,9 @@ def test_a_live_run_plans_on_the_nodes_free_cpu_and_runs_each_pod_where_the_plan
     # the run did change its configuration, in place (on the given placement the nodes leave mpc no better split)
     assert any(r["reconfigured"] for r in records) or given
     # the same predictions planned as one pool would not have fitted these nodes (recreates or stops)
-    from bsp_planner.experiment import load_experiment
-    from bsp_planner.node_runs import run_on_cluster
-    from bsp_planner.scenario import build_scenario, step_predictions
+    from bsp_planner.inputs.experiment import load_experiment
+    from bsp_planner.simulate.node_runs import run_on_cluster
+    from bsp_planner.simulate.scenario import build_scenario, step_predictions
 
     with_nodes = dataclasses.replace(load_experiment(exp), node=coord.exp.node)  # the nodes the run planned on
     scen = build_scenario(with_nodes)
@@ -209,7 +209,7 @@ def test_mpc_reconfigures_no_more_often_than_a_1s_resize_pays_for(tmp_path, zk_s
     more often. A run whose resize is ~free (its measured cost depends on the host's load) reconfigures
     at least as often."""
     from bsp_planner.planners.base import make_planner
-    from bsp_planner.simulation import simulate
+    from bsp_planner.simulate.simulation import simulate
 
     counts = {}
     for delay_s in (0.0, 1.0):

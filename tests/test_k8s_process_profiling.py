@@ -24,7 +24,7 @@ pytest.importorskip(
 
 from k8s_fixtures import NS
 
-from bsp_planner.job import load_job
+from bsp_planner.inputs.job import load_job
 from bsp_planner.k8s import manifests as M
 from bsp_planner.profiling import runner as R
 from bsp_planner.profiling.kubernetes import KubernetesProfiler, run_grid_kubernetes

@@ -3,7 +3,7 @@
 The cluster is FakeApiServer (bsp_planner/testing/fake_apiserver.py), FOR LOGIC TESTS ONLY: a Job's
 container does not run; a function of the test says what it would have reported (its exit code and
 termination message), except in the last test, where that function runs the Job's real command
-(`python -m bsp_planner.k8s.measure -- stress-ng ...`) on this machine, without a CPU limit.
+(`python -m bsp_planner.profiling.pod_measure -- stress-ng ...`) on this machine, without a CPU limit.
 """
 
 from __future__ import annotations
@@ -23,15 +23,15 @@ pytest.importorskip(
     "kubernetes", reason="the official kubernetes client is not installed (pip install 'bsp-planner[kubernetes]')"
 )
 
-from bsp_planner.job import Job, SeriesRef, Task
-from bsp_planner.k8s import measure
+from bsp_planner.inputs.job import Job, SeriesRef, Task
+from bsp_planner.inputs.profiles import load_profile, metadata_path
+from bsp_planner.inputs.shipped import data_path
 from bsp_planner.k8s import names as N
 from bsp_planner.k8s.cluster import ROLE_RULES
-from bsp_planner.profiles import load_profile, metadata_path
+from bsp_planner.profiling import pod_measure as measure
 from bsp_planner.profiling import runner as R
 from bsp_planner.profiling.kubernetes import KubernetesProfiler, cell_text, default_profile_id, run_grid_kubernetes
 from bsp_planner.profiling.local import RunResult
-from bsp_planner.shipped import data_path
 from bsp_planner.testing.fake_apiserver import FakeApiServer, JobOutcome, rules_from_manifests
 
 from test_k8s_manifests import render_base
@@ -160,7 +160,7 @@ def test_each_job_runs_one_cell_under_its_cpu_level(api, tmp_path):
         c = j["spec"]["template"]["spec"]["containers"][0]
         cpu = j["metadata"]["annotations"][N.ANNOTATION_CPU]
         assert c["resources"]["limits"]["cpu"] == c["resources"]["requests"]["cpu"] == N.cpu_quantity(int(cpu))
-        assert c["command"][:3] == ["python", "-m", "bsp_planner.k8s.measure"]
+        assert c["command"][:3] == ["python", "-m", "bsp_planner.profiling.pod_measure"]
         assert c["command"][c["command"].index("--") + 1 :] == TASKS[0].stress_ng_args(
             float(j["metadata"]["annotations"][N.ANNOTATION_CELL].split(",")[1])
         )
@@ -282,7 +282,7 @@ def test_the_profiler_needs_only_the_roles_job_and_pod_rights(tmp_path):
 
 
 def test_bad_settings_are_refused(api):
-    from bsp_planner.errors import InputError
+    from bsp_planner.core.errors import InputError
 
     for kw, field in (
         ({"parallelism": 0}, "--parallel"),

@@ -25,8 +25,8 @@ pytest.importorskip(
 
 from k8s_fixtures import NS, SECRET, kubelet
 
-from bsp_planner.errors import InputError
-from bsp_planner.job import load_job
+from bsp_planner.core.errors import InputError
+from bsp_planner.inputs.job import load_job
 from bsp_planner.k8s import manifests as M
 from bsp_planner.k8s.cluster import pod_state, resize_done
 from bsp_planner.runtime.backends import WorkerLaunch
@@ -614,7 +614,7 @@ def test_profile_run_times_an_image_command_task_as_jobs_in_its_image(tmp_path):
         c = body["spec"]["template"]["spec"]["containers"][0]
         seen.append(c)
         cmd = list(c["command"])
-        assert cmd[:3] == ["python", "-m", "bsp_planner.k8s.measure"]
+        assert cmd[:3] == ["python", "-m", "bsp_planner.profiling.pod_measure"]
         cmd[0] = sys.executable
         log = tmp_path / f"{body['metadata']['name']}.log"
         env = dict(os.environ, BSP_PLANNER_TERMINATION_LOG=str(log), BSP_PLANNER_NODE="this-machine")

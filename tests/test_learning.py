@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 
 from bsp_planner import cli
-from bsp_planner.errors import InputError
-from bsp_planner.executors.simulated import SimulatedExecutor
-from bsp_planner.experiment import load_experiment
-from bsp_planner.learning import DurationCorrection, LearningSettings
+from bsp_planner.core.errors import InputError
+from bsp_planner.inputs.experiment import load_experiment
 from bsp_planner.loop import run_loop
+from bsp_planner.model.learning import DurationCorrection, LearningSettings
 from bsp_planner.planners.base import make_planner
-from bsp_planner.scenario import build_scenario, run_strategy, step_predictions
+from bsp_planner.simulate.executor import SimulatedExecutor
+from bsp_planner.simulate.scenario import build_scenario, run_strategy, step_predictions
 
 from synthetic import THESIS_TASKS, write_experiment
 from zk_fixtures import assert_nothing_left, needs_tasks, settings
@@ -288,8 +288,8 @@ def test_a_wrong_profile_converges_on_a_real_run(tmp_path, zk_server, creds_file
     fast, not too slow: load on a shared machine only lengthens what the tasks measure, so the first
     error grows with load instead of vanishing (a profile x4 measured 2.5x slow looked nearly right, and
     CI saw that); the refusal of absurd measurements is widened for the same reason."""
+    from bsp_planner.inputs.shipped import data_dir
     from bsp_planner.runtime.coordinator import Coordinator
-    from bsp_planner.shipped import data_dir
 
     data = data_dir()
     wrong = scaled_profile(

@@ -15,12 +15,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bsp_planner.executors.simulated import SimulatedExecutor
 from bsp_planner.loop import StepLoop
 from bsp_planner.planners.base import make_planner
 from bsp_planner.runtime.coordinator import Coordinator, RunSettings
 from bsp_planner.runtime.runlog import RunLog, step_record
 from bsp_planner.runtime.summary import write_summary
+from bsp_planner.simulate.executor import SimulatedExecutor
 
 from cli_run import run_cli
 from zk_fixtures import DATA, EXPERIMENT, write_profile

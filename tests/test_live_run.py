@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from bsp_planner.errors import InputError
-from bsp_planner.runtime import zk as Z
+from bsp_planner import zk as Z
+from bsp_planner.core.errors import InputError
 from bsp_planner.runtime.coordinator import Coordinator, RunInterrupted
 
 from zk_fixtures import (

@@ -4,13 +4,13 @@ measurements naming the task and step, and plans step by step when predictions a
 import numpy as np
 import pytest
 
-from bsp_planner.errors import InputError
-from bsp_planner.executors.simulated import SimulatedExecutor
-from bsp_planner.experiment import load_experiment
+from bsp_planner.core.errors import InputError
+from bsp_planner.inputs.experiment import load_experiment
 from bsp_planner.loop import Executor, StepObservation, run_loop
 from bsp_planner.planners import PLANNERS
 from bsp_planner.planners.base import make_planner
-from bsp_planner.scenario import build_scenario, check_strategies, run_strategy
+from bsp_planner.simulate.executor import SimulatedExecutor
+from bsp_planner.simulate.scenario import build_scenario, check_strategies, run_strategy
 
 from synthetic import write_experiment
 
@@ -153,8 +153,9 @@ def test_the_loop_and_the_simulated_executor_import_neither_kazoo_nor_kubernetes
     import sys
 
     code = (
-        "import sys, bsp_planner.loop, bsp_planner.executors.simulated, bsp_planner.predictions, bsp_planner.learning, "
-        "bsp_planner.online; bad = [m for m in ('kazoo', 'kubernetes') if m in sys.modules]; print(bad); sys.exit(bool(bad))"
+        "import sys, bsp_planner.loop, bsp_planner.simulate.executor, bsp_planner.simulate.predictions, "
+        "bsp_planner.model.learning, bsp_planner.simulate.online; "
+        "bad = [m for m in ('kazoo', 'kubernetes') if m in sys.modules]; print(bad); sys.exit(bool(bad))"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr

@@ -1,11 +1,11 @@
 import numpy as np
 import pytest
 
-from bsp_planner.errors import InputError
-from bsp_planner.job import load_job
-from bsp_planner.performance import PerformanceModel
-from bsp_planner.profiles import load_profile
-from bsp_planner.series import WorkloadScaler, load_job_series
+from bsp_planner.core.errors import InputError
+from bsp_planner.inputs.job import load_job
+from bsp_planner.inputs.profiles import load_profile
+from bsp_planner.inputs.series import WorkloadScaler, load_job_series
+from bsp_planner.model.performance import PerformanceModel
 
 from synthetic import CPUS, DATA, WORKLOADS, write_profile
 

@@ -20,11 +20,12 @@ from bsp_planner.allocation.nodes import (
     greedy_with_nodes,
     solve_frame_nodes,
 )
-from bsp_planner.cluster import Cluster, ClusterExecutor, place_balanced, repack
-from bsp_planner.executors.simulated import SimulatedExecutor
+from bsp_planner.model.cluster import Cluster, ClusterExecutor, place_balanced, repack
 from bsp_planner.planners.base import ConfigTable, PlanningContext, make_planner
+from bsp_planner.planners.floor import floor_result
 from bsp_planner.planners.optimum import optimum_plan, optimum_result
-from bsp_planner.simulation import floor_result, simulate
+from bsp_planner.simulate.executor import SimulatedExecutor
+from bsp_planner.simulate.simulation import simulate
 
 from cli_run import run_cli
 from synthetic import DATA
@@ -238,8 +239,8 @@ def test_a_bad_node_override_names_the_flag(tmp_path, monkeypatch, capsys):
 def test_tight_cluster_node_aware_mpc_fits_and_one_pool_planning_does_not(tmp_path, monkeypatch, capsys):
     """Node-aware mpc: no recreate, no stop, within 1% of the node-constrained optimum in perfect mode;
     the same predictions planned as one pool need recreates on these nodes."""
-    from bsp_planner.experiment import load_experiment
-    from bsp_planner.scenario import build_scenario, run_strategy
+    from bsp_planner.inputs.experiment import load_experiment
+    from bsp_planner.simulate.scenario import build_scenario, run_strategy
 
     exp = load_experiment(_tight(tmp_path), ["steps=40", "modes=perfect"])
     scen = build_scenario(exp)
@@ -258,8 +259,8 @@ def test_tight_cluster_node_aware_mpc_fits_and_one_pool_planning_does_not(tmp_pa
 def test_mpc_place_moves_tasks_only_as_priced_recreates_and_never_a_process(tmp_path):
     """On the tight cluster mpc-place moves tasks (each move a recreate it priced) and ends cheaper than
     mpc on its fixed placement; with every task a process (cannot restore) it never moves one."""
-    from bsp_planner.experiment import load_experiment
-    from bsp_planner.scenario import build_scenario, run_strategy
+    from bsp_planner.inputs.experiment import load_experiment
+    from bsp_planner.simulate.scenario import build_scenario, run_strategy
 
     exp = load_experiment(_tight(tmp_path), ["steps=120", "modes=perfect"])
     scen = build_scenario(exp)

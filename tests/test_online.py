@@ -4,13 +4,13 @@ the offline forecast matrix where they must, and `simulate --online` reads no fo
 import numpy as np
 import pytest
 
-from bsp_planner.errors import InputError
-from bsp_planner.experiment import load_experiment
+from bsp_planner.core.errors import InputError
 from bsp_planner.forecasting.provider import forecast_matrix
-from bsp_planner.job import load_job
-from bsp_planner.online import OnlineForecasts, online_forecasts
-from bsp_planner.scenario import build_scenario, run_strategy
-from bsp_planner.series import load_job_series
+from bsp_planner.inputs.experiment import load_experiment
+from bsp_planner.inputs.job import load_job
+from bsp_planner.inputs.series import load_job_series
+from bsp_planner.simulate.online import OnlineForecasts, online_forecasts
+from bsp_planner.simulate.scenario import build_scenario, run_strategy
 
 from cli_run import run_cli
 from synthetic import DATA, write_experiment
@@ -59,7 +59,7 @@ def test_lstm_online_equals_offline_predictions_from_the_same_history():
     got = step_by_step(online, js.workloads(start, steps))
     # offline: the same fitted models asked for all origins at once on the whole series
     from bsp_planner.forecasting.pipeline import Workspace
-    from bsp_planner.job import Job
+    from bsp_planner.inputs.job import Job
 
     ws = Workspace.from_series(Job(name="thesis-8", tasks=()), js, gaps="fill", horizon=h)
     for i, p in enumerate(ws.prepared):

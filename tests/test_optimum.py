@@ -10,11 +10,13 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from bsp_planner.allocation import CpuLevels, make_allocator
 from bsp_planner.allocation.exact import solve_frame
-from bsp_planner.errors import InputError
-from bsp_planner.experiment import PlannerSettings
+from bsp_planner.core.errors import InputError
+from bsp_planner.core.steps import step_times
+from bsp_planner.inputs.experiment import PlannerSettings
 from bsp_planner.planners.base import ConfigTable, PlanningContext, make_planner
+from bsp_planner.planners.floor import floor_result
 from bsp_planner.planners.optimum import optimum_plan, optimum_result
-from bsp_planner.simulation import floor_result, simulate, step_times
+from bsp_planner.simulate.simulation import simulate
 
 
 def durations_from_work(work, levels):
@@ -69,7 +71,7 @@ def test_known_answers_for_zero_and_huge_penalties():
     actual = durations_from_work(rng.uniform(1, 10, (n, m)), levels)
     max_level = np.full(n, levels - 1)
     # Free reconfiguration: every step at its own min-max, i.e. the floor.
-    from bsp_planner.planners.floor import floor_levels
+    from bsp_planner.allocation.floor import floor_levels
 
     free = optimum_plan(actual, max_level, budget, 0.0, 40, rel_gap=1e-9)
     assert free.value == pytest.approx(floor_levels(actual, max_level, budget)[1].sum())

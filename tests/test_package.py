@@ -8,15 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from bsp_planner.experiment import load_experiment
-from bsp_planner.job import load_job
-from bsp_planner.shipped import (
-    data_dir,
-    default_experiment,
-    experiment_names,
-    find_experiment,
-    is_shipped,
-)
+from bsp_planner.inputs.experiment import load_experiment
+from bsp_planner.inputs.job import load_job
+from bsp_planner.inputs.shipped import data_dir, default_experiment, experiment_names, find_experiment, is_shipped
 
 from cli_run import run_cli
 

@@ -5,11 +5,12 @@ import pytest
 from numpy.lib.stride_tricks import sliding_window_view
 
 from bsp_planner.allocation import CpuLevels, GreedyAllocator, frame_time
-from bsp_planner.experiment import PlannerSettings
+from bsp_planner.allocation.floor import floor_levels
+from bsp_planner.inputs.experiment import PlannerSettings
 from bsp_planner.planners.base import ConfigTable, PlanningContext, make_planner
 from bsp_planner.planners.dp import segment_dp
-from bsp_planner.planners.floor import floor_levels
-from bsp_planner.simulation import floor_result, simulate
+from bsp_planner.planners.floor import floor_result
+from bsp_planner.simulate.simulation import simulate
 
 N_LEVELS = 6
 
@@ -140,7 +141,7 @@ def test_floor_is_below_every_strategy(seed):
 
 
 def test_unknown_strategy_and_bad_arguments():
-    from bsp_planner.errors import InputError
+    from bsp_planner.core.errors import InputError
 
     with pytest.raises(InputError, match="unknown strategy"):
         make_planner("nope")

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from bsp_planner.errors import InputError
-from bsp_planner.job import Job, SeriesRef, Task
-from bsp_planner.profiles import load_profile, metadata_path, read_profile_rows
+from bsp_planner.core.errors import InputError
+from bsp_planner.inputs.job import Job, SeriesRef, Task
+from bsp_planner.inputs.profiles import load_profile, metadata_path, read_profile_rows
 from bsp_planner.profiling.calibrate import calibrate_task, round_sig
 from bsp_planner.profiling.cgroups import CFS_PERIOD_US, CgroupUnavailable, CpuQuotaGroup, detect_hierarchy, quota_us
 from bsp_planner.profiling.local import LocalBackend, RunResult

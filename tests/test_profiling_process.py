@@ -18,14 +18,14 @@ from pathlib import Path
 import pytest
 
 from bsp_planner import task
-from bsp_planner.errors import InputError, InputWarning
-from bsp_planner.job import Job, Task, load_job
-from bsp_planner.profiles import load_profile, metadata_path, read_profile_rows
+from bsp_planner.core.errors import InputError, InputWarning
+from bsp_planner.inputs.job import Job, Task, load_job
+from bsp_planner.inputs.profiles import load_profile, metadata_path, read_profile_rows
+from bsp_planner.inputs.shipped import data_path
 from bsp_planner.profiling.cgroups import CFS_PERIOD_US, CgroupUnavailable, CpuQuotaGroup, detect_hierarchy
 from bsp_planner.profiling.local import LocalBackend
 from bsp_planner.profiling.process import ProcessSteps
 from bsp_planner.profiling.runner import Grid, failures_path, run_grid
-from bsp_planner.shipped import data_path
 from bsp_planner.task.profiling import PROFILE_ENV, ProfilingPlan, profiling_session, write_plan
 
 PREFIX = f"bsp-planner-test-{os.getpid()}-proc"

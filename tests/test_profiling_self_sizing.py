@@ -18,14 +18,14 @@ from pathlib import Path
 
 import pytest
 
-from bsp_planner.errors import InputWarning
-from bsp_planner.job import Job, load_job
-from bsp_planner.profiles import check_job_matches
+from bsp_planner.core.errors import InputWarning
+from bsp_planner.inputs.job import Job, load_job
+from bsp_planner.inputs.profiles import check_job_matches
+from bsp_planner.inputs.program_files import program_digest, program_files
 from bsp_planner.profiling.cgroups import CgroupUnavailable, CpuQuotaGroup, detect_hierarchy, remove_stale_groups
 from bsp_planner.profiling.local import SCRATCH_PREFIX, LocalBackend, remove_stale_scratch
 from bsp_planner.profiling.process import ProcessSteps
 from bsp_planner.profiling.profile_meta import task_meta
-from bsp_planner.program_files import program_digest, program_files
 
 from cli_run import run_cli
 
@@ -120,7 +120,7 @@ def test_an_empty_step_fails_its_cell_after_max_measure_steps_and_shows_progress
 
 def test_max_measure_steps_is_checked_like_every_profiling_setting(tmp_path, monkeypatch, capsys):
     from bsp_planner import task
-    from bsp_planner.errors import InputError
+    from bsp_planner.core.errors import InputError
     from bsp_planner.task.profiling import PROFILE_ENV
 
     with pytest.raises(InputError, match="--max-measure-steps"):

@@ -470,7 +470,7 @@ ENV_KEYS = [
 def test_mutated_rl_environment_files_and_env_set(tmp_path_factory, changes, overrides):
     """The RL environment settings (what `rl train`/`rl evaluate` read first): every value through the
     one loader, an InputError naming the file or flag and the field otherwise."""
-    from bsp_planner.errors import InputError
+    from bsp_planner.core.errors import InputError
     from bsp_planner.rl.settings import DEFAULT_ENV, EnvSettings, load_env_settings
 
     folder = tmp_path_factory.mktemp("env")
@@ -499,7 +499,7 @@ def test_mutated_rl_environment_files_and_env_set(tmp_path_factory, changes, ove
     )
 )
 def test_lstm_settings_from_any_table(values):
-    from bsp_planner.errors import InputError
+    from bsp_planner.core.errors import InputError
     from bsp_planner.forecasting.lstm import LSTMSettings
 
     try:

@@ -7,13 +7,13 @@ import numpy as np
 import pytest
 
 from bsp_planner.allocation import ALLOCATORS, make_allocator
-from bsp_planner.errors import InputError
-from bsp_planner.experiment import PlannerSettings
+from bsp_planner.core.errors import InputError
+from bsp_planner.core.registry import Registry
+from bsp_planner.inputs.experiment import PlannerSettings
 from bsp_planner.planners import BOUNDS, PLANNERS
 from bsp_planner.planners.base import make_planner
 from bsp_planner.planners.dp import DpParams
 from bsp_planner.planners.mpc import MpcParams
-from bsp_planner.registry import Registry
 
 
 def test_registry_gets_lazily_and_names_the_known_parts():
@@ -62,7 +62,7 @@ def test_a_planner_plans_with_its_own_typed_parameters():
     and one made with settings plans with those (here a shorter MPC horizon changes the plan)."""
     from test_planners import durations_from_work, perfect_context
 
-    from bsp_planner.simulation import simulate
+    from bsp_planner.simulate.simulation import simulate
 
     rng = np.random.default_rng(0)
     actual = durations_from_work(rng.uniform(1, 10, (3, 12)))

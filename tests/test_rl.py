@@ -18,12 +18,12 @@ import pytest
 gym = pytest.importorskip("gymnasium")
 pytest.importorskip("stable_baselines3")
 
-from bsp_planner.errors import InputError  # noqa: E402
+from bsp_planner.core.errors import InputError  # noqa: E402
+from bsp_planner.inputs.shipped import data_dir  # noqa: E402
 from bsp_planner.planners.base import Decision, Planner, make_planner  # noqa: E402
 from bsp_planner.rl.data import build_data  # noqa: E402
 from bsp_planner.rl.settings import ENV_ID, load_env_settings  # noqa: E402
-from bsp_planner.shipped import data_dir  # noqa: E402
-from bsp_planner.simulation import simulate  # noqa: E402
+from bsp_planner.simulate.simulation import simulate  # noqa: E402
 
 from cli_run import run_cli  # noqa: E402
 
@@ -392,7 +392,7 @@ def test_cli_train_then_simulate_end_to_end(tmp_path, monkeypatch, capsys):
 def test_simulate_without_an_agent_imports_no_torch():
     code = (
         "import sys; from bsp_planner import cli; from bsp_planner.planners.base import make_planner; "
-        "make_planner('mpc'); import bsp_planner.rl.cli, bsp_planner.planners.rl; "
+        "make_planner('mpc'); import bsp_planner.rl.cli, bsp_planner.rl.planner; "
         "heavy = [m for m in ('torch', 'stable_baselines3', 'gymnasium') if m in sys.modules]; "
         "assert not heavy, heavy"
     )

@@ -3,7 +3,7 @@
 import json
 from types import SimpleNamespace
 
-from bsp_planner.profiles import metadata_path
+from bsp_planner.inputs.profiles import metadata_path
 from bsp_planner.profiling.cgroups import CFS_PERIOD_US
 from bsp_planner.runtime.run_inputs import period_mismatch
 

@@ -19,8 +19,8 @@ import time
 
 import pytest
 
-from bsp_planner.errors import InputError
-from bsp_planner.runtime import zk as Z
+from bsp_planner import zk as Z
+from bsp_planner.core.errors import InputError
 from bsp_planner.runtime.coordinator import Coordinator, RunFailed, RunInterrupted
 
 from zk_fixtures import (

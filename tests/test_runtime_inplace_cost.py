@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 
+from bsp_planner.inputs.shipped import data_path
 from bsp_planner.runtime.backends import Backend, Capabilities, TaskStatus
 from bsp_planner.runtime.coordinator import Coordinator
-from bsp_planner.shipped import data_path
 
 from zk_fixtures import settings
 

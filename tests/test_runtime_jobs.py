@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from bsp_planner.experiment import load_experiment
-from bsp_planner.job import load_job
-from bsp_planner.shipped import data_dir
+from bsp_planner.inputs.experiment import load_experiment
+from bsp_planner.inputs.job import load_job
+from bsp_planner.inputs.shipped import data_dir
 
 DATA = data_dir()  # the shipped defaults (package data)
 LIVE_EXPERIMENTS = sorted((DATA / "experiments").glob("live*.toml"))
@@ -62,7 +62,7 @@ def test_a_job_whose_tasks_differ_from_the_profiled_ones_is_refused(tmp_path):
     predictions for something else."""
     import json
 
-    from bsp_planner.errors import InputError
+    from bsp_planner.core.errors import InputError
     from bsp_planner.runtime.coordinator import Coordinator, RunSettings
 
     from zk_fixtures import tiny_experiment

@@ -20,7 +20,7 @@ SCRIPT = textwrap.dedent(
     """
     import sys
     from pathlib import Path
-    from bsp_planner.job import SeriesRef, Task
+    from bsp_planner.inputs.job import SeriesRef, Task
     from bsp_planner.profiling.local import LocalBackend
 
     task = Task("a", "zero", 20.0, SeriesRef(Path("-")), 1)
@@ -31,7 +31,7 @@ SCRIPT = textwrap.dedent(
 
 
 def test_a_killed_profilers_cgroup_is_removed_by_the_next_profile_run(tmp_path):
-    from bsp_planner.job import SeriesRef, Task
+    from bsp_planner.inputs.job import SeriesRef, Task
     from bsp_planner.profiling.cgroups import CpuQuotaGroup, detect_hierarchy
     from bsp_planner.profiling.local import LocalBackend
 
@@ -105,7 +105,7 @@ def test_a_run_killed_while_measuring_its_costs_leaves_no_probe_group_past_the_n
     """A coordinator SIGKILLed while it measured its recreation cost, before its run folder existed, left its
     probe groups (and a process in one) inside its run's group, which no --resume reaches: the next run's
     backend check removes them, and the run's group with them, and leaves a living coordinator's probes alone."""
-    from bsp_planner.job import load_job
+    from bsp_planner.inputs.job import load_job
     from bsp_planner.profiling.cgroups import CpuQuotaGroup, detect_hierarchy
     from bsp_planner.runtime.backends.local import LocalBackend
 

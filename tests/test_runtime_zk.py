@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from bsp_planner.errors import InputError
-from bsp_planner.runtime import zk as Z
+from bsp_planner import zk as Z
+from bsp_planner.core.errors import InputError
 
 from zk_fixtures import close_all, make_root, needs_zk, session
 
@@ -87,7 +87,7 @@ def test_another_client_can_neither_enter_the_barrier_nor_rewrite_a_workload(zk_
     from kazoo.client import KazooClient
     from kazoo.exceptions import NoAuthError
 
-    from bsp_planner.runtime.zk import RunPaths, StepBarrier
+    from bsp_planner.zk import RunPaths, StepBarrier
 
     s = session(zk_server, creds)
     paths = RunPaths(root)
@@ -124,7 +124,7 @@ def test_another_client_can_neither_enter_the_barrier_nor_rewrite_a_workload(zk_
 
 # -- the barrier -------------------------------------------------------------------------------------
 def test_the_double_barrier_holds_everyone_until_all_enter_and_all_leave(zk_server, creds, root):
-    from bsp_planner.runtime.zk import RunPaths, StepBarrier
+    from bsp_planner.zk import RunPaths, StepBarrier
 
     names = [f"p{i}" for i in range(5)]
     paths = RunPaths(root)

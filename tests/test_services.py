@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from bsp_planner.errors import InputError
-from bsp_planner.job import load_job
-from bsp_planner.placeholders import choose_ports, run_env, run_values, values_from_env
+from bsp_planner.core.errors import InputError
+from bsp_planner.inputs.job import load_job
+from bsp_planner.inputs.placeholders import choose_ports, run_env, run_values, values_from_env
 from bsp_planner.runtime.coordinator import Coordinator
 from bsp_planner.runtime.executor import RunFailed
 
@@ -161,7 +161,7 @@ def test_the_agreed_service_table_loads_and_its_placeholders_are_substituted(tmp
 def test_every_chosen_port_has_its_next_port_free_for_a_zeromq_broker(monkeypatch):
     """A HELICS (ZeroMQ) broker given {port} binds port + 1 too: no chosen port's neighbour is taken by
     another program or given to another name."""
-    from bsp_planner import placeholders
+    from bsp_planner.inputs import placeholders
 
     picks = iter([40000, 40010, 39999, 40020])  # what the kernel offers for port 0, in turn
     taken = {40011}  # another program's

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from bsp_planner.filelock import lock_path, output_lock
+from bsp_planner.core.filelock import lock_path, output_lock
 from bsp_planner.profiling.cgroups import CpuQuotaGroup, detect_hierarchy
 
 from cli_run import run_cli
@@ -196,8 +196,8 @@ def test_a_second_simulate_into_a_folder_being_written_is_refused_naming_the_wri
 HOLD_STAGED = """
 import sys, time
 from pathlib import Path
-from bsp_planner.filelock import output_lock
-from bsp_planner.outputs import staged_outputs
+from bsp_planner.core.filelock import output_lock
+from bsp_planner.core.outputs import staged_outputs
 out = Path(sys.argv[1])
 with output_lock(out, "--out"), staged_outputs(out) as stage:
     (stage / "comparison.csv").write_text("half,writ")
@@ -209,7 +209,7 @@ HOLD_INIT = """
 import sys, tempfile, time
 from pathlib import Path
 from bsp_planner import leftovers
-from bsp_planner.filelock import output_lock
+from bsp_planner.core.filelock import output_lock
 place = Path(sys.argv[1]).resolve()
 with output_lock(place):
     staging = Path(tempfile.mkdtemp(dir=place.parent, prefix=leftovers.prefix(place, "init")))
@@ -266,8 +266,8 @@ def test_results_half_staged_by_a_sigkilled_writer_are_removed_never_published(
 HOLD_PUBLISHING = """
 import os, sys, time
 from pathlib import Path
-from bsp_planner.filelock import output_lock
-from bsp_planner.outputs import staged_outputs
+from bsp_planner.core.filelock import output_lock
+from bsp_planner.core.outputs import staged_outputs
 out = Path(sys.argv[1])
 moved = []
 real_replace = os.replace
@@ -285,7 +285,7 @@ with output_lock(out, "--out"), staged_outputs(out) as stage:
 
 
 def test_results_half_moved_into_place_by_a_sigkilled_writer_are_finished_never_left_mixed(tmp_path):
-    from bsp_planner.errors import InputWarning
+    from bsp_planner.core.errors import InputWarning
 
     out = tmp_path / "results"
     out.mkdir()
@@ -318,7 +318,7 @@ def test_an_init_sigkilled_half_way_leaves_nothing_that_blocks_the_next_one(tmp_
 HOLD_INIT_MOVING = """
 import os, sys, time
 from pathlib import Path
-from bsp_planner.shipped import copy_defaults
+from bsp_planner.inputs.shipped import copy_defaults
 moved = []
 real_replace = os.replace
 def replace_then_stop(src, dst):
@@ -349,7 +349,7 @@ def test_an_init_into_an_empty_folder_sigkilled_half_way_is_finished_by_the_next
 
 
 def test_only_the_leftovers_of_writers_that_are_gone_are_removed(tmp_path):
-    from bsp_planner import leftovers
+    from bsp_planner.core import leftovers
 
     mine = tmp_path / (leftovers.prefix(tmp_path / "out", "staging") + "abc")
     mine.mkdir()

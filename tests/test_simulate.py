@@ -6,8 +6,8 @@ import math
 import numpy as np
 import pytest
 
-from bsp_planner.experiment import load_experiment
-from bsp_planner.scenario import build_scenario, run_strategy
+from bsp_planner.inputs.experiment import load_experiment
+from bsp_planner.simulate.scenario import build_scenario, run_strategy
 
 from cli_run import run_cli
 from synthetic import DATA, THESIS_TASKS, write_experiment, write_profile

@@ -7,10 +7,10 @@ import shutil
 import numpy as np
 import pytest
 
-from bsp_planner.experiment import load_experiment
-from bsp_planner.performance import PerformanceModel
-from bsp_planner.profiles import load_profile
-from bsp_planner.shipped import data_dir, find_experiment
+from bsp_planner.inputs.experiment import load_experiment
+from bsp_planner.inputs.profiles import load_profile
+from bsp_planner.inputs.shipped import data_dir, find_experiment
+from bsp_planner.model.performance import PerformanceModel
 
 from cli_run import run_cli
 

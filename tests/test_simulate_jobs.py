@@ -6,9 +6,9 @@ import os
 import numpy as np
 import pytest
 
-from bsp_planner.experiment import load_experiment
-from bsp_planner.parallel_runs import _units, run_pairs
-from bsp_planner.scenario import build_scenario
+from bsp_planner.inputs.experiment import load_experiment
+from bsp_planner.simulate.parallel_runs import _units, run_pairs
+from bsp_planner.simulate.scenario import build_scenario
 
 from cli_run import run_cli
 from synthetic import write_experiment
@@ -57,7 +57,7 @@ def test_jobs_below_one_is_refused(tmp_path, synthetic_profile, monkeypatch, cap
 
 def test_simulate_uses_every_cpu_it_may_unless_told(tmp_path, synthetic_profile, monkeypatch, capsys):
     """Without --jobs, the runs spread over the CPUs this process may use (the default command's time)."""
-    from bsp_planner import parallel_runs
+    from bsp_planner.simulate import parallel_runs
 
     seen = []
     real = parallel_runs.run_pairs

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from test_task_library import coordinator, process_experiment
 
-from bsp_planner.errors import InputError
-from bsp_planner.job import load_job
+from bsp_planner.core.errors import InputError
+from bsp_planner.inputs.job import load_job
 from bsp_planner.runtime.executor import RunFailed
 from bsp_planner.runtime.stateful import continue_hint, resolve_reconfigure
 

@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 
 from bsp_planner import task
-from bsp_planner.errors import InputError
-from bsp_planner.job import load_job
+from bsp_planner import zk as Z
+from bsp_planner.core.errors import InputError
+from bsp_planner.inputs.job import load_job
 from bsp_planner.profiling.cgroups import detect_hierarchy
-from bsp_planner.runtime import zk as Z
 from bsp_planner.runtime.coordinator import Coordinator
 from bsp_planner.runtime.executor import RunFailed
 

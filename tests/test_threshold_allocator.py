@@ -10,9 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bsp_planner.allocation import GreedyAllocator, ThresholdAllocator, discount_weights, frame_time, make_allocator
+from bsp_planner.allocation.floor import floor_levels
 from bsp_planner.allocation.greedy import greedy_rounds
 from bsp_planner.allocation.threshold import polish
-from bsp_planner.planners.floor import floor_levels
 from bsp_planner.planners.mpc import horizon_frames
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -111,8 +111,8 @@ def test_registered_by_name():
 
 @pytest.fixture(scope="module")
 def default_scenario():
-    from bsp_planner.experiment import load_experiment
-    from bsp_planner.scenario import build_scenario
+    from bsp_planner.inputs.experiment import load_experiment
+    from bsp_planner.simulate.scenario import build_scenario
 
     exp = load_experiment(
         ROOT / "bsp_planner" / "data" / "experiments" / "default.toml", ["strategies=mpc", "modes=perfect"]
@@ -134,7 +134,7 @@ def test_mpc_frames_of_the_default_experiment_are_no_worse_than_greedy_on_averag
 
 def test_mpc_plan_on_the_default_experiment_is_within_a_tenth_of_a_percent_of_greedy(default_scenario):
     from bsp_planner.planners.base import make_planner
-    from bsp_planner.simulation import simulate
+    from bsp_planner.simulate.simulation import simulate
 
     ctx = default_scenario.contexts["perfect"]
     totals = {}

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from bsp_planner.errors import InputError
-from bsp_planner.shipped import data_dir
+from bsp_planner.core.errors import InputError
+from bsp_planner.inputs.shipped import data_dir
 
 DATA = data_dir()  # the shipped defaults (package data)
 PREFIX = f"bsp-planner-test-{os.getpid()}"  # the tests' own parent cgroup, apart from real measurements
@@ -89,7 +89,7 @@ def own_zk(tmp_path):
 @pytest.fixture
 def creds():
     """Credentials of a test's own, for the ZooKeeper-layer tests that open sessions themselves."""
-    from bsp_planner.runtime import zk as Z
+    from bsp_planner import zk as Z
 
     return Z.Credentials("tester", "pw-" + os.urandom(6).hex())
 
@@ -102,7 +102,7 @@ def root(request):
 
 def session(server, creds, **kw):
     """A started ZooKeeper session on the server (a ZkSession; close it)."""
-    from bsp_planner.runtime import zk as Z
+    from bsp_planner import zk as Z
 
     return Z.ZkSession(server.hosts, creds, connect_timeout_s=10, **kw).start()
 
@@ -124,7 +124,7 @@ def close_all(coord, sessions: dict, root: str) -> None:
 @pytest.fixture
 def creds_file(tmp_path):
     """Credentials for the run's digest ACL, in a file only its owner may read."""
-    from bsp_planner.runtime.zk import Credentials, write_credentials_file
+    from bsp_planner.zk import Credentials, write_credentials_file
 
     return write_credentials_file(tmp_path / "zk-auth", Credentials("tester", "s3cret-" + os.urandom(6).hex()))
 

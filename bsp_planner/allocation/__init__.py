@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..registry import Registry
+from ..core.registry import Registry
 from .base import Allocator, CpuLevels, discount_weights, frame_time
 from .greedy import GreedyAllocator
 from .threshold import ThresholdAllocator

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from ..errors import InputError
+from ..core.errors import InputError
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,7 @@ import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, OptimizeResult, milp
 from scipy.sparse import csr_array
 
-from ..errors import InputError
+from ..core.errors import InputError
 from .base import Allocator, frame_time
 from .floor import floor_levels
 from .greedy import GreedyAllocator

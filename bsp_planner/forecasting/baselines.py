@@ -12,7 +12,7 @@ from typing import ClassVar, Self
 
 import numpy as np
 
-from ..errors import InputError
+from ..core.errors import InputError
 from .base import DEFAULT_QUANTILES, ForecasterSettings, PointForecaster
 
 WEEK_DAYS = 7

@@ -16,7 +16,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from ..errors import InputError
+from ..core.errors import InputError
 from .prepare import GAP_POLICIES
 from .registry import DEFAULT_FORECASTER, FORECASTERS, TRAINED_FORECASTER
 
@@ -134,9 +134,9 @@ def _parse_settings(items: list[str] | None, names: list[str]) -> dict[str, dict
 
 def _context(experiment, job, tasks, horizon, gaps, settings, names):
     """(workspace, experiment) for a command."""
-    from ..experiment import load_experiment
-    from ..settings import apply_flag_overrides, flag_overrides
-    from ..shipped import find_experiment
+    from ..inputs.experiment import load_experiment
+    from ..inputs.settings import apply_flag_overrides, flag_overrides
+    from ..inputs.shipped import find_experiment
     from .pipeline import Workspace
 
     exp = load_experiment(find_experiment(experiment))
@@ -172,7 +172,7 @@ def _context(experiment, job, tasks, horizon, gaps, settings, names):
 
 def _shipped_gap_policy(exp, job_path: Path) -> str:
     """The gap policy the experiment's shipped forecasts were made with, for the same job; else "error"."""
-    from ..job import load_job
+    from ..inputs.job import load_job
     from .provider import shipped_folders
 
     if exp.path is None:
@@ -277,7 +277,7 @@ def evaluate(
     ] = Path("out/forecast-eval"),
 ) -> None:
     """RMSE per lead time on the test halves, every forecaster side by side, and 80% interval coverage."""
-    from ..outputs import check_output_dir
+    from ..core.outputs import check_output_dir
     from .pipeline import evaluate as run_evaluation
     from .pipeline import plot_evaluation
 
@@ -377,8 +377,8 @@ def predict(
     ] = None,
 ) -> None:
     """Write the forecast matrices of an experiment's steps (row t: the next H values predicted before step t)."""
-    from ..outputs import check_output_dir
-    from ..shipped import output_base
+    from ..core.outputs import check_output_dir
+    from ..inputs.shipped import output_base
     from .files import write_forecasts
     from .pipeline import forecast_experiment
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import InputError, open_text
+from ..core.errors import InputError, open_text
 
 FORECAST_META = "forecasts.json"
 

@@ -39,8 +39,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ..errors import InputError
-from ..settings import load_settings, setting
+from ..core.errors import InputError
+from ..inputs.settings import load_settings, setting
 from .base import DEFAULT_QUANTILES, ForecasterSettings, PointForecaster
 from .prepare import later_pieces
 from .statistical import MSTLForecaster

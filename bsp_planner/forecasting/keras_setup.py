@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 
-from ..errors import InputError
+from ..core.errors import InputError
 
 _READY = False
 

@@ -44,8 +44,8 @@ from typing import Any, ClassVar, Self
 
 import numpy as np
 
-from ..errors import InputError
-from ..settings import load_settings, setting
+from ..core.errors import InputError
+from ..inputs.settings import load_settings, setting
 from .base import DEFAULT_QUANTILES, ForecasterSettings, LearnedForecaster
 from .statistical import MSTLForecaster
 from .transforms import MinMaxScaler, difference, seasonal_back, supervised_pairs

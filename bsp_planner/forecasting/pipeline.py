@@ -20,10 +20,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import InputError
-from ..job import Job, load_job
-from ..series import JobSeries, load_job_series
-from ..shipped import data_path
+from ..core.errors import InputError
+from ..inputs.job import Job, load_job
+from ..inputs.series import JobSeries, load_job_series
+from ..inputs.shipped import data_path
 from .base import DEFAULT_QUANTILES, Forecaster, LearnedForecaster
 from .lstm import _digest, spec_differences
 from .prepare import PreparedSeries, prepare_job

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import InputError
-from ..series import JobSeries, TaskSeries
+from ..core.errors import InputError
+from ..inputs.series import JobSeries, TaskSeries
 
 GAP_POLICIES = ("error", "fill", "ignore")
 

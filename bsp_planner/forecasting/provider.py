@@ -22,8 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import InputError
-from ..series import JobSeries
+from ..core.errors import InputError
+from ..inputs.series import JobSeries
 from .files import FORECAST_META, read_forecast_metadata, read_forecasts, write_forecasts
 from .registry import DEFAULT_FORECASTER, FORECASTERS
 
@@ -199,6 +199,6 @@ def _rows_within(made: dict, wanted: dict) -> int | None:
 
 
 def _job_stub(name: str, job_series: JobSeries):
-    from ..job import Job
+    from ..inputs.job import Job
 
     return Job(name=name, tasks=())

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..errors import InputError
-from ..registry import Registry
+from ..core.errors import InputError
+from ..core.registry import Registry
 from .base import DEFAULT_QUANTILES, Forecaster, LearnedForecaster
 from .prepare import PreparedSeries
 

@@ -29,7 +29,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from ..errors import InputError
+from ..core.errors import InputError
 from .base import DEFAULT_QUANTILES, ForecasterSettings, PointForecaster
 
 WEEK_DAYS = 7

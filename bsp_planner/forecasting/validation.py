@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InputError
+from ..core.errors import InputError
 from .prepare import PreparedSeries
 from .registry import make_forecaster
 

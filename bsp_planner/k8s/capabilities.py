@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ..errors import InputError
+from ..core.errors import InputError
 
 RECONFIGURE_MODES = ("auto", "in-place", "recreate")
 RESIZE_MIN_VERSION = (1, 33)

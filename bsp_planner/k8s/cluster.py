@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import InputError
+from ..core.errors import InputError
 from . import names as n
 from .capabilities import ServerCapabilities, detect
 from .config import Connection

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..errors import InputError
+from ..core.errors import InputError
 from .names import DEFAULT_NAMESPACE
 
 if TYPE_CHECKING:

@@ -275,7 +275,7 @@ def profile_job(
 
 
 PROFILED_CONTAINER = "profiled"  # a process task's program in a process profiling Job
-COLLECTOR_CONTAINER = "collector"  # reads its step reports (bsp_planner.k8s.profile_process)
+COLLECTOR_CONTAINER = "collector"  # reads its step reports (bsp_planner.profiling.pod_process)
 COLLECTOR_CPU_MILLICORES = 100.0
 
 
@@ -295,7 +295,7 @@ def process_profile_job(
     image: str | None = None,
     env: dict[str, str] | None = None,
 ) -> dict:
-    """A process task profiled at one CPU level as a Job (see :mod:`bsp_planner.k8s.profile_process`):
+    """A process task profiled at one CPU level as a Job (see :mod:`bsp_planner.profiling.pod_process`):
     an init container writes the plan to `plan_file`; the ``profiled`` container runs `program` (None:
     the image as built, no ``command``/``args``) in `image` with `env` (BSP_PROFILE...) under
     `cpu_millicores`; the ``collector`` container (the run's image, 100m) follows the step reports and
@@ -330,7 +330,7 @@ def process_profile_job(
         "terminationMessagePath": "/dev/termination-log",
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
-    module = ["python", "-m", "bsp_planner.k8s.profile_process"]
+    module = ["python", "-m", "bsp_planner.profiling.pod_process"]
     spec["initContainers"] = [
         {
             **helper,

@@ -14,7 +14,7 @@ import math
 import re
 from decimal import Decimal, InvalidOperation
 
-from ..errors import InputError
+from ..core.errors import InputError
 
 APP = "bsp-planner"
 DOMAIN = "bsp-planner.io"

@@ -13,11 +13,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ..registry import Registry
+from ..core.registry import Registry
 from .base import PlannerFactory
 
 if TYPE_CHECKING:
-    from ..steps import StrategyResult
+    from ..core.steps import StrategyResult
 
 PLANNERS: Registry[PlannerFactory] = Registry("strategy", field="strategies")
 PLANNERS.register("even", "bsp_planner.planners.even:EvenPlanner.from_spec")
@@ -25,8 +25,8 @@ PLANNERS.register("exppo", "bsp_planner.planners.exppo:ExppoPlanner.from_spec")
 PLANNERS.register("static", "bsp_planner.planners.static:StaticWindowPlanner.from_spec")
 PLANNERS.register("dp", "bsp_planner.planners.dp:DpPlanner.from_spec")
 PLANNERS.register("mpc", "bsp_planner.planners.mpc:MpcPlanner.from_spec")
-PLANNERS.register("rl", "bsp_planner.planners.rl:rl_planner")
-PLANNERS.register("dqn", "bsp_planner.planners.rl:dqn_planner")
+PLANNERS.register("rl", "bsp_planner.rl.planner:rl_planner")
+PLANNERS.register("dqn", "bsp_planner.rl.planner:dqn_planner")
 PLANNERS.register("mpc-risk", "bsp_planner.planners.risk:RiskAwareMpcPlanner.from_spec")
 PLANNERS.register("mpc-adaptive", "bsp_planner.planners.risk:AdaptiveMpcPlanner.from_spec")
 PLANNERS.register("mpc-scenario", "bsp_planner.planners.scenario_mpc:ScenarioMpcPlanner.from_spec")
@@ -35,5 +35,5 @@ PLANNERS.register("mpc-place", "bsp_planner.planners.placement_mpc:PlacementMpcP
 
 #: Rows of the comparison computed from the actual durations, not by a planner.
 BOUNDS: Registry[Callable[..., StrategyResult]] = Registry("bound", field="strategies")
-BOUNDS.register("floor", "bsp_planner.simulation:floor_result")
+BOUNDS.register("floor", "bsp_planner.planners.floor:floor_result")
 BOUNDS.register("optimum", "bsp_planner.planners.optimum:optimum_result")

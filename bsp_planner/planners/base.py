@@ -19,7 +19,7 @@ import numpy as np
 
 from ..allocation.base import Allocator, CpuLevels, discount_weights
 from ..allocation.nodes import NodeLimits
-from ..errors import InputError
+from ..core.errors import InputError
 
 
 @dataclass(frozen=True)

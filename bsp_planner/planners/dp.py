@@ -16,7 +16,7 @@ import numpy as np
 from .base import Decision, Planner, PlanningContext
 
 if TYPE_CHECKING:
-    from ..experiment import PlannerSettings
+    from ..inputs.experiment import PlannerSettings
 
 
 @dataclass(frozen=True)

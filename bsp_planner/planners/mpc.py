@@ -24,7 +24,7 @@ from ..allocation.base import Allocator, discount_weights
 from .base import Decision, Planner
 
 if TYPE_CHECKING:
-    from ..experiment import PlannerSettings
+    from ..inputs.experiment import PlannerSettings
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..errors import InputError
+from ..core.errors import InputError
 from ..forecasting.base import AdaptiveErrorQuantiles
 from .base import PlanningContext
 

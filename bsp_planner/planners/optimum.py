@@ -55,11 +55,11 @@ from ..allocation.exact import (
 )
 from ..allocation.floor import floor_levels
 from ..allocation.nodes import NodeLimits, solve_frame_nodes
-from ..errors import InputError
+from ..core.errors import InputError
 
 if TYPE_CHECKING:
-    from ..experiment import PlannerSettings
-    from ..simulation import StrategyResult
+    from ..core.steps import StrategyResult
+    from ..inputs.experiment import PlannerSettings
     from .base import PlanningContext
 
 
@@ -431,7 +431,7 @@ def optimum_result(
     every mode, like `floor`), with its real per-step levels and checkpoints. Like `floor`, tasks may
     go up to EXPPO's maximum level when that is higher, so the bound holds for EXPPO too.
     settings: the experiment's [planner] table (None: the defaults)."""
-    from ..simulation import StrategyResult, step_times
+    from ..core.steps import StrategyResult, step_times
 
     max_segment = OptimumParams.from_settings(settings).max_segment
     t0 = time.perf_counter()

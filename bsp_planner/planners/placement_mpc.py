@@ -23,10 +23,10 @@ from typing import Any
 
 import numpy as np
 
+from ..allocation.floor import floor_levels
 from ..allocation.nodes import NodeConstrained
-from ..cluster import place_balanced
+from ..model.cluster import place_balanced
 from .base import Decision, PlanningContext
-from .floor import floor_levels
 from .mpc import MpcPlanner
 
 #: ctx.extras key of the run's shared table: {"cluster": Cluster, "recreate_s": float, "inner": str,

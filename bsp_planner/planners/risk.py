@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InputError
+from ..core.errors import InputError
 from .base import Decision, OnlineConfigTable, PlanningContext
 from .mpc import MpcPlanner
 from .observed import Observations, observations

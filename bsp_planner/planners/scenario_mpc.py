@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InputError
+from ..core.errors import InputError
 from .base import Decision, PlanningContext
 from .mpc import MpcPlanner
 from .observed import ERROR_WINDOW, MIN_ERRORS, Observations, observations

@@ -14,8 +14,8 @@ import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from ..errors import InputError
-from ..job import Task
+from ..core.errors import InputError
+from ..inputs.job import Task
 from .local import RunResult
 
 

@@ -31,9 +31,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import InputError
-from ..leftovers import running
-from ..signals import die_with
+from ..core.errors import InputError
+from ..core.leftovers import running
+from ..core.signals import die_with
 
 # The default CFS period, a kubelet's (cpuCFSQuotaPeriod). A task limited to a fraction f of a CPU runs
 # f x period and then waits for the next period, so a step's wall time depends on where in the period it

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from ..shipped import data_path
+from ..inputs.shipped import data_path
 from .cgroups import CFS_PERIOD_US
 
 if TYPE_CHECKING:
@@ -41,7 +41,7 @@ def _task_list(text: str | None) -> list[str] | None:
         return None
     names = [n.strip() for n in text.split(",")]
     if not text.strip() or any(not n for n in names):
-        from ..errors import InputError
+        from ..core.errors import InputError
 
         raise InputError(f"expected comma-separated task names, got {text!r}", field="--tasks")
     return names
@@ -133,9 +133,9 @@ def run(
     level and repeat, its profiling session assigning the workloads step by step (docs/profiling.md)."""
     from rich.console import Console
 
-    from ..filelock import output_lock
-    from ..job import load_job
-    from ..profiles import metadata_path
+    from ..core.filelock import output_lock
+    from ..inputs.job import load_job
+    from ..inputs.profiles import metadata_path
     from .cgroups import quota_us
     from .grid import validate_grid
     from .local import LocalBackend
@@ -175,7 +175,7 @@ def run(
             the_job, out, grid, runs_on, tasks=_task_list(tasks), timeout_s=timeout, process_steps=steps
         )
     else:
-        from ..errors import InputError
+        from ..core.errors import InputError
 
         raise InputError(f"unknown backend {backend!r}; known: local, kubernetes", field="--backend")
     check_profile_path(out)  # before its lock is made beside it
@@ -223,10 +223,10 @@ def pairs(
     Per repeat: every task alone, then beside every other task (docs/nodes.md, "Interference")."""
     from rich.console import Console
 
-    from ..errors import InputError
-    from ..filelock import output_lock
-    from ..job import load_job
-    from ..outputs import check_output_file
+    from ..core.errors import InputError
+    from ..core.filelock import output_lock
+    from ..core.outputs import check_output_file
+    from ..inputs.job import load_job
     from .cgroups import quota_us
     from .local import LocalBackend
     from .pairs import measure_pairs, meta_path, runs_path
@@ -304,8 +304,8 @@ def calibrate(
     """Suggest ops_per_unit per task so one run at CPU and WORKLOAD takes about TARGET_S seconds."""
     from rich.console import Console
 
-    from ..errors import InputError
-    from ..job import load_job
+    from ..core.errors import InputError
+    from ..inputs.job import load_job
     from .calibrate import calibrate_task
     from .cgroups import quota_us
     from .local import LocalBackend
@@ -386,8 +386,8 @@ def heatmap(
     from rich.console import Console
     from rich.table import Table
 
-    from ..outputs import check_output_dir
-    from ..profiles import load_profile
+    from ..core.outputs import check_output_dir
+    from ..inputs.profiles import load_profile
     from .heatmap import scaling_exponents, write_heatmaps
 
     prof = load_profile(profile)

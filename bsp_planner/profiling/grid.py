@@ -9,8 +9,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import InputError
-from ..job import Job, Task
+from ..core.errors import InputError
+from ..inputs.job import Job, Task
 from .cgroups import CFS_PERIOD_US, MIN_QUOTA_US
 
 DEFAULT_CPU_MILLICORES = (250, 500, 750, 1000, 1500, 2000)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..profiles import Profile, TaskProfile
+from ..inputs.profiles import Profile, TaskProfile
 
 
 def scaling_exponents(tp: TaskProfile) -> tuple[float, float]:

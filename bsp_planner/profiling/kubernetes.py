@@ -1,7 +1,7 @@
 """The Kubernetes profiler: the profiling grid as Kubernetes Jobs (thesis section 4.1.2).
 
 Each grid cell (task, workload, CPU level, repeat) is one Job whose single container has CPU requests =
-limits = the cell's CPU level and runs ``python -m bsp_planner.k8s.measure -- stress-ng ...``: the
+limits = the cell's CPU level and runs ``python -m bsp_planner.profiling.pod_measure -- stress-ng ...``: the
 stressor's wall-clock time under the kubelet's CFS quota, as the local profiler measures it under its
 own cgroup. A command task's cell runs ``... measure -- <its command>`` instead, in the task's own
 image when it names one (the image then needs bsp-planner installed, as for live runs). The result
@@ -33,13 +33,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import InputError
-from ..job import Job, Task
+from ..core.errors import InputError
+from ..inputs.job import Job, Task
+from ..inputs.profiles import metadata_path
 from ..k8s import manifests as M
 from ..k8s import names as N
 from ..k8s.cluster import Cluster, pod_state, terminated
 from ..k8s.config import connect, resolve_image
-from ..profiles import metadata_path
 from ..task.profiling import PROFILE_ENV, plan_text
 from . import runner as R
 from .local import RunResult
@@ -204,7 +204,7 @@ class KubernetesProfiler:
         """Profile a `process` task at every one of `workloads` under `cpu_millicores`: one Job whose
         program (or image as built) is started once with a profiling plan, as the local profiler starts it
         once in a cgroup (see :mod:`bsp_planner.profiling.process` and
-        :mod:`bsp_planner.k8s.profile_process`). Waits for it; returns each workload's cell."""
+        :mod:`bsp_planner.profiling.pod_process`). Waits for it; returns each workload's cell."""
         if not self._adopted:
             self._adopt()
         self.process_jobs += 1
@@ -356,7 +356,7 @@ class KubernetesProfiler:
             env = task.step_env(workload, 0)
         else:
             program, env = task.stress_ng_args(workload, stress_ng="stress-ng"), {}
-        command = ["python", "-m", "bsp_planner.k8s.measure", "--timeout", f"{timeout_s:g}", "--", *program]
+        command = ["python", "-m", "bsp_planner.profiling.pod_measure", "--timeout", f"{timeout_s:g}", "--", *program]
         return M.profile_job(
             self.settings,
             self.profile_id,

@@ -27,9 +27,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from ..errors import InputError
-from ..job import Task
-from ..placeholders import alone_values
+from ..core.errors import InputError
+from ..inputs.job import Task
+from ..inputs.placeholders import alone_values
 from ..task.profiling import PROFILE_SYNC
 from ..task.reports import parse_workload_report
 from .cgroups import (

@@ -27,9 +27,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..errors import InputError
-from ..job import Job, Task
-from ..pair_profiles import PairRow, write_pair_profile
+from ..core.errors import InputError
+from ..inputs.job import Job, Task
+from ..inputs.pair_profiles import PairRow, write_pair_profile
 from .grid import level_text
 from .process import kill_run
 from .profile_files import append_line, csv_line, ensure_csv, write_json

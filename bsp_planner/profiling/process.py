@@ -42,11 +42,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import InputError
-from ..job import Task, substitute
-from ..placeholders import alone_values
-from ..settings import coerce_field
-from ..signals import die_with, kill_group
+from ..core.errors import InputError
+from ..core.signals import die_with, kill_group
+from ..inputs.job import Task, substitute
+from ..inputs.placeholders import alone_values
+from ..inputs.settings import coerce_field
 from ..task.profiling import PROFILE_ENV, ProfilingPlan, write_plan
 from .cgroups import CpuQuotaGroup
 from .results import RunResult, stderr_tail
@@ -100,7 +100,7 @@ class ProcessSteps:
 
 def process_args(task: Task, run_dir: str | Path, run_values: dict[str, str] | None = None) -> list[str]:
     """The process's argument list, with `{task}`, `{run_dir}` and `{python}` substituted as a run does, and
-    `run_values` (`{port}`, `{port:NAME}`, `{job_dir}`: :func:`~bsp_planner.placeholders.alone_values`)."""
+    `run_values` (`{port}`, `{port:NAME}`, `{job_dir}`: :func:`~bsp_planner.inputs.placeholders.alone_values`)."""
     if task.process is None:
         raise InputError(f"task '{task.name}' runs a {task.kind}, not a process", field="process")
     values = {**(run_values or {}), "task": task.name, "run_dir": str(run_dir), "python": sys.executable}

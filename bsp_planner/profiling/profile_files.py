@@ -9,9 +9,9 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from .. import atomic
-from ..errors import InputError
-from ..profiles import read_profile_rows
+from ..core import atomic
+from ..core.errors import InputError
+from ..inputs.profiles import read_profile_rows
 from .grid import Cell
 
 FAILURE_COLUMNS = ("task", "workload", "cpu_millicores", "repeat", "reason", "date")

@@ -12,9 +12,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError, InputWarning
-from ..job import Job, Task
-from ..program_files import program_digest
+from ..core.errors import InputError, InputWarning
+from ..inputs.job import Job, Task
+from ..inputs.program_files import program_digest
 from .cgroups import CFS_PERIOD_US
 from .grid import Cell, Grid, GridReport, level_number
 from .local import cpu_model
@@ -230,7 +230,7 @@ DURATION_NOTE = (
 KUBERNETES_DURATION_NOTE = (
     "wall-clock seconds of the task's process (stress-ng or its command) inside a Kubernetes Job's container "
     "whose CPU limit is cpu_millicores (the kubelet turns it into the node's CFS quota), from just before the "
-    "process starts to its exit, as reported by the container (bsp_planner.k8s.measure); for a long-running "
+    "process starts to its exit, as reported by the container (bsp_planner.profiling.pod_measure); for a long-running "
     "process task, the mean wall seconds of its measured step blocks at that workload (at least measure_steps, "
     "lasting at least min_measure_s together) after warmup_steps discarded ones, one container per CPU level "
     "and repeat"

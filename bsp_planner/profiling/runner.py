@@ -1,7 +1,7 @@
 """The grid runner: every task's stressor at every (CPU level, workload size), `repeats` times.
 
 Rows go to a profile CSV (``task,workload,cpu_millicores,duration_s,repeat``, the format
-:mod:`bsp_planner.profiles` reads), one ``write`` + ``fsync`` per row, so an interrupted run (Ctrl-C, a
+:mod:`bsp_planner.inputs.profiles` reads), one ``write`` + ``fsync`` per row, so an interrupted run (Ctrl-C, a
 crash, a reboot) leaves a valid file holding every run that finished. Running the same command again
 resumes: cells (task, workload, cpu, repeat) already in the file are skipped.
 
@@ -22,10 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from ..errors import InputError
-from ..job import Job, Task
-from ..outputs import check_output_file
-from ..profiles import PROFILE_COLUMNS, metadata_path, read_metadata, read_profile_rows
+from ..core.errors import InputError
+from ..core.outputs import check_output_file
+from ..inputs.job import Job, Task
+from ..inputs.profiles import PROFILE_COLUMNS, metadata_path, read_metadata, read_profile_rows
 from .grid import (
     DEFAULT_CPU_MILLICORES,
     DEFAULT_REPEATS,

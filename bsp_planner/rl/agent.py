@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..errors import InputError
-from ..shipped import data_path
+from ..core.errors import InputError
+from ..inputs.shipped import data_path
 from .settings import ALGOS, EnvSettings, StepRange, settings_from_dict
 
 if TYPE_CHECKING:

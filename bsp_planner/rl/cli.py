@@ -44,7 +44,7 @@ EnvSetOpt = Annotated[
 
 def _settings(env: Path | None, env_set: list[str] | None, flagged: list[tuple[str, str]]) -> EnvSettings:
     """The environment with --env-set and then the named flags applied, each error naming its flag."""
-    from ..settings import apply_flag_overrides
+    from ..inputs.settings import apply_flag_overrides
     from .settings import load_env_settings
 
     return apply_flag_overrides(load_env_settings(env), [("--env-set", item) for item in env_set or []] + flagged)
@@ -93,10 +93,10 @@ def train(
     """Train an agent on the environment's training steps, evaluating it on the held-out steps."""
     from rich.console import Console
 
-    from ..errors import InputError
-    from ..experiment import load_experiment
-    from ..outputs import check_output_dir, check_output_file
-    from ..settings import flag_overrides
+    from ..core.errors import InputError
+    from ..core.outputs import check_output_dir, check_output_file
+    from ..inputs.experiment import load_experiment
+    from ..inputs.settings import flag_overrides
     from .settings import DEFAULT_AGENT_DIR, StepRange
 
     if shipped and agent is not None:
@@ -225,9 +225,9 @@ def evaluate(
 
     from rich.console import Console
 
-    from ..outputs import check_output_file
-    from ..planners.rl import default_agent_path
+    from ..core.outputs import check_output_file
     from .agent import load_agent
+    from .planner import default_agent_path
     from .settings import StepRange, apply_env_overrides, load_env_settings
     from .train import evaluate_agent
 
@@ -277,12 +277,12 @@ def info(
     """What an agent expects and how it was trained (its metadata), without loading the model."""
     from rich.console import Console
 
-    from ..planners.rl import default_agent_path
     from .agent import agent_file, read_metadata
+    from .planner import default_agent_path
 
     path = agent_file(agent) if agent is not None else default_agent_path()
     if not Path(path).is_file():
-        from ..errors import InputError
+        from ..core.errors import InputError
 
         raise InputError("agent file not found; train one with `bsp-planner rl train`", path=path)
     m = read_metadata(path)

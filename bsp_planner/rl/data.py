@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import InputError
-from ..experiment import PlannerSettings
+from ..core.errors import InputError
+from ..inputs.experiment import PlannerSettings
 from ..planners.base import PlanningContext
 from .features import auto_scale, predicted_rows
 from .settings import EnvSettings, StepRange
@@ -103,8 +103,8 @@ def build_data(
     scales: tuple[float, float] | None = None,
 ) -> EnvData:
     """Build the scenario of the training or evaluation range of an environment's experiment."""
-    from ..experiment import load_experiment
-    from ..scenario import build_scenario
+    from ..inputs.experiment import load_experiment
+    from ..simulate.scenario import build_scenario
 
     if split not in ("train", "eval"):
         raise ValueError(f"split must be 'train' or 'eval', got {split!r}")

@@ -34,10 +34,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from .. import settings as _settings
-from ..errors import InputError
-from ..settings import internal, setting
-from ..shipped import data_dir
+from ..core.errors import InputError
+from ..inputs import settings as _settings
+from ..inputs.settings import internal, setting
+from ..inputs.shipped import data_dir
 
 ENV_ID = "bsp_planner/Reconfigure-v0"
 ALGOS = ("dqn", "ppo", "a2c")

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import InputError
-from ..simulation import simulate
+from ..core.errors import InputError
+from ..simulate.simulation import simulate
 from .data import EnvData, build_data
 from .settings import EnvSettings
 
@@ -412,7 +412,7 @@ def evaluate_agent(
     agent, s: EnvSettings, strategies: list[str], *, extra_overrides: list[str] | None = None, strict: bool = False
 ) -> tuple[dict[str, PolicyRun], EnvData]:
     """The agent and other planners on the evaluation range of settings `s` (through the simulator)."""
-    from ..planners.rl import RlPlanner
+    from .planner import RlPlanner
 
     if strict and agent.train_range.overlaps(s.eval):
         raise InputError(

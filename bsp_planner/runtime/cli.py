@@ -38,7 +38,7 @@ _AUTH_HELP = (
 
 
 def _hosts(value: str | None) -> str:
-    from .zk import DEFAULT_HOSTS, ENV_HOSTS
+    from ..zk import DEFAULT_HOSTS, ENV_HOSTS
 
     return value or os.environ.get(ENV_HOSTS) or DEFAULT_HOSTS
 
@@ -175,9 +175,9 @@ def run(
     reconfigured as the planner decides; writes a run log, a chart and a summary to runs/<run-id>/."""
     from rich.console import Console
 
-    from ..outputs import check_output_dir
-    from ..settings import flag_overrides
-    from ..shipped import find_experiment
+    from ..core.outputs import check_output_dir
+    from ..inputs.settings import flag_overrides
+    from ..inputs.shipped import find_experiment
     from .coordinator import Coordinator, RunSettings, check_run_id, new_run_id
 
     console = Console()
@@ -273,8 +273,8 @@ def _refuse_changes_on_resume(ctx: typer.Context, settings: RunSettings, rid: st
     """A resumed run replays its own plan with its own settings: an option given on the command line with
     another value than the run's own (run.json) is refused, never silently ignored; the run's own value
     typed again is fine (a command line repeated with --resume added)."""
-    from ..errors import InputError
-    from ..shipped import find_experiment
+    from ..core.errors import InputError
+    from ..inputs.shipped import find_experiment
 
     for name, flag in _FIXED_ON_RESUME.items():
         source = ctx.get_parameter_source(name)
@@ -298,7 +298,7 @@ def _refuse_changes_on_resume(ctx: typer.Context, settings: RunSettings, rid: st
 
 def _checked(settings: RunSettings) -> RunSettings:
     """The settings through the settings loader, before anything is created: a refused value names its option."""
-    from ..errors import InputError
+    from ..core.errors import InputError
 
     try:
         return settings.checked()
@@ -313,12 +313,12 @@ def _check_experiment(settings: RunSettings, flagged: list[tuple[str, str]]) -> 
     """The experiment with the run's overrides, its planner and its job file, read as the coordinator will
     read them, so that a bad value is refused before the run's folder is made; errors name the flag that
     set it (more steps than the job's series hold: --steps, or --set start=... where it set the start)."""
-    from ..errors import InputError
-    from ..experiment import load_experiment
-    from ..job import load_job
-    from ..scenario import check_strategies
-    from ..series import load_job_series
-    from ..settings import apply_flag_overrides
+    from ..core.errors import InputError
+    from ..inputs.experiment import load_experiment
+    from ..inputs.job import load_job
+    from ..inputs.series import load_job_series
+    from ..inputs.settings import apply_flag_overrides
+    from ..simulate.scenario import check_strategies
 
     planned = [("--planner", f"strategies={settings.planner}"), ("--mode", f"modes={settings.mode}")]
     exp = apply_flag_overrides(load_experiment(settings.experiment), flagged + planned)
@@ -355,11 +355,11 @@ def _resumed_settings(runs_dir: Path, rid: str, zookeeper: str | None, zk_wait: 
 def _auth_source(zk_auth_file: Path | None) -> str:
     """Where a new run's ZooKeeper credentials come from: --zk-auth-file, the environment's file or
     user:password, else credentials generated for the run."""
-    from . import zk as Z
+    from .. import zk as Z
 
     if zk_auth_file is not None:
         if not zk_auth_file.is_file():
-            from ..errors import InputError
+            from ..core.errors import InputError
 
             what = "a folder" if zk_auth_file.is_dir() else "not found"
             raise InputError(
@@ -407,7 +407,7 @@ def _run_to_the_end(console: Console, coord: Coordinator) -> None:
     ZooKeeper or the run folder did, 1 when the run failed."""
     from rich.console import Console
 
-    from ..signals import routed_to
+    from ..core.signals import routed_to
     from .coordinator import RunFailed, RunInterrupted
 
     err = Console(stderr=True)
@@ -434,7 +434,7 @@ def _run_to_the_end(console: Console, coord: Coordinator) -> None:
 def _positive_seconds(value: float, flag: str) -> float:
     import math
 
-    from ..errors import InputError
+    from ..core.errors import InputError
 
     if not math.isfinite(value) or value <= 0:
         raise InputError(f"expected a positive, finite number of seconds, got {value!r}", field=flag)
@@ -442,7 +442,7 @@ def _positive_seconds(value: float, flag: str) -> float:
 
 
 def _show(console: Console, coord: Coordinator) -> None:
-    from ..report import print_table
+    from ..simulate.report import print_table
 
     sm = coord.summary
     if not sm:
@@ -479,8 +479,8 @@ def worker(
     ),
 ) -> None:
     """One task of a live run (started by a backend; also a Kubernetes container's command)."""
-    from ..errors import InputError
-    from . import zk as Z
+    from .. import zk as Z
+    from ..core.errors import InputError
     from .worker import WorkerConfig, main
 
     creds = Z.load_credentials(zk_auth_file)
@@ -527,7 +527,7 @@ def zk_start(
     wait: float = typer.Option(60.0, "--wait", help="Seconds to wait for the server to answer."),
 ) -> None:
     """Start a standalone ZooKeeper on 127.0.0.1 in the background."""
-    from ..errors import InputError
+    from ..core.errors import InputError
     from .zkserver import LocalZooKeeper
 
     if not 1 <= port <= 65535:  # 0 would be "any free port", which no client could then find

@@ -2,7 +2,7 @@
 
     bsp-planner run --backend local --planner mpc [--experiment live-default]
 
-It builds the planning context exactly as `simulate` does (:func:`bsp_planner.scenario.build_scenario`
+It builds the planning context exactly as `simulate` does (:func:`bsp_planner.simulate.scenario.build_scenario`
 on an experiment file), takes the run (:mod:`.run_store`: the run folder; :mod:`.run_lock`: the one
 coordinator lock in ZooKeeper), starts every task through a backend, and runs the steps through the one
 step loop `simulate` runs (:class:`bsp_planner.loop.StepLoop`), with :class:`.live_steps.LiveSteps` as
@@ -37,10 +37,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import InputError
+from .. import zk as Z
+from ..core.errors import InputError
+from ..inputs.shipped import data_path
 from ..loop import InvalidDecision
-from ..shipped import data_path
-from . import zk as Z
 from .backends import Backend, TaskLost, make_backend
 from .executor import LiveExecutor, RunFailed
 from .live_steps import LiveSteps, observation_of
@@ -143,10 +143,10 @@ class Coordinator:
 
     # == inputs =======================================================================================
     def _load(self) -> None:
-        from ..experiment import load_experiment
-        from ..job import load_job
+        from ..inputs.experiment import load_experiment
+        from ..inputs.job import load_job
+        from ..inputs.shipped import find_experiment
         from ..planners.base import make_planner
-        from ..shipped import find_experiment
 
         s = self.settings
         make_planner(s.planner)  # an unknown planner fails before anything starts
@@ -176,7 +176,7 @@ class Coordinator:
         """The planning context exactly as `simulate` builds it, on the run's nodes where it has any
         (the experiment's [[node]], or those the backend reads: :meth:`_plan_on_nodes`)."""
         from ..planners.base import make_planner
-        from ..scenario import build_scenario
+        from ..simulate.scenario import build_scenario
 
         s, exp = self.settings, self.exp
         self.scen = build_scenario(exp)
@@ -185,8 +185,8 @@ class Coordinator:
         if s.mode in self.scen.step_sources:
             # online forecasts and/or a learning model: the context's rows are made step by step from
             # what the run observed (the same StepPredictions `simulate --online/--learn` uses)
-            from ..predictions import refuse_offline
-            from ..scenario import step_predictions
+            from ..simulate.predictions import refuse_offline
+            from ..simulate.scenario import step_predictions
 
             refuse_offline(make_planner(s.planner, exp.planner), "--online" if exp.online else "--learn")
             self.ctx, self.predictions = step_predictions(self.scen, s.mode)
@@ -202,7 +202,7 @@ class Coordinator:
         plan asks a node for more than it has), and the backend places every task where the plan says."""
         import dataclasses
 
-        from ..experiment import NodeSettings
+        from ..inputs.experiment import NodeSettings
 
         assert self.backend is not None  # made in _prepare
         recorded = self.run_meta.get("cluster") if self.resume else None
@@ -465,7 +465,7 @@ class Coordinator:
     def _make_services(self) -> None:
         """A free port for every task and service (`{port}`, `{port:NAME}`, BSP_PORT) and the run's services
         (`[[service]]`, started in run() on the backend's service runner)."""
-        from ..placeholders import choose_ports
+        from ..inputs.placeholders import choose_ports
 
         assert self.backend is not None  # made in _prepare
         runner = (
@@ -485,7 +485,7 @@ class Coordinator:
     def _bind_placeholders(self) -> None:
         """Once the services run: the process tasks' argument lists with `{port}`, `{port:NAME}`, `{job_dir}`
         and `{host:NAME}` substituted, and every task's environment (BSP_PORT, BSP_PORTS, BSP_HOSTS...)."""
-        from ..job import substitute
+        from ..inputs.job import substitute
 
         assert self.executor is not None and self.services is not None  # made in _prepare
         sv = self.services

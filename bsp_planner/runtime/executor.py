@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import zk as Z
 from ..loop import StepsEnded
-from . import zk as Z
 from .backends import Backend, WorkerLaunch
 from .own_share import RunGroupMembership
 from .run_settings import RunSettings
@@ -119,7 +119,7 @@ class LiveExecutor:
 
     def _process_launch(self, task: str, k: int) -> WorkerLaunch:
         """A process task: the user's program itself, with the environment bsp_planner.task joins from."""
-        from ..job import substitute
+        from ..inputs.job import substitute
 
         values = {"task": task, "run_dir": self.run_dir, "python": sys.executable}
         args = tuple(substitute(a, values) for a in self.processes[task])

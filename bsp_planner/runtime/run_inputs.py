@@ -7,7 +7,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from ..errors import InputError
+from ..core.errors import InputError
 
 
 def sha256(path: Path) -> str:
@@ -18,8 +18,8 @@ def check_profile_matches(exp) -> None:
     """The profile predicts a task only if it timed that very task: same stressor, ops per workload unit
     and stress-ng instances (its metadata records them). A live run measures the job's tasks, so a
     mismatch would compare them with predictions for something else."""
-    from ..job import load_job
-    from ..profiles import metadata_path
+    from ..inputs.job import load_job
+    from ..inputs.profiles import metadata_path
 
     meta_file = metadata_path(exp.profile_path)
     if not meta_file.is_file():
@@ -49,8 +49,8 @@ def fit_profile(exp, run_dir: Path, write: bool, say) -> None:
     (the performance model wants a profile with exactly the job's tasks). A new run writes that copy
     (`write`); a resumed one uses the copy its run made, and refuses one that no longer matches the
     source profile rather than rewrite it."""
-    from ..job import load_job
-    from ..profiles import load_profile, metadata_path, read_profile_rows
+    from ..inputs.job import load_job
+    from ..inputs.profiles import load_profile, metadata_path, read_profile_rows
     from .run_store import recorded_path
     from .runlog import atomic_write
 
@@ -86,7 +86,7 @@ def period_mismatch(exp, cfs_period_us: int) -> str | None:
     """A warning when the profile was measured under another CFS period than the run's quotas use (a
     short step's time depends on the period: BENCHMARKS.md "Live per-step noise"); None if they agree or
     the profile does not say."""
-    from ..profiles import metadata_path
+    from ..inputs.profiles import metadata_path
 
     meta_file = metadata_path(exp.profile_path)
     try:

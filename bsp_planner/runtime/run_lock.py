@@ -21,7 +21,7 @@ import socket
 import time
 from dataclasses import dataclass
 
-from ..errors import InputError
+from ..core.errors import InputError
 from ..profiling.cgroups import pid_alive
 
 LOCK_NODE = re.compile(r"__lock__(\d{10})$")

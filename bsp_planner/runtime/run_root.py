@@ -4,7 +4,7 @@ run log when the server lost them."""
 
 from __future__ import annotations
 
-from . import zk as Z
+from .. import zk as Z
 from .run_lock import RunLock
 
 

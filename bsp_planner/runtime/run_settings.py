@@ -1,6 +1,6 @@
 """What a live run (and its resumption) needs, stored in run.json under ``settings`` (credentials never).
 
-Read through the product's one settings loader (:mod:`bsp_planner.settings`): a run.json's settings and
+Read through the product's one settings loader (:mod:`bsp_planner.inputs.settings`): a run.json's settings and
 the settings a caller builds are coerced and range-checked the same way (NaN, infinity and non-positive
 timeouts refused, naming the field), and unknown keys are refused.
 """
@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..inputs.settings import load_settings, setting
 from ..profiling.cgroups import CFS_PERIOD_US, MAX_PERIOD_US, MIN_PERIOD_US
-from ..settings import load_settings, setting
-from .zk import BARRIER_KINDS, DEFAULT_HOSTS
+from ..zk import BARRIER_KINDS, DEFAULT_HOSTS
 
 RECONFIGURE = ("recreate", "in-place", "auto")
 BACKENDS = ("local", "kubernetes", "k8s")
@@ -60,7 +60,7 @@ class RunSettings:
     def validate(self, path: str | Path | None = None) -> None:
         """What the loader's per-field checks cannot say (it calls this once every field is in place)."""
         if not isinstance(self.kubernetes, dict):
-            from ..errors import InputError
+            from ..core.errors import InputError
 
             raise InputError(
                 f"expected a table of kubernetes options, got {self.kubernetes!r}", path=path, field="kubernetes"

@@ -17,7 +17,7 @@ import shutil
 from datetime import UTC, datetime
 from pathlib import Path
 
-from ..errors import InputError
+from ..core.errors import InputError
 from .runlog import atomic_write
 
 RUN_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -49,7 +49,7 @@ def recorded_path(path: Path | str, run_dir: Path) -> str:
     """How run.json names an input file, never by a machine's absolute path: a shipped one by its place in
     the package's data ("shipped:experiments/live-default.toml"), another by its path relative to the
     run folder ("../../exp.toml"), so a run folder moved with its inputs (or a fresh install) resumes."""
-    from ..shipped import data_dir, is_shipped
+    from ..inputs.shipped import data_dir, is_shipped
 
     p = Path(path).resolve()
     if is_shipped(p):
@@ -59,7 +59,7 @@ def recorded_path(path: Path | str, run_dir: Path) -> str:
 
 def resolved_path(recorded: str, run_dir: Path) -> Path:
     """The file a run.json's `recorded_path` names (an absolute one, from an older run.json, as it is)."""
-    from ..shipped import data_path
+    from ..inputs.shipped import data_path
 
     if recorded.startswith(SHIPPED):
         return data_path(recorded[len(SHIPPED) :])

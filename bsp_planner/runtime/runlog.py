@@ -40,7 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..atomic import write_text as atomic_write
+from ..core.atomic import write_text as atomic_write
 
 STEP_FIELDS = (
     "step",
@@ -219,7 +219,7 @@ def step_chart(records: list[dict], path: Path, title: str = "", penalty_s: floa
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    from ..report import save_figure
+    from ..simulate.report import save_figure
 
     steps = np.array([r["step"] for r in records])
     pred = np.array([r["predicted_step_s"] for r in records])

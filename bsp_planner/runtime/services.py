@@ -27,9 +27,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Protocol
 
-from ..job import Service, substitute
-from ..placeholders import ENV_HOSTS, run_env, run_values
-from ..signals import die_with, kill_group
+from ..core.signals import die_with, kill_group
+from ..inputs.job import Service, substitute
+from ..inputs.placeholders import ENV_HOSTS, run_env, run_values
 from .executor import RunFailed
 
 POLL_S = 0.05
@@ -87,7 +87,7 @@ class _NoRunner:
 
 class Services:
     """``Services(job.services, ports, job_dir, run_dir, runner, say)``: `ports` are the run's (every task's
-    and service's, :func:`~bsp_planner.placeholders.choose_ports`)."""
+    and service's, :func:`~bsp_planner.inputs.placeholders.choose_ports`)."""
 
     def __init__(
         self,

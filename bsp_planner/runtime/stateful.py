@@ -12,7 +12,7 @@ tasks, and an explicit ``recreate`` that would restart a non-restorable one is r
 
 from __future__ import annotations
 
-from ..errors import InputError
+from ..core.errors import InputError
 
 
 def memory_only(job) -> list[str]:

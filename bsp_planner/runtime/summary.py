@@ -52,9 +52,11 @@ def write_summary(run, records: list[dict], prepare_ms: float) -> tuple[dict, di
     (the summary dict, the paths written)."""
     import dataclasses
 
+    from ..core.steps import StrategyResult
     from ..planners.base import OnlineConfigTable, make_planner
-    from ..report import comparison_rows, to_csv, to_markdown
-    from ..simulation import StrategyResult, floor_result, simulate
+    from ..planners.floor import floor_result
+    from ..simulate.report import comparison_rows, to_csv, to_markdown
+    from ..simulate.simulation import simulate
 
     k = len(records)
     mode = run.settings.mode

@@ -29,12 +29,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..errors import InputError
-from ..job import SeriesRef, Task
-from ..placeholders import values_from_env
-from ..signals import kill_group
+from .. import zk as Z
+from ..core.errors import InputError
+from ..core.signals import kill_group
+from ..inputs.job import SeriesRef, Task
+from ..inputs.placeholders import values_from_env
 from ..task.reports import parse_workload_report
-from . import zk as Z
 
 OUTPUT_KEEP_BYTES = 16384  # of a successful step's stdout and of its stderr, kept in the task's log
 

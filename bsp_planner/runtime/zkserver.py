@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import InputError
+from ..core.errors import InputError
 
 DEFAULT_PORT = 2181
 DEFAULT_HOST = "127.0.0.1"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..errors import InputError
+from ..core.errors import InputError
 
 
 class TaskJoinError(InputError):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 
-from ..errors import InputError
+from ..core.errors import InputError
 
 #: a reported workload above this is refused as absurd (no BSP task has 10^9 units of work per step)
 MAX_WORKLOAD = 1e9

@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from ..runtime import zk as Z
+from .. import zk as Z
 from .errors import RunEnded, StepOrderError, TaskJoinError
 from .reporter import Reporter, leave_quota
 from .reports import check_report_workload

@@ -9,7 +9,7 @@ import os
 import time
 from dataclasses import dataclass, field
 
-from ..errors import InputError
+from ..core.errors import InputError
 from .reports import check_report_workload
 
 #: a step longer than this (seconds) is refused as absurd

@@ -28,8 +28,8 @@ import threading
 import time
 from pathlib import Path
 
-from ...placeholders import ENV_PORT
-from ...signals import die_with
+from ...core.signals import die_with
+from ...inputs.placeholders import ENV_PORT
 
 BINARY = "helics_broker"
 

@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from ... import task
-from ...placeholders import ENV_PORT
+from ...inputs.placeholders import ENV_PORT
 from ..kernel import DEFAULT_OPS_PER_UNIT, kernel
 from ..session import open_session, run_ended_errors, under_coordinator
 from .model import Ring, advance, initial_field, local_cells, outgoing, workload

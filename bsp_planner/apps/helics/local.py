@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from ...placeholders import choose_ports
+from ...inputs.placeholders import choose_ports
 
 MODEL_OPTIONS = ("cells", "hotspot", "base", "speed", "ops_per_unit")
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
-from ...errors import InputError
+from ...core.errors import InputError
 
 
 class TaskLost(InputError):

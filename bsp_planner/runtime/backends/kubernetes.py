@@ -44,7 +44,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...errors import InputError
+from ...core.errors import InputError
 from ...k8s import manifests as M
 from ...k8s import names as N
 from ...k8s.binpack import DoesNotFit, NodeCapacity, fits_in_place, node_capacities, pack
@@ -492,7 +492,7 @@ class KubernetesBackend(Backend):
         elif has_auth:
             auth = launch.env.get(ENV_TASK_AUTH) or launch.env.get(ENV_AUTH)
             if auth is None:
-                from ..zk import read_credentials_file
+                from ...zk import read_credentials_file
 
                 c = read_credentials_file(launch.env[ENV_AUTH_FILE])
                 auth = f"{c.user}:{c.password}"

@@ -25,7 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from ...errors import InputError
+from ...core.errors import InputError
+from ...core.signals import kill_group
 from ...profiling.cgroups import (
     CFS_PERIOD_US,
     DEFAULT_PREFIX,
@@ -37,7 +38,6 @@ from ...profiling.cgroups import (
     pid_alive,
     quota_us,
 )
-from ...signals import kill_group
 from . import Backend, Capabilities, TaskStatus, WorkerLaunch
 
 GROUP_INFIX = ".live."  # a run's parent group: <cgroup-prefix>.live.<run-id>

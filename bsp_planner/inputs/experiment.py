@@ -1,0 +1,286 @@
+"""Experiment files: everything a simulation needs, in one TOML file, overridable from the CLI.
+
+job = "../jobs/thesis-8.toml"            # paths are relative to the experiment file
+profile = "../profiles/local-2core/profile.csv"
+interpolation = "spline"                 # spline | linear
+out_of_grid = "error"                    # error | clamp | extrapolate
+workload_range = [10, 50]
+steps = 400
+start = 0                                # first step, counted into the test half of every series
+penalty_s = 15.0                         # checkpoint cost of one reconfiguration
+modes = ["perfect", "forecast"]
+strategies = ["exppo", "static:1", "dp", "mpc", "floor"]
+output = "out/default"
+
+[cpu]
+budget_millicores = 8000
+min_millicores = 250
+step_millicores = 50
+max_millicores = 2000
+exppo_max_millicores = 2000
+
+[planner]
+allocator = "greedy"
+discount = 0.95
+horizon = 10          # MPC look-ahead, in steps
+length_punishment = 1.0
+dp_max_segment = 40
+
+[forecast]
+source = "seasonal-naive"   # a forecaster name, or a folder of forecast CSVs
+horizon = 20                # columns of the forecast matrix
+# actual = "traces/run-1"   # replay actual workloads from a folder instead of the job's series
+
+# online = false            # forecasts made before every step from the observed history
+# learn = false             # the performance model learns from every measured step
+# true_profile = "..."      # what the simulated tasks really follow (plan on `profile`)
+# [learning]
+# window = 20               # steps of residuals each task's correction is fitted to
+# prior_weight = 1.0        # how many measurements the profile counts as
+# slope_weight = 0.3        # ridge on how the correction changes with CPU and workload (shared by the tasks)
+# task_slope_weight = 3.0   # ridge on each task's own shape towards the shared one
+# slope_window = 200        # steps those slopes are fitted to
+# max_ratio = 10.0          # a measurement this many times off the model is refused
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..core.errors import InputError
+from . import settings as _settings
+from .settings import internal, setting
+
+MODES = ("perfect", "forecast")
+INTERPOLATIONS = ("spline", "linear")
+OUT_OF_GRID = ("error", "clamp", "extrapolate")
+
+
+@dataclass
+class LearningSettings:
+    """The experiment's [learning] table."""
+
+    window: int = setting(20, ge=1)  # steps of residuals the correction is fitted to
+    prior_weight: float = setting(1.0, ge=0)  # how many measurements the profile counts as (fades as they accumulate)
+    slope_weight: float = setting(0.3, ge=0)  # ridge on the slopes shared by all tasks (towards the profile's shape)
+    task_slope_weight: float = setting(3.0, ge=0)  # ridge on each task's slopes towards the shared ones
+    slope_window: int = setting(200, ge=1)  # steps the slopes are fitted to (a machine's shape changes slowly)
+    max_ratio: float = setting(10.0, gt=1)  # a measurement this many times off the model is refused
+
+
+@dataclass
+class CpuSettings:
+    budget_millicores: float = setting(24000.0, gt=0)
+    min_millicores: float = setting(1000.0, gt=0)
+    step_millicores: float = setting(100.0, gt=0)
+    max_millicores: float = setting(8000.0, gt=0)
+    exppo_max_millicores: float | None = setting(None, gt=0)  # None: the same as max_millicores
+
+
+@dataclass
+class PlannerSettings:
+    allocator: str = "greedy"
+    discount: float = setting(0.95, gt=0, le=1)
+    horizon: int = setting(10, ge=1)
+    length_punishment: float = setting(1.0, gt=0)
+    dp_max_segment: int = setting(40, ge=1)
+    optimum_max_segment: int = setting(40, ge=1)
+
+
+@dataclass
+class ReconfigureCosts:
+    """`[reconfigure_cost]`: seconds one reconfiguration costs with each method (None: measured)."""
+
+    in_place_s: float | None = setting(None, ge=0)
+    recreate_s: float | None = setting(None, ge=0)
+
+    def of(self, method: str) -> float | None:
+        return self.in_place_s if method == "in-place" else self.recreate_s
+
+
+@dataclass
+class NodeSettings:
+    """One `[[node]]` of the cluster: its name, allocatable CPU and (optionally) the tasks placed on it.
+    No task listed on any node: the placement is chosen from the predictions (see cluster.py)."""
+
+    name: str = setting()
+    cpu_millicores: float = setting(gt=0)
+    tasks: list[str] = setting(default_factory=list)
+
+
+@dataclass
+class InterferenceSettings:
+    """`[interference]`: a pair profile (`profile pairs`) whose slowdowns the model applies to tasks that
+    share a node (performance.co_location_slowdown); None: no interference assumed. `placement`: a chosen
+    placement avoids the pairs that hurt ("aware") or ignores them ("blind", to see what avoiding them is worth)."""
+
+    pairs: str | None = None
+    placement: str = setting("aware", choices=("aware", "blind"))
+
+
+@dataclass
+class ForecastSettings:
+    source: str = "seasonal-naive"
+    horizon: int = setting(20, ge=1)
+    actual: str | None = None
+
+
+@dataclass
+class Experiment:
+    job: str = "../jobs/thesis-8.toml"
+    profile: str = "../profiles/local-2core/profile.csv"
+    interpolation: str = setting("spline", choices=INTERPOLATIONS)
+    out_of_grid: str = setting("error", choices=OUT_OF_GRID)
+    workload_range: tuple[float, float] = setting((10.0, 50.0), ge=0)
+    steps: int = setting(400, ge=1)
+    start: int = setting(0, ge=0)
+    penalty_s: float = setting(15.0, ge=0)
+    modes: list[str] = setting(default_factory=lambda: list(MODES), choices=MODES, min_items=1)
+    strategies: list[str] = setting(default_factory=lambda: ["exppo", "static:3", "dp", "mpc", "floor"], min_items=1)
+    output: str = "out/default"
+    cpu: CpuSettings = field(default_factory=CpuSettings)
+    planner: PlannerSettings = field(default_factory=PlannerSettings)
+    forecast: ForecastSettings = field(default_factory=ForecastSettings)
+    # Forecasts made before every step from the workloads observed so far, not read from a matrix.
+    online: bool = False
+    # The performance model learns from every measured step (see learning.py), the profile its prior.
+    learn: bool = False
+    # The profile the (simulated) tasks really follow; None: `profile`. Set it to plan on a wrong one.
+    true_profile: str | None = None
+    learning: LearningSettings = field(default_factory=LearningSettings)
+    # A live run plans with the cost of the reconfiguration method it uses (--reconfigure): these when
+    # given, else what the backend measures (local in-place: a quota rewrite), else penalty_s.
+    reconfigure_cost: ReconfigureCosts = field(default_factory=lambda: ReconfigureCosts())
+    # The cluster's nodes ([[node]]); none: one pool, as if the cluster were one machine.
+    node: list[NodeSettings] = setting(default_factory=list)
+    # Co-location interference between tasks on one node, from a pair profile (needs [[node]]).
+    interference: InterferenceSettings = field(default_factory=InterferenceSettings)
+    name: str = internal("experiment")
+    path: Path | None = internal(None)
+
+    def resolve(self, relative: str) -> Path:
+        """A path from the file, relative to the experiment file's folder (or as given if absolute)."""
+        p = Path(relative).expanduser()
+        if p.is_absolute() or self.path is None:
+            return p
+        return (self.path.parent / p).resolve()
+
+    @property
+    def job_path(self) -> Path:
+        return self.resolve(self.job)
+
+    @property
+    def profile_path(self) -> Path:
+        return self.resolve(self.profile)
+
+    @property
+    def pairs_path(self) -> Path | None:
+        return self.resolve(self.interference.pairs) if self.interference.pairs else None
+
+    @property
+    def true_profile_path(self) -> Path:
+        return self.resolve(self.true_profile) if self.true_profile else self.profile_path
+
+    @property
+    def output_path(self) -> Path:
+        """Where results go: relative to the experiment's folder, or for a shipped experiment to
+        ./experiments of the current directory (see shipped.output_base)."""
+        from .shipped import output_base
+
+        p = Path(self.output).expanduser()
+        return p if p.is_absolute() else output_base(self.path) / p
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d.pop("path")
+        d["workload_range"] = list(self.workload_range)
+        if not d["node"]:
+            d.pop("node")  # one pool: recorded as before nodes existed
+        if self.interference == InterferenceSettings():
+            d.pop("interference")  # none: recorded as before interference existed
+        return d
+
+    def validate(self, path: str | Path | None = None) -> None:
+        """The rules that tie fields together (each field's own range is checked when it is read)."""
+        validate(self)
+
+
+def apply_overrides(exp: Experiment, overrides: list[str]) -> Experiment:
+    """Apply `key=value` overrides, e.g. `steps=100`, `cpu.budget_millicores=6000`, `modes=perfect`;
+    checked like the file's own values. Returns the updated experiment."""
+    return _settings.apply_overrides(exp, overrides, flag="--set")
+
+
+def validate(exp: Experiment) -> None:
+    p = exp.path
+    for fname, what in (("strategies", "strategy"), ("modes", "mode")):
+        items = getattr(exp, fname)
+        twice = sorted({s for s in items if items.count(s) > 1})
+        if twice:  # it would run twice and write two identical rows
+            raise InputError(
+                f"{what} {', '.join(repr(s) for s in twice)} is listed more than once; list each {what} once",
+                path=p,
+                field=fname,
+            )
+    c = exp.cpu
+    if not c.max_millicores >= c.min_millicores:
+        raise InputError(
+            f"expected 0 < min_millicores <= max_millicores and step_millicores > 0, got "
+            f"min={c.min_millicores:g}, step={c.step_millicores:g}, max={c.max_millicores:g}",
+            path=p,
+            field="cpu",
+        )
+    span = (c.max_millicores - c.min_millicores) / c.step_millicores
+    if abs(span - round(span)) > 1e-9:
+        raise InputError(
+            f"max_millicores ({c.max_millicores:g}) is not reachable from min_millicores ({c.min_millicores:g}) "
+            f"in steps of {c.step_millicores:g}",
+            path=p,
+            field="cpu.max_millicores",
+        )
+    if span > 100_000:
+        raise InputError(
+            f"{span:.0f} CPU levels between min_millicores and max_millicores; expected at most 100000 "
+            "(raise step_millicores)",
+            path=p,
+            field="cpu.step_millicores",
+        )
+    pl = exp.planner
+    if exp.forecast.horizon < pl.horizon:
+        raise InputError(
+            f"forecast horizon {exp.forecast.horizon} is shorter than the planner horizon {pl.horizon}",
+            path=p,
+            field="forecast.horizon",
+        )
+    seen: dict[str, int] = {}
+    for j, nd in enumerate(exp.node):
+        if nd.name in seen:
+            raise InputError(
+                f"node name {nd.name!r} is also node[{seen[nd.name]}]'s; give every node its own name",
+                path=p,
+                field=f"node[{j}].name",
+            )
+        seen[nd.name] = j
+    if exp.interference.pairs is not None and not exp.node:
+        raise InputError(
+            "a pair profile says how tasks that share a node slow each other; this experiment has no [[node]] "
+            "tables (one pool): describe its nodes or remove interference.pairs",
+            path=p,
+            field="interference.pairs",
+        )
+    lo, hi = exp.workload_range
+    if not hi > lo:
+        raise InputError(f"expected low < high, got {list(exp.workload_range)}", path=p, field="workload_range")
+
+
+def load_experiment(path: str | Path, overrides: list[str] | None = None) -> Experiment:
+    path = Path(path)
+    exp = _settings.load_settings_file(
+        Experiment, path, "experiment", {"name": path.stem, "path": path.resolve()}, required=("job", "profile")
+    )
+    if overrides:
+        exp = apply_overrides(exp, overrides)
+    return exp

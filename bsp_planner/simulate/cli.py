@@ -1,0 +1,300 @@
+"""`bsp-planner simulate`: run every strategy of an experiment in simulation and compare them."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.console import Console
+
+if TYPE_CHECKING:
+    from ..core.steps import StrategyResult
+    from ..inputs.experiment import Experiment
+    from .scenario import Scenario
+
+
+def simulate(
+    experiment: Annotated[
+        Path | None,
+        typer.Argument(
+            help="Experiment file (TOML), or the name of a shipped one (default, large) [default: the shipped default].",
+            show_default=False,
+        ),
+    ] = None,
+    experiment_opt: Annotated[
+        Path | None, typer.Option("--experiment", "-e", help="The same as the argument.", show_default=False)
+    ] = None,
+    strategies: Annotated[
+        str | None, typer.Option("--strategies", "-s", help="Comma-separated, e.g. 'exppo,static:3,dp,mpc,floor'.")
+    ] = None,
+    mode: Annotated[
+        list[str] | None, typer.Option("--mode", "-m", help="perfect and/or forecast (repeatable).")
+    ] = None,
+    steps: Annotated[int | None, typer.Option(help="Supersteps to simulate.")] = None,
+    start: Annotated[int | None, typer.Option(help="First step, counted into the test half of the series.")] = None,
+    penalty: Annotated[float | None, typer.Option("--penalty", help="Checkpoint penalty C in seconds.")] = None,
+    budget: Annotated[float | None, typer.Option("--budget", help="CPU budget in millicores.")] = None,
+    allocator: Annotated[str | None, typer.Option(help="greedy or exact.")] = None,
+    forecasts: Annotated[
+        str | None, typer.Option("--forecasts", help="Forecaster name or folder of forecast CSVs.")
+    ] = None,
+    actual: Annotated[
+        Path | None,
+        typer.Option(
+            "--actual",
+            help="Folder of per-task CSVs to replay as actual workloads, or a live run's folder (the workloads its tasks ran).",
+        ),
+    ] = None,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Output folder (default: the experiment's).")] = None,
+    set_: Annotated[
+        list[str] | None, typer.Option("--set", help="Override any field: KEY=VALUE or SECTION.KEY=VALUE (repeatable).")
+    ] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+    online: Annotated[
+        bool, typer.Option("--online", help="Forecast before every step from the observed history (no forecast file).")
+    ] = False,
+    learn: Annotated[
+        bool, typer.Option("--learn", help="The performance model learns from every measured step (learning.csv).")
+    ] = False,
+    true_profile: Annotated[
+        Path | None,
+        typer.Option("--true-profile", help="Profile the simulated tasks really follow (plan on the experiment's)."),
+    ] = None,
+    jobs: Annotated[
+        int | None,
+        typer.Option(
+            "--jobs",
+            "-j",
+            help="Run strategies and modes in this many processes (results identical to 1; default: the CPUs "
+            "this process may use).",
+        ),
+    ] = None,
+) -> None:
+    """Compare reconfiguration strategies on a job in simulation (table, CSV/JSON/Markdown, chart)."""
+    from ..core.errors import InputError
+    from ..core.filelock import output_lock
+    from ..core.outputs import check_output_dir
+    from ..inputs.settings import flags_blamed
+    from .node_runs import one_pool_strategies
+    from .parallel_runs import check_jobs, default_jobs
+    from .report import write_outputs
+    from .scenario import build_scenario, check_strategies
+
+    if experiment is not None and experiment_opt is not None and experiment != experiment_opt:
+        raise InputError(
+            f"two experiments given ({experiment} and --experiment {experiment_opt}); give one", field="--experiment"
+        )
+
+    console = Console()
+    flagged = _flag_overrides(
+        set_=set_,
+        strategies=strategies,
+        steps=steps,
+        start=start,
+        penalty=penalty,
+        budget=budget,
+        allocator=allocator,
+        forecasts=forecasts,
+        mode=mode,
+        actual=actual,
+        online=online,
+        learn=learn,
+        true_profile=true_profile,
+    )
+    exp = _experiment_with_flags(experiment if experiment is not None else experiment_opt, flagged)
+    if (
+        (exp.online or exp.learn)
+        and strategies is None
+        and not any(item.startswith("strategies=") for _, item in flagged)
+    ):
+        _leave_out_offline_strategies(console, exp)
+    with flags_blamed(flagged, exp.path):
+        check_strategies(exp.strategies, exp)
+    jobs = default_jobs() if jobs is None else check_jobs(jobs)
+    out_dir = out if out is not None else exp.output_path
+    out_flag = "--out" if out is not None else "output"
+    check_output_dir(out_dir, out_flag)
+    with output_lock(out_dir, out_flag):  # a second simulate into the same folder is refused, naming this pid
+        t0 = time.perf_counter()
+        with flags_blamed(flagged, exp.path):  # a budget too small for the job's tasks: --budget's fault, if it set it
+            scen = build_scenario(exp)
+        _refuse_unknown_workloads(exp, scen)
+        pairs = [(m, s) for m in exp.modes for s in exp.strategies] + one_pool_strategies(scen, exp.strategies)
+        results = _run_with_progress(console, scen, pairs, jobs, quiet)
+        elapsed = time.perf_counter() - t0
+        paths = write_outputs(
+            out_dir, results, _run_meta(exp, scen, out_dir, elapsed), scen.task_names, scen.cpu.to_millicores
+        )
+    _print_summary(console, exp, scen, results, elapsed)
+    _print_written(console, paths)
+
+
+def _flag_overrides(
+    *,
+    set_: list[str] | None,
+    strategies: str | None,
+    steps: int | None,
+    start: int | None,
+    penalty: float | None,
+    budget: float | None,
+    allocator: str | None,
+    forecasts: str | None,
+    mode: list[str] | None,
+    actual: Path | None,
+    online: bool,
+    learn: bool,
+    true_profile: Path | None,
+) -> list[tuple[str, str]]:
+    """Every flag given as an override (flag, KEY=VALUE), in the order they apply: --set first, then the
+    named flags. They go through the same settings loader as the file, so an error names the flag."""
+    from ..inputs.settings import flag_overrides
+
+    return [("--set", item) for item in set_ or []] + flag_overrides(
+        [
+            ("--strategies", "strategies", strategies),
+            ("--steps", "steps", steps),
+            ("--start", "start", start),
+            ("--penalty", "penalty_s", penalty),
+            ("--budget", "cpu.budget_millicores", budget),
+            ("--allocator", "planner.allocator", allocator),
+            ("--forecasts", "forecast.source", _folder_from_cwd(forecasts)),
+            ("--mode", "modes", mode),
+            ("--actual", "forecast.actual", actual),
+            ("--online", "online", online),
+            ("--learn", "learn", learn),
+            ("--true-profile", "true_profile", true_profile),
+        ]
+    )
+
+
+def _refuse_unknown_workloads(exp: Experiment, scen: Scenario) -> None:
+    """A task with neither a series nor a replayed trace: its workloads exist only in a run (the task
+    reports them), so a simulation would charge invented ones. Refused, naming the fix."""
+    from ..core.errors import InputError
+
+    unknown = [t for t, known in zip(scen.task_names, scen.known_workloads, strict=True) if not known]
+    if unknown and not exp.forecast.actual:
+        raise InputError(
+            f"task '{unknown[0]}' has no series, so simulate does not know its workloads (it reports them only as "
+            "it runs): replay those of an earlier run with `--actual runs/<run-id>` (a live run's folder) or "
+            "`simulate --actual DIR` (one <task>.csv per task, header workload), or give every task a "
+            "`series = { file = ... }`",
+            path=scen.job.path,
+            field=f"{unknown[0]}.series",
+        )
+
+
+def _folder_from_cwd(source: str | None) -> str | Path | None:
+    """--forecasts names a forecaster or a folder; a folder given on the command line is relative to the
+    current directory, as every other path flag (the experiment's own `forecast.source`, to its file)."""
+    if source is None or not ("/" in source or Path(source).is_dir()):
+        return source
+    return Path(source)  # written absolute by flag_overrides
+
+
+def _run_meta(exp: Experiment, scen: Scenario, out_dir: Path, elapsed: float) -> dict:
+    """What comparison.json records about the run besides its results."""
+    from ..inputs.shipped import describe_experiment
+
+    return {
+        # how the experiment and profile were named, never this machine's absolute paths
+        "experiment": describe_experiment(exp.path, out_dir),
+        "job": scen.job.name,
+        "profile": exp.profile,
+        "steps": exp.steps,
+        "start": exp.start,
+        "penalty_s": exp.penalty_s,
+        "budget_millicores": exp.cpu.budget_millicores,
+        "forecasts": scen.forecast_label,
+        **({"interference": scen.interference} if scen.interference else {}),
+        "settings": exp.to_dict(),
+        "elapsed_s": round(elapsed, 3),
+    }
+
+
+def _print_written(console: Console, paths: dict[str, Path]) -> None:
+    learned = f", {paths['learning'].name}" if "learning" in paths else ""
+    console.print(
+        f"wrote {paths['md']}, {paths['csv'].name}, {paths['json'].name}, {paths['steps'].name}{learned}, "
+        f"chart {paths['chart']}"
+    )
+
+
+def _experiment_with_flags(experiment: Path | None, flagged: list[tuple[str, str]]) -> Experiment:
+    """The experiment with each (flag, KEY=VALUE) applied in order, then validated as a whole."""
+    from ..inputs.experiment import load_experiment
+    from ..inputs.settings import apply_flag_overrides
+    from ..inputs.shipped import find_experiment
+
+    return apply_flag_overrides(load_experiment(find_experiment(experiment)), flagged)
+
+
+def _leave_out_offline_strategies(console: Console, exp: Experiment) -> None:
+    """The experiment's own list (not one the user just typed): leave out what cannot plan step by step."""
+    from .scenario import offline_strategies
+
+    left_out = offline_strategies(exp.strategies)
+    if left_out:
+        exp.strategies = [s for s in exp.strategies if s not in left_out]
+        console.print(
+            f"[yellow]note[/]: {', '.join(left_out)} left out: planning step by step (online/learn), and "
+            f"{'they plan' if len(left_out) > 1 else 'it plans'} the whole job before the first step"
+        )
+
+
+def _run_with_progress(
+    console: Console, scen: Scenario, pairs: list[tuple[str, str]], jobs: int, quiet: bool
+) -> list[StrategyResult]:
+    """Every (mode, strategy) pair, on `jobs` processes, behind a progress bar."""
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    from .parallel_runs import run_pairs
+
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=console,
+        disable=quiet,
+        transient=True,
+    ) as progress:
+        bar = progress.add_task("simulating", total=len(pairs))
+        return run_pairs(
+            scen,
+            pairs,
+            jobs,
+            on_start=lambda m, s: progress.update(bar, description=f"{m:8s} {s}"),
+            on_done=lambda m, s: progress.advance(bar),
+        )
+
+
+def _print_summary(
+    console: Console, exp: Experiment, scen: Scenario, results: list[StrategyResult], elapsed: float
+) -> None:
+    """A table per mode, then the run's size and time."""
+    from .report import comparison_rows, print_table
+
+    rows = comparison_rows(results)
+    for m in exp.modes:
+        print_table(
+            [r for r in rows if r["mode"] == m],
+            console,
+            title=f"{exp.name} · {m} mode · predictions: {scen.forecast_label[m]}",
+        )
+    console.print(
+        f"{len(scen.task_names)} tasks x {exp.steps} steps, penalty {exp.penalty_s:g} s, budget "
+        f"{exp.cpu.budget_millicores:g}m; {len(results)} runs in {elapsed:.1f} s"
+    )
+    if scen.interference:
+        console.print(scen.interference, highlight=False)

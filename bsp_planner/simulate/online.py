@@ -1,0 +1,237 @@
+"""Online forecasting: before every step, each task's forecaster predicts the next H workloads from the
+history observed so far; no forecast file is read.
+
+The history starts as everything the task's series holds before the first step of the run (its
+training half, plus the test rows before `start`) and grows by the workload each task reports after
+every step. A forecast made online before step t therefore sees exactly what the offline forecast
+matrix's row t was made from whenever the observed workloads are the series' own (a simulation of the
+series): both paths call the same fitted forecaster on the same values, so they agree exactly. With
+replayed or live workloads the online forecasts follow what was really observed.
+
+Learned forecasters (lstm, lstm-thesis) see their series on a regular time grid (see
+forecasting/prepare.py): while the observed rows are the series' rows their timestamps are known and a
+gap is filled from the rows either side, as offline; rows past the series' end follow one sampling
+interval apart.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..core.errors import InputError
+from ..forecasting.base import Forecaster
+from ..inputs.series import JobSeries
+
+
+@dataclass
+class _TaskHistory:
+    """One task's fitted forecaster and its observed rows; grid_index maps rows to grid steps (None:
+    the rows are the grid)."""
+
+    task: str
+    forecaster: Forecaster
+    rows: list[float]
+    grid_index: np.ndarray | None = None
+    lead_map: object = None  # PreparedSeries.lead_map for series with filled gaps, else None
+    n_series_rows: int = 0
+
+    def grid(self) -> np.ndarray:
+        rows = np.asarray(self.rows, dtype=np.float64)
+        if self.grid_index is None:
+            return rows
+        o = len(rows)
+        known = self.grid_index[: min(o, len(self.grid_index))]
+        if o > len(self.grid_index):  # past the series: one interval apart
+            known = np.concatenate([known, known[-1] + np.arange(1, o - len(self.grid_index) + 1)])
+        return np.interp(np.arange(known[-1] + 1), known, rows)
+
+    def forecast(self, horizon: int) -> np.ndarray:
+        """(H,) the median forecast for the next H rows."""
+        grid = self.grid()
+        med = self.forecaster.predict_median(grid, np.array([len(grid)]))  # (1, H) over grid leads
+        o = len(self.rows)
+        if self.lead_map is not None and o <= self.n_series_rows:
+            med = np.take_along_axis(med, self.lead_map(np.array([o]), horizon), axis=1)  # type: ignore[operator]
+        return med[0]
+
+
+class OnlineForecasts:
+    """Every task's online forecaster. `forecast()` -> (tasks, H) before a step; `observe(w)` after it
+    with the workloads (tasks,) the tasks ran."""
+
+    def __init__(self, histories: list[_TaskHistory], horizon: int, label: str) -> None:
+        self._histories = histories
+        self.horizon = horizon
+        self.label = label
+        self._observed = 0  # rows appended by observe()
+
+    @classmethod
+    def seeded(
+        cls, forecasters: list[Forecaster], histories: list[np.ndarray], horizon: int, label: str
+    ) -> OnlineForecasts:
+        """From fitted forecasters and each task's history so far (1-D, workload scale, consecutive
+        steps): what a live run builds from the job's history file, or from nothing but a few steps."""
+        if len(forecasters) != len(histories):
+            raise ValueError(f"{len(forecasters)} forecasters for {len(histories)} histories")
+        return cls(
+            [
+                _TaskHistory(f"#{i}", f, list(np.asarray(h, dtype=np.float64)))
+                for i, (f, h) in enumerate(zip(forecasters, histories, strict=True))
+            ],
+            horizon,
+            label,
+        )
+
+    def forecast(self) -> np.ndarray:
+        """(tasks, H) the median forecasts for the next H steps."""
+        return np.stack([h.forecast(self.horizon) for h in self._histories])
+
+    def observe(self, workloads: np.ndarray) -> None:
+        w = np.asarray(workloads, dtype=np.float64)
+        if w.shape != (len(self._histories),):
+            raise ValueError(f"expected one workload per task ({len(self._histories)}), got shape {w.shape}")
+        for h, v in zip(self._histories, w, strict=True):
+            h.rows.append(float(v))
+        self._observed += 1
+
+    def fresh(self) -> OnlineForecasts:
+        """A copy with the seed history only (the fitted forecasters are shared: predicting keeps no state)."""
+        out = OnlineForecasts(
+            [
+                _TaskHistory(
+                    h.task,
+                    h.forecaster,
+                    h.rows[: len(h.rows) - self._observed],
+                    h.grid_index,
+                    h.lead_map,
+                    h.n_series_rows,
+                )
+                for h in self._histories
+            ],
+            self.horizon,
+            self.label,
+        )
+        return out
+
+
+def online_forecasts(
+    source: str,
+    job_series: JobSeries,
+    start: int,
+    horizon: int,
+    *,
+    base_dir: Path | None = None,
+    job=None,
+    say=None,
+) -> OnlineForecasts:
+    """Fitted forecasters for every task with the history before step `start` of the test halves.
+
+    source: a forecaster's name (or "default"); a folder of forecast files is refused: its forecasts
+    were made before the run, not from what it observes.
+    """
+    from ..forecasting.provider import ALIASES, _say
+    from ..forecasting.registry import FORECASTERS
+
+    name = ALIASES.get(source, source)
+    if name not in FORECASTERS:
+        raise InputError(
+            f"online forecasting needs a forecaster ({', '.join(sorted([*FORECASTERS, *ALIASES]))}), got {source!r}; "
+            "a folder of forecast files was made before the run, not from the workloads it observes",
+            field="forecast.source",
+        )
+    cls = FORECASTERS.get(name)
+    say = say or _say
+    histories: list[_TaskHistory] = []
+    if not cls.learned:
+        # As the offline baselines: the rows are consecutive steps (gaps ignored), fitted on the training half.
+        for i, s in enumerate(job_series.series):
+            history = job_series.history_workloads(i)
+            f = cls(horizon=horizon, period=s.period_steps)
+            need = f._min_origin() + horizon
+            if s.n_train < need:
+                raise InputError(
+                    f"task '{s.task}': the training half of its series has {s.n_train} values but the {name} "
+                    f"forecaster needs at least {need}",
+                    path=s.source,
+                    field="forecast.horizon",
+                )
+            f.fit(history[: s.n_train])
+            histories.append(_TaskHistory(s.task, f, list(history[: s.n_train + start])))
+        return OnlineForecasts(histories, horizon, f"{name} (online)")
+    return OnlineForecasts(
+        _learned_histories(name, job_series, start, horizon, base_dir=base_dir, job=job, say=say),
+        horizon,
+        f"{name} (online)",
+    )
+
+
+def _learned_histories(name, job_series, start, horizon, *, base_dir, job, say) -> list[_TaskHistory]:
+    """The saved models the offline path would use (same gap policy, same data identity), or trained."""
+    from ..forecasting.pipeline import DEFAULT_MODEL_ROOT, Workspace, obtain
+    from ..forecasting.provider import _job_stub, shipped_folders
+
+    related = [
+        m
+        for _, m in shipped_folders(base_dir, None)
+        if [t.get("task") for t in m["inputs"].get("tasks", [])] == job_series.task_names
+    ]
+    gaps = next((m["inputs"].get("gaps", "error") for m in related), "error")
+    job_name = job.name if job is not None else (related[0]["inputs"].get("job", "job") if related else "job")
+    ws = Workspace.from_series(_job_stub(job_name, job_series), job_series, gaps=gaps, horizon=horizon)
+    out = []
+    for p in ws.prepared:
+        f, _how = obtain(
+            ws,
+            name,
+            p,
+            model_root=DEFAULT_MODEL_ROOT,
+            on_mismatch="retrain",
+            save=False,
+            say=_prefixed(say, f"{p.task} · {name}: "),
+        )
+        seed = list(p.rows[: p.n_train + start])
+        if p.filled:
+            out.append(_TaskHistory(p.task, f, seed, p.grid_index, p.lead_map, len(p.rows)))
+        else:
+            out.append(_TaskHistory(p.task, f, seed))
+    return out
+
+
+def _prefixed(say, prefix: str):
+    def inner(msg: str) -> None:
+        say(prefix + msg)
+
+    return inner
+
+
+def unseeded_online_forecasts(
+    source: str, n_tasks: int, horizon: int, workload_range: tuple[float, float]
+) -> OnlineForecasts:
+    """Online forecasters for tasks with no history (a job whose workloads only its tasks know): each
+    is seeded with the middle of `workload_range` for as many steps as it needs, so the first forecasts
+    are that middle and every later one follows the workloads the tasks report. Forecasters that must
+    be trained on a history (lstm) are refused."""
+    from ..forecasting.provider import ALIASES
+    from ..forecasting.registry import FORECASTERS
+
+    name = ALIASES.get(source, source)
+    cls = FORECASTERS.get(name) if name in FORECASTERS else None
+    if cls is None or cls.learned:
+        simple = sorted(k for k in FORECASTERS if not FORECASTERS.get(k).learned)
+        raise InputError(
+            f"the job's tasks have no workload history, so the forecaster must need none: one of {', '.join(simple)}, "
+            f"got {source!r} (give each task a series to use a trained one)",
+            field="forecast.source",
+        )
+    mid = sum(workload_range) / 2
+    forecasters, histories = [], []
+    for _ in range(n_tasks):
+        f = cls(horizon=horizon, period=1)
+        seed = np.full(f._min_origin() + horizon, mid)
+        f.fit(seed)
+        forecasters.append(f)
+        histories.append(seed)
+    return OnlineForecasts.seeded(forecasters, histories, horizon, f"{name} (online, from the reports)")

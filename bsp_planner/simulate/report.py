@@ -1,0 +1,349 @@
+"""Comparison tables (terminal, CSV, JSON, Markdown) and charts of simulation results."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from ..core.steps import StrategyResult
+
+COLUMNS = (
+    "strategy",
+    "mode",
+    "compute_s",
+    "checkpoints",
+    "checkpoint_s",
+    "total_s",
+    "vs_floor_pct",
+    "mean_decision_ms",
+)
+#: Added when the cluster is nodes: what each row did on them (cluster.py).
+NODE_COLUMNS = ("recreates", "unpriced_recreates", "stops", "peak_node_pct")
+
+
+def columns(rows: list[dict]) -> tuple[str, ...]:
+    return COLUMNS + (NODE_COLUMNS if any("recreates" in r for r in rows) else ())
+
+
+def comparison_rows(results: list[StrategyResult]) -> list[dict]:
+    """One row per (strategy, mode); vs_floor_pct is how far above the floor of the same mode."""
+    floors = {r.mode: r.total_s for r in results if r.strategy == "floor"}
+    rows = []
+    for r in results:
+        floor = floors.get(r.mode)
+        rows.append(
+            {
+                "strategy": r.strategy,
+                "mode": r.mode,
+                "compute_s": round(r.compute_s, 3),
+                "checkpoints": r.checkpoints,
+                "checkpoint_s": round(r.checkpoint_s, 3),
+                "total_s": round(r.total_s, 3),
+                "vs_floor_pct": round(100.0 * (r.total_s / floor - 1.0), 2) if floor else None,
+                "mean_decision_ms": round(r.mean_decision_ms, 3),
+            }
+        )
+        util = r.notes.get("node_utilisation")
+        if util is not None or any("node_utilisation" in x.notes for x in results):
+            rows[-1]["recreates"] = r.notes.get("recreates", 0 if util is not None else None)
+            rows[-1]["stops"] = r.notes.get("stops", 0 if util is not None else None)
+            rows[-1]["unpriced_recreates"] = r.notes.get("unpriced_recreates", 0 if util is not None else None)
+            rows[-1]["peak_node_pct"] = round(100 * max(u["peak"] for u in util.values()), 1) if util else None
+    return rows
+
+
+def to_markdown(rows: list[dict], title: str = "") -> str:
+    lines = [f"## {title}", ""] if title else []
+    cols = columns(rows)
+    lines.append("| " + " | ".join(cols) + " |")
+    lines.append("|" + "---|" * len(cols))
+    for r in rows:
+        lines.append("| " + " | ".join("" if r[c] is None else str(r[c]) for c in cols) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def to_csv(rows: list[dict]) -> str:
+    import io
+
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=columns(rows), lineterminator="\n")
+    w.writeheader()
+    w.writerows(rows)
+    return buf.getvalue()
+
+
+def steps_csv(results: list[StrategyResult], task_names: list[str], cpu_of_level) -> str:
+    """Every step of every run: mode, strategy, step, step_s, reconfigured, action, cpu per task."""
+    import io
+
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["mode", "strategy", "step", "step_s", "reconfigured", "action"] + [f"cpu_{t}" for t in task_names])
+    for r in results:
+        cpu = cpu_of_level(r.levels)
+        for t in range(len(r.step_s)):
+            w.writerow(
+                [r.mode, r.strategy, t, f"{r.step_s[t]:.6f}", int(r.reconfigured[t]), int(r.actions[t])]
+                + [f"{v:g}" for v in cpu[t]]
+            )
+    return buf.getvalue()
+
+
+LEARNING_COLUMNS = (
+    "mode",
+    "strategy",
+    "step",
+    "task",
+    "workload",
+    "cpu_millicores",
+    "measured_s",
+    "predicted_before_s",
+    "predicted_after_s",
+    "error_before_pct",
+    "error_after_pct",
+    "factor",
+)
+
+
+def learning_csv(results: list[StrategyResult], task_names: list[str], cpu_of_level) -> str | None:
+    """Per step and task of every learning run: the duration measured, what the model predicted at that
+    workload and CPU before and after learning from it, and the task's correction factor. None when no
+    run learned."""
+    import io
+
+    runs = [r for r in results if r.notes.get("learning")]
+    if not runs:
+        return None
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(LEARNING_COLUMNS)
+    for r in runs:
+        for rec in r.notes["learning"]:
+            cpu = cpu_of_level(rec["level"])
+            for i, task in enumerate(task_names):
+                m, b, a = rec["measured_s"][i], rec["predicted_before_s"][i], rec["predicted_after_s"][i]
+                w.writerow(
+                    [
+                        r.mode,
+                        r.strategy,
+                        rec["step"],
+                        task,
+                        f"{rec['workload'][i]:.6g}",
+                        f"{cpu[i]:g}",
+                        f"{m:.6f}",
+                        f"{b:.6f}",
+                        f"{a:.6f}",
+                        f"{100 * (b / m - 1):.3f}",
+                        f"{100 * (a / m - 1):.3f}",
+                        f"{rec['factor'][i]:.6f}",
+                    ]
+                )
+    return buf.getvalue()
+
+
+def write_outputs(
+    out_dir: Path, results: list[StrategyResult], meta: dict, task_names: list[str], cpu_of_level
+) -> dict[str, Path]:
+    """Write comparison.{csv,json,md}, steps.csv and comparison.png into out_dir; returns their paths.
+
+    All of them are written into a temporary folder first and moved into out_dir together, only when
+    every one succeeded: a failure (NaN totals in the chart, a full disk) leaves out_dir as it was."""
+    from ..core.outputs import staged_outputs
+
+    rows = comparison_rows(results)
+    names = {
+        "csv": "comparison.csv",
+        "json": "comparison.json",
+        "md": "comparison.md",
+        "steps": "steps.csv",
+        "chart": "comparison.png",
+    }
+    with staged_outputs(out_dir) as stage:
+        tmp = {k: stage / v for k, v in names.items()}
+        tmp["csv"].write_text(to_csv(rows), newline="")
+        tmp["json"].write_text(json.dumps({"meta": meta, "results": rows}, indent=2, default=_json_default) + "\n")
+        header = [f"# Simulation: {meta.get('experiment', '')}", ""]
+        for k in ("job", "profile", "steps", "penalty_s", "budget_millicores"):
+            if k in meta:
+                header.append(f"- {k}: {meta[k]}")
+        for mode, label in meta.get("forecasts", {}).items():
+            header.append(f"- {mode} mode predictions: {label}")
+        if "interference" in meta:  # on nodes: what co-location is assumed to cost
+            header.append(f"- {meta['interference']}")
+        tmp["md"].write_text("\n".join(header) + "\n\n" + to_markdown(rows))
+        tmp["steps"].write_text(steps_csv(results, task_names, cpu_of_level), newline="")
+        learned = learning_csv(results, task_names, cpu_of_level)
+        if learned is not None:
+            names["learning"] = "learning.csv"
+            tmp["learning"] = stage / names["learning"]
+            tmp["learning"].write_text(learned, newline="")
+        bar_chart(rows, tmp["chart"], meta.get("forecasts", {}))
+        util = node_rows(results)
+        if util:
+            names["nodes"], names["nodes_chart"] = "nodes.csv", "nodes.png"
+            tmp["nodes"], tmp["nodes_chart"] = stage / names["nodes"], stage / names["nodes_chart"]
+            tmp["nodes"].write_text(nodes_csv(util), newline="")
+            nodes_chart(util, tmp["nodes_chart"])
+    if learned is None:
+        # a learning.csv left by an earlier run would pass for this run's
+        (out_dir / "learning.csv").unlink(missing_ok=True)
+    return {k: out_dir / v for k, v in names.items()}
+
+
+def node_rows(results: list[StrategyResult]) -> list[dict]:
+    """Per (mode, strategy, node): the mean and peak share of the node's CPU its tasks held."""
+    out = []
+    for r in results:
+        for node, u in (r.notes.get("node_utilisation") or {}).items():
+            out.append(
+                {
+                    "mode": r.mode,
+                    "strategy": r.strategy,
+                    "node": node,
+                    "mean_pct": round(100 * u["mean"], 2),
+                    "peak_pct": round(100 * u["peak"], 2),
+                }
+            )
+    return out
+
+
+def nodes_csv(rows: list[dict]) -> str:
+    import io
+
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=["mode", "strategy", "node", "mean_pct", "peak_pct"], lineterminator="\n")
+    w.writeheader()
+    w.writerows(rows)
+    return buf.getvalue()
+
+
+def nodes_chart(rows: list[dict], path: Path) -> None:
+    """Mean CPU share per node (bars) and its peak (ticks), one group per strategy, one panel per mode."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    modes = list(dict.fromkeys(r["mode"] for r in rows))
+    nodes = list(dict.fromkeys(r["node"] for r in rows))
+    fig, axes = plt.subplots(len(modes), 1, figsize=(10, 3.2 * len(modes)), squeeze=False)
+    width = 0.8 / max(1, len(nodes))
+    for ax, mode in zip(axes[:, 0], modes, strict=True):
+        strategies = list(dict.fromkeys(r["strategy"] for r in rows if r["mode"] == mode))
+        x = np.arange(len(strategies))
+        for j, node in enumerate(nodes):
+            by = {r["strategy"]: r for r in rows if r["mode"] == mode and r["node"] == node}
+            mean = [by[s]["mean_pct"] if s in by else np.nan for s in strategies]
+            peak = [by[s]["peak_pct"] if s in by else np.nan for s in strategies]
+            ax.bar(x + j * width, mean, width, label=node)
+            ax.plot(x + j * width, peak, "k_", markersize=6)
+        ax.axhline(100, color="black", lw=0.8, ls="--")
+        ax.set_xticks(x + 0.4 - width / 2, strategies, rotation=45, ha="right", fontsize=8)
+        ax.set_ylabel("node CPU held (%)")
+        ax.set_title(f"{mode}: mean per node (bars), peak (ticks)", fontsize=10)
+    axes[0, 0].legend(fontsize=8, ncol=len(nodes))
+    fig.tight_layout()
+    save_figure(fig, path)
+
+
+def _json_default(o):
+    if isinstance(o, (np.integer,)):
+        return int(o)
+    if isinstance(o, (np.floating,)):
+        return float(o)
+    if isinstance(o, Path):
+        return str(o)
+    raise TypeError(type(o))
+
+
+def bar_chart(rows: list[dict], path: Path, labels: dict[str, str] | None = None) -> None:
+    """Compute and checkpoint time stacked, one bar per strategy, one panel per mode (thesis Fig. 6.1/6.2)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    modes = list(dict.fromkeys(r["mode"] for r in rows))
+    per_mode = max(1, len(rows) // max(1, len(modes)))
+    fig, axes = plt.subplots(
+        1, len(modes), figsize=(len(modes) * max(5.0, 0.45 * per_mode + 2), 4.8), squeeze=False, sharey=True
+    )
+    totals = [r["total_s"] for r in rows]
+    for ax, mode in zip(axes[0], modes, strict=True):
+        sub = [r for r in rows if r["mode"] == mode]
+        x = np.arange(len(sub))
+        comp = np.array([r["compute_s"] for r in sub])
+        chk = np.array([r["checkpoint_s"] for r in sub])
+        ax.bar(x, comp, color="#4C72B0", label="compute")
+        ax.bar(x, chk, bottom=comp, color="#DD8452", label="checkpoints")
+        floor = [r["total_s"] for r in sub if r["strategy"] == "floor"]
+        if floor:
+            ax.axhline(floor[0], color="black", lw=0.8, ls="--", label="floor")
+        for xi, r in zip(x, sub, strict=True):
+            if r["vs_floor_pct"] is not None and r["strategy"] != "floor":
+                ax.text(xi, r["total_s"], f"+{r['vs_floor_pct']:.0f}%", ha="center", va="bottom", fontsize=7)
+        ax.set_xticks(x, [r["strategy"] for r in sub], rotation=60, ha="right", fontsize=8)
+        # Strategies differ by percent, not by multiples: start the axis near the smallest total.
+        ax.set_ylim(0.9 * min(totals), 1.04 * max(totals))
+        title = f"{mode}" + (f"\n({labels[mode]})" if labels and mode in labels else "")
+        ax.set_title(title, fontsize=10)
+        ax.grid(axis="y", alpha=0.3)
+    axes[0][0].set_ylabel("total time (s), axis starts above 0")
+    axes[0][-1].legend(loc="upper right", fontsize=8)
+    fig.tight_layout()
+    save_figure(fig, path)
+
+
+def save_figure(fig, path: Path, dpi: int = 110) -> None:
+    """Write a matplotlib figure as PNG next to its final name, then rename: never a half-written chart.
+    A figure made by pyplot is closed; one made as a bare `Figure` (no pyplot) needs nothing."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".png")
+    os.close(fd)
+    fig.savefig(tmp, dpi=dpi)
+    if getattr(fig.canvas, "manager", None) is not None:
+        import matplotlib.pyplot as plt
+
+        plt.close(fig)
+    os.replace(tmp, path)
+
+
+TERMINAL_HEADERS = {
+    "strategy": "strategy",
+    "compute_s": "compute s",
+    "checkpoints": "ckpts",
+    "checkpoint_s": "ckpt s",
+    "total_s": "total s",
+    "vs_floor_pct": "vs floor",
+    "mean_decision_ms": "decide ms",
+}
+
+
+def print_table(rows: list[dict], console, title: str = "") -> None:
+    """One mode's rows (the mode is in the title), narrow enough for an 80-column terminal."""
+    from rich.table import Table
+
+    table = Table(title=title or None)
+    headers = dict(TERMINAL_HEADERS)
+    if any("recreates" in r for r in rows):  # the cluster is nodes
+        headers.update(recreates="recr", stops="stops")
+    for c, header in headers.items():
+        table.add_column(header, justify="left" if c == "strategy" else "right", no_wrap=True)
+    for r in rows:
+        cells = []
+        for c in headers:
+            v = r[c]
+            if v is None:
+                cells.append("")
+            elif c == "vs_floor_pct":
+                cells.append(f"{v:+.1f}%")
+            elif isinstance(v, float):
+                cells.append(f"{v:.2f}")
+            else:
+                cells.append(str(v))
+        table.add_row(*cells)
+    console.print(table)

@@ -1,0 +1,228 @@
+"""The double barrier of one superstep, over a :class:`~.session.ZkSession`."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from ..core.errors import InputError
+from .schema import RunPaths, encode
+from .session import RECHECK_S, ZkSession
+
+
+class ArrivalRefused(Exception):
+    """ZooKeeper refused an arrival's transaction for another reason than a node already there (the
+    step's report refers to a node that is gone): not a connection problem, so not retried."""
+
+
+class BarrierNodes:
+    """The nodes of step t's barrier: ``barrier/<t>/{enter,leave}/<name>`` and the flags ``go`` and
+    ``done``, made when the step is published and removed in one transaction once everyone is past it.
+    Shared by :class:`StepBarrier` and :class:`~.counting_barrier.CountingBarrier`, which differ only in
+    who counts the arrivals."""
+
+    PHASES = {"enter": "go", "leave": "done"}
+
+    def __init__(self, session: ZkSession, paths: RunPaths, t: int, participants: list[str] | tuple[str, ...]) -> None:
+        self.session = session
+        self.t = t
+        self.base = paths.barrier(t)
+        self.participants = frozenset(participants)
+
+    @property
+    def go_path(self) -> str:
+        return f"{self.base}/go"
+
+    @property
+    def done_path(self) -> str:
+        return f"{self.base}/done"
+
+    def setup_ops(self) -> list[tuple]:
+        return [
+            ("create", self.base, None),
+            ("create", f"{self.base}/enter", None),
+            ("create", f"{self.base}/leave", None),
+        ]
+
+    def arrival_async(self, phase: str, name: str, with_ops: list[tuple] | None = None):
+        """Send our arrival at `phase` (``<phase>/<name>``), in one transaction with `with_ops` if any (e.g.
+        the step's report: both or neither, in the one round trip the arrival costs anyway); a future for
+        :meth:`settle_arrival`."""
+        s = self.session
+        path, data = f"{self.base}/{phase}/{name}", encode({"step": self.t})
+        if not with_ops:
+            return s.client.create_async(path, data, acl=s.acl)
+        tx = s.transaction(with_ops)
+        tx.create(path, data, acl=s.acl)
+        return tx.commit_async()
+
+    def settle_arrival(
+        self, future, phase: str, name: str, timeout_s: float, with_ops: list[tuple] | None = None
+    ) -> None:
+        """Wait for :meth:`arrival_async`'s answer (`with_ops`: the operations sent with the arrival). A node
+        already there is an earlier try's that went through before a connection loss, or another
+        incarnation's report of the step: what is missing is sent alone (the arrival, or the operations,
+        where only the arrival was there). Any other refusal raises ArrivalRefused; connection trouble
+        raises kazoo's exceptions (the caller retries)."""
+        from kazoo.exceptions import NodeExistsError, RolledBackError
+
+        try:
+            results = future.get(timeout=timeout_s)
+        except NodeExistsError:
+            return
+        if not isinstance(results, list):
+            return
+        failed = [
+            (i, r) for i, r in enumerate(results) if isinstance(r, Exception) and not isinstance(r, RolledBackError)
+        ]
+        if not failed:
+            return
+        at, first = failed[0]
+        if not isinstance(first, NodeExistsError):
+            raise ArrivalRefused(f"step {self.t}: {phase} of {name} refused by ZooKeeper: {first!r}")
+        if at == len(results) - 1:  # only the arrival was there: its operations go alone
+            answer = self.session.transaction(with_ops or []).commit_async().get(timeout=timeout_s)
+            refused = [r for r in answer if isinstance(r, Exception) and not isinstance(r, RolledBackError)]
+            if refused and not isinstance(refused[0], NodeExistsError):
+                raise ArrivalRefused(f"step {self.t}: {phase} of {name} refused by ZooKeeper: {refused[0]!r}")
+            return
+        self.settle_arrival(self.arrival_async(phase, name), phase, name, timeout_s)
+
+    def cleanup_ops(self) -> list[tuple]:
+        """Deletes of this step's barrier nodes, for one transaction once everyone is past it."""
+        s = self.session
+        ops: list[tuple] = []
+        for phase, flag in self.PHASES.items():
+            for c in s.children(f"{self.base}/{phase}"):
+                ops.append(("delete", f"{self.base}/{phase}/{c}"))
+            ops.append(("delete", f"{self.base}/{phase}"))
+            if s.exists(f"{self.base}/{flag}"):
+                ops.append(("delete", f"{self.base}/{flag}"))
+        ops.append(("delete", self.base))
+        return ops
+
+
+class StepBarrier(BarrierNodes):
+    """Double barrier for step t among a fixed set of named participants (kazoo's DoubleBarrier, per step
+    and restartable).
+
+    Entering creates ``enter/<name>``; whoever then counts every participant there creates ``go``, and
+    everyone waits for ``go``. Leaving is the same with ``leave/<name>`` and ``done``. The nodes are
+    persistent and creating one twice is harmless, so a participant restarted inside a step simply enters
+    (and leaves) again: when the others have passed already, ``go`` is there and it goes straight through.
+    The coordinator creates ``barrier/<t>``, ``enter`` and ``leave`` when it publishes the step.
+    """
+
+    def _pass(
+        self, phase: str, flag: str, name: str, timeout_s: float | None, interrupt, with_ops: list[tuple] | None = None
+    ) -> float:
+        if name not in self.participants:
+            raise InputError(f"{name!r} is not a participant of this barrier", field="task")
+        t0 = time.perf_counter()
+        s = self.session
+        flag_path = f"{self.base}/{flag}"
+        arrived: list[bool] = []
+        if self._fast_pass(phase, flag_path, name, timeout_s, with_ops, arrived):
+            return time.perf_counter() - t0
+        if not arrived:  # the fast pass did not get our arrival through: send it (with its operations) again
+            s.retry(
+                lambda: self.settle_arrival(
+                    self.arrival_async(phase, name, with_ops), phase, name, s.op_deadline_s, with_ops
+                )
+            )
+
+        def check(watch):
+            if s.exists(flag_path, watch=watch):
+                return True
+            stat = s.retry(s.client.exists, f"{self.base}/{phase}")
+            if stat is not None and stat.numChildren >= len(self.participants):
+                here = self.participants.intersection(s.children(f"{self.base}/{phase}"))
+                if len(here) == len(self.participants):
+                    s.create(flag_path, {"step": self.t})
+                    return True
+            return None
+
+        if s.wait_for(check, timeout_s, interrupt=interrupt) is None:
+            raise TimeoutError(f"step {self.t}: {phase} barrier not passed within {timeout_s} s")
+        return time.perf_counter() - t0
+
+    def _fast_pass(
+        self,
+        phase: str,
+        flag_path: str,
+        name: str,
+        timeout_s: float | None,
+        with_ops: list[tuple] | None = None,
+        arrived: list[bool] | None = None,
+    ) -> bool:
+        """The common case in one round trip: create our node, count the phase's children, watch the flag,
+        pipelined (one session's requests are served in order, so the count includes our node and the one
+        whose node came last sees them all). False on any trouble: the caller's loop takes over."""
+        from kazoo.exceptions import KazooException, NodeExistsError
+
+        s = self.session
+        client = s.client
+        arrived = [] if arrived is None else arrived
+        ev = threading.Event()
+        seen: list[str] = []
+
+        def on_flag(event) -> None:
+            seen.append(event.type)
+            ev.set()
+
+        try:
+            f_create = self.arrival_async(phase, name, with_ops)
+            f_count = client.exists_async(f"{self.base}/{phase}")  # numChildren, not n names: O(n) not O(n^2)
+            f_flag = client.exists_async(flag_path, watch=on_flag)
+            self.settle_arrival(f_create, phase, name, 5, with_ops)
+            arrived.append(True)
+            count = f_count.get(timeout=5)
+            if f_flag.get(timeout=5) is not None:
+                return True
+            n = len(self.participants)
+            if count is not None and count.numChildren >= n:
+                # the last one in. Only the run's credentials may add children and only participants'
+                # names are written, so n children are the n participants; more would be an anomaly:
+                # then look at the names
+                if count.numChildren == n:
+                    here = self.participants
+                else:
+                    here = self.participants.intersection(
+                        client.get_children_async(f"{self.base}/{phase}").get(timeout=5)
+                    )
+                if len(here) == n:
+                    try:
+                        client.create_async(flag_path, encode({"step": self.t}), acl=s.acl).get(timeout=5)
+                    except NodeExistsError:
+                        pass
+                    return True
+        except ArrivalRefused:
+            raise
+        except (KazooException, Exception):  # connection trouble: the robust loop retries
+            return False
+        # wait for the last participant's flag; the loop below re-checks after reconnects
+        with s._lock:
+            s._wakers.add(ev)
+        try:
+            wait = RECHECK_S if timeout_s is None else min(RECHECK_S, timeout_s)
+            if not ev.wait(wait):
+                return False
+            # the flag's creation is the release itself; anything else (a reconnect) is checked
+            return "CREATED" in seen or s.exists(flag_path)
+        finally:
+            with s._lock:
+                s._wakers.discard(ev)
+
+    def enter(self, name: str, timeout_s: float | None = None, interrupt=None) -> float:
+        """Enter; returns once every participant has entered (the wait, in seconds)."""
+        return self._pass("enter", "go", name, timeout_s, interrupt)
+
+    def leave(
+        self, name: str, timeout_s: float | None = None, interrupt=None, with_ops: list[tuple] | None = None
+    ) -> float:
+        """Leave, committing `with_ops` (the step's report) in one transaction with the arrival; returns
+        once every participant has left (the wait, in seconds)."""
+        return self._pass("leave", "done", name, timeout_s, interrupt, with_ops)
+
+    def is_done(self, watch=None) -> bool:
+        return self.session.exists(self.done_path, watch=watch)
