@@ -14,7 +14,6 @@ access, which the base Role (namespaced) does not give: :meth:`Cluster.list_node
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -41,20 +40,6 @@ CLUSTER_READ_RULES: dict[tuple[str, str], tuple[str, ...]] = {
 
 class KubernetesError(InputError):
     """An API call failed in a way the user has to act on (permissions, a missing namespace...)."""
-
-
-def _api_exception():
-    from kubernetes.client.exceptions import ApiException
-
-    return ApiException
-
-
-def _connection_errors() -> tuple[type[BaseException], ...]:
-    """What a request to an unreachable server raises: OSError, and urllib3's own errors (in urllib3 2.x
-    MaxRetryError and NewConnectionError are not OSError)."""
-    from urllib3.exceptions import HTTPError
-
-    return (OSError, HTTPError)
 
 
 def _unreachable(what: str, conn: Connection, exc: BaseException) -> KubernetesError:
@@ -91,17 +76,16 @@ class Cluster:
         self.timeout = request_timeout_s
         self._caps: ServerCapabilities | None = None
 
-    def _dict(self, model) -> dict:
-        return self.conn.api_client.sanitize_for_serialization(model)
+    def _call(self, what: str, fn: Callable, *args, missing_ok=False, exists_ok=False, forbidden_ok=False, **kw):
+        """One API call's answer as a dict; None where the call says it may be missing (404), exist already
+        (409) or be forbidden (401/403); any other failure as a KubernetesError that says what to do."""
+        from kubernetes.client.exceptions import ApiException
+        from urllib3.exceptions import HTTPError  # urllib3 2.x: MaxRetryError and co. are not OSError
 
-    def _call(self, what: str, fn: Callable, *args, missing_ok: bool = False, exists_ok: bool = False, **kw):
-        ApiException = _api_exception()
         try:
-            return self._dict(fn(*args, _request_timeout=self.timeout, **kw))
+            return self.conn.api_client.sanitize_for_serialization(fn(*args, _request_timeout=self.timeout, **kw))
         except ApiException as exc:
-            if exc.status == 404 and missing_ok:
-                return None
-            if exc.status == 409 and exists_ok:
+            if {404: missing_ok, 409: exists_ok, 401: forbidden_ok, 403: forbidden_ok}.get(exc.status):
                 return None
             if exc.status in (401, 403):
                 raise KubernetesError(
@@ -110,8 +94,12 @@ class Cluster:
                     field="kubernetes",
                 ) from exc
             raise KubernetesError(f"{what}: {_reason(exc)}", field="kubernetes") from exc
-        except _connection_errors() as exc:
+        except (OSError, HTTPError) as exc:
             raise _unreachable(what, self.conn, exc) from None
+
+    def _list(self, what: str, fn: Callable, *args, **kw) -> list[dict] | None:
+        out = self._call(what, fn, *args, **kw)
+        return None if out is None else out.get("items") or []
 
     # -- discovery ---------------------------------------------------------------------------------
     def capabilities(self) -> ServerCapabilities:
@@ -124,13 +112,8 @@ class Cluster:
     # -- pods --------------------------------------------------------------------------------------
     def create_pod(self, body: dict) -> dict | None:
         """The created pod, or None if one of that name exists already."""
-        return self._call(
-            f"create pod {body['metadata']['name']}",
-            self.core.create_namespaced_pod,
-            self.namespace,
-            body,
-            exists_ok=True,
-        )
+        what = f"create pod {body['metadata']['name']}"
+        return self._call(what, self.core.create_namespaced_pod, self.namespace, body, exists_ok=True)
 
     def get_pod(self, name: str) -> dict | None:
         return self._call(f"read pod {name}", self.core.read_namespaced_pod, name, self.namespace, missing_ok=True)
@@ -141,10 +124,8 @@ class Cluster:
         return containers[0].get("image") if containers else None
 
     def list_pods(self, selector: str) -> list[dict]:
-        out = self._call(
-            f"list pods ({selector})", self.core.list_namespaced_pod, self.namespace, label_selector=selector
-        )
-        return out.get("items") or []
+        fn = self.core.list_namespaced_pod
+        return self._list(f"list pods ({selector})", fn, self.namespace, label_selector=selector) or []
 
     def delete_pod(self, name: str, grace_s: int | None = None) -> bool:
         """True if there was a pod to delete."""
@@ -155,30 +136,17 @@ class Cluster:
         return found is not None
 
     def resize_pod(self, name: str, patch: dict) -> dict:
-        return self._call(
-            f"resize pod {name}",
-            self.core.patch_namespaced_pod_resize,
-            name,
-            self.namespace,
-            patch,
-            _content_type=STRATEGIC_MERGE,
-        )
+        fn = self.core.patch_namespaced_pod_resize
+        return self._call(f"resize pod {name}", fn, name, self.namespace, patch, _content_type=STRATEGIC_MERGE)
 
     # -- jobs --------------------------------------------------------------------------------------
     def create_job(self, body: dict) -> dict | None:
-        return self._call(
-            f"create job {body['metadata']['name']}",
-            self.batch.create_namespaced_job,
-            self.namespace,
-            body,
-            exists_ok=True,
-        )
+        what = f"create job {body['metadata']['name']}"
+        return self._call(what, self.batch.create_namespaced_job, self.namespace, body, exists_ok=True)
 
     def list_jobs(self, selector: str) -> list[dict]:
-        out = self._call(
-            f"list jobs ({selector})", self.batch.list_namespaced_job, self.namespace, label_selector=selector
-        )
-        return out.get("items") or []
+        fn = self.batch.list_namespaced_job
+        return self._list(f"list jobs ({selector})", fn, self.namespace, label_selector=selector) or []
 
     def delete_job(self, name: str) -> bool:
         """Deletes the job and (in the background) its pods."""
@@ -195,26 +163,16 @@ class Cluster:
     # -- cluster-wide reads for the fit check (optional) ---------------------------------------------
     def list_nodes(self) -> list[dict] | None:
         """Every node, or None when the account may not list nodes (the fit check is then skipped)."""
-        return self._optional_list("list nodes", self.core.list_node)
+        return self._list("list nodes", self.core.list_node, forbidden_ok=True)
 
     def list_all_pods(self) -> list[dict] | None:
         """Every unfinished pod of every namespace (their requests occupy the nodes), or None (403)."""
-        return self._optional_list(
+        return self._list(
             "list pods in all namespaces",
             self.core.list_pod_for_all_namespaces,
             field_selector="status.phase!=Succeeded,status.phase!=Failed",
+            forbidden_ok=True,
         )
-
-    def _optional_list(self, what: str, fn: Callable, **kw) -> list[dict] | None:
-        ApiException = _api_exception()
-        try:
-            return (self._dict(fn(_request_timeout=self.timeout, **kw)).get("items")) or []
-        except ApiException as exc:
-            if exc.status in (401, 403):
-                return None
-            raise KubernetesError(f"{what}: {_reason(exc)}", field="kubernetes") from exc
-        except _connection_errors() as exc:
-            raise _unreachable(what, self.conn, exc) from None
 
 
 # -- reading a pod's status ----------------------------------------------------------------------------
@@ -228,12 +186,12 @@ class PodState:
     node: str | None
     running: bool  # the container is running
     problem: str | None  # why the pod is lost for good (evicted, failed, deleted by someone), else None
-    waiting: str | None  # why a pending pod is not running yet (unschedulable, image pull...)
-    fatal_waiting: bool  # that reason will not go away by waiting
-    spec_cpu_m: float | None  # the container's CPU limit in the spec (what was asked)
-    actual_cpu_m: float | None  # its CPU limit as the kubelet reports it applied (1.33+), else None
-    resize: str | None  # None, or 'pending: <reason> <message>' or 'in progress'
-    resize_infeasible: str | None  # the kubelet says the resize cannot be done on this node
+    waiting: str | None = None  # why a pending pod is not running yet (unschedulable, image pull...)
+    fatal_waiting: bool = False  # that reason will not go away by waiting
+    spec_cpu_m: float | None = None  # the container's CPU limit in the spec (what was asked)
+    actual_cpu_m: float | None = None  # its CPU limit as the kubelet reports it applied (1.33+), else None
+    resize: str | None = None  # None, or 'pending: <reason> <message>' or 'in progress'
+    resize_infeasible: str | None = None  # the kubelet says the resize cannot be done on this node
     exit_code: int | None = None  # the container's, once it terminated
     platform_lost: bool = False  # the platform took the pod (evicted, deleted, preempted, rejected by the
     #                              kubelet), as opposed to a container that exited by itself
@@ -250,21 +208,7 @@ def _container(items: list[dict] | None, name: str) -> dict:
 
 def pod_state(pod: dict | None, container: str = n.WORKER_CONTAINER) -> PodState:
     if pod is None:
-        return PodState(
-            "?",
-            "Gone",
-            None,
-            False,
-            "the pod is gone (deleted outside bsp-planner?)",
-            None,
-            False,
-            None,
-            None,
-            None,
-            None,
-            None,
-            True,
-        )
+        return PodState("?", "Gone", None, False, "the pod is gone (deleted outside bsp-planner?)", platform_lost=True)
     meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
     name = meta.get("name", "?")
     phase = status.get("phase") or "Pending"
@@ -376,15 +320,3 @@ def resize_done(state: PodState, target_m: float) -> bool:
         and state.actual_cpu_m is not None
         and abs(state.actual_cpu_m - target_m) < 0.5
     )
-
-
-def wait_until(
-    check: Callable[[], bool], timeout_s: float, poll_s: float, sleep=time.sleep, clock=time.monotonic
-) -> bool:
-    end = clock() + timeout_s
-    while True:
-        if check():
-            return True
-        if clock() >= end:
-            return False
-        sleep(poll_s)

@@ -42,16 +42,48 @@ def _container_security() -> dict:
     return {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"]}}
 
 
-def _downward_env() -> list[dict]:
-    """The pod's and node's names, and a writable home and temporary directory (the root filesystem is
-    read-only; the scratch volume is not)."""
-    return [
+def _env(env: dict[str, str] | None = None) -> list[dict]:
+    """The pod's and node's names, a writable home and temporary directory (the root filesystem is
+    read-only; the scratch volume is not), then `env`."""
+    downward: list[dict] = [
         {"name": "BSP_PLANNER_POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
         {"name": "BSP_PLANNER_NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
         {"name": "HOME", "value": SCRATCH_DIR},
         {"name": "TMPDIR", "value": SCRATCH_DIR},
         {"name": "MPLCONFIGDIR", "value": f"{SCRATCH_DIR}/.matplotlib"},
     ]
+    return downward + [{"name": k, "value": v} for k, v in sorted((env or {}).items())]
+
+
+def _container(name: str, image: str, settings: PodSettings, cpu_millicores: float, env: list[dict]) -> dict:
+    """A container of ours: CPU and memory requests = limits, in the scratch folder, unprivileged."""
+    return {
+        "name": name,
+        "image": image,
+        "imagePullPolicy": settings.image_pull_policy,
+        "env": env,
+        "resources": _resources(cpu_millicores, settings.memory),
+        "workingDir": SCRATCH_DIR,
+        "volumeMounts": [{"name": "scratch", "mountPath": SCRATCH_DIR}],
+        "securityContext": _container_security(),
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+
+
+def _pod_spec(settings: PodSettings, container: dict) -> dict:
+    """A pod that runs once (``restartPolicy: Never``), with no API token, as the image's user."""
+    spec = {
+        "restartPolicy": "Never",
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "terminationGracePeriodSeconds": settings.termination_grace_s,
+        "securityContext": _pod_security(),
+        "containers": [container],
+        "volumes": [{"name": "scratch", "emptyDir": {}}],
+    }
+    if settings.node_selector:
+        spec["nodeSelector"] = dict(settings.node_selector)
+    return spec
 
 
 @dataclass(frozen=True)
@@ -87,41 +119,18 @@ def worker_pod(
     ``restartPolicy: Never``: a worker that fails is reported by the coordinator, which stops the run
     (resumable), rather than restarted behind its back. `run_dir_claim`: a PersistentVolumeClaim mounted
     at :data:`RUN_DIR_MOUNT` in every pod of the run (the tasks' shared run folder, ``{run_dir}``)."""
-    volumes: list[dict] = [{"name": "scratch", "emptyDir": {}}]
-    mounts = [{"name": "scratch", "mountPath": SCRATCH_DIR}]
-    if run_dir_claim:
-        volumes.append({"name": "run-dir", "persistentVolumeClaim": {"claimName": run_dir_claim}})
-        mounts.append({"name": "run-dir", "mountPath": RUN_DIR_MOUNT})
-    container = {
-        "name": n.WORKER_CONTAINER,
-        "image": image or settings.image,
-        "imagePullPolicy": settings.image_pull_policy,
-        **({} if command is None else {"command": list(command), "args": list(args)}),
-        "env": _downward_env() + [{"name": k, "value": v} for k, v in sorted((env or {}).items())],
-        "resources": _resources(cpu_millicores, settings.memory),
-        "resizePolicy": [
-            {"resourceName": "cpu", "restartPolicy": "NotRequired"},
-            {"resourceName": "memory", "restartPolicy": "NotRequired"},
-        ],
-        "workingDir": SCRATCH_DIR,
-        "volumeMounts": mounts,
-        "securityContext": _container_security(),
-        "terminationMessagePolicy": "FallbackToLogsOnError",
-    }
-    security = _pod_security()
+    container = _container(n.WORKER_CONTAINER, image or settings.image, settings, cpu_millicores, _env(env))
+    if command is not None:
+        container.update(command=list(command), args=list(args))
+    container["resizePolicy"] = [
+        {"resourceName": "cpu", "restartPolicy": "NotRequired"},
+        {"resourceName": "memory", "restartPolicy": "NotRequired"},
+    ]
+    spec = _pod_spec(settings, container)
     if run_dir_claim:  # the claim's files belong to the pods' group, whoever created the volume
-        security["fsGroup"] = RUN_AS_USER
-    spec = {
-        "restartPolicy": "Never",
-        "automountServiceAccountToken": False,
-        "enableServiceLinks": False,
-        "terminationGracePeriodSeconds": settings.termination_grace_s,
-        "securityContext": security,
-        "containers": [container],
-        "volumes": volumes,
-    }
-    if settings.node_selector:
-        spec["nodeSelector"] = dict(settings.node_selector)
+        spec["volumes"].append({"name": "run-dir", "persistentVolumeClaim": {"claimName": run_dir_claim}})
+        container["volumeMounts"].append({"name": "run-dir", "mountPath": RUN_DIR_MOUNT})
+        spec["securityContext"]["fsGroup"] = RUN_AS_USER
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -192,18 +201,8 @@ def resize_patch(cpu_millicores: float) -> dict:
 
 # -- profiling ---------------------------------------------------------------------------------------
 def profile_labels(profile_id: str, cell_id: str | None = None, task: str | None = None) -> dict[str, str]:
-    labels = {
-        n.LABEL_NAME: n.APP,
-        n.LABEL_PART_OF: n.APP,
-        n.LABEL_MANAGED_BY: n.APP,
-        n.LABEL_COMPONENT: n.COMPONENT_PROFILER,
-        n.LABEL_PROFILE: profile_id,
-    }
-    if cell_id is not None:
-        labels[n.LABEL_CELL] = cell_id
-    if task is not None:
-        labels[n.LABEL_TASK] = n.dns_label(task)
-    return labels
+    own = {n.LABEL_PROFILE: profile_id, **({} if cell_id is None else {n.LABEL_CELL: cell_id})}
+    return n.app_labels(n.COMPONENT_PROFILER, own, task)
 
 
 def profile_selector(profile_id: str) -> str:
@@ -231,30 +230,9 @@ def profile_job(
     that names its own `image` is measured in that image, with `env` (BSP_WORKLOAD...) added."""
     labels = profile_labels(profile_id, cell_id, task)
     annotations = {n.ANNOTATION_CELL: cell_text, n.ANNOTATION_TASK: task, n.ANNOTATION_CPU: str(int(cpu_millicores))}
-    container = {
-        "name": n.COMPONENT_PROFILER,
-        "image": image or settings.image,
-        "imagePullPolicy": settings.image_pull_policy,
-        "command": list(command),
-        "env": _downward_env() + [{"name": k, "value": v} for k, v in sorted((env or {}).items())],
-        "resources": _resources(cpu_millicores, settings.memory),
-        "workingDir": SCRATCH_DIR,
-        "volumeMounts": [{"name": "scratch", "mountPath": SCRATCH_DIR}],
-        "securityContext": _container_security(),
-        "terminationMessagePath": "/dev/termination-log",
-        "terminationMessagePolicy": "FallbackToLogsOnError",
-    }
-    pod_spec = {
-        "restartPolicy": "Never",
-        "automountServiceAccountToken": False,
-        "enableServiceLinks": False,
-        "terminationGracePeriodSeconds": settings.termination_grace_s,
-        "securityContext": _pod_security(),
-        "containers": [container],
-        "volumes": [{"name": "scratch", "emptyDir": {}}],
-    }
-    if settings.node_selector:
-        pod_spec["nodeSelector"] = dict(settings.node_selector)
+    container = _container(n.COMPONENT_PROFILER, image or settings.image, settings, cpu_millicores, _env(env))
+    container.update(command=list(command), terminationMessagePath="/dev/termination-log")
+    pod_spec = _pod_spec(settings, container)
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -319,27 +297,12 @@ def process_profile_job(
     del main["command"]
     if program is not None:
         main["command"] = list(program)
-    helper = {
-        "image": settings.image,
-        "imagePullPolicy": settings.image_pull_policy,
-        "env": _downward_env(),
-        "resources": _resources(COLLECTOR_CPU_MILLICORES, settings.memory),
-        "workingDir": SCRATCH_DIR,
-        "volumeMounts": [{"name": "scratch", "mountPath": SCRATCH_DIR}],
-        "securityContext": _container_security(),
-        "terminationMessagePath": "/dev/termination-log",
-        "terminationMessagePolicy": "FallbackToLogsOnError",
-    }
     module = ["python", "-m", "bsp_planner.profiling.pod_process"]
-    spec["initContainers"] = [
-        {
-            **helper,
-            "name": "plan",
-            "command": [*module, "plan", plan_file],
-            "env": [*_downward_env(), {"name": "BSP_PROFILE_PLAN_JSON", "value": plan_json}],
-        }
-    ]
-    spec["containers"].append(
-        {**helper, "name": COLLECTOR_CONTAINER, "command": [*module, "collect", plan_file, f"{timeout_s:g}"]}
-    )
+
+    def helper(name: str, command: list[str], env: dict[str, str] | None = None) -> dict:  # the run's image, 100m
+        c = _container(name, settings.image, settings, COLLECTOR_CPU_MILLICORES, _env(env))
+        return {**c, "command": command, "terminationMessagePath": "/dev/termination-log"}
+
+    spec["initContainers"] = [helper("plan", [*module, "plan", plan_file], {"BSP_PROFILE_PLAN_JSON": plan_json})]
+    spec["containers"].append(helper(COLLECTOR_CONTAINER, [*module, "collect", plan_file, f"{timeout_s:g}"]))
     return job

@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import math
 import re
-from decimal import Decimal, InvalidOperation
 
 from ..core.errors import InputError
 
@@ -84,17 +83,17 @@ def pod_name(run_id: str, task: str) -> str:
     return dns_label(f"bsp-{run_id}-{dns_label(task, 40)}")
 
 
-def run_labels(run_id: str, task: str | None = None) -> dict[str, str]:
-    labels = {
-        LABEL_NAME: APP,
-        LABEL_PART_OF: APP,
-        LABEL_MANAGED_BY: APP,
-        LABEL_COMPONENT: COMPONENT_WORKER,
-        LABEL_RUN: run_id,
-    }
+def app_labels(component: str, own: dict[str, str], task: str | None = None) -> dict[str, str]:
+    """The labels of every object of bsp-planner: the app's, its `component`, the run's or profile's
+    `own`, and the task's (as a DNS label) when it belongs to one."""
+    labels = {LABEL_NAME: APP, LABEL_PART_OF: APP, LABEL_MANAGED_BY: APP, LABEL_COMPONENT: component, **own}
     if task is not None:
         labels[LABEL_TASK] = dns_label(task)
     return labels
+
+
+def run_labels(run_id: str, task: str | None = None) -> dict[str, str]:
+    return app_labels(COMPONENT_WORKER, {LABEL_RUN: run_id}, task)
 
 
 def run_selector(run_id: str) -> str:
@@ -111,29 +110,9 @@ def cpu_quantity(millicores: float) -> str:
     return str(m // 1000) if m % 1000 == 0 else f"{m}m"
 
 
-_SUFFIX = {
-    "n": Decimal("1e-9"),
-    "u": Decimal("1e-6"),
-    "m": Decimal("1e-3"),
-    "": Decimal(1),
-    "k": Decimal(1000),
-    "M": Decimal(10**6),
-    "G": Decimal(10**9),
-}
-
-
 def cpu_millicores(quantity: str | int | float | None) -> float:
-    """A CPU quantity ('250m', '1', '1.5', '2500000n') in millicores; None or '' is 0."""
-    if quantity is None or quantity == "":
-        return 0.0
-    if isinstance(quantity, (int, float)):
-        return float(quantity) * 1000
-    text = str(quantity).strip()
-    m = re.fullmatch(r"([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)([numkMG]?)", text)
-    if not m:
-        raise ValueError(f"not a CPU quantity: {quantity!r}")
-    try:
-        value = Decimal(m.group(1)) * _SUFFIX[m.group(2)]
-    except InvalidOperation as exc:
-        raise ValueError(f"not a CPU quantity: {quantity!r}") from exc
-    return float(value * 1000)
+    """A CPU quantity ('250m', '1', '1.5', '2500000n') in millicores; None or '' is 0 (ValueError if it is
+    none: the client's own parser reads it)."""
+    from kubernetes.utils.quantity import parse_quantity
+
+    return 0.0 if quantity is None or quantity == "" else float(parse_quantity(quantity) * 1000)
