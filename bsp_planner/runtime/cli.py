@@ -24,7 +24,8 @@ from .zkserver import DEFAULT_DATA_DIR, DEFAULT_PORT
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from .coordinator import Coordinator, RunSettings
+    from .coordinator import Coordinator
+    from .run_settings import RunSettings
 
 zk_app = typer.Typer(
     help="A local ZooKeeper server for live runs (Debian's zookeeper package, or ZOOKEEPER_HOME).", no_args_is_help=True
@@ -178,7 +179,9 @@ def run(
     from ..core.outputs import check_output_dir
     from ..inputs.settings import flag_overrides
     from ..inputs.shipped import find_experiment
-    from .coordinator import Coordinator, RunSettings, check_run_id, new_run_id
+    from .coordinator import Coordinator
+    from .run_settings import RunSettings
+    from .run_store import check_run_id, new_run_id
 
     console = Console()
     check_output_dir(runs_dir, "--runs-dir")
@@ -339,7 +342,7 @@ def _check_experiment(settings: RunSettings, flagged: list[tuple[str, str]]) -> 
 def _resumed_settings(runs_dir: Path, rid: str, zookeeper: str | None, zk_wait: float) -> RunSettings:
     """The run's own settings, read (not taken: the coordinator takes the run before writing), with the
     ZooKeeper address and wait of this invocation."""
-    from .coordinator import RunSettings
+    from .run_settings import RunSettings
     from .run_store import RunStore, resolved_path
 
     store = RunStore(runs_dir, rid)
@@ -408,7 +411,8 @@ def _run_to_the_end(console: Console, coord: Coordinator) -> None:
     from rich.console import Console
 
     from ..core.signals import routed_to
-    from .coordinator import RunFailed, RunInterrupted
+    from .coordinator import RunInterrupted
+    from .executor import RunFailed
 
     err = Console(stderr=True)
 

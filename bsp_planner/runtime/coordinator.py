@@ -2,11 +2,11 @@
 
     bsp-planner run --backend local --planner mpc [--experiment live-default]
 
-It builds the planning context exactly as `simulate` does (:func:`bsp_planner.simulate.scenario.build_scenario`
-on an experiment file), takes the run (:mod:`.run_store`: the run folder; :mod:`.run_lock`: the one
-coordinator lock in ZooKeeper), starts every task through a backend, and runs the steps through the one
-step loop `simulate` runs (:class:`bsp_planner.loop.StepLoop`), with :class:`.live_steps.LiveSteps` as
-its executor. Before every superstep t:
+It builds the planning context exactly as `simulate` does (:mod:`.run_plan`: the experiment file, the
+run's nodes, the cost of its reconfiguration method), takes the run (:mod:`.run_store`: the run folder;
+:mod:`.run_lock`: the one coordinator lock in ZooKeeper), starts every task through a backend, and runs the
+steps through the one step loop `simulate` runs (:class:`bsp_planner.loop.StepLoop`), with
+:class:`.live_steps.LiveSteps` as its executor (:func:`.live_steps.run_logged`). Before every superstep t:
 
 1. the loop asks the planner (``planner.decide(t, current)``, the same call the simulator makes);
 2. the executor (:mod:`.executor`) applies a changed configuration, ``in-place`` or ``recreate``,
@@ -37,36 +37,24 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import zk as Z
 from ..core.errors import InputError
 from ..inputs.shipped import data_path
-from ..loop import InvalidDecision
+from ..zk.credentials import Credentials, run_credentials, worker_auth_env
+from ..zk.schema import DEFAULT_PARENT, RunPaths, run_value
+from ..zk.session import ZkSession, ZkUnavailable
 from .backends import Backend, TaskLost, make_backend
 from .executor import LiveExecutor, RunFailed
-from .live_steps import LiveSteps, observation_of
-from .run_inputs import check_profile_matches, fit_profile, period_mismatch, sha256
-from .run_lock import RunHeld, RunLock
+from .live_steps import run_logged
+from .run_inputs import period_mismatch
+from .run_lock import RunLock
+from .run_plan import RunPlanning
 from .run_root import claim_root, prepare_tree
-from .run_settings import RECONFIGURE, RunSettings
-from .run_store import RUN_FORMAT, RunStore, RunStoreUnwritable, check_run_id, new_run_id, now_iso, recorded_path
-from .runlog import RunLog, step_record
+from .run_settings import RunSettings
+from .run_store import RUN_FORMAT, RunStore, RunStoreUnwritable, now_iso, recorded_path
+from .runlog import RunLog
 from .services import Services
 from .stateful import continue_hint, resolve_reconfigure
 from .summary import write_summary
-
-__all__ = [
-    "Coordinator",
-    "LiveResult",
-    "RunFailed",
-    "RunHeld",
-    "RunInterrupted",
-    "RunSettings",
-    "RECONFIGURE",
-    "check_run_id",
-    "new_run_id",
-    "DEFAULT_EXPERIMENT",
-    "DEFAULT_RUNS_DIR",
-]
 
 DEFAULT_EXPERIMENT = data_path("experiments/live-default.toml")  # shipped (package data)
 DEFAULT_RUNS_DIR = Path("runs")
@@ -92,7 +80,7 @@ class LiveResult:
         self.records, self.summary, self.paths = records, summary, paths
 
 
-class Coordinator:
+class Coordinator(RunPlanning):
     def __init__(
         self,
         settings: RunSettings,
@@ -110,7 +98,7 @@ class Coordinator:
         self.resume = resume
         self._backend = backend
         self.say = say or (lambda text: None)
-        self.session: Z.ZkSession | None = None
+        self.session: ZkSession | None = None
         self.backend: Backend | None = None
         self.lock: RunLock | None = None
         self.executor: LiveExecutor | None = None
@@ -137,168 +125,22 @@ class Coordinator:
         if self.services:
             self.services.check(self._check_stop)  # restarts a service that exited, or fails the run
 
-    @property
-    def run_meta(self) -> dict:
-        return self.store.meta
-
-    # == inputs =======================================================================================
-    def _load(self) -> None:
-        from ..inputs.experiment import load_experiment
-        from ..inputs.job import load_job
-        from ..inputs.shipped import find_experiment
-        from ..planners.base import make_planner
-
-        s = self.settings
-        make_planner(s.planner)  # an unknown planner fails before anything starts
-        overrides = list(s.overrides) + [f"strategies={s.planner}", f"modes={s.mode}"]
-        exp = load_experiment(find_experiment(s.experiment), overrides)
-        assert exp.path is not None  # read from a file, never built in memory
-        source_profile = str(exp.profile_path)
-        check_profile_matches(exp)
-        fit_profile(exp, self.run_dir, write=not self.resume, say=self.say)
-        self.exp = exp
-        self.job = load_job(exp.job_path)
-        for t in self.job.task_names:
-            Z.check_task_name(t, self.job.path)
-        self.inputs = {  # named relative to the run folder (or shipped), never by a machine's absolute path
-            "experiment": recorded_path(exp.path, self.run_dir),
-            "job": recorded_path(exp.job_path, self.run_dir),
-            "profile": recorded_path(exp.profile_path, self.run_dir),
-            "profile_source": recorded_path(source_profile, self.run_dir),
-            "sha256": {
-                k: sha256(p)
-                for k, p in (("experiment", exp.path), ("job", exp.job_path), ("profile", exp.profile_path))
-            },
-        }
-        self._build_scenario()  # on the experiment's own nodes, if any (the backend's may replace them: _plan_on_nodes)
-
-    def _build_scenario(self) -> None:
-        """The planning context exactly as `simulate` builds it, on the run's nodes where it has any
-        (the experiment's [[node]], or those the backend reads: :meth:`_plan_on_nodes`)."""
-        from ..planners.base import make_planner
-        from ..simulate.scenario import build_scenario
-
-        s, exp = self.settings, self.exp
-        self.scen = build_scenario(exp)
-        self.ctx = self.scen.contexts[s.mode]
-        self.predictions = None
-        if s.mode in self.scen.step_sources:
-            # online forecasts and/or a learning model: the context's rows are made step by step from
-            # what the run observed (the same StepPredictions `simulate --online/--learn` uses)
-            from ..simulate.predictions import refuse_offline
-            from ..simulate.scenario import step_predictions
-
-            refuse_offline(make_planner(s.planner, exp.planner), "--online" if exp.online else "--learn")
-            self.ctx, self.predictions = step_predictions(self.scen, s.mode)
-        self.tasks = self.scen.task_names
-
-    def _plan_on_nodes(self) -> None:
-        """A backend that knows its nodes (Kubernetes: each node's allocatable CPU less the other pods'
-        requests) gives the run its cluster: the experiment's [[node]] tables are checked against them
-        (each must name a node there with at least its cpu_millicores free), and without any the
-        run plans on the backend's nodes (placement chosen from the predictions, as `simulate` does).
-        A resumed run plans on the nodes (and placement) it recorded, so it makes its decisions again.
-        Then the planning context is built on them (:meth:`_build_scenario`, node-aware allocators: no
-        plan asks a node for more than it has), and the backend places every task where the plan says."""
-        import dataclasses
-
-        from ..inputs.experiment import NodeSettings
-
-        assert self.backend is not None  # made in _prepare
-        recorded = self.run_meta.get("cluster") if self.resume else None
-        nodes = self.backend.cluster_nodes()
-        exp = self.exp
-        if recorded:
-            exp = dataclasses.replace(
-                exp,
-                node=[NodeSettings(n["name"], float(n["cpu_millicores"]), list(n["tasks"])) for n in recorded["nodes"]],
-            )
-        elif nodes is not None and exp.node:
-            free = dict(nodes)
-            for j, n in enumerate(exp.node):
-                if n.name not in free:
-                    raise InputError(
-                        f"node {n.name!r} is not a schedulable node of the cluster (it has: "
-                        f"{', '.join(f'{k} {v:.0f}m free' for k, v in nodes) or 'none'})",
-                        path=exp.path,
-                        field=f"node[{j}].name",
-                    )
-                if n.cpu_millicores > free[n.name] + 0.5:
-                    raise InputError(
-                        f"node {n.name!r} has {free[n.name]:.0f}m free (allocatable less the other pods' requests), "
-                        f"less than the {n.cpu_millicores:g}m this experiment plans on it",
-                        path=exp.path,
-                        field=f"node[{j}].cpu_millicores",
-                    )
-        elif nodes is not None:
-            usable = [(name, m) for name, m in nodes if m >= exp.cpu.min_millicores]
-            exp = dataclasses.replace(exp, node=[NodeSettings(name, float(m)) for name, m in usable])
-            if not usable:
-                raise InputError(
-                    f"no node of the cluster has the {exp.cpu.min_millicores:g}m one task needs free ("
-                    f"{', '.join(f'{k} {v:.0f}m' for k, v in nodes) or 'no schedulable node'})",
-                    path=exp.path,
-                    field="cpu.min_millicores",
-                )
-        source = (
-            "run.json"
-            if recorded
-            else "experiment [[node]]"
-            if self.exp.node
-            else f"the {self.backend.name} backend"
-            if nodes is not None
-            else None
-        )
-        try:
-            if exp is not self.exp:  # planned on other nodes than the experiment's own: built again on them
-                self.exp = exp
-                self._build_scenario()
-        except InputError as exc:
-            if source != f"the {self.backend.name} backend" or not (exc.field or "").startswith("node"):
-                raise
-            raise InputError(
-                f"the cluster's nodes (read by the {self.backend.name} backend) cannot hold the job: {exc.message}",
-                path=exc.path,
-                field=exc.field,
-            ) from None
-        cluster = self.scen.cluster
-        self.cluster_record = None
-        if cluster is None:
-            return
-        placement = {t: cluster.names[int(cluster.node_of[i])] for i, t in enumerate(self.tasks)}
-        self.cluster_record = {
-            "source": source,
-            "placement": cluster.placement,
-            "nodes": [
-                {
-                    "name": name,
-                    "cpu_millicores": float(cluster.capacity_millicores[j]),
-                    "tasks": [t for t, where in placement.items() if where == name],
-                }
-                for j, name in enumerate(cluster.names)
-            ],
-        }
-        self.backend.place(placement)
-
-    def cpu_of(self, level: int) -> float:
-        return float(self.scen.cpu.to_millicores(level))
-
-    def _credentials(self) -> Z.Credentials:
-        return Z.run_credentials(self.settings.zk_auth, self.run_dir / "zk-auth", may_create=not self.resume)
+    def _credentials(self) -> Credentials:
+        return run_credentials(self.settings.zk_auth, self.run_dir / "zk-auth", may_create=not self.resume)
 
     def _worker_env(self) -> dict[str, str]:
-        env = Z.worker_auth_env(self.settings.zk_auth, self.run_dir / "zk-auth", self.creds)
+        env = worker_auth_env(self.settings.zk_auth, self.run_dir / "zk-auth", self.creds)
         env["BSP_RUN_DIR"] = str(self.run_dir.resolve())  # {run_dir} of command tasks
         return env
 
     @property
     def zk_root(self) -> str:
-        return self.settings.zk_root or f"{Z.DEFAULT_PARENT}/{self.run_id}"
+        return self.settings.zk_root or f"{DEFAULT_PARENT}/{self.run_id}"
 
     # == ZooKeeper: the run's root and its one coordinator ============================================
     def _connect(self) -> None:
         s = self.settings
-        self.session = Z.ZkSession(
+        self.session = ZkSession(
             s.zookeeper,
             self.creds,
             session_timeout_s=s.session_timeout_s,
@@ -313,7 +155,7 @@ class Coordinator:
         s = self.session
         assert s is not None  # run() opened it
         tasks = [{"name": t.name, **t.identity()} for t in self.job.tasks]
-        value = Z.run_value(
+        value = run_value(
             self.run_id, self.job.name, tasks, self.exp.workload_range, self.exp.steps, self.settings.barrier
         )
         self.lock = RunLock(s, self.paths.lock, self.run_id, self.instance)
@@ -357,7 +199,7 @@ class Coordinator:
             self.store.read_meta()
         self._load()
         if self.resume:
-            before = self.run_meta.get("inputs", {}).get("sha256", {})
+            before = self.store.meta.get("inputs", {}).get("sha256", {})
             changed = [k for k, v in self.inputs["sha256"].items() if before.get(k) not in (None, v)]
             if changed:
                 raise InputError(
@@ -367,7 +209,7 @@ class Coordinator:
                 )
         records = RunLog.load(self.run_dir) if self.resume else []
         self.creds = self._credentials()
-        self.paths = Z.RunPaths(self.zk_root)
+        self.paths = RunPaths(self.zk_root)
         self.backend = self._backend or make_backend(
             s.backend,
             run_id=self.run_id,
@@ -415,13 +257,13 @@ class Coordinator:
         self._connect()
         self._claim(len(records))
         # the run is ours from here on
-        resumes = self.run_meta.get("resumes", [])
+        resumes = self.store.meta.get("resumes", [])
         if self.resume:
             resumes = resumes + [now_iso()]
         self.store.write_meta(
             format=RUN_FORMAT,
             run_id=self.run_id,
-            created=self.run_meta.get("created", now_iso()),
+            created=self.store.meta.get("created", now_iso()),
             settings={**asdict(s), "experiment": recorded_path(s.experiment, self.run_dir)},
             inputs=self.inputs,
             zk_root=self.paths.root,
@@ -496,47 +338,6 @@ class Coordinator:
         }
         self.executor.task_env = {t: sv.env(t) for t in self.job.task_names}
 
-    def _plan_with_method_cost(self) -> None:
-        """The planner's reconfiguration penalty is the cost of the method this run uses; every change a
-        node-aware plan makes fits its tasks' nodes, so it is made by that method. Each method's cost is
-        the experiment's [reconfigure_cost] for it, else (a resumed run) the cost the run recorded, else
-        what the backend measures now, else penalty_s. The run's own method is always resolved; the
-        other one where this run may use it too: a Kubernetes in-place run recreates a stress-ng task
-        whose resize the kubelet refuses. Both are recorded in run.json and the summary."""
-        import dataclasses
-
-        method = self.settings.reconfigure
-        assert method is not None and self.backend is not None  # resolved and made in _prepare
-        before = self.run_meta.get("reconfigure_cost") if self.resume else None
-        before = before if isinstance(before, dict) else {}
-        other = "recreate" if method == "in-place" else "in-place"
-        may_use_other = self.backend.name == "kubernetes" and method == "in-place"
-        costs: dict[str, tuple[float | None, str]] = {}
-        for m in (method, other):
-            key = m.replace("-", "_") + "_s"  # in_place_s, recreate_s
-            cost, source = self.exp.reconfigure_cost.of(m), "experiment [reconfigure_cost]"
-            if cost is None and before.get(key) is not None:
-                cost, source = float(before[key]), before.get(key.replace("_s", "_source"), "run.json")
-            elif cost is None and before.get("method") == m and before.get("planned_s") is not None:
-                cost, source = float(before["planned_s"]), before.get("source", "run.json")  # an older run.json
-            if cost is None and (m == method or may_use_other):
-                cost, source = self.backend.measure_reconfigure_cost(m), f"measured by the {self.backend.name} backend"
-            if cost is None and m == method:
-                cost, source = float(self.exp.penalty_s), "the experiment's penalty_s"
-            elif cost is None:
-                source = "could not be measured" if may_use_other else "not used by this run's method"
-            costs[m] = (cost, source)
-        planned, source = costs[method]
-        assert planned is not None  # the run's own method always has a cost (penalty_s at worst)
-        self.ctx = dataclasses.replace(self.ctx, penalty_s=float(planned))
-        self.reconfigure_cost = {"method": method, "planned_s": float(planned), "source": source}
-        for m, (cost, src) in costs.items():
-            key = m.replace("-", "_")
-            self.reconfigure_cost[f"{key}_s"] = None if cost is None else float(cost)
-            self.reconfigure_cost[f"{key}_source"] = src
-        article = "an" if method[:1] in "aeiou" else "a"  # an in-place, a recreate
-        self.say(f"planning with {article} {method} reconfiguration cost of {planned:.4g} s ({source})")
-
     def _abandon(self, exc: BaseException) -> None:
         """A run that failed before any task started: a new one leaves nothing (its folder, its znodes);
         a resumed one that holds the lock records why, and stays resumable; one refused (another
@@ -591,13 +392,13 @@ class Coordinator:
             assert self.services is not None  # made in _prepare
             self.services.start_all(self._check_stop)  # each waited ready before any task starts
             self._bind_placeholders()
-            self._run_steps(loop, records, runlog)
+            run_logged(self, loop, records, runlog)
             assert self.executor is not None and self.session is not None  # set up by _prepare
             self.executor.finish(self.exp.steps)
             if not self.settings.keep_zk:
                 self.session.delete_tree(self.paths.root)
             status = "finished"
-        except (Z.ZkUnavailable, TaskLost, KeyboardInterrupt, RunStoreUnwritable) as exc:
+        except (ZkUnavailable, TaskLost, KeyboardInterrupt, RunStoreUnwritable) as exc:
             status = "interrupted"
             why = "interrupted (Ctrl-C or SIGTERM)" if isinstance(exc, KeyboardInterrupt) else str(exc)
             message = f"{why}; {_stopped_after(records)}; {then()}"
@@ -640,89 +441,3 @@ class Coordinator:
                     except Exception as exc:  # never hide the run's own outcome behind a reporting problem
                         self.say(f"could not write the summary: {exc}")
         return LiveResult(self.run_id, self.run_dir, status, records, self.summary, self.paths_out)
-
-    def _observation(self, rec: dict):
-        """What a logged step measured, as the loop learned from it when it ran (`live_steps.observation_of`)."""
-        by_task = {x["task"]: x for x in rec["tasks"]}
-        tasks = [by_task[name] for name in self.tasks]
-        reports = [
-            {"duration_s": x["measured_s"], **{k: x[k] for k in ("observed_workload", "next_workload") if k in x}}
-            for x in tasks
-        ]
-        given = np.array([x["workload"] for x in tasks], dtype=np.float64)
-        return observation_of(rec["step"], reports, given, rec["step_s"])
-
-    def _given_workloads(self, t: int) -> np.ndarray:
-        """What the tasks are told for step t: a task's series; a task without one, which reports its
-        workloads, is told the forecast (the task knows the truth, we do not)."""
-        given = self.scen.actual_workloads[:, t]
-        if not self.scen.known_workloads.all() and self.predictions is not None:
-            forecast = np.clip(self.predictions.expected_workloads(t)[:, 0], *self.exp.workload_range)
-            given = np.where(self.scen.known_workloads, given, forecast)
-        return given
-
-    def _run_steps(self, loop, records: list[dict], runlog: RunLog) -> None:
-        """The remaining steps through the one step loop on the live executor; every step is appended to
-        the run log (flushed) as it ends."""
-        ex = self.executor
-        assert ex is not None  # set up by _prepare
-        steps = LiveSteps(
-            ex,
-            first_step=len(records),
-            millicores=self.scen.cpu.to_millicores,
-            budget_millicores=self.exp.cpu.budget_millicores,
-            given_workloads=self._given_workloads,
-            workload_range=self.exp.workload_range,
-            before_reconfigure=self._relock_if_lost,
-            say=self.say,
-            planner_name=loop.planner.name,
-        )
-
-        def log_step(step) -> None:
-            t, obs = step.step, step.observation
-            d = obs.details
-            rec = step_record(
-                self,
-                t,
-                step.action,
-                step.levels,
-                step.reconfigured,
-                step.reconfigure_s,
-                step.decision_ms,
-                obs.step_s,
-                d["publish_s"],
-                d["released_at"],
-                d["reports"],
-                d["restarts"],
-                d["resumed"],
-                d["given"],
-            )
-            # what really happened (reconfig_s: its cost): a resumed run's first step started its workers
-            rec["reconfig_method"] = steps.method(t, step.reconfigured)
-            if t == steps.first_step:
-                rec["start_s"] = steps.start_s
-            elif step.reconfigured and len(set(ex.last_methods.values())) > 1:
-                rec["reconfig_methods"] = dict(ex.last_methods)  # some tasks fell back to another method
-            if step.learning is not None:
-                rec["learning"] = {
-                    k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in step.learning.items()
-                }
-                rec["learned_step_s"] = float(np.max(step.learning["predicted_before_s"]))
-            try:
-                runlog.append(rec)
-            except OSError as exc:
-                raise RunStoreUnwritable(
-                    f"step {t} ran but cannot be written to the run log {runlog.jsonl}: {exc.strerror or exc}"
-                ) from None
-            records.append(rec)
-            restarts = sum(d["restarts"].values())
-            self.say(
-                f"step {t:4d}: {rec['step_s']:.3f} s (predicted {rec['predicted_step_s']:.3f} s)"
-                + (f", reconfigured in {step.reconfigure_s:.3f} s" if step.reconfigured else "")
-                + (f", {restarts} restart(s)" if restarts else "")
-            )
-
-        try:
-            loop.run(steps, on_step=log_step)
-        except InvalidDecision as exc:
-            raise RunFailed(str(exc)) from None

@@ -10,6 +10,7 @@ keeps beyond a `StepObservation` (release time, restarts, each task's report) ri
 
 A step's observation is made from the tasks' reports exactly as it is made again from the run log on
 resume (`observation_of`), so a resumed run learns from the same numbers the first one did.
+:func:`run_logged` runs a coordinator's remaining steps this way, appending each to the run log as it ends.
 """
 
 from __future__ import annotations
@@ -21,8 +22,10 @@ from typing import Any
 
 import numpy as np
 
-from ..loop import StepObservation
+from ..loop import InvalidDecision, StepObservation
 from .executor import LiveExecutor, RunFailed
+from .run_store import RunStoreUnwritable
+from .runlog import RunLog, step_record
 
 
 @dataclass(frozen=True)
@@ -156,3 +159,67 @@ class LiveSteps:
             "given": given,
         }
         return LiveObservation(obs.step, obs.duration_s, obs.workloads, obs.step_s, obs.next_workloads, details)
+
+
+def run_logged(run, loop, records: list[dict], runlog: RunLog) -> None:
+    """The remaining steps of `run` (the coordinator) through the one step loop on its live executor; every
+    step is appended to `records` and to the run log (flushed) as it ends."""
+    ex = run.executor
+    steps = LiveSteps(
+        ex,
+        first_step=len(records),
+        millicores=run.scen.cpu.to_millicores,
+        budget_millicores=run.exp.cpu.budget_millicores,
+        given_workloads=run._given_workloads,
+        workload_range=run.exp.workload_range,
+        before_reconfigure=run._relock_if_lost,
+        say=run.say,
+        planner_name=loop.planner.name,
+    )
+
+    def log_step(step) -> None:
+        t, obs = step.step, step.observation
+        d = obs.details
+        rec = step_record(
+            run,
+            t,
+            step.action,
+            step.levels,
+            step.reconfigured,
+            step.reconfigure_s,
+            step.decision_ms,
+            obs.step_s,
+            d["publish_s"],
+            d["released_at"],
+            d["reports"],
+            d["restarts"],
+            d["resumed"],
+            d["given"],
+        )
+        # what really happened (reconfig_s: its cost): a resumed run's first step started its workers
+        rec["reconfig_method"] = steps.method(t, step.reconfigured)
+        if t == steps.first_step:
+            rec["start_s"] = steps.start_s
+        elif step.reconfigured and len(set(ex.last_methods.values())) > 1:
+            rec["reconfig_methods"] = dict(ex.last_methods)  # some tasks fell back to another method
+        if step.learning is not None:
+            rec["learning"] = {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in step.learning.items()}
+            rec["learned_step_s"] = float(np.max(step.learning["predicted_before_s"]))
+        try:
+            runlog.append(rec)
+        except OSError as exc:
+            raise RunStoreUnwritable(
+                f"step {t} ran but cannot be written to the run log {runlog.jsonl}: {exc.strerror or exc}"
+            ) from None
+        records.append(rec)
+        restarts = sum(d["restarts"].values())
+        run.say(
+            f"step {t:4d}: {rec['step_s']:.3f} s (predicted {rec['predicted_step_s']:.3f} s)"
+            + (f", reconfigured in {step.reconfigure_s:.3f} s" if step.reconfigured else "")
+            + (f", {restarts} restart(s)" if restarts else "")
+        )
+
+    try:
+        loop.run(steps, on_step=log_step)
+    except InvalidDecision as exc:
+        raise RunFailed(str(exc)) from None

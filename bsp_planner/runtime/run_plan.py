@@ -1,0 +1,230 @@
+"""What a live run plans from: the experiment read as `simulate` reads it, its planning context on the run's
+nodes, and the reconfiguration cost of its method (:class:`RunPlanning`, a part of the coordinator). A
+resumed run plans from the same inputs, nodes and costs it recorded, so it makes its decisions again; the
+logged steps are handed to the loop as it observed them (:meth:`RunPlanning._observation`)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from ..core.errors import InputError
+from ..zk.schema import check_task_name
+from .backends import Backend
+from .live_steps import observation_of
+from .run_inputs import check_profile_matches, fit_profile, sha256
+from .run_settings import RunSettings
+from .run_store import RunStore, recorded_path
+
+
+class RunPlanning:
+    """The coordinator's inputs and planning context: ``exp``, ``job``, ``scen``, ``ctx``, ``predictions``,
+    ``tasks``, ``inputs`` (recorded in run.json), ``cluster_record`` and ``reconfigure_cost``."""
+
+    settings: RunSettings
+    store: RunStore
+    run_dir: Path
+    resume: bool
+    backend: Backend | None
+    say: Callable[[str], None]
+
+    def _load(self) -> None:
+        from ..inputs.experiment import load_experiment
+        from ..inputs.job import load_job
+        from ..inputs.shipped import find_experiment
+        from ..planners.base import make_planner
+
+        s = self.settings
+        make_planner(s.planner)  # an unknown planner fails before anything starts
+        overrides = list(s.overrides) + [f"strategies={s.planner}", f"modes={s.mode}"]
+        exp = load_experiment(find_experiment(s.experiment), overrides)
+        assert exp.path is not None  # read from a file, never built in memory
+        source_profile = str(exp.profile_path)
+        check_profile_matches(exp)
+        fit_profile(exp, self.run_dir, write=not self.resume, say=self.say)
+        self.exp = exp
+        self.job = load_job(exp.job_path)
+        for t in self.job.task_names:
+            check_task_name(t, self.job.path)
+        self.inputs = {  # named relative to the run folder (or shipped), never by a machine's absolute path
+            "experiment": recorded_path(exp.path, self.run_dir),
+            "job": recorded_path(exp.job_path, self.run_dir),
+            "profile": recorded_path(exp.profile_path, self.run_dir),
+            "profile_source": recorded_path(source_profile, self.run_dir),
+            "sha256": {
+                k: sha256(p)
+                for k, p in (("experiment", exp.path), ("job", exp.job_path), ("profile", exp.profile_path))
+            },
+        }
+        self._build_scenario()  # on the experiment's own nodes, if any (the backend's may replace them: _plan_on_nodes)
+
+    def _build_scenario(self) -> None:
+        """The planning context exactly as `simulate` builds it, on the run's nodes where it has any
+        (the experiment's [[node]], or those the backend reads: :meth:`_plan_on_nodes`)."""
+        from ..planners.base import make_planner
+        from ..simulate.scenario import build_scenario
+
+        s, exp = self.settings, self.exp
+        self.scen = build_scenario(exp)
+        self.ctx = self.scen.contexts[s.mode]
+        self.predictions = None
+        if s.mode in self.scen.step_sources:
+            # online forecasts and/or a learning model: the context's rows are made step by step from
+            # what the run observed (the same StepPredictions `simulate --online/--learn` uses)
+            from ..simulate.predictions import refuse_offline
+            from ..simulate.scenario import step_predictions
+
+            refuse_offline(make_planner(s.planner, exp.planner), "--online" if exp.online else "--learn")
+            self.ctx, self.predictions = step_predictions(self.scen, s.mode)
+        self.tasks = self.scen.task_names
+
+    def _plan_on_nodes(self) -> None:
+        """A backend that knows its nodes (Kubernetes: each node's allocatable CPU less the other pods'
+        requests) gives the run its cluster: the experiment's [[node]] tables are checked against them
+        (each must name a node there with at least its cpu_millicores free), and without any the
+        run plans on the backend's nodes (placement chosen from the predictions, as `simulate` does).
+        A resumed run plans on the nodes (and placement) it recorded, so it makes its decisions again.
+        Then the planning context is built on them (:meth:`_build_scenario`, node-aware allocators: no
+        plan asks a node for more than it has), and the backend places every task where the plan says."""
+        from ..inputs.experiment import NodeSettings
+
+        assert self.backend is not None  # made in _prepare
+        recorded = self.store.meta.get("cluster") if self.resume else None
+        nodes = self.backend.cluster_nodes()
+        exp = self.exp
+        if recorded:
+            exp = dataclasses.replace(
+                exp,
+                node=[NodeSettings(n["name"], float(n["cpu_millicores"]), list(n["tasks"])) for n in recorded["nodes"]],
+            )
+        elif nodes is not None and exp.node:
+            free = dict(nodes)
+            for j, n in enumerate(exp.node):
+                if n.name not in free:
+                    raise InputError(
+                        f"node {n.name!r} is not a schedulable node of the cluster (it has: "
+                        f"{', '.join(f'{k} {v:.0f}m free' for k, v in nodes) or 'none'})",
+                        path=exp.path,
+                        field=f"node[{j}].name",
+                    )
+                if n.cpu_millicores > free[n.name] + 0.5:
+                    raise InputError(
+                        f"node {n.name!r} has {free[n.name]:.0f}m free (allocatable less the other pods' requests), "
+                        f"less than the {n.cpu_millicores:g}m this experiment plans on it",
+                        path=exp.path,
+                        field=f"node[{j}].cpu_millicores",
+                    )
+        elif nodes is not None:
+            usable = [(name, m) for name, m in nodes if m >= exp.cpu.min_millicores]
+            exp = dataclasses.replace(exp, node=[NodeSettings(name, float(m)) for name, m in usable])
+            if not usable:
+                raise InputError(
+                    f"no node of the cluster has the {exp.cpu.min_millicores:g}m one task needs free ("
+                    f"{', '.join(f'{k} {v:.0f}m' for k, v in nodes) or 'no schedulable node'})",
+                    path=exp.path,
+                    field="cpu.min_millicores",
+                )
+        source = (
+            "run.json"
+            if recorded
+            else "experiment [[node]]"
+            if self.exp.node
+            else f"the {self.backend.name} backend"
+            if nodes is not None
+            else None
+        )
+        try:
+            if exp is not self.exp:  # planned on other nodes than the experiment's own: built again on them
+                self.exp = exp
+                self._build_scenario()
+        except InputError as exc:
+            if source != f"the {self.backend.name} backend" or not (exc.field or "").startswith("node"):
+                raise
+            raise InputError(
+                f"the cluster's nodes (read by the {self.backend.name} backend) cannot hold the job: {exc.message}",
+                path=exc.path,
+                field=exc.field,
+            ) from None
+        cluster = self.scen.cluster
+        self.cluster_record = None
+        if cluster is None:
+            return
+        placement = {t: cluster.names[int(cluster.node_of[i])] for i, t in enumerate(self.tasks)}
+        self.cluster_record = {
+            "source": source,
+            "placement": cluster.placement,
+            "nodes": [
+                {
+                    "name": name,
+                    "cpu_millicores": float(cluster.capacity_millicores[j]),
+                    "tasks": [t for t, where in placement.items() if where == name],
+                }
+                for j, name in enumerate(cluster.names)
+            ],
+        }
+        self.backend.place(placement)
+
+    def cpu_of(self, level: int) -> float:
+        return float(self.scen.cpu.to_millicores(level))
+
+    def _plan_with_method_cost(self) -> None:
+        """The planner's reconfiguration penalty is the cost of the method this run uses; every change a
+        node-aware plan makes fits its tasks' nodes, so it is made by that method. Each method's cost is
+        the experiment's [reconfigure_cost] for it, else (a resumed run) the cost the run recorded, else
+        what the backend measures now, else penalty_s. The run's own method is always resolved; the
+        other one where this run may use it too: a Kubernetes in-place run recreates a stress-ng task
+        whose resize the kubelet refuses. Both are recorded in run.json and the summary."""
+        method = self.settings.reconfigure
+        assert method is not None and self.backend is not None  # resolved and made in _prepare
+        before = self.store.meta.get("reconfigure_cost") if self.resume else None
+        before = before if isinstance(before, dict) else {}
+        other = "recreate" if method == "in-place" else "in-place"
+        may_use_other = self.backend.name == "kubernetes" and method == "in-place"
+        costs: dict[str, tuple[float | None, str]] = {}
+        for m in (method, other):
+            key = m.replace("-", "_") + "_s"  # in_place_s, recreate_s
+            cost, source = self.exp.reconfigure_cost.of(m), "experiment [reconfigure_cost]"
+            if cost is None and before.get(key) is not None:
+                cost, source = float(before[key]), before.get(key.replace("_s", "_source"), "run.json")
+            elif cost is None and before.get("method") == m and before.get("planned_s") is not None:
+                cost, source = float(before["planned_s"]), before.get("source", "run.json")  # an older run.json
+            if cost is None and (m == method or may_use_other):
+                cost, source = self.backend.measure_reconfigure_cost(m), f"measured by the {self.backend.name} backend"
+            if cost is None and m == method:
+                cost, source = float(self.exp.penalty_s), "the experiment's penalty_s"
+            elif cost is None:
+                source = "could not be measured" if may_use_other else "not used by this run's method"
+            costs[m] = (cost, source)
+        planned, source = costs[method]
+        assert planned is not None  # the run's own method always has a cost (penalty_s at worst)
+        self.ctx = dataclasses.replace(self.ctx, penalty_s=float(planned))
+        self.reconfigure_cost = {"method": method, "planned_s": float(planned), "source": source}
+        for m, (cost, src) in costs.items():
+            key = m.replace("-", "_")
+            self.reconfigure_cost[f"{key}_s"] = None if cost is None else float(cost)
+            self.reconfigure_cost[f"{key}_source"] = src
+        article = "an" if method[:1] in "aeiou" else "a"  # an in-place, a recreate
+        self.say(f"planning with {article} {method} reconfiguration cost of {planned:.4g} s ({source})")
+
+    def _observation(self, rec: dict):
+        """What a logged step measured, as the loop learned from it when it ran (`live_steps.observation_of`)."""
+        by_task = {x["task"]: x for x in rec["tasks"]}
+        tasks = [by_task[name] for name in self.tasks]
+        reports = [
+            {"duration_s": x["measured_s"], **{k: x[k] for k in ("observed_workload", "next_workload") if k in x}}
+            for x in tasks
+        ]
+        given = np.array([x["workload"] for x in tasks], dtype=np.float64)
+        return observation_of(rec["step"], reports, given, rec["step_s"])
+
+    def _given_workloads(self, t: int) -> np.ndarray:
+        """What the tasks are told for step t: a task's series; a task without one, which reports its
+        workloads, is told the forecast (the task knows the truth, we do not)."""
+        given = self.scen.actual_workloads[:, t]
+        if not self.scen.known_workloads.all() and self.predictions is not None:
+            forecast = np.clip(self.predictions.expected_workloads(t)[:, 0], *self.exp.workload_range)
+            given = np.where(self.scen.known_workloads, given, forecast)
+        return given
