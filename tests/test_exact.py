@@ -7,13 +7,9 @@ import numpy as np
 import pytest
 
 from bsp_planner.allocation import ALLOCATORS, GreedyAllocator, discount_weights, frame_time, make_allocator
-from bsp_planner.allocation.exact import (
-    ExactAllocator,
-    ExactSolverError,
-    floors_without_each_task,
-    local_search,
-    solve_frame,
-)
+from bsp_planner.allocation.exact import ExactAllocator
+from bsp_planner.allocation.exact_bounds import floors_without_each_task, local_search
+from bsp_planner.allocation.exact_frame import ExactSolverError, solve_frame
 from bsp_planner.core.errors import InputError
 from bsp_planner.planners.base import ConfigTable
 
@@ -252,7 +248,7 @@ def test_time_limit_raises_with_bound_and_gap_not_greedy():
 def test_solver_failure_raises(monkeypatch):
     from scipy.optimize import OptimizeResult
 
-    import bsp_planner.allocation.exact as exact
+    import bsp_planner.allocation.exact_highs as exact
 
     def broken(*args, **kwargs):
         return OptimizeResult(

@@ -9,7 +9,7 @@ import pytest
 from numpy.lib.stride_tricks import sliding_window_view
 
 from bsp_planner.allocation import CpuLevels, make_allocator
-from bsp_planner.allocation.exact import solve_frame
+from bsp_planner.allocation.exact_frame import solve_frame
 from bsp_planner.core.errors import InputError
 from bsp_planner.core.steps import step_times
 from bsp_planner.inputs.experiment import PlannerSettings
