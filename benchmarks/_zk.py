@@ -15,8 +15,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bsp_planner import zk as Z  # noqa: E402
 from bsp_planner.runtime.zkserver import LocalZooKeeper, free_port  # noqa: E402
+from bsp_planner.zk.credentials import Credentials, generate_credentials, write_credentials_file  # noqa: E402
+from bsp_planner.zk.schema import RunPaths  # noqa: E402
+from bsp_planner.zk.session import ZkSession  # noqa: E402
 
 
 @contextlib.contextmanager
@@ -30,17 +32,17 @@ def local_server(folder: Path) -> Iterator[LocalZooKeeper]:
         server.stop()
 
 
-def credentials(path: Path) -> tuple[Z.Credentials, Path]:
+def credentials(path: Path) -> tuple[Credentials, Path]:
     """New digest credentials and the file (mode 600) that hands them to participant processes."""
-    creds = Z.generate_credentials()
-    return creds, Z.write_credentials_file(path, creds)
+    creds = generate_credentials()
+    return creds, write_credentials_file(path, creds)
 
 
-def make_root(coord: Z.ZkSession, root: str) -> Z.RunPaths:
+def make_root(coord: ZkSession, root: str) -> RunPaths:
     """/bench (open to every benchmark run), the run's root under it and its barriers' parent."""
     coord.ensure_path("/bench", acl=coord.creds.parent_acl())
     coord.create(root)
-    paths = Z.RunPaths(root)
+    paths = RunPaths(root)
     coord.create(paths.barriers)
     return paths
 

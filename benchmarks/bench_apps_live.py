@@ -30,9 +30,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bsp_planner import zk as Z
 from bsp_planner.inputs.shipped import data_dir
 from bsp_planner.runtime.zkserver import LocalZooKeeper, free_port
+from bsp_planner.zk.credentials import generate_credentials, write_credentials_file
 
 
 def write_experiment(folder: Path, ranks: int, steps: int, sync: str) -> Path:
@@ -118,7 +118,7 @@ def run_one(work: Path, server, ranks: int, steps: int, sync: str, planner: str,
     else:
         exp = write_experiment(work / tag, ranks, steps, sync)
         mode, overrides = "perfect", []
-    creds = Z.write_credentials_file(work / f"auth-{tag}", Z.generate_credentials())
+    creds = write_credentials_file(work / f"auth-{tag}", generate_credentials())
     settings = RunSettings(
         experiment=str(exp),
         planner=planner,

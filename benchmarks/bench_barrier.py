@@ -30,11 +30,13 @@ from pathlib import Path
 
 from _zk import ROOT, collect, credentials, in_threads, kill_left, local_server, make_root, spawn
 
-from bsp_planner import zk as Z
 from bsp_planner.runtime.zkserver import LocalZooKeeper
-from bsp_planner.zk.counting_barrier import CountingBarrier
+from bsp_planner.zk.barrier import CountingBarrier, StepBarrier
+from bsp_planner.zk.credentials import read_credentials_file
+from bsp_planner.zk.schema import RunPaths
+from bsp_planner.zk.session import ZkSession, quiet_kazoo
 
-KINDS = {"step": Z.StepBarrier, "counting": CountingBarrier}
+KINDS = {"step": StepBarrier, "counting": CountingBarrier}
 COUNTED = ("create_async", "exists_async", "get_children_async", "get_async", "set_async", "delete_async")
 
 
@@ -70,8 +72,8 @@ def participant_main(
 ) -> None:
     """One process: a thread and a session per participant; prints [(t, name, release), ...] and requests."""
     sys.setswitchinterval(0.0005)  # many participants share the GIL: hand it over fast
-    creds = Z.read_credentials_file(auth_file)
-    paths = Z.RunPaths(root)
+    creds = read_credentials_file(auth_file)
+    paths = RunPaths(root)
     barrier = KINDS[kind]
     out: list[tuple] = []
     requests = [0]
@@ -79,7 +81,7 @@ def participant_main(
     lock = threading.Lock()
 
     def one(name: str) -> None:
-        s = Z.ZkSession(hosts, creds, connect_timeout_s=timeout_s).start()
+        s = ZkSession(hosts, creds, connect_timeout_s=timeout_s).start()
         box = count_requests(s.client)
         try:
             for t in range(steps):
@@ -104,9 +106,9 @@ def bench(
     kind: str, n: int, steps: int, processes: int, server: LocalZooKeeper, creds, auth: Path, timeout_s: float
 ) -> dict:
     root = f"/bench/{kind}-{n}-{os.getpid()}"
-    paths = Z.RunPaths(root)
+    paths = RunPaths(root)
     names = [f"p{i:04d}" for i in range(n)]
-    coord = Z.ZkSession(server.hosts, creds, connect_timeout_s=timeout_s).start()
+    coord = ZkSession(server.hosts, creds, connect_timeout_s=timeout_s).start()
     procs = []
     counter_box = count_requests(coord.client)
     try:
@@ -215,7 +217,7 @@ def main() -> None:
     ap.add_argument("--model-n", type=int, default=10_000)
     ap.add_argument("--out", type=Path, default=ROOT / "out" / "bench_barrier.json")
     args = ap.parse_args()
-    Z.quiet_kazoo()
+    quiet_kazoo()
     results: dict = {
         "date": datetime.now(UTC).isoformat(timespec="minutes"),
         "load_before": os.getloadavg(),

@@ -35,8 +35,8 @@ sys.path.insert(0, str(ROOT))
 
 from _report import load, write_results  # noqa: E402
 
-from bsp_planner import zk as Z  # noqa: E402
 from bsp_planner.runtime.zkserver import LocalZooKeeper, free_port  # noqa: E402
+from bsp_planner.zk.credentials import generate_credentials, write_credentials_file  # noqa: E402
 
 
 def federation_wall_s(run_dir: Path) -> float | None:
@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         "experiment": args.experiment,
         "rows": [],
     }
-    creds = Z.write_credentials_file(work / "zk-auth", Z.generate_credentials())
+    creds = write_credentials_file(work / "zk-auth", generate_credentials())
     server = LocalZooKeeper(work / "zk", port=free_port())
     server.start()
     rows: list[dict] = results["rows"]

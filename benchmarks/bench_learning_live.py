@@ -48,9 +48,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_learning import settled_at, wrong_profile
 
-from bsp_planner import zk as Z
 from bsp_planner.inputs.shipped import data_dir
 from bsp_planner.runtime.zkserver import LocalZooKeeper, free_port
+from bsp_planner.zk.credentials import generate_credentials, write_credentials_file
 
 CASES = {
     "uniform": ("x1.4", lambda i, c, w: 1.4),
@@ -86,7 +86,7 @@ def run_once(work: Path, server, tag: str, exp: Path, planner: str, learn: bool,
     from bsp_planner.runtime.coordinator import Coordinator, RunSettings
     from bsp_planner.runtime.executor import RunFailed
 
-    creds = Z.write_credentials_file(work / f"auth-{tag}", Z.generate_credentials())
+    creds = write_credentials_file(work / f"auth-{tag}", generate_credentials())
     settings = RunSettings(
         experiment=str(exp),
         planner=planner,

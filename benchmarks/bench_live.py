@@ -36,7 +36,10 @@ from pathlib import Path
 from _report import load, write_results
 from _zk import ROOT, collect, credentials, in_threads, kill_left, local_server, make_root, spawn
 
-from bsp_planner import zk as Z
+from bsp_planner.zk.barrier import StepBarrier
+from bsp_planner.zk.credentials import generate_credentials, read_credentials_file, write_credentials_file
+from bsp_planner.zk.schema import RunPaths
+from bsp_planner.zk.session import ZkSession
 
 
 def pct(values: list[float], q: float) -> float:
@@ -50,18 +53,18 @@ def participant_main(hosts: str, root: str, names: list[str], all_names: list[st
     import threading
 
     sys.setswitchinterval(0.0005)  # several participants in one process share the GIL: hand it over fast
-    creds = Z.read_credentials_file(auth_file)
-    paths = Z.RunPaths(root)
+    creds = read_credentials_file(auth_file)
+    paths = RunPaths(root)
     out: list[tuple] = []
     lock = threading.Lock()
 
     def one(name: str) -> None:
-        s = Z.ZkSession(hosts, creds, connect_timeout_s=60).start()
+        s = ZkSession(hosts, creds, connect_timeout_s=60).start()
         rng = random.Random(name)
         try:
             for t in range(steps):
                 s.wait_exists(paths.barrier(t), timeout_s=120)
-                b = Z.StepBarrier(s, paths, t, all_names)
+                b = StepBarrier(s, paths, t, all_names)
                 b.enter(name, timeout_s=120)
                 time.sleep(rng.uniform(0, 0.02))
                 fin = time.monotonic()
@@ -78,12 +81,12 @@ def participant_main(hosts: str, root: str, names: list[str], all_names: list[st
 
 def bench_barrier(n: int, steps: int, per_process: int, workdir: Path) -> dict:
     root = f"/bench/barrier-{n}-{os.getpid()}"
-    paths = Z.RunPaths(root)
+    paths = RunPaths(root)
     names = [f"p{i:03d}" for i in range(n)]
     procs = []
     with local_server(workdir / f"zk-{n}") as server:
         creds, auth = credentials(workdir / f"auth-{n}")
-        coord = Z.ZkSession(server.hosts, creds).start()
+        coord = ZkSession(server.hosts, creds).start()
         try:
             make_root(coord, root)
             groups = [names[i : i + per_process] for i in range(0, n, per_process)]
@@ -92,11 +95,11 @@ def bench_barrier(n: int, steps: int, per_process: int, workdir: Path) -> dict:
             )
             # the first step waits for every process to start and connect; it is not counted
             for t in range(steps):
-                coord.commit(Z.StepBarrier(coord, paths, t, names).setup_ops())
+                coord.commit(StepBarrier(coord, paths, t, names).setup_ops())
                 if not coord.wait_exists(f"{paths.barrier(t)}/done", timeout_s=300):
                     raise RuntimeError(f"step {t} did not finish")
                 if t >= 2:
-                    coord.commit(Z.StepBarrier(coord, paths, t - 2, names).cleanup_ops())
+                    coord.commit(StepBarrier(coord, paths, t - 2, names).cleanup_ops())
             rows = [row for got in collect(procs, 120) for row in got]
         finally:
             kill_left(procs)
@@ -136,7 +139,7 @@ def live_run(
 ) -> dict:
     from bsp_planner.runtime.coordinator import Coordinator, RunSettings
 
-    creds = Z.write_credentials_file(workdir / f"auth-{tag}", Z.generate_credentials())
+    creds = write_credentials_file(workdir / f"auth-{tag}", generate_credentials())
     settings = RunSettings(
         experiment=str(experiment),
         planner=planner,

@@ -40,8 +40,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bsp_planner import zk as Z  # noqa: E402
 from bsp_planner.runtime.zkserver import LocalZooKeeper, free_port  # noqa: E402
+from bsp_planner.zk.barrier import CountingBarrier, step_barrier  # noqa: E402
+from bsp_planner.zk.credentials import Credentials  # noqa: E402
+from bsp_planner.zk.schema import RunPaths, checkpoint_value, run_value, step_value  # noqa: E402
+from bsp_planner.zk.session import ZkSession  # noqa: E402
 
 CHILD = """
 import json, os, sys, time
@@ -64,7 +67,7 @@ with task.join() as session:
         lib.append((time.perf_counter() - w0, time.process_time() - c0))
         timings.append(session.timings)
         if bare:  # the bare barrier of the same kind on a step of its own, right after: the same load
-            b = Z.step_barrier(session.info.barrier, session.session, session.paths, steps + t, names)
+            b = step_barrier(session.info.barrier, session.session, session.paths, steps + t, names)
             w0, c0 = time.perf_counter(), time.process_time()
             b.enter(session.task_name, 120)
             b.leave(session.task_name, 120)
@@ -79,12 +82,12 @@ print(json.dumps({"lib": lib, "timings": timings, "bare": base}))
 """
 
 
-def _publish_all(s: Z.ZkSession, paths: Z.RunPaths, names: list[str], steps: int, barrier: str, sync: str) -> None:
+def _publish_all(s: ZkSession, paths: RunPaths, names: list[str], steps: int, barrier: str, sync: str) -> None:
     ops: list[tuple] = []
     for t in range(steps):
         if sync == "barrier":
-            ops += Z.step_barrier(barrier, s, paths, t, names).setup_ops()
-        ops += [("create", paths.step(n, t), Z.step_value(t, 10.0)) for n in names]
+            ops += step_barrier(barrier, s, paths, t, names).setup_ops()
+        ops += [("create", paths.step(n, t), step_value(t, 10.0)) for n in names]
         if len(ops) > 400:
             s.commit(ops)
             ops = []
@@ -92,10 +95,10 @@ def _publish_all(s: Z.ZkSession, paths: Z.RunPaths, names: list[str], steps: int
         s.commit(ops)
 
 
-def _count(s: Z.ZkSession, paths: Z.RunPaths, names: list[str], order: list[int], stop: threading.Event) -> None:
+def _count(s: ZkSession, paths: RunPaths, names: list[str], order: list[int], stop: threading.Event) -> None:
     """The coordinator's part of the counting barrier: release every step's phases in turn (in `order`)."""
     for t in order:
-        b = Z.CountingBarrier(s, paths, t, names)
+        b = CountingBarrier(s, paths, t, names)
         if s.wait_for(lambda watch, b=b: True if b.poll(watch) else None, None, interrupt=stop.is_set) is None:
             return
 
@@ -113,25 +116,25 @@ def bench(tasks: int, steps: int, sync: str, barrier: str, profile: str | None) 
     with tempfile.TemporaryDirectory() as tmp:
         server = LocalZooKeeper(Path(tmp) / "zk", port=free_port())
         server.start()
-        creds = Z.Credentials("bench", "bench-" + os.urandom(6).hex())
+        creds = Credentials("bench", "bench-" + os.urandom(6).hex())
         root = "/bench-task-library"
-        s = Z.ZkSession(server.hosts, creds).start()
+        s = ZkSession(server.hosts, creds).start()
         stop = threading.Event()
         bare = sync == "barrier"
         total = 2 * steps if bare else steps
         try:
             names = [f"p{i}" for i in range(tasks)]
-            value = Z.run_value(
+            value = run_value(
                 "bench", "bench", [{"name": n, "process": ["-"], "workers": 1} for n in names], (0, 100), total, barrier
             )
             s.create(root, value)
-            paths = Z.RunPaths(root)
+            paths = RunPaths(root)
             for p in (paths.members, paths.tasks, paths.barriers):
                 s.create(p)
             for n in names:
                 for p in (paths.task(n), paths.steps(n), paths.results(n)):
                     s.create(p)
-                s.create(paths.checkpoint(n), Z.checkpoint_value(-1, 0))
+                s.create(paths.checkpoint(n), checkpoint_value(-1, 0))
             _publish_all(s, paths, names, total, barrier, sync)
             counter = None
             if bare and barrier == "counting":

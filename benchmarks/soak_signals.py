@@ -296,7 +296,7 @@ def main() -> int:
     rng = random.Random(args.seed)
 
     from bsp_planner.runtime.zkserver import LocalZooKeeper, free_port
-    from bsp_planner.zk import Credentials, write_credentials_file
+    from bsp_planner.zk.credentials import Credentials, write_credentials_file
 
     results: list[Round] = []
     started = time.monotonic()

@@ -7,18 +7,19 @@ import threading
 
 import pytest
 
-from bsp_planner import zk as Z
 from bsp_planner.core.errors import InputError
-from bsp_planner.zk.counting_barrier import CountingBarrier
+from bsp_planner.zk.barrier import CountingBarrier
+from bsp_planner.zk.schema import RunPaths
+from bsp_planner.zk.session import ZkSession
 
 from zk_fixtures import close_all, make_root, needs_zk, session
 
 pytestmark = needs_zk
 
 
-def prepare(coord: Z.ZkSession, root: str, t_steps: int, names: list[str]) -> Z.RunPaths:
+def prepare(coord: ZkSession, root: str, t_steps: int, names: list[str]) -> RunPaths:
     make_root(coord, root)
-    paths = Z.RunPaths(root)
+    paths = RunPaths(root)
     coord.ensure_path(paths.barriers)
     for t in range(t_steps):
         assert not any(
@@ -27,7 +28,7 @@ def prepare(coord: Z.ZkSession, root: str, t_steps: int, names: list[str]) -> Z.
     return paths
 
 
-def wait_arrivals(coord: Z.ZkSession, b: CountingBarrier, phase: str, count: int) -> None:
+def wait_arrivals(coord: ZkSession, b: CountingBarrier, phase: str, count: int) -> None:
     """Until the counter sees `count` arrivals (woken by the child watch, not by a sleep)."""
     assert coord.wait_for(lambda watch: True if len(b.arrived(phase, watch=watch)) >= count else None, 120), (
         f"{count} arrivals never seen"

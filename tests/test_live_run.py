@@ -19,9 +19,19 @@ from pathlib import Path
 
 import pytest
 
-from bsp_planner import zk as Z
 from bsp_planner.core.errors import InputError
 from bsp_planner.runtime.coordinator import Coordinator, RunInterrupted
+from bsp_planner.zk.credentials import ENV_AUTH, ENV_AUTH_FILE, Credentials, read_credentials_file
+from bsp_planner.zk.schema import (
+    DEFAULT_PARENT,
+    RunPaths,
+    checkpoint_value,
+    parse_checkpoint,
+    parse_run,
+    run_value,
+    step_name,
+)
+from bsp_planner.zk.session import ZkSession
 
 from zk_fixtures import (
     PREFIX,
@@ -90,9 +100,9 @@ def test_a_live_run_carries_out_the_plan_and_logs_every_step(tmp_path, zk_server
         assert (run_dir / name).is_file(), name
     assert json.loads((run_dir / "run.json").read_text())["status"] == "finished"
     assert "password" not in (run_dir / "run.json").read_text()
-    s = Z.ZkSession(zk_server.hosts, Z.read_credentials_file(creds_file)).start()
+    s = ZkSession(zk_server.hosts, read_credentials_file(creds_file)).start()
     try:
-        assert not s.exists(f"{Z.DEFAULT_PARENT}/plain")  # the run's znodes are gone
+        assert not s.exists(f"{DEFAULT_PARENT}/plain")  # the run's znodes are gone
     finally:
         s.close()
     assert_nothing_left("plain")
@@ -155,14 +165,14 @@ def test_a_worker_killed_mid_step_reruns_that_step_from_its_checkpoint(tmp_path,
     assert next(t for t in hit["tasks"] if t["task"] == "a")["incarnation"] == 1
     assert gate.runs() == 6  # step 2 ran twice, every other step once
     # in ZooKeeper: exactly one result per step and task, and every checkpoint at the last step
-    s = Z.ZkSession(zk_server.hosts, Z.read_credentials_file(creds_file)).start()
+    s = ZkSession(zk_server.hosts, read_credentials_file(creds_file)).start()
     try:
         for task in ("a", "b", "c"):
-            assert sorted(s.children(coord.paths.results(task))) == [Z.step_name(i) for i in range(5)]
-            assert Z.parse_checkpoint("cp", s.get(coord.paths.checkpoint(task))) == 4
+            assert sorted(s.children(coord.paths.results(task))) == [step_name(i) for i in range(5)]
+            assert parse_checkpoint("cp", s.get(coord.paths.checkpoint(task))) == 4
         # the run's description tells the tasks which barrier to pass; the counting one is released by
         # the coordinator, which writes the count into the flag (the last step's barrier is kept)
-        assert Z.parse_run(coord.paths.root, s.get(coord.paths.root)).barrier == barrier
+        assert parse_run(coord.paths.root, s.get(coord.paths.root)).barrier == barrier
         go = s.get(f"{coord.paths.barrier(4)}/go")
         assert go is not None and (go.get("arrived") == 3) == (barrier == "counting")
         s.delete_tree(coord.paths.root)
@@ -371,14 +381,14 @@ def test_a_root_path_held_by_another_run_is_refused(tmp_path, zk_server, creds_f
     from kazoo.client import KazooClient
 
     exp = tiny_experiment(tmp_path / "exp", steps=3)
-    creds = Z.read_credentials_file(creds_file)
-    s = Z.ZkSession(zk_server.hosts, creds).start()
-    other = Z.ZkSession(zk_server.hosts, Z.Credentials("someone", "else")).start()
+    creds = read_credentials_file(creds_file)
+    s = ZkSession(zk_server.hosts, creds).start()
+    other = ZkSession(zk_server.hosts, Credentials("someone", "else")).start()
     try:
         s.ensure_path("/held", acl=creds.parent_acl())
         tasks = [{"name": "a", "stressor": "zero", "ops_per_unit": 1.0, "workers": 1}]
-        s.create("/held/mine", Z.run_value("first-run", "tiny", tasks, (10, 50), 3))
-        other.create("/held/theirs", Z.run_value("their-run", "tiny", tasks, (10, 50), 3))
+        s.create("/held/mine", run_value("first-run", "tiny", tasks, (10, 50), 3))
+        other.create("/held/theirs", run_value("their-run", "tiny", tasks, (10, 50), 3))
         garbage = KazooClient(hosts=zk_server.hosts, auth_data=creds.auth_data)
         garbage.start(timeout=10)
         garbage.create("/held/garbage", b"\x00not json", acl=creds.acl())
@@ -418,24 +428,24 @@ def test_no_permission_to_create_cgroups_says_what_is_needed(tmp_path, zk_server
 
 
 def test_a_worker_refuses_a_malformed_workload(tmp_path, zk_server, creds_file):
-    creds = Z.read_credentials_file(creds_file)
+    creds = read_credentials_file(creds_file)
     root = f"/malformed-{os.urandom(3).hex()}"
-    paths = Z.RunPaths(root)
-    s = Z.ZkSession(zk_server.hosts, creds).start()
+    paths = RunPaths(root)
+    s = ZkSession(zk_server.hosts, creds).start()
     try:
         tasks = [{"name": "a", "stressor": "zero", "ops_per_unit": 1.0, "workers": 1}]
-        s.create(root, Z.run_value("m", "tiny", tasks, (10, 50), 3))
+        s.create(root, run_value("m", "tiny", tasks, (10, 50), 3))
         for p in (paths.members, paths.tasks, paths.task("a"), paths.steps("a"), paths.results("a"), paths.barriers):
             s.create(p)
-        s.create(paths.checkpoint("a"), Z.checkpoint_value(-1, 0))
+        s.create(paths.checkpoint("a"), checkpoint_value(-1, 0))
         s.client.create(paths.step("a", 0), b'{"step": 0, "workload": 1e9}', acl=creds.acl())
-        env = dict(os.environ, **{Z.ENV_AUTH_FILE: str(creds_file)})
+        env = dict(os.environ, **{ENV_AUTH_FILE: str(creds_file)})
         out = cli("worker", "--zookeeper", zk_server.hosts, "--root", root, "--task", "a", env=env, timeout=60)
         assert out.returncode == 2
         assert f"malformed value in ZooKeeper at {paths.step('a', 0)}" in out.stderr and "'workload'" in out.stderr
         # and without credentials a worker does not even start
-        env.pop(Z.ENV_AUTH_FILE)
-        env.pop(Z.ENV_AUTH, None)
+        env.pop(ENV_AUTH_FILE)
+        env.pop(ENV_AUTH, None)
         out = cli("worker", "--zookeeper", zk_server.hosts, "--root", root, "--task", "a", env=env, timeout=60)
         assert out.returncode == 2 and "no ZooKeeper credentials" in out.stderr
     finally:

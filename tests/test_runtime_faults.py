@@ -19,9 +19,11 @@ import time
 
 import pytest
 
-from bsp_planner import zk as Z
 from bsp_planner.core.errors import InputError
 from bsp_planner.runtime.coordinator import Coordinator, RunFailed, RunInterrupted
+from bsp_planner.zk.credentials import ENV_AUTH_FILE, read_credentials_file
+from bsp_planner.zk.schema import DEFAULT_PARENT
+from bsp_planner.zk.session import ZkSession
 
 from zk_fixtures import (
     PREFIX,
@@ -62,9 +64,9 @@ def steps_logged(run_dir) -> list[int]:
 
 
 def root_exists(zk, creds_file, run_id: str) -> bool:
-    s = Z.ZkSession(zk.hosts, Z.read_credentials_file(creds_file)).start()
+    s = ZkSession(zk.hosts, read_credentials_file(creds_file)).start()
     try:
-        return s.exists(f"{Z.DEFAULT_PARENT}/{run_id}")
+        return s.exists(f"{DEFAULT_PARENT}/{run_id}")
     finally:
         s.close()
 
@@ -388,7 +390,7 @@ def test_a_stress_ng_killed_by_a_signal_restarts_the_task_like_a_dead_worker(tmp
 def test_a_worker_in_a_pod_that_cannot_reach_zookeeper_points_at_worker_zookeeper(tmp_path, creds_file):
     from bsp_planner.runtime.zkserver import free_port
 
-    env = dict(os.environ, KUBERNETES_SERVICE_HOST="10.0.0.1", **{Z.ENV_AUTH_FILE: str(creds_file)})
+    env = dict(os.environ, KUBERNETES_SERVICE_HOST="10.0.0.1", **{ENV_AUTH_FILE: str(creds_file)})
     args = [
         sys.executable,
         "-m",

@@ -9,8 +9,19 @@ import time
 
 import pytest
 
-from bsp_planner import zk as Z
 from bsp_planner.core.errors import InputError
+from bsp_planner.zk.credentials import ENV_AUTH, ENV_AUTH_FILE, Credentials, load_credentials, write_credentials_file
+from bsp_planner.zk.schema import (
+    MAX_VALUE_BYTES,
+    MalformedValue,
+    decode,
+    encode,
+    parse_run,
+    parse_step,
+    run_value,
+    step_value,
+)
+from bsp_planner.zk.session import ZkSession, ZkUnavailable
 
 from zk_fixtures import close_all, make_root, needs_zk, session
 
@@ -25,8 +36,8 @@ def test_workloads_round_trip_through_zookeeper_exactly(zk_server, creds, root):
         values = [10.0, 50.0, 10.000000000000002, 49.99999999999999, 33.333333333333336, 12.3456789012345, 27.0]
         for i, w in enumerate(values):
             path = f"{root}/w{i}"
-            s.create(path, Z.step_value(i, w))
-            assert Z.parse_step(path, s.get(path), i, (10.0, 50.0)) == w  # bit for bit, not a byte's worth
+            s.create(path, step_value(i, w))
+            assert parse_step(path, s.get(path), i, (10.0, 50.0)) == w  # bit for bit, not a byte's worth
     finally:
         s.close()
 
@@ -48,46 +59,47 @@ def test_workloads_round_trip_through_zookeeper_exactly(zk_server, creds, root):
 )
 def test_a_malformed_workload_is_refused_naming_the_znode(raw, message):
     path = "/r/tasks/a/steps/0000000003"
-    with pytest.raises(Z.MalformedValue) as exc:
-        Z.parse_step(path, Z.decode(path, raw), 3, (10.0, 50.0))
+    with pytest.raises(MalformedValue) as exc:
+        parse_step(path, decode(path, raw), 3, (10.0, 50.0))
     assert path in str(exc.value) and message in str(exc.value)
 
 
 def test_a_malformed_run_description_is_refused():
-    good = Z.run_value("r1", "job", [{"name": "a", "stressor": "zero", "ops_per_unit": 2.0, "workers": 1}], (10, 50), 5)
-    assert Z.parse_run("/r", good).tasks["a"]["stressor"] == "zero"
+    good = run_value("r1", "job", [{"name": "a", "stressor": "zero", "ops_per_unit": 2.0, "workers": 1}], (10, 50), 5)
+    assert parse_run("/r", good).tasks["a"]["stressor"] == "zero"
     for key, bad in (("stressor", "rm -rf /"), ("name", "../etc"), ("ops_per_unit", -1), ("workers", 0)):
-        v = json.loads(Z.encode(good))
+        v = json.loads(encode(good))
         v["tasks"][0][key] = bad
-        with pytest.raises(Z.MalformedValue, match="malformed value in ZooKeeper at /r"):
-            Z.parse_run("/r", v)
-    with pytest.raises(Z.MalformedValue, match="too|bytes"):
-        Z.decode("/r", b"{" + b" " * (Z.MAX_VALUE_BYTES + 1) + b"}")
+        with pytest.raises(MalformedValue, match="malformed value in ZooKeeper at /r"):
+            parse_run("/r", v)
+    with pytest.raises(MalformedValue, match="too|bytes"):
+        decode("/r", b"{" + b" " * (MAX_VALUE_BYTES + 1) + b"}")
 
 
 # -- credentials and ACLs ----------------------------------------------------------------------------
 def test_credentials_come_from_a_private_file_or_the_environment(tmp_path, creds):
-    f = Z.write_credentials_file(tmp_path / "auth", creds)
+    f = write_credentials_file(tmp_path / "auth", creds)
     assert oct(f.stat().st_mode & 0o777) == "0o600"
-    assert Z.load_credentials(f, env={}) == creds
-    assert Z.load_credentials(None, env={Z.ENV_AUTH_FILE: str(f)}) == creds
-    assert Z.load_credentials(None, env={Z.ENV_AUTH: "u:p"}) == Z.Credentials("u", "p")
-    assert Z.load_credentials(None, env={}) is None
-    assert "p" not in repr(Z.Credentials("u", "p")).split("password=")[1]
+    assert load_credentials(f, env={}) == creds
+    assert load_credentials(None, env={ENV_AUTH_FILE: str(f)}) == creds
+    assert load_credentials(None, env={ENV_AUTH: "u:p"}) == Credentials("u", "p")
+    assert load_credentials(None, env={}) is None
+    assert "p" not in repr(Credentials("u", "p")).split("password=")[1]
     os.chmod(f, 0o644)
     with pytest.raises(InputError, match="chmod 600"):
-        Z.load_credentials(f, env={})
+        load_credentials(f, env={})
     (tmp_path / "bad").write_text("no-colon\n")
     os.chmod(tmp_path / "bad", 0o600)
     with pytest.raises(InputError, match="user:password"):
-        Z.load_credentials(tmp_path / "bad", env={})
+        load_credentials(tmp_path / "bad", env={})
 
 
 def test_another_client_can_neither_enter_the_barrier_nor_rewrite_a_workload(zk_server, creds, root):
     from kazoo.client import KazooClient
     from kazoo.exceptions import NoAuthError
 
-    from bsp_planner.zk import RunPaths, StepBarrier
+    from bsp_planner.zk.barrier import StepBarrier
+    from bsp_planner.zk.schema import RunPaths
 
     s = session(zk_server, creds)
     paths = RunPaths(root)
@@ -95,11 +107,11 @@ def test_another_client_can_neither_enter_the_barrier_nor_rewrite_a_workload(zk_
         s.ensure_path(root.rsplit("/", 1)[0], acl=creds.parent_acl())
         s.create(
             root,
-            Z.run_value("r", "j", [{"name": "a", "stressor": "zero", "ops_per_unit": 1.0, "workers": 1}], (10, 50), 3),
+            run_value("r", "j", [{"name": "a", "stressor": "zero", "ops_per_unit": 1.0, "workers": 1}], (10, 50), 3),
         )
         s.ensure_path(paths.steps("a"))
         s.ensure_path(paths.barriers)
-        s.create(paths.step("a", 0), Z.step_value(0, 20.0))
+        s.create(paths.step("a", 0), step_value(0, 20.0))
         assert not any(isinstance(r, Exception) for r in s.commit(StepBarrier(s, paths, 0, ["a"]).setup_ops()))
         for auth in (None, [("digest", "intruder:guess")]):
             other = KazooClient(hosts=zk_server.hosts, auth_data=auth)
@@ -116,7 +128,7 @@ def test_another_client_can_neither_enter_the_barrier_nor_rewrite_a_workload(zk_
             finally:
                 other.stop()
                 other.close()
-        assert Z.parse_step(paths.step("a", 0), s.get(paths.step("a", 0)), 0, (10, 50)) == 20.0
+        assert parse_step(paths.step("a", 0), s.get(paths.step("a", 0)), 0, (10, 50)) == 20.0
     finally:
         s.delete_tree(root)
         s.close()
@@ -124,7 +136,8 @@ def test_another_client_can_neither_enter_the_barrier_nor_rewrite_a_workload(zk_
 
 # -- the barrier -------------------------------------------------------------------------------------
 def test_the_double_barrier_holds_everyone_until_all_enter_and_all_leave(zk_server, creds, root):
-    from bsp_planner.zk import RunPaths, StepBarrier
+    from bsp_planner.zk.barrier import StepBarrier
+    from bsp_planner.zk.schema import RunPaths
 
     names = [f"p{i}" for i in range(5)]
     paths = RunPaths(root)
@@ -181,15 +194,15 @@ def test_an_unreachable_zookeeper_is_a_clear_error_after_a_bounded_wait(creds):
 
     port = free_port()
     t0 = time.perf_counter()
-    with pytest.raises(Z.ZkUnavailable, match=f"cannot reach ZooKeeper at 127.0.0.1:{port} after 1.5 s"):
-        Z.ZkSession(f"127.0.0.1:{port}", creds, connect_timeout_s=1.5).start()
+    with pytest.raises(ZkUnavailable, match=f"cannot reach ZooKeeper at 127.0.0.1:{port} after 1.5 s"):
+        ZkSession(f"127.0.0.1:{port}", creds, connect_timeout_s=1.5).start()
     assert time.perf_counter() - t0 < 30  # the 1.5 s bound, with slack for a loaded machine
 
 
 @pytest.mark.parametrize("hosts", ["foo:notaport", ""])
 def test_a_malformed_connection_string_is_a_clear_error(creds, hosts):
     with pytest.raises(InputError, match="expected a ZooKeeper connection string"):
-        Z.ZkSession(hosts, creds)
+        ZkSession(hosts, creds)
 
 
 def expire(server, creds, s, within_s: float = 120.0) -> None:

@@ -17,12 +17,14 @@ from pathlib import Path
 import pytest
 
 from bsp_planner import task
-from bsp_planner import zk as Z
 from bsp_planner.core.errors import InputError
 from bsp_planner.inputs.job import load_job
 from bsp_planner.profiling.cgroups import detect_hierarchy
 from bsp_planner.runtime.coordinator import Coordinator
 from bsp_planner.runtime.executor import RunFailed
+from bsp_planner.zk.credentials import read_credentials_file
+from bsp_planner.zk.schema import RunPaths, run_value
+from bsp_planner.zk.session import ZkSession
 
 from zk_fixtures import (
     DATA,
@@ -185,12 +187,12 @@ def test_a_job_may_observe_only_process_tasks(tmp_path):
 
 @needs_tasks
 def test_a_task_of_another_run_or_without_its_credentials_is_refused(tmp_path, zk_server, creds_file):
-    creds = Z.read_credentials_file(creds_file)
+    creds = read_credentials_file(creds_file)
     root = f"/join-{tmp_path.name[-12:]}"
-    s = Z.ZkSession(zk_server.hosts, creds).start()
+    s = ZkSession(zk_server.hosts, creds).start()
     try:
-        s.create(root, Z.run_value("run1", "app", [{"name": "a", "process": ["x"], "workers": 1}], (10, 50), 3))
-        s.create(Z.RunPaths(root).members)
+        s.create(root, run_value("run1", "app", [{"name": "a", "process": ["x"], "workers": 1}], (10, 50), 3))
+        s.create(RunPaths(root).members)
         env = {
             "BSP_RUN_ID": "run1",
             "BSP_TASK": "a",

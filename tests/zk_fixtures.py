@@ -89,9 +89,9 @@ def own_zk(tmp_path):
 @pytest.fixture
 def creds():
     """Credentials of a test's own, for the ZooKeeper-layer tests that open sessions themselves."""
-    from bsp_planner import zk as Z
+    from bsp_planner.zk.credentials import Credentials
 
-    return Z.Credentials("tester", "pw-" + os.urandom(6).hex())
+    return Credentials("tester", "pw-" + os.urandom(6).hex())
 
 
 @pytest.fixture
@@ -102,9 +102,9 @@ def root(request):
 
 def session(server, creds, **kw):
     """A started ZooKeeper session on the server (a ZkSession; close it)."""
-    from bsp_planner import zk as Z
+    from bsp_planner.zk.session import ZkSession
 
-    return Z.ZkSession(server.hosts, creds, connect_timeout_s=10, **kw).start()
+    return ZkSession(server.hosts, creds, connect_timeout_s=10, **kw).start()
 
 
 def make_root(s, root: str) -> None:
@@ -124,7 +124,7 @@ def close_all(coord, sessions: dict, root: str) -> None:
 @pytest.fixture
 def creds_file(tmp_path):
     """Credentials for the run's digest ACL, in a file only its owner may read."""
-    from bsp_planner.zk import Credentials, write_credentials_file
+    from bsp_planner.zk.credentials import Credentials, write_credentials_file
 
     return write_credentials_file(tmp_path / "zk-auth", Credentials("tester", "s3cret-" + os.urandom(6).hex()))
 

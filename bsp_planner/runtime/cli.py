@@ -39,7 +39,7 @@ _AUTH_HELP = (
 
 
 def _hosts(value: str | None) -> str:
-    from ..zk import DEFAULT_HOSTS, ENV_HOSTS
+    from ..zk.session import DEFAULT_HOSTS, ENV_HOSTS
 
     return value or os.environ.get(ENV_HOSTS) or DEFAULT_HOSTS
 
@@ -358,7 +358,7 @@ def _resumed_settings(runs_dir: Path, rid: str, zookeeper: str | None, zk_wait: 
 def _auth_source(zk_auth_file: Path | None) -> str:
     """Where a new run's ZooKeeper credentials come from: --zk-auth-file, the environment's file or
     user:password, else credentials generated for the run."""
-    from .. import zk as Z
+    from ..zk.credentials import ENV_AUTH, ENV_AUTH_FILE
 
     if zk_auth_file is not None:
         if not zk_auth_file.is_file():
@@ -369,9 +369,9 @@ def _auth_source(zk_auth_file: Path | None) -> str:
                 f"{what}; expected a file holding user:password", path=zk_auth_file, field="--zk-auth-file"
             )
         return f"file:{zk_auth_file.resolve()}"
-    if os.environ.get(Z.ENV_AUTH_FILE):
-        return f"file:{Path(os.environ[Z.ENV_AUTH_FILE]).resolve()}"
-    if os.environ.get(Z.ENV_AUTH):
+    if os.environ.get(ENV_AUTH_FILE):
+        return f"file:{Path(os.environ[ENV_AUTH_FILE]).resolve()}"
+    if os.environ.get(ENV_AUTH):
         return "env"
     return "generated"
 
@@ -483,14 +483,14 @@ def worker(
     ),
 ) -> None:
     """One task of a live run (started by a backend; also a Kubernetes container's command)."""
-    from .. import zk as Z
     from ..core.errors import InputError
+    from ..zk.credentials import ENV_AUTH, ENV_AUTH_FILE, load_credentials
     from .worker import WorkerConfig, main
 
-    creds = Z.load_credentials(zk_auth_file)
+    creds = load_credentials(zk_auth_file)
     if creds is None:
         raise InputError(
-            f"no ZooKeeper credentials: set ${Z.ENV_AUTH_FILE} (a file holding user:password) or ${Z.ENV_AUTH}",
+            f"no ZooKeeper credentials: set ${ENV_AUTH_FILE} (a file holding user:password) or ${ENV_AUTH}",
             field="zk-auth",
         )
     code = main(

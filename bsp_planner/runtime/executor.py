@@ -15,8 +15,19 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import zk as Z
 from ..loop import StepsEnded
+from ..zk.barrier import CountingBarrier, StepBarrier, step_barrier
+from ..zk.schema import (
+    MalformedValue,
+    RunPaths,
+    parse_checkpoint,
+    parse_member,
+    parse_result,
+    parse_step,
+    step_value,
+    stop_value,
+)
+from ..zk.session import ZkSession
 from .backends import Backend, WorkerLaunch
 from .own_share import RunGroupMembership
 from .run_settings import RunSettings
@@ -45,8 +56,8 @@ class LiveExecutor:
     def __init__(
         self,
         settings: RunSettings,
-        session: Z.ZkSession,
-        paths: Z.RunPaths,
+        session: ZkSession,
+        paths: RunPaths,
         backend: Backend,
         tasks: list[str],
         cpu_of: Callable[[int], float],
@@ -151,7 +162,7 @@ class LiveExecutor:
                 v = s.get(path) if s.exists(path, watch=watch) else None
                 if v is None:
                     continue
-                member = Z.parse_member(path, v)
+                member = parse_member(path, v)
                 if member["incarnation"] != self.incarnation[t]:
                     continue
                 if member["next_step"] < next_step:
@@ -168,7 +179,7 @@ class LiveExecutor:
             if t not in self.processes or exit_code != 0:
                 return False
             v = s.get(self.paths.checkpoint(t))
-            return v is not None and Z.parse_checkpoint(self.paths.checkpoint(t), v) >= next_step
+            return v is not None and parse_checkpoint(self.paths.checkpoint(t), v) >= next_step
 
         def interrupt():
             self.check_stop()
@@ -228,8 +239,8 @@ class LiveExecutor:
         return time.perf_counter() - t0, changed
 
     # -- one step ----------------------------------------------------------------------------------
-    def _barrier(self, t: int) -> Z.StepBarrier | Z.CountingBarrier:
-        return Z.step_barrier(self.settings.barrier, self.session, self.paths, t, self.tasks)
+    def _barrier(self, t: int) -> StepBarrier | CountingBarrier:
+        return step_barrier(self.settings.barrier, self.session, self.paths, t, self.tasks)
 
     def publish(self, t: int, workloads: np.ndarray, workload_range: tuple[float, float]) -> bool:
         """Step t's barrier and every task's workload, in one transaction; False if it was already there
@@ -240,7 +251,7 @@ class LiveExecutor:
         barrier = self._barrier(t)
         setup = barrier.setup_ops() if self.sync == "barrier" else []
         ops = setup + [
-            ("create", self.paths.step(task, t), Z.step_value(t, workloads[i])) for i, task in enumerate(self.tasks)
+            ("create", self.paths.step(task, t), step_value(t, workloads[i])) for i, task in enumerate(self.tasks)
         ]
         results = s.commit(ops)
         if not any(isinstance(r, Exception) for r in results):
@@ -250,11 +261,11 @@ class LiveExecutor:
         for i, task in enumerate(self.tasks):
             path = self.paths.step(task, t)
             v = s.get(path)
-            got = Z.parse_step(path, v, t, workload_range) if v is not None else None
+            got = parse_step(path, v, t, workload_range) if v is not None else None
             if v is None:
-                s.create(path, Z.step_value(t, workloads[i]))
+                s.create(path, step_value(t, workloads[i]))
             elif got is None or got != float(workloads[i]):
-                raise Z.MalformedValue(
+                raise MalformedValue(
                     f"{path} holds workload {got!r}, the run's series says {float(workloads[i])!r}", field=path
                 )
         return False
@@ -265,7 +276,7 @@ class LiveExecutor:
         signal: the OOM killer, a `kill`)."""
         s = self.session
         barrier = self._barrier(t)
-        counting = isinstance(barrier, Z.CountingBarrier)
+        counting = isinstance(barrier, CountingBarrier)
         observe = self.sync == "observe"
         restarts: dict[str, int] = {}
         deadline = time.monotonic() + self.settings.step_timeout_s
@@ -357,8 +368,8 @@ class LiveExecutor:
             if not isinstance(v, dict):
                 v = s.get(path)
             if v is None:
-                raise Z.MalformedValue(f"step {t} is done but {path} is missing", field=path)
-            out.append(Z.parse_result(path, v, t))
+                raise MalformedValue(f"step {t} is done but {path} is missing", field=path)
+            out.append(parse_result(path, v, t))
         return out
 
     def cleanup_barrier(self, t: int) -> None:
@@ -371,7 +382,7 @@ class LiveExecutor:
 
     def finish(self, steps: int) -> None:
         """Tell every worker to stop after the last step and let them go."""
-        ops = [("create", self.paths.step(task, steps), Z.stop_value(steps)) for task in self.tasks]
+        ops = [("create", self.paths.step(task, steps), stop_value(steps)) for task in self.tasks]
         try:
             self.session.commit(ops)
         except Exception:

@@ -4,14 +4,16 @@ run log when the server lost them."""
 
 from __future__ import annotations
 
-from .. import zk as Z
+from ..zk.credentials import Credentials
+from ..zk.schema import RootHeld, RunPaths, checkpoint_value, parse_checkpoint, parse_run
+from ..zk.session import ZkSession
 from .run_lock import RunLock
 
 
 def claim_root(
-    session: Z.ZkSession,
-    paths: Z.RunPaths,
-    creds: Z.Credentials,
+    session: ZkSession,
+    paths: RunPaths,
+    creds: Credentials,
     value: dict,
     run_id: str,
     tasks: list[str],
@@ -33,30 +35,30 @@ def claim_root(
         if s.create(root, value):
             return True
     except NoAuthError:
-        raise Z.RootHeld(
+        raise RootHeld(
             f"cannot create {root}: its parent belongs to someone else in ZooKeeper {s.hosts}; choose another --zk-root",
             field="--zk-root",
         ) from None
     try:
         existing = s.get(root)
     except NoAuthError:
-        raise Z.RootHeld(
+        raise RootHeld(
             f"{root} is held by another run (its ACL does not admit this run's credentials); choose another --zk-root",
             field="--zk-root",
         ) from None
-    info = Z.parse_run(root, existing or {})
+    info = parse_run(root, existing or {})
     if info.run_id != run_id:
-        raise Z.RootHeld(f"{root} is held by run {info.run_id!r}; choose another --zk-root", field="--zk-root")
+        raise RootHeld(f"{root} is held by run {info.run_id!r}; choose another --zk-root", field="--zk-root")
     if not resume:
         holders = lock.holders()
         live = f", coordinated now by {holders[0].describe()}" if holders else ""
-        raise Z.RootHeld(
+        raise RootHeld(
             f"{root} already holds run {run_id!r}{live}; continue it with --resume {run_id}", field="--zk-root"
         )
     if any(info.tasks.get(t) is None for t in tasks):
-        raise Z.RootHeld(f"{root} holds run {run_id!r} with other tasks than this job", field="--zk-root")
+        raise RootHeld(f"{root} holds run {run_id!r} with other tasks than this job", field="--zk-root")
     if info.barrier != barrier:  # its tasks pass the barrier the root names: the coordinator must count the same way
-        raise Z.RootHeld(
+        raise RootHeld(
             f"{root} holds run {run_id!r} with the {info.barrier} barrier, not the {barrier} one; resume it with its own "
             "settings",
             field="--barrier",
@@ -65,7 +67,7 @@ def claim_root(
 
 
 def prepare_tree(
-    session: Z.ZkSession, paths: Z.RunPaths, tasks: list[str], logged_steps: int, incarnations: dict[str, int]
+    session: ZkSession, paths: RunPaths, tasks: list[str], logged_steps: int, incarnations: dict[str, int]
 ) -> list[str]:
     """The nodes under the root (idempotent: a resumed run finds them), and every task's checkpoint at
     least at the last logged step: the run log is the record of what every task completed, so a
@@ -80,10 +82,10 @@ def prepare_tree(
         s.create(paths.steps(t))
         s.create(paths.results(t))
         cp_path = paths.checkpoint(t)
-        s.create(cp_path, Z.checkpoint_value(-1, 0))
+        s.create(cp_path, checkpoint_value(-1, 0))
         cp = s.get(cp_path)
-        last = Z.parse_checkpoint(cp_path, cp) if cp is not None else -1
+        last = parse_checkpoint(cp_path, cp) if cp is not None else -1
         if last < logged_steps - 1:
-            s.set(cp_path, Z.checkpoint_value(logged_steps - 1, incarnations.get(t, 0)))
+            s.set(cp_path, checkpoint_value(logged_steps - 1, incarnations.get(t, 0)))
             rebuilt.append(t)
     return rebuilt

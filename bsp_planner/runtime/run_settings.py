@@ -14,7 +14,8 @@ from typing import Any
 
 from ..inputs.settings import load_settings, setting
 from ..profiling.cgroups import CFS_PERIOD_US, MAX_PERIOD_US, MIN_PERIOD_US
-from ..zk import BARRIER_KINDS, DEFAULT_HOSTS
+from ..zk.schema import BARRIER_KINDS
+from ..zk.session import DEFAULT_HOSTS
 
 RECONFIGURE = ("recreate", "in-place", "auto")
 BACKENDS = ("local", "kubernetes", "k8s")

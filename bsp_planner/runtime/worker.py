@@ -29,12 +29,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .. import zk as Z
 from ..core.errors import InputError
 from ..core.signals import kill_group
 from ..inputs.job import SeriesRef, Task
 from ..inputs.placeholders import values_from_env
 from ..task.reports import parse_workload_report
+from ..zk.credentials import Credentials
+from ..zk.schema import check_task_name
+from ..zk.session import LOCAL_HINT, POD_HINT, ZkUnavailable
 
 OUTPUT_KEEP_BYTES = 16384  # of a successful step's stdout and of its stderr, kept in the task's log
 
@@ -66,7 +68,7 @@ class WorkerConfig:
     root: str
     task: str
     incarnation: int
-    creds: Z.Credentials
+    creds: Credentials
     stress_ng: str = "stress-ng"
     session_timeout_s: float = 10.0
     connect_timeout_s: float = 30.0
@@ -81,7 +83,7 @@ class Worker:
 
     def __init__(self, cfg: WorkerConfig) -> None:
         self.cfg = cfg
-        self.task_name = Z.check_task_name(cfg.task)
+        self.task_name = check_task_name(cfg.task)
         self.session: TaskSession | None = None  # once joining starts
         self._child: subprocess.Popen | None = None
         self._stopping = False
@@ -117,7 +119,7 @@ class Worker:
         except Stop:
             self._say("stopped")
             return EXIT_OK
-        except Z.ZkUnavailable as exc:
+        except ZkUnavailable as exc:
             self._say(f"error: {exc}")
             return EXIT_ZK
         except (InputError, TaskJoinError) as exc:
@@ -157,7 +159,7 @@ class Worker:
             connect_timeout_s=cfg.connect_timeout_s,
             zk_wait_s=cfg.zk_wait_s,
             interrupt=self._interrupt,
-            unreachable_hint=Z.POD_HINT if in_pod else Z.LOCAL_HINT,
+            unreachable_hint=POD_HINT if in_pod else LOCAL_HINT,
         )
         try:
             session._join()

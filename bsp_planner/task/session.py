@@ -32,7 +32,21 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from .. import zk as Z
+from ..zk.barrier import CountingBarrier, StepBarrier, step_barrier
+from ..zk.credentials import ENV_AUTH_FILE, Credentials, load_credentials, parse_credentials
+from ..zk.schema import (
+    DEFAULT_PARENT,
+    RunInfo,
+    RunPaths,
+    check_task_name,
+    checkpoint_value,
+    member_value,
+    parse_checkpoint,
+    parse_run,
+    parse_step,
+    result_value,
+)
+from ..zk.session import LOCAL_HINT, Prefetch, ZkSession, ZkUnavailable
 from .errors import RunEnded, StepOrderError, TaskJoinError
 from .reporter import Reporter, leave_quota
 from .reports import check_report_workload
@@ -74,21 +88,21 @@ def join(env: dict | None = None, *, step_timeout_s: float | None = None) -> Tas
     if sync not in SYNC_MODES:
         raise TaskJoinError(f"expected ${ENV['sync']} barrier or observe, got {sync!r}", field=ENV["sync"])
     try:
-        Z.check_task_name(task)
+        check_task_name(task)
     except Exception:
         raise TaskJoinError(f"${ENV['task']} is not a task name: {task!r}", field=ENV["task"]) from None
-    creds: Z.Credentials | None
+    creds: Credentials | None
     if env.get(ENV["auth"]):
-        creds = Z.parse_credentials(env[ENV["auth"]], f"${ENV['auth']}")
+        creds = parse_credentials(env[ENV["auth"]], f"${ENV['auth']}")
     else:
-        creds = Z.load_credentials(None, env)
+        creds = load_credentials(None, env)
     if creds is None:
         raise TaskJoinError(
-            f"no ZooKeeper credentials: set ${ENV['auth']} (user:password) or ${Z.ENV_AUTH_FILE}; a task joins only "
+            f"no ZooKeeper credentials: set ${ENV['auth']} (user:password) or ${ENV_AUTH_FILE}; a task joins only "
             "with its run's",
             field=ENV["auth"],
         )
-    root = env.get(ENV["root"]) or f"{Z.DEFAULT_PARENT}/{run_id}"
+    root = env.get(ENV["root"]) or f"{DEFAULT_PARENT}/{run_id}"
     try:
         incarnation = int(env.get(ENV["incarnation"], "0"))
     except ValueError:
@@ -114,7 +128,7 @@ class TaskSession(SelfTimedReports):
     def __init__(
         self,
         hosts: str,
-        creds: Z.Credentials,
+        creds: Credentials,
         root: str,
         run_id: str | None,
         task: str,
@@ -127,15 +141,15 @@ class TaskSession(SelfTimedReports):
         connect_timeout_s: float = 30.0,
         zk_wait_s: float = 120.0,
         interrupt: Callable[[], bool] | None = None,
-        unreachable_hint: str = Z.LOCAL_HINT,
+        unreachable_hint: str = LOCAL_HINT,
     ) -> None:
         self.hosts, self.root, self.run_id, self.task_name = hosts, root, run_id, task
         self.sync, self.run_dir, self.incarnation = sync, run_dir, incarnation
         self.step_timeout_s = step_timeout_s
         self.zk_wait_s = zk_wait_s
         self._user_interrupt = interrupt
-        self.paths = Z.RunPaths(root)
-        self.session = Z.ZkSession(
+        self.paths = RunPaths(root)
+        self.session = ZkSession(
             hosts,
             creds,
             session_timeout_s=session_timeout_s,
@@ -146,13 +160,13 @@ class TaskSession(SelfTimedReports):
         self.session.add_listener(self._on_state)
         self._need_member = False
         self._ended = False
-        self._ahead: Z.Prefetch | None = None  # the next step's publication, asked for ahead of need
+        self._ahead: Prefetch | None = None  # the next step's publication, asked for ahead of need
         self._reporter: Reporter | None = None  # observe mode: commits the reports from a thread of its own
         #: the run's group the reporting threads were moved to, out of the task's CPU quota (None: not moved)
         self.report_group: str | None = None
         self.first_step = 0
         self._next = 0
-        self.info: Z.RunInfo | None = None
+        self.info: RunInfo | None = None
         #: where the last step's time went, in seconds (a few perf_counter reads per step): waiting for and
         #: reading the step's publication, entering the barrier, the block, the report, leaving the barrier
         self.timings: dict[str, float] = {}
@@ -168,9 +182,7 @@ class TaskSession(SelfTimedReports):
         if self._need_member and s.connected:
             self._register()
         if s.down_for() > self.zk_wait_s:
-            raise Z.ZkUnavailable(
-                f"ZooKeeper at {self.hosts} unreachable for {s.down_for():.0f} s", field="--zookeeper"
-            )
+            raise ZkUnavailable(f"ZooKeeper at {self.hosts} unreachable for {s.down_for():.0f} s", field="--zookeeper")
         return False
 
     # -- joining ---------------------------------------------------------------------------------
@@ -197,7 +209,7 @@ class TaskSession(SelfTimedReports):
             raise TaskJoinError(
                 f"no run at {self.root} in ZooKeeper {self.hosts} (${ENV['run_id']}={self.run_id})", field=ENV["run_id"]
             )
-        info = self.info = Z.parse_run(self.root, v)
+        info = self.info = parse_run(self.root, v)
         if self.run_id is None:
             self.run_id = info.run_id
         elif info.run_id != self.run_id:
@@ -214,7 +226,7 @@ class TaskSession(SelfTimedReports):
         cp_path = self.paths.checkpoint(self.task_name)
         try:
             cp = s.get(cp_path)
-            last = Z.parse_checkpoint(cp_path, cp) if cp is not None else -1
+            last = parse_checkpoint(cp_path, cp) if cp is not None else -1
             self.first_step = self._next = last + 1
             self._register()
         except NoAuthError:
@@ -234,7 +246,7 @@ class TaskSession(SelfTimedReports):
 
         s = self.session
         path = self.paths.member(self.task_name)
-        value = Z.member_value(self.incarnation, os.getpid(), socket.gethostname(), self._next)
+        value = member_value(self.incarnation, os.getpid(), socket.gethostname(), self._next)
         self._need_member = False
         for _ in range(50):
             if s.create(path, value, ephemeral=True):
@@ -293,13 +305,13 @@ class TaskSession(SelfTimedReports):
         if v is None:
             return None
         assert self.info is not None  # read when the task joined
-        w = Z.parse_step(path, v, step, self.info.workload_range)
+        w = parse_step(path, v, step, self.info.workload_range)
         return None if w is None or v.get("assigned") is False else w
 
-    def _barrier(self, t: int) -> Z.StepBarrier | Z.CountingBarrier:
+    def _barrier(self, t: int) -> StepBarrier | CountingBarrier:
         """Step t's barrier, of the kind the run's description names (the coordinator counts a counting one)."""
         assert self.info is not None  # read when the task joined
-        return Z.step_barrier(self.info.barrier, self.session, self.paths, t, list(self.info.tasks))
+        return step_barrier(self.info.barrier, self.session, self.paths, t, list(self.info.tasks))
 
     def _wait_published(self, t: int) -> float | None:
         """Until the coordinator publishes step t: its workload, or None for a stop order."""
@@ -311,7 +323,7 @@ class TaskSession(SelfTimedReports):
         if ahead is not None and ahead.path == path:  # asked for while we waited in the last step's barrier
             v = ahead.value(min(self.zk_wait_s, 5.0))  # else read it as usual
             if isinstance(v, dict):
-                got = (Z.parse_step(path, v, t, self.info.workload_range),)
+                got = (parse_step(path, v, t, self.info.workload_range),)
 
         def check(watch):
             v = s.get(path)  # usually published already: one round trip
@@ -322,7 +334,7 @@ class TaskSession(SelfTimedReports):
                     return ("ended",)
             if v is None:
                 return None
-            return (Z.parse_step(path, v, t, self.info.workload_range),)
+            return (parse_step(path, v, t, self.info.workload_range),)
 
         if got is None:
             got = s.wait_for(check, None, interrupt=self._interrupt)
@@ -396,7 +408,7 @@ class TaskSession(SelfTimedReports):
     def _report_ops(self, st: StepTimer, enter_wait: float) -> list[tuple]:
         """The report and the checkpoint, for one transaction: both or neither, and a step counted once."""
         t = st.step
-        value = Z.result_value(
+        value = result_value(
             t,
             st.wall_s,
             enter_wait,
@@ -409,7 +421,7 @@ class TaskSession(SelfTimedReports):
         )
         return [
             ("create", self.paths.result(self.task_name, t), value),
-            ("set", self.paths.checkpoint(self.task_name), Z.checkpoint_value(t, self.incarnation)),
+            ("set", self.paths.checkpoint(self.task_name), checkpoint_value(t, self.incarnation)),
         ]
 
     def _report(self, ops: list[tuple]) -> None:

@@ -168,7 +168,7 @@ class RunPaths:
 
 
 # -- values the protocol writes, and their checks ----------------------------------------------------
-#: the step barriers a run may use (:mod:`.barrier`, :mod:`.counting_barrier`); "double" when a run's
+#: the step barriers a run may use (:mod:`.barrier`); "double" when a run's
 #: description names none (written before the counting barrier existed)
 BARRIER_KINDS = ("double", "counting")
 
