@@ -22,7 +22,8 @@ from k8s_fixtures import NS, SECRET, kubelet
 
 from bsp_planner.core.errors import InputError
 from bsp_planner.runtime.backends import WorkerLaunch
-from bsp_planner.runtime.backends.kubernetes import ConfigurationDoesNotFit, KubernetesBackend
+from bsp_planner.runtime.backends.kubernetes import KubernetesBackend
+from bsp_planner.runtime.backends.kubernetes.nodes import ConfigurationDoesNotFit
 from bsp_planner.runtime.coordinator import Coordinator
 from bsp_planner.testing.fake_apiserver import FakeApiServer
 

@@ -30,12 +30,9 @@ from bsp_planner.inputs.job import load_job
 from bsp_planner.k8s import manifests as M
 from bsp_planner.k8s.cluster import pod_state, resize_done
 from bsp_planner.runtime.backends import WorkerLaunch
-from bsp_planner.runtime.backends.kubernetes import (
-    ImageUnusable,
-    KubernetesBackend,
-    PodLost,
-    ResizeRefused,
-)
+from bsp_planner.runtime.backends.kubernetes import ImageUnusable, KubernetesBackend
+from bsp_planner.runtime.backends.kubernetes.pods import PodLost
+from bsp_planner.runtime.backends.kubernetes.resizes import ResizeRefused
 from bsp_planner.testing.fake_apiserver import FakeApiServer
 
 from zk_fixtures import DATA, EXPERIMENT, write_profile, zk_problem
