@@ -60,21 +60,18 @@ _K8S = {
 }
 
 
-# RunSettings field -> the run option that sets it: a value the settings loader refuses is named by its option
+def _flag(name: str) -> str:
+    """The `run` option of a parameter or RunSettings field: set_ -> --set, zk_wait_s -> --zk-wait."""
+    return "--" + name.removesuffix("_s").replace("_", "-").strip("-")
+
+
+# RunSettings fields a `run` option sets: a value the settings loader refuses is named by its option
 _RUN_FLAGS = {
-    "mode": "--mode",
-    "reconfigure": "--reconfigure",
-    "backend": "--backend",
-    "zookeeper": "--zookeeper",
-    "zk_root": "--zk-root",
-    "session_timeout_s": "--session-timeout",
-    "zk_wait_s": "--zk-wait",
-    "step_timeout_s": "--step-timeout",
-    "barrier": "--barrier",
-    "stress_ng": "--stress-ng",
-    "cgroup_prefix": "--cgroup-prefix",
-    "cpu_weight": "--cpu-weight",
-    "cfs_period_us": "--cfs-period-us",
+    field: _flag(field)
+    for field in (
+        "mode reconfigure backend zookeeper zk_root session_timeout_s zk_wait_s step_timeout_s barrier stress_ng "
+        "cgroup_prefix cpu_weight cfs_period_us"
+    ).split()
 }
 
 
@@ -203,18 +200,7 @@ def run(
         overrides = [item for _, item in flagged]
         if online and mode == "perfect":
             mode = "forecast"  # online forecasts are what the planner is told
-        k8s: dict = {}
-        if backend in ("kubernetes", "k8s"):
-            k8s = _kubernetes_settings(
-                namespace,
-                image,
-                kubeconfig,
-                context,
-                zk_auth_secret,
-                worker_zookeeper,
-                pending_timeout,
-                node_selector,
-            )
+        k8s = _kubernetes_settings(ctx.params) if backend in ("kubernetes", "k8s") else {}
         settings = RunSettings(
             kubernetes=k8s,
             worker_start_s=300.0 if k8s or backend in ("kubernetes", "k8s") else 60.0,  # pods: scheduling, image pulls
@@ -252,24 +238,10 @@ def run(
 
 
 #: `run` options that define a run: on --resume the run's own (run.json) hold; another value given is refused
-_FIXED_ON_RESUME = {
-    "planner": "--planner",
-    "mode": "--mode",
-    "reconfigure": "--reconfigure",
-    "backend": "--backend",
-    "experiment": "--experiment",
-    "job": "--job",
-    "steps": "--steps",
-    "online": "--online",
-    "learn": "--learn",
-    "set_": "--set",
-    "barrier": "--barrier",
-    "zk_root": "--zk-root",
-    "cgroup_prefix": "--cgroup-prefix",
-    "cpu_weight": "--cpu-weight",
-    "cfs_period_us": "--cfs-period-us",
-    "run_id": "--run-id",
-}
+_FIXED_ON_RESUME = (
+    "planner mode reconfigure backend experiment job steps online learn set_ barrier zk_root cgroup_prefix cpu_weight "
+    "cfs_period_us run_id"
+).split()
 
 
 def _refuse_changes_on_resume(ctx: typer.Context, settings: RunSettings, rid: str) -> None:
@@ -279,7 +251,8 @@ def _refuse_changes_on_resume(ctx: typer.Context, settings: RunSettings, rid: st
     from ..core.errors import InputError
     from ..inputs.shipped import find_experiment
 
-    for name, flag in _FIXED_ON_RESUME.items():
+    for name in _FIXED_ON_RESUME:
+        flag = _flag(name)
         source = ctx.get_parameter_source(name)
         if source is None or source.name != "COMMANDLINE":  # typer's own copy of click's enum: compare names
             continue
@@ -376,31 +349,19 @@ def _auth_source(zk_auth_file: Path | None) -> str:
     return "generated"
 
 
-def _kubernetes_settings(
-    namespace: str | None,
-    image: str | None,
-    kubeconfig: Path | None,
-    context: str | None,
-    zk_auth_secret: str | None,
-    worker_zookeeper: str | None,
-    pending_timeout: float | None,
-    node_selector: str | None,
-) -> dict[str, Any]:
+def _kubernetes_settings(params: dict[str, Any]) -> dict[str, Any]:
     """The kubernetes backend's settings that were given (the others come from its environment)."""
     from ..k8s.config import parse_node_selector
 
-    if pending_timeout is not None:
-        _positive_seconds(pending_timeout, "--pending-timeout")
-    given = dict(
-        namespace=namespace,
-        image=image,
-        kubeconfig=str(kubeconfig.resolve()) if kubeconfig else None,
-        context=context,
-        zk_auth_secret=zk_auth_secret,
-        worker_zk_hosts=worker_zookeeper,
-        pending_timeout_s=pending_timeout,
-        node_selector=parse_node_selector(node_selector) if node_selector else None,
-    )
+    if params["pending_timeout"] is not None:
+        _positive_seconds(params["pending_timeout"], "--pending-timeout")
+    given = {name: params[name] for name in ("namespace", "image", "context", "zk_auth_secret")}
+    given |= {
+        "kubeconfig": str(params["kubeconfig"].resolve()) if params["kubeconfig"] else None,
+        "worker_zk_hosts": params["worker_zookeeper"],
+        "pending_timeout_s": params["pending_timeout"],
+        "node_selector": parse_node_selector(params["node_selector"]) if params["node_selector"] else None,
+    }
     return {k: v for k, v in given.items() if v is not None}
 
 
@@ -485,7 +446,7 @@ def worker(
     """One task of a live run (started by a backend; also a Kubernetes container's command)."""
     from ..core.errors import InputError
     from ..zk.credentials import ENV_AUTH, ENV_AUTH_FILE, load_credentials
-    from .worker import WorkerConfig, main
+    from .worker import Worker, WorkerConfig
 
     creds = load_credentials(zk_auth_file)
     if creds is None:
@@ -493,7 +454,7 @@ def worker(
             f"no ZooKeeper credentials: set ${ENV_AUTH_FILE} (a file holding user:password) or ${ENV_AUTH}",
             field="zk-auth",
         )
-    code = main(
+    code = Worker(
         WorkerConfig(
             hosts=_hosts(zookeeper),
             root=root,
@@ -506,7 +467,7 @@ def worker(
             connect_timeout_s=min(30.0, zk_wait),
             step_timeout_s=_positive_seconds(step_timeout, "--step-timeout"),
         )
-    )
+    ).run()
     sys.stdout.flush()
     raise typer.Exit(code)
 

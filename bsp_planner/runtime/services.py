@@ -24,8 +24,9 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, cast
 
 from ..core.signals import die_with, kill_group
 from ..inputs.job import Service, substitute
@@ -63,28 +64,6 @@ class ServiceRunner(Protocol):
         """Stop these services (all at once) and wait until they are gone."""
 
 
-class _NoRunner:
-    """The runner of a job without services: never asked to start one."""
-
-    def launch(self, name: str, args: list[str], env: dict[str, str], ready_port: int | None) -> None:
-        raise AssertionError("a job without services has no service to start")
-
-    def exit_code(self, name: str) -> int | None:
-        return None
-
-    def ready(self, name: str, port: int | None, pattern: re.Pattern | None) -> bool:
-        return True
-
-    def host(self, name: str) -> str:
-        return LOCAL_HOST
-
-    def tail(self, name: str) -> str:
-        return ""
-
-    def stop(self, names: list[str]) -> None:
-        pass
-
-
 class Services:
     """``Services(job.services, ports, job_dir, run_dir, runner, say)``: `ports` are the run's (every task's
     and service's, :func:`~bsp_planner.inputs.placeholders.choose_ports`)."""
@@ -102,7 +81,7 @@ class Services:
         self.ports = dict(ports)
         self.job_dir = job_dir
         self.run_dir = run_dir
-        self.runner: ServiceRunner = runner if runner is not None else _NoRunner()
+        self.runner = cast(ServiceRunner, runner)  # None only without services: then it is never asked
         self.say = say
         self.running: list[str] = []
         self.hosts: dict[str, str] = {}  # {host:NAME} of every service started
@@ -215,10 +194,10 @@ class Services:
         self.running = [n for n in self.running if n not in names]
 
 
+@dataclass
 class _Process:
-    def __init__(self, proc: subprocess.Popen, log_offset: int) -> None:
-        self.proc = proc
-        self.log_offset = log_offset  # where this start's output begins in the log
+    proc: subprocess.Popen
+    log_offset: int  # where this start's output begins in the log
 
 
 class LocalServiceRunner:

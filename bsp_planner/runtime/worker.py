@@ -119,18 +119,13 @@ class Worker:
         except Stop:
             self._say("stopped")
             return EXIT_OK
-        except ZkUnavailable as exc:
-            self._say(f"error: {exc}")
-            return EXIT_ZK
-        except (InputError, TaskJoinError) as exc:
+        except (ZkUnavailable, InputError, TaskJoinError, StressFailed, StressKilled) as exc:
             self._say(f"error: {_as_worker_options(exc)}")
+            if isinstance(exc, ZkUnavailable):  # an InputError too: ZooKeeper lost, not a bad input
+                return EXIT_ZK
+            if isinstance(exc, StressFailed | StressKilled):
+                return EXIT_STRESS if isinstance(exc, StressFailed) else EXIT_STRESS_KILLED
             return EXIT_INPUT
-        except StressFailed as exc:
-            self._say(f"error: {exc}")
-            return EXIT_STRESS
-        except StressKilled as exc:
-            self._say(f"error: {exc}")
-            return EXIT_STRESS_KILLED
         finally:
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
             self._kill_child()
@@ -265,10 +260,6 @@ def _signal_name(signum: int) -> str:
         return signal.Signals(signum).name
     except ValueError:
         return "unknown"
-
-
-def main(cfg: WorkerConfig) -> int:
-    return Worker(cfg).run()
 
 
 #: A worker is given its run and task by options, not by the environment a user's task process reads

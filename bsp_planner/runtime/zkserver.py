@@ -14,6 +14,7 @@ default), listening on loopback only.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -241,18 +242,14 @@ class LocalZooKeeper:
         if pid is None:
             self._forget()
             return False
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, sig)
-        except ProcessLookupError:
-            pass
         deadline = time.monotonic() + timeout_s
         while self._alive(pid) and time.monotonic() < deadline:
             time.sleep(0.05)
         if self._alive(pid):
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
             while self._alive(pid):
                 time.sleep(0.02)
         self._forget()
@@ -273,15 +270,10 @@ class LocalZooKeeper:
 
     def _forget(self) -> None:
         if self._proc is not None:
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 self._proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                pass
         self._proc = None
-        try:
-            self.pid_path.unlink()
-        except FileNotFoundError:
-            pass
+        self.pid_path.unlink(missing_ok=True)
 
     def __enter__(self) -> LocalZooKeeper:
         self.start()

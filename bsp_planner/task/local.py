@@ -61,22 +61,32 @@ class LocalSession(SelfTimedReports):
                 f"task {self.task_name} reported step {step} but its next step is {self._next} (out of order or repeated)",
                 field="step",
             )
-        if self.steps is not None and step >= self.steps:
-            raise RunEnded(f"the run has {self.steps} steps")
-        st = StepTimer(step, self.assigned_workload(step), workload, next_workload)
+        assigned = self._begin(step)
+        st = StepTimer(step, assigned, workload, next_workload)
         st.start()
         yield st
         st.stop()
-        what = f"task {self.task_name} step {step}"
-        st.check_workloads(what)
-        rep = {"task": self.task_name, **st.report()}
-        self.reports.append(rep)
+        st.check_workloads(f"task {self.task_name} step {step}")
+        self._write({"task": self.task_name, **st.report(), **self._fields(assigned, st.wall_s)})
+        self._next = step + 1
+
+    def _begin(self, step: int) -> float | None:
+        """Step `step`'s assigned workload, once it is known to be one of the run's (else RunEnded)."""
+        if self.steps is not None and step >= self.steps:
+            raise RunEnded(f"the run has {self.steps} steps")
+        return self.assigned_workload(step)
+
+    def _fields(self, assigned: float | None, wall_s: float) -> dict:
+        """What a step's report says beyond the step timer's (the profiler's fields)."""
+        return {}
+
+    def _write(self, report: dict) -> None:
+        self.reports.append(report)
         if self.reports_file is not None:
             with open(self.reports_file, "a") as fh:
-                fh.write(json.dumps(rep) + "\n")
+                fh.write(json.dumps(report) + "\n")
                 fh.flush()
                 os.fsync(fh.fileno())
-        self._next = step + 1
 
 
 def local_session(task_name: str, **kw) -> LocalSession:

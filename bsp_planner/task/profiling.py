@@ -36,16 +36,14 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from . import session as _live
-from .errors import RunEnded, StepOrderError, TaskJoinError
+from .errors import RunEnded, TaskJoinError
 from .local import LocalSession
-from .timing import StepTimer
 
 PROFILE_ENV = "BSP_PROFILE"
 PROFILE_SYNC = "profile"  # session.sync of a profiled process; BSP_SYNC of a profiled command task
@@ -92,27 +90,13 @@ class ProfilingSession(LocalSession):
             return self.plan.workloads[self._cell]
         return None
 
-    @contextmanager
-    def step(self, step: int, workload: float | None = None, next_workload: float | None = None) -> Iterator[StepTimer]:
-        if step != self._next:
-            raise StepOrderError(
-                f"task {self.task_name} reported step {step} but its next step is {self._next} (out of order or repeated)",
-                field="step",
-            )
+    def _begin(self, step: int) -> float:
         if self.ended:
             raise RunEnded(f"the profiling plan's {len(self.plan.workloads)} workloads are done")
-        assigned = self.plan.workloads[self._cell]
-        self._assigned[step] = assigned
-        st = StepTimer(step, assigned, workload, next_workload)
-        st.start()
-        yield st
-        st.stop()
-        what = f"task {self.task_name} step {step}"
-        st.check_workloads(what)
-        self._write({"task": self.task_name, **st.report(), **self._advance(assigned, st.wall_s)})
-        self._next = step + 1
+        self._assigned[step] = self.plan.workloads[self._cell]
+        return self._assigned[step]
 
-    def _advance(self, assigned: float, wall_s: float) -> dict[str, Any]:
+    def _fields(self, assigned: float | None, wall_s: float) -> dict[str, Any]:
         """Count the step into its workload's cell; the report's profiling fields."""
         measuring = self._steps_in_cell >= self.plan.warmup_steps
         self._steps_in_cell += 1
@@ -134,14 +118,6 @@ class ProfilingSession(LocalSession):
             self._steps_in_cell = 0
             self._measured_s = 0.0
         return fields
-
-    def _write(self, report: dict) -> None:
-        self.reports.append(report)
-        if self.reports_file is not None:
-            with open(self.reports_file, "a") as fh:
-                fh.write(json.dumps(report) + "\n")
-                fh.flush()
-                os.fsync(fh.fileno())
 
 
 def write_plan(path: str | Path, plan: ProfilingPlan) -> Path:

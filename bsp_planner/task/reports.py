@@ -6,9 +6,7 @@ import json
 import math
 
 from ..core.errors import InputError
-
-#: a reported workload above this is refused as absurd (no BSP task has 10^9 units of work per step)
-MAX_WORKLOAD = 1e9
+from ..zk.schema import MAX_WORKLOAD
 
 
 def check_report_workload(value, what: str, key: str = "workload") -> float:
@@ -41,11 +39,7 @@ def parse_workload_report(stdout: bytes, what: str) -> dict:
             ) from None
         if not isinstance(v, dict):
             continue
-        found = {"workload": _reported(v, "workload", what)}
+        found = {"workload": check_report_workload(v.get("workload"), what, "workload")}
         if v.get("next_workload") is not None:
-            found["next_workload"] = _reported(v, "next_workload", what)
+            found["next_workload"] = check_report_workload(v["next_workload"], what, "next_workload")
     return found
-
-
-def _reported(v: dict, key: str, what: str) -> float:
-    return check_report_workload(v.get(key), what, key)

@@ -433,5 +433,3 @@ class TaskSession(SelfTimedReports):
         failed = [r for r in results if isinstance(r, Exception)]
         if failed and not isinstance(results[0], NodeExistsError):
             raise failed[0]
-        if failed:  # already there: another incarnation reported it, or a retried commit went through
-            return

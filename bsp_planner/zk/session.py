@@ -186,7 +186,7 @@ class ZkSession:
         owner = getattr(fn, "__self__", None)
         if (
             owner is self.client
-            and name in ("create", "exists", "get", "get_children", "set", "delete")
+            and name in ("create", "ensure_path", "exists", "get", "get_children", "set", "delete")
             and not kwargs.get("recursive")
         ):
             return getattr(self.client, f"{name}_async")(*args, **kwargs).get(timeout=timeout_s)
@@ -207,17 +207,7 @@ class ZkSession:
 
     def ensure_path(self, path: str, acl=None) -> None:
         """Create path and its missing parents (parents get `acl`, default the run's)."""
-        from kazoo.exceptions import NodeExistsError
-
-        parts = path.strip("/").split("/")
-        cur = ""
-        for p in parts:
-            cur += "/" + p
-            if self.retry(self.client.exists, cur) is None:
-                try:
-                    self.retry(self.client.create, cur, b"", acl=acl or self.acl)
-                except NodeExistsError:
-                    pass
+        self.retry(self.client.ensure_path, path, acl=acl or self.acl)
 
     def get(self, path: str, watch=None) -> dict | None:
         """The node's JSON value (not yet checked against a schema), or None if there is no node."""

@@ -402,8 +402,9 @@ class LocalBackend(Backend):
             )
 
     def resize_task(self, task: str, millicores: float) -> None:
-        t = self._get(task)
-        t.group.set_quota(millicores)
+        if task not in self.tasks:
+            raise InputError(f"task {task!r} is not running", field="task")
+        self.tasks[task].group.set_quota(millicores)
 
     def recreate_task(self, launch: WorkerLaunch, millicores: float) -> None:
         self.stop_task(launch.task)
@@ -447,21 +448,12 @@ class LocalBackend(Backend):
         t = self.tasks.get(task)
         return None if t is None else t.proc.pid
 
-    def millicores(self, task: str) -> float | None:
-        t = self.tasks.get(task)
-        return None if t is None else t.group.millicores
-
     def log_tail(self, task: str, limit: int = 2000) -> str:
         try:
             text = (self.log_dir / f"{task}.log").read_text(errors="replace")
         except OSError:
             return ""
         return text[-limit:]
-
-    def _get(self, task: str) -> _Task:
-        if task not in self.tasks:
-            raise InputError(f"task {task!r} is not running", field="task")
-        return self.tasks[task]
 
     def service_runner(self, log_dir, cwd: str):
         """Services as plain processes on this machine (no quota), output in <log_dir>/<service>.log."""
