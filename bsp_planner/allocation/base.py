@@ -4,11 +4,15 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
 
 from ..core.errors import InputError
+
+if TYPE_CHECKING:
+    from .node_limits import NodeLimits
 
 
 @dataclass(frozen=True)
@@ -81,6 +85,24 @@ class Allocator(ABC):
         """One frame: durations (tasks, levels, k), weights (k,) -> level indices (tasks,)."""
         levels: np.ndarray = self.allocate_batch(durations[None], np.asarray(weights)[None], max_level, budget_steps)[0]
         return levels
+
+
+def batch_inputs(
+    durations: np.ndarray,
+    weights: np.ndarray,
+    max_level: np.ndarray,
+    budget_steps: int,
+    limits: NodeLimits | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
+    """An allocator's batch as floats: durations (B, tasks, levels, k), weights broadcast to (B, k), each
+    task's highest level within the table (and, given nodes, within its node), and whether no CPU step
+    can be given at all (then every level is 0)."""
+    durations = np.asarray(durations, dtype=np.float64)
+    b, n, n_levels, k = durations.shape
+    weights = np.broadcast_to(np.asarray(weights, dtype=np.float64), (b, k))
+    top = np.minimum(np.asarray(max_level, dtype=np.int64), n_levels - 1)
+    top = top if limits is None else limits.task_cap(top)
+    return durations, weights, top, budget_steps <= 0 or b == 0 or n == 0 or not (top > 0).any()
 
 
 def frame_time(durations: np.ndarray, levels: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:

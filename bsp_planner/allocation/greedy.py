@@ -29,11 +29,14 @@ about 25 numpy calls (against ~35 calls on (frames, tasks, steps) arrays, often 
 
 from __future__ import annotations
 
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
-from .base import Allocator
+from .base import Allocator, batch_inputs
+
+if TYPE_CHECKING:
+    from .node_limits import NodeLimits
 
 
 def _unique_view(a: np.ndarray) -> np.ndarray:
@@ -62,6 +65,7 @@ def greedy_rounds(
     start: np.ndarray | None = None,
     tasks: np.ndarray | None = None,
     real: np.ndarray | None = None,
+    limits: NodeLimits | None = None,
 ) -> np.ndarray:
     """The greedy rule, straightforward: every straggler and gain recomputed at every round, one CPU
     step per frame and round, until each frame's budget is spent or it cannot give a step.
@@ -70,10 +74,12 @@ def greedy_rounds(
     current and next durations are gathered); weights (B, k); max_level (N,); budget_steps: levels
     above the minimum, one number or one per frame (B,). Optional: start (B, n) levels to begin from
     (default all 0); tasks (B, n) the tasks each frame works on (default all N, in order); real (B, n)
-    False for padding (never a straggler, never grows). Returns levels (B, n) of those tasks.
+    False for padding (never a straggler, never grows); limits: the nodes' capacity, a task whose node
+    is full cannot grow. Returns levels (B, n) of those tasks.
 
     Used by the allocator for inputs with NaN or infinities (where the fast version's -inf markers
-    would be ambiguous) and by the threshold allocator's polish (a few rounds on a few tasks)."""
+    would be ambiguous), by the threshold allocator's polish (a few rounds on a few tasks) and on
+    nodes (`nodes.greedy_with_nodes`)."""
     b, n_all, n_levels, k = durations.shape
     if tasks is None:
         tasks = np.broadcast_to(np.arange(n_all)[None, :], (b, n_all))
@@ -90,8 +96,13 @@ def greedy_rounds(
     if real is not None:
         cur[~real] = -np.inf
         nxt[~real] = -np.inf
+    if limits is not None:
+        node_of = limits.node_of[tasks]  # (B, n)
+        node_left = np.broadcast_to(limits.steps, (b, limits.n_nodes)).astype(np.int64)  # a copy
     while True:
         can = lvl < max_of
+        if limits is not None:
+            can &= np.take_along_axis(node_left, node_of, axis=1) > 0
         live = (left > 0) & can.any(axis=1)
         if not live.any():
             break
@@ -118,6 +129,8 @@ def greedy_rounds(
         lv = lvl[r, c] + 1
         lvl[r, c] = lv
         left[r] -= 1
+        if limits is not None:
+            node_left[r, node_of[r, c]] -= 1
         t = tasks[r, c]
         cur[r, c] = durations[r, t, lv]
         nxt[r, c] = durations[r, t, np.minimum(lv + 1, n_levels - 1)]
@@ -242,12 +255,9 @@ class GreedyAllocator(Allocator):
     def allocate_batch(
         self, durations: np.ndarray, weights: np.ndarray, max_level: np.ndarray, budget_steps: int
     ) -> np.ndarray:
-        durations = np.asarray(durations, dtype=np.float64)
-        b, n, n_levels, k = durations.shape
-        weights = np.broadcast_to(np.asarray(weights, dtype=np.float64), (b, k))
-        max_level = np.minimum(np.asarray(max_level, dtype=np.int64), n_levels - 1)
-        if budget_steps <= 0 or b == 0 or n == 0 or not (max_level > 0).any():
-            return np.zeros((b, n), dtype=np.int64)
+        durations, weights, max_level, idle = batch_inputs(durations, weights, max_level, budget_steps)
+        if idle:
+            return np.zeros(durations.shape[:2], dtype=np.int64)
         if not (np.isfinite(_unique_view(durations)).all() and np.isfinite(weights).all()):
             return greedy_rounds(durations, weights, max_level, budget_steps)
         return _allocate_fast(durations, weights, max_level, budget_steps)

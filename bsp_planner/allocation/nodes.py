@@ -24,8 +24,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 from scipy.sparse import csr_array, vstack
 
-from .base import Allocator, frame_time
+from .base import Allocator, batch_inputs, frame_time
 from .floor import floor_levels
+from .greedy import greedy_rounds
 from .node_limits import NodeLimits as NodeLimits  # re-exported: callers import it from here
 
 if TYPE_CHECKING:
@@ -36,65 +37,10 @@ def greedy_with_nodes(
     durations: np.ndarray, weights: np.ndarray, max_level: np.ndarray, budget_steps: int, limits: NodeLimits
 ) -> np.ndarray:
     """The greedy rule with a task unable to grow once its node is full: durations (B, n, L, k),
-    weights (B, k), max_level (n,) -> levels (B, n). The plain per-round loop, one CPU step per frame
-    and round; a round costs O(B n k)."""
-    durations = np.asarray(durations, dtype=np.float64)
-    b, n, n_levels, k = durations.shape
-    weights = np.broadcast_to(np.asarray(weights, dtype=np.float64), (b, k))
-    max_of = limits.task_cap(np.minimum(np.asarray(max_level, dtype=np.int64), n_levels - 1))
-    node_of = limits.node_of
-    node_left = np.broadcast_to(limits.steps, (b, limits.n_nodes)).astype(np.int64).copy()
-    lvl = np.zeros((b, n), dtype=np.int64)
-    left = np.full(b, int(budget_steps), dtype=np.int64)
-    fb = np.arange(b)[:, None, None]
-    tb = np.arange(n)[None, :, None]
-    ki = np.arange(k)[None, None, :]
-    cur = durations[fb, tb, lvl[:, :, None], ki]  # (B, n, k)
-    nxt = durations[fb, tb, np.minimum(lvl + 1, n_levels - 1)[:, :, None], ki]
-    rows = np.arange(b)
-    while True:
-        can = (lvl < max_of[None, :]) & (node_left[:, node_of] > 0)
-        live = (left > 0) & can.any(axis=1) & (weights > 0).any(axis=1)
-        if not live.any():
-            break
-        f = rows[live]
-        cur_f, nxt_f, can_f, w_f = cur[f], nxt[f], can[f], weights[f]
-        # stragglers among the tasks that can grow and those that cannot: the slowest task at each step
-        strag = cur_f.argmax(axis=1)  # (F, k)
-        fi = np.arange(f.size)[:, None]
-        saved = (cur_f[fi, strag, np.arange(k)[None, :]] - nxt_f[fi, strag, np.arange(k)[None, :]]) * w_f
-        flat = (fi * n + strag).ravel()
-        gain = np.bincount(flat, weights=saved.ravel(), minlength=f.size * n).reshape(f.size, n)
-        count = np.bincount(flat, weights=(w_f > 0).ravel(), minlength=f.size * n).reshape(f.size, n)
-        cand = (count > 0) & can_f
-        stuck = ~cand.any(axis=1)
-        if stuck.any():
-            # the slowest tasks cannot grow: the slowest among those that can take their turn
-            masked = np.where(can_f[stuck][:, :, None], cur_f[stuck], -np.inf)
-            s2 = masked.argmax(axis=1)
-            fj = np.arange(int(stuck.sum()))[:, None]
-            kk = np.arange(k)[None, :]
-            sv = (masked[fj, s2, kk] - np.where(can_f[stuck][:, :, None], nxt_f[stuck], -np.inf)[fj, s2, kk]) * w_f[
-                stuck
-            ]
-            sv = np.nan_to_num(sv, nan=0.0, neginf=0.0, posinf=0.0)
-            flat2 = (fj * n + s2).ravel()
-            m = int(stuck.sum())
-            gain[stuck] = np.bincount(flat2, weights=sv.ravel(), minlength=m * n).reshape(m, n)
-            c2 = np.bincount(flat2, weights=(w_f[stuck] > 0).ravel(), minlength=m * n).reshape(m, n)
-            cand[stuck] = (c2 > 0) & can_f[stuck]
-        score = np.where(cand, gain, -np.inf)
-        choice = score.argmax(axis=1)
-        ok = cand[np.arange(f.size), choice]
-        left[f[~ok]] = 0
-        r, c = f[ok], choice[ok]
-        lv = lvl[r, c] + 1
-        lvl[r, c] = lv
-        left[r] -= 1
-        node_left[r, node_of[c]] -= 1
-        cur[r, c] = durations[r, c, lv]
-        nxt[r, c] = durations[r, c, np.minimum(lv + 1, n_levels - 1)]
-    return lvl
+    weights (B, k), max_level (n,) -> levels (B, n). The plain per-round loop (`greedy_rounds`), one
+    CPU step per frame and round; a round costs O(B n k)."""
+    durations, weights, cap, _ = batch_inputs(durations, weights, max_level, budget_steps, limits)
+    return greedy_rounds(durations, weights, cap, budget_steps, limits=limits)
 
 
 def threshold_with_nodes(
@@ -109,11 +55,9 @@ def threshold_with_nodes(
     the budget (the greedy rule's rounds are what 1,024 tasks cannot afford)."""
     from .threshold import _kth_largest, frame_ratios, levels_for_ratios
 
-    durations = np.asarray(durations, dtype=np.float64)
-    b, n, n_levels, k = durations.shape
-    weights = np.broadcast_to(np.asarray(weights, dtype=np.float64), (b, k))
-    cap = limits.task_cap(np.minimum(np.asarray(max_level, dtype=np.int64), n_levels - 1))
-    if budget_steps <= 0 or b == 0 or n == 0 or not (cap > 0).any():
+    durations, weights, cap, idle = batch_inputs(durations, weights, max_level, budget_steps, limits)
+    b, n, n_levels, _ = durations.shape
+    if idle:
         return np.zeros((b, n), dtype=np.int64)
     order, R, tiebreak = frame_ratios(durations, weights, cap, budget_steps)  # R (B, n, L), -inf: cannot leave
     # Nodes alike (as many tasks, as many steps) are cut in one partition: (B, nodes, tasks x L).

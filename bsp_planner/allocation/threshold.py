@@ -39,7 +39,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from .base import Allocator
+from .base import Allocator, batch_inputs
 from .greedy import greedy_rounds
 
 #: tiebreak(frame, flat entries i * L + l) -> each entry's weighted frame time (see levels_for_ratios)
@@ -233,11 +233,9 @@ class ThresholdAllocator(Allocator):
     def allocate_batch(
         self, durations: np.ndarray, weights: np.ndarray, max_level: np.ndarray, budget_steps: int
     ) -> np.ndarray:
-        durations = np.asarray(durations, dtype=np.float64)
-        b, n, n_levels, k = durations.shape
-        weights = np.broadcast_to(np.asarray(weights, dtype=np.float64), (b, k))
-        max_level = np.minimum(np.asarray(max_level, dtype=np.int64), n_levels - 1)
-        if budget_steps <= 0 or b == 0 or n == 0 or not (max_level > 0).any():
+        durations, weights, max_level, idle = batch_inputs(durations, weights, max_level, budget_steps)
+        b, n = durations.shape[:2]
+        if idle:
             return np.zeros((b, n), dtype=np.int64)
         used = cast(np.ndarray, (weights > 0).any(axis=1))  # numpy types it as "array or scalar"
         if budget_steps >= max_level.sum():

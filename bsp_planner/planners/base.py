@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..allocation.base import Allocator, CpuLevels, discount_weights
-from ..allocation.nodes import NodeLimits
+from ..allocation.node_limits import NodeLimits
 from ..core.errors import InputError
 
 

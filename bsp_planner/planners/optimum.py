@@ -49,7 +49,8 @@ import numpy as np
 from ..allocation.exact_bounds import floors_without_each_task
 from ..allocation.exact_frame import DEFAULT_REL_GAP, DEFAULT_TIME_LIMIT_S, FrameSolution, solve_frame
 from ..allocation.floor import floor_levels
-from ..allocation.nodes import NodeLimits, solve_frame_nodes
+from ..allocation.node_limits import NodeLimits
+from ..allocation.nodes import solve_frame_nodes
 from ..core.errors import InputError
 
 if TYPE_CHECKING:
