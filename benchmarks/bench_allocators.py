@@ -35,7 +35,8 @@ from bench_simulate import big_context  # noqa: E402
 from bsp_planner.allocation import make_allocator  # noqa: E402
 from bsp_planner.inputs.experiment import PlannerSettings, load_experiment  # noqa: E402
 from bsp_planner.planners.base import make_planner  # noqa: E402
-from bsp_planner.simulate.scenario import build_scenario, run_strategy  # noqa: E402
+from bsp_planner.simulate.runs import run_strategy  # noqa: E402
+from bsp_planner.simulate.scenario import build_scenario  # noqa: E402
 from bsp_planner.simulate.simulation import simulate  # noqa: E402
 
 

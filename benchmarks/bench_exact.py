@@ -39,7 +39,8 @@ from bsp_planner.allocation.exact import ExactAllocator  # noqa: E402
 from bsp_planner.inputs.experiment import load_experiment  # noqa: E402
 from bsp_planner.planners.base import make_planner  # noqa: E402
 from bsp_planner.planners.optimum import optimum_plan  # noqa: E402
-from bsp_planner.simulate.scenario import build_scenario, run_strategy  # noqa: E402
+from bsp_planner.simulate.runs import run_strategy  # noqa: E402
+from bsp_planner.simulate.scenario import build_scenario  # noqa: E402
 from bsp_planner.simulate.simulation import simulate  # noqa: E402
 
 GRID_60 = ["cpu.min_millicores=250", "cpu.step_millicores=25", "cpu.max_millicores=1725", "cpu.budget_millicores=8000"]

@@ -79,7 +79,8 @@ def main() -> None:
     from bsp_planner.inputs.experiment import apply_overrides, load_experiment
     from bsp_planner.planners.base import make_planner
     from bsp_planner.planners.risk import RiskAwareMpcPlanner
-    from bsp_planner.simulate.scenario import build_scenario, run_strategy
+    from bsp_planner.simulate.runs import run_strategy
+    from bsp_planner.simulate.scenario import build_scenario
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--strategies", default="mpc,mpc-risk")

@@ -27,7 +27,8 @@ from _report import load, write_results  # noqa: E402
 
 from bsp_planner.inputs.experiment import load_experiment  # noqa: E402
 from bsp_planner.inputs.shipped import data_path  # noqa: E402
-from bsp_planner.simulate.scenario import build_scenario, run_strategy  # noqa: E402
+from bsp_planner.simulate.runs import run_strategy  # noqa: E402
+from bsp_planner.simulate.scenario import build_scenario  # noqa: E402
 
 PAIRS = "../profiles/local-2core/pairs.csv"  # relative to the shipped experiment
 

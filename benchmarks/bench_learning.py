@@ -47,7 +47,8 @@ from bsp_planner.inputs.shipped import find_experiment
 from bsp_planner.loop import StepObservation, run_loop
 from bsp_planner.planners.base import make_planner
 from bsp_planner.simulate.executor import SimulatedExecutor
-from bsp_planner.simulate.scenario import build_scenario, run_strategy, step_predictions
+from bsp_planner.simulate.runs import run_strategy, step_predictions
+from bsp_planner.simulate.scenario import build_scenario
 
 
 def wrong_profile(src_csv: Path, folder: Path, factor_of) -> Path:

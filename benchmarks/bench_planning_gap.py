@@ -40,7 +40,8 @@ def run_setting(
     import warnings
 
     from bsp_planner.inputs.experiment import apply_overrides, load_experiment
-    from bsp_planner.simulate.scenario import build_scenario, run_strategy
+    from bsp_planner.simulate.runs import run_strategy
+    from bsp_planner.simulate.scenario import build_scenario
 
     exp = load_experiment(experiment)
     overrides = [f"penalty_s={setting['penalty_s']}", f"start={setting['start']}", "modes=forecast", "steps=400"]

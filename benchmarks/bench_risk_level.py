@@ -28,7 +28,8 @@ PENALTIES_S = (0.1, 0.3, 1.0)
 
 def main() -> None:
     from bsp_planner.inputs.experiment import apply_overrides, load_experiment
-    from bsp_planner.simulate.scenario import build_scenario, run_strategy
+    from bsp_planner.simulate.runs import run_strategy
+    from bsp_planner.simulate.scenario import build_scenario
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--experiment", default=str(ROOT / "bsp_planner" / "data" / "experiments" / "default.toml"))

@@ -42,7 +42,8 @@ from bench_thesis import run_once, write_experiment  # noqa: E402
 from bsp_planner.allocation import CpuLevels, make_allocator  # noqa: E402
 from bsp_planner.inputs.experiment import PlannerSettings, load_experiment  # noqa: E402
 from bsp_planner.planners.base import ConfigTable, PlanningContext, make_planner  # noqa: E402
-from bsp_planner.simulate.scenario import build_scenario, run_strategy  # noqa: E402
+from bsp_planner.simulate.runs import run_strategy  # noqa: E402
+from bsp_planner.simulate.scenario import build_scenario  # noqa: E402
 from bsp_planner.simulate.simulation import simulate  # noqa: E402
 
 DEFAULT = ROOT / "bsp_planner" / "data" / "experiments" / "default.toml"

@@ -26,7 +26,8 @@ VALIDATION = {"start": 800, "steps": 200}
 
 def main() -> None:
     from bsp_planner.inputs.experiment import apply_overrides, load_experiment
-    from bsp_planner.simulate.scenario import build_scenario, run_strategy
+    from bsp_planner.simulate.runs import run_strategy
+    from bsp_planner.simulate.scenario import build_scenario
 
     exp0 = load_experiment(ROOT / "bsp_planner" / "data" / "experiments" / "default.toml")
     print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load {os.getloadavg()[0]:.1f}", flush=True)

@@ -62,7 +62,7 @@ def _scenario():
 def bench_strategies() -> None:
     """CPU seconds of each run of the default experiment, in the command's order (so `optimum`'s
     plan is paid by its first mode only, as in the command)."""
-    from bsp_planner.simulate.scenario import run_strategy
+    from bsp_planner.simulate.runs import run_strategy
 
     scen = _scenario()
     exp = scen.experiment
@@ -81,7 +81,7 @@ def bench_strategies() -> None:
 
 def bench_optimum() -> None:
     from bsp_planner.planners import optimum
-    from bsp_planner.simulate.scenario import run_strategy
+    from bsp_planner.simulate.runs import run_strategy
 
     scen = _scenario()
     print(

@@ -10,8 +10,8 @@ corrects its durations), so the next decision uses everything seen so far.
 The loop imports neither kazoo nor the Kubernetes client: a live executor (barriers, cgroup quotas,
 pods) lives under ``runtime/`` and plugs in through the protocol below.
 
-Executor protocol (what a live executor implements; `executors/simulated.py` is the reference)
-------------------------------------------------------------------------------------------------
+Executor protocol (what a live executor implements; `simulate/executor.py` is the reference)
+------------------------------------------------------------------------------------------
 ``n_tasks: int``
     Tasks of the job, in the job's order: every per-task array below has this length.
 ``apply(step, levels, reconfigure) -> float``

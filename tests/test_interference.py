@@ -199,7 +199,8 @@ def test_the_pair_slowdowns_multiply_the_co_located_tasks_durations(tmp_path):
 def test_interference_aware_placement_beats_blind_on_the_tight_cluster(tmp_path):
     """Both simulated with the same interference model; the aware placement keeps the pairs that hurt apart."""
     from bsp_planner.inputs.experiment import load_experiment
-    from bsp_planner.simulate.scenario import build_scenario, run_strategy
+    from bsp_planner.simulate.runs import run_strategy
+    from bsp_planner.simulate.scenario import build_scenario
 
     names = build_scenario(load_experiment(_tight(tmp_path), ["steps=2", "modes=perfect"])).task_names
     hurt = {(a, b): 2.5 for a in ("memcpy", "zero", "bsearch") for b in ("memcpy", "zero", "bsearch") if a != b}

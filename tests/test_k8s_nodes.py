@@ -191,12 +191,12 @@ def test_a_live_run_plans_on_the_nodes_free_cpu_and_runs_each_pod_where_the_plan
     assert any(r["reconfigured"] for r in records) or given
     # the same predictions planned as one pool would not have fitted these nodes (recreates or stops)
     from bsp_planner.inputs.experiment import load_experiment
-    from bsp_planner.simulate.node_runs import run_on_cluster
-    from bsp_planner.simulate.scenario import build_scenario, step_predictions
+    from bsp_planner.simulate.runs import run_on_cluster
+    from bsp_planner.simulate.scenario import build_scenario
 
     with_nodes = dataclasses.replace(load_experiment(exp), node=coord.exp.node)  # the nodes the run planned on
     scen = build_scenario(with_nodes)
-    pool = run_on_cluster(scen, "mpc/one-pool", "perfect", step_predictions)
+    pool = run_on_cluster(scen, "mpc/one-pool", "perfect")
     assert pool.notes["unpriced_recreates"] + pool.notes["stops"] > 0
 
 

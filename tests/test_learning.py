@@ -17,7 +17,8 @@ from bsp_planner.loop import run_loop
 from bsp_planner.model.learning import DurationCorrection, LearningSettings
 from bsp_planner.planners.base import make_planner
 from bsp_planner.simulate.executor import SimulatedExecutor
-from bsp_planner.simulate.scenario import build_scenario, run_strategy, step_predictions
+from bsp_planner.simulate.runs import run_strategy, step_predictions
+from bsp_planner.simulate.scenario import build_scenario
 
 from synthetic import THESIS_TASKS, write_experiment
 from zk_fixtures import assert_nothing_left, needs_tasks, settings

@@ -10,7 +10,8 @@ from bsp_planner.loop import Executor, StepObservation, run_loop
 from bsp_planner.planners import PLANNERS
 from bsp_planner.planners.base import make_planner
 from bsp_planner.simulate.executor import SimulatedExecutor
-from bsp_planner.simulate.scenario import build_scenario, check_strategies, run_strategy
+from bsp_planner.simulate.runs import check_strategies, run_strategy
+from bsp_planner.simulate.scenario import build_scenario
 
 from synthetic import write_experiment
 

@@ -240,7 +240,8 @@ def test_tight_cluster_node_aware_mpc_fits_and_one_pool_planning_does_not(tmp_pa
     """Node-aware mpc: no recreate, no stop, within 1% of the node-constrained optimum in perfect mode;
     the same predictions planned as one pool need recreates on these nodes."""
     from bsp_planner.inputs.experiment import load_experiment
-    from bsp_planner.simulate.scenario import build_scenario, run_strategy
+    from bsp_planner.simulate.runs import run_strategy
+    from bsp_planner.simulate.scenario import build_scenario
 
     exp = load_experiment(_tight(tmp_path), ["steps=40", "modes=perfect"])
     scen = build_scenario(exp)
@@ -260,7 +261,8 @@ def test_mpc_place_moves_tasks_only_as_priced_recreates_and_never_a_process(tmp_
     """On the tight cluster mpc-place moves tasks (each move a recreate it priced) and ends cheaper than
     mpc on its fixed placement; with every task a process (cannot restore) it never moves one."""
     from bsp_planner.inputs.experiment import load_experiment
-    from bsp_planner.simulate.scenario import build_scenario, run_strategy
+    from bsp_planner.simulate.runs import run_strategy
+    from bsp_planner.simulate.scenario import build_scenario
 
     exp = load_experiment(_tight(tmp_path), ["steps=120", "modes=perfect"])
     scen = build_scenario(exp)

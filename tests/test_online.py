@@ -10,7 +10,8 @@ from bsp_planner.inputs.experiment import load_experiment
 from bsp_planner.inputs.job import load_job
 from bsp_planner.inputs.series import load_job_series
 from bsp_planner.simulate.online import OnlineForecasts, online_forecasts
-from bsp_planner.simulate.scenario import build_scenario, run_strategy
+from bsp_planner.simulate.runs import run_strategy
+from bsp_planner.simulate.scenario import build_scenario
 
 from cli_run import run_cli
 from synthetic import DATA, write_experiment

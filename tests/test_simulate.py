@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from bsp_planner.inputs.experiment import load_experiment
-from bsp_planner.simulate.scenario import build_scenario, run_strategy
+from bsp_planner.simulate.runs import run_strategy
+from bsp_planner.simulate.scenario import build_scenario
 
 from cli_run import run_cli
 from synthetic import DATA, THESIS_TASKS, write_experiment, write_profile

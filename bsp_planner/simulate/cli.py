@@ -77,10 +77,10 @@ def simulate(
     from ..core.filelock import output_lock
     from ..core.outputs import check_output_dir
     from ..inputs.settings import flags_blamed
-    from .node_runs import one_pool_strategies
     from .parallel_runs import check_jobs, default_jobs
     from .report import write_outputs
-    from .scenario import build_scenario, check_strategies
+    from .runs import check_strategies, one_pool_strategies
+    from .scenario import build_scenario
 
     if experiment is not None and experiment_opt is not None and experiment != experiment_opt:
         raise InputError(
@@ -233,7 +233,7 @@ def _experiment_with_flags(experiment: Path | None, flagged: list[tuple[str, str
 
 def _leave_out_offline_strategies(console: Console, exp: Experiment) -> None:
     """The experiment's own list (not one the user just typed): leave out what cannot plan step by step."""
-    from .scenario import offline_strategies
+    from .runs import offline_strategies
 
     left_out = offline_strategies(exp.strategies)
     if left_out:

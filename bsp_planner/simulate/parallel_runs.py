@@ -19,7 +19,8 @@ from ..core.errors import InputError
 from ..core.signals import child_defaults, deferred
 from ..core.steps import StrategyResult
 from ..inputs.experiment import Experiment
-from .scenario import Scenario, build_scenario, run_strategy
+from .runs import run_strategy
+from .scenario import Scenario, build_scenario
 
 #: Rough relative cost, to submit long runs first (unknown strategies count as cheap).
 _HEAVY = {"optimum": 4, "dqn": 3, "dp": 3, "mpc": 3, "floor": 0}

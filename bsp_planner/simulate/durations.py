@@ -1,0 +1,47 @@
+"""Stage 2 of a scenario: the duration model at the experiment's CPU levels, and what the tasks really take.
+
+The planner predicts from the profile's interpolated model; the tasks follow the true profile when one is
+given, else the same model. Both are tabulated at the actual workloads: (tasks, levels, steps).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..allocation.base import CpuLevels
+from ..inputs.profiles import Profile
+from ..model.performance import DurationModel, PerformanceModel
+from .read import ScenarioInputs
+
+
+@dataclass(frozen=True)
+class ScenarioDurations:
+    cpu: CpuLevels
+    model: DurationModel  # what the planner predicts with
+    true_model: DurationModel | None  # what the tasks really follow, when not `model`
+    actual: np.ndarray  # (tasks, levels, steps) true durations at the actual workloads
+    planned_at_actual: np.ndarray  # (tasks, levels, steps) the planner's model at the actual workloads
+    max_level: np.ndarray  # (tasks,) the highest level a planner may give a task
+    exppo_max_level: np.ndarray  # (tasks,) the same for exppo
+    budget_steps: int  # CPU steps above every task's minimum that the budget allows
+
+
+def model_durations(inputs: ScenarioInputs) -> ScenarioDurations:
+    exp, job = inputs.experiment, inputs.job
+    c = exp.cpu
+    top = max(c.max_millicores, c.exppo_max_millicores or c.max_millicores)
+    cpu = CpuLevels(c.min_millicores, c.step_millicores, top, c.budget_millicores)
+    n = len(job.tasks)
+
+    def at_levels(profile: Profile) -> DurationModel:
+        return PerformanceModel(profile, job.task_names, exp.interpolation, exp.out_of_grid).at_levels(cpu.millicores)
+
+    dm = at_levels(inputs.profile)
+    true_dm = None if inputs.true_profile is None else at_levels(inputs.true_profile)
+    max_level = np.full(n, cpu.level_of(c.max_millicores))
+    exppo_max = np.full(n, cpu.level_of(c.exppo_max_millicores)) if c.exppo_max_millicores else max_level
+    actual = (true_dm or dm).durations(inputs.actual_workloads)
+    planned_at_actual = actual if true_dm is None else dm.durations(inputs.actual_workloads)
+    return ScenarioDurations(cpu, dm, true_dm, actual, planned_at_actual, max_level, exppo_max, cpu.budget_steps(n))
