@@ -294,7 +294,7 @@ def _check_experiment(settings: RunSettings, flagged: list[tuple[str, str]]) -> 
     from ..inputs.job import load_job
     from ..inputs.series import load_job_series
     from ..inputs.settings import apply_flag_overrides
-    from ..simulate.scenario import check_strategies
+    from ..simulate.runs import check_strategies
 
     planned = [("--planner", f"strategies={settings.planner}"), ("--mode", f"modes={settings.mode}")]
     exp = apply_flag_overrides(load_experiment(settings.experiment), flagged + planned)

@@ -30,6 +30,7 @@ a task lost by the platform, the run folder unwritable): resumable, exit code 3;
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import threading
 from dataclasses import asdict
@@ -39,7 +40,7 @@ import numpy as np
 
 from ..core.errors import InputError
 from ..inputs.shipped import data_path
-from ..zk.credentials import Credentials, run_credentials, worker_auth_env
+from ..zk.credentials import run_credentials, worker_auth_env
 from ..zk.schema import DEFAULT_PARENT, RunPaths, run_value
 from ..zk.session import ZkSession, ZkUnavailable
 from .backends import Backend, TaskLost, make_backend
@@ -125,17 +126,10 @@ class Coordinator(RunPlanning):
         if self.services:
             self.services.check(self._check_stop)  # restarts a service that exited, or fails the run
 
-    def _credentials(self) -> Credentials:
-        return run_credentials(self.settings.zk_auth, self.run_dir / "zk-auth", may_create=not self.resume)
-
     def _worker_env(self) -> dict[str, str]:
         env = worker_auth_env(self.settings.zk_auth, self.run_dir / "zk-auth", self.creds)
         env["BSP_RUN_DIR"] = str(self.run_dir.resolve())  # {run_dir} of command tasks
         return env
-
-    @property
-    def zk_root(self) -> str:
-        return self.settings.zk_root or f"{DEFAULT_PARENT}/{self.run_id}"
 
     # == ZooKeeper: the run's root and its one coordinator ============================================
     def _connect(self) -> None:
@@ -208,8 +202,8 @@ class Coordinator(RunPlanning):
                     field="--resume",
                 )
         records = RunLog.load(self.run_dir) if self.resume else []
-        self.creds = self._credentials()
-        self.paths = RunPaths(self.zk_root)
+        self.creds = run_credentials(s.zk_auth, self.run_dir / "zk-auth", may_create=not self.resume)
+        self.paths = RunPaths(s.zk_root or f"{DEFAULT_PARENT}/{self.run_id}")
         self.backend = self._backend or make_backend(
             s.backend,
             run_id=self.run_id,
@@ -345,20 +339,16 @@ class Coordinator(RunPlanning):
         holds = self.lock is not None and self.lock.held
         if self.session is not None:
             if self._created_root and not self.resume:
-                try:
+                with contextlib.suppress(Exception):
                     self.session.delete_tree(self.paths.root)
-                except Exception:
-                    pass
             if self.lock is not None:
                 self.lock.release()
             self.session.close()
         if not self.resume:
             self.store.discard()
         elif holds:
-            try:
+            with contextlib.suppress(RunStoreUnwritable):
                 self.store.write_meta(status="interrupted", message=f"resume failed: {exc}", ended=now_iso())
-            except RunStoreUnwritable:
-                pass
 
     def run(self) -> LiveResult:
         if not self.resume:

@@ -8,6 +8,7 @@ hands it the planner's configuration.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from collections.abc import Callable
@@ -105,27 +106,19 @@ class LiveExecutor:
         self.incarnation[task] = k
         if task in self.processes:
             return self._process_launch(task, k)
-        args = (
-            "worker",
-            "--zookeeper",
-            s.zookeeper,
-            "--root",
-            self.paths.root,
-            "--task",
-            task,
-            "--incarnation",
-            str(k),
-            "--stress-ng",
-            s.stress_ng,
-            "--session-timeout",
-            f"{s.session_timeout_s:g}",
-            "--zk-wait",
-            f"{max(s.zk_wait_s * 4, 60):g}",
+        options = {
+            "--zookeeper": s.zookeeper,
+            "--root": self.paths.root,
+            "--task": task,
+            "--incarnation": str(k),
+            "--stress-ng": s.stress_ng,
+            "--session-timeout": f"{s.session_timeout_s:g}",
+            "--zk-wait": f"{max(s.zk_wait_s * 4, 60):g}",
             # the worker's own limit is only a backstop: the coordinator's step timeout always fires first
             # and names the tasks that did not report (one limit racing the other gave either message)
-            "--step-timeout",
-            f"{worker_step_timeout_s(s.step_timeout_s):g}",
-        )
+            "--step-timeout": f"{worker_step_timeout_s(s.step_timeout_s):g}",
+        }
+        args = ("worker", *(word for option in options.items() for word in option))
         return WorkerLaunch(task=task, args=args, env={**self.worker_env, **self.task_env.get(task, {})}, incarnation=k)
 
     def _process_launch(self, task: str, k: int) -> WorkerLaunch:
@@ -375,18 +368,14 @@ class LiveExecutor:
     def cleanup_barrier(self, t: int) -> None:
         if t < 0 or not self.session.exists(self.paths.barrier(t)):
             return
-        try:
+        with contextlib.suppress(Exception):  # only housekeeping: the tree is removed at the end anyway
             self.session.commit(self._barrier(t).cleanup_ops())
-        except Exception:
-            pass  # only housekeeping: the tree is removed at the end anyway
 
     def finish(self, steps: int) -> None:
         """Tell every worker to stop after the last step and let them go."""
         ops = [("create", self.paths.step(task, steps), stop_value(steps)) for task in self.tasks]
-        try:
+        with contextlib.suppress(Exception):
             self.session.commit(ops)
-        except Exception:
-            pass
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and any(self.backend.poll_task(t).alive for t in self.tasks):
             time.sleep(0.05)

@@ -17,6 +17,7 @@ group).
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -92,12 +93,8 @@ class RunGroupMembership:
             members = []
         _move(_threads() + members, self.home)
         for tid, nice in self.niceness.items():
-            try:
+            with contextlib.suppress(OSError):
                 os.setpriority(os.PRIO_PROCESS, tid, nice)
-            except OSError:
-                pass
-        try:
+        with contextlib.suppress(OSError):
             self.joined.parent.rmdir()  # fails, as it should, while a task's group is still inside
-        except OSError:
-            pass
         self.joined = None

@@ -14,6 +14,7 @@ ended (``ended_instance``), or one on this host whose pid no longer exists. A ho
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -117,10 +118,8 @@ class RunLock:
             others = [h for h in self.holders() if h.session_id != s.session_id()]
             stale = [h for h in others if self._gone(h, ended_instance)]
             for h in stale:
-                try:
+                with contextlib.suppress(NoNodeError):
                     s.retry(s.client.delete, f"{self.path}/{h.node}")
-                except NoNodeError:
-                    pass
             if stale:
                 continue
             live = next((h for h in others if self._definitely_alive(h)), None)

@@ -75,7 +75,7 @@ class RunPlanning:
             # online forecasts and/or a learning model: the context's rows are made step by step from
             # what the run observed (the same StepPredictions `simulate --online/--learn` uses)
             from ..simulate.predictions import refuse_offline
-            from ..simulate.scenario import step_predictions
+            from ..simulate.runs import step_predictions
 
             refuse_offline(make_planner(s.planner, exp.planner), "--online" if exp.online else "--learn")
             self.ctx, self.predictions = step_predictions(self.scen, s.mode)

@@ -16,6 +16,7 @@ gets SIGTERM if the coordinator dies (PR_SET_PDEATHSIG). On Kubernetes it is a p
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -271,15 +272,11 @@ class LocalServiceRunner:
             kill_group(p.proc.pid, signal.SIGTERM)
         deadline = time.monotonic() + STOP_TIMEOUT_S
         for p in procs:
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 p.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
             kill_group(p.proc.pid)  # the service's own children too (its whole session)
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 p.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                pass
 
     def pids(self) -> dict[str, int]:
         return {name: p.proc.pid for name, p in self.procs.items()}
@@ -296,10 +293,8 @@ def _parent_death_preexec(home_tasks: Path | None = None, niceness: int | None =
             except OSError:
                 pass
         if niceness is not None:
-            try:
+            with contextlib.suppress(OSError):
                 os.setpriority(os.PRIO_PROCESS, 0, niceness)
-            except OSError:
-                pass
         die_with(parent)  # the coordinator's death, even by SIGKILL, ends the service
 
     return preexec

@@ -198,13 +198,26 @@ class TaskSession(SelfTimedReports):
             reporting.append(self._reporter.native_id)
         self.report_group = leave_quota(tid for tid in reporting if tid is not None)
         try:
-            v = s.get(self.root)
+            self._read_run()
+            cp_path = self.paths.checkpoint(self.task_name)
+            cp = s.get(cp_path)
+            last = parse_checkpoint(cp_path, cp) if cp is not None else -1
+            self.first_step = self._next = last + 1
+            self._register()
         except NoAuthError:
             raise TaskJoinError(
                 f"task {self.task_name} is refused by run {self.run_id}: its credentials are not the run's "
                 f"({self.root} in ZooKeeper {self.hosts})",
                 field=ENV["auth"],
             ) from None
+        if self.sync == "barrier" and last >= 0:  # restarted after reporting `last`: leave that barrier too
+            barrier = self._barrier(last)
+            if s.exists(self.paths.barrier(last)) and not barrier.is_done():
+                barrier.leave(self.task_name, self.step_timeout_s, interrupt=self._interrupt)
+
+    def _read_run(self) -> None:
+        """The run's description from its root: this task's run, with this task in it (else TaskJoinError)."""
+        v = self.session.get(self.root)
         if v is None:
             raise TaskJoinError(
                 f"no run at {self.root} in ZooKeeper {self.hosts} (${ENV['run_id']}={self.run_id})", field=ENV["run_id"]
@@ -223,21 +236,6 @@ class TaskSession(SelfTimedReports):
                 "does not belong to it",
                 field=ENV["task"],
             )
-        cp_path = self.paths.checkpoint(self.task_name)
-        try:
-            cp = s.get(cp_path)
-            last = parse_checkpoint(cp_path, cp) if cp is not None else -1
-            self.first_step = self._next = last + 1
-            self._register()
-        except NoAuthError:
-            raise TaskJoinError(
-                f"task {self.task_name} is refused by run {self.run_id}: its credentials are not the run's",
-                field=ENV["auth"],
-            ) from None
-        if self.sync == "barrier" and last >= 0:  # restarted after reporting `last`: leave that barrier too
-            barrier = self._barrier(last)
-            if s.exists(self.paths.barrier(last)) and not barrier.is_done():
-                barrier.leave(self.task_name, self.step_timeout_s, interrupt=self._interrupt)
 
     def _register(self) -> None:
         """The ephemeral member node with this incarnation; a dead incarnation's node (its session not yet

@@ -3,6 +3,7 @@ count each other, or :class:`CountingBarrier`, which the coordinator counts and 
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 
@@ -211,10 +212,8 @@ class StepBarrier(BarrierNodes):
                         client.get_children_async(f"{self.base}/{phase}").get(timeout=5)
                     )
                 if len(here) == n:
-                    try:
+                    with contextlib.suppress(NodeExistsError):
                         client.create_async(flag_path, encode({"step": self.t}), acl=s.acl).get(timeout=5)
-                    except NodeExistsError:
-                        pass
                     return True
         except ArrivalRefused:
             raise

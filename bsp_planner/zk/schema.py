@@ -56,11 +56,16 @@ def _bad(path: str, key: str, expected: str, got: Any) -> MalformedValue:
     )
 
 
+def _missing(path: str, key: str, expected: str, default: Any) -> Any:
+    """A field that is not there: its default, where it has one (else MalformedValue)."""
+    if default is ...:
+        raise _bad(path, key, expected, None)
+    return default
+
+
 def get_int(path: str, v: dict, key: str, lo: int | None = None, hi: int | None = None, default: Any = ...) -> int:
     if key not in v:
-        if default is not ...:
-            return default
-        raise _bad(path, key, "an integer", None)
+        return _missing(path, key, "an integer", default)
     x = v[key]
     if not isinstance(x, int) or isinstance(x, bool) or (lo is not None and x < lo) or (hi is not None and x > hi):
         raise _bad(path, key, f"an integer in [{lo}, {hi}]", x)
@@ -71,9 +76,7 @@ def get_float(
     path: str, v: dict, key: str, lo: float | None = None, hi: float | None = None, default: Any = ...
 ) -> float:
     if key not in v:
-        if default is not ...:
-            return default
-        raise _bad(path, key, "a number", None)
+        return _missing(path, key, "a number", default)
     x = v[key]
     if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
         raise _bad(path, key, "a finite number", x)
@@ -85,9 +88,7 @@ def get_float(
 
 def get_str(path: str, v: dict, key: str, pattern: re.Pattern | None = None, default: Any = ...) -> str:
     if key not in v:
-        if default is not ...:
-            return default
-        raise _bad(path, key, "a string", None)
+        return _missing(path, key, "a string", default)
     x = v[key]
     if not isinstance(x, str) or len(x) > 1000 or (pattern is not None and not pattern.match(x)):
         raise _bad(path, key, "a string" + (f" matching {pattern.pattern}" if pattern else ""), x)

@@ -3,6 +3,7 @@ reconnects (kazoo does not re-register watches with a restarted server), and how
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -262,10 +263,8 @@ class ZkSession:
             results = self.commit([("delete", p) for p in order[i : i + batch]])
             if any(isinstance(r, Exception) for r in results):
                 for p in order[i : i + batch]:  # someone raced us (or a retried batch half-applied): one by one
-                    try:
+                    with contextlib.suppress(NoNodeError):
                         self.retry(self.client.delete, p)
-                    except NoNodeError:
-                        pass
 
     def commit(self, ops: list[tuple]) -> list:
         """Run [('create', path, value), ('set', path, value), ('delete', path)] as one transaction;

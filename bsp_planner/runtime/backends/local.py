@@ -234,10 +234,8 @@ class LocalBackend(Backend):
                 g.remove()
                 removed.append(f"{self.run_prefix}/{p.name}")
         if not self.tasks:
-            try:
+            with contextlib.suppress(OSError):
                 parent.rmdir()
-            except OSError:
-                pass
         return removed
 
     def _cwd(self) -> str:
@@ -420,21 +418,15 @@ class LocalBackend(Backend):
         """SIGTERM the worker (it exits at once, its checkpoint is in ZooKeeper), wait, then kill anything
         left in its group and remove the group."""
         if t.proc.poll() is None and timeout_s > 0:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 t.proc.send_signal(signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 t.proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                pass
         if t.proc.poll() is None:
             kill_group(t.proc.pid)
         t.group.remove()  # kills whatever is still inside (stress-ng children of a killed worker)
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             t.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
         return TaskStatus(alive=False, exit_code=t.proc.returncode)
 
     def poll_task(self, task: str) -> TaskStatus:
@@ -467,16 +459,12 @@ class LocalBackend(Backend):
         self.tasks.clear()
         for t in tasks:
             if t.proc.poll() is None:
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     t.proc.send_signal(signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
         deadline = time.monotonic() + 10.0
         for t in tasks:
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 t.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
             self._reap(t, timeout_s=0.0)
         self._remove_run_group()
         if self._workdir is not None:
