@@ -29,7 +29,8 @@ from bsp_planner.runtime.backends import WorkerLaunch, make_backend
 from bsp_planner.runtime.backends.kubernetes import KubernetesBackend
 from bsp_planner.runtime.backends.kubernetes.nodes import ConfigurationDoesNotFit
 from bsp_planner.runtime.backends.kubernetes.pods import PodLost
-from bsp_planner.testing.fake_apiserver import FakeApiServer, rules_from_manifests
+from bsp_planner.testing.fake_apiserver import FakeApiServer
+from bsp_planner.testing.fake_rbac import rules_from_manifests
 
 from test_k8s_manifests import NODE_READER, load_all, render_base
 

@@ -29,7 +29,8 @@ from bsp_planner.k8s import manifests as M
 from bsp_planner.profiling import runner as R
 from bsp_planner.profiling.kubernetes import KubernetesProfiler, run_grid_kubernetes
 from bsp_planner.profiling.process import ProcessSteps
-from bsp_planner.testing.fake_apiserver import FakeApiServer, JobOutcome
+from bsp_planner.testing.fake_apiserver import FakeApiServer
+from bsp_planner.testing.fake_cluster import JobOutcome
 
 PROGRAM = textwrap.dedent(
     """

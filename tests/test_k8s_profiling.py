@@ -32,7 +32,9 @@ from bsp_planner.profiling import pod_measure as measure
 from bsp_planner.profiling import runner as R
 from bsp_planner.profiling.kubernetes import KubernetesProfiler, cell_text, default_profile_id, run_grid_kubernetes
 from bsp_planner.profiling.local import RunResult
-from bsp_planner.testing.fake_apiserver import FakeApiServer, JobOutcome, rules_from_manifests
+from bsp_planner.testing.fake_apiserver import FakeApiServer
+from bsp_planner.testing.fake_cluster import JobOutcome
+from bsp_planner.testing.fake_rbac import rules_from_manifests
 
 from test_k8s_manifests import render_base
 

@@ -590,7 +590,7 @@ def test_profile_run_times_an_image_command_task_as_jobs_in_its_image(tmp_path):
     about what the Job runs and how its result travels, not the numbers)."""
     from bsp_planner.profiling import runner as R
     from bsp_planner.profiling.kubernetes import KubernetesProfiler, run_grid_kubernetes
-    from bsp_planner.testing.fake_apiserver import JobOutcome
+    from bsp_planner.testing.fake_cluster import JobOutcome
 
     kernel = tmp_path / "kernel.py"
     kernel.write_text(
@@ -638,7 +638,7 @@ def test_profile_run_times_an_image_command_task_as_jobs_in_its_image(tmp_path):
 def test_a_profile_resumed_with_another_image_is_refused(tmp_path):
     from bsp_planner.profiling import runner as R
     from bsp_planner.profiling.kubernetes import KubernetesProfiler, run_grid_kubernetes
-    from bsp_planner.testing.fake_apiserver import JobOutcome
+    from bsp_planner.testing.fake_cluster import JobOutcome
 
     def ok(body: dict) -> JobOutcome:
         return JobOutcome(0, json.dumps({"duration_s": 1.0, "exit_code": 0, "reason": "", "node": "n"}))
