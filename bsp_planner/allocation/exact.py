@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -85,10 +85,9 @@ class ExactAllocator(Allocator):
         self.time_limit = time_limit
         self.formulation = formulation
         self.cache_size = cache_size
-        self.pool_size = pool_size
         self.threads = max(1, min(4, os.cpu_count() or 1)) if threads is None else max(1, int(threads))
         self._cache: OrderedDict[bytes, tuple[np.ndarray, float]] = OrderedDict()  # levels, proven bound
-        self._pool: list[np.ndarray] = []
+        self._pool: deque[np.ndarray] = deque(maxlen=pool_size)
         self._greedy = GreedyAllocator()
         self.stats = ExactStats()
 
@@ -109,12 +108,8 @@ class ExactAllocator(Allocator):
         return h.digest()
 
     def _remember(self, lv: np.ndarray) -> None:
-        for p in self._pool:
-            if np.array_equal(p, lv):
-                return
-        self._pool.append(lv.copy())
-        if len(self._pool) > self.pool_size:
-            self._pool.pop(0)
+        if not any(np.array_equal(p, lv) for p in self._pool):
+            self._pool.append(lv.copy())  # the oldest drops out
 
     @staticmethod
     def _splits(ka: int) -> list[int]:

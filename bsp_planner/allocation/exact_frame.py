@@ -138,7 +138,7 @@ def solve_frame(
     closed = _closed_form(fr)
     if closed is not None:
         return closed
-    best_lv, best_v = _incumbent(fr, incumbents) if search else _given_incumbent(fr, incumbents)
+    best_lv, best_v = _incumbent(fr, incumbents, search)
     d, w, M, budget = fr.d, fr.w, fr.M, fr.budget
     limit = best_v if cutoff is None else min(best_v, float(cutoff))
     scale = max(abs(best_v) if np.isfinite(best_v) else float(np.dot(w, d.max(axis=(0, 1)))), 1e-9)
@@ -266,35 +266,31 @@ def _closed_form(fr: _Frame) -> FrameSolution | None:
     return None
 
 
-def _given_incumbent(fr: _Frame, incumbents: np.ndarray | None) -> tuple[np.ndarray | None, float]:
-    """The best of the given configurations that fit the budget (None, inf: none given)."""
-    if incumbents is None or not len(incumbents):
-        return None, np.inf
-    inc = np.minimum(np.asarray(incumbents, dtype=np.int64).reshape(-1, fr.n), fr.M[None, :])
-    inc = inc[inc.sum(axis=1) <= fr.budget]
-    if not len(inc):
-        return None, np.inf
-    vals = frame_time(np.broadcast_to(fr.d, (len(inc),) + fr.d.shape), inc, fr.w)
-    j = int(np.argmin(vals))
-    return inc[j], float(vals[j])
-
-
-def _incumbent(fr: _Frame, incumbents: np.ndarray | None) -> tuple[np.ndarray | None, float]:
-    """The best of the given configurations, the min-max configuration of the frame's weighted mean
-    durations and the proportional-floor one, improved by local search: (levels, weighted time)."""
+def _incumbent(fr: _Frame, incumbents: np.ndarray | None, search: bool) -> tuple[np.ndarray | None, float]:
+    """The best of the given configurations that fit the budget (None, inf: none); with `search` also
+    the min-max configuration of the frame's weighted mean durations and the proportional-floor one,
+    the three best improved by local search: (levels, weighted time)."""
     d, w, M, budget, n = fr.d, fr.w, fr.M, fr.budget, fr.n
-    floor_k = floor_levels(d, M, budget)[1]
-    mean = (d * w[None, None, :]).sum(axis=2, keepdims=True) / w.sum()
-    starts = [
-        fill_budget(d, w, floor_levels(mean, M, budget)[0][0], M, budget)[None],
-        fill_budget(d, w, proportional_floor(d, M, budget, floor_k), M, budget)[None],
-    ]
+    starts = []
+    if search:
+        floor_k = floor_levels(d, M, budget)[1]
+        mean = (d * w[None, None, :]).sum(axis=2, keepdims=True) / w.sum()
+        starts += [
+            fill_budget(d, w, floor_levels(mean, M, budget)[0][0], M, budget)[None],
+            fill_budget(d, w, proportional_floor(d, M, budget, floor_k), M, budget)[None],
+        ]
     if incumbents is not None and len(incumbents):
         starts.append(np.minimum(np.asarray(incumbents, dtype=np.int64).reshape(-1, n), M[None, :]))
-    inc = np.concatenate(starts)
+    inc = np.concatenate(starts) if starts else np.zeros((0, n), dtype=np.int64)
     inc = inc[inc.sum(axis=1) <= budget]
-    inc = np.unique(inc, axis=0)
+    if search:
+        inc = np.unique(inc, axis=0)
+    if not len(inc):
+        return None, np.inf
     vals = frame_time(np.broadcast_to(d, (len(inc),) + d.shape), inc, w)
+    if not search:
+        j = int(np.argmin(vals))
+        return inc[j], float(vals[j])
     best_lv, best_v = None, np.inf
     for j in np.argsort(vals, kind="stable")[:3]:  # local search from the three best starts
         lv, v = local_search(d, w, inc[j], M, budget)

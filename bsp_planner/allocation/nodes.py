@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from scipy.sparse import csr_array, vstack
 
-from .base import Allocator, batch_inputs, frame_time
+from .base import Allocator, batch_inputs
 from .floor import floor_levels
 from .greedy import greedy_rounds
 from .node_limits import NodeLimits as NodeLimits  # re-exported: callers import it from here
@@ -98,7 +98,7 @@ def solve_frame_nodes(
     level_bounds (tasks, levels): a lower bound on the frame's time with task i at level l; levels
     whose bound cannot beat the best known configuration are left out of the model."""
     from .exact_bounds import shrink_levels
-    from .exact_frame import FrameSolution
+    from .exact_frame import ExactSolverError, FrameSolution, _Frame, _Incumbent, _proved
     from .exact_highs import run_milp
     from .exact_model import build_threshold_model
 
@@ -107,22 +107,22 @@ def solve_frame_nodes(
     w = np.asarray(weights, dtype=np.float64)
     n, L, _ = d.shape
     active = np.nonzero(w > 0)[0]
-    d, w = d[:, :, active], w[active]
     M = limits.task_cap(np.minimum(np.asarray(max_level, dtype=np.int64), L - 1))
-    budget = int(budget_steps)
+    fr = _Frame(d[:, :, active], w[active], M, int(budget_steps), False, t0)
+    d, w, budget = fr.d, fr.w, fr.budget
     if w.size == 0:
-        return FrameSolution(np.zeros(n, dtype=np.int64), 0.0, 0.0, True, "empty", seconds=time.perf_counter() - t0)
+        return FrameSolution(np.zeros(n, dtype=np.int64), 0.0, 0.0, True, "empty", seconds=fr.elapsed())
     if w.size == 1:
         lv = floor_levels(d, M, budget, limits)[0][0]
-        v = float(frame_time(d, lv, w))
-        return FrameSolution(lv, v, v, True, "single-step", seconds=time.perf_counter() - t0)
+        v = fr.time_of(lv)
+        return FrameSolution(lv, v, v, True, "single-step", seconds=fr.elapsed())
     starts: list[np.ndarray] = []
     if incumbents is not None:
         inc = np.minimum(np.asarray(incumbents, dtype=np.int64).reshape(-1, n), M)
         starts += list(inc[limits.fits(inc) & (inc.sum(axis=1) <= budget)])
     if not starts:  # greedy's rounds cost more than the MILP on small frames: only without a start
         starts.append(greedy_with_nodes(d[None], w[None], M, budget, limits)[0])
-    values = [float(frame_time(d, s, w)) for s in starts]
+    values = [fr.time_of(s) for s in starts]
     j = int(np.argmin(values))
     best_lv, best_v = starts[j], values[j]
     floor_k = floor_levels(d, M, budget, limits)[1]
@@ -130,31 +130,24 @@ def solve_frame_nodes(
     limit = best_v if cutoff is None else min(best_v, float(cutoff))
     scale = max(abs(best_v), 1e-9)
     tol = 1e-12 * scale
-
-    def proved(bound: float) -> FrameSolution:
-        if cutoff is not None and cutoff < best_v:
-            return FrameSolution(
-                best_lv, best_v, max(float(cutoff), bound), False, "cutoff", seconds=time.perf_counter() - t0
-            )
-        return FrameSolution(best_lv, best_v, best_v, True, "incumbent", seconds=time.perf_counter() - t0)
-
+    inc = _Incumbent(best_lv, best_v, limit, cutoff)
     if lb_all >= limit - tol:
-        return proved(lb_all)
+        return _proved(fr, inc, lb_all)
     lo = np.zeros(n, dtype=np.int64)
     hi = np.minimum(M, budget)
     if level_bounds is not None:
         # a level whose bound cannot beat the limit is never taken (bounds of a relaxation hold here too)
         shrunk = shrink_levels(np.asarray(level_bounds, dtype=np.float64), lo, hi, budget, limit + tol)
         if shrunk is None:
-            return proved(lb_all)
+            return _proved(fr, inc, lb_all)
         lo, hi = shrunk
         if np.any(limits.usage(lo) > limits.steps):
-            return proved(lb_all)
+            return _proved(fr, inc, lb_all)
         if np.all(lo == hi):  # the bounds fixed every level
-            v = float(frame_time(d, lo, w))
+            v = fr.time_of(lo)
             if v < limit - tol and limits.fits(lo):
-                return FrameSolution(lo, v, v, True, "bounds", seconds=time.perf_counter() - t0)
-            return proved(lb_all)
+                return FrameSolution(lo, v, v, True, "bounds", seconds=fr.elapsed())
+            return _proved(fr, inc, lb_all)
     model = build_threshold_model(d, w, lo, hi, budget, floor_k)
     ny_i = hi - lo
     ny = int(ny_i.sum())
@@ -169,14 +162,12 @@ def solve_frame_nodes(
     res = run_milp(model, cut, rel_gap, time_limit, scale)
     if res.x is not None:
         lv = model.decode(res.x)
-        v = float(frame_time(d, lv, w))
+        v = fr.time_of(lv)
         if v < limit - tol and limits.fits(lv) and lv.sum() <= budget:
-            return FrameSolution(lv, v, v, True, "milp", time.perf_counter() - t0)
+            return FrameSolution(lv, v, v, True, "milp", fr.elapsed())
     if res.status not in (0, 2):
-        from .exact_frame import ExactSolverError
-
         raise ExactSolverError(f"the node-constrained MILP stopped without a proof ({str(res.message).strip()})")
-    return proved(lb_all)
+    return _proved(fr, inc, lb_all)
 
 
 class NodeConstrained(Allocator):

@@ -118,9 +118,13 @@ class MpcPlanner(Planner):
         return float(best[h]), windows[::-1]
 
     def decide(self, t: int, current: np.ndarray | None) -> Decision:
-        _, windows = self.plan(t, current)
-        start, length, levels = windows[0]
-        if levels is None:
-            assert current is not None  # a plan keeps a configuration only when there is one
-            return Decision(0, current)
-        return Decision(length, levels)
+        return first_decision(self.plan(t, current)[1], current)
+
+
+def first_decision(windows: list[tuple[int, int, np.ndarray | None]], current: np.ndarray | None) -> Decision:
+    """A plan's first window as the decision before its first step: keep (a0) or a_j."""
+    _, length, levels = windows[0]
+    if levels is None:
+        assert current is not None  # a plan keeps a configuration only when there is one
+        return Decision(0, current)
+    return Decision(length, levels)

@@ -250,44 +250,42 @@ class _SegmentDP:
         screen: what the segment must beat to matter now; when its LP bound says it cannot, that bound
         is the answer (optimal False, bound below the cutoff) and no MILP runs."""
         self.stats["milps"] += 1
-        d = self.actual[:, :, s:e]
+        d, w = self.actual[:, :, s:e], np.ones(e - s)
+        incumbents = None if inc is None else inc[None]
         lb = self.PG[:, :, e] - self.PG[:, :, s]
         if self.nodes is not None:
             sol = solve_frame_nodes(
                 d,
-                np.ones(e - s),
+                w,
                 self.M,
                 self.budget,
                 self.nodes,
-                incumbents=None if inc is None else inc[None],
+                incumbents=incumbents,
                 cutoff=cutoff,
                 rel_gap=self.rel_gap,
                 time_limit=self.time_limit,
                 level_bounds=lb,
             )
-            self.stats["milp_seconds"] += sol.seconds
-            if np.isfinite(sol.value) and sol.optimal:
-                self.pool.add(sol.levels)
-            return sol
-        sol = solve_frame(
-            d,
-            np.ones(e - s),
-            self.M,
-            self.budget,
-            incumbents=None if inc is None else inc[None],
-            cutoff=cutoff,
-            rel_gap=self.rel_gap,
-            time_limit=self.time_limit,
-            level_bounds=lb,
-            lower_bound=float(self.H[s, e - s]),
-            fill=False,
-            search=False,
-            shrink_rounds=1,  # the LP screen below copes with the levels a second round would drop
-            floor_steps=self.floor[s:e],
-            screen=screen,
-        )
+        else:
+            sol = solve_frame(
+                d,
+                w,
+                self.M,
+                self.budget,
+                incumbents=incumbents,
+                cutoff=cutoff,
+                rel_gap=self.rel_gap,
+                time_limit=self.time_limit,
+                level_bounds=lb,
+                lower_bound=float(self.H[s, e - s]),
+                fill=False,
+                search=False,
+                shrink_rounds=1,  # the LP screen below copes with the levels a second round would drop
+                floor_steps=self.floor[s:e],
+                screen=screen,
+            )
         self.stats["milp_seconds"] += sol.seconds
-        if np.isfinite(sol.value):
+        if np.isfinite(sol.value) and (sol.optimal or self.nodes is None):
             self.pool.add(sol.levels)
         return sol
 
@@ -411,15 +409,6 @@ class _SegmentDP:
 _PLANS: dict[tuple[object, ...], OptimumPlan] = {}  # the same actual durations in every mode: plan once
 
 
-@dataclass(frozen=True)
-class OptimumParams:
-    max_segment: int = 40  # steps; no segment of the plan is longer
-
-    @classmethod
-    def from_settings(cls, s: PlannerSettings | None) -> OptimumParams:
-        return cls() if s is None else cls(max_segment=s.optimum_max_segment)
-
-
 def optimum_result(
     ctx: PlanningContext, actual: np.ndarray, mode: str, settings: PlannerSettings | None = None
 ) -> StrategyResult:
@@ -429,7 +418,7 @@ def optimum_result(
     settings: the experiment's [planner] table (None: the defaults)."""
     from ..core.steps import StrategyResult, step_times
 
-    max_segment = OptimumParams.from_settings(settings).max_segment
+    max_segment = 40 if settings is None else settings.optimum_max_segment  # steps; no segment is longer
     t0 = time.perf_counter()
     max_level = ctx.max_level if ctx.exppo_max_level is None else np.maximum(ctx.max_level, ctx.exppo_max_level)
     actual = np.ascontiguousarray(actual, dtype=np.float64)

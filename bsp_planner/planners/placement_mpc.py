@@ -27,7 +27,7 @@ from ..allocation.floor import floor_levels
 from ..allocation.nodes import NodeConstrained
 from ..model.cluster import place_balanced
 from .base import Decision, PlanningContext
-from .mpc import MpcPlanner
+from .mpc import MpcPlanner, first_decision
 
 #: ctx.extras key of the run's shared table: {"cluster": Cluster, "recreate_s": float, "inner": str,
 #: "node_of": the placement the planner chose (written here, read by the executor)}
@@ -69,11 +69,5 @@ class PlacementMpcPlanner(MpcPlanner):
                 self.node_of = there
                 self.run["node_of"] = there.copy()
                 self.moves += 1
-                _, length, levels = moved_windows[0]
-                assert levels is not None  # a plan without a current configuration never keeps one
-                return Decision(length, levels)
-        start, length, levels = windows[0]
-        if levels is None:
-            assert current is not None
-            return Decision(0, current)
-        return Decision(length, levels)
+                return first_decision(moved_windows, None)  # a plan without a current configuration never keeps
+        return first_decision(windows, current)

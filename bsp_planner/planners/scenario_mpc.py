@@ -25,7 +25,7 @@ import numpy as np
 
 from ..core.errors import InputError
 from .base import Decision, PlanningContext
-from .mpc import MpcPlanner
+from .mpc import MpcPlanner, first_decision
 from .observed import ERROR_WINDOW, MIN_ERRORS, Observations, observations
 
 #: Scenarios drawn per step unless `mpc-scenario:K` says otherwise: validation's choice among 4, 8, 16, 32
@@ -87,9 +87,4 @@ class ScenarioMpcPlanner(MpcPlanner):
         if probs.size == 1 and not np.any(workloads[:, 0] != self.obs.forecast(t, h)):
             return super().decide(t, current)  # no error known (or all zero): exactly mpc
         durations = self.obs.durations(workloads).transpose(2, 0, 1, 3)  # (S, tasks, levels, h)
-        _, windows = self.plan_on(durations, probs, current)
-        start, length, levels = windows[0]
-        if levels is None:
-            assert current is not None
-            return Decision(0, current)
-        return Decision(length, levels)
+        return first_decision(self.plan_on(durations, probs, current)[1], current)
