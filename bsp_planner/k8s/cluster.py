@@ -296,12 +296,15 @@ def _int_or_none(value) -> int | None:
         return None
 
 
-def terminated(pod: dict | None) -> dict:
-    """The first container's last termination (exitCode, reason, message), or {} if it has none."""
+def terminated(pod: dict | None, container: str | None = None) -> dict:
+    """A container's last termination (exitCode, reason, message): the named one's, else the first that has
+    one; {} if it has none."""
     for cs in ((pod or {}).get("status") or {}).get("containerStatuses") or []:
+        if container not in (None, cs.get("name")):
+            continue
         term = (cs.get("state") or {}).get("terminated") or (cs.get("lastState") or {}).get("terminated")
-        if term:
-            return term
+        if term or container is not None:
+            return term or {}
     return {}
 
 

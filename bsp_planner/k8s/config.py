@@ -26,17 +26,6 @@ IMAGE_ENV = "BSP_PLANNER_IMAGE"
 POD_ENV = "BSP_PLANNER_POD"
 
 
-def _import():
-    try:
-        from kubernetes import client, config
-    except ImportError as exc:  # pragma: no cover - the venv has it
-        raise InputError(
-            "the kubernetes backend needs the official client: pip install 'bsp-planner[kubernetes]'",
-            field="--backend",
-        ) from exc
-    return client, config
-
-
 def in_cluster() -> bool:
     return bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and (SA_DIR / "token").is_file()
 
@@ -59,7 +48,13 @@ def connect(
     context: str | None = None,
 ) -> Connection:
     """An ApiClient for the cluster: in it (service account) or from a kubeconfig."""
-    client, config = _import()
+    try:
+        from kubernetes import client, config
+    except ImportError as exc:  # pragma: no cover - the venv has it
+        raise InputError(
+            "the kubernetes backend needs the official client: pip install 'bsp-planner[kubernetes]'",
+            field="--backend",
+        ) from exc
     if kubeconfig is None and context is None and in_cluster():
         cfg = client.Configuration()
         config.load_incluster_config(client_configuration=cfg)

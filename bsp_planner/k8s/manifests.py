@@ -24,24 +24,6 @@ SCRATCH_DIR = "/scratch"  # stress-ng writes its temporary files in its working 
 RUN_DIR_MOUNT = "/bsp-run"  # where a run's shared folder (a PersistentVolumeClaim) is mounted, if it has one
 
 
-def _resources(cpu_millicores: float, memory: str) -> dict:
-    amount = {"cpu": n.cpu_quantity(cpu_millicores), "memory": memory}
-    return {"requests": dict(amount), "limits": dict(amount)}
-
-
-def _pod_security() -> dict:
-    return {
-        "runAsNonRoot": True,
-        "runAsUser": RUN_AS_USER,
-        "runAsGroup": RUN_AS_USER,
-        "seccompProfile": {"type": "RuntimeDefault"},
-    }
-
-
-def _container_security() -> dict:
-    return {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"]}}
-
-
 def _env(env: dict[str, str] | None = None) -> list[dict]:
     """The pod's and node's names, a writable home and temporary directory (the root filesystem is
     read-only; the scratch volume is not), then `env`."""
@@ -57,15 +39,20 @@ def _env(env: dict[str, str] | None = None) -> list[dict]:
 
 def _container(name: str, image: str, settings: PodSettings, cpu_millicores: float, env: list[dict]) -> dict:
     """A container of ours: CPU and memory requests = limits, in the scratch folder, unprivileged."""
+    amount = {"cpu": n.cpu_quantity(cpu_millicores), "memory": settings.memory}
     return {
         "name": name,
         "image": image,
         "imagePullPolicy": settings.image_pull_policy,
         "env": env,
-        "resources": _resources(cpu_millicores, settings.memory),
+        "resources": {"requests": dict(amount), "limits": dict(amount)},
         "workingDir": SCRATCH_DIR,
         "volumeMounts": [{"name": "scratch", "mountPath": SCRATCH_DIR}],
-        "securityContext": _container_security(),
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
 
@@ -77,7 +64,12 @@ def _pod_spec(settings: PodSettings, container: dict) -> dict:
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
         "terminationGracePeriodSeconds": settings.termination_grace_s,
-        "securityContext": _pod_security(),
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": RUN_AS_USER,
+            "runAsGroup": RUN_AS_USER,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
         "containers": [container],
         "volumes": [{"name": "scratch", "emptyDir": {}}],
     }
@@ -137,7 +129,7 @@ def worker_pod(
         "metadata": {
             "name": n.pod_name(run_id, task),
             "namespace": settings.namespace,
-            "labels": n.run_labels(run_id, task),
+            "labels": n.app_labels(n.COMPONENT_WORKER, {n.LABEL_RUN: run_id}, task),
             "annotations": {n.ANNOTATION_TASK: task, n.ANNOTATION_CPU: str(int(cpu_millicores))},
         },
         "spec": spec,
@@ -200,11 +192,6 @@ def resize_patch(cpu_millicores: float) -> dict:
 
 
 # -- profiling ---------------------------------------------------------------------------------------
-def profile_labels(profile_id: str, cell_id: str | None = None, task: str | None = None) -> dict[str, str]:
-    own = {n.LABEL_PROFILE: profile_id, **({} if cell_id is None else {n.LABEL_CELL: cell_id})}
-    return n.app_labels(n.COMPONENT_PROFILER, own, task)
-
-
 def profile_selector(profile_id: str) -> str:
     return f"{n.LABEL_PROFILE}={profile_id},{n.LABEL_COMPONENT}={n.COMPONENT_PROFILER}"
 
@@ -228,7 +215,7 @@ def profile_job(
     timeout (enforced inside the container) and the allowance for scheduling and image pull are spent.
     The result travels in the container's termination message (no log access needed). A command task
     that names its own `image` is measured in that image, with `env` (BSP_WORKLOAD...) added."""
-    labels = profile_labels(profile_id, cell_id, task)
+    labels = n.app_labels(n.COMPONENT_PROFILER, {n.LABEL_PROFILE: profile_id, n.LABEL_CELL: cell_id}, task)
     annotations = {n.ANNOTATION_CELL: cell_text, n.ANNOTATION_TASK: task, n.ANNOTATION_CPU: str(int(cpu_millicores))}
     container = _container(n.COMPONENT_PROFILER, image or settings.image, settings, cpu_millicores, _env(env))
     container.update(command=list(command), terminationMessagePath="/dev/termination-log")

@@ -92,10 +92,6 @@ def app_labels(component: str, own: dict[str, str], task: str | None = None) -> 
     return labels
 
 
-def run_labels(run_id: str, task: str | None = None) -> dict[str, str]:
-    return app_labels(COMPONENT_WORKER, {LABEL_RUN: run_id}, task)
-
-
 def run_selector(run_id: str) -> str:
     return f"{LABEL_RUN}={run_id},{LABEL_COMPONENT}={COMPONENT_WORKER}"
 

@@ -217,15 +217,12 @@ class KubernetesProfiler:
         submitted = self.clock()
         try:
             while True:
-                outcome = self._process_outcome(name, cid, workloads, self.clock() - submitted, timeout_s)
+                outcome = self._process_outcome(cid, workloads, self.clock() - submitted, timeout_s)
                 if outcome is not None:
                     return outcome
                 self.sleep(self.poll_s)
         finally:
-            try:
-                self._cluster.delete_job(name)  # its program may still run (a hang): it ends with its Job
-            except Exception:
-                pass
+            self._delete_quietly(name)  # its program may still run (a hang): it ends with its Job
 
     def process_job_body(
         self,
@@ -266,25 +263,18 @@ class KubernetesProfiler:
         )
 
     def _process_outcome(
-        self, job_name: str, cid: str, workloads: Sequence[float], waited_s: float, timeout_s: float
+        self, cid: str, workloads: Sequence[float], waited_s: float, timeout_s: float
     ) -> dict[float, RunResult] | None:
         """Each workload's cell once the collector ended (or the Job failed without it), else None."""
-        jobs = self._cluster.list_jobs(M.profile_selector(self.profile_id))
-        job = next((j for j in jobs if j["metadata"]["name"] == job_name), None)
-        pods = [
-            p
-            for p in self._cluster.list_pods(M.profile_selector(self.profile_id))
-            if (p["metadata"].get("labels") or {}).get(N.LABEL_CELL) == cid
-        ]
-        pod = max(pods, key=lambda p: p["metadata"].get("creationTimestamp") or "", default=None)
+        job, pod = self._existing().get(cid), self._newest_pods().get(cid)
 
         def failed(reason: str) -> dict[float, RunResult]:
             return {float(w): RunResult(None, reason) for w in workloads}
 
         if job is None:
             return failed("the Job was deleted before it finished (by someone else?)")
-        collector = _container_terminated(pod, M.COLLECTOR_CONTAINER)
-        profiled = _container_terminated(pod, M.PROFILED_CONTAINER)
+        collector = terminated(pod, M.COLLECTOR_CONTAINER)
+        profiled = terminated(pod, M.PROFILED_CONTAINER)
         if collector:
             report = _report(pod, collector)
             if not report or "cells" not in report:
@@ -310,13 +300,8 @@ class KubernetesProfiler:
             if (conds.get("Failed") or {}).get("reason") == "DeadlineExceeded":
                 return failed(f"timeout: the Job ran past its deadline ({job['spec'].get('activeDeadlineSeconds')} s)")
             return failed((conds.get("Failed") or {}).get("message") or "the Job failed")
-        if pod is not None:
-            st = pod_state(pod, N.COMPONENT_PROFILER)
-            if st.phase == "Pending" and (st.fatal_waiting or waited_s > self.startup_timeout_s):
-                return failed(f"did not start within {waited_s:.0f} s: {st.waiting}")
-        elif waited_s > self.startup_timeout_s:
-            return failed(f"no pod within {self.startup_timeout_s:g} s (a quota? admission?)")
-        return None
+        stuck = self._stuck(pod, waited_s)
+        return None if stuck is None else failed(stuck)
 
     def abandon(self, task: str) -> None:
         """The runner gave task `task` up for this session (its runs all failed the same way): its cells are
@@ -338,10 +323,7 @@ class KubernetesProfiler:
         """Delete the Jobs still running (their cells are measured again by the next session); finished
         ones not handed to the runner yet stay, for the next session to read."""
         for a in list(self._active.values()):
-            try:
-                self._cluster.delete_job(a.job)
-            except Exception:
-                pass
+            self._delete_quietly(a.job)
         self._active.clear()
 
     # -- Jobs --------------------------------------------------------------------------------------
@@ -375,6 +357,12 @@ class KubernetesProfiler:
         """This profile's Jobs in the cluster, by cell id (None: a Job without one)."""
         jobs = self._cluster.list_jobs(M.profile_selector(self.profile_id))
         return {(j["metadata"].get("labels") or {}).get(N.LABEL_CELL): j for j in jobs}
+
+    def _newest_pods(self) -> dict[str | None, dict]:
+        """The newest pod of each of this profile's cells, by cell id."""
+        pods = self._cluster.list_pods(M.profile_selector(self.profile_id))
+        pods.sort(key=lambda p: p["metadata"].get("creationTimestamp") or "")
+        return {(p["metadata"].get("labels") or {}).get(N.LABEL_CELL): p for p in pods}
 
     def _adopt(self) -> None:
         """Jobs of this profile left by an earlier session: those of expected cells are waited for and
@@ -412,16 +400,12 @@ class KubernetesProfiler:
         """Move the Jobs that ended to _done (one list of Jobs and one of pods per call); True if any did."""
         if not self._active:
             return False
-        jobs = self._existing()
-        pods: dict[str | None, list[dict]] = {}
-        for p in self._cluster.list_pods(M.profile_selector(self.profile_id)):
-            pods.setdefault((p["metadata"].get("labels") or {}).get(N.LABEL_CELL), []).append(p)
+        jobs, pods = self._existing(), self._newest_pods()
         ended = []
         now = self.clock()
         for cell, a in self._active.items():
             cid = cell_id(cell)
-            cell_pods = sorted(pods.get(cid, []), key=lambda p: p["metadata"].get("creationTimestamp") or "")
-            result = self._outcome(jobs.get(cid), cell_pods[-1] if cell_pods else None, now - a.submitted, timeout_s)
+            result = self._outcome(jobs.get(cid), pods.get(cid), now - a.submitted, timeout_s)
             if result is not None:
                 ended.append((cell, result))
         for cell, result in ended:
@@ -456,21 +440,18 @@ class KubernetesProfiler:
                 or (conds.get("Failed") or {}).get("message")
                 or "the Job failed",
             )
+        stuck = self._stuck(pod, waited_s)
+        return None if stuck is None else RunResult(None, stuck)
+
+    def _stuck(self, pod: dict | None, waited_s: float) -> str | None:
+        """Why a Job that has not ended never will: its pod cannot start, or it has none past startup_timeout_s."""
         if pod is not None:
             st = pod_state(pod, N.COMPONENT_PROFILER)
             if st.phase == "Pending" and (st.fatal_waiting or waited_s > self.startup_timeout_s):
-                return RunResult(None, f"did not start within {waited_s:.0f} s: {st.waiting}")
+                return f"did not start within {waited_s:.0f} s: {st.waiting}"
         elif waited_s > self.startup_timeout_s:
-            return RunResult(None, f"no pod within {self.startup_timeout_s:g} s (a quota? admission?)")
+            return f"no pod within {self.startup_timeout_s:g} s (a quota? admission?)"
         return None
-
-
-def _container_terminated(pod: dict | None, container: str) -> dict:
-    """The named container's termination (exitCode, reason, message), or {} while it has none."""
-    for cs in ((pod or {}).get("status") or {}).get("containerStatuses") or []:
-        if cs.get("name") == container:
-            return (cs.get("state") or {}).get("terminated") or {}
-    return {}
 
 
 def _report(pod: dict | None, term: dict | None = None) -> dict | None:

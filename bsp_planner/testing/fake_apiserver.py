@@ -37,10 +37,9 @@ import json
 import shutil
 import tempfile
 import threading
-from collections.abc import Callable
 from http.server import ThreadingHTTPServer
 
-from .fake_cluster import FakeCluster, JobOutcome, PodProcess, _terminate
+from .fake_cluster import FakeCluster, _terminate
 from .fake_http import Handler
 from .fake_rbac import Call, Rule
 
@@ -48,26 +47,9 @@ from .fake_rbac import Call, Rule
 class FakeApiServer(FakeCluster):
     """See the module docstring. For logic tests only."""
 
-    def __init__(
-        self,
-        *,
-        version: str = "v1.33.1",
-        resize_subresource: bool | None = None,
-        rules: list[Rule] | None = None,
-        start_delay_s: float = 0.0,
-        delete_delay_s: float = 0.0,
-        resize_delay_s: float = 0.0,
-        job_runner: Callable[[dict], JobOutcome] | None = None,
-        pod_runner: Callable[[dict], PodProcess] | None = None,
-    ) -> None:
-        super().__init__(
-            version=version,
-            start_delay_s=start_delay_s,
-            delete_delay_s=delete_delay_s,
-            resize_delay_s=resize_delay_s,
-            job_runner=job_runner,
-            pod_runner=pod_runner,
-        )
+    def __init__(self, *, resize_subresource: bool | None = None, rules: list[Rule] | None = None, **cluster) -> None:
+        """`cluster`: :class:`~.fake_cluster.FakeCluster`'s settings (version, delays, job_runner, pod_runner)."""
+        super().__init__(**cluster)
         self.resize_subresource = (
             (self.major, self.minor) >= (1, 33) if resize_subresource is None else resize_subresource
         )

@@ -8,6 +8,7 @@ import json
 import re
 import socket
 import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlparse
@@ -159,8 +160,8 @@ class Handler(BaseHTTPRequestHandler):
                 o
                 for (ons, _), o in sorted(objects.items())
                 if (ns is None or ons == ns)
-                and _match_labels(o, q.get("labelSelector"))
-                and _match_fields(o, q.get("fieldSelector"))
+                and _selects(q.get("labelSelector"), (o["metadata"].get("labels") or {}).get)
+                and _selects(q.get("fieldSelector"), lambda path, o=o: _field(o, path))
             ]
             return 200, {
                 "kind": f"{kind}List",
@@ -274,37 +275,23 @@ def _status(code: int, reason: str, message: str) -> dict:
     }
 
 
-def _match_labels(obj: dict, selector: str | None) -> bool:
-    if not selector:
-        return True
-    labels = obj.get("metadata", {}).get("labels") or {}
-    for part in selector.split(","):
-        if "!=" in part:
-            k, v = part.split("!=", 1)
-            if labels.get(k.strip()) == v.strip():
-                return False
-        elif "=" in part:
-            k, v = part.split("=", 1)
-            if labels.get(k.strip()) != v.strip().lstrip("="):
-                return False
-        elif part.strip() and part.strip() not in labels:
+def _selects(selector: str | None, value: Callable[[str], Any]) -> bool:
+    """Every term of a label or field selector holds: ``k=v`` (or ``k==v``), ``k!=v``, or (labels) ``k``
+    present; `value` reads a key (a label, or a field path such as ``status.phase``)."""
+    for part in filter(None, (p.strip() for p in (selector or "").split(","))):
+        key, op, want = re.fullmatch(r"([^!=]+)(!=|==|=)?(.*)", part).groups()  # type: ignore[union-attr]
+        have = value(key.strip())
+        if (op is None and have is None) or (op and (have == want.strip()) == (op == "!=")):
             return False
     return True
 
 
-def _match_fields(obj: dict, selector: str | None) -> bool:
-    if not selector:
-        return True
-    for part in selector.split(","):
-        neg = "!=" in part
-        k, v = part.split("!=" if neg else "=", 1)
-        path = k.strip().split(".")
-        cur: Any = obj
-        for p in path:
-            cur = (cur or {}).get(p) if isinstance(cur, dict) else None
-        if (str(cur) == v.strip()) == neg:
-            return False
-    return True
+def _field(obj: dict, path: str) -> str:
+    """A field selector's value: the object's field at `path` (``status.phase``) as text."""
+    cur: Any = obj
+    for p in path.split("."):
+        cur = cur.get(p) if isinstance(cur, dict) else None
+    return str(cur)
 
 
 def _merge(dst: dict, patch: dict) -> None:
