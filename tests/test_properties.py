@@ -500,7 +500,7 @@ def test_mutated_rl_environment_files_and_env_set(tmp_path_factory, changes, ove
 )
 def test_lstm_settings_from_any_table(values):
     from bsp_planner.core.errors import InputError
-    from bsp_planner.forecasting.lstm import LSTMSettings
+    from bsp_planner.forecasting.lstm_data import LSTMSettings
 
     try:
         s = LSTMSettings.from_dict(values)

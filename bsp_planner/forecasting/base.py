@@ -8,14 +8,20 @@ values before step t.
 
 from __future__ import annotations
 
+import hashlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, ClassVar, Protocol, Self
 
 import numpy as np
 
+from ..core.errors import InputError
+from ..inputs.settings import load_settings, setting_fields
+
 DEFAULT_QUANTILES = (0.1, 0.5, 0.9)
+Progress = Callable[[str], None]
 
 
 class ForecasterSettings(Protocol):
@@ -26,6 +32,43 @@ class ForecasterSettings(Protocol):
     def from_dict(cls, d: dict) -> Self: ...
 
     def to_dict(self) -> dict: ...
+
+
+class SettingsTable:
+    """A base for a forecaster's settings dataclass: read by the one settings loader (its errors name
+    the field as `<prefix>key`), written with tuples as lists."""
+
+    prefix: ClassVar[str] = ""
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Self:
+        """Settings from a table (`--set`, saved metadata), every value checked."""
+        known = setting_fields(cls)
+        unknown = sorted(set(d) - set(known))
+        if unknown:
+            raise InputError(
+                f"unknown {cls.prefix.rstrip('.')} setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}",
+                field=cls.prefix + unknown[0],
+            )
+        return load_settings(cls, d, prefix=cls.prefix)
+
+    def to_dict(self) -> dict:
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}  # type: ignore[call-overload]
+
+
+def digest(array: np.ndarray) -> str:
+    """A short fingerprint of an array's values (what a saved model or a forecast file was made from)."""
+    return hashlib.sha256(np.ascontiguousarray(np.asarray(array, dtype=np.float64)).tobytes()).hexdigest()[:16]
+
+
+def series_key(values: np.ndarray) -> bytes:
+    """A cache key for a stretch of a series (refits and decompositions are cached by what they read)."""
+    return hashlib.blake2b(np.ascontiguousarray(values, dtype=np.float64).tobytes(), digest_size=16).digest()
+
+
+def ahead(series: np.ndarray, origins: np.ndarray, horizon: int) -> np.ndarray:
+    """(len(origins), H): series[o + h], the values a forecast made at origin o is for."""
+    return series[np.asarray(origins)[:, None] + np.arange(horizon)[None, :]]
 
 
 class Forecaster(ABC):
@@ -42,8 +85,13 @@ class Forecaster(ABC):
         period: int = 1,
         *,
         settings: Any = None,
+        interval_s: int | None = None,
+        t0: Any = None,
+        progress: Progress | None = None,
     ) -> None:
-        """settings: an instance of `settings_type` (None: its defaults)."""
+        """settings: an instance of `settings_type` (None: its defaults); interval_s and t0: the
+        series' sampling interval and the time of its step 0 (for forecasters that read the calendar);
+        progress: where training reports how it goes."""
         if horizon < 1:
             raise ValueError(f"horizon must be >= 1, got {horizon}")
         if 0.5 not in quantiles or list(quantiles) != sorted(quantiles):
@@ -52,7 +100,14 @@ class Forecaster(ABC):
         self.quantiles = tuple(quantiles)
         self.period = period
         self.settings: Any = settings if settings is not None else self.settings_type()
+        self.interval_s = interval_s
+        self.t0 = None if t0 is None else np.datetime64(t0, "s")
+        self.progress = progress
         self.info: dict[str, Any] = {}  # facts of its fitting or training, for reports
+
+    def _say(self, msg: str) -> None:
+        if self.progress is not None:
+            self.progress(msg)
 
     @property
     def median_index(self) -> int:
@@ -84,14 +139,27 @@ class PointForecaster(Forecaster):
     """A point forecast (the median) plus quantiles from the forecaster's own recent errors.
 
     Subclasses give `_point` and `_min_origin`, and set `error_quantiles_` (Q, H) in `fit` (used until
-    enough recent errors exist) and `fit_length_` (the training history's length, where the
-    adaptive interval's state starts; see `rolling_error_quantiles`).
+    enough recent errors exist; `_fit_interval`) and `fit_length_` (the training history's length,
+    where the adaptive interval's state starts; see `rolling_error_quantiles`). The interval's window
+    and step come from the settings' `interval_window` and `interval_gamma` where they have them.
     """
 
-    interval_window: int = 240
-    interval_gamma: float = 0.01
     error_quantiles_: np.ndarray  # (Q, H), set by fit
     fit_length_: int  # set by fit
+
+    @property
+    def interval_window(self) -> int:
+        return getattr(self.settings, "interval_window", 240)
+
+    @property
+    def interval_gamma(self) -> float:
+        return getattr(self.settings, "interval_gamma", 0.01)
+
+    def _fit_interval(self, errors: np.ndarray) -> np.ndarray:
+        """The interval's starting point from its errors (m, H) on training data; returns them."""
+        self.error_quantiles_ = np.quantile(errors, self.quantiles, axis=0)  # (Q, H)
+        self.error_quantiles_[self.median_index] = 0.0  # the point forecast is the median
+        return errors
 
     def _point(self, series: np.ndarray, origins: np.ndarray) -> np.ndarray:  # (len(origins), H)
         raise NotImplementedError
@@ -266,21 +334,6 @@ class LearnedForecaster(PointForecaster):
     accepts."""
 
     learned = True
-    progress: Callable[[str], None] | None
-
-    @abstractmethod
-    def __init__(
-        self,
-        horizon: int = 20,
-        quantiles: tuple[float, ...] = DEFAULT_QUANTILES,
-        period: int = 1,
-        *,
-        interval_s: int | None = None,
-        t0: np.datetime64 | None = None,
-        settings: Any = None,
-        progress: Callable[[str], None] | None = None,
-    ) -> None:
-        super().__init__(horizon=horizon, quantiles=quantiles, period=period, settings=settings)
 
     @abstractmethod
     def spec(self) -> dict:
@@ -303,3 +356,17 @@ class LearnedForecaster(PointForecaster):
     @abstractmethod
     def load(cls, folder: str | Path, task: str, expect: dict | None = None) -> Self:
         """A saved model; with `expect` (a spec()), refuse one trained with other settings."""
+
+
+def spec_differences(expect: dict, meta: dict) -> list[str]:
+    """How a saved model's metadata differs from a spec() (its settings key by key), in words."""
+    diffs = []
+    for key, want in expect.items():
+        have = meta.get(key)
+        if key == "settings" and isinstance(want, dict) and isinstance(have, dict):
+            diffs += [
+                f"{sk}: saved {have.get(sk)!r}, requested {sv!r}" for sk, sv in want.items() if have.get(sk) != sv
+            ]
+        elif have != want:
+            diffs.append(f"{key}: saved {have!r}, requested {want!r}")
+    return diffs

@@ -7,13 +7,15 @@ checked, then from their recent errors with adaptively calibrated levels (see
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
-from typing import ClassVar, Self
+from dataclasses import dataclass
+from typing import ClassVar, Literal, Self
 
 import numpy as np
 
 from ..core.errors import InputError
-from .base import DEFAULT_QUANTILES, ForecasterSettings, PointForecaster
+from ..inputs.settings import setting
+from .base import ForecasterSettings, PointForecaster, SettingsTable, ahead
+from .transforms import seasonal_back
 
 WEEK_DAYS = 7
 
@@ -33,32 +35,12 @@ class NoSettings:
 
 
 @dataclass(frozen=True)
-class SeasonalNaiveSettings:
+class SeasonalNaiveSettings(SettingsTable):
     """season: "day" (the period from the timestamps), "week" (seven days where the training half holds
     two weeks, else the day), or a whole number of steps."""
 
-    season: str | int = "day"
-
-    @classmethod
-    def from_dict(cls, d: dict) -> SeasonalNaiveSettings:
-        names = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - names)
-        if unknown:
-            raise InputError(
-                f"unknown seasonal-naive setting(s) {', '.join(unknown)}; known: {', '.join(sorted(names))}",
-                field="settings",
-            )
-        season = d.get("season", cls.season)
-        if isinstance(season, str) and season.isdigit():
-            season = int(season)
-        if isinstance(season, bool) or not (season in ("day", "week") or (isinstance(season, int) and season >= 1)):
-            raise InputError(
-                f"expected season = day, week or a whole number of steps >= 1, got {season!r}", field="season"
-            )
-        return cls(season=season)
-
-    def to_dict(self) -> dict:
-        return asdict(self)
+    prefix: ClassVar[str] = "seasonal-naive."
+    season: Literal["day", "week"] | int = setting("day", ge=1)
 
 
 class _ResidualQuantiles(PointForecaster):
@@ -66,22 +48,12 @@ class _ResidualQuantiles(PointForecaster):
 
     settings_type: ClassVar[type[ForecasterSettings]] = NoSettings
 
-    def __init__(
-        self, horizon: int = 20, quantiles: tuple[float, ...] = DEFAULT_QUANTILES, period: int = 1, *, settings=None
-    ) -> None:
-        super().__init__(horizon=horizon, quantiles=quantiles, period=period, settings=settings)
-
     def fit(self, history: np.ndarray) -> Self:
         history = np.asarray(history, dtype=np.float64)
-        first = self._min_origin()
-        origins = np.arange(first, len(history) - self.horizon + 1)
+        origins = np.arange(self._min_origin(), len(history) - self.horizon + 1)
         if origins.size == 0:
             raise ValueError(f"{self.name}: history of {len(history)} values is too short for horizon {self.horizon}")
-        point = self._point(history, origins)
-        truth = history[origins[:, None] + np.arange(self.horizon)[None, :]]
-        errors = truth - point
-        self.error_quantiles_ = np.quantile(errors, self.quantiles, axis=0)  # (Q, H)
-        self.error_quantiles_[self.median_index] = 0.0  # the point forecast is the median
+        self._fit_interval(ahead(history, origins, self.horizon) - self._point(history, origins))
         self.fit_length_ = len(history)
         return self
 
@@ -133,15 +105,14 @@ class SeasonalNaiveForecaster(_ResidualQuantiles):
         return getattr(self, "season_", self.period)
 
     def _point(self, series, origins):
-        s = self._min_origin()
         h = np.arange(self.horizon)
-        back = s * (h // s + 1)  # whole seasons back, always behind the origin
-        return series[origins[:, None] + h[None, :] - back[None, :]]
+        return series[origins[:, None] + h[None, :] - seasonal_back(h, self._min_origin())[None, :]]
 
 
 @dataclass(frozen=True)
 class WeeklySeasonalNaiveSettings(SeasonalNaiveSettings):
-    season: str | int = "week"
+    prefix: ClassVar[str] = "seasonal-naive-weekly."
+    season: Literal["day", "week"] | int = setting("week", ge=1)
 
 
 class WeeklySeasonalNaiveForecaster(SeasonalNaiveForecaster):

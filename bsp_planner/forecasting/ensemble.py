@@ -23,17 +23,18 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ..core.errors import InputError
-from ..inputs.settings import load_settings, setting
-from .base import DEFAULT_QUANTILES, Forecaster, ForecasterSettings, PointForecaster
+from ..inputs.settings import setting
+from .base import Forecaster, ForecasterSettings, PointForecaster, SettingsTable, ahead
 
 DEFAULT_MEMBERS = ("lstm", "gbm")
 
 
 @dataclass(frozen=True)
-class EnsembleSettings:
+class EnsembleSettings(SettingsTable):
     """weights: one per member (empty: equal weights, or fitted with fit_weights); the interval as
     for every forecaster."""
 
+    prefix: ClassVar[str] = "ensemble."
     weights: tuple[float, ...] = setting((), ge=0)
     fit_weights: bool = False  # per task, on the validation period (weights must then be empty)
     validation_fraction: float = setting(0.25, gt=0, lt=1)  # the training half's last part
@@ -41,23 +42,9 @@ class EnsembleSettings:
     interval_window: int = setting(240, ge=0)
     interval_gamma: float = setting(0.01, ge=0, lt=1)
 
-    @classmethod
-    def from_dict(cls, d: dict) -> EnsembleSettings:
-        return load_settings(cls, d, prefix="ensemble.")
-
     def validate(self, path: Any = None) -> None:
         if self.fit_weights and self.weights:
             raise InputError("expected either weights or fit_weights, not both", path=path, field="ensemble.weights")
-
-    def to_dict(self) -> dict:
-        return {
-            "weights": list(self.weights),
-            "fit_weights": self.fit_weights,
-            "validation_fraction": self.validation_fraction,
-            "weight_step": self.weight_step,
-            "interval_window": self.interval_window,
-            "interval_gamma": self.interval_gamma,
-        }
 
 
 class EnsembleForecaster(PointForecaster):
@@ -67,26 +54,8 @@ class EnsembleForecaster(PointForecaster):
     learned = True  # its members come from the job (saved models, pools): built through the pipeline
     settings_type: ClassVar[type[ForecasterSettings]] = EnsembleSettings
     members: ClassVar[tuple[str, ...]] = DEFAULT_MEMBERS
-
-    def __init__(
-        self,
-        horizon: int = 20,
-        quantiles: tuple[float, ...] = DEFAULT_QUANTILES,
-        period: int = 1,
-        *,
-        settings: Any = None,
-    ) -> None:
-        super().__init__(horizon=horizon, quantiles=quantiles, period=period, settings=settings)
-        self.parts: list[Forecaster] = []
-        self.weights_ = np.ones(len(self.members)) / len(self.members)
-
-    @property
-    def interval_window(self) -> int:  # type: ignore[override]
-        return self.settings.interval_window
-
-    @property
-    def interval_gamma(self) -> float:  # type: ignore[override]
-        return self.settings.interval_gamma
+    parts: tuple[Forecaster, ...] = ()  # set by combine
+    weights_: np.ndarray  # (members,), set by combine
 
     @classmethod
     def resolve_weights(cls, weights: tuple[float, ...]) -> np.ndarray:
@@ -111,7 +80,7 @@ class EnsembleForecaster(PointForecaster):
             raise ValueError(f"{self.name}: expected {len(self.members)} fitted members, got {len(parts)}")
         if any(f.horizon != self.horizon for f in parts):
             raise ValueError(f"{self.name}: every member must forecast {self.horizon} steps ahead")
-        self.parts = list(parts)
+        self.parts = tuple(parts)
         self.weights_ = self.resolve_weights(tuple(self.settings.weights) if weights is None else tuple(weights))
         return self
 
@@ -135,10 +104,7 @@ class EnsembleForecaster(PointForecaster):
         if last < first:
             raise InputError(f"{self.name}: the training history of {len(w)} steps is too short")
         origins = np.arange(first, last + 1)
-        truth = w[origins[:, None] + np.arange(self.horizon)[None, :]]
-        err = truth - self._point(w, origins)
-        self.error_quantiles_ = np.quantile(err, self.quantiles, axis=0)
-        self.error_quantiles_[self.median_index] = 0.0
+        self._fit_interval(ahead(w, origins, self.horizon) - self._point(w, origins))
         self.fit_length_ = len(w)
         self.info = {**self.info, "members": list(self.members), "weights": self.weights_.round(4).tolist()}
         return self
@@ -148,11 +114,8 @@ class EnsembleForecaster(PointForecaster):
 class FittedEnsembleSettings(EnsembleSettings):
     """`ensemble-fit`'s settings: the ensemble's, with weights fitted on validation by default."""
 
+    prefix: ClassVar[str] = "ensemble-fit."
     fit_weights: bool = True
-
-    @classmethod
-    def from_dict(cls, d: dict) -> FittedEnsembleSettings:
-        return load_settings(cls, d, prefix="ensemble-fit.")
 
 
 class FittedEnsembleForecaster(EnsembleForecaster):

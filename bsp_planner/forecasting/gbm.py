@@ -32,27 +32,27 @@ until enough are known, from its errors on its own training half.
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
 
 from ..core.errors import InputError
-from ..inputs.settings import load_settings, setting
-from .base import DEFAULT_QUANTILES, ForecasterSettings, PointForecaster
+from ..inputs.settings import setting
+from .base import DEFAULT_QUANTILES, ForecasterSettings, PointForecaster, Progress, SettingsTable, series_key
 from .prepare import later_pieces
 from .statistical import MSTLForecaster
+from .transforms import seasonal_back
 
 SECONDS_PER_DAY = 86_400
-Progress = Callable[[str], None]
 
 
 @dataclass(frozen=True)
-class GBMSettings:
+class GBMSettings(SettingsTable):
     """The `gbm` forecaster's settings (LightGBM's in the second group)."""
 
+    prefix: ClassVar[str] = "gbm."
     lags: int = setting(8, ge=0)  # recent steps read, as changes from the last value
     seasonal_days: tuple[int, ...] = setting((1, 2, 7), ge=1)  # the same time this many days back
     short_window: int = setting(6, ge=2)  # steps of the short rolling mean
@@ -74,15 +74,6 @@ class GBMSettings:
     interval_window: int = setting(240, ge=0)
     interval_gamma: float = setting(0.01, ge=0, lt=1)
     seed: int = 0
-
-    @classmethod
-    def from_dict(cls, d: dict) -> GBMSettings:
-        return load_settings(cls, d, prefix="gbm.")
-
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        d["seasonal_days"] = list(self.seasonal_days)
-        return d
 
 
 @dataclass
@@ -107,14 +98,6 @@ class Member:
     _rows: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False)
 
 
-def _seconds(t0: Any) -> np.datetime64 | None:
-    return None if t0 is None else np.datetime64(t0, "s")
-
-
-def _hash(values: np.ndarray) -> bytes:
-    return hashlib.blake2b(np.ascontiguousarray(values, dtype=np.float64).tobytes(), digest_size=16).digest()
-
-
 class GBMForecaster(PointForecaster):
     """LightGBM per lead, global across the tasks of a pool (see the module's notes).
 
@@ -132,34 +115,20 @@ class GBMForecaster(PointForecaster):
         quantiles: tuple[float, ...] = DEFAULT_QUANTILES,
         period: int = 1,
         *,
-        interval_s: int | None = None,
-        t0: np.datetime64 | None = None,
-        settings: Any = None,
-        progress: Progress | None = None,
         index: int = 0,
+        **kw: Any,
     ) -> None:
-        super().__init__(horizon=horizon, quantiles=quantiles, period=period, settings=settings)
-        self.facts = SeriesFacts(index, max(1, period), interval_s, _seconds(t0))
-        self.progress = progress
+        """index: the task's position in the job (its categorical feature); the rest as for every
+        forecaster."""
+        super().__init__(horizon=horizon, quantiles=quantiles, period=period, **kw)
+        self.facts = SeriesFacts(index, max(1, period), self.interval_s, self.t0)
         self.pool: list[Member] = []
         self.base_: list[Any] = []  # the lead models fitted on the training half
         self._models: dict[tuple[int, bytes], list[Any]] = {}  # refits, by step and the series before it
 
     @property
-    def interval_window(self) -> int:  # type: ignore[override]
-        return self.settings.interval_window
-
-    @property
-    def interval_gamma(self) -> float:  # type: ignore[override]
-        return self.settings.interval_gamma
-
-    @property
     def refit_every(self) -> int:
         return self.settings.refit_every or 7 * self.period
-
-    def _say(self, msg: str) -> None:
-        if self.progress is not None:
-            self.progress(msg)
 
     def _min_origin(self) -> int:
         return max(2, self.settings.lags + 1)
@@ -199,7 +168,7 @@ class GBMForecaster(PointForecaster):
         cols = [np.broadcast_to(a, shape)]
         cols += [np.broadcast_to(at(o - 1 - k) - a, shape) for k in range(1, s.lags + 1)]
         for d in s.seasonal_days:
-            back = P * (h // P + d)  # whole days back, never at or after the origin
+            back = seasonal_back(h, P, d)  # whole days back, never at or after the origin
             then = at(o + h - back)
             cols += [then - a, then - at(o - 1 - back)]
         csum = np.concatenate([[0.0], np.cumsum(x)])
@@ -309,9 +278,9 @@ class GBMForecaster(PointForecaster):
         # the interval's starting point: its errors on its own training origins (the recent-error
         # window and the adaptive levels take over as real errors arrive)
         full = ~np.isnan(own[1]).any(axis=1)
-        err = own[1][full] - (self._predict_with(self.base_, own[0][full]) - own[0][full][:, :, 0][:, :1])
-        self.error_quantiles_ = np.quantile(err, self.quantiles, axis=0)
-        self.error_quantiles_[self.median_index] = 0.0
+        err = self._fit_interval(
+            own[1][full] - (self._predict_with(self.base_, own[0][full]) - own[0][full][:, :, 0][:, :1])
+        )
         self.info = {
             "pool": [m.task for m in self.pool],
             "train_rmse": float(np.sqrt(np.mean(err**2))),
@@ -356,7 +325,7 @@ class GBMForecaster(PointForecaster):
     # -- refits -----------------------------------------------------------------------------------------
     def _model_at(self, series: np.ndarray, r: int) -> list[Any]:
         """The models refitted at step r (trained on series[:r] and the pool)."""
-        key = (r, _hash(series[:r]))
+        key = (r, series_key(series[:r]))
         hit = self._models.get(key)
         if hit is None:
             parts = [self._member_rows(m) for m in self.pool] + [self.rows(series, r)]
@@ -390,7 +359,7 @@ def pool_members(
     model fitted on that half when the settings use it."""
     out = []
     for i, p in enumerate(prepared):
-        facts = SeriesFacts(i, max(1, p.period), p.interval_s, _seconds(p.t0))
+        facts = SeriesFacts(i, max(1, p.period), p.interval_s, None if p.t0 is None else np.datetime64(p.t0, "s"))
         if settings.statistical:
             if say is not None:
                 say(f"{p.task}: mstl feature model")

@@ -24,8 +24,7 @@ from ..core.errors import InputError
 from ..inputs.job import Job, load_job
 from ..inputs.series import JobSeries, load_job_series
 from ..inputs.shipped import data_path
-from .base import DEFAULT_QUANTILES, Forecaster, LearnedForecaster
-from .lstm import _digest, spec_differences
+from .base import DEFAULT_QUANTILES, Forecaster, LearnedForecaster, digest, spec_differences
 from .prepare import PreparedSeries, prepare_job
 from .registry import FORECASTER_VERSION, FORECASTERS, check_name, default_settings, make_forecaster
 from .validation import validated_weights
@@ -119,7 +118,7 @@ class Workspace:
             "job": self.job.name,
             "task": p.task,
             "gaps": self.gaps,
-            "train_digest": _digest(p.train_grid),
+            "train_digest": digest(p.train_grid),
             "version": FORECASTER_VERSION,
         }
 
@@ -481,8 +480,8 @@ def request_inputs(ws: Workspace, name: str, start: int, steps: int) -> dict:
         "tasks": [
             {
                 "task": p.task,
-                "series_digest": _digest(p.rows),
-                "timestamps_digest": _digest(p.grid_index.astype(np.float64)),
+                "series_digest": digest(p.rows),
+                "timestamps_digest": digest(p.grid_index.astype(np.float64)),
                 "n_train": p.n_train,
                 "period": p.period,
                 "interval_s": p.interval_s,

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 from ..core.errors import InputError
 from ..core.registry import Registry
-from .base import DEFAULT_QUANTILES, Forecaster, LearnedForecaster
+from .base import DEFAULT_QUANTILES, Forecaster
 from .prepare import PreparedSeries
 
 # chosen on validation data only (benchmarks/bench_forecast_select.py), never on the test halves
@@ -87,14 +87,4 @@ def make_forecaster(
 ) -> Forecaster:
     cls = FORECASTERS.get(name)
     chosen = cls.settings_type.from_dict(settings or {})
-    if not issubclass(cls, LearnedForecaster):  # fitted on the spot: the baselines and the statistical model
-        return cls(horizon=horizon, quantiles=quantiles, period=p.period, settings=chosen)
-    return cls(
-        horizon=horizon,
-        quantiles=quantiles,
-        period=p.period,
-        interval_s=p.interval_s,
-        t0=p.t0,
-        settings=chosen,
-        progress=progress,
-    )
+    return cls(horizon, quantiles, p.period, interval_s=p.interval_s, t0=p.t0, settings=chosen, progress=progress)

@@ -23,14 +23,14 @@ Quantiles, as for every forecaster here, come from its own recent errors (`base.
 
 from __future__ import annotations
 
-import hashlib
-from dataclasses import dataclass, fields
-from typing import ClassVar
+from dataclasses import dataclass
+from typing import ClassVar, Literal
 
 import numpy as np
 
 from ..core.errors import InputError
-from .base import DEFAULT_QUANTILES, ForecasterSettings, PointForecaster
+from ..inputs.settings import setting
+from .base import ForecasterSettings, PointForecaster, SettingsTable, ahead, series_key
 
 WEEK_DAYS = 7
 MSTL_FIRST_SEASONAL_WINDOW = 11  # statsforecast's mstl: seasonal windows 11, 15, ... (R's forecast::mstl)
@@ -54,47 +54,15 @@ def stl_jumps(shortest_season: int) -> dict:
 
 
 @dataclass(frozen=True)
-class MSTLSettings:
+class MSTLSettings(SettingsTable):
     """seasons: "day", "week" (kept where the training half holds two weeks) or whole steps;
     refit_every: steps between re-decompositions (0: one day); window: most past steps one
     decomposition reads (0: six of the longest season)."""
 
-    seasons: tuple = ("day", "week")
-    refit_every: int = 0
-    window: int = 0
-
-    @classmethod
-    def from_dict(cls, d: dict) -> MSTLSettings:
-        names = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - names)
-        if unknown:
-            raise InputError(
-                f"unknown mstl setting(s) {', '.join(unknown)}; known: {', '.join(sorted(names))}", field="settings"
-            )
-        d = dict(d)
-        if "seasons" in d:
-            raw = d["seasons"]
-            if isinstance(raw, str):
-                raw = [x.strip() for x in raw.split(",") if x.strip()]  # --set mstl.seasons=day,week
-            elif not isinstance(raw, (list, tuple)):
-                raw = [raw]
-            seasons = []
-            for s in raw:
-                if isinstance(s, str) and s.isdigit():
-                    s = int(s)
-                if isinstance(s, bool) or not (s in ("day", "week") or (isinstance(s, int) and s >= 2)):
-                    raise InputError(
-                        f"expected seasons among day, week or whole steps >= 2, got {s!r}", field="seasons"
-                    )
-                seasons.append(s)
-            d["seasons"] = tuple(seasons)
-        for key in ("refit_every", "window"):
-            if key in d and (not isinstance(d[key], int) or isinstance(d[key], bool) or d[key] < 0):
-                raise InputError(f"expected a whole number >= 0, got {d[key]!r}", field=key)
-        return cls(**d)
-
-    def to_dict(self) -> dict:
-        return {"seasons": list(self.seasons), "refit_every": self.refit_every, "window": self.window}
+    prefix: ClassVar[str] = "mstl."
+    seasons: tuple[Literal["day", "week"] | int, ...] = setting(("day", "week"), ge=2)
+    refit_every: int = setting(0, ge=0)
+    window: int = setting(0, ge=0)
 
 
 class MSTLForecaster(PointForecaster):
@@ -102,13 +70,6 @@ class MSTLForecaster(PointForecaster):
 
     name = "mstl"
     settings_type: ClassVar[type[ForecasterSettings]] = MSTLSettings
-
-    def __init__(
-        self, horizon: int = 20, quantiles: tuple[float, ...] = DEFAULT_QUANTILES, period: int = 1, *, settings=None
-    ) -> None:
-        super().__init__(horizon=horizon, quantiles=quantiles, period=period, settings=settings)
-        self._decompositions: dict = {}
-        self._forecasts: dict = {}
 
     def resolve_seasons(self, n_train: int) -> tuple[int, ...]:
         """The seasons in steps; each must fit twice in the training half, before H origins."""
@@ -158,18 +119,14 @@ class MSTLForecaster(PointForecaster):
             self.trend_ = model.trend_forecaster
         else:
             self.trend_ = AutoETS(model="ZZN").fit(w)
-        self._decompositions.clear()
-        self._forecasts.clear()
+        self._decompositions: dict = {}  # caches of what the forecasts read, by the values they read
+        self._forecasts: dict = {}
         self.fit_length_ = len(w)
         self.info = {"seasons_steps": list(self.seasons_), "trend_model": str(self.trend_.model_.get("method", ""))}
         if not errors:
             return self
         origins = np.arange(first, len(w) - self.horizon + 1)
-        point = self._point(w, origins)
-        truth = w[origins[:, None] + np.arange(self.horizon)[None, :]]
-        errs = truth - point
-        self.error_quantiles_ = np.quantile(errs, self.quantiles, axis=0)
-        self.error_quantiles_[self.median_index] = 0.0
+        errs = self._fit_interval(ahead(w, origins, self.horizon) - self._point(w, origins))
         self.info["train_rmse"] = float(np.sqrt(np.mean(errs**2)))
         return self
 
@@ -180,7 +137,7 @@ class MSTLForecaster(PointForecaster):
         from statsforecast.mstl import mstl
 
         a = max(0, r - self.window)
-        key = (r, hashlib.blake2b(np.ascontiguousarray(series[a:r]).tobytes(), digest_size=16).digest())
+        key = (r, series_key(series[a:r]))
         hit = self._decompositions.get(key)
         if hit is not None:
             return a, hit
@@ -207,7 +164,7 @@ class MSTLForecaster(PointForecaster):
             o = int(o)
             r = max(first, (o // K) * K)
             a, seas = self._seasonal(series, r)
-            key = (o, r, hashlib.blake2b(np.ascontiguousarray(series[a:o]).tobytes(), digest_size=16).digest())
+            key = (o, r, series_key(series[a:o]))
             hit = self._forecasts.get(key)
             if hit is None:
                 adjusted = series[a:o] - seas[: o - a]
@@ -216,6 +173,3 @@ class MSTLForecaster(PointForecaster):
                 self._forecasts[key] = hit
             out[i] = hit
         return out
-
-
-STATISTICAL = {c.name: c for c in (MSTLForecaster,)}
