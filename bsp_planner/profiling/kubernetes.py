@@ -110,9 +110,10 @@ class KubernetesProfiler:
                 f"a profile id is at most 24 lowercase letters, digits and '-', got {self.profile_id!r}",
                 field="--profile-id",
             )
-        if self.cluster is None:
-            self.cluster = Cluster(connect(self.namespace, kubeconfig=self.kubeconfig, context=self.context))
-        self.namespace = self.cluster.namespace
+        self._cluster: Cluster = self.cluster or Cluster(
+            connect(self.namespace, kubeconfig=self.kubeconfig, context=self.context)
+        )
+        self.cluster, self.namespace = self._cluster, self._cluster.namespace
         self._settings: M.PodSettings | None = None
         self.nodes: dict[str, str] = {}  # node -> CPU model, of the nodes that ran cells
         self._ahead: list[R.Cell] = []  # cells the runner will ask for, in its order
@@ -125,12 +126,6 @@ class KubernetesProfiler:
 
     def __enter__(self) -> KubernetesProfiler:
         return self
-
-    @property
-    def _cluster(self) -> Cluster:
-        """The cluster: the one given, or the one __post_init__ connected to."""
-        assert self.cluster is not None
-        return self.cluster
 
     def __exit__(self, *exc) -> None:
         self.close()

@@ -55,7 +55,7 @@ def write_plan(path: str) -> int:
     return 0
 
 
-def collect(plan_path: str, timeout_s: float, out: str, clock=time.monotonic, sleep=time.sleep) -> dict:
+def collect(plan_path: str, timeout_s: float, clock=time.monotonic, sleep=time.sleep) -> dict:
     """Follow the plan's reports file until every workload is done or none was reported for `timeout_s`
     seconds; each workload's cell (see the module)."""
     plan = json.loads(Path(plan_path).read_text())
@@ -95,8 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     if len(argv) != 3 or argv[0] != "collect":
         print(f"{usage}; got {argv!r}", file=sys.stderr)
         return 2
-    out = os.environ.get("BSP_PLANNER_TERMINATION_LOG", TERMINATION_LOG)
-    result = collect(argv[1], float(argv[2]), out)
+    result = collect(argv[1], float(argv[2]))
     text = json.dumps(result, separators=(",", ":"))
     if len(text) > MAX_MESSAGE:  # reasons are the long part: shorten them, keep every cell
         for c in result["cells"].values():
@@ -104,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
                 c["reason"] = c["reason"][:120]
         text = json.dumps(result, separators=(",", ":"))[:MAX_MESSAGE]
     print(text, flush=True)
-    Path(out).write_text(text)
+    Path(os.environ.get("BSP_PLANNER_TERMINATION_LOG", TERMINATION_LOG)).write_text(text)
     return 0
 
 

@@ -124,9 +124,10 @@ class KubernetesPods(Backend):
         for name in ("pending_timeout_s", "resize_timeout_s", "delete_timeout_s"):
             if not getattr(self, name) > 0:
                 raise InputError(f"expected a positive number of seconds, got {getattr(self, name)!r}", field=name)
-        if self.cluster is None:
-            self.cluster = Cluster(connect(self.namespace, kubeconfig=self.kubeconfig, context=self.context))
-        self.namespace = self.cluster.namespace
+        self._cluster: Cluster = self.cluster or Cluster(
+            connect(self.namespace, kubeconfig=self.kubeconfig, context=self.context)
+        )
+        self.cluster, self.namespace = self._cluster, self._cluster.namespace
         self.tasks: dict[str, _Task] = {}
         self.images: dict[str, str] = {}  # task -> its own image (command/process tasks that name one)
         self.processes: set[str] = set()  # process tasks: resized in place only, never recreated behind their back
@@ -140,8 +141,9 @@ class KubernetesPods(Backend):
         self._mode: tuple[str, str] | None = None
         self._settings: M.PodSettings | None = None
         self._capacity_m: float | None | bool = False  # False: not read yet
-        if self.worker_zk_hosts is None:
-            self.worker_zk_hosts = f"{N.ZOOKEEPER_SERVICE}.{self.namespace}.svc:{N.ZOOKEEPER_PORT}"
+        # the ZooKeeper address the pods reach
+        self._worker_hosts = self.worker_zk_hosts or f"{N.ZOOKEEPER_SERVICE}.{self.namespace}.svc:{N.ZOOKEEPER_PORT}"
+        self.worker_zk_hosts = self._worker_hosts
 
     def _from_env(self) -> None:
         """Settings not given fall back on $BSP_PLANNER_K8S_* (:data:`ENV_SETTINGS`), then on the defaults."""
@@ -159,12 +161,6 @@ class KubernetesPods(Backend):
                 self.pending_timeout_s = float(text)
             except ValueError:
                 raise InputError(f"expected seconds, got {text!r}", field=f"${ENV_PREFIX}PENDING_TIMEOUT") from None
-
-    @property
-    def _cluster(self) -> Cluster:
-        """The cluster: the one given, or the one __post_init__ connected to."""
-        assert self.cluster is not None
-        return self.cluster
 
     @property
     def default_reconfigure(self) -> str:
@@ -200,12 +196,6 @@ class KubernetesPods(Backend):
         return self._settings
 
     # -- what a pod runs ---------------------------------------------------------------------------
-    @property
-    def _worker_hosts(self) -> str:
-        """The ZooKeeper address the pods reach (__post_init__ fills it)."""
-        assert self.worker_zk_hosts is not None
-        return self.worker_zk_hosts
-
     def _pod_name(self, task: str) -> str:
         return N.pod_name(self.run_key, task)
 

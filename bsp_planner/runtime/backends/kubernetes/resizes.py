@@ -25,6 +25,8 @@ PROBE_TASK = "cost-probe"  # the task name of the pod that measures a recreation
 MIN_PROBE_MILLICORES = 10
 IN_PLACE_PROBES = 3  # resizes of the in-place probe pod: down, up, down (the median is planned with)
 PROBE_SLEEP = "import time; time.sleep(3600)"  # the in-place probe's container: runs until deleted
+#: method -> (what its probe measures, the experiment's setting that spares it)
+PROBED = {"in-place": ("an in-place resize", "in_place_s"), "recreate": ("a pod recreation", "recreate_s")}
 
 
 class ResizeRefused(TaskLost):
@@ -99,41 +101,54 @@ class KubernetesResizes(KubernetesNodes):
         (it runs ``bsp-planner worker --help`` and exits) -> deleted and gone. Our wall clock times it;
         the pod's timestamps (creation, container start and finish: whole seconds) say where the time
         went (:attr:`recreate_probe`, in run.json's backend info)."""
-        if method == "in-place":
-            return self._measure_in_place() if self._cluster.capabilities().resize_subresource else None
-        if method != "recreate":
+        if method == "in-place" and not self._cluster.capabilities().resize_subresource:
             return None
-        name = N.dns_label(f"bsp-{self.run_key}-cost-probe")
-        body = self._probe_body(name, self.probe_millicores, ["worker", "--help"], ["bsp-planner"])
-        started = self.clock()
+        if method not in PROBED:
+            return None
         try:
-            self._delete_pods([name], 0)
-            started = self.clock()
-            self._cluster.create_pod(body)
-            deadline = started + float(self.pending_timeout_s or 120.0)
-            while True:
-                pod = self._cluster.get_pod(name)
-                st = pod_state(pod)
-                if st.phase in ("Succeeded", "Failed") or st.problem:
-                    break
-                if (st.phase == "Pending" and st.fatal_waiting) or self.clock() >= deadline:
-                    self._warn(
-                        f"could not measure a pod recreation: the probe pod {name} did not finish within "
-                        f"{self.clock() - started:.0f} s ({st.waiting or st.phase}); planning with the experiment's "
-                        "penalty_s (or give [reconfigure_cost] recreate_s)"
-                    )
-                    self._cluster.delete_pod(name, 0)
-                    return None
-                self.sleep(self.poll_s)
-            ran_s = self.clock() - started
-            deleted = self.clock()
-            self._delete_pods([name], 0)
-            gone_s = self.clock() - deleted
+            return self._measure_in_place() if method == "in-place" else self._measure_recreate()
         except TaskLost:
             raise
         except InputError as exc:
-            self._warn(f"could not measure a pod recreation ({exc}); planning with the experiment's penalty_s")
+            self._warn(f"could not measure {PROBED[method][0]} ({exc}); planning with the experiment's penalty_s")
             return None
+
+    def _cannot_measure(self, method: str, why: str) -> None:
+        what, setting = PROBED[method]
+        self._warn(
+            f"could not measure {what}: {why}; planning with the experiment's penalty_s (or give [reconfigure_cost] "
+            f"{setting})"
+        )
+
+    def _probe_body(self, name: str, millicores: float, args: list[str], command: list[str]) -> dict:
+        """A probe pod of the run's image, as a worker's but for a task no job names (:data:`PROBE_TASK`)."""
+        body = M.worker_pod(self.settings, self.run_key, PROBE_TASK, millicores, args, command=command, env={})
+        body["metadata"]["name"] = name
+        return body
+
+    def _measure_recreate(self) -> float | None:
+        """The recreation half of :meth:`measure_reconfigure_cost`."""
+        name = N.dns_label(f"bsp-{self.run_key}-cost-probe")
+        body = self._probe_body(name, self.probe_millicores, ["worker", "--help"], ["bsp-planner"])
+        self._delete_pods([name], 0)
+        started = self.clock()
+        self._cluster.create_pod(body)
+        deadline = started + float(self.pending_timeout_s or 120.0)
+        while True:
+            pod = self._cluster.get_pod(name)
+            st = pod_state(pod)
+            if st.phase in ("Succeeded", "Failed") or st.problem:
+                break
+            if (st.phase == "Pending" and st.fatal_waiting) or self.clock() >= deadline:
+                waited, state = self.clock() - started, st.waiting or st.phase
+                self._cannot_measure("recreate", f"the probe pod {name} did not finish within {waited:.0f} s ({state})")
+                self._cluster.delete_pod(name, 0)
+                return None
+            self.sleep(self.poll_s)
+        ran_s = self.clock() - started
+        deleted = self.clock()
+        self._delete_pods([name], 0)
+        gone_s = self.clock() - deleted
         if st.exit_code not in (0, None):
             self._warn(
                 f"the recreation probe pod {name} exited with code {st.exit_code} ({st.problem}); its time still "
@@ -147,12 +162,6 @@ class KubernetesResizes(KubernetesNodes):
             **_pod_timeline(pod),
         }
         return ran_s + gone_s
-
-    def _probe_body(self, name: str, millicores: float, args: list[str], command: list[str]) -> dict:
-        """A probe pod of the run's image, as a worker's but for a task no job names (:data:`PROBE_TASK`)."""
-        body = M.worker_pod(self.settings, self.run_key, PROBE_TASK, millicores, args, command=command, env={})
-        body["metadata"]["name"] = name
-        return body
 
     def _measure_in_place(self) -> float | None:
         """The in-place half of :meth:`measure_reconfigure_cost`: a probe pod that sleeps, resized
@@ -169,11 +178,8 @@ class KubernetesResizes(KubernetesNodes):
             deadline = self.clock() + float(self.pending_timeout_s or 120.0)
             while not (st := pod_state(self._cluster.get_pod(name))).running:
                 if st.problem or st.phase in ("Succeeded", "Failed") or st.fatal_waiting or self.clock() >= deadline:
-                    self._warn(
-                        f"could not measure an in-place resize: the probe pod {name} did not run "
-                        f"({st.problem or st.waiting or st.phase}); planning with the experiment's penalty_s (or give "
-                        "[reconfigure_cost] in_place_s)"
-                    )
+                    state = st.problem or st.waiting or st.phase
+                    self._cannot_measure("in-place", f"the probe pod {name} did not run ({state})")
                     return None
                 self.sleep(self.poll_s)
             for i in range(IN_PLACE_PROBES):
@@ -182,19 +188,11 @@ class KubernetesResizes(KubernetesNodes):
                 self._cluster.resize_pod(name, M.resize_patch(target))
                 while not resize_done(st := pod_state(self._cluster.get_pod(name)), target):
                     if st.resize_infeasible or st.problem or self.clock() >= started + self.resize_timeout_s:
-                        self._warn(
-                            f"could not measure an in-place resize: the probe pod {name}'s resize to {target:g}m "
-                            f"was not applied ({_resize_progress(st)}); planning with the experiment's penalty_s "
-                            "(or give [reconfigure_cost] in_place_s)"
-                        )
+                        why = f"the probe pod {name}'s resize to {target:g}m was not applied ({_resize_progress(st)})"
+                        self._cannot_measure("in-place", why)
                         return None
                     self.sleep(self.poll_s)
                 samples.append(self.clock() - started)
-        except TaskLost:
-            raise
-        except InputError as exc:
-            self._warn(f"could not measure an in-place resize ({exc}); planning with the experiment's penalty_s")
-            return None
         finally:
             self._delete_pods([name], 0)
         self.in_place_probe = {
