@@ -1,4 +1,4 @@
-"""Kubernetes support shared by the live backend (`runtime/backends/kubernetes.py`) and the Kubernetes
+"""Kubernetes support shared by the live backend (`runtime/backends/kubernetes/`) and the Kubernetes
 profiler (`profiling/kubernetes.py`).
 
 - :mod:`.names`: label keys, DNS-1123 names for runs, tasks and grid cells, CPU quantities.
