@@ -86,7 +86,8 @@ def main() -> None:
     args = ap.parse_args()
 
     from bsp_planner.forecasting.cli import _context
-    from bsp_planner.forecasting.pipeline import obtain, test_origins
+    from bsp_planner.forecasting.pipeline import obtain
+    from bsp_planner.forecasting.prepare import test_origins
     from bsp_planner.forecasting.statistical import MSTLForecaster
 
     cpu0, wall0, load0 = time.process_time(), time.perf_counter(), os.getloadavg()[0]

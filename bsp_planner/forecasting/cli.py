@@ -81,23 +81,17 @@ def _say(prefix: str, msg: str) -> None:
     console.print(f"[dim]{prefix}:[/] {msg}", highlight=False)
 
 
-def _models(given: Path | None) -> Path:
-    """Where models are read: --models, or the shipped models (package data)."""
-    from .pipeline import DEFAULT_MODEL_ROOT
-
-    return given if given is not None else DEFAULT_MODEL_ROOT
-
-
-def _save_root(given: Path | None, shipped: bool) -> Path:
-    """Where trained models are saved: --models, the shipped copy with --shipped, else ./models (never
-    the package folder by default: after a pip install it is site-packages)."""
+def _roots(given: Path | None, shipped: bool) -> tuple[Path, Path]:
+    """(where models are read, where trained ones are saved). Read: --models, else the shipped models
+    (package data). Saved: --models, the shipped copy with --shipped, else ./models (never the package
+    folder by default: after a pip install it is site-packages)."""
     from .pipeline import DEFAULT_MODEL_ROOT, LOCAL_MODEL_ROOT
 
     if shipped and given is not None:
         raise InputError("give either --models or --shipped, not both", field="--shipped")
     if shipped:
-        return DEFAULT_MODEL_ROOT
-    return given if given is not None else LOCAL_MODEL_ROOT
+        return DEFAULT_MODEL_ROOT, DEFAULT_MODEL_ROOT
+    return (given, given) if given is not None else (DEFAULT_MODEL_ROOT, LOCAL_MODEL_ROOT)
 
 
 def _parse_settings(items: list[str] | None, names: list[str]) -> dict[str, dict]:
@@ -214,7 +208,7 @@ def train(
     from .pipeline import model_folder, prefixed, train_one
     from .registry import is_learned
 
-    models = _save_root(models, shipped)
+    _, models = _roots(models, shipped)
     for n in forecaster:
         if n in FORECASTERS and not issubclass(FORECASTERS.get(n), LearnedForecaster):
             what = (
@@ -283,11 +277,9 @@ def evaluate(
 
     names = list(forecaster or FORECASTERS)
     check_output_dir(out, "--out")  # before any training
-    save_root = _save_root(models, shipped)
+    model_root, save_root = _roots(models, shipped)
     ws, _ = _context(experiment, job, task, horizon, gaps, settings, names)
-    ev = run_evaluation(
-        ws, names, model_root=save_root if shipped else _models(models), retrain=retrain, save_root=save_root, say=_say
-    )
+    ev = run_evaluation(ws, names, model_root=model_root, retrain=retrain, save_root=save_root, say=_say)
     print_evaluation(ev, ws.job.name)
     out.mkdir(parents=True, exist_ok=True)
     data = ev.to_dict()
@@ -318,28 +310,19 @@ def print_evaluation(ev, job_name: str) -> None:
     t.add_column("task")
     for n in names:
         t.add_column(n, justify="right")
+
+    def row(rmse: dict[str, float], cover: dict[str, str]) -> list[str]:
+        best = min(rmse.values())
+        return [
+            f"[bold]{rmse[n]:.3f} · {cover[n]}[/]" if rmse[n] == best else f"{rmse[n]:.3f} · {cover[n]}" for n in names
+        ]
+
     for task in ev.tasks:
-        rm = {n: ev.scores[n][task].mean_rmse for n in names}
-        best = min(rm.values())
-        cells = []
-        for n in names:
-            text = f"{rm[n]:.3f} · {ev.scores[n][task].coverage:.0%}"
-            cells.append(f"[bold]{text}[/]" if rm[n] == best else text)
-        t.add_row(task, *cells)
+        s = {n: ev.scores[n][task] for n in names}
+        t.add_row(task, *row({n: s[n].mean_rmse for n in names}, {n: f"{s[n].coverage:.0%}" for n in names}))
     t.add_section()
     overall = {n: float(ev.overall_rmse(n).mean()) for n in names}
-    best = min(overall.values())
-    t.add_row(
-        "all tasks",
-        *[
-            (
-                f"[bold]{overall[n]:.3f} · {ev.overall_coverage(n):.1%}[/]"
-                if overall[n] == best
-                else f"{overall[n]:.3f} · {ev.overall_coverage(n):.1%}"
-            )
-            for n in names
-        ],
-    )
+    t.add_row("all tasks", *row(overall, {n: f"{ev.overall_coverage(n):.1%}" for n in names}))
     console.print(t)
     lt = Table(title="RMSE by lead time, all tasks together")
     lt.add_column("lead", justify="right")
@@ -382,7 +365,7 @@ def predict(
     from .files import write_forecasts
     from .pipeline import forecast_experiment
 
-    save_root = _save_root(models, shipped)
+    model_root, save_root = _roots(models, shipped)
     ws, exp = _context(experiment, job, None, horizon, gaps, settings, [forecaster])
     start = exp.start if start is None else start
     steps = exp.steps if steps is None else steps
@@ -399,7 +382,7 @@ def predict(
         forecaster,
         start,
         steps,
-        model_root=save_root if shipped else _models(models),
+        model_root=model_root,
         retrain=retrain,
         save_root=save_root,
         say=_say,

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -24,8 +25,8 @@ from ..core.errors import InputError
 from ..inputs.job import Job, load_job
 from ..inputs.series import JobSeries, load_job_series
 from ..inputs.shipped import data_path
-from .base import DEFAULT_QUANTILES, Forecaster, LearnedForecaster, digest, spec_differences
-from .prepare import PreparedSeries, prepare_job
+from .base import DEFAULT_QUANTILES, Forecaster, LearnedForecaster, ahead, digest, spec_differences
+from .prepare import PreparedSeries, prepare_job, test_origins
 from .registry import FORECASTER_VERSION, FORECASTERS, check_name, default_settings, make_forecaster
 from .validation import validated_weights
 
@@ -183,58 +184,24 @@ def obtain(
     and its members alone share it; saved models are loaded each time.
     """
     check_name(name)
-
-    def fetch():
-        return _obtain(
-            ws,
-            name,
-            p,
-            model_root=model_root,
-            retrain=retrain,
-            on_mismatch=on_mismatch,
-            save=save,
-            save_root=save_root,
-            say=say,
-        )
-
+    how: dict[str, Any] = {"model_root": model_root, "retrain": retrain, "on_mismatch": on_mismatch}
+    how |= {"save": save, "save_root": save_root, "say": say}
     if issubclass(FORECASTERS.get(name), LearnedForecaster) and model_root is not None:
-        return fetch()
+        return _obtain(ws, name, p, how)
     key = ("obtained", name, p.task, json.dumps(ws.settings_for(name), sort_keys=True))
     if key not in ws.shared:
-        ws.shared[key] = fetch()
+        ws.shared[key] = _obtain(ws, name, p, how)
     return ws.shared[key]
 
 
-def _obtain(
-    ws: Workspace,
-    name: str,
-    p: PreparedSeries,
-    *,
-    model_root: Path | None,
-    retrain: bool,
-    on_mismatch: str,
-    save: bool,
-    save_root: Path | None,
-    say: Say,
-) -> tuple[Forecaster, str]:
+def _obtain(ws: Workspace, name: str, p: PreparedSeries, how: dict) -> tuple[Forecaster, str]:
+    """`obtain` without the sharing; `how` holds its keyword arguments."""
+    model_root, say = how["model_root"], how["say"]
     cls = FORECASTERS.get(name)
     if not issubclass(cls, LearnedForecaster):
         members = getattr(cls, "members", None)
         if members:  # an ensemble: each member obtained as it would be alone
-            got = [
-                obtain(
-                    ws,
-                    m,
-                    p,
-                    model_root=model_root,
-                    retrain=retrain,
-                    on_mismatch=on_mismatch,
-                    save=save,
-                    save_root=save_root,
-                    say=say,
-                )
-                for m in members
-            ]
+            got = [obtain(ws, m, p, **how) for m in members]
             f = make_forecaster(name, p, ws.horizon, quantiles=ws.quantiles, settings=ws.settings.get(name))
             weights = None
             if f.settings.fit_weights:  # per task, on its validation period (never the test half)
@@ -247,7 +214,7 @@ def _obtain(
     assert isinstance(template, LearnedForecaster)  # make_forecaster builds the registered class
     expect = template.spec()
     identity = ws.data_identity(p)
-    if folder is not None and not retrain and (folder / f"{p.task}.json").is_file():
+    if folder is not None and not how["retrain"] and (folder / f"{p.task}.json").is_file():
         meta = json.loads((folder / f"{p.task}.json").read_text())
         diffs = spec_differences(expect, meta) + [
             f"{k}: saved {meta.get('data', {}).get(k)!r}, requested {v!r}"
@@ -258,7 +225,7 @@ def _obtain(
             f = cls.load(folder, p.task, expect=expect)
             f.progress = say
             return f, "loaded"
-        if on_mismatch == "error":
+        if how["on_mismatch"] == "error":
             raise InputError(
                 f"the saved {name} model for task '{p.task}' does not match the request ({'; '.join(diffs)}); "
                 "retrain it with `bsp-planner forecast train` (or pass --retrain)",
@@ -266,8 +233,8 @@ def _obtain(
             )
         say(f"saved model does not match ({'; '.join(diffs[:3])}{'; ...' if len(diffs) > 3 else ''}); retraining")
     trained = train_one(ws, name, p, say)
-    root = save_root if save_root is not None else model_root
-    if root is not None and save and isinstance(trained, LearnedForecaster):
+    root = how["save_root"] if how["save_root"] is not None else model_root
+    if root is not None and how["save"] and isinstance(trained, LearnedForecaster):
         trained.save(model_folder(root, ws.job.name, name), p.task, extra={"data": identity})
     return trained, "trained"
 
@@ -293,11 +260,6 @@ class TaskScore:
         return float(self.covered.sum() / (self.count * len(self.rmse)))
 
 
-def test_origins(p: PreparedSeries, horizon: int) -> np.ndarray:
-    """Every origin in the test half whose H targets all lie in the series."""
-    return np.arange(p.n_train, len(p.rows) - horizon + 1)
-
-
 def score_task(
     f: Forecaster, p: PreparedSeries, horizon: int, interval: tuple[float, float] = (0.1, 0.9)
 ) -> tuple[TaskScore, np.ndarray]:
@@ -306,7 +268,7 @@ def score_task(
     if o.size == 0:
         raise InputError(f"task '{p.task}': the test half is shorter than H = {horizon}", path=p.source)
     pred = p.predict_rows(f, o)  # (Q, m, H)
-    truth = p.rows[o[:, None] + np.arange(horizon)[None, :]]
+    truth = ahead(p.rows, o, horizon)
     med = pred[f.median_index]
     se = (med - truth) ** 2
     lo_i, hi_i = f.quantiles.index(interval[0]), f.quantiles.index(interval[1])
@@ -514,10 +476,6 @@ def describe_differences(old: dict, new: dict) -> list[str]:
     return out
 
 
-def check_experiment_span(ws: Workspace, start: int, steps: int) -> None:
-    ws.job_series.check_length(start, steps)
-
-
 def forecast_experiment(
     ws: Workspace,
     name: str,
@@ -533,7 +491,7 @@ def forecast_experiment(
 ) -> tuple[np.ndarray, dict]:
     """Median forecasts for steps start..start+steps-1 of every task: (tasks, steps, H), and metadata.
     Models it trains are saved (save_models) under `save_root`, by default `model_root`."""
-    check_experiment_span(ws, start, steps)
+    ws.job_series.check_length(start, steps)
     out = np.empty((len(ws.prepared), steps, ws.horizon))
     how = {}
     t_start = time.perf_counter()

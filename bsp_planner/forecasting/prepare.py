@@ -217,11 +217,7 @@ def later_pieces(p: PreparedSeries, prepared: list[PreparedSeries]) -> list[str]
     ]
 
 
-def require_length(p: PreparedSeries, needed: int, what: str) -> None:
-    """A clear error when the training history is too short for a forecaster."""
-    have = p.n_train_grid
-    if have < needed:
-        raise InputError(
-            f"task '{p.task}': the training half has {have} steps but {what} needs at least {needed}",
-            path=p.source,
-        )
+def test_origins(p: PreparedSeries, horizon: int) -> np.ndarray:
+    """Every origin after the training half whose H targets all lie in the series (of a
+    `validation.validation_part`: the validation period's)."""
+    return np.arange(p.n_train, len(p.rows) - horizon + 1)

@@ -21,7 +21,8 @@ from typing import Any
 import numpy as np
 
 from ..core.errors import InputError
-from .prepare import PreparedSeries
+from .base import ahead
+from .prepare import PreparedSeries, test_origins
 from .registry import make_forecaster
 
 Say = Callable[[str], None]
@@ -44,11 +45,6 @@ def validation_part(p: PreparedSeries, fraction: float = DEFAULT_FRACTION) -> Pr
         n_train=int(round((1.0 - fraction) * n)),
         filled=int(grid_end - n),
     )
-
-
-def validation_origins(p: PreparedSeries, horizon: int) -> np.ndarray:
-    """Origins of the validation period of a `validation_part` (H targets inside the training half)."""
-    return np.arange(p.n_train, len(p.rows) - horizon + 1)
 
 
 def validation_workspace(ws: Workspace, fraction: float = DEFAULT_FRACTION) -> Workspace:
@@ -78,12 +74,11 @@ def validation_forecasts(
     pin = getattr(template, "validation_settings", None)
     if pin is not None:  # the settings the whole half gives it, kept on the shorter part
         vws = replace(vws, settings={**vws.settings, name: {**vws.settings.get(name, {}), **pin(p.n_train_grid)}})
-    o = validation_origins(vp, ws.horizon)
+    o = test_origins(vp, ws.horizon)  # the validation period's, H targets inside the training half
     if o.size == 0:
         raise InputError(f"task '{p.task}': the validation period is shorter than H = {ws.horizon}", path=p.source)
     f, _ = obtain(vws, name, vp, model_root=None, save=False, say=say or (lambda _m: None))
-    truth = vp.rows[o[:, None] + np.arange(ws.horizon)[None, :]]
-    return vp.predict_rows_median(f, o), truth
+    return vp.predict_rows_median(f, o), ahead(vp.rows, o, ws.horizon)
 
 
 def weight_grid(members: int, step: float) -> np.ndarray:
