@@ -88,9 +88,7 @@ class Handler(BaseHTTPRequestHandler):
         route = self._route()
         body = self._body() if method in ("POST", "PUT", "PATCH") else None
         if route is None:
-            return self._send(
-                404, _status(404, "NotFound", f"the server could not find the requested resource {self.path}")
-            )
+            return self._send(*_fail(404, "NotFound", f"the server could not find the requested resource {self.path}"))
         kind, group, resource, ns, name, sub, q = route
         if kind == "version":
             return self._send(
@@ -128,12 +126,12 @@ class Handler(BaseHTTPRequestHandler):
                 call.status = 403
                 scope = f' in the namespace "{ns}"' if ns else " at the cluster scope"
                 message = f'{full} is forbidden: User cannot {verb} resource "{full}" in API group "{group}"{scope}'
-                return self._send(403, _status(403, "Forbidden", message))
+                return self._send(*_fail(403, "Forbidden", message))
             try:
                 fake._advance()
                 code, out = self._serve(verb, group, resource, ns, name, sub, q, body)
             except Exception as exc:  # a bug of the fake or of a test's job_runner: say so, keep serving
-                code, out = 500, _status(500, "InternalError", f"FakeApiServer: {type(exc).__name__}: {exc}")
+                code, out = _fail(500, "InternalError", f"FakeApiServer: {type(exc).__name__}: {exc}")
             call.status = code
             return self._send(code, out)
 
@@ -150,9 +148,9 @@ class Handler(BaseHTTPRequestHandler):
                     "metadata": {},
                     "items": list(fake.state.nodes.values()),
                 }
-            return 405, _status(405, "MethodNotAllowed", "the fake serves only node lists")
+            return _fail(405, "MethodNotAllowed", "the fake serves only node lists")
         if (group, resource) not in store:
-            return 404, _status(404, "NotFound", f"the fake does not serve {group}/{resource}")
+            return _fail(404, "NotFound", f"the fake does not serve {group}/{resource}")
         objects = store[(group, resource)]
         kind = {"pods": "Pod", "jobs": "Job"}[resource]
         if verb == "list":
@@ -172,18 +170,16 @@ class Handler(BaseHTTPRequestHandler):
         if verb == "create":
             err = _validate(group, resource, body)
             if err:
-                return 422, _status(422, "Invalid", err)
+                return _fail(422, "Invalid", err)
             oname = body["metadata"].get("name") or ""
             if not (_DNS_SUBDOMAIN.match(oname) and len(oname) <= (63 if resource == "pods" else 253)):
-                return 422, _status(
-                    422, "Invalid", f'{kind} "{oname}" is invalid: metadata.name: must be a DNS-1123 name'
-                )
+                return _fail(422, "Invalid", f'{kind} "{oname}" is invalid: metadata.name: must be a DNS-1123 name')
             if body["metadata"].get("namespace", ns) != ns:
-                return 400, _status(
+                return _fail(
                     400, "BadRequest", "the namespace of the object does not match the namespace of the request"
                 )
             if (ns, oname) in objects:
-                return 409, _status(409, "AlreadyExists", f'{resource} "{oname}" already exists')
+                return _fail(409, "AlreadyExists", f'{resource} "{oname}" already exists')
             obj = copy.deepcopy(body)
             obj["metadata"]["namespace"] = ns
             fake._stamp(obj)
@@ -197,7 +193,7 @@ class Handler(BaseHTTPRequestHandler):
             fake._advance()
             return 201, obj
         if (ns, name) not in objects:
-            return 404, _status(404, "NotFound", f'{resource} "{name}" not found')
+            return _fail(404, "NotFound", f'{resource} "{name}" not found')
         obj = objects[(ns, name)]
         if verb == "get" and not sub:
             return 200, obj
@@ -218,32 +214,26 @@ class Handler(BaseHTTPRequestHandler):
             return 200, obj
         if verb == "patch" and resource == "pods" and sub == "resize":
             return self._resize(ns, name, obj, body)
-        return 405, _status(
-            405, "MethodNotAllowed", f"the fake does not serve {verb} on {resource}{'/' + sub if sub else ''}"
-        )
+        return _fail(405, "MethodNotAllowed", f"the fake does not serve {verb} on {resource}{'/' + sub if sub else ''}")
 
     def _resize(self, ns: str, name: str, obj: dict, body) -> tuple[int, dict]:
         """A patch of ``pods/resize``, checked as the API server checks it, then taken by the kubelet."""
         ctype = (self.headers.get("Content-Type") or "").split(";")[0].strip()
         if ctype == "application/json-patch+json" and not isinstance(body, list):
-            return 400, _status(
-                400, "BadRequest", "json: cannot unmarshal object into Go value of type jsonpatch.Patch"
-            )
+            return _fail(400, "BadRequest", "json: cannot unmarshal object into Go value of type jsonpatch.Patch")
         if ctype not in ("application/strategic-merge-patch+json", "application/merge-patch+json"):
-            return 415, _status(415, "UnsupportedMediaType", f"the fake takes merge patches, got {ctype}")
+            return _fail(415, "UnsupportedMediaType", f"the fake takes merge patches, got {ctype}")
         extra = set(body) - {"spec"} or set(body.get("spec", {})) - {"containers"}
         if extra:
-            return 422, _status(
-                422, "Invalid", f"resize may change only spec.containers[*].resources, got {sorted(extra)}"
-            )
+            return _fail(422, "Invalid", f"resize may change only spec.containers[*].resources, got {sorted(extra)}")
         if obj["status"].get("phase") != "Running":
-            return 400, _status(400, "BadRequest", "the fake resizes only running pods")
+            return _fail(400, "BadRequest", "the fake resizes only running pods")
         trial = copy.deepcopy(obj["spec"])
         _merge(trial, body["spec"])
         for c in trial["containers"]:
             r = c.get("resources") or {}
             if (r.get("requests") or {}).get("cpu") != (r.get("limits") or {}).get("cpu"):
-                return 422, _status(422, "Invalid", "Pod QOS Class may not change as a result of resizing")
+                return _fail(422, "Invalid", "Pod QOS Class may not change as a result of resizing")
         obj["spec"] = trial
         self.fake._resize(ns, name, obj)
         return 200, obj
@@ -263,8 +253,9 @@ def _validate(group: str, resource: str, body) -> str | None:
     return None
 
 
-def _status(code: int, reason: str, message: str) -> dict:
-    return {
+def _fail(code: int, reason: str, message: str) -> tuple[int, dict]:
+    """An error answer: its HTTP code and the Status the API server sends with it."""
+    return code, {
         "kind": "Status",
         "apiVersion": "v1",
         "metadata": {},
