@@ -31,6 +31,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 from ..core.errors import InputError
@@ -114,7 +115,6 @@ class KubernetesProfiler:
             connect(self.namespace, kubeconfig=self.kubeconfig, context=self.context)
         )
         self.cluster, self.namespace = self._cluster, self._cluster.namespace
-        self._settings: M.PodSettings | None = None
         self.nodes: dict[str, str] = {}  # node -> CPU model, of the nodes that ran cells
         self._ahead: list[R.Cell] = []  # cells the runner will ask for, in its order
         self._tasks: dict[str, Task] = {}
@@ -130,14 +130,12 @@ class KubernetesProfiler:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    @property
+    @cached_property
     def settings(self) -> M.PodSettings:
-        if self._settings is None:
-            image = resolve_image(self.image, self._cluster.pod_image)
-            self._settings = M.PodSettings(
-                self._cluster.namespace, image, self.image_pull_policy, self.memory, dict(self.node_selector)
-            )
-        return self._settings
+        image = resolve_image(self.image, self._cluster.pod_image)
+        return M.PodSettings(
+            self._cluster.namespace, image, self.image_pull_policy, self.memory, dict(self.node_selector)
+        )
 
     # -- the runner's backend ----------------------------------------------------------------------
     def check(self, tasks: Sequence[Task], job_path: Path | None = None) -> None:
@@ -212,7 +210,7 @@ class KubernetesProfiler:
         submitted = self.clock()
         try:
             while True:
-                outcome = self._process_outcome(cid, workloads, self.clock() - submitted, timeout_s)
+                outcome = self._process_outcome(cid, workloads, self.clock() - submitted)
                 if outcome is not None:
                     return outcome
                 self.sleep(self.poll_s)
@@ -257,9 +255,7 @@ class KubernetesProfiler:
             env=env,
         )
 
-    def _process_outcome(
-        self, cid: str, workloads: Sequence[float], waited_s: float, timeout_s: float
-    ) -> dict[float, RunResult] | None:
+    def _process_outcome(self, cid: str, workloads: Sequence[float], waited_s: float) -> dict[float, RunResult] | None:
         """Each workload's cell once the collector ended (or the Job failed without it), else None."""
         job, pod = self._existing().get(cid), self._newest_pods().get(cid)
 

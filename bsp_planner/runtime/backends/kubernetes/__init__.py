@@ -53,7 +53,7 @@ class KubernetesBackend(KubernetesResizes):
                 **caps.as_dict(),
                 "namespace": self.namespace,
                 "where": self._cluster.conn.where,
-                "image": self._settings.image if self._settings else self.image,
+                "image": self.settings.image if "settings" in vars(self) else self.image,  # not resolved here
                 "reconfigure": self.mode,
                 "reconfigure_reason": self._mode[1] if self._mode else "",
                 "worker_zookeeper": self.worker_zk_hosts,

@@ -25,6 +25,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 from ....core.errors import InputError
@@ -139,7 +140,6 @@ class KubernetesPods(Backend):
         self.placement: dict[str, str] = {}  # task -> the node the plan put it on (place)
         self.warnings: list[str] = []
         self._mode: tuple[str, str] | None = None
-        self._settings: M.PodSettings | None = None
         self._capacity_m: float | None | bool = False  # False: not read yet
         # the ZooKeeper address the pods reach
         self._worker_hosts = self.worker_zk_hosts or f"{N.ZOOKEEPER_SERVICE}.{self.namespace}.svc:{N.ZOOKEEPER_PORT}"
@@ -181,19 +181,17 @@ class KubernetesPods(Backend):
             self.warnings.append(text)
             log.warning(text)
 
-    @property
+    @cached_property
     def settings(self) -> M.PodSettings:
-        if self._settings is None:
-            image = resolve_image(self.image, self._cluster.pod_image)
-            self._settings = M.PodSettings(
-                self._cluster.namespace,
-                image,
-                self.image_pull_policy,
-                self.memory,
-                dict(self.node_selector or {}),
-                self.termination_grace_s,
-            )
-        return self._settings
+        image = resolve_image(self.image, self._cluster.pod_image)
+        return M.PodSettings(
+            self._cluster.namespace,
+            image,
+            self.image_pull_policy,
+            self.memory,
+            dict(self.node_selector or {}),
+            self.termination_grace_s,
+        )
 
     # -- what a pod runs ---------------------------------------------------------------------------
     def _pod_name(self, task: str) -> str:
