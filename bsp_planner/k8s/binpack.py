@@ -2,8 +2,8 @@
 
 The scheduler places a pod on a node only if the node's allocatable CPU minus the requests of the pods
 already bound to it covers the pod's request. Before applying a configuration the backend asks the
-same question for all tasks at once: a first-fit-decreasing packing, and when that fails an exact
-search (tasks are few), so a configuration that cannot be placed is refused with the numbers that say
+same question for all tasks at once: an exact search (tasks are few) whose first try is best fit
+decreasing, so a configuration that cannot be placed is refused with the numbers that say
 why, before any pod is deleted, instead of leaving pods Pending.
 
 Everything here reads plain dicts in the API's camelCase form (a node, a pod as the server returns
@@ -146,8 +146,8 @@ def pack(requests: Mapping[str, float], nodes: Iterable[NodeCapacity]) -> dict[s
     """Place every task's CPU request on a schedulable node; raises DoesNotFit with the reason.
 
     Returns task -> node (one placement that works; the scheduler may choose another). If the exact
-    search runs out of steps, the first-fit answer's failure is not proof: an empty dict is returned
-    and the caller goes on, relying on the pending timeout."""
+    search runs out of steps, best fit's failure is not proof: an empty dict is returned and the caller
+    goes on, relying on the pending timeout."""
     nodes = list(nodes)
     usable = [c for c in nodes if c.unschedulable is None]
     items = sorted(((t, float(m)) for t, m in requests.items()), key=lambda x: (-x[1], x[0]))
@@ -155,7 +155,7 @@ def pack(requests: Mapping[str, float], nodes: Iterable[NodeCapacity]) -> dict[s
         return {}
     if not usable:
         raise DoesNotFit("no node can take new pods: " + "; ".join(c.describe() for c in nodes))
-    free = {c.name: c.free_m for c in usable}
+    free = {c.name: c.free_m for c in sorted(usable, key=lambda c: c.name)}  # equal room: the first by name
     total_need = sum(m for _, m in items)
     total_free = sum(max(0.0, f) for f in free.values())
     biggest = max(free.values())
@@ -171,18 +171,8 @@ def pack(requests: Mapping[str, float], nodes: Iterable[NodeCapacity]) -> dict[s
             f"the configuration asks for {total_need:.0f}m of CPU in all, the schedulable nodes have "
             f"{total_free:.0f}m free ({where})"
         )
-    # first fit decreasing, onto the fullest node that still has room (best fit)
-    room = dict(free)
-    placed: dict[str, str] = {}
-    for task, need in items:
-        fits = [k for k in sorted(room) if room[k] + EPS >= need]
-        if not fits:
-            break
-        node = min(fits, key=lambda k: room[k])
-        room[node] -= need
-        placed[task] = node
-    else:
-        return placed
+    # the search's first descent is best fit decreasing (each task onto the fullest node that still has
+    # room); it backtracks only where that fails
     exact = _search(items, dict(free))
     if exact is False:
         return {}

@@ -112,11 +112,10 @@ class KubernetesNodes(KubernetesPods):
 
     def _fit(self, millicores: Mapping[str, float], plan: dict[str, str], nodes: list) -> dict[str, str]:
         # current occupancy of this run's pods, by node
-        where: dict[str, str | None] = {}
-        for task, t in self.tasks.items():
-            where[task] = t.last.node if t.last is not None else None
-            if where[task] is None:
-                where[task] = pod_state(self._cluster.get_pod(self._pod_name(task))).node
+        where: dict[str, str | None] = {
+            task: (t.last and t.last.node) or pod_state(self._cluster.get_pod(self._pod_name(task))).node
+            for task, t in self.tasks.items()
+        }
         in_place = {
             task: (node, self.tasks[task].millicores, float(millicores[task]))
             for task, how in plan.items()

@@ -202,18 +202,14 @@ class KubernetesPods(Backend):
         stress-ng (the coordinator's may be a path on its own machine)."""
         replace = {f: self._worker_hosts for f in ZK_FLAGS}
         replace[STRESS_NG_FLAG] = IMAGE_STRESS_NG
-        args = list(launch.args)
         out: list[str] = []
-        i = 0
-        while i < len(args):
-            a = args[i]
+        args = iter(launch.args)
+        for a in args:
             flag, eq, _ = a.partition("=")
-            if a in replace and i + 1 < len(args):
-                out += [a, replace[a]]
-                i += 2
-                continue
-            out.append(f"{flag}={replace[flag]}" if eq and flag in replace else a)
-            i += 1
+            if a in replace:  # `--flag value`: the value replaced (a flag with none stays as it is)
+                out += [a] if next(args, None) is None else [a, replace[a]]
+            else:
+                out.append(f"{flag}={replace[flag]}" if eq and flag in replace else a)
         return out
 
     @property
