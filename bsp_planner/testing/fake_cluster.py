@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import copy
 import itertools
-import re
 import socket
 import threading
 import time
@@ -16,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Protocol
 
 from ..k8s.binpack import pod_cpu_request
+from ..k8s.capabilities import parse_version
 from ..k8s.names import cpu_millicores
 
 
@@ -69,8 +69,7 @@ class FakeCluster:
         pod_runner: Callable[[dict], PodProcess] | None = None,
     ) -> None:
         self.version = version
-        m = re.match(r"v(\d+)\.(\d+)", version)
-        self.major, self.minor = (int(m.group(1)), int(m.group(2))) if m else (1, 0)
+        self.major, self.minor = parse_version(None, None, version)
         # 1.35+: pods carry metadata.generation (bumped by a resize) and status.observedGeneration
         self._generations = (self.major, self.minor) >= (1, 35)
         self.start_delay_s = start_delay_s
