@@ -208,7 +208,7 @@ with output_lock(out, "--out"), staged_outputs(out) as stage:
 HOLD_INIT = """
 import sys, tempfile, time
 from pathlib import Path
-from bsp_planner import leftovers
+from bsp_planner.core import leftovers
 from bsp_planner.core.filelock import output_lock
 place = Path(sys.argv[1]).resolve()
 with output_lock(place):
