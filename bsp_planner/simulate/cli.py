@@ -76,7 +76,9 @@ def simulate(
     from ..core.errors import InputError
     from ..core.filelock import output_lock
     from ..core.outputs import check_output_dir
-    from ..inputs.settings import flags_blamed
+    from ..inputs.experiment import load_experiment
+    from ..inputs.settings import apply_flag_overrides, flag_overrides, flags_blamed
+    from ..inputs.shipped import find_experiment
     from .parallel_runs import check_jobs, default_jobs
     from .report import write_outputs
     from .runs import check_strategies, one_pool_strategies
@@ -88,22 +90,25 @@ def simulate(
         )
 
     console = Console()
-    flagged = _flag_overrides(
-        set_=set_,
-        strategies=strategies,
-        steps=steps,
-        start=start,
-        penalty=penalty,
-        budget=budget,
-        allocator=allocator,
-        forecasts=forecasts,
-        mode=mode,
-        actual=actual,
-        online=online,
-        learn=learn,
-        true_profile=true_profile,
+    # every flag as an override (flag, KEY=VALUE), --set first, then the named flags: they go through the same
+    # settings loader as the file, so an error names the flag
+    flagged = [("--set", item) for item in set_ or []] + flag_overrides(
+        [
+            ("--strategies", "strategies", strategies),
+            ("--steps", "steps", steps),
+            ("--start", "start", start),
+            ("--penalty", "penalty_s", penalty),
+            ("--budget", "cpu.budget_millicores", budget),
+            ("--allocator", "planner.allocator", allocator),
+            ("--forecasts", "forecast.source", _folder_from_cwd(forecasts)),
+            ("--mode", "modes", mode),
+            ("--actual", "forecast.actual", actual),
+            ("--online", "online", online),
+            ("--learn", "learn", learn),
+            ("--true-profile", "true_profile", true_profile),
+        ]
     )
-    exp = _experiment_with_flags(experiment if experiment is not None else experiment_opt, flagged)
+    exp = apply_flag_overrides(load_experiment(find_experiment(experiment or experiment_opt)), flagged)
     if (
         (exp.online or exp.learn)
         and strategies is None
@@ -129,44 +134,6 @@ def simulate(
         )
     _print_summary(console, exp, scen, results, elapsed)
     _print_written(console, paths)
-
-
-def _flag_overrides(
-    *,
-    set_: list[str] | None,
-    strategies: str | None,
-    steps: int | None,
-    start: int | None,
-    penalty: float | None,
-    budget: float | None,
-    allocator: str | None,
-    forecasts: str | None,
-    mode: list[str] | None,
-    actual: Path | None,
-    online: bool,
-    learn: bool,
-    true_profile: Path | None,
-) -> list[tuple[str, str]]:
-    """Every flag given as an override (flag, KEY=VALUE), in the order they apply: --set first, then the
-    named flags. They go through the same settings loader as the file, so an error names the flag."""
-    from ..inputs.settings import flag_overrides
-
-    return [("--set", item) for item in set_ or []] + flag_overrides(
-        [
-            ("--strategies", "strategies", strategies),
-            ("--steps", "steps", steps),
-            ("--start", "start", start),
-            ("--penalty", "penalty_s", penalty),
-            ("--budget", "cpu.budget_millicores", budget),
-            ("--allocator", "planner.allocator", allocator),
-            ("--forecasts", "forecast.source", _folder_from_cwd(forecasts)),
-            ("--mode", "modes", mode),
-            ("--actual", "forecast.actual", actual),
-            ("--online", "online", online),
-            ("--learn", "learn", learn),
-            ("--true-profile", "true_profile", true_profile),
-        ]
-    )
 
 
 def _refuse_unknown_workloads(exp: Experiment, scen: Scenario) -> None:
@@ -220,15 +187,6 @@ def _print_written(console: Console, paths: dict[str, Path]) -> None:
         f"wrote {paths['md']}, {paths['csv'].name}, {paths['json'].name}, {paths['steps'].name}{learned}, "
         f"chart {paths['chart']}"
     )
-
-
-def _experiment_with_flags(experiment: Path | None, flagged: list[tuple[str, str]]) -> Experiment:
-    """The experiment with each (flag, KEY=VALUE) applied in order, then validated as a whole."""
-    from ..inputs.experiment import load_experiment
-    from ..inputs.settings import apply_flag_overrides
-    from ..inputs.shipped import find_experiment
-
-    return apply_flag_overrides(load_experiment(find_experiment(experiment)), flagged)
 
 
 def _leave_out_offline_strategies(console: Console, exp: Experiment) -> None:

@@ -16,6 +16,7 @@ interval apart.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -99,22 +100,8 @@ class OnlineForecasts:
 
     def fresh(self) -> OnlineForecasts:
         """A copy with the seed history only (the fitted forecasters are shared: predicting keeps no state)."""
-        out = OnlineForecasts(
-            [
-                _TaskHistory(
-                    h.task,
-                    h.forecaster,
-                    h.rows[: len(h.rows) - self._observed],
-                    h.grid_index,
-                    h.lead_map,
-                    h.n_series_rows,
-                )
-                for h in self._histories
-            ],
-            self.horizon,
-            self.label,
-        )
-        return out
+        seeds = [dataclasses.replace(h, rows=h.rows[: len(h.rows) - self._observed]) for h in self._histories]
+        return OnlineForecasts(seeds, self.horizon, self.label)
 
 
 def online_forecasts(
@@ -190,7 +177,7 @@ def _learned_histories(name, job_series, start, horizon, *, base_dir, job, say) 
             model_root=DEFAULT_MODEL_ROOT,
             on_mismatch="retrain",
             save=False,
-            say=_prefixed(say, f"{p.task} · {name}: "),
+            say=lambda msg, prefix=f"{p.task} · {name}: ": say(prefix + msg),
         )
         seed = list(p.rows[: p.n_train + start])
         if p.filled:
@@ -198,13 +185,6 @@ def _learned_histories(name, job_series, start, horizon, *, base_dir, job, say) 
         else:
             out.append(_TaskHistory(p.task, f, seed))
     return out
-
-
-def _prefixed(say, prefix: str):
-    def inner(msg: str) -> None:
-        say(prefix + msg)
-
-    return inner
 
 
 def unseeded_online_forecasts(
