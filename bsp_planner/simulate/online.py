@@ -170,6 +170,10 @@ def _learned_histories(name, job_series, start, horizon, *, base_dir, job, say) 
     ws = Workspace.from_series(_job_stub(job_name, job_series), job_series, gaps=gaps, horizon=horizon)
     out = []
     for p in ws.prepared:
+
+        def say_task(msg: str, prefix: str = f"{p.task} · {name}: ") -> None:
+            say(prefix + msg)
+
         f, _how = obtain(
             ws,
             name,
@@ -177,7 +181,7 @@ def _learned_histories(name, job_series, start, horizon, *, base_dir, job, say) 
             model_root=DEFAULT_MODEL_ROOT,
             on_mismatch="retrain",
             save=False,
-            say=lambda msg, prefix=f"{p.task} · {name}: ": say(prefix + msg),
+            say=say_task,
         )
         seed = list(p.rows[: p.n_train + start])
         if p.filled:
