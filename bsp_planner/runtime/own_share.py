@@ -21,7 +21,7 @@ import contextlib
 import os
 from pathlib import Path
 
-from ..task.reporter import cpu_cgroup, tasks_file
+from ..task.reporter import cpu_cgroup, move_threads, tasks_file
 
 NICE = -5
 
@@ -33,28 +33,8 @@ def _threads() -> list[int]:
         return []
 
 
-def _cpu_group_tasks(cgroup_root: Path) -> Path | None:
-    """The `tasks` file of this process's group in the cgroup v1 cpu hierarchy, else None."""
-    group = cpu_cgroup()
-    return tasks_file(group, cgroup_root) if group is not None else None
-
-
-def _move(tids: list[int], tasks: Path) -> bool:
-    try:
-        for tid in tids:
-            try:
-                with open(tasks, "w") as fh:
-                    fh.write(str(tid))
-            except ProcessLookupError:
-                continue  # the thread ended meanwhile
-    except OSError:
-        return False
-    return True
-
-
 class RunGroupMembership:
-    def __init__(self, cgroup_root: Path = Path("/sys/fs/cgroup")) -> None:
-        self.cgroup_root = cgroup_root
+    def __init__(self) -> None:
         self.home: Path | None = None  # where the threads were: `tasks` of this process's group
         self.niceness: dict[int, int] = {}
         self.joined: Path | None = None
@@ -64,12 +44,12 @@ class RunGroupMembership:
         if run_group is None or self.joined is not None:
             return False
         tasks = Path(run_group) / "tasks"
-        home = _cpu_group_tasks(self.cgroup_root)
+        home = tasks_file(cpu_cgroup())
         if home is None or not tasks.is_file() or home == tasks:
             return False
         tids = _threads()
-        if not _move(tids, tasks):
-            _move(tids, home)  # part-way: all back
+        if not move_threads(tids, tasks):
+            move_threads(tids, home)  # part-way: all back
             return False
         self.home, self.joined = home, tasks
         for tid in tids:
@@ -91,7 +71,7 @@ class RunGroupMembership:
             members = [int(x) for x in self.joined.read_text().split()]
         except OSError:
             members = []
-        _move(_threads() + members, self.home)
+        move_threads(_threads() + members, self.home)
         for tid, nice in self.niceness.items():
             with contextlib.suppress(OSError):
                 os.setpriority(os.PRIO_PROCESS, tid, nice)

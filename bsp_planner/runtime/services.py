@@ -32,6 +32,7 @@ from typing import Protocol, cast
 from ..core.signals import die_with, kill_group
 from ..inputs.job import Service, substitute
 from ..inputs.placeholders import ENV_HOSTS, run_env, run_values
+from ..task.reporter import cpu_cgroup, move_threads, tasks_file
 from .executor import RunFailed
 
 POLL_S = 0.05
@@ -205,15 +206,13 @@ class LocalServiceRunner:
     """Services as processes on this machine, their output in ``<log_dir>/<name>.log``, working in `cwd`."""
 
     def __init__(self, log_dir: Path, cwd: str | None = None) -> None:
-        from .own_share import _cpu_group_tasks
-
         self.log_dir = Path(log_dir)
         self.cwd = cwd
         self.procs: dict[str, _Process] = {}
         # where the coordinator runs before its threads join the run's group (own_share), and its niceness: a
         # service restarted mid-run starts there, not inside the run's group (which could then not be
         # removed) at the coordinator's raised priority
-        self.home_tasks = _cpu_group_tasks(Path("/sys/fs/cgroup"))
+        self.home_tasks = tasks_file(cpu_cgroup())
         self.niceness = os.getpriority(os.PRIO_PROCESS, 0)
 
     def log_path(self, name: str) -> Path:
@@ -222,23 +221,11 @@ class LocalServiceRunner:
     def launch(self, name: str, args: list[str], env: dict[str, str], ready_port: int | None) -> None:
         if name in self.procs:
             self.stop([name])
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path(name), "ab") as log:
-            log.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} service {name}: {' '.join(args)}\n".encode())
-            log.flush()
-            offset = log.tell()
-            proc = subprocess.Popen(
-                args,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=self.cwd,
-                env={**os.environ, **env},
-                preexec_fn=_parent_death_preexec(self.home_tasks, self.niceness),
-                start_new_session=True,
-                close_fds=True,
-            )
-        self.procs[name] = _Process(proc, offset)
+        preexec = _parent_death_preexec(self.home_tasks, self.niceness)
+        header = f"service {name}: {' '.join(args)}"
+        self.procs[name] = _Process(
+            *spawn_logged(args, self.log_path(name), header, self.cwd, {**os.environ, **env}, preexec)
+        )
 
     def exit_code(self, name: str) -> int | None:
         p = self.procs.get(name)
@@ -260,11 +247,8 @@ class LocalServiceRunner:
     def host(self, name: str) -> str:
         return LOCAL_HOST
 
-    def tail(self, name: str, limit: int = 1500) -> str:
-        try:
-            return self.log_path(name).read_text(errors="replace")[-limit:]
-        except OSError:
-            return ""
+    def tail(self, name: str) -> str:
+        return log_tail(self.log_path(name), 1500)
 
     def stop(self, names: list[str]) -> None:
         procs = [self.procs.pop(n) for n in names if n in self.procs]
@@ -282,27 +266,54 @@ class LocalServiceRunner:
         return {name: p.proc.pid for name, p in self.procs.items()}
 
 
-def _parent_death_preexec(home_tasks: Path | None = None, niceness: int | None = None) -> Callable[[], None]:
+def spawn_logged(
+    args: list[str], log_path: Path, header: str, cwd: str | None, env: dict[str, str], preexec_fn: Callable[[], None]
+) -> tuple[subprocess.Popen, int]:
+    """`args` started in a session of its own (`preexec_fn` run in the child before it execs), its output
+    appended to `log_path` after a dated `header` line; (the process, where its output begins in the log)."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:
+        log.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} {header}\n".encode())
+        log.flush()
+        offset = log.tell()  # before the process writes: its own output starts here
+        proc = subprocess.Popen(
+            args,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=cwd,
+            env=env,
+            preexec_fn=preexec_fn,
+            start_new_session=True,
+            close_fds=True,
+        )
+    return proc, offset
+
+
+def log_tail(path: Path, limit: int) -> str:
+    """The last `limit` characters of a log, "" where there is none."""
+    try:
+        return path.read_text(errors="replace")[-limit:]
+    except OSError:
+        return ""
+
+
+def _parent_death_preexec(home_tasks: Path | None, niceness: int) -> Callable[[], None]:
     parent = os.getpid()
 
     def preexec() -> None:  # in the child, between fork and exec: plain system calls only
         if home_tasks is not None:
-            try:
-                with open(home_tasks, "w") as fh:
-                    fh.write(str(os.getpid()))
-            except OSError:
-                pass
-        if niceness is not None:
-            with contextlib.suppress(OSError):
-                os.setpriority(os.PRIO_PROCESS, 0, niceness)
+            move_threads([os.getpid()], home_tasks)
+        with contextlib.suppress(OSError):
+            os.setpriority(os.PRIO_PROCESS, 0, niceness)
         die_with(parent)  # the coordinator's death, even by SIGKILL, ends the service
 
     return preexec
 
 
-def _accepts(port: int, host: str = LOCAL_HOST) -> bool:
+def _accepts(port: int) -> bool:
     try:
-        with socket.create_connection((host, port), timeout=0.2):
+        with socket.create_connection((LOCAL_HOST, port), timeout=0.2):
             return True
     except OSError:
         return False

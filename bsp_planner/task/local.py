@@ -36,15 +36,6 @@ class LocalSession(SelfTimedReports):
         self.first_step = first_step
         self._next = first_step
 
-    def __enter__(self) -> LocalSession:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def close(self) -> None:
-        pass
-
     @property
     def ended(self) -> bool:
         return self.steps is not None and self._next >= self.steps

@@ -33,6 +33,7 @@ No ZooKeeper, coordinator or credentials are involved.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -129,17 +130,8 @@ def write_plan(path: str | Path, plan: ProfilingPlan) -> Path:
 
 def plan_text(plan: ProfilingPlan) -> str:
     """A profiling plan as the JSON :func:`read_plan` reads (one line)."""
-    data = {
-        "format": PLAN_FORMAT,
-        "task": plan.task,
-        "workloads": [float(w) for w in plan.workloads],
-        "warmup_steps": plan.warmup_steps,
-        "measure_steps": plan.measure_steps,
-        "min_measure_s": plan.min_measure_s,
-        "max_measure_steps": plan.max_measure_steps,
-        "reports_file": str(plan.reports_file),
-    }
-    return json.dumps(data)
+    fields = dataclasses.asdict(plan) | {"workloads": [float(w) for w in plan.workloads]}
+    return json.dumps({"format": PLAN_FORMAT, **fields, "reports_file": str(plan.reports_file)})
 
 
 def _plan_error(path: str, what: str) -> TaskJoinError:

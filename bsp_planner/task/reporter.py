@@ -14,6 +14,7 @@ median of 2-9 ms and a p95 of 26-66 ms measured in co-simulations). Two things k
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import threading
@@ -37,17 +38,29 @@ def cpu_cgroup() -> str | None:
     return None  # cgroup v2 only ("0::/path"): no per-thread placement
 
 
-def tasks_file(group: str, cgroup_root: Path = CGROUP_ROOT) -> Path | None:
+def tasks_file(group: str | None) -> Path | None:
     """The `tasks` file of a cgroup v1 cpu group given by its path in the hierarchy (as /proc/self/cgroup
-    names it), wherever the cpu controller is mounted; None if there is none."""
-    for mount in ("cpu,cpuacct", "cpu", "cpuacct,cpu"):
-        tasks = cgroup_root / mount / group.lstrip("/") / "tasks"
-        if tasks.is_file():
-            return tasks
-    return None
+    names it: ``tasks_file(cpu_cgroup())`` is this process's), wherever the cpu controller is mounted; None
+    if there is none."""
+    mounts = (
+        [CGROUP_ROOT / m / group.lstrip("/") / "tasks" for m in ("cpu,cpuacct", "cpu", "cpuacct,cpu")] if group else []
+    )
+    return next((tasks for tasks in mounts if tasks.is_file()), None)
 
 
-def leave_quota(thread_ids: Iterable[int], cgroup_root: Path = CGROUP_ROOT) -> str | None:
+def move_threads(thread_ids: Iterable[int], tasks: Path) -> bool:
+    """Move threads (kernel thread ids) into the group of the `tasks` file, one id per write as the kernel
+    wants; a thread that ended meanwhile is skipped. False if the group refused (no permission, gone)."""
+    try:
+        for tid in thread_ids:
+            with contextlib.suppress(ProcessLookupError), open(tasks, "w") as fh:
+                fh.write(str(tid))
+    except OSError:
+        return False
+    return True
+
+
+def leave_quota(thread_ids: Iterable[int]) -> str | None:
     """Move the given threads (kernel thread ids) into the parent of this process's CPU-quota group when
     that parent is a live run's group; the parent's path, or None where nothing was moved."""
     group = cpu_cgroup()
@@ -56,16 +69,9 @@ def leave_quota(thread_ids: Iterable[int], cgroup_root: Path = CGROUP_ROOT) -> s
     parent = os.path.dirname(group.rstrip("/"))
     if RUN_GROUP_INFIX not in os.path.basename(parent):
         return None
-    tasks = tasks_file(parent, cgroup_root)
-    if tasks is None:
-        return None
-    try:
-        for tid in thread_ids:
-            with open(tasks, "w") as fh:  # one thread id per write, as the kernel wants
-                fh.write(str(tid))
-    except OSError:
-        return None  # no permission (a delegated subtree), or the run's group is going away
-    return parent
+    tasks = tasks_file(parent)
+    # not moved: no permission (a delegated subtree), or the run's group is going away
+    return parent if tasks is not None and move_threads(thread_ids, tasks) else None
 
 
 class Reporter:

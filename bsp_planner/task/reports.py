@@ -1,24 +1,11 @@
-"""Checks of what a task reports (shared by the library and the command worker)."""
+"""What a command reports on its stdout (read by the command worker and the profiler)."""
 
 from __future__ import annotations
 
 import json
-import math
 
 from ..core.errors import InputError
-from ..zk.schema import MAX_WORKLOAD
-
-
-def check_report_workload(value, what: str, key: str = "workload") -> float:
-    """A finite number in 0..MAX_WORKLOAD, else an InputError naming `what` (task and step)."""
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or not math.isfinite(float(value))
-        or not 0 <= float(value) <= MAX_WORKLOAD
-    ):
-        raise InputError(f"{what} reported {key} {value!r}; expected a finite number in 0..{MAX_WORKLOAD:g}", field=key)
-    return float(value)
+from ..zk.schema import check_workload
 
 
 def parse_workload_report(stdout: bytes, what: str) -> dict:
@@ -39,7 +26,7 @@ def parse_workload_report(stdout: bytes, what: str) -> dict:
             ) from None
         if not isinstance(v, dict):
             continue
-        found = {"workload": check_report_workload(v.get("workload"), what, "workload")}
+        found = {"workload": check_workload(v.get("workload"), what)}
         if v.get("next_workload") is not None:
-            found["next_workload"] = check_report_workload(v["next_workload"], what, "next_workload")
+            found["next_workload"] = check_workload(v["next_workload"], what, "next_workload")
     return found

@@ -39,6 +39,7 @@ from ..zk.schema import (
     RunInfo,
     RunPaths,
     check_task_name,
+    check_workload,
     checkpoint_value,
     member_value,
     parse_checkpoint,
@@ -49,7 +50,6 @@ from ..zk.schema import (
 from ..zk.session import LOCAL_HINT, Prefetch, ZkSession, ZkUnavailable
 from .errors import RunEnded, StepOrderError, TaskJoinError
 from .reporter import Reporter, leave_quota
-from .reports import check_report_workload
 from .timing import SelfTimedReports, StepTimer
 
 #: the environment the coordinator sets for a process task
@@ -263,12 +263,6 @@ class TaskSession(SelfTimedReports):
             f"task {self.task_name}: cannot register at {path} (another live process holds it)", field=ENV["task"]
         )
 
-    def __enter__(self) -> TaskSession:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close(raise_report_error=exc[0] is None)  # never hide the application's own exception
-
     def close(self, raise_report_error: bool = True) -> None:
         """Commit the reports still queued, then leave the run (the member node goes at once); a report
         that failed is raised here (unless `raise_report_error` is False)."""
@@ -317,31 +311,26 @@ class TaskSession(SelfTimedReports):
         path = self.paths.step(self.task_name, t)
         assert self.info is not None  # read when the task joined
         ahead, self._ahead = self._ahead, None
-        got: tuple | None = None
-        if ahead is not None and ahead.path == path:  # asked for while we waited in the last step's barrier
-            v = ahead.value(min(self.zk_wait_s, 5.0))  # else read it as usual
-            if isinstance(v, dict):
-                got = (parse_step(path, v, t, self.info.workload_range),)
+        # asked for while we waited in the last step's barrier (else, or where that failed, read as usual)
+        v = ahead.value(min(self.zk_wait_s, 5.0)) if ahead is not None and ahead.path == path else None
 
         def check(watch):
             v = s.get(path)  # usually published already: one round trip
-            if v is None:
-                if s.exists(path, watch=watch):
-                    v = s.get(path)
-                elif not s.exists(self.root):
-                    return ("ended",)
-            if v is None:
-                return None
-            return (parse_step(path, v, t, self.info.workload_range),)
+            if v is None and s.exists(path, watch=watch):
+                v = s.get(path)
+            elif v is None and not s.exists(self.root):
+                return "ended"
+            return v
 
-        if got is None:
-            got = s.wait_for(check, None, interrupt=self._interrupt)
-        if got is None:
+        if not isinstance(v, dict):
+            v = s.wait_for(check, None, interrupt=self._interrupt)
+        if v is None:
             raise TimeoutError(f"task {self.task_name}: step {t} was not published within {self.step_timeout_s} s")
-        if got[0] == "ended" or got[0] is None:
+        workload = None if v == "ended" else parse_step(path, v, t, self.info.workload_range)
+        if workload is None:
             self._ended = True
             raise RunEnded(f"run {self.run_id} ended before step {t}")
-        return got[0]
+        return workload
 
     # -- one step --------------------------------------------------------------------------------
     @contextmanager
@@ -360,7 +349,7 @@ class TaskSession(SelfTimedReports):
             raise RunEnded(f"run {self.run_id} has {self.steps} steps")
         for k, x in (("workload", workload), ("next_workload", next_workload)):
             if x is not None:
-                check_report_workload(x, what, k)
+                check_workload(x, what, k)
         enter_wait = 0.0
         barrier = None
         t0 = time.perf_counter()

@@ -8,9 +8,10 @@ import math
 import os
 import time
 from dataclasses import dataclass, field
+from typing import Self
 
 from ..core.errors import InputError
-from .reports import check_report_workload
+from ..zk.schema import check_workload
 
 #: a step longer than this (seconds) is refused as absurd
 MAX_STEP_S = 7 * 24 * 3600.0
@@ -63,7 +64,7 @@ class StepTimer:
         sane number."""
         for k in ("workload", "next_workload"):
             if getattr(self, k) is not None:
-                setattr(self, k, check_report_workload(getattr(self, k), what, k))
+                setattr(self, k, check_workload(getattr(self, k), what, k))
         for k in ("duration_s", "cpu_s_reported"):
             v = getattr(self, k)
             if v is not None and (
@@ -88,9 +89,19 @@ class StepTimer:
 
 
 class SelfTimedReports:
-    """`report()` for the sessions: a step the application ran and timed on its own."""
+    """What the sessions share: `report()` (a step the application ran and timed on its own) and the
+    ``with`` block that closes the session."""
 
     sync: str
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close(raise_report_error=exc[0] is None)  # never hide the application's own exception
+
+    def close(self, raise_report_error: bool = True) -> None:
+        """Leave the run (a session with nothing to leave: nothing to do)."""
 
     def step(self, step: int, workload: float | None = None, next_workload: float | None = None):  # pragma: no cover
         raise NotImplementedError

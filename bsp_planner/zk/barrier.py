@@ -68,45 +68,47 @@ class BarrierNodes:
         raises kazoo's exceptions (the caller retries)."""
         from kazoo.exceptions import NodeExistsError, RolledBackError
 
+        def first_failure(results: list) -> tuple[int, Exception] | None:  # a NodeExistsError, else refused
+            failed = [
+                (i, r) for i, r in enumerate(results) if isinstance(r, Exception) and not isinstance(r, RolledBackError)
+            ]
+            if failed and not isinstance(failed[0][1], NodeExistsError):
+                raise ArrivalRefused(f"step {self.t}: {phase} of {name} refused by ZooKeeper: {failed[0][1]!r}")
+            return failed[0] if failed else None
+
         try:
             results = future.get(timeout=timeout_s)
         except NodeExistsError:
             return
-        if not isinstance(results, list):
-            return
-        failed = [
-            (i, r) for i, r in enumerate(results) if isinstance(r, Exception) and not isinstance(r, RolledBackError)
-        ]
-        if not failed:
-            return
-        at, first = failed[0]
-        if not isinstance(first, NodeExistsError):
-            raise ArrivalRefused(f"step {self.t}: {phase} of {name} refused by ZooKeeper: {first!r}")
-        if at == len(results) - 1:  # only the arrival was there: its operations go alone
-            answer = self.session.transaction(with_ops or []).commit_async().get(timeout=timeout_s)
-            refused = [r for r in answer if isinstance(r, Exception) and not isinstance(r, RolledBackError)]
-            if refused and not isinstance(refused[0], NodeExistsError):
-                raise ArrivalRefused(f"step {self.t}: {phase} of {name} refused by ZooKeeper: {refused[0]!r}")
-            return
-        self.settle_arrival(self.arrival_async(phase, name), phase, name, timeout_s)
+        failed = first_failure(results) if isinstance(results, list) else None
+        if failed is not None and failed[0] == len(results) - 1:  # only the arrival was there: its operations go alone
+            first_failure(self.session.transaction(with_ops or []).commit_async().get(timeout=timeout_s))
+        elif failed is not None:
+            self.settle_arrival(self.arrival_async(phase, name), phase, name, timeout_s)
 
     def enter(self, name: str, timeout_s: float | None = None, interrupt=None) -> float:
         """Enter; returns once every participant has entered (the wait, in seconds)."""
-        return self._pass("enter", name, timeout_s, interrupt)
+        return self._timed_pass("enter", name, timeout_s, interrupt)
 
     def leave(
         self, name: str, timeout_s: float | None = None, interrupt=None, with_ops: list[tuple] | None = None
     ) -> float:
         """Leave, committing `with_ops` (the step's report) in one transaction with the arrival; returns
         once every participant has left (the wait, in seconds)."""
-        return self._pass("leave", name, timeout_s, interrupt, with_ops)
+        return self._timed_pass("leave", name, timeout_s, interrupt, with_ops)
 
     def is_done(self, watch=None) -> bool:
         return self.session.exists(self.done_path, watch=watch)
 
-    def _pass(
-        self, phase: str, name: str, timeout_s: float | None, interrupt, with_ops: list[tuple] | None = None
-    ) -> float:
+    def _timed_pass(self, phase: str, name: str, timeout_s: float | None, interrupt, with_ops=None) -> float:
+        if name not in self.participants:
+            raise InputError(f"{name!r} is not a participant of this barrier", field="task")
+        t0 = time.perf_counter()
+        self._pass(phase, name, timeout_s, interrupt, with_ops)
+        return time.perf_counter() - t0
+
+    def _pass(self, phase: str, name: str, timeout_s: float | None, interrupt, with_ops: list[tuple] | None) -> None:
+        """Arrive at `phase` and return once it is released (TimeoutError after `timeout_s`)."""
         raise NotImplementedError
 
     def cleanup_ops(self) -> list[tuple]:
@@ -134,17 +136,12 @@ class StepBarrier(BarrierNodes):
     The coordinator creates ``barrier/<t>``, ``enter`` and ``leave`` when it publishes the step.
     """
 
-    def _pass(
-        self, phase: str, name: str, timeout_s: float | None, interrupt, with_ops: list[tuple] | None = None
-    ) -> float:
-        if name not in self.participants:
-            raise InputError(f"{name!r} is not a participant of this barrier", field="task")
-        t0 = time.perf_counter()
+    def _pass(self, phase: str, name: str, timeout_s: float | None, interrupt, with_ops: list[tuple] | None) -> None:
         s = self.session
         flag_path = f"{self.base}/{self.PHASES[phase]}"
         arrived: list[bool] = []
         if self._fast_pass(phase, flag_path, name, timeout_s, with_ops, arrived):
-            return time.perf_counter() - t0
+            return
         if not arrived:  # the fast pass did not get our arrival through: send it (with its operations) again
             s.retry(
                 lambda: self.settle_arrival(
@@ -165,25 +162,17 @@ class StepBarrier(BarrierNodes):
 
         if s.wait_for(check, timeout_s, interrupt=interrupt) is None:
             raise TimeoutError(f"step {self.t}: {phase} barrier not passed within {timeout_s} s")
-        return time.perf_counter() - t0
 
     def _fast_pass(
-        self,
-        phase: str,
-        flag_path: str,
-        name: str,
-        timeout_s: float | None,
-        with_ops: list[tuple] | None = None,
-        arrived: list[bool] | None = None,
+        self, phase: str, flag_path: str, name: str, timeout_s: float | None, with_ops, arrived: list[bool]
     ) -> bool:
         """The common case in one round trip: create our node, count the phase's children, watch the flag,
         pipelined (one session's requests are served in order, so the count includes our node and the one
         whose node came last sees them all). False on any trouble: the caller's loop takes over."""
-        from kazoo.exceptions import KazooException, NodeExistsError
+        from kazoo.exceptions import NodeExistsError
 
         s = self.session
         client = s.client
-        arrived = [] if arrived is None else arrived
         ev = threading.Event()
         seen: list[str] = []
 
@@ -217,7 +206,7 @@ class StepBarrier(BarrierNodes):
                     return True
         except ArrivalRefused:
             raise
-        except (KazooException, Exception):  # connection trouble: the robust loop retries
+        except Exception:  # connection trouble: the robust loop retries
             return False
         # wait for the last participant's flag; the loop below re-checks after reconnects
         with s._lock:
@@ -275,14 +264,7 @@ class CountingBarrier(BarrierNodes):
         self._released: set[str] = set()  # phases this counter has released (or found released)
 
     # -- participant side (enter, leave: the counter releases each phase once all have arrived) -------------
-    def _pass(
-        self, phase: str, name: str, timeout_s: float | None, interrupt, with_ops: list[tuple] | None = None
-    ) -> float:
-        from kazoo.exceptions import KazooException
-
-        if name not in self.participants:
-            raise InputError(f"{name!r} is not a participant of this barrier", field="task")
-        t0 = time.perf_counter()
+    def _pass(self, phase: str, name: str, timeout_s: float | None, interrupt, with_ops: list[tuple] | None) -> None:
         s = self.session
         client = s.client
         flag_path = f"{self.base}/{self.PHASES[phase]}"
@@ -310,12 +292,11 @@ class CountingBarrier(BarrierNodes):
                 return True if f_flag.get(timeout=s.op_deadline_s) is not None else None
             except ArrivalRefused:
                 raise
-            except (KazooException, Exception):  # connection trouble: re-check on reconnect or tick
+            except Exception:  # connection trouble: re-check on reconnect or tick
                 return None
 
         if s.wait_for(check, timeout_s, interrupt=interrupt) is None:
             raise TimeoutError(f"step {self.t}: {phase} barrier not released within {timeout_s} s")
-        return time.perf_counter() - t0
 
     # -- counter side ----------------------------------------------------------------------------------
     def arrived(self, phase: str, watch=None) -> frozenset[str]:
@@ -344,12 +325,7 @@ class CountingBarrier(BarrierNodes):
         """Count arrivals at `phase` and create its flag once all participants are there; returns the
         seconds it waited. Raises TimeoutError naming the missing participants after `timeout_s`."""
         t0 = time.perf_counter()
-        if (
-            self.session.wait_for(
-                lambda watch: True if self._try_release(phase, watch) else None, timeout_s, interrupt=interrupt
-            )
-            is None
-        ):
+        if self.session.wait_for(lambda w: self._try_release(phase, w) or None, timeout_s, interrupt=interrupt) is None:
             raise self._timeout(phase, timeout_s)
         self._released.add(phase)
         return time.perf_counter() - t0
@@ -369,10 +345,7 @@ class CountingBarrier(BarrierNodes):
     def run_step(self, timeout_s: float | None = None, interrupt=None) -> float:
         """The counter's whole step: release ``enter``, then ``leave``; returns the seconds it waited."""
         t0 = time.perf_counter()
-        if (
-            self.session.wait_for(lambda watch: True if self.poll(watch) else None, timeout_s, interrupt=interrupt)
-            is None
-        ):
+        if self.session.wait_for(lambda w: self.poll(w) or None, timeout_s, interrupt=interrupt) is None:
             raise self._timeout("enter" if "enter" not in self._released else "leave", timeout_s)
         return time.perf_counter() - t0
 

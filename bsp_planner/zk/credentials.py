@@ -37,10 +37,9 @@ class Credentials:
         """For shared parents (/bsp-planner, /bsp-planner/runs): anyone may read them, add a run and
         remove an *empty* run node (ZooKeeper deletes only childless nodes), so runs with different
         credentials can share them; a run's own subtree stays private (its nodes carry :meth:`acl`)."""
-        from kazoo.security import ACL, Id, Permissions, make_digest_acl
+        from kazoo.security import ACL, Id, Permissions
 
-        world = Permissions.READ | Permissions.CREATE | Permissions.DELETE
-        return [make_digest_acl(self.user, self.password, all=True), ACL(world, Id("world", "anyone"))]
+        return [*self.acl(), ACL(Permissions.READ | Permissions.CREATE | Permissions.DELETE, Id("world", "anyone"))]
 
 
 def parse_credentials(text: str, where: str) -> Credentials:

@@ -314,14 +314,11 @@ def result_value(
 MAX_WORKLOAD = 1e9
 
 
-def check_workload(value: Any, what: str) -> float:
-    """A reported workload: a finite number in [0, MAX_WORKLOAD]; else InputError naming `what`."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise MalformedValue(f"{what}: expected a number as the workload, got {value!r}", field="workload")
-    w = float(value)
-    if not math.isfinite(w) or w < 0 or w > MAX_WORKLOAD:
-        raise MalformedValue(f"{what}: expected a workload in 0..{MAX_WORKLOAD:g}, got {value!r}", field="workload")
-    return w
+def check_workload(value: Any, what: str, key: str = "workload", error: type[InputError] = InputError) -> float:
+    """A reported workload (`key`): a finite number in 0..MAX_WORKLOAD, else `error` naming `what` (task and step)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= float(value) <= MAX_WORKLOAD:
+        raise error(f"{what} reported {key} {value!r}; expected a finite number in 0..{MAX_WORKLOAD:g}", field=key)
+    return float(value)
 
 
 MAX_DURATION_S = 7 * 24 * 3600.0
@@ -338,12 +335,10 @@ def parse_result(path: str, v: dict, t: int) -> dict:
     }
     for k, name in (("workload", "observed_workload"), ("next_workload", "next_workload")):
         if k in v:
-            out[name] = check_workload(v[k], f"{path} {k}")
-    if "cpu_s" in v:
-        out["cpu_s"] = get_float(path, v, "cpu_s", 0.0, MAX_DURATION_S)
-    if "started_at" in v:
-        out["started_at"] = get_float(path, v, "started_at", 0.0)
-    return out
+            out[name] = check_workload(v[k], f"malformed value in ZooKeeper at {path}: the task", k, MalformedValue)
+    return out | {
+        k: get_float(path, v, k, 0.0, hi) for k, hi in (("cpu_s", MAX_DURATION_S), ("started_at", None)) if k in v
+    }
 
 
 def checkpoint_value(last_completed: int, incarnation: int) -> dict:

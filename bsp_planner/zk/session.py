@@ -17,6 +17,7 @@ from .schema import decode, encode
 ENV_HOSTS = "BSP_PLANNER_ZOOKEEPER"
 DEFAULT_HOSTS = "127.0.0.1:2181"
 RECHECK_S = 1.0  # a wait re-reads its node at least this often, whatever the watches do
+ASYNC_TWINS = ("create", "ensure_path", "exists", "get", "get_children", "set", "delete")  # kazoo's *_async calls
 
 log = logging.getLogger("bsp_planner.runtime")
 
@@ -36,12 +37,13 @@ class ZkUnavailable(InputError):
     """ZooKeeper cannot be reached (at start, or for longer than the run's bounded wait)."""
 
 
-def quiet_kazoo(level: int = logging.CRITICAL) -> None:
+def quiet_kazoo() -> None:
     """kazoo logs every dropped connection; a run reports what matters itself."""
-    logging.getLogger("kazoo").setLevel(level)
-    if not logging.getLogger("kazoo").handlers:
-        logging.getLogger("kazoo").addHandler(logging.NullHandler())
-    logging.getLogger("kazoo").propagate = False
+    kazoo_log = logging.getLogger("kazoo")
+    kazoo_log.setLevel(logging.CRITICAL)
+    if not kazoo_log.handlers:
+        kazoo_log.addHandler(logging.NullHandler())
+    kazoo_log.propagate = False
 
 
 # -- the session ------------------------------------------------------------------------------------
@@ -85,7 +87,6 @@ class ZkSession:
         self._lock = threading.Lock()
         self.down_since: float | None = None
         self.lost = 0  # sessions lost (expired) so far
-        self.reconnects = 0
         self._listeners: list[Callable[[str], None]] = []
         self.client.add_listener(self._on_state)
 
@@ -96,25 +97,20 @@ class ZkSession:
         try:
             self.client.start(timeout=self.connect_timeout_s)
         except KazooTimeoutError:
-            self._abandon()
+            self.close()
             raise ZkUnavailable(
                 f"cannot reach ZooKeeper at {self.hosts} after {self.connect_timeout_s:g} s; {self.unreachable_hint}",
                 field="--zookeeper",
             ) from None
         except Exception as exc:  # a malformed host string, an unknown host name
-            self._abandon()
+            self.close()
             raise ZkUnavailable(f"cannot connect to ZooKeeper at {self.hosts!r}: {exc}", field="--zookeeper") from None
         return self
 
-    def _abandon(self) -> None:
-        try:
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
             self.client.stop()
             self.client.close()
-        except Exception:
-            pass
-
-    def close(self) -> None:
-        self._abandon()
 
     def add_listener(self, fn: Callable[[str], None]) -> None:
         self._listeners.append(fn)
@@ -124,8 +120,6 @@ class ZkSession:
 
         now = time.monotonic()
         if state == KazooState.CONNECTED:
-            if self.down_since is not None:
-                self.reconnects += 1
             self.down_since = None
             self.wake_all()
         else:
@@ -184,24 +178,17 @@ class ZkSession:
     def _invoke(self, fn: Callable, args: tuple, kwargs: dict, timeout_s: float):
         """A kazoo call with a timeout: the client's `*_async` twin where there is one."""
         name = getattr(fn, "__name__", "")
-        owner = getattr(fn, "__self__", None)
-        if (
-            owner is self.client
-            and name in ("create", "ensure_path", "exists", "get", "get_children", "set", "delete")
-            and not kwargs.get("recursive")
-        ):
+        if getattr(fn, "__self__", None) is self.client and name in ASYNC_TWINS:
             return getattr(self.client, f"{name}_async")(*args, **kwargs).get(timeout=timeout_s)
         return fn(*args, **kwargs)
 
-    def create(
-        self, path: str, value: dict | None = None, *, ephemeral: bool = False, makepath: bool = False, acl=None
-    ) -> bool:
+    def create(self, path: str, value: dict | None = None, *, ephemeral: bool = False) -> bool:
         """Create a node; False if it already existed (an earlier try of the same write, or a restart)."""
         from kazoo.exceptions import NodeExistsError
 
         data = encode(value) if value is not None else b""
         try:
-            self.retry(self.client.create, path, data, acl=acl or self.acl, ephemeral=ephemeral, makepath=makepath)
+            self.retry(self.client.create, path, data, acl=self.acl, ephemeral=ephemeral)
             return True
         except NodeExistsError:
             return False

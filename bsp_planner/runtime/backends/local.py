@@ -23,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from ...core.errors import InputError
@@ -30,6 +31,7 @@ from ...core.signals import kill_group
 from ...profiling.cgroups import (
     CFS_PERIOD_US,
     DEFAULT_PREFIX,
+    MAX_SHARES,
     CpuQuotaGroup,
     Hierarchy,
     check_period_us,
@@ -38,11 +40,11 @@ from ...profiling.cgroups import (
     pid_alive,
     quota_us,
 )
+from ..services import LocalServiceRunner, log_tail, spawn_logged
 from . import Backend, Capabilities, TaskStatus, WorkerLaunch
 
 GROUP_INFIX = ".live."  # a run's parent group: <cgroup-prefix>.live.<run-id>
 CPU_WEIGHTS = ("guaranteed", "workers")
-MAX_SHARES = 262_144
 # A recreation's probe: our worker's interpreter and imports, then "ready" (then it waits for SIGTERM)
 PROBE_READY = (
     "import sys, bsp_planner.cli, bsp_planner.runtime.worker, bsp_planner.task; "
@@ -55,18 +57,14 @@ MIN_PROBE_MILLICORES = 10
 
 def machine_millicores() -> float:
     """The CPUs this process may run on, in millicores."""
-    try:
-        n = len(os.sched_getaffinity(0))
-    except AttributeError:
-        n = os.cpu_count() or 1
-    return 1000.0 * n
+    return 1000.0 * len(os.sched_getaffinity(0))
 
 
+@dataclass
 class _Task:
-    def __init__(self, group: CpuQuotaGroup, proc: subprocess.Popen, launch: WorkerLaunch) -> None:
-        self.group = group
-        self.proc = proc
-        self.launch = launch
+    group: CpuQuotaGroup
+    proc: subprocess.Popen
+    launch: WorkerLaunch
 
 
 class LocalBackend(Backend):
@@ -217,7 +215,7 @@ class LocalBackend(Backend):
             if self.hierarchy.version == 1:
                 (path / "cpu.shares").write_text(str(shares))
             else:
-                (path / "cpu.weight").write_text(str(1 + ((shares - 2) * 9999) // 262_142))
+                (path / "cpu.weight").write_text(str(1 + ((shares - 2) * 9999) // (MAX_SHARES - 2)))
         except OSError:
             pass  # a weight is an improvement, not a requirement: the quotas still hold
 
@@ -257,42 +255,22 @@ class LocalBackend(Backend):
         group.create()
         self._weigh(group, launch.task)
         self._weigh_run()
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        log_path = self.log_dir / f"{launch.task}.log"
-        env = dict(os.environ)
-        env.update(launch.env)
-        env["PYTHONUNBUFFERED"] = "1"
+        env = {**os.environ, **launch.env, "PYTHONUNBUFFERED": "1"}
         args = list(launch.args) if launch.program else [self.python, "-m", "bsp_planner.cli", *launch.args]
-        with open(log_path, "ab") as log:
-            log.write(
-                f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} incarnation {launch.incarnation}, {millicores:g}m\n".encode()
+        header = f"incarnation {launch.incarnation}, {millicores:g}m"
+        try:  # the group's preexec_fn: the coordinator's death, even by SIGKILL, ends the worker
+            proc, _ = spawn_logged(
+                args, self.log_dir / f"{launch.task}.log", header, self._cwd(), env, group.preexec_fn
             )
-            log.flush()
-            try:
-                proc = subprocess.Popen(
-                    args,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    cwd=self._cwd(),
-                    env=env,
-                    preexec_fn=group.preexec_fn,  # the coordinator's death, even by SIGKILL, ends the worker
-                    start_new_session=True,
-                    close_fds=True,
-                )
-            except BaseException:
-                group.remove()
-                raise
+        except BaseException:
+            group.remove()
+            raise
         self.tasks[launch.task] = _Task(group, proc, launch)
 
     def _weigh(self, group: CpuQuotaGroup, task: str) -> None:
         """The weight the task's stress-ng workers would have outside any group (1024 each), as the
         profiler gives its runs, so that on a busy host the quota limits a task, not a lowered share."""
-        set_weight = getattr(group, "set_weight", None)
-        if set_weight is not None:
-            set_weight(1024 * self.workers.get(task, 1))
-        elif group.hierarchy.version == 1:
-            (group.path / "cpu.shares").write_text(str(1024 * self.workers.get(task, 1)))
+        group.set_weight(1024 * self.workers.get(task, 1))
 
     def measure_reconfigure_cost(self, method: str) -> float | None:
         """Seconds one reconfiguration costs here, measured now on throw-away groups (median of a few).
@@ -441,16 +419,10 @@ class LocalBackend(Backend):
         return None if t is None else t.proc.pid
 
     def log_tail(self, task: str, limit: int = 2000) -> str:
-        try:
-            text = (self.log_dir / f"{task}.log").read_text(errors="replace")
-        except OSError:
-            return ""
-        return text[-limit:]
+        return log_tail(self.log_dir / f"{task}.log", limit)
 
-    def service_runner(self, log_dir, cwd: str):
+    def service_runner(self, log_dir, cwd: str) -> LocalServiceRunner:
         """Services as plain processes on this machine (no quota), output in <log_dir>/<service>.log."""
-        from ..services import LocalServiceRunner
-
         return LocalServiceRunner(log_dir, cwd)
 
     def close(self) -> None:
