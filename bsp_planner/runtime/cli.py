@@ -200,10 +200,10 @@ def run(
         overrides = [item for _, item in flagged]
         if online and mode == "perfect":
             mode = "forecast"  # online forecasts are what the planner is told
-        k8s = _kubernetes_settings(ctx.params) if backend in ("kubernetes", "k8s") else {}
+        on_k8s = backend in ("kubernetes", "k8s")
         settings = RunSettings(
-            kubernetes=k8s,
-            worker_start_s=300.0 if k8s or backend in ("kubernetes", "k8s") else 60.0,  # pods: scheduling, image pulls
+            kubernetes=_kubernetes_settings(ctx.params) if on_k8s else {},
+            worker_start_s=300.0 if on_k8s else 60.0,  # pods: scheduling, image pulls
             experiment=str(find_experiment(experiment).resolve()),
             planner=planner,
             mode=mode,
@@ -472,15 +472,14 @@ def worker(
     raise typer.Exit(code)
 
 
-def _server(data_dir: Path, port: int | None):
+def _server(data_dir: Path):
+    """The server of `data_dir`, on the port it was started with (its zoo.cfg's)."""
     from .zkserver import LocalZooKeeper
 
     cfg = data_dir / "zoo.cfg"
-    if port is None and cfg.is_file():  # the port the server there was started with
-        for line in cfg.read_text().splitlines():
-            if line.startswith("clientPort="):
-                port = int(line.split("=", 1)[1])
-    return LocalZooKeeper(data_dir, port=port or DEFAULT_PORT)
+    lines = cfg.read_text().splitlines() if cfg.is_file() else []
+    ports = [int(line.split("=", 1)[1]) for line in lines if line.startswith("clientPort=")]
+    return LocalZooKeeper(data_dir, port=ports[-1] if ports else DEFAULT_PORT)
 
 
 @zk_app.command("start")
@@ -509,7 +508,7 @@ def zk_start(
 @zk_app.command("stop")
 def zk_stop(data_dir: Path = typer.Option(DEFAULT_DATA_DIR, "--data-dir", help="The folder `zk start` used.")) -> None:
     """Stop the server started by `bsp-planner zk start`."""
-    z = _server(data_dir, None)
+    z = _server(data_dir)
     if z.stop():
         typer.echo(f"stopped the ZooKeeper server of {z.data_dir}")
     else:
@@ -521,7 +520,7 @@ def zk_status(
     data_dir: Path = typer.Option(DEFAULT_DATA_DIR, "--data-dir", help="The folder `zk start` used."),
 ) -> None:
     """Whether the server of DATA_DIR runs and answers."""
-    z = _server(data_dir, None)
+    z = _server(data_dir)
     pid = z.recorded_pid()
     if pid is None:
         typer.echo(f"not running (no server of {z.data_dir})")

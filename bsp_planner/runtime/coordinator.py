@@ -289,7 +289,7 @@ class Coordinator(RunPlanning):
             self.store.incarnations(),
             lambda inc: self.store.write_meta(incarnations=dict(inc)),
             self._relock_if_lost,
-            lambda text: self.say(text),
+            self.say,
             processes={t.name: t.process for t in self.job.tasks if t.process is not None},  # bound in run()
             sync=self.job.sync,
             run_id=self.run_id,

@@ -12,7 +12,7 @@ import contextlib
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass, field
 
 import numpy as np
 
@@ -50,54 +50,37 @@ class StepOutcome:
     restarts: dict[str, int]
 
 
+@dataclass(eq=False)
 class LiveExecutor:
-    """``LiveExecutor(settings, session, paths, backend, tasks, cpu_of, ...)``: tasks are named in the
-    planner's order; ``cpu_of(level)`` gives a level's millicores."""
+    """Tasks are named in the planner's order; ``cpu_of(level)`` gives a level's millicores; `relock` retakes
+    a lost coordinator lock. `check_stop` raises KeyboardInterrupt once a stop was asked for (SIGTERM):
+    checked between ZooKeeper calls, never inside one, so a stop cannot leave the client half-way through a
+    request."""
 
-    def __init__(
-        self,
-        settings: RunSettings,
-        session: ZkSession,
-        paths: RunPaths,
-        backend: Backend,
-        tasks: list[str],
-        cpu_of: Callable[[int], float],
-        worker_env: dict[str, str],
-        incarnation: dict[str, int],
-        save_incarnations: Callable[[dict[str, int]], None],
-        relock: Callable[[], None],
-        say: Callable[[str], None],
-        *,
-        processes: dict[str, tuple[str, ...]] | None = None,
-        sync: str = "barrier",
-        run_id: str = "",
-        run_dir: str = "",
-        check_stop: Callable[[], None] | None = None,
-        task_env: dict[str, dict[str, str]] | None = None,
-    ) -> None:
-        self.settings = settings
-        self.session = session
-        self.paths = paths
-        self.backend = backend
-        self.tasks = tasks
-        self.cpu_of = cpu_of
-        self.worker_env = worker_env
-        self.incarnation = incarnation
-        self._save_incarnations = save_incarnations
-        self._relock = relock
-        self.say = say
-        self.levels_now: dict[str, int] = {}
-        self.last_methods: dict[str, str] = {}  # task -> how the last reconfiguration changed it
-        # process tasks: the user's long-running program (bsp_planner.task), task -> its argument list
-        self.processes = dict(processes or {})
-        self.sync = sync
-        self.run_id = run_id
-        self.run_dir = run_dir
-        # raises KeyboardInterrupt once a stop was asked for (SIGTERM): checked between ZooKeeper calls, never
-        # inside one, so a stop cannot leave the client half-way through a request
-        self.check_stop = check_stop or (lambda: None)
-        self.own_share = RunGroupMembership()  # the coordinator's CPU share while the tasks saturate the CPUs
-        self.task_env = task_env or {}  # per task: its port, the run's ports, the job's folder (placeholders)
+    settings: RunSettings
+    session: ZkSession
+    paths: RunPaths
+    backend: Backend
+    tasks: list[str]
+    cpu_of: Callable[[int], float]
+    worker_env: dict[str, str]
+    incarnation: dict[str, int]
+    save_incarnations: Callable[[dict[str, int]], None]
+    relock: Callable[[], None]
+    say: Callable[[str], None]
+    _: KW_ONLY
+    # process tasks: the user's long-running program (bsp_planner.task), task -> its argument list
+    processes: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    sync: str = "barrier"
+    run_id: str = ""
+    run_dir: str = ""
+    check_stop: Callable[[], None] = lambda: None
+    # per task: its port, the run's ports, the job's folder (placeholders)
+    task_env: dict[str, dict[str, str]] = field(default_factory=dict)
+    levels_now: dict[str, int] = field(default_factory=dict, init=False)
+    last_methods: dict[str, str] = field(default_factory=dict, init=False)  # task -> how it last changed
+    # the coordinator's CPU share while the tasks saturate the CPUs
+    own_share: RunGroupMembership = field(default_factory=RunGroupMembership, init=False)
 
     # -- workers -----------------------------------------------------------------------------------
     def _launch(self, task: str) -> WorkerLaunch:
@@ -127,18 +110,17 @@ class LiveExecutor:
 
         values = {"task": task, "run_dir": self.run_dir, "python": sys.executable}
         args = tuple(substitute(a, values) for a in self.processes[task])
-        env = {**self.worker_env, **self.task_env.get(task, {})}
-        env.update(
-            {
-                "BSP_RUN_ID": self.run_id,
-                "BSP_TASK": task,
-                "BSP_ZOOKEEPER": self.settings.zookeeper,
-                "BSP_ZK_ROOT": self.paths.root,
-                "BSP_SYNC": self.sync,
-                "BSP_RUN_DIR": self.run_dir,
-                "BSP_INCARNATION": str(k),
-            }
-        )
+        env = {
+            **self.worker_env,
+            **self.task_env.get(task, {}),
+            "BSP_RUN_ID": self.run_id,
+            "BSP_TASK": task,
+            "BSP_ZOOKEEPER": self.settings.zookeeper,
+            "BSP_ZK_ROOT": self.paths.root,
+            "BSP_SYNC": self.sync,
+            "BSP_RUN_DIR": self.run_dir,
+            "BSP_INCARNATION": str(k),
+        }
         return WorkerLaunch(task=task, args=args, env=env, incarnation=k, program=True)
 
     def _wait_ready(self, tasks: list[str], next_step: int) -> None:
@@ -195,11 +177,11 @@ class LiveExecutor:
     def start_all(self, levels: np.ndarray, next_step: int) -> float:
         """Start every task under its level's CPU; the seconds until all joined."""
         t0 = time.perf_counter()
-        self.backend.check_configuration({t: self.cpu_of(int(levels[i])) for i, t in enumerate(self.tasks)})
-        for i, t in enumerate(self.tasks):
-            self.backend.start_task(self._launch(t), self.cpu_of(int(levels[i])))
-            self.levels_now[t] = int(levels[i])
-        self._save_incarnations(self.incarnation)
+        self.levels_now = {t: int(levels[i]) for i, t in enumerate(self.tasks)}
+        self.backend.check_configuration({t: self.cpu_of(k) for t, k in self.levels_now.items()})
+        for t, k in self.levels_now.items():
+            self.backend.start_task(self._launch(t), self.cpu_of(k))
+        self.save_incarnations(self.incarnation)
         # beside the tasks in the run's group, ahead of them, not behind the whole group in the root one
         self.own_share.join(getattr(self.backend, "run_parent", None))
         self._wait_ready(self.tasks, next_step)
@@ -207,25 +189,24 @@ class LiveExecutor:
 
     def reconfigure(self, levels: np.ndarray, next_step: int) -> tuple[float, list[str]]:
         """Apply a new configuration to the tasks whose CPU changes; (real seconds it took, tasks)."""
-        changed = [t for i, t in enumerate(self.tasks) if self.levels_now[t] != int(levels[i])]
+        new = {t: int(levels[i]) for i, t in enumerate(self.tasks)}
+        changed = [t for t in self.tasks if self.levels_now[t] != new[t]]
         if not changed:
             return 0.0, []
         t0 = time.perf_counter()
         events = getattr(self.backend, "events", None)  # what a backend that times each change did (kubernetes)
         seen = len(events) if events is not None else 0
-        self.backend.check_configuration({t: self.cpu_of(int(levels[i])) for i, t in enumerate(self.tasks)})
+        self.backend.check_configuration({t: self.cpu_of(k) for t, k in new.items()})
         if self.settings.reconfigure == "in-place":
             # shrink first, so that the sum of the quotas never exceeds the budget in between
-            order = sorted(changed, key=lambda t: int(levels[self.tasks.index(t)]) - self.levels_now[t])
-            for t in order:
-                self.backend.resize_task(t, self.cpu_of(int(levels[self.tasks.index(t)])))
+            for t in sorted(changed, key=lambda t: new[t] - self.levels_now[t]):
+                self.backend.resize_task(t, self.cpu_of(new[t]))
         else:
             for t in changed:
-                self.backend.recreate_task(self._launch(t), self.cpu_of(int(levels[self.tasks.index(t)])))
-            self._save_incarnations(self.incarnation)
+                self.backend.recreate_task(self._launch(t), self.cpu_of(new[t]))
+            self.save_incarnations(self.incarnation)
             self._wait_ready(changed, next_step)
-        for t in changed:
-            self.levels_now[t] = int(levels[self.tasks.index(t)])
+        self.levels_now |= {t: new[t] for t in changed}
         # how each task really changed: the run's method, unless the backend fell back (a refused resize)
         self.last_methods = {t: str(self.settings.reconfigure) for t in changed}
         self.last_methods.update({e.task: e.mode for e in (events or [])[seen:] if e.task in self.last_methods})
@@ -289,7 +270,7 @@ class LiveExecutor:
 
         def interrupt():
             self.check_stop()
-            self._relock()
+            self.relock()
             for task in self.tasks:
                 st = self.backend.poll_task(task)
                 dead = st.alive is False
@@ -325,7 +306,7 @@ class LiveExecutor:
                     f"step {t}: task {task}'s worker is gone (exit code {st.exit_code}); restarting it from its checkpoint"
                 )
                 self.backend.start_task(self._launch(task), self.cpu_of(self.levels_now[task]))
-                self._save_incarnations(self.incarnation)
+                self.save_incarnations(self.incarnation)
                 missing_since.pop(task, None)
             if left and all(
                 task in left or (self.backend.poll_task(task).alive is False and s.exists(self.paths.result(task, t)))

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -25,7 +25,7 @@ import numpy as np
 from ..loop import InvalidDecision, StepObservation
 from .executor import LiveExecutor, RunFailed
 from .run_store import RunStoreUnwritable
-from .runlog import RunLog, step_record
+from .runlog import RunLog, effective_workloads, step_record
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ def observation_of(t: int, reports: list[dict], given: np.ndarray, step_s: float
     return StepObservation(
         t,
         np.array([r["duration_s"] for r in reports], dtype=np.float64),
-        np.array([r.get("observed_workload", given[i]) for i, r in enumerate(reports)], dtype=np.float64),
+        effective_workloads(reports, given),
         float(step_s),
         np.array([r.get("next_workload", np.nan) for r in reports], dtype=np.float64),
     )
@@ -68,6 +68,7 @@ def wall_step_s(wall_s: float, reports: list[dict], resumed: bool) -> float:
     return max(wall_s, slowest) if resumed else wall_s
 
 
+@dataclass(eq=False)
 class LiveSteps:
     """Executor (see `bsp_planner.loop`) over a `LiveExecutor`.
 
@@ -77,31 +78,22 @@ class LiveSteps:
     before_reconfigure(): called before every reconfiguration (retakes a lost coordinator lock).
     """
 
-    def __init__(
-        self,
-        executor: LiveExecutor,
-        *,
-        first_step: int,
-        millicores: Callable[[np.ndarray], np.ndarray],
-        budget_millicores: float,
-        given_workloads: Callable[[int], np.ndarray],
-        workload_range: tuple[float, float],
-        before_reconfigure: Callable[[], None],
-        say: Callable[[str], None],
-        planner_name: str = "planner",
-    ) -> None:
-        self.executor = executor
-        self.n_tasks = len(executor.tasks)
-        self.first_step = first_step
-        self.millicores = millicores
-        self.budget_millicores = float(budget_millicores)
-        self.given_workloads = given_workloads
-        self.workload_range = workload_range
-        self.before_reconfigure = before_reconfigure
-        self.say = say
-        self.planner_name = planner_name
-        self.previous_end: float | None = None  # observe mode: when the last step ended, on the tasks' clocks
-        self.start_s: float | None = None  # the seconds the workers took to start (first_step)
+    executor: LiveExecutor
+    _: KW_ONLY
+    first_step: int
+    millicores: Callable[[np.ndarray], np.ndarray]
+    budget_millicores: float
+    given_workloads: Callable[[int], np.ndarray]
+    workload_range: tuple[float, float]
+    before_reconfigure: Callable[[], None]
+    say: Callable[[str], None]
+    planner_name: str = "planner"
+    previous_end: float | None = field(default=None, init=False)  # observe mode: the last step's end, tasks' clocks
+    start_s: float | None = field(default=None, init=False)  # the seconds the workers took to start (first_step)
+
+    @property
+    def n_tasks(self) -> int:
+        return len(self.executor.tasks)
 
     def method(self, step: int, reconfigured: bool) -> str | None:
         """How step's configuration was put in place, as it really happened: 'start' at the first step
@@ -180,22 +172,8 @@ def run_logged(run, loop, records: list[dict], runlog: RunLog) -> None:
     def log_step(step) -> None:
         t, obs = step.step, step.observation
         d = obs.details
-        rec = step_record(
-            run,
-            t,
-            step.action,
-            step.levels,
-            step.reconfigured,
-            step.reconfigure_s,
-            step.decision_ms,
-            obs.step_s,
-            d["publish_s"],
-            d["released_at"],
-            d["reports"],
-            d["restarts"],
-            d["resumed"],
-            d["given"],
-        )
+        args = (step.action, step.levels, step.reconfigured, step.reconfigure_s, step.decision_ms, obs.step_s)
+        rec = step_record(run, t, *args, **d)
         # what really happened (reconfig_s: its cost): a resumed run's first step started its workers
         rec["reconfig_method"] = steps.method(t, step.reconfigured)
         if t == steps.first_step:

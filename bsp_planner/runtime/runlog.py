@@ -56,8 +56,7 @@ STEP_FIELDS = (
     "restarts",
     "resumed",
 )
-TASK_FIELDS = ("cpu_millicores", "workload", "observed_workload", "predicted_s", "measured_s")
-TASK_PREFIX = {
+TASK_PREFIX = {  # the per-task fields of steps.csv, each column named <prefix>_<task>
     "cpu_millicores": "cpu",
     "workload": "assigned",
     "observed_workload": "reported",
@@ -68,7 +67,7 @@ TASK_PREFIX = {
 
 def csv_header(task_names: list[str]) -> list[str]:
     cols = list(STEP_FIELDS)
-    for f in TASK_FIELDS:
+    for f in TASK_PREFIX:
         cols += [f"{TASK_PREFIX[f]}_{t}" for t in task_names]
     return cols
 
@@ -81,7 +80,7 @@ def csv_row(rec: dict, task_names: list[str]) -> list:
             int(v) if isinstance(v, bool) else ("" if v is None else (f"{v:.6f}" if isinstance(v, float) else v))
         )
     by_task = {x["task"]: x for x in rec["tasks"]}
-    for f in TASK_FIELDS:
+    for f in TASK_PREFIX:
         for t in task_names:
             v = by_task[t].get(f)
             if v is None:  # a task that reported no workload of its own
@@ -117,21 +116,20 @@ class RunLog:
             records.append(rec)
         return records
 
+    def _texts(self, records: list[dict]) -> tuple[str, str]:
+        """steps.jsonl's and steps.csv's lines of `records`."""
+        buf = io.StringIO()
+        csv.writer(buf, lineterminator="\n").writerows(csv_row(r, self.task_names) for r in records)
+        return "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records), buf.getvalue()
+
     def rewrite(self, records: list[dict]) -> None:
         """Make both files hold exactly `records` (on start, or on resume after a crash)."""
-        atomic_write(self.jsonl, "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records))
-        buf = io.StringIO()
-        w = csv.writer(buf, lineterminator="\n")
-        w.writerow(csv_header(self.task_names))
-        for r in records:
-            w.writerow(csv_row(r, self.task_names))
-        atomic_write(self.csv, buf.getvalue())
+        lines, rows = self._texts(records)
+        atomic_write(self.jsonl, lines)
+        atomic_write(self.csv, ",".join(csv_header(self.task_names)) + "\n" + rows)  # task names need no quoting
 
     def append(self, rec: dict) -> None:
-        line = json.dumps(rec, separators=(",", ":")) + "\n"
-        buf = io.StringIO()
-        csv.writer(buf, lineterminator="\n").writerow(csv_row(rec, self.task_names))
-        for path, text in ((self.jsonl, line), (self.csv, buf.getvalue())):
+        for path, text in zip((self.jsonl, self.csv), self._texts([rec]), strict=True):
             with open(path, "a", newline="") as fh:
                 fh.write(text)
                 fh.flush()
@@ -154,44 +152,39 @@ def step_record(
     step_s,
     publish_s,
     released_at,
-    res,
+    reports,
     restarts,
     resumed,
-    given=None,
+    given,
 ) -> dict:
     """One step's record (see the module docstring); `run` is the coordinator (scen, ctx, tasks, cpu_of);
-    step_s: the step's time as the loop observed it (`live_steps.wall_step_s`); given: (tasks,) the
-    workloads the tasks were assigned (default: the scenario's for step t)."""
+    step_s: the step's time as the loop observed it (`live_steps.wall_step_s`); reports: each task's
+    result; given: (tasks,) the workloads the tasks were assigned."""
     scen = run.scen
     n = len(run.tasks)
-    given = scen.actual_workloads[:, t] if given is None else np.asarray(given, dtype=np.float64)
+    given = np.asarray(given, dtype=np.float64)
     # the model at the workloads the tasks really ran (reported where they reported one), per task
-    w_run = np.clip(effective_workloads(res, given), *run.exp.workload_range)
+    w_run = np.clip(effective_workloads(reports, given), *run.exp.workload_range)
     pred = (scen.true_model or scen.model).durations(w_run[:, None])[np.arange(n), levels, 0]
     forecast = run.ctx.configs.predicted[t, np.arange(n), levels, 0]
-    measured = np.array([r["duration_s"] for r in res])
+    measured = np.array([r["duration_s"] for r in reports])
     slowest = float(measured.max())
-    tasks = []
-    for i, task in enumerate(run.tasks):
-        tasks.append(
-            {
-                "task": task,
-                "level": int(levels[i]),
-                "cpu_millicores": run.cpu_of(int(levels[i])),
-                "workload": float(given[i]),  # what the task was assigned
-                "predicted_s": float(pred[i]),
-                "forecast_s": float(forecast[i]),
-                "measured_s": float(measured[i]),
-                "enter_wait_s": res[i]["enter_wait_s"],
-                "incarnation": res[i]["incarnation"],
-                # what the task itself reported (a command's {"workload": ...} line), where it did
-                **{
-                    k: res[i][k]
-                    for k in ("observed_workload", "next_workload", "cpu_s", "started_at", "finished_at")
-                    if k in res[i]
-                },
-            }
-        )
+    tasks = [
+        {
+            "task": task,
+            "level": int(levels[i]),
+            "cpu_millicores": run.cpu_of(int(levels[i])),
+            "workload": float(given[i]),  # what the task was assigned
+            "predicted_s": float(pred[i]),
+            "forecast_s": float(forecast[i]),
+            "measured_s": float(measured[i]),
+            "enter_wait_s": r["enter_wait_s"],
+            "incarnation": r["incarnation"],
+            # what the task itself reported (a command's {"workload": ...} line), where it did
+            **{k: r[k] for k in ("observed_workload", "next_workload", "cpu_s", "started_at", "finished_at") if k in r},
+        }
+        for i, (task, r) in enumerate(zip(run.tasks, reports, strict=True))
+    ]
     return {
         "step": t,
         "action": int(action),
@@ -202,7 +195,7 @@ def step_record(
         "predicted_step_s": float(pred.max()),
         "slowest_s": slowest,
         "sync_s": float(step_s - slowest),
-        "barrier_s": float(max(0.0, released_at - max(r["finished_at"] for r in res))),
+        "barrier_s": float(max(0.0, released_at - max(r["finished_at"] for r in reports))),
         "publish_s": float(publish_s),
         "restarts": int(sum(restarts.values())),
         "resumed": bool(resumed),

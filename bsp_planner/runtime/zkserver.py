@@ -81,18 +81,12 @@ def port_in_use(host: str, port: int) -> bool:
         return s.connect_ex((host, port)) == 0
 
 
-def four_letter(host: str, port: int, word: str = "ruok", timeout_s: float = 1.0) -> str | None:
+def four_letter(host: str, port: int, word: str, timeout_s: float = 1.0) -> str | None:
     """Send a ZooKeeper four-letter command; the reply, or None if nothing answers."""
     try:
         with socket.create_connection((host, port), timeout=timeout_s) as s:
             s.sendall(word.encode())
-            chunks = []
-            while True:
-                data = s.recv(4096)
-                if not data:
-                    break
-                chunks.append(data)
-            return b"".join(chunks).decode(errors="replace")
+            return b"".join(iter(lambda: s.recv(4096), b"")).decode(errors="replace")  # until the server closes
     except OSError:
         return None
 
@@ -116,23 +110,14 @@ class LocalZooKeeper:
 
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir).resolve()
+        self.config_path = self.data_dir / "zoo.cfg"
+        self.pid_path = self.data_dir / "server.pid"
+        self.log_path = self.data_dir / "server.log"
         self._proc: subprocess.Popen | None = None
 
     @property
     def hosts(self) -> str:
         return f"{self.host}:{self.port}"
-
-    @property
-    def config_path(self) -> Path:
-        return self.data_dir / "zoo.cfg"
-
-    @property
-    def pid_path(self) -> Path:
-        return self.data_dir / "server.pid"
-
-    @property
-    def log_path(self) -> Path:
-        return self.data_dir / "server.log"
 
     def write_config(self) -> None:
         (self.data_dir / "data").mkdir(parents=True, exist_ok=True)
@@ -206,13 +191,10 @@ class LocalZooKeeper:
             MAIN_CLASS,
             str(self.config_path),
         ]
-        log = open(self.log_path, "ab")
-        try:
+        with open(self.log_path, "ab") as log:
             self._proc = subprocess.Popen(
                 args, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
             )
-        finally:
-            log.close()
         try:
             self.pid_path.write_text(f"{self._proc.pid}\n")
             deadline = time.monotonic() + wait_s
