@@ -304,19 +304,10 @@ class Coordinator(RunPlanning):
         from ..inputs.placeholders import choose_ports
 
         assert self.backend is not None  # made in _prepare
-        runner = (
-            self.backend.service_runner(self.run_dir / "logs", str(self.run_dir.resolve()))
-            if self.job.services
-            else None
-        )
-        self.services = Services(
-            self.job.services,
-            choose_ports(self.job.port_names),
-            self.job.job_dir,
-            str(self.run_dir.resolve()),
-            runner,  # None only without services: nothing to start
-            self.say,
-        )
+        run_dir, ports = str(self.run_dir.resolve()), choose_ports(self.job.port_names)
+        # the runner: None only without services (nothing to start)
+        runner = self.backend.service_runner(self.run_dir / "logs", run_dir) if self.job.services else None
+        self.services = Services(self.job.services, ports, self.job.job_dir, run_dir, runner, self.say)
 
     def _bind_placeholders(self) -> None:
         """Once the services run: the process tasks' argument lists with `{port}`, `{port:NAME}`, `{job_dir}`

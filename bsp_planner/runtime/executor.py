@@ -260,13 +260,10 @@ class LiveExecutor:
 
         def check(watch):
             if observe:  # every task reported step t (the application keeps its own synchronisation)
-                for task in self.tasks:
-                    if not s.exists(self.paths.result(task, t), watch=watch):
-                        return None
-                return time.time()
-            if counting:  # we count the arrivals: release enter, then leave, as each completes
-                return time.time() if barrier.poll(watch) else None
-            return time.time() if barrier.is_done(watch=watch) else None
+                done = all(s.exists(self.paths.result(task, t), watch=watch) for task in self.tasks)
+            else:  # counting: we count the arrivals, releasing enter, then leave, as each completes
+                done = barrier.poll(watch) if counting else barrier.is_done(watch=watch)
+            return time.time() if done else None
 
         def interrupt():
             self.check_stop()

@@ -53,11 +53,9 @@ class RunGroupMembership:
             return False
         self.home, self.joined = home, tasks
         for tid in tids:
-            try:
+            with contextlib.suppress(OSError):  # not allowed to raise it: the group alone still helps
                 self.niceness[tid] = os.getpriority(os.PRIO_PROCESS, tid)
                 os.setpriority(os.PRIO_PROCESS, tid, min(self.niceness[tid], NICE))
-            except OSError:
-                pass  # not allowed to raise it: the group alone still helps
         return True
 
     def leave(self) -> None:

@@ -74,10 +74,9 @@ class RunLock:
                 raw, stat = s.retry(s.client.get, f"{self.path}/{child}")
             except NoNodeError:
                 continue
-            try:
+            ident = None
+            with contextlib.suppress(UnicodeDecodeError, ValueError):
                 ident = json.loads(raw.decode() or "{}")
-            except (UnicodeDecodeError, ValueError):
-                ident = {}
             ident = ident if isinstance(ident, dict) else {}
             pid = ident.get("pid") if isinstance(ident.get("pid"), int) else None
             host = ident.get("host") if isinstance(ident.get("host"), str) else None
@@ -146,7 +145,5 @@ class RunLock:
         lock.is_acquired = False
         if not self.session.connected:
             return
-        try:
+        with contextlib.suppress(Exception):  # gone already, or the server went: the node goes with the session
             self.session.retry(self.session.client.delete, f"{self.path}/{lock.node}", deadline_s=2.0)
-        except Exception:  # gone already, or the server went: the node goes with the session
-            pass

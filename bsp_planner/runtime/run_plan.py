@@ -95,12 +95,14 @@ class RunPlanning:
         recorded = self.store.meta.get("cluster") if self.resume else None
         nodes = self.backend.cluster_nodes()
         exp = self.exp
+        source: str | None = "run.json"  # where the run's nodes come from
         if recorded:
             exp = dataclasses.replace(
                 exp,
                 node=[NodeSettings(n["name"], float(n["cpu_millicores"]), list(n["tasks"])) for n in recorded["nodes"]],
             )
         elif nodes is not None and exp.node:
+            source = "experiment [[node]]"
             free = dict(nodes)
             for j, n in enumerate(exp.node):
                 if n.name not in free:
@@ -118,6 +120,7 @@ class RunPlanning:
                         field=f"node[{j}].cpu_millicores",
                     )
         elif nodes is not None:
+            source = f"the {self.backend.name} backend"
             usable = [(name, m) for name, m in nodes if m >= exp.cpu.min_millicores]
             exp = dataclasses.replace(exp, node=[NodeSettings(name, float(m)) for name, m in usable])
             if not usable:
@@ -127,15 +130,8 @@ class RunPlanning:
                     path=exp.path,
                     field="cpu.min_millicores",
                 )
-        source = (
-            "run.json"
-            if recorded
-            else "experiment [[node]]"
-            if self.exp.node
-            else f"the {self.backend.name} backend"
-            if nodes is not None
-            else None
-        )
+        else:
+            source = "experiment [[node]]" if exp.node else None
         try:
             if exp is not self.exp:  # planned on other nodes than the experiment's own: built again on them
                 self.exp = exp

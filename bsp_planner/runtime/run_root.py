@@ -74,13 +74,10 @@ def prepare_tree(
     checkpoint behind it (a server restarted without its data) is moved up to it. Returns the tasks
     whose checkpoint had to be rebuilt."""
     s = session
-    for path in (paths.members, paths.tasks, paths.barriers):
-        s.create(path)
+    for path in (paths.members, paths.barriers, *(p for t in tasks for p in (paths.steps(t), paths.results(t)))):
+        s.ensure_path(path)  # with the tasks' own nodes and their parent
     rebuilt = []
     for t in tasks:
-        s.create(paths.task(t))
-        s.create(paths.steps(t))
-        s.create(paths.results(t))
         cp_path = paths.checkpoint(t)
         s.create(cp_path, checkpoint_value(-1, 0))
         cp = s.get(cp_path)

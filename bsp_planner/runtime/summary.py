@@ -145,14 +145,8 @@ def write_summary(run, records: list[dict], prepare_ms: float) -> tuple[dict, di
         summary["learned_step_error_pct"] = error_pct(step_s, learned_pred)
         half = k // 2
         summary["learned_step_error_pct_second_half"] = error_pct(step_s[half:], learned_pred[half:])
-    paths = {
-        "md": run.run_dir / "summary.md",
-        "csv": run.run_dir / "summary.csv",
-        "json": run.run_dir / "summary.json",
-        "chart": run.run_dir / "chart.png",
-        "steps": run.run_dir / "steps.csv",
-        "jsonl": run.run_dir / "steps.jsonl",
-    }
+    names = {"md": "summary.md", "csv": "summary.csv", "json": "summary.json", "chart": "chart.png"}
+    paths = {k: run.run_dir / name for k, name in (names | {"steps": "steps.csv", "jsonl": "steps.jsonl"}).items()}
     atomic_write(paths["csv"], to_csv(rows))
     atomic_write(paths["json"], json.dumps(summary, indent=2) + "\n")
     lines = [

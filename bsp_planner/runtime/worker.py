@@ -24,7 +24,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -110,8 +109,6 @@ class Worker:
 
     # -- the loop ----------------------------------------------------------------------------------
     def run(self) -> int:
-        from ..task import TaskJoinError
-
         signal.signal(signal.SIGTERM, self._on_term)
         signal.signal(signal.SIGINT, self._on_term)
         try:
@@ -119,13 +116,11 @@ class Worker:
         except Stop:
             self._say("stopped")
             return EXIT_OK
-        except (ZkUnavailable, InputError, TaskJoinError, StressFailed, StressKilled) as exc:
+        except (InputError, StressFailed, StressKilled) as exc:  # InputError: TaskJoinError and ZkUnavailable too
             self._say(f"error: {_as_worker_options(exc)}")
-            if isinstance(exc, ZkUnavailable):  # an InputError too: ZooKeeper lost, not a bad input
-                return EXIT_ZK
-            if isinstance(exc, StressFailed | StressKilled):
-                return EXIT_STRESS if isinstance(exc, StressFailed) else EXIT_STRESS_KILLED
-            return EXIT_INPUT
+            # ZooKeeper lost is no bad input; anything else InputError is
+            codes = {ZkUnavailable: EXIT_ZK, StressFailed: EXIT_STRESS, StressKilled: EXIT_STRESS_KILLED}
+            return next((code for kind, code in codes.items() if isinstance(exc, kind)), EXIT_INPUT)
         finally:
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
             self._kill_child()
@@ -188,7 +183,7 @@ class Worker:
                 with session.step(t) as st:
                     workload = st.assigned_workload
                     assert workload is not None  # a worker's job is series-driven: every step has one
-                    _, observed = self._stress(task, workload, stress_ng, t)
+                    observed = self._stress(task, workload, stress_ng, t)
                     st.workload = observed.get("workload")
                     st.next_workload = observed.get("next_workload")
             except RunEnded:
@@ -198,8 +193,8 @@ class Worker:
                 raise Stop() from None
             t += 1
 
-    def _stress(self, task: Task, workload: float, stress_ng: str, t: int = 0) -> tuple[float, dict]:
-        """Run step t (stress-ng, or the task's command); (wall seconds, what it reported on stdout)."""
+    def _stress(self, task: Task, workload: float, stress_ng: str, t: int) -> dict:
+        """Run step t (stress-ng, or the task's command) (the session times it); what it reported on stdout."""
         is_command = task.kind == "command"
         what = f"task {self.task_name} step {t}: " + ("its command" if is_command else "stress-ng")
         args = task.step_args(
@@ -210,7 +205,6 @@ class Worker:
             run_values=values_from_env(os.environ),  # {port}, {port:NAME}, {job_dir}
         )
         env = {**os.environ, **task.step_env(workload, t)} if is_command else None
-        start = time.perf_counter()
         try:
             self._child = subprocess.Popen(
                 args,
@@ -229,7 +223,6 @@ class Worker:
             raise StressFailed(
                 f"{what} ran past the step timeout ({self.cfg.step_timeout_s:g} s, --step-timeout)"
             ) from None
-        duration = time.perf_counter() - start
         code = self._child.returncode
         self._child = None
         if code < 0 and not self._stopping:
@@ -239,7 +232,7 @@ class Worker:
             raise StressFailed(f"{what} exited with code {code}: {' '.join(args)}: {tail}")
         if is_command:
             self._keep_output(t, out or b"", err or b"")
-        return duration, (parse_workload_report(out or b"", what) if is_command else {})
+        return parse_workload_report(out or b"", what) if is_command else {}
 
     def _keep_output(self, t: int, out: bytes, err: bytes) -> None:
         """A successful step's stdout and stderr, into the worker's log (the run's logs/<task>.log), the last

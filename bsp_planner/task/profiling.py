@@ -169,25 +169,14 @@ def read_plan(path: str) -> ProfilingPlan:
         data.get(k, d)
         for k, d in (("warmup_steps", 1), ("measure_steps", 5), ("min_measure_s", 0.0), ("max_measure_steps", 1000))
     ]
-    if (
-        not _numbers(steps, 0)
-        or steps[1] < 1
-        or steps[3] < 1
-        or not all(float(s).is_integer() for s in (steps[0], steps[1], steps[3]))
-    ):
+    warmup, measure, min_s, most = steps
+    if not _numbers(steps, 0) or min(measure, most) < 1 or not all(n % 1 == 0 for n in (warmup, measure, most)):
         raise _plan_error(
             path,
             "has no whole warmup_steps >= 0, measure_steps >= 1, max_measure_steps >= 1 and min_measure_s >= 0",
         )
-    assert isinstance(workloads, list)
     return ProfilingPlan(
-        task,
-        tuple(float(w) for w in workloads),
-        reports,
-        int(steps[0]),
-        int(steps[1]),
-        float(steps[2]),
-        int(steps[3]),
+        task, tuple(map(float, workloads)), reports, int(warmup), int(measure), float(min_s), int(most)
     )
 
 

@@ -91,11 +91,9 @@ def join(env: dict | None = None, *, step_timeout_s: float | None = None) -> Tas
         check_task_name(task)
     except Exception:
         raise TaskJoinError(f"${ENV['task']} is not a task name: {task!r}", field=ENV["task"]) from None
-    creds: Credentials | None
-    if env.get(ENV["auth"]):
-        creds = parse_credentials(env[ENV["auth"]], f"${ENV['auth']}")
-    else:
-        creds = load_credentials(None, env)
+    creds = (
+        parse_credentials(env[ENV["auth"]], f"${ENV['auth']}") if env.get(ENV["auth"]) else load_credentials(None, env)
+    )
     if creds is None:
         raise TaskJoinError(
             f"no ZooKeeper credentials: set ${ENV['auth']} (user:password) or ${ENV_AUTH_FILE}; a task joins only "

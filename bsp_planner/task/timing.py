@@ -77,15 +77,9 @@ class StepTimer:
                 )
 
     def report(self) -> dict:
-        out: dict = {"step": self.step, "wall_s": self.wall_s}
-        if self.cpu_s is not None:
-            out["cpu_s"] = self.cpu_s
-        out["started_at"] = self.started_at
-        if self.workload is not None:
-            out["workload"] = self.workload
-        if self.next_workload is not None:
-            out["next_workload"] = self.next_workload
-        return out
+        cpu = {} if self.cpu_s is None else {"cpu_s": self.cpu_s}
+        observed = {k: v for k in ("workload", "next_workload") if (v := getattr(self, k)) is not None}
+        return {"step": self.step, "wall_s": self.wall_s, **cpu, "started_at": self.started_at, **observed}
 
 
 class SelfTimedReports:

@@ -116,13 +116,7 @@ class RunPaths:
 
     def __post_init__(self) -> None:
         r = self.root
-        if (
-            not r.startswith("/")
-            or r.endswith("/")
-            or "//" in r
-            or any(p in (".", "..") for p in r.split("/")[1:])
-            or r == "/"
-        ):
+        if not r.startswith("/") or any(p in ("", ".", "..") for p in r.split("/")[1:]):  # no //, no trailing /
             raise InputError(
                 f"expected an absolute znode path like /bsp-planner/runs/NAME, got {r!r}", field="--zk-root"
             )
@@ -292,22 +286,15 @@ def result_value(
 ) -> dict:
     """A task's report of step t; `workload`/`next_workload`: what the task observed (None: not reported);
     `finished_at` / `started_at`: time.time() when its compute ended / started, on the task's clock."""
-    v = {
+    optional = {"workload": workload, "next_workload": next_workload, "cpu_s": cpu_s, "started_at": started_at}
+    return {
         "step": int(t),
         "duration_s": float(duration_s),
         "enter_wait_s": float(enter_wait_s),
         "incarnation": int(incarnation),
         "finished_at": float(finished_at),
+        **{k: float(x) for k, x in optional.items() if x is not None},
     }
-    for k, x in (
-        ("workload", workload),
-        ("next_workload", next_workload),
-        ("cpu_s", cpu_s),
-        ("started_at", started_at),
-    ):
-        if x is not None:
-            v[k] = float(x)
-    return v
 
 
 #: a reported workload above this is refused as absurd (no BSP task has 10^9 units of work per step)

@@ -48,8 +48,7 @@ def quiet_kazoo() -> None:
 
 # -- the session ------------------------------------------------------------------------------------
 class ZkSession:
-    """A kazoo client holding the run's credentials: bounded connect, retried idempotent writes, waits
-    that survive reconnects, and a record of how long the connection has been down."""
+    """A kazoo client holding the run's credentials (see the module docstring)."""
 
     def __init__(
         self,

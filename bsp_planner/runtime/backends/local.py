@@ -40,6 +40,7 @@ from ...profiling.cgroups import (
     pid_alive,
     quota_us,
 )
+from ...task.reporter import move_threads
 from ..services import LocalServiceRunner, log_tail, spawn_logged
 from . import Backend, Capabilities, TaskStatus, WorkerLaunch
 
@@ -211,13 +212,11 @@ class LocalBackend(Backend):
         else:
             shares = max(2, min(MAX_SHARES, 1024 * max(1, sum(self.workers.values()) or len(self.tasks))))
         path = self.run_parent
-        try:
+        with contextlib.suppress(OSError):  # a weight is an improvement, not a requirement: the quotas still hold
             if self.hierarchy.version == 1:
                 (path / "cpu.shares").write_text(str(shares))
             else:
                 (path / "cpu.weight").write_text(str(1 + ((shares - 2) * 9999) // (MAX_SHARES - 2)))
-        except OSError:
-            pass  # a weight is an improvement, not a requirement: the quotas still hold
 
     def cleanup_stale(self) -> list[str]:
         """Kill and remove this run's groups that a killed coordinator left behind."""
@@ -457,10 +456,6 @@ class LocalBackend(Backend):
             except OSError:
                 if time.monotonic() > deadline:
                     return
-            try:
-                for tid in (parent / "tasks").read_text().split():
-                    with contextlib.suppress(OSError):
-                        (self.hierarchy.root / "tasks").write_text(tid)
-            except OSError:
-                pass  # cgroup v2 (no tasks file): only waiting helps
+            with contextlib.suppress(OSError):  # cgroup v2 (no tasks file): only waiting helps
+                move_threads(map(int, (parent / "tasks").read_text().split()), self.hierarchy.root / "tasks")
             time.sleep(0.02)
