@@ -65,7 +65,8 @@ def pod_holds_resources(pod: Mapping) -> bool:
     return bool(spec.get("nodeName")) and status.get("phase") not in ("Succeeded", "Failed")
 
 
-def _node_unschedulable(node: Mapping, node_selector: Mapping[str, str] | None) -> str | None:
+def node_unschedulable(node: Mapping, node_selector: Mapping[str, str] | None) -> str | None:
+    """Why no new pod can go to `node` (cordoned, not Ready, tainted, not selected), or None."""
     spec = node.get("spec") or {}
     meta = node.get("metadata") or {}
     if spec.get("unschedulable"):
@@ -101,7 +102,7 @@ def node_capacities(
     for node in nodes:
         name = node["metadata"]["name"]
         alloc = cpu_millicores(((node.get("status") or {}).get("allocatable") or {}).get("cpu"))
-        out.append(NodeCapacity(name, alloc, used.get(name, 0.0), _node_unschedulable(node, node_selector)))
+        out.append(NodeCapacity(name, alloc, used.get(name, 0.0), node_unschedulable(node, node_selector)))
     return sorted(out, key=lambda c: c.name)
 
 
@@ -196,11 +197,7 @@ def fits_in_place(changes: Mapping[str, tuple[str, float, float]], nodes: Iterab
     out: dict[str, bool] = {}
     for task, (node, old, new) in sorted(changes.items(), key=lambda kv: (kv[1][2] - kv[1][1], kv[0])):
         delta = new - old
-        if delta <= EPS:
-            out[task] = True
-        elif node in room and room[node] + EPS >= delta:
+        out[task] = delta <= EPS or (node in room and room[node] + EPS >= delta)
+        if out[task] and delta > EPS:
             room[node] -= delta
-            out[task] = True
-        else:
-            out[task] = False
     return out

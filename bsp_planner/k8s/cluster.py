@@ -14,6 +14,7 @@ access, which the base Role (namespaced) does not give: :meth:`Cluster.list_node
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -53,8 +54,6 @@ def _unreachable(what: str, conn: Connection, exc: BaseException) -> KubernetesE
 
 
 def _reason(exc) -> str:
-    import json
-
     try:
         body = json.loads(exc.body or "{}")
         return body.get("message") or exc.reason or str(exc.status)
@@ -127,13 +126,9 @@ class Cluster:
         fn = self.core.list_namespaced_pod
         return self._list(f"list pods ({selector})", fn, self.namespace, label_selector=selector) or []
 
-    def delete_pod(self, name: str, grace_s: int | None = None) -> bool:
-        """True if there was a pod to delete."""
+    def delete_pod(self, name: str, grace_s: int | None = None) -> None:
         kw: dict[str, Any] = {} if grace_s is None else {"grace_period_seconds": int(grace_s)}
-        found = self._call(
-            f"delete pod {name}", self.core.delete_namespaced_pod, name, self.namespace, missing_ok=True, **kw
-        )
-        return found is not None
+        self._call(f"delete pod {name}", self.core.delete_namespaced_pod, name, self.namespace, missing_ok=True, **kw)
 
     def resize_pod(self, name: str, patch: dict) -> dict:
         fn = self.core.patch_namespaced_pod_resize
@@ -148,17 +143,10 @@ class Cluster:
         fn = self.batch.list_namespaced_job
         return self._list(f"list jobs ({selector})", fn, self.namespace, label_selector=selector) or []
 
-    def delete_job(self, name: str) -> bool:
+    def delete_job(self, name: str) -> None:
         """Deletes the job and (in the background) its pods."""
-        found = self._call(
-            f"delete job {name}",
-            self.batch.delete_namespaced_job,
-            name,
-            self.namespace,
-            propagation_policy="Background",
-            missing_ok=True,
-        )
-        return found is not None
+        fn = self.batch.delete_namespaced_job
+        self._call(f"delete job {name}", fn, name, self.namespace, propagation_policy="Background", missing_ok=True)
 
     # -- cluster-wide reads for the fit check (optional) ---------------------------------------------
     def list_nodes(self) -> list[dict] | None:
@@ -200,10 +188,8 @@ class PodState:
 
 
 def _container(items: list[dict] | None, name: str) -> dict:
-    for c in items or []:
-        if c.get("name") == name:
-            return c
-    return (items or [{}])[0] if items else {}
+    """The container (spec or status) called `name`, else the first, else {}."""
+    return next((c for c in items or [] if c.get("name") == name), (items or [{}])[0])
 
 
 def pod_state(pod: dict | None, container: str = n.WORKER_CONTAINER) -> PodState:

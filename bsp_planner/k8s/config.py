@@ -94,14 +94,10 @@ def _read(path: Path) -> str | None:
 
 def resolve_image(image: str | None, own_pod_image: Callable[[str], str | None] | None = None) -> str:
     """The image for worker and profiler pods (see the module's docstring)."""
-    if image:
-        return image
-    if os.environ.get(IMAGE_ENV):
-        return os.environ[IMAGE_ENV]
-    if own_pod_image is not None and os.environ.get(POD_ENV):
-        found = own_pod_image(os.environ[POD_ENV])
-        if found:
-            return found
+    own_pod = os.environ.get(POD_ENV)
+    found = image or os.environ.get(IMAGE_ENV) or (own_pod and own_pod_image and own_pod_image(own_pod))
+    if found:
+        return found
     raise InputError(
         f"which image should the pods run? Pass --image (e.g. bsp-planner:dev, built from jobs/Dockerfile) "
         f"or set ${IMAGE_ENV}",

@@ -114,10 +114,7 @@ def worker_pod(
     container = _container(n.WORKER_CONTAINER, image or settings.image, settings, cpu_millicores, _env(env))
     if command is not None:
         container.update(command=list(command), args=list(args))
-    container["resizePolicy"] = [
-        {"resourceName": "cpu", "restartPolicy": "NotRequired"},
-        {"resourceName": "memory", "restartPolicy": "NotRequired"},
-    ]
+    container["resizePolicy"] = [{"resourceName": r, "restartPolicy": "NotRequired"} for r in ("cpu", "memory")]
     spec = _pod_spec(settings, container)
     if run_dir_claim:  # the claim's files belong to the pods' group, whoever created the volume
         spec["volumes"].append({"name": "run-dir", "persistentVolumeClaim": {"claimName": run_dir_claim}})

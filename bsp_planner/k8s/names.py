@@ -45,10 +45,6 @@ _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 
 
-def _hash(text: str, n: int = 6) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()[:n]
-
-
 def dns_label(text: str, max_len: int = 63) -> str:
     """`text` as a DNS-1123 label (lowercase alphanumerics and '-', at most `max_len` characters).
 
@@ -57,7 +53,7 @@ def dns_label(text: str, max_len: int = 63) -> str:
     if len(text) <= max_len and _DNS_LABEL.match(text):
         return text
     base = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "x"
-    suffix = _hash(text)
+    suffix = hashlib.sha256(text.encode()).hexdigest()[:6]
     base = base[: max_len - len(suffix) - 1].rstrip("-") or "x"
     return f"{base}-{suffix}"
 

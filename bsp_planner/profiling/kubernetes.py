@@ -24,6 +24,7 @@ stay for the next session to read.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -258,41 +259,30 @@ class KubernetesProfiler:
     def _process_outcome(self, cid: str, workloads: Sequence[float], waited_s: float) -> dict[float, RunResult] | None:
         """Each workload's cell once the collector ended (or the Job failed without it), else None."""
         job, pod = self._existing().get(cid), self._newest_pods().get(cid)
-
-        def failed(reason: str) -> dict[float, RunResult]:
-            return {float(w): RunResult(None, reason) for w in workloads}
-
-        if job is None:
-            return failed("the Job was deleted before it finished (by someone else?)")
         collector = terminated(pod, M.COLLECTOR_CONTAINER)
+        if job is None or not collector:
+            deadline = f"its deadline ({(job or {}).get('spec', {}).get('activeDeadlineSeconds')} s)"
+            ended = self._ended(job, pod, waited_s, deadline)
+            return None if ended is None else dict.fromkeys(map(float, workloads), ended)
+        report = _report(pod, collector)
+        if not report or "cells" not in report:
+            failure = f"the collector of its step reports failed: {(report or {}).get('reason', '?')}"
+            return dict.fromkeys(map(float, workloads), RunResult(None, failure))
+        self._note_node(report, pod)
         profiled = terminated(pod, M.PROFILED_CONTAINER)
-        if collector:
-            report = _report(pod, collector)
-            if not report or "cells" not in report:
-                return failed(f"the collector of its step reports failed: {(report or {}).get('reason', '?')}")
-            node = report.get("node") or ((pod or {}).get("spec") or {}).get("nodeName") or "?"
-            self.nodes.setdefault(node, report.get("cpu_model") or "unknown")
-            why = None
-            if profiled and profiled.get("exitCode") not in (0, None):
-                tail = " ".join((profiled.get("message") or "").split())[-300:]
-                why = f"its process exited with code {profiled.get('exitCode')} {report.get('where', '')}".rstrip()
-                why += f": {tail}" if tail else ""
-            out: dict[float, RunResult] = {}
-            for w in workloads:
-                c = report["cells"].get(_fmt(w)) or {"reason": "no result for this workload"}
-                if c.get("duration_s") is not None:
-                    out[float(w)] = RunResult(float(c["duration_s"]), cpu_s=c.get("cpu_s"))
-                else:
-                    out[float(w)] = RunResult(None, why or c.get("reason") or "failed")
-            return out
-        status = job.get("status") or {}
-        conds = {c.get("type"): c for c in status.get("conditions") or [] if c.get("status") == "True"}
-        if "Failed" in conds or status.get("failed"):
-            if (conds.get("Failed") or {}).get("reason") == "DeadlineExceeded":
-                return failed(f"timeout: the Job ran past its deadline ({job['spec'].get('activeDeadlineSeconds')} s)")
-            return failed((conds.get("Failed") or {}).get("message") or "the Job failed")
-        stuck = self._stuck(pod, waited_s)
-        return None if stuck is None else failed(stuck)
+        why = None
+        if profiled and profiled.get("exitCode") not in (0, None):
+            tail = " ".join((profiled.get("message") or "").split())[-300:]
+            why = f"its process exited with code {profiled.get('exitCode')} {report.get('where', '')}".rstrip()
+            why += f": {tail}" if tail else ""
+        out: dict[float, RunResult] = {}
+        for w in workloads:
+            c = report["cells"].get(_fmt(w)) or {"reason": "no result for this workload"}
+            if c.get("duration_s") is not None:
+                out[float(w)] = RunResult(float(c["duration_s"]), cpu_s=c.get("cpu_s"))
+            else:
+                out[float(w)] = RunResult(None, why or c.get("reason") or "failed")
+        return out
 
     def abandon(self, task: str) -> None:
         """The runner gave task `task` up for this session (its runs all failed the same way): its cells are
@@ -305,10 +295,8 @@ class KubernetesProfiler:
             self._delete_quietly(self._done.pop(cell)[1])
 
     def _delete_quietly(self, job: str) -> None:
-        try:
+        with contextlib.suppress(Exception):
             self._cluster.delete_job(job)
-        except Exception:
-            pass
 
     def close(self) -> None:
         """Delete the Jobs still running (their cells are measured again by the next session); finished
@@ -406,33 +394,34 @@ class KubernetesProfiler:
 
     def _outcome(self, job: dict | None, pod: dict | None, waited_s: float, timeout_s: float) -> RunResult | None:
         """A finished cell's result, or None while it runs."""
-        if job is None:
-            return RunResult(None, "the Job was deleted before it finished (by someone else?)")
-        status = job.get("status") or {}
-        conds = {c.get("type"): c for c in status.get("conditions") or [] if c.get("status") == "True"}
         report = _report(pod)
-        if "Complete" in conds or status.get("succeeded"):
+        if job is not None and (_conditions(job).get("Complete") or (job.get("status") or {}).get("succeeded")):
             if report and report.get("duration_s") is not None:
-                node = report.get("node") or ((pod or {}).get("spec") or {}).get("nodeName") or "?"
-                self.nodes.setdefault(node, report.get("cpu_model") or "unknown")
+                self._note_node(report, pod)
                 return RunResult(float(report["duration_s"]))
             return RunResult(None, "the Job completed but its pod's result is missing")
-        if "Failed" in conds or status.get("failed"):
-            if (conds.get("Failed") or {}).get("reason") == "DeadlineExceeded":
-                return RunResult(
-                    None, f"timeout: the Job ran past {timeout_s:g} s + {self.startup_timeout_s:g} s to start"
-                )
-            if report and report.get("reason"):
-                return RunResult(None, report["reason"])
-            st = pod_state(pod, N.COMPONENT_PROFILER) if pod else None
-            return RunResult(
-                None,
-                (st.problem if st and st.problem else None)
-                or (conds.get("Failed") or {}).get("message")
-                or "the Job failed",
-            )
+        why = (report or {}).get("reason") or (pod_state(pod, N.COMPONENT_PROFILER).problem if pod else None)
+        return self._ended(job, pod, waited_s, f"{timeout_s:g} s + {self.startup_timeout_s:g} s to start", why)
+
+    def _ended(
+        self, job: dict | None, pod: dict | None, waited_s: float, deadline: str, why: str | None = None
+    ) -> RunResult | None:
+        """A failed result for a Job that is gone, failed (`deadline`: what it ran past, when that was why;
+        else `why`, else the Job's message) or stuck (:meth:`_stuck`); None while it may still end."""
+        if job is None:
+            return RunResult(None, "the Job was deleted before it finished (by someone else?)")
+        failed = _conditions(job).get("Failed")
+        if failed or (job.get("status") or {}).get("failed"):
+            if (failed or {}).get("reason") == "DeadlineExceeded":
+                return RunResult(None, f"timeout: the Job ran past {deadline}")
+            return RunResult(None, why or (failed or {}).get("message") or "the Job failed")
         stuck = self._stuck(pod, waited_s)
         return None if stuck is None else RunResult(None, stuck)
+
+    def _note_node(self, report: dict, pod: dict | None) -> None:
+        """The node that ran a cell and its CPU model, from the measurement's report (else the pod's node)."""
+        node = report.get("node") or ((pod or {}).get("spec") or {}).get("nodeName") or "?"
+        self.nodes.setdefault(node, report.get("cpu_model") or "unknown")
 
     def _stuck(self, pod: dict | None, waited_s: float) -> str | None:
         """Why a Job that has not ended never will: its pod cannot start, or it has none past startup_timeout_s."""
@@ -443,6 +432,12 @@ class KubernetesProfiler:
         elif waited_s > self.startup_timeout_s:
             return f"no pod within {self.startup_timeout_s:g} s (a quota? admission?)"
         return None
+
+
+def _conditions(job: dict | None) -> dict[str, dict]:
+    """A Job's conditions that hold, by type."""
+    conds = ((job or {}).get("status") or {}).get("conditions") or []
+    return {c.get("type"): c for c in conds if c.get("status") == "True"}
 
 
 def _report(pod: dict | None, term: dict | None = None) -> dict | None:

@@ -38,26 +38,19 @@ import shutil
 import tempfile
 import threading
 from http.server import ThreadingHTTPServer
+from pathlib import Path
 
 from .fake_cluster import FakeCluster, _terminate
 from .fake_http import Handler
-from .fake_rbac import Call, Rule
 
 
 class FakeApiServer(FakeCluster):
-    """See the module docstring. For logic tests only."""
+    """See the module docstring. For logic tests only. Its settings are :class:`~.fake_cluster.FakeCluster`'s
+    (version, delays, job_runner, pod_runner, resize_subresource, rules)."""
 
-    def __init__(self, *, resize_subresource: bool | None = None, rules: list[Rule] | None = None, **cluster) -> None:
-        """`cluster`: :class:`~.fake_cluster.FakeCluster`'s settings (version, delays, job_runner, pod_runner)."""
-        super().__init__(**cluster)
-        self.resize_subresource = (
-            (self.major, self.minor) >= (1, 33) if resize_subresource is None else resize_subresource
-        )
-        self.rules = rules  # None: everything allowed
-        self.calls: list[Call] = []
-        self.server: ThreadingHTTPServer | None = None
-        self.thread: threading.Thread | None = None
-        self._kubeconfig_dir: str | None = None
+    server: ThreadingHTTPServer | None = None
+    thread: threading.Thread | None = None
+    _kubeconfig_dir: str | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def start(self) -> FakeApiServer:
@@ -96,15 +89,9 @@ class FakeApiServer(FakeCluster):
 
     @property
     def kubeconfig(self) -> str:
-        """A kubeconfig file pointing at this server (written on first use, removed by stop())."""
+        """A kubeconfig file pointing at this server (JSON, which is YAML; written on first use, removed by stop())."""
         if self._kubeconfig_dir is None:
             self._kubeconfig_dir = tempfile.mkdtemp(prefix="fake-apiserver-")
-        path = f"{self._kubeconfig_dir}/kubeconfig"
-        self.write_kubeconfig(path)
-        return path
-
-    def write_kubeconfig(self, path) -> str:
-        """Write a kubeconfig for this server to `path` (JSON, which is YAML) and return the path."""
         config = {
             "apiVersion": "v1",
             "kind": "Config",
@@ -113,8 +100,8 @@ class FakeApiServer(FakeCluster):
             "users": [{"name": "u", "user": {"token": "t"}}],
             "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "u"}}],
         }
-        with open(path, "w") as fh:
-            json.dump(config, fh)
+        path = Path(self._kubeconfig_dir, "kubeconfig")
+        path.write_text(json.dumps(config))
         return str(path)
 
     def used_permissions(self) -> set[tuple[str, str, str]]:

@@ -14,9 +14,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Protocol
 
-from ..k8s.binpack import pod_cpu_request
+from ..k8s.binpack import node_unschedulable, pod_cpu_request, pod_holds_resources
 from ..k8s.capabilities import parse_version
 from ..k8s.names import cpu_millicores
+from .fake_rbac import Call, Rule
 
 
 class PodProcess(Protocol):
@@ -55,8 +56,8 @@ def now_iso() -> str:
 
 
 class FakeCluster:
-    """The objects and how they move on; every change happens under `lock`, when a request comes in
-    (:meth:`_advance`), never in the background."""
+    """The objects and how they move on, and who may touch them (`rules`, `calls`); every change happens
+    under `lock`, when a request comes in (:meth:`_advance`), never in the background."""
 
     def __init__(
         self,
@@ -67,9 +68,17 @@ class FakeCluster:
         resize_delay_s: float = 0.0,
         job_runner: Callable[[dict], JobOutcome] | None = None,
         pod_runner: Callable[[dict], PodProcess] | None = None,
+        resize_subresource: bool | None = None,
+        rules: list[Rule] | None = None,
     ) -> None:
         self.version = version
         self.major, self.minor = parse_version(None, None, version)
+        # discovery lists pods/resize (by default from 1.33 on); `rules`: RBAC, None allows everything
+        self.resize_subresource = (
+            (self.major, self.minor) >= (1, 33) if resize_subresource is None else resize_subresource
+        )
+        self.rules = rules
+        self.calls: list[Call] = []  # every request, for tests of which verbs the code uses
         # 1.35+: pods carry metadata.generation (bumped by a resize) and status.observedGeneration
         self._generations = (self.major, self.minor) >= (1, 35)
         self.start_delay_s = start_delay_s
@@ -116,19 +125,15 @@ class FakeCluster:
         """A pod of someone else, bound to `node` and holding `cpu` there."""
         with self.lock:
             containers = [{"name": "c", "image": "x", "resources": {"requests": {"cpu": cpu}}}]
-            pod = {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {"name": name, "namespace": namespace},
-                "spec": {"containers": containers, "nodeName": node},
-                "status": {
-                    "phase": "Running",
-                    "conditions": [{"type": "PodScheduled", "status": "True"}],
-                    "containerStatuses": _running(containers),
-                },
-            }
-            self._stamp(pod)
-            self.state.pods[(namespace, name)] = pod
+            status = {"phase": "Running", "conditions": [{"type": "PodScheduled", "status": "True"}]}
+            status["containerStatuses"] = _running(containers)
+            meta = {"name": name, "namespace": namespace}
+            self._add_pod(meta, {"containers": containers, "nodeName": node}, status)
+
+    def _add_pod(self, meta: dict, spec: dict, status: dict) -> None:
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec, "status": status}
+        self._stamp(pod)
+        self.state.pods[(meta["namespace"], meta["name"])] = pod
 
     def evict(self, namespace: str, name: str, message: str = "The node was low on resource: memory.") -> None:
         with self.lock:
@@ -138,16 +143,17 @@ class FakeCluster:
 
     def pod(self, namespace: str, name: str) -> dict | None:
         with self.lock:
-            p = self.state.pods.get((namespace, name))
-            return copy.deepcopy(p) if p else None
+            return copy.deepcopy(self.state.pods.get((namespace, name)))
 
     def pods(self, namespace: str) -> list[dict]:
-        with self.lock:
-            return [copy.deepcopy(p) for (ns, _), p in sorted(self.state.pods.items()) if ns == namespace]
+        return self._copies(self.state.pods, namespace)
 
     def jobs(self, namespace: str) -> list[dict]:
+        return self._copies(self.state.jobs, namespace)
+
+    def _copies(self, store: dict[tuple[str, str], dict], namespace: str) -> list[dict]:
         with self.lock:
-            return [copy.deepcopy(j) for (ns, _), j in sorted(self.state.jobs.items()) if ns == namespace]
+            return [copy.deepcopy(o) for (ns, _), o in sorted(store.items()) if ns == namespace]
 
     # -- simulation --------------------------------------------------------------------------------
     def _stamp(self, obj: dict) -> None:
@@ -158,25 +164,12 @@ class FakeCluster:
 
     def _node_free(self, node: str, skip: tuple[str, str] | None = None) -> float:
         alloc = cpu_millicores(self.state.nodes[node]["status"]["allocatable"]["cpu"])
-        used = sum(
-            pod_cpu_request(p)
-            for key, p in self.state.pods.items()
-            if key != skip
-            and p["spec"].get("nodeName") == node
-            and p["status"].get("phase") not in ("Succeeded", "Failed")
-        )
-        return alloc - used
+        pods = [p for key, p in self.state.pods.items() if key != skip and p["spec"].get("nodeName") == node]
+        return alloc - sum(pod_cpu_request(p) for p in pods if pod_holds_resources(p))
 
     def _schedulable(self, node: dict, pod: dict) -> bool:
-        spec = node["spec"]
-        if spec.get("unschedulable") or node["status"]["conditions"][0]["status"] != "True":
-            return False
-        if any(t.get("effect") in ("NoSchedule", "NoExecute") for t in spec.get("taints") or []):
-            return False
-        labels = node["metadata"].get("labels") or {}
-        if not all(labels.get(k) == v for k, v in (pod["spec"].get("nodeSelector") or {}).items()):
-            return False
-        return _affinity_allows(node, pod)
+        """Ready, not cordoned or tainted, and chosen by the pod's nodeSelector and required node affinity."""
+        return node_unschedulable(node, pod["spec"].get("nodeSelector")) is None and _affinity_allows(node, pod)
 
     def _probe_readiness(self) -> None:
         """A running container's tcpSocket readiness probe, as the kubelet runs it: ready while its port (on
@@ -294,15 +287,7 @@ class FakeCluster:
         meta.setdefault("labels", {}).update(
             {"job-name": job["metadata"]["name"], "batch.kubernetes.io/job-name": job["metadata"]["name"]}
         )
-        pod = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": meta,
-            "spec": template["spec"],
-            "status": {"phase": "Pending"},
-        }
-        self._stamp(pod)
-        self.state.pods[(ns, name)] = pod
+        self._add_pod(meta, template["spec"], {"phase": "Pending"})
         self._job_pods[(ns, name)] = outcome
         job["status"] = {"active": 1}
 

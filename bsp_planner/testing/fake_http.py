@@ -10,33 +10,27 @@ import socket
 import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import parse_qs, urlparse
 
-from .fake_cluster import now_iso
+from .fake_cluster import FakeCluster, now_iso
 from .fake_rbac import Call
-
-if TYPE_CHECKING:
-    from .fake_apiserver import FakeApiServer
 
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 
 #: (group, resource) -> model class name that validates a body
 _MODELS = {("", "pods"): "V1Pod", ("batch", "jobs"): "V1Job"}
 
+#: what GET /api/v1 lists (beside pods/resize, where the server has it): enough for discovery
 RESOURCE_LIST = [
     ("pods", "Pod", True, ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]),
-    ("pods/log", "Pod", True, ["get"]),
-    ("pods/status", "Pod", True, ["get", "patch", "update"]),
     ("nodes", "Node", False, ["create", "delete", "get", "list", "patch", "update", "watch"]),
-    ("configmaps", "ConfigMap", True, ["create", "delete", "get", "list", "patch", "update", "watch"]),
-    ("namespaces", "Namespace", False, ["create", "delete", "get", "list", "patch", "update", "watch"]),
 ]
 VERBS = {"POST": "create", "PUT": "update", "PATCH": "patch"}
 
 
 class Handler(BaseHTTPRequestHandler):
-    fake: FakeApiServer
+    fake: FakeCluster
     protocol_version = "HTTP/1.1"
 
     def log_message(self, *args) -> None:  # quiet

@@ -37,10 +37,8 @@ class KubernetesBackend(KubernetesResizes):
         """in_place: the server can resize (and --reconfigure is not recreate); capacity: the schedulable
         nodes' free allocatable CPU when first asked (None where nodes cannot be read)."""
         if self._capacity_m is False:
-            nodes = self._node_capacities(movable_own=True)
-            self._capacity_m = (
-                None if nodes is None else sum(max(0.0, c.free_m) for c in nodes if c.unschedulable is None)
-            )
+            nodes = self.cluster_nodes()
+            self._capacity_m = None if nodes is None else sum(free for _, free in nodes)
         return Capabilities(
             in_place=self.mode == "in-place", recreate=True, sees_exit=True, capacity_millicores=self._capacity_m
         )

@@ -91,12 +91,7 @@ class KubernetesNodes(KubernetesPods):
         plan: dict[str, str] = {}
         for task, m in millicores.items():
             t = self.tasks.get(task)
-            if t is None:
-                plan[task] = "start"
-            elif abs(t.millicores - m) < 0.5:
-                plan[task] = "keep"
-            else:
-                plan[task] = self.mode
+            plan[task] = "start" if t is None else "keep" if abs(t.millicores - m) < 0.5 else self.mode
         nodes = self._node_capacities(movable_own=False)
         if nodes is not None:
             try:
@@ -121,8 +116,7 @@ class KubernetesNodes(KubernetesPods):
             for task, how in plan.items()
             if how == "in-place" and (node := where.get(task))
         }
-        ok = fits_in_place(in_place, nodes)
-        for task, fits in ok.items():
+        for task, fits in fits_in_place(in_place, nodes).items():
             if not fits and task in self.processes:
                 node, was, want = in_place[task]
                 raise ConfigurationDoesNotFit(
