@@ -105,9 +105,7 @@ def main() -> None:
 
 
 def _stopped(signum: int) -> None:
-    from .core.signals import signal_name
-
-    err_console.print(f"stopped by {signal_name(signum)}", highlight=False, markup=False)
+    err_console.print(f"stopped by {signal.Signals(signum).name}", highlight=False, markup=False)
     sys.exit(128 + signum)
 
 

@@ -20,8 +20,9 @@ from bsp_planner.inputs.job import Job, SeriesRef, Task
 from bsp_planner.inputs.profiles import load_profile, metadata_path, read_profile_rows
 from bsp_planner.profiling.calibrate import calibrate_task, round_sig
 from bsp_planner.profiling.cgroups import CFS_PERIOD_US, CgroupUnavailable, CpuQuotaGroup, detect_hierarchy, quota_us
+from bsp_planner.profiling.grid import parse_levels
 from bsp_planner.profiling.local import LocalBackend, RunResult
-from bsp_planner.profiling.runner import Grid, failures_path, parse_levels, run_grid, validate_grid
+from bsp_planner.profiling.runner import Grid, failures_path, run_grid, validate_grid
 
 PREFIX = f"bsp-planner-test-{os.getpid()}"  # apart from any real measurement running on the host
 CPU_OPS_PER_S = 2000  # `stress-ng --cpu 1 --cpu-ops N` does roughly this many ops per CPU-second

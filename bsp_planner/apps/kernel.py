@@ -22,6 +22,7 @@ task pays (and varies by) every step: on a 2-core VM at 250m a fresh interpreter
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -80,7 +81,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def run_process(args: argparse.Namespace) -> int:
     """The process task's step loop: one kernel per superstep at the workload the run assigns it."""
     from .. import task
-    from .session import run_ended_errors, under_coordinator
+    from .session import under_coordinator
 
     if under_coordinator():
         session = task.join()
@@ -90,7 +91,7 @@ def run_process(args: argparse.Namespace) -> int:
         )
     with session:
         step = session.first_step
-        try:
+        with contextlib.suppress(task.RunEnded):
             while not session.ended:
                 with session.step(step) as st:
                     w = st.assigned_workload
@@ -104,8 +105,6 @@ def run_process(args: argparse.Namespace) -> int:
                     kernel(round(w * args.ops_per_unit))
                     st.workload = w
                 step += 1
-        except run_ended_errors():
-            pass
     return 0
 
 

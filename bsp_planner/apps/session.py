@@ -26,8 +26,3 @@ def open_session(task_name: str, reports: str | Path | None = None, steps: int |
     if under_coordinator():
         return task.join()
     return task.local_session(task_name, reports_file=reports, steps=steps)
-
-
-def run_ended_errors() -> tuple[type[BaseException], ...]:
-    """The exception a session raises when the run is over."""
-    return (task.RunEnded,)

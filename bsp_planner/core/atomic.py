@@ -7,6 +7,7 @@ hidden), which the next writer of an output in that folder removes (`bsp_planner
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
@@ -27,10 +28,9 @@ def write_bytes(path: str | Path, data: bytes) -> None:
             os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
-        try:  # a full disk: no half-written temporary file left beside the intact original
+        # a full disk: no half-written temporary file left beside the intact original
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
-        except OSError:
-            pass
         raise
 
 

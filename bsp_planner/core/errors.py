@@ -22,14 +22,8 @@ class InputError(ValueError):
         self.line = line
         self.field = field
         self.message = message
-        where = []
-        if self.path:
-            where.append(self.path)
-        if line is not None:
-            where.append(f"line {line}")
-        if field:
-            where.append(f"field '{field}'")
-        prefix = ": ".join([", ".join(where)]) if where else ""
+        where = [self.path, f"line {line}" if line is not None else None, f"field '{field}'" if field else None]
+        prefix = ", ".join(w for w in where if w)
         super().__init__(f"{prefix}: {message}" if prefix else message)
 
 

@@ -43,23 +43,6 @@ def lock_path(target: str | Path) -> Path:
     return target.parent / f".{target.name}.lock"
 
 
-def holder_pid(target: str | Path) -> int | None:
-    """The pid recorded by the current holder of `target`'s lock, or None when nobody holds it."""
-    path = lock_path(target)
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return _read_pid(fd)
-        return None  # we could take it: nobody holds it
-    finally:
-        os.close(fd)
-
-
 def _read_pid(fd: int) -> int | None:
     try:
         return int(os.pread(fd, 32, 0).decode().strip())

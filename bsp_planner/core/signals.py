@@ -67,10 +67,6 @@ def default_while_starting(argv0: str | None = None) -> None:
         signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def signal_name(signum: int) -> str:
-    return signal.Signals(signum).name
-
-
 def _raise_once(signum: int, frame: object) -> None:
     first = not _received
     _received.append(signum)
@@ -171,18 +167,12 @@ def _libc_prctl():
 _PRCTL = _libc_prctl()  # looked up here, never between fork and exec
 
 
-def parent_death_signal(signum: int) -> None:
-    """Linux: this process gets `signum` when its parent exits, even by SIGKILL (a no-op without prctl).
-    Safe between fork and exec (``preexec_fn``): one system call."""
-    if _PRCTL is not None:
-        _PRCTL(PR_SET_PDEATHSIG, signum, 0, 0, 0)
-
-
 def die_with(parent_pid: int | None, signum: int = signal.SIGTERM) -> None:
     """In a child (a forked helper, or between fork and exec in ``preexec_fn``): get `signum` when the
     parent dies, and end now (exit 1) if `parent_pid`, the process that started it, already went between
-    the fork and this call. Plain system calls only."""
-    parent_death_signal(signum)
+    the fork and this call. Plain system calls only (Linux's prctl; without it no death signal)."""
+    if _PRCTL is not None:
+        _PRCTL(PR_SET_PDEATHSIG, signum, 0, 0, 0)
     if parent_pid is not None and os.getppid() != parent_pid:
         os._exit(1)
 
@@ -191,7 +181,5 @@ def kill_group(leader_pid: int, signum: int = signal.SIGKILL) -> None:
     """Signal the process group a child leads (one started with ``start_new_session``: its group id is its
     pid). A group that has already ended, or that is no longer ours to signal, is left as it is: the
     callers are stopping it either way."""
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(leader_pid, signum)
-    except (ProcessLookupError, PermissionError):
-        pass

@@ -205,75 +205,66 @@ class Experiment:
 
     def validate(self, path: str | Path | None = None) -> None:
         """The rules that tie fields together (each field's own range is checked when it is read)."""
-        validate(self)
+
+        def bad(message: str, field: str) -> InputError:
+            return InputError(message, path=self.path, field=field)
+
+        for fname, what in (("strategies", "strategy"), ("modes", "mode")):
+            items = getattr(self, fname)
+            twice = sorted({s for s in items if items.count(s) > 1})
+            if twice:  # it would run twice and write two identical rows
+                raise bad(
+                    f"{what} {', '.join(repr(s) for s in twice)} is listed more than once; list each {what} once", fname
+                )
+        c = self.cpu
+        if not c.max_millicores >= c.min_millicores:
+            raise bad(
+                f"expected 0 < min_millicores <= max_millicores and step_millicores > 0, got "
+                f"min={c.min_millicores:g}, step={c.step_millicores:g}, max={c.max_millicores:g}",
+                "cpu",
+            )
+        span = (c.max_millicores - c.min_millicores) / c.step_millicores
+        if abs(span - round(span)) > 1e-9:
+            raise bad(
+                f"max_millicores ({c.max_millicores:g}) is not reachable from min_millicores ({c.min_millicores:g}) "
+                f"in steps of {c.step_millicores:g}",
+                "cpu.max_millicores",
+            )
+        if span > 100_000:
+            raise bad(
+                f"{span:.0f} CPU levels between min_millicores and max_millicores; expected at most 100000 "
+                "(raise step_millicores)",
+                "cpu.step_millicores",
+            )
+        pl = self.planner
+        if self.forecast.horizon < pl.horizon:
+            raise bad(
+                f"forecast horizon {self.forecast.horizon} is shorter than the planner horizon {pl.horizon}",
+                "forecast.horizon",
+            )
+        seen: dict[str, int] = {}
+        for j, nd in enumerate(self.node):
+            if nd.name in seen:
+                raise bad(
+                    f"node name {nd.name!r} is also node[{seen[nd.name]}]'s; give every node its own name",
+                    f"node[{j}].name",
+                )
+            seen[nd.name] = j
+        if self.interference.pairs is not None and not self.node:
+            raise bad(
+                "a pair profile says how tasks that share a node slow each other; this experiment has no [[node]] "
+                "tables (one pool): describe its nodes or remove interference.pairs",
+                "interference.pairs",
+            )
+        lo, hi = self.workload_range
+        if not hi > lo:
+            raise bad(f"expected low < high, got {list(self.workload_range)}", "workload_range")
 
 
 def apply_overrides(exp: Experiment, overrides: list[str]) -> Experiment:
     """Apply `key=value` overrides, e.g. `steps=100`, `cpu.budget_millicores=6000`, `modes=perfect`;
     checked like the file's own values. Returns the updated experiment."""
     return _settings.apply_overrides(exp, overrides, flag="--set")
-
-
-def validate(exp: Experiment) -> None:
-    p = exp.path
-    for fname, what in (("strategies", "strategy"), ("modes", "mode")):
-        items = getattr(exp, fname)
-        twice = sorted({s for s in items if items.count(s) > 1})
-        if twice:  # it would run twice and write two identical rows
-            raise InputError(
-                f"{what} {', '.join(repr(s) for s in twice)} is listed more than once; list each {what} once",
-                path=p,
-                field=fname,
-            )
-    c = exp.cpu
-    if not c.max_millicores >= c.min_millicores:
-        raise InputError(
-            f"expected 0 < min_millicores <= max_millicores and step_millicores > 0, got "
-            f"min={c.min_millicores:g}, step={c.step_millicores:g}, max={c.max_millicores:g}",
-            path=p,
-            field="cpu",
-        )
-    span = (c.max_millicores - c.min_millicores) / c.step_millicores
-    if abs(span - round(span)) > 1e-9:
-        raise InputError(
-            f"max_millicores ({c.max_millicores:g}) is not reachable from min_millicores ({c.min_millicores:g}) "
-            f"in steps of {c.step_millicores:g}",
-            path=p,
-            field="cpu.max_millicores",
-        )
-    if span > 100_000:
-        raise InputError(
-            f"{span:.0f} CPU levels between min_millicores and max_millicores; expected at most 100000 "
-            "(raise step_millicores)",
-            path=p,
-            field="cpu.step_millicores",
-        )
-    pl = exp.planner
-    if exp.forecast.horizon < pl.horizon:
-        raise InputError(
-            f"forecast horizon {exp.forecast.horizon} is shorter than the planner horizon {pl.horizon}",
-            path=p,
-            field="forecast.horizon",
-        )
-    seen: dict[str, int] = {}
-    for j, nd in enumerate(exp.node):
-        if nd.name in seen:
-            raise InputError(
-                f"node name {nd.name!r} is also node[{seen[nd.name]}]'s; give every node its own name",
-                path=p,
-                field=f"node[{j}].name",
-            )
-        seen[nd.name] = j
-    if exp.interference.pairs is not None and not exp.node:
-        raise InputError(
-            "a pair profile says how tasks that share a node slow each other; this experiment has no [[node]] "
-            "tables (one pool): describe its nodes or remove interference.pairs",
-            path=p,
-            field="interference.pairs",
-        )
-    lo, hi = exp.workload_range
-    if not hi > lo:
-        raise InputError(f"expected low < high, got {list(exp.workload_range)}", path=p, field="workload_range")
 
 
 def load_experiment(path: str | Path, overrides: list[str] | None = None) -> Experiment:

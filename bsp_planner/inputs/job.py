@@ -56,16 +56,13 @@ included; `last_row` may be left out to mean "to the end of the file".
 
 from __future__ import annotations
 
-import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..core.errors import InputError
-from ..core.stressors import KNOWN_STRESSORS
-from .settings import load_settings, read_toml, setting
-
-TASK_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,62}")
+from .job_specs import JobFile
+from .settings import load_settings, read_toml
 
 
 @dataclass(frozen=True)
@@ -75,36 +72,6 @@ class SeriesRef:
     file: Path
     first_row: int = 0
     last_row: int | None = None
-
-
-PLACEHOLDERS = ("workload", "step", "task", "run_dir", "python", "job_dir", "port", "port:NAME", "host:NAME")
-
-# A container image reference: [registry[:port]/]path[:tag][@algorithm:hex] (the grammar of
-# distribution/reference, lowercase path components, a tag of at most 128 word characters, '.' and '-').
-_IMAGE_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
-_IMAGE_REGISTRY = (
-    r"(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*(?::[0-9]+)?/)?"
-)
-IMAGE_REFERENCE = re.compile(
-    rf"^{_IMAGE_REGISTRY}{_IMAGE_COMPONENT}(?:/{_IMAGE_COMPONENT})*(?::[\w][\w.-]{{0,127}})?"
-    r"(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?$"
-)
-
-
-def image_problem(image: str) -> str | None:
-    """Why `image` is not a container image reference (None if it is one)."""
-    if not image.strip():
-        return "an empty image name"
-    if image != image.strip() or any(c.isspace() for c in image):
-        return f"{image!r} contains whitespace"
-    if len(image) > 255 + 128 + 80:
-        return f"{image[:40]!r}... is too long for an image reference"
-    if not IMAGE_REFERENCE.match(image):
-        return (
-            f"{image!r} is not an image reference (expected [registry[:port]/]name[:tag][@sha256:digest], "
-            "the name in lowercase, e.g. ghcr.io/me/kernel:1.2)"
-        )
-    return None
 
 
 def format_workload(workload: float) -> str:
@@ -154,11 +121,6 @@ class Task:
         if self.process is not None:
             return {"process": list(self.process), "workers": self.workers, **image}
         return {"stressor": self.stressor, "ops_per_unit": self.ops_per_unit, "workers": self.workers}
-
-    @property
-    def stateful(self) -> bool:
-        """A long-running program that keeps its state in memory: recreating it would lose that state."""
-        return self.kind == "process"
 
     def step_args(
         self,
@@ -250,252 +212,6 @@ class Job:
         raise InputError(f"unknown task '{name}'; the job has {', '.join(self.task_names)}", path=self.path)
 
 
-@dataclass
-class SeriesSpec:
-    """A task's `series = {file, first_row, last_row}` table as written in the job file."""
-
-    file: str = setting()
-    first_row: int = setting(0, ge=0)
-    last_row: int | None = setting(None, ge=0)
-
-
-@dataclass
-class TaskSpec:
-    """One `[[task]]` table as written in the job file."""
-
-    name: str = setting()
-    stressor: str | None = setting(None)
-    ops_per_unit: float | None = setting(None, gt=0)  # stressor tasks only
-    command: list[str] | None = setting(None, min_items=1)
-    process: list[str] | None = setting(None, min_items=1)
-    series: SeriesSpec | None = setting(None)  # command/process tasks: optional (workloads observed)
-    image: str | None = setting(None)  # Kubernetes: the container image of a command/process task
-    workers: int | None = setting(None, ge=1)  # None: the job's `workers`
-    restorable: bool = setting(False)  # its program restores from its own checkpoint when restarted
-
-
-@dataclass
-class ReadySpec:
-    """A service's `ready = { tcp_port = ... }` or `ready = { log_line = ... }`."""
-
-    tcp_port: int | str | None = setting(None)
-    log_line: str | None = setting(None)
-
-
-@dataclass
-class ServiceSpec:
-    """One `[[service]]` table as written in the job file."""
-
-    name: str = setting()
-    command: list[str] = setting(min_items=1)
-    ready: ReadySpec | None = setting(None)  # None: ready once started
-    ready_timeout_s: float = setting(30.0, gt=0)
-    env: dict[str, str] = setting(default_factory=dict)
-    on_failure: str = setting("fail", choices=("fail", "restart"))
-    max_restarts: int = setting(3, ge=0)
-
-
-@dataclass
-class JobFile:
-    """A job file's top level; every key of it and of its `[[task]]` tables is checked."""
-
-    name: str | None = None  # None: the file's stem
-    description: str = ""
-    workers: int = setting(1, ge=1)
-    sync: str = setting("barrier", choices=("barrier", "observe"))
-    task: list[TaskSpec] = setting(default_factory=list)
-    service: list[ServiceSpec] = setting(default_factory=list)
-
-    def validate(self, path: str | Path | None = None) -> None:
-        if not self.task:
-            raise InputError("the job has no tasks; add at least one [[task]] table", path=path, field="task")
-        self._check_services(path)
-        seen: set[str] = set()
-        if self.sync == "observe" and any(t.process is None and not _image_only(t) for t in self.task):
-            raise InputError(
-                'sync = "observe" needs every task to be a `process` (the application synchronises itself; '
-                "our worker runs stressors and commands under our barrier)",
-                path=path,
-                field="sync",
-            )
-        for i, t in enumerate(self.task):
-            if not TASK_NAME.fullmatch(t.name):  # it names files (forecasts, logs), cgroups and znodes
-                raise InputError(
-                    f"expected a task name of letters, digits, '_', '-' or '.' (at most 63, not starting with "
-                    f"'.' or '-'), got {t.name!r}",
-                    path=path,
-                    field=f"task[{i}].name",
-                )
-            if t.name in seen:
-                raise InputError(f"duplicate task name '{t.name}'", path=path, field=f"task[{i}].name")
-            seen.add(t.name)
-            kinds = [k for k in ("stressor", "command", "process") if getattr(t, k) is not None]
-            if _image_only(t):  # the image's own ENTRYPOINT/CMD is the task's long-running process
-                kinds = ["process"]
-            if len(kinds) != 1:
-                raise InputError(
-                    f"task '{t.name}' must give exactly one of stressor, command or process"
-                    + (f", not {' and '.join(kinds)}" if kinds else ""),
-                    path=path,
-                    field=f"task[{i}]",
-                )
-            for k in ("command", "process"):
-                argv = getattr(t, k)
-                if argv is not None and (not argv[0].strip() or any("\0" in a for a in argv)):
-                    raise InputError(
-                        f"expected a program and its arguments in task '{t.name}', got {argv!r}",
-                        path=path,
-                        field=f"task[{i}].{k}",
-                    )
-            if t.image is not None:
-                self._check_image(t, i, kinds[0], path)
-            if t.stressor is None:
-                if t.ops_per_unit is not None:
-                    raise InputError(
-                        f"ops_per_unit applies to stressor tasks only; task '{t.name}' runs a {kinds[0]}",
-                        path=path,
-                        field=f"task[{i}].ops_per_unit",
-                    )
-                if t.series is not None:
-                    self._check_rows(t, i, path)
-                continue
-            if t.ops_per_unit is None:
-                raise InputError(
-                    f"task '{t.name}' needs ops_per_unit (bogo-ops per workload unit)",
-                    path=path,
-                    field=f"task[{i}].ops_per_unit",
-                )
-            if t.series is None:
-                raise InputError(
-                    f"task '{t.name}' needs a series = {{ file = ... }}", path=path, field=f"task[{i}].series"
-                )
-            if t.stressor not in KNOWN_STRESSORS:
-                raise InputError(
-                    f"unknown stress-ng stressor '{t.stressor}' in task '{t.name}' "
-                    "(see `stress-ng --stressors` for the names)",
-                    path=path,
-                    field=f"task[{i}].stressor",
-                )
-            self._check_rows(t, i, path)
-
-    def _check_services(self, path) -> None:
-        """Unique names among tasks and services, runnable commands, a sound readiness check, and every
-        `{port:NAME}` naming a task or service of the job."""
-        names = [t.name for t in self.task]
-        for i, sv in enumerate(self.service):
-            where = f"service[{i}]"
-            if not sv.name.strip() or sv.name in names:
-                raise InputError(
-                    f"expected a service name unique among the job's tasks and services, got {sv.name!r}",
-                    path=path,
-                    field=f"{where}.name",
-                )
-            names.append(sv.name)
-            if not sv.command[0].strip() or any("\0" in a for a in sv.command):
-                raise InputError(
-                    f"expected a program and its arguments in service '{sv.name}', got {sv.command!r}",
-                    path=path,
-                    field=f"{where}.command",
-                )
-            if sv.ready is not None:
-                r = sv.ready
-                if (r.tcp_port is None) == (r.log_line is None):
-                    raise InputError(
-                        f"service '{sv.name}': expected ready = {{ tcp_port = ... }} or ready = {{ log_line = ... }}, "
-                        "exactly one of them",
-                        path=path,
-                        field=f"{where}.ready",
-                    )
-                if isinstance(r.tcp_port, int) and not 0 < r.tcp_port < 65536:
-                    raise InputError(
-                        f'expected a TCP port 1..65535 or a placeholder such as "{{port}}", got {r.tcp_port!r}',
-                        path=path,
-                        field=f"{where}.ready.tcp_port",
-                    )
-                if isinstance(r.tcp_port, str) and not re.fullmatch(r"\s*(\d+|\{port(:[^{}]+)?\})\s*", r.tcp_port):
-                    raise InputError(
-                        f'expected a TCP port or a placeholder such as "{{port}}" or "{{port:NAME}}", got {r.tcp_port!r}',
-                        path=path,
-                        field=f"{where}.ready.tcp_port",
-                    )
-                if r.log_line is not None:
-                    try:
-                        re.compile(r.log_line)
-                    except re.error as exc:
-                        raise InputError(
-                            f"service '{sv.name}': expected a regular expression, got {r.log_line!r} ({exc})",
-                            path=path,
-                            field=f"{where}.ready.log_line",
-                        ) from None
-            bad_env = [k for k in sv.env if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k)]
-            if bad_env:
-                raise InputError(
-                    f"service '{sv.name}': expected environment variable names, got {bad_env[0]!r}",
-                    path=path,
-                    field=f"{where}.env",
-                )
-        from .placeholders import host_refs, port_refs
-
-        services = [sv.name for sv in self.service]
-
-        def check_refs(args, where: str) -> None:
-            for a in args:
-                for ref in port_refs(a):
-                    if ref not in names:
-                        raise InputError(
-                            f"{{port:{ref}}} names no task or service of the job (known: {', '.join(names)})",
-                            path=path,
-                            field=where,
-                        )
-                for ref in host_refs(a):
-                    if ref not in services:
-                        raise InputError(
-                            f"{{host:{ref}}} names no service of the job (services: {', '.join(services) or 'none'})",
-                            path=path,
-                            field=where,
-                        )
-
-        for i, t in enumerate(self.task):
-            for k in ("command", "process"):
-                check_refs(getattr(t, k) or [], f"task[{i}].{k}")
-        for i, sv in enumerate(self.service):
-            check_refs(sv.command, f"service[{i}].command")
-            check_refs(sv.env.values(), f"service[{i}].env")
-            if sv.ready is not None and isinstance(sv.ready.tcp_port, str):
-                check_refs([sv.ready.tcp_port], f"service[{i}].ready.tcp_port")
-
-    @staticmethod
-    def _check_image(t: TaskSpec, i: int, kind: str, path) -> None:
-        assert t.image is not None  # the caller checks
-        if kind == "stressor":
-            raise InputError(
-                f"task '{t.name}' gives an image but runs a stress-ng stressor: `image` goes with `command`, with "
-                "`process`, or alone (the image runs as built); stressor tasks run in the run's image, --image",
-                path=path,
-                field=f"task[{i}].image",
-            )
-        problem = image_problem(t.image)
-        if problem:
-            raise InputError(f"task '{t.name}': {problem}", path=path, field=f"task[{i}].image")
-
-    @staticmethod
-    def _check_rows(t: TaskSpec, i: int, path) -> None:
-        assert t.series is not None  # the callers check
-        first, last = t.series.first_row, t.series.last_row
-        if last is not None and last < first:
-            raise InputError(
-                f"expected 0 <= first_row <= last_row in task '{t.name}', got {first!r}..{last!r}",
-                path=path,
-                field=f"task[{i}].series",
-            )
-
-
-def _image_only(t: TaskSpec) -> bool:
-    """An `image` without stressor, command or process: the task runs the image as built (its ENTRYPOINT
-    and CMD), a long-running program that joins the run through bsp_planner.task (a `process` task)."""
-    return t.image is not None and t.stressor is None and t.command is None and t.process is None
-
-
 def load_job(path: str | Path) -> Job:
     """Read and validate a job file; every problem is an InputError naming the file and field."""
     path = Path(path)
@@ -512,7 +228,7 @@ def load_job(path: str | Path) -> Job:
             ),
             workers=t.workers if t.workers is not None else spec.workers,
             command=_program(t.command, path, in_image=t.image is not None),
-            process=() if _image_only(t) else _program(t.process, path, in_image=t.image is not None),
+            process=() if t.image_only else _program(t.process, path, in_image=t.image is not None),
             image=t.image,
             restorable=t.restorable,
             job_dir=str(path.resolve().parent),
@@ -567,8 +283,3 @@ def _job_file_arg(arg: str, base: Path) -> str:
         return str(candidate.resolve()) if candidate.is_file() else arg
     except (OSError, ValueError):
         return arg
-
-
-def missing_series(job: Job) -> list[str]:
-    """The tasks without a series: their workloads are observed as the job runs."""
-    return [t.name for t in job.tasks if t.series is None]

@@ -112,21 +112,10 @@ def load_pair_profile(path: str | Path) -> PairProfile:
             )
         seen[(task, co_task)] = line
         vals = {c: _number(v.strip(), path, line, c) for c, v in zip(COLUMNS[2:], rec[2:], strict=True)}
-        runs = vals["runs"]
+        runs = vals.pop("runs")
         if runs != int(runs):
             raise InputError(f"runs: expected a whole number, got {rec[5]!r}", path=path, line=line)
-        rows.append(
-            PairRow(
-                task,
-                co_task,
-                vals["slowdown"],
-                vals["solo_s"],
-                vals["co_s"],
-                int(runs),
-                vals["cpu_millicores"],
-                vals["workload"],
-            )
-        )
+        rows.append(PairRow(task, co_task, runs=int(runs), **vals))
     if not rows:
         raise InputError("the pair profile has no rows; measure it with `bsp-planner profile pairs`", path=path)
     return PairProfile(path, tuple(rows))
@@ -138,16 +127,6 @@ def write_pair_profile(path: str | Path, rows: Sequence[PairRow]) -> None:
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(COLUMNS)
     for r in rows:
-        w.writerow(
-            [
-                r.task,
-                r.co_task,
-                f"{r.slowdown:.4f}",
-                f"{r.solo_s:.4f}",
-                f"{r.co_s:.4f}",
-                r.runs,
-                f"{r.cpu_millicores:g}",
-                f"{r.workload:g}",
-            ]
-        )
+        measured = [f"{v:.4f}" for v in (r.slowdown, r.solo_s, r.co_s)]
+        w.writerow([r.task, r.co_task, *measured, r.runs, f"{r.cpu_millicores:g}", f"{r.workload:g}"])
     atomic.write_text(path, buf.getvalue())

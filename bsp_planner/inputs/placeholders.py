@@ -89,18 +89,15 @@ def run_env(name: str, ports: Mapping[str, int], job_dir: str) -> dict[str, str]
 def values_from_env(env: Mapping[str, str]) -> dict[str, str]:
     """:func:`run_values` as a process rebuilds them from the environment :func:`run_env` gave it."""
     values: dict[str, str] = {}
-    for item in env.get(ENV_PORTS, "").split(","):
-        n, sep, p = item.partition("=")
-        if sep:
-            values[f"port:{n}"] = p
+    for variable, placeholder in ((ENV_PORTS, "port"), (ENV_HOSTS, "host")):  # "name=value,name=value"
+        for item in env.get(variable, "").split(","):
+            n, sep, v = item.partition("=")
+            if sep:
+                values[f"{placeholder}:{n}"] = v
     if env.get(ENV_PORT):
         values["port"] = env[ENV_PORT]
     if env.get(ENV_JOB_DIR):
         values["job_dir"] = env[ENV_JOB_DIR]
-    for item in env.get(ENV_HOSTS, "").split(","):
-        n, sep, h = item.partition("=")
-        if sep:
-            values[f"host:{n}"] = h
     return values
 
 

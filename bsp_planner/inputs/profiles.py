@@ -39,18 +39,18 @@ class Profile:
     tasks: dict[str, TaskProfile]
     metadata: dict
 
+    def _common(self, axis: str) -> tuple[float, float]:
+        """The range of `axis` every task measured (the intersection)."""
+        grids = [getattr(p, axis) for p in self.tasks.values()]
+        return max(float(g[0]) for g in grids), min(float(g[-1]) for g in grids)
+
     @property
     def cpu_range(self) -> tuple[float, float]:
-        """The CPU range every task measured (the intersection)."""
-        lo = max(float(p.cpu_millicores[0]) for p in self.tasks.values())
-        hi = min(float(p.cpu_millicores[-1]) for p in self.tasks.values())
-        return lo, hi
+        return self._common("cpu_millicores")
 
     @property
     def workload_range(self) -> tuple[float, float]:
-        lo = max(float(p.workloads[0]) for p in self.tasks.values())
-        hi = min(float(p.workloads[-1]) for p in self.tasks.values())
-        return lo, hi
+        return self._common("workloads")
 
     def check_job(self, task_names: list[str]) -> None:
         """Every job task must be profiled. A profile may hold more tasks than the job (a smaller job

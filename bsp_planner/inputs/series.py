@@ -201,11 +201,6 @@ class JobSeries:
     def task_names(self) -> list[str]:
         return [s.task for s in self.series]
 
-    @property
-    def test_length(self) -> int:
-        """Steps every task's test half can supply."""
-        return min(len(s.test) for s in self.series)
-
     def workloads(self, start: int, steps: int, *, path: Path | None = None) -> np.ndarray:
         """Actual workloads of steps start..start+steps-1 of the test halves: (tasks, steps)."""
         self.check_length(start, steps, path=path)

@@ -78,20 +78,10 @@ def setting_fields(cls: type) -> dict[str, dataclasses.Field]:
     return {f.name: f for f in dataclasses.fields(cls) if not f.metadata.get(_INTERNAL)}
 
 
-def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
-
-
 def describe(tp: Any) -> str:
     """A type as a user reads it in an error: 'int', 'a number', 'list of int', 'one of a, b'."""
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
-    if tp is float:
-        return "float"
-    if tp is int:
-        return "int"
-    if tp is str:
-        return "str"
     if tp is bool:
         return "true or false"
     if origin is Literal:
@@ -158,35 +148,23 @@ def _coerce(value: Any, tp: Any, from_text: bool, typed: bool = False) -> Any:
         if isinstance(value, str) and value.strip().lower() in ("true", "false"):
             return value.strip().lower() == "true"
         raise _Bad()
-    if tp is int:
+    if tp in (int, float):
         if isinstance(value, bool):
             raise _Bad()
         if isinstance(value, str):
             try:
-                value = float(value.strip()) if any(c in value for c in ".eE") else int(value.strip())
-            except ValueError:
-                raise _Bad() from None
-        if isinstance(value, float):
-            if not math.isfinite(value) or not value.is_integer():
-                raise _Bad()
-            value = int(value)
-        if not isinstance(value, int):
-            raise _Bad()
-        return value
-    if tp is float:
-        if isinstance(value, bool):
-            raise _Bad()
-        if isinstance(value, str):
-            try:
-                value = float(value.strip())
+                value = float(value.strip()) if tp is float or any(c in value for c in ".eE") else int(value.strip())
             except ValueError:
                 raise _Bad() from None
         if not isinstance(value, (int, float)):
             raise _Bad()
-        value = float(value)
-        if not math.isfinite(value):
-            raise _Bad("a finite number (not NaN or infinity)")
-        return value
+        if tp is float:
+            if not math.isfinite(value):
+                raise _Bad("a finite number (not NaN or infinity)")
+            return float(value)
+        if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
+            raise _Bad()
+        return int(value)
     if tp is str:
         if not isinstance(value, str):
             raise _Bad()
@@ -266,10 +244,6 @@ def coerce_field(
     return out
 
 
-def _unknown(key: str, known: list[str], where: str, path: str | Path | None) -> InputError:
-    return InputError(f"unknown setting; known settings here: {', '.join(sorted(known))}", path=path, field=where)
-
-
 def _build(
     cls: type[T], data: Any, base: T | None, prefix: str, path: str | Path | None, from_text: bool, typed: bool = False
 ) -> T:
@@ -278,12 +252,14 @@ def _build(
     if not isinstance(data, dict):
         raise InputError(f"expected a table of settings, got {data!r}", path=path, field=label)
     fields = setting_fields(cls)
-    hints = _hints(cls)
+    hints = typing.get_type_hints(cls)
     values: dict[str, Any] = {}
     for key, raw in data.items():
         where = f"{prefix}{key}"
         if key not in fields:
-            raise _unknown(key, list(fields), where, path)
+            raise InputError(
+                f"unknown setting; known settings here: {', '.join(sorted(fields))}", path=path, field=where
+            )
         tp = hints[key]
         values[key] = _value(
             tp, raw, getattr(base, key) if base is not None else None, fields[key], where, path, from_text, typed
@@ -492,7 +468,7 @@ def _override(obj: Any, parts: list[str], text: str, flag: str, where: str) -> A
         raise InputError(
             f"unknown setting in {flag} {where}={text}; known settings here: {', '.join(sorted(fields))}", field=where
         )
-    tp = _hints(cls)[key]
+    tp = typing.get_type_hints(cls)[key]
     current = getattr(obj, key)
     if len(parts) > 1:
         if not dataclasses.is_dataclass(tp):

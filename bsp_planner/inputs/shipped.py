@@ -111,8 +111,6 @@ def output_base(experiment_path: Path | None) -> Path:
 def describe_experiment(experiment_path: Path | None, out_dir: Path) -> str:
     """How outputs name the experiment they came from, never by a machine's absolute path: a shipped
     one by its name, another by its path relative to the output folder."""
-    import os
-
     if experiment_path is None:
         return "(built-in settings)"
     if is_shipped(experiment_path):

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 
 from ..core.errors import InputError
 from ..inputs.job import Task
-from .local import RunResult
+from .results import RunResult
 
 
 @dataclass(frozen=True)

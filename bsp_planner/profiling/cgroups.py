@@ -21,6 +21,7 @@ says which when it is missing.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import itertools
 import os
@@ -69,10 +70,6 @@ class Hierarchy:
 
     version: int  # 1 or 2
     root: Path
-
-    @property
-    def procs_file(self) -> str:
-        return "cgroup.procs"
 
 
 def detect_hierarchy(cgroup_root: Path = CGROUP_ROOT) -> Hierarchy:
@@ -127,11 +124,6 @@ def quota_us(millicores: float, period_us: int = CFS_PERIOD_US) -> int:
     return quota
 
 
-def _write(path: Path, text: str) -> None:
-    with open(path, "w") as fh:
-        fh.write(text)
-
-
 _counter = itertools.count()
 
 
@@ -157,7 +149,7 @@ class CpuQuotaGroup:
         self.millicores = millicores
         self.parent = self.hierarchy.root / prefix
         self.path = self.parent / self.name
-        self._procs = str(self.path / self.hierarchy.procs_file)
+        self._procs = str(self.path / "cgroup.procs")
         self.created = False
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -191,17 +183,17 @@ class CpuQuotaGroup:
         for group in (self.hierarchy.root, self.parent):
             control = group / "cgroup.subtree_control"
             if "cpu" not in control.read_text().split():
-                _write(control, "+cpu")
+                control.write_text("+cpu")
 
     def set_quota(self, millicores: float) -> None:
         """Limit the group to `millicores` (1000 = one CPU) per period, as a kubelet does."""
         quota = quota_us(millicores, self.period_us)
         try:
             if self.hierarchy.version == 1:
-                _write(self.path / "cpu.cfs_period_us", str(self.period_us))
-                _write(self.path / "cpu.cfs_quota_us", str(quota))
+                (self.path / "cpu.cfs_period_us").write_text(str(self.period_us))
+                (self.path / "cpu.cfs_quota_us").write_text(str(quota))
             else:
-                _write(self.path / "cpu.max", f"{quota} {self.period_us}")
+                (self.path / "cpu.max").write_text(f"{quota} {self.period_us}")
         except PermissionError as exc:
             raise _permission_error(self.path, exc) from exc
         self.millicores = millicores
@@ -219,9 +211,9 @@ class CpuQuotaGroup:
         try:
             for g in groups:
                 if self.hierarchy.version == 1:
-                    _write(g / "cpu.shares", str(shares))
+                    (g / "cpu.shares").write_text(str(shares))
                 else:
-                    _write(g / "cpu.weight", str(1 + ((shares - 2) * 9999) // (MAX_SHARES - 2)))
+                    (g / "cpu.weight").write_text(str(1 + ((shares - 2) * 9999) // (MAX_SHARES - 2)))
         except PermissionError as exc:
             raise _permission_error(self.path, exc) from exc
 
@@ -246,13 +238,6 @@ class CpuQuotaGroup:
         else:
             throttled_s = fields.get("throttled_time", 0) / 1e9
         return CpuStat(fields.get("nr_periods", 0), fields.get("nr_throttled", 0), throttled_s)
-
-    def add_pid(self, pid: int) -> None:
-        """Move a running process (and, on v1, only that thread group) into the group."""
-        try:
-            _write(Path(self._procs), str(pid))
-        except PermissionError as exc:
-            raise _permission_error(self.path, exc) from exc
 
     @property
     def preexec_fn(self) -> Callable[[], None]:
@@ -282,10 +267,8 @@ class CpuQuotaGroup:
 
     def kill_all(self, sig: int = signal.SIGKILL) -> None:
         for pid in self.pids():
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
 
     def remove(self, timeout_s: float = 5.0) -> None:
         """Kill whatever is left inside, then remove the group (and the prefix group once empty)."""
@@ -304,10 +287,8 @@ class CpuQuotaGroup:
                     raise
                 time.sleep(0.01)
         self.created = False
-        try:
+        with contextlib.suppress(OSError):
             self.parent.rmdir()  # only succeeds when no other group (another runner's) is inside
-        except OSError:
-            pass
 
     def __enter__(self) -> CpuQuotaGroup:
         return self.create()

@@ -137,10 +137,11 @@ def run(
     from ..inputs.job import load_job
     from ..inputs.profiles import metadata_path
     from .cgroups import quota_us
-    from .grid import validate_grid
+    from .grid import Grid, parse_levels, validate_grid
     from .local import LocalBackend
     from .process import ProcessSteps
-    from .runner import Grid, check_profile_path, failures_path, parse_levels, run_grid
+    from .profile_files import failures_path
+    from .runner import check_profile_path, run_grid
 
     console = Console()
     grid = Grid(parse_levels(cpu, "--cpu"), parse_levels(workloads, "--workloads"), repeats)
@@ -228,9 +229,9 @@ def pairs(
     from ..core.outputs import check_output_file
     from ..inputs.job import load_job
     from .cgroups import quota_us
+    from .grid import select_tasks
     from .local import LocalBackend
     from .pairs import measure_pairs, meta_path, runs_path
-    from .runner import select_tasks
 
     if out.suffix.lower() != ".csv" or (out.exists() and not out.is_file()):
         raise InputError("expected a .csv file path for the pair profile", path=out, field="--out")
@@ -308,8 +309,8 @@ def calibrate(
     from ..inputs.job import load_job
     from .calibrate import calibrate_task
     from .cgroups import quota_us
+    from .grid import select_tasks
     from .local import LocalBackend
-    from .runner import select_tasks
 
     if not target_s > 0:
         raise InputError(f"expected a positive number of seconds, got {target_s:g}", field="--target-s")
@@ -350,28 +351,13 @@ def calibrate(
 def _calibration_table(results: list[Calibration], cpu: float, workload: float, target_s: float) -> Table:
     from rich.table import Table
 
-    table = Table(
-        "task",
-        "ops_per_unit now",
-        "s now",
-        "suggested",
-        "s (median)",
-        "t(cpu/2)/t",
-        "t(2w)/t",
-        "runs",
-        title=f"one run at {cpu:g}m, workload {workload:g}; target {target_s:g} s",
-    )
+    columns = ("task", "ops_per_unit now", "s now", "suggested", "s (median)", "t(cpu/2)/t", "t(2w)/t", "runs")
+    table = Table(*columns, title=f"one run at {cpu:g}m, workload {workload:g}; target {target_s:g} s")
     for r in results:
-        table.add_row(
-            r.task,
-            f"{r.old_ops_per_unit:g}",
-            f"{r.old_duration_s:.3f}" if r.old_duration_s else "failed",
-            f"{r.ops_per_unit:g}",
-            f"{r.duration_s:.3f}",
-            f"{r.cpu_ratio:.2f}" if r.cpu_ratio else "-",
-            f"{r.workload_ratio:.2f}" if r.workload_ratio else "-",
-            str(r.runs),
-        )
+        now = f"{r.old_duration_s:.3f}" if r.old_duration_s else "failed"
+        ratios = [f"{x:.2f}" if x else "-" for x in (r.cpu_ratio, r.workload_ratio)]
+        suggested = [f"{r.ops_per_unit:g}", f"{r.duration_s:.3f}"]
+        table.add_row(r.task, f"{r.old_ops_per_unit:g}", now, *suggested, *ratios, str(r.runs))
     return table
 
 
@@ -394,15 +380,8 @@ def heatmap(
     out_dir = out_dir or profile.parent / "heatmaps"
     check_output_dir(out_dir, "--out-dir")
     paths = write_heatmaps(prof, out_dir)
-    table = Table(
-        "task",
-        "min s",
-        "max s",
-        "cpu exponent",
-        "workload exponent",
-        "png",
-        title="duration ~ workload^b x cpu^-a (1 and 1 = ideal)",
-    )
+    columns = ("task", "min s", "max s", "cpu exponent", "workload exponent", "png")
+    table = Table(*columns, title="duration ~ workload^b x cpu^-a (1 and 1 = ideal)")
     for p, (name, tp) in zip(paths, prof.tasks.items(), strict=True):
         a, b = scaling_exponents(tp)
         table.add_row(name, f"{tp.duration_s.min():.2f}", f"{tp.duration_s.max():.2f}", f"{a:.2f}", f"{b:.2f}", str(p))

@@ -36,15 +36,8 @@ def plot_task(tp: TaskProfile, path: Path, *, title: str = "", note: str = "") -
     mid = np.sqrt(d.min() * d.max())
     for i in range(d.shape[0]):
         for j in range(d.shape[1]):
-            ax.text(
-                j,
-                i,
-                f"{d[i, j]:.2f}",
-                ha="center",
-                va="center",
-                fontsize=9,
-                color="white" if d[i, j] < mid else "black",
-            )
+            color = "white" if d[i, j] < mid else "black"
+            ax.text(j, i, f"{d[i, j]:.2f}", ha="center", va="center", fontsize=9, color=color)
     cbar = fig.colorbar(im, ax=ax)
     if norm is not None:  # plain seconds on the log scale, not 6x10^-1
         from matplotlib.ticker import FixedLocator, NullLocator

@@ -15,6 +15,7 @@ which then kills the whole group and removes the cgroup.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import resource
@@ -44,10 +45,8 @@ from .cgroups import (
     quota_us,
     remove_stale_groups,
 )
-from .process import ProcessSteps, drive_process, kill_run
+from .process import ProcessSteps, drive_process, kill_run, stop_run
 from .results import RunResult, stderr_tail
-
-__all__ = ["LocalBackend", "RunResult", "check_program", "cpu_model"]
 
 STRESS_NG_INSTALL = "apt-get install stress-ng"
 SCRATCH_TMPFS = "/dev/shm"
@@ -83,12 +82,10 @@ def check_program(task: Task, job_path: Path | None = None) -> str:
 
 
 def cpu_model() -> str:
-    try:
+    with contextlib.suppress(OSError):
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.lower().startswith("model name"):
                 return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
     return platform.processor() or "unknown"
 
 
@@ -140,14 +137,12 @@ class LocalBackend:
         """The file system type of the runs' working directory (from /proc/mounts)."""
         cwd = str(self._cwd().resolve())
         best, fstype = "", "unknown"
-        try:
+        with contextlib.suppress(OSError):
             for line in Path("/proc/mounts").read_text().splitlines():
                 parts = line.split()
                 if len(parts) >= 3 and (cwd == parts[1] or cwd.startswith(parts[1].rstrip("/") + "/")):
                     if len(parts[1]) > len(best):
                         best, fstype = parts[1], parts[2]
-        except OSError:
-            pass
         return fstype
 
     def close(self) -> None:
@@ -301,11 +296,7 @@ class LocalBackend:
         except BaseException:
             # Ctrl-C or anything else: no stress-ng may outlive the run, nor its cgroup
             if proc is not None:
-                kill_run(proc, group)
-                try:
-                    proc.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    pass
+                stop_run(proc, group)
             raise
         if proc.returncode != 0:
             detail = stderr_tail(err)

@@ -27,13 +27,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..core import atomic
 from ..core.errors import InputError
 from ..inputs.job import Job, Task
 from ..inputs.pair_profiles import PairRow, write_pair_profile
 from .grid import level_text
 from .process import kill_run
-from .profile_files import append_line, csv_line, ensure_csv, write_json
-from .profile_meta import host_info, load_avg_1m, now_text
+from .profile_files import append_line, csv_line, ensure_csv
+from .profile_meta import close_session, host_info, load_avg_1m, now_text
 from .results import RunResult
 
 if TYPE_CHECKING:
@@ -233,15 +234,7 @@ def measure_pairs(
         if rows:
             write_pair_profile(out, rows)
         meta["pairs"] = len(rows)
-        session.update(
-            finished=now_text(),
-            load_average_1m_end=load_avg_1m(),
-            load_average_1m_mean=round(sum(loads) / len(loads), 2) if loads else None,
-            load_average_1m_max=max(loads) if loads else None,
-            measured=report.measured,
-            failed=len(report.failures),
-            wall_s=round(report.wall_s, 1),
-            interrupted=len(report.failures) + report.measured < len(todo),
-        )
-        write_json(meta_path(out), meta)
+        close_session(session, report, loads)
+        session["interrupted"] = len(report.failures) + report.measured < len(todo)
+        atomic.write_json(meta_path(out), meta)
     return report

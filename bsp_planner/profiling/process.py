@@ -29,6 +29,7 @@ wait for each step's report (the first one's includes the program's start-up).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -211,7 +212,7 @@ def drive_process(
             try:
                 failure = _follow(proc, group, follower, timeout_s, len(workloads), task.name, progress)
             except BaseException:
-                _kill(proc, group)
+                stop_run(proc, group)
                 raise
             if failure is not None and proc.returncode not in (None, 0):
                 err.seek(0)
@@ -277,7 +278,7 @@ def _follow(
                 )
             return None
         if time.monotonic() - last_progress > timeout_s:
-            _kill(proc, group)
+            stop_run(proc, group)
             return f"timeout: no step reported within {timeout_s:g} s {where}"
 
 
@@ -295,9 +296,8 @@ def kill_run(proc: subprocess.Popen, group: CpuQuotaGroup) -> None:
     group.kill_all()
 
 
-def _kill(proc: subprocess.Popen, group: CpuQuotaGroup) -> None:
+def stop_run(proc: subprocess.Popen, group: CpuQuotaGroup) -> None:
+    """Kill a profiled run (:func:`kill_run`) and wait a moment for its process to go."""
     kill_run(proc, group)
-    try:
+    with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        pass

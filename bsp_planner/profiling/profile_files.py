@@ -55,21 +55,15 @@ def ensure_csv(path: Path, columns: Sequence[str]) -> None:
             fh.truncate(len(keep))
 
 
-def has_rows(path: Path) -> bool:
-    with path.open() as fh:
-        next(fh, None)
-        return any(line.strip() for line in fh)
-
-
 def measured_cells(profile_path: Path) -> set[Cell]:
     """The cells a (possibly partial) profile already holds."""
-    if not profile_path.exists() or not has_rows(profile_path):
+    if not profile_path.exists():
         return set()
+    with profile_path.open() as fh:
+        next(fh, None)
+        if not any(line.strip() for line in fh):  # a header only: nothing measured yet
+            return set()
     return {
         (r["task"], float(r["workload"]), float(r["cpu_millicores"]), int(r["repeat"]))
         for r in read_profile_rows(profile_path)
     }
-
-
-def write_json(path: Path, data: dict) -> None:
-    atomic.write_json(path, data)

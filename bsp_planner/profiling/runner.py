@@ -22,21 +22,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from ..core import atomic
 from ..core.errors import InputError
 from ..core.outputs import check_output_file
 from ..inputs.job import Job, Task
-from ..inputs.profiles import PROFILE_COLUMNS, metadata_path, read_metadata, read_profile_rows
+from ..inputs.profiles import (
+    PROFILE_COLUMNS,
+    metadata_path,
+    read_metadata,
+    read_profile_rows,  # noqa: F401  (the k8s profiling tests read profiles as R.read_profile_rows)
+)
 from .grid import (
-    DEFAULT_CPU_MILLICORES,
-    DEFAULT_REPEATS,
     DEFAULT_TIMEOUT_S,
-    DEFAULT_WORKLOADS,
     Cell,
     Failure,
     Grid,
     GridReport,
     level_text,
-    parse_levels,
     plan_cells,
     select_tasks,
     validate_grid,
@@ -49,7 +51,6 @@ from .profile_files import (
     ensure_csv,
     failures_path,
     measured_cells,
-    write_json,
 )
 from .profile_meta import (
     check_compatible,
@@ -67,28 +68,6 @@ from .results import RunResult
 
 if TYPE_CHECKING:
     from rich.console import Console
-
-__all__ = [
-    "DEFAULT_CPU_MILLICORES",
-    "DEFAULT_REPEATS",
-    "DEFAULT_TIMEOUT_S",
-    "DEFAULT_WORKLOADS",
-    "FAILURE_COLUMNS",
-    "Backend",
-    "Cell",
-    "Failure",
-    "Grid",
-    "GridReport",
-    "failures_path",
-    "measured_cells",
-    "metadata_path",
-    "parse_levels",
-    "plan_cells",
-    "read_profile_rows",
-    "run_grid",
-    "select_tasks",
-    "validate_grid",
-]
 
 
 class Backend(Protocol):
@@ -121,7 +100,8 @@ def run_grid(
     :mod:`bsp_planner.profiling.process`); `timeout_s` bounds one run, or for a process one step."""
     out = Path(out)
     steps = process_steps or ProcessSteps()
-    _check_timeout(timeout_s)
+    if not (isinstance(timeout_s, (int, float)) and math.isfinite(timeout_s) and timeout_s > 0):
+        raise InputError(f"expected a positive number of seconds, got {timeout_s!r}", field="--timeout")
     grid = validate_grid(grid)
     selected = select_tasks(job, tasks)
     _check_process_support(backend, selected)
@@ -136,7 +116,7 @@ def run_grid(
     meta = merge_meta(meta, job, selected, grid, host_info(), backend_info, timeout_s, steps)
     meta.setdefault("sessions", []).append(session)
     finish_meta(meta, out)
-    write_json(metadata_path(out), meta)
+    atomic.write_json(metadata_path(out), meta)
 
     started = time.monotonic()
     loads: list[float] = []  # the 1-minute load average after each run: how busy the host was
@@ -152,16 +132,15 @@ def run_grid(
             if bar:
                 bar.start(batch.cells[0])
             results = run_batch(backend, batch, timeout_s, steps)
+            say = (bar.progress.console if bar else _stderr(console)).print
             if (stop := streaks.add(batch.task.name, [r for _, r in results])) is not None:
-                (bar.progress.console if bar else _stderr(console)).print(f"[red]{stop}[/]", highlight=False)
+                say(f"[red]{stop}[/]", highlight=False)
                 if callable(abandon := getattr(backend, "abandon", None)):
                     abandon(batch.task.name)  # a backend that runs cells ahead drops the task's
             for cell, result in results:
                 _record(out, cell, result, report)
                 if (note := self_sized(cell, result, warned)) is not None:
-                    (bar.progress.console if bar else _stderr(console)).print(
-                        f"[yellow]warning[/]: {note}", highlight=False
-                    )
+                    say(f"[yellow]warning[/]: {note}", highlight=False)
                 load = load_avg_1m()
                 if load is not None:
                     loads.append(load)
@@ -179,7 +158,7 @@ def run_grid(
         report.wall_s = time.monotonic() - started
         close_session(session, report, loads)
         finish_meta(meta, out)
-        write_json(metadata_path(out), meta)
+        atomic.write_json(metadata_path(out), meta)
     return report
 
 
@@ -246,11 +225,6 @@ def _stderr(console: Console | None) -> Console:
     from rich.console import Console
 
     return console if console is not None else Console(stderr=True)
-
-
-def _check_timeout(timeout_s: float) -> None:
-    if not (isinstance(timeout_s, (int, float)) and math.isfinite(timeout_s) and timeout_s > 0):
-        raise InputError(f"expected a positive number of seconds, got {timeout_s!r}", field="--timeout")
 
 
 def _check_process_support(backend: Backend, selected: Sequence[Task]) -> None:

@@ -97,6 +97,7 @@ def train(
     from ..core.outputs import check_output_dir, check_output_file
     from ..inputs.experiment import load_experiment
     from ..inputs.settings import flag_overrides
+    from .data import experiment_overrides
     from .settings import DEFAULT_AGENT_DIR, StepRange
 
     if shipped and agent is not None:
@@ -126,8 +127,7 @@ def train(
     # Every input checked before any training (or the shipped agent's folder) is touched.
     check_output_dir(out, "--run-dir")
     check_output_file(agent_path, "--shipped" if shipped else "--agent")
-    train_overrides = [f"start={s.train.start}", f"steps={s.train.steps}", f"modes={s.mode}"]  # as build_data does
-    load_experiment(s.experiment_path, list(s.overrides) + list(set_ or []) + train_overrides)
+    load_experiment(s.experiment_path, experiment_overrides(s, s.train, set_))  # as the training's build_data
     console.print(
         f"training {a.algo.upper()} for {a.timesteps} steps on steps {s.train} ({s.mode} mode; window {s.window}, "
         f"actions a0..a{s.horizon_actions}, seed {a.seed}); held-out evaluation on steps {s.eval}"
@@ -221,10 +221,9 @@ def evaluate(
     env_set: EnvSetOpt = None,
 ) -> None:
     """Run an agent and other planners on held-out steps; totals and reconfigurations."""
-    import json
-
     from rich.console import Console
 
+    from ..core import atomic
     from ..core.outputs import check_output_file
     from .agent import load_agent
     from .planner import default_agent_path
@@ -265,8 +264,7 @@ def evaluate(
             "out_of_sample": oos == "yes",
             "results": rows,
         }
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(results, indent=2) + "\n")
+        atomic.write_json(out, results)
         console.print(f"wrote {out}")
 
 

@@ -95,6 +95,11 @@ def from_context(
     )
 
 
+def experiment_overrides(s: EnvSettings, rng: StepRange, extra: list[str] | None = None) -> list[str]:
+    """The experiment as a step range of the environment sees it: its own overrides, `extra`, the range, the mode."""
+    return [*s.overrides, *(extra or []), f"start={rng.start}", f"steps={rng.steps}", f"modes={s.mode}"]
+
+
 def build_data(
     s: EnvSettings,
     split: str = "train",
@@ -109,16 +114,7 @@ def build_data(
     if split not in ("train", "eval"):
         raise ValueError(f"split must be 'train' or 'eval', got {split!r}")
     rng = s.train if split == "train" else s.eval
-    overrides = (
-        list(s.overrides)
-        + list(extra_overrides or [])
-        + [
-            f"start={rng.start}",
-            f"steps={rng.steps}",
-            f"modes={s.mode}",
-        ]
-    )
-    exp = load_experiment(s.experiment_path, overrides)
+    exp = load_experiment(s.experiment_path, experiment_overrides(s, rng, extra_overrides))
     scen = build_scenario(exp)
     label = scen.forecast_label[s.mode]
     return from_context(s, scen.contexts[s.mode], scen.actual, split, rng, label, scales, exp.planner)

@@ -228,16 +228,11 @@ def shipped_relative(path: Path | str) -> str:
         return str(p)
 
 
-def from_shipped(path: str) -> Path:
-    p = Path(path)
-    return p if p.is_absolute() else SHIPPED_ROOT / p
-
-
 def settings_from_dict(d: dict) -> EnvSettings:
     """Rebuild settings saved in an agent's metadata (paths relative to the file they came from)."""
     d = dict(d)
     name = d.pop("name", "agent")
     env_file = d.pop("env_file", None)
     d.pop("path", None)
-    base = EnvSettings(name=name, path=from_shipped(env_file) if env_file else None)
+    base = EnvSettings(name=name, path=SHIPPED_ROOT / env_file if env_file else None)
     return _settings.load_settings(EnvSettings, d, base=base)

@@ -98,18 +98,10 @@ def _make_model(s: EnvSettings, env, tb_dir: Path | None):
         device="cpu",
         tensorboard_log=str(tb_dir) if tb_dir is not None else None,
     )
-    if a.algo == "dqn":
-        return cls(
-            **common,
-            buffer_size=a.buffer_size,
-            learning_starts=a.learning_starts,
-            batch_size=a.batch_size,
-            train_freq=a.train_freq,
-            gradient_steps=a.gradient_steps,
-            target_update_interval=a.target_update_interval,
-            exploration_fraction=a.exploration_fraction,
-            exploration_final_eps=a.exploration_final_eps,
-        )
+    if a.algo == "dqn":  # the settings named as DQN's own arguments
+        dqn = ["buffer_size", "learning_starts", "batch_size", "train_freq", "gradient_steps"]
+        dqn += ["target_update_interval", "exploration_fraction", "exploration_final_eps"]
+        return cls(**common, **{k: getattr(a, k) for k in dqn})
     if a.algo == "ppo":
         return cls(**common, n_steps=a.n_steps, batch_size=min(a.batch_size, a.n_steps * a.n_envs), ent_coef=a.ent_coef)
     return cls(**common, n_steps=min(a.n_steps, 32), ent_coef=a.ent_coef)
@@ -326,36 +318,23 @@ def _versions() -> dict:
 
 
 def _write_evals(path: Path, evals: list[dict]) -> None:
+    columns = ["timesteps", "total_s", "compute_s", "reconfigurations", "train_total_s", "train_reconfigurations"]
     with path.open("w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(["timesteps", "total_s", "compute_s", "reconfigurations", "train_total_s", "train_reconfigurations"])
-        for e in evals:
-            w.writerow(
-                [
-                    e["timesteps"],
-                    e["total_s"],
-                    e["compute_s"],
-                    e["reconfigurations"],
-                    e["train_total_s"],
-                    e["train_reconfigurations"],
-                ]
-            )
+        w = csv.DictWriter(fh, columns, extrasaction="ignore")  # action_counts stays in summary.json
+        w.writeheader()
+        w.writerows(evals)
 
 
 def _monitor_episodes(folder: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(timesteps at episode end, episode reward, episode length) from Monitor CSVs."""
-    rs: list[float] = []
-    ls: list[int] = []
-    for f in sorted(folder.glob("*.monitor.csv")):
-        rows = f.read_text().splitlines()[2:]
-        for line in rows:
-            r, l_, _t = line.split(",")[:3]
-            rs.append(float(r))
-            ls.append(int(l_))
-    if not rs:
+    """(timesteps at episode end, episode reward, episode length) from Monitor CSVs, in the order the
+    episodes ended."""
+    from stable_baselines3.common.monitor import load_results
+
+    if not any(folder.glob("*.monitor.csv")):
         return np.array([]), np.array([]), np.array([])
-    ls_a = np.array(ls)
-    return np.cumsum(ls_a), np.array(rs), ls_a
+    episodes = load_results(str(folder))
+    lengths = episodes["l"].to_numpy(dtype=np.int64)
+    return np.cumsum(lengths), episodes["r"].to_numpy(dtype=np.float64), lengths
 
 
 def learning_curve(

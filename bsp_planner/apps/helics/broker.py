@@ -46,17 +46,8 @@ def find_broker() -> str | None:
 
 
 def broker_args(binary: str, federates: int, port: int, loglevel: str) -> list[str]:
-    return [
-        binary,
-        "-f",
-        str(federates),
-        "--coretype=zmq",
-        "--local_interface=tcp://127.0.0.1",
-        "--port",
-        str(port),
-        "--loglevel",
-        loglevel,
-    ]
+    federation = ["-f", str(federates), "--coretype=zmq", "--local_interface=tcp://127.0.0.1"]
+    return [binary, *federation, "--port", str(port), "--loglevel", loglevel]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -28,6 +28,7 @@ end of the compute block (``time.time()``, seconds) and the time spent waiting f
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -41,7 +42,7 @@ import numpy as np
 from ... import task
 from ...inputs.placeholders import ENV_PORT
 from ..kernel import DEFAULT_OPS_PER_UNIT, kernel
-from ..session import open_session, run_ended_errors, under_coordinator
+from ..session import open_session, under_coordinator
 from .model import Ring, advance, initial_field, local_cells, outgoing, workload
 
 LOCAL = "tcp://127.0.0.1"  # the whole federation on the loopback interface
@@ -188,7 +189,7 @@ def run_federate(args: argparse.Namespace) -> int:
         fed = Federate(args)
         stack.callback(fed.close)
         cells = local_cells(initial_field(r), r, args.index)
-        try:
+        with contextlib.suppress(task.RunEnded):
             for step in range(steps):
                 t0 = time.perf_counter()
                 fed.grant(step)
@@ -206,8 +207,6 @@ def run_federate(args: argparse.Namespace) -> int:
                     row = {"step": step, "start": start, "end": end, "grant_s": t1 - t0, "compute_s": end - start}
                     timings.write(json.dumps(row) + "\n")
                     timings.flush()
-        except run_ended_errors():
-            pass
     return 0
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from ... import task
-from ..session import open_session, run_ended_errors, under_coordinator
+from ..session import open_session, under_coordinator
 from .exchange import ExchangeTimeout, FileExchange, NeighbourGone
 from .model import (
     Physics,
@@ -118,7 +118,6 @@ def run_rank(args: argparse.Namespace) -> int:
     exchange = FileExchange(args.exchange_dir, args.rank, args.ranks, timeout_s=args.timeout_s)
     state = initial_rank_state(args.rank, args.ranks, args.particles, args.seed, physics)
     task_name = os.environ.get("BSP_TASK") or f"p{args.rank}"
-    ended = run_ended_errors()
     step = 0
     timings = open(args.timings, "a") if args.timings else None
     try:
@@ -154,7 +153,7 @@ def run_rank(args: argparse.Namespace) -> int:
                         timings.write(json.dumps({"step": step, **times}) + "\n")
                         timings.flush()
                     step += 1
-            except ended:
+            except task.RunEnded:
                 pass  # the coordinator ended the run (barrier mode): a normal end
             # still joined: every rank has run (and reported) its last superstep before any leaves
             exchange.finalize()

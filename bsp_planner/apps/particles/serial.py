@@ -34,13 +34,9 @@ def run_serial(
             states[r] = advance(states[r], physics, step_rng(seed, r, t))
             outgoing.append(split_outgoing(states[r], r, ranks))
         for r in range(ranks):
-            kept = outgoing[r][0]
-            if ranks == 1:
-                states[r] = kept
-                continue
-            from_left = outgoing[(r - 1) % ranks][2]  # what the left neighbour sent right
+            from_left = outgoing[(r - 1) % ranks][2]  # what the left neighbour sent right (none with one rank)
             from_right = outgoing[(r + 1) % ranks][1]
-            states[r] = merge_incoming(kept, from_left, from_right)
+            states[r] = merge_incoming(outgoing[r][0], from_left, from_right)
     counts[steps] = [s.count for s in states]
     return counts, states
 
