@@ -365,31 +365,25 @@ class KubernetesProfiler:
             name = body["metadata"]["name"]
             if self._cluster.create_job(body) is None:  # a stale Job of that name: start afresh
                 self._cluster.delete_job(name)
-                self._wait_job_gone(cell)
+                deadline = self.clock() + 60
+                while cell_id(cell) in self._existing() and self.clock() < deadline:
+                    self.sleep(self.poll_s)
                 self._cluster.create_job(body)
             self.jobs_created += 1
             self._active[cell] = _Active(cell, name, self.clock())
-
-    def _wait_job_gone(self, cell: R.Cell) -> None:
-        deadline = self.clock() + 60
-        while cell_id(cell) in self._existing() and self.clock() < deadline:
-            self.sleep(self.poll_s)
 
     def _collect(self, timeout_s: float) -> bool:
         """Move the Jobs that ended to _done (one list of Jobs and one of pods per call); True if any did."""
         if not self._active:
             return False
-        jobs, pods = self._existing(), self._newest_pods()
-        ended = []
-        now = self.clock()
-        for cell, a in self._active.items():
-            cid = cell_id(cell)
-            result = self._outcome(jobs.get(cid), pods.get(cid), now - a.submitted, timeout_s)
-            if result is not None:
-                ended.append((cell, result))
-        for cell, result in ended:
-            a = self._active.pop(cell)
-            self._done[cell] = (result, a.job)
+        jobs, pods, now = self._existing(), self._newest_pods(), self.clock()
+        results = {
+            c: self._outcome(jobs.get(cell_id(c)), pods.get(cell_id(c)), now - a.submitted, timeout_s)
+            for c, a in self._active.items()
+        }
+        ended = {cell: result for cell, result in results.items() if result is not None}
+        for cell, result in ended.items():
+            self._done[cell] = (result, self._active.pop(cell).job)
         return bool(ended)
 
     def _outcome(self, job: dict | None, pod: dict | None, waited_s: float, timeout_s: float) -> RunResult | None:
@@ -464,14 +458,11 @@ def run_grid_kubernetes(
     profiler: KubernetesProfiler,
     *,
     tasks: Sequence[str] | None = None,
-    timeout_s: float = R.DEFAULT_TIMEOUT_S,
-    process_steps: ProcessSteps | None = None,
-    progress: bool = True,
-    console=None,
+    **options,
 ) -> R.GridReport:
-    """:func:`~bsp_planner.profiling.runner.run_grid` with the cells run as Kubernetes Jobs,
-    `profiler.parallelism` at a time: the runner's checks, files and resume; the profiler is told which
-    cells the runner will ask for (the runner's own order, less the cells the profile already has)."""
+    """:func:`~bsp_planner.profiling.runner.run_grid` (its keyword `options` too) with the cells run as
+    Kubernetes Jobs, `profiler.parallelism` at a time: the runner's checks, files and resume; the profiler
+    is told which cells the runner will ask for (the runner's own order, less the cells the profile already has)."""
     selected = R.select_tasks(job, tasks)
     cells = R.plan_cells(selected, R.validate_grid(grid))
     try:
@@ -481,17 +472,7 @@ def run_grid_kubernetes(
     profiler.expect(selected, [c for c in cells if c not in measured])
     try:
         with profiler:
-            return R.run_grid(
-                job,
-                out,
-                grid,
-                profiler,
-                tasks=tasks,
-                timeout_s=timeout_s,
-                process_steps=process_steps,
-                progress=progress,
-                console=console,
-            )
+            return R.run_grid(job, out, grid, profiler, tasks=tasks, **options)
     finally:
         _record_nodes(metadata_path(out), profiler.nodes)
 

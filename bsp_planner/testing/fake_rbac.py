@@ -43,17 +43,11 @@ def rules_from_manifests(docs: list[dict], namespace: str, service_account: str)
     for b in docs:
         if b.get("kind") not in ("RoleBinding", "ClusterRoleBinding"):
             continue
-        subjects = b.get("subjects") or []
-        if not any(
-            s.get("kind") == "ServiceAccount"
-            and s.get("name") == service_account
-            and s.get("namespace", b["metadata"].get("namespace")) == namespace
-            for s in subjects
-        ):
-            continue
-        ref = b["roleRef"]
-        role = roles.get((ref["kind"], ref["name"]))
-        if role is None:
+        subject = {"kind": "ServiceAccount", "name": service_account, "namespace": namespace}
+        subjects = [{"namespace": b["metadata"].get("namespace"), **s} for s in b.get("subjects") or []]
+        bound = any(all(s.get(k) == v for k, v in subject.items()) for s in subjects)
+        role = roles.get((b["roleRef"]["kind"], b["roleRef"]["name"]))
+        if not bound or role is None:
             continue
         scope = None if b["kind"] == "ClusterRoleBinding" else b["metadata"].get("namespace", namespace)
         for r in role.get("rules") or []:

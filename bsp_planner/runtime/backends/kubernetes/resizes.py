@@ -101,9 +101,7 @@ class KubernetesResizes(KubernetesNodes):
         (it runs ``bsp-planner worker --help`` and exits) -> deleted and gone. Our wall clock times it;
         the pod's timestamps (creation, container start and finish: whole seconds) say where the time
         went (:attr:`recreate_probe`, in run.json's backend info)."""
-        if method == "in-place" and not self._cluster.capabilities().resize_subresource:
-            return None
-        if method not in PROBED:
+        if method not in PROBED or (method == "in-place" and not self._cluster.capabilities().resize_subresource):
             return None
         try:
             return self._measure_in_place() if method == "in-place" else self._measure_recreate()
