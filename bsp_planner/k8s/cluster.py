@@ -176,7 +176,6 @@ class PodState:
     problem: str | None  # why the pod is lost for good (evicted, failed, deleted by someone), else None
     waiting: str | None = None  # why a pending pod is not running yet (unschedulable, image pull...)
     fatal_waiting: bool = False  # that reason will not go away by waiting
-    spec_cpu_m: float | None = None  # the container's CPU limit in the spec (what was asked)
     actual_cpu_m: float | None = None  # its CPU limit as the kubelet reports it applied (1.33+), else None
     resize: str | None = None  # None, or 'pending: <reason> <message>' or 'in progress'
     resize_infeasible: str | None = None  # the kubelet says the resize cannot be done on this node
@@ -199,7 +198,6 @@ def pod_state(pod: dict | None, container: str = n.WORKER_CONTAINER) -> PodState
     name = meta.get("name", "?")
     phase = status.get("phase") or "Pending"
     node = spec.get("nodeName")
-    cspec = _container(spec.get("containers"), container)
     cstat = _container(status.get("containerStatuses"), container)
     state = cstat.get("state") or {}
     running = phase == "Running" and "running" in state
@@ -229,16 +227,14 @@ def pod_state(pod: dict | None, container: str = n.WORKER_CONTAINER) -> PodState
         sched = conds.get("PodScheduled")
         if sched and sched.get("status") == "False":
             waiting = f"unschedulable: {sched.get('message') or sched.get('reason') or ''}".rstrip(": ")
-        w = (state.get("waiting") or {}) if cstat else {}
+        w = state.get("waiting") or {}
         if w.get("reason") and w.get("reason") != "ContainerCreating":
             waiting = f"{w['reason']}: {w.get('message') or ''}".rstrip(": ")
             fatal = w["reason"] in FATAL_WAITING
         waiting = waiting or ("not yet scheduled" if not node else "starting")
 
-    limits = (cspec.get("resources") or {}).get("limits") or {}
-    spec_cpu = n.cpu_millicores(limits.get("cpu")) if limits.get("cpu") else None
-    alimits = ((cstat.get("resources") or {}).get("limits") or {}) if cstat else {}
-    actual_cpu = n.cpu_millicores(alimits.get("cpu")) if alimits.get("cpu") else None
+    applied = ((cstat.get("resources") or {}).get("limits") or {}).get("cpu")  # the kubelet's report (1.33+)
+    actual_cpu = n.cpu_millicores(applied) if applied else None
 
     resize, infeasible = None, None
     pend = conds.get("PodResizePending")
@@ -264,7 +260,6 @@ def pod_state(pod: dict | None, container: str = n.WORKER_CONTAINER) -> PodState
         problem,
         waiting,
         fatal,
-        spec_cpu,
         actual_cpu,
         resize,
         infeasible,

@@ -198,49 +198,25 @@ class KubernetesProfiler:
         """Profile a `process` task at every one of `workloads` under `cpu_millicores`: one Job whose
         program (or image as built) is started once with a profiling plan, as the local profiler starts it
         once in a cgroup (see :mod:`bsp_planner.profiling.process` and
-        :mod:`bsp_planner.profiling.pod_process`). Waits for it; returns each workload's cell."""
+        :mod:`bsp_planner.profiling.pod_process`), the plan in the local profiler's format, its reports file
+        in the pod's scratch volume (:func:`bsp_planner.k8s.manifests.process_profile_job`). Waits for it;
+        returns each workload's cell."""
         if not self._adopted:
             self._adopt()
         self.process_jobs += 1
         text = f"{task.name},process,{_fmt(cpu_millicores)},{'/'.join(_fmt(w) for w in workloads)},{self.process_jobs}"
         cid = hashlib.sha256(f"{text},{self.clock()}".encode()).hexdigest()[:10]
-        body = self.process_job_body(task, workloads, cpu_millicores, timeout_s, steps, cid, text)
-        name = body["metadata"]["name"]
-        self._cluster.create_job(body)
-        self.jobs_created += 1
-        submitted = self.clock()
-        try:
-            while True:
-                outcome = self._process_outcome(cid, workloads, self.clock() - submitted)
-                if outcome is not None:
-                    return outcome
-                self.sleep(self.poll_s)
-        finally:
-            self._delete_quietly(name)  # its program may still run (a hang): it ends with its Job
-
-    def process_job_body(
-        self,
-        task: Task,
-        workloads: Sequence[float],
-        cpu_millicores: float,
-        timeout_s: float,
-        steps: ProcessSteps,
-        cid: str,
-        text: str,
-    ) -> dict:
-        """The Job of one CPU level of a process task (:func:`bsp_planner.k8s.manifests.process_profile_job`):
-        the plan in the local profiler's format, its reports file in the pod's scratch volume."""
         plan = steps.plan(task.name, workloads, Path(M.SCRATCH_DIR) / "reports.jsonl")
         plan_file = f"{M.SCRATCH_DIR}/plan.json"
-        run_dir = f"{M.SCRATCH_DIR}/run"
         program = None
         if not task.runs_image_entrypoint:
-            program = [IMAGE_PYTHON if a == sys.executable else a for a in process_args(task, run_dir)]
+            args = process_args(task, f"{M.SCRATCH_DIR}/run")
+            program = [IMAGE_PYTHON if a == sys.executable else a for a in args]
         env = {PROFILE_ENV: plan_file, "BSP_TASK": task.name, "BSP_RUN_DIR": M.SCRATCH_DIR}
         # one step may take timeout_s; a workload runs warm-up and measured steps, at least min_measure_s
-        n = len(workloads)
-        deadline_s = self.startup_timeout_s + n * ((steps.warmup + steps.measure + 1) * timeout_s + steps.min_measure_s)
-        return M.process_profile_job(
+        step_s = (steps.warmup + steps.measure + 1) * timeout_s + steps.min_measure_s
+        deadline_s = self.startup_timeout_s + len(workloads) * step_s
+        body = M.process_profile_job(
             self.settings,
             self.profile_id,
             cid,
@@ -255,6 +231,17 @@ class KubernetesProfiler:
             image=task.image,
             env=env,
         )
+        self._cluster.create_job(body)
+        self.jobs_created += 1
+        submitted = self.clock()
+        try:
+            while True:
+                outcome = self._process_outcome(cid, workloads, self.clock() - submitted)
+                if outcome is not None:
+                    return outcome
+                self.sleep(self.poll_s)
+        finally:
+            self._delete_quietly(body["metadata"]["name"])  # its program may still run (a hang): it ends with its Job
 
     def _process_outcome(self, cid: str, workloads: Sequence[float], waited_s: float) -> dict[float, RunResult] | None:
         """Each workload's cell once the collector ended (or the Job failed without it), else None."""

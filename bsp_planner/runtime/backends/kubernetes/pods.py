@@ -19,6 +19,7 @@ own programs a command task's pod runs our worker in the task's ``image`` (the r
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
@@ -368,10 +369,8 @@ class KubernetesPods(Backend):
         log access; else what `log_file` kept of it."""
         text = (terminated(self._cluster.get_pod(pod_name)).get("message") or "").strip()
         if not text and log_file is not None:
-            try:
+            with contextlib.suppress(OSError):
                 text = log_file.read_text(errors="replace")
-            except OSError:
-                text = ""
         return text[-limit:]
 
     def log_tail(self, task: str, limit: int = 2000) -> str:
