@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from ..core.errors import InputError
 from ..profiling.cgroups import CFS_PERIOD_US
 from .zkserver import DEFAULT_DATA_DIR, DEFAULT_PORT
 
@@ -248,7 +249,6 @@ def _refuse_changes_on_resume(ctx: typer.Context, settings: RunSettings, rid: st
     """A resumed run replays its own plan with its own settings: an option given on the command line with
     another value than the run's own (run.json) is refused, never silently ignored; the run's own value
     typed again is fine (a command line repeated with --resume added)."""
-    from ..core.errors import InputError
     from ..inputs.shipped import find_experiment
 
     for name in _FIXED_ON_RESUME:
@@ -274,8 +274,6 @@ def _refuse_changes_on_resume(ctx: typer.Context, settings: RunSettings, rid: st
 
 def _checked(settings: RunSettings) -> RunSettings:
     """The settings through the settings loader, before anything is created: a refused value names its option."""
-    from ..core.errors import InputError
-
     try:
         return settings.checked()
     except InputError as exc:
@@ -289,7 +287,6 @@ def _check_experiment(settings: RunSettings, flagged: list[tuple[str, str]]) -> 
     """The experiment with the run's overrides, its planner and its job file, read as the coordinator will
     read them, so that a bad value is refused before the run's folder is made; errors name the flag that
     set it (more steps than the job's series hold: --steps, or --set start=... where it set the start)."""
-    from ..core.errors import InputError
     from ..inputs.experiment import load_experiment
     from ..inputs.job import load_job
     from ..inputs.series import load_job_series
@@ -335,8 +332,6 @@ def _auth_source(zk_auth_file: Path | None) -> str:
 
     if zk_auth_file is not None:
         if not zk_auth_file.is_file():
-            from ..core.errors import InputError
-
             what = "a folder" if zk_auth_file.is_dir() else "not found"
             raise InputError(
                 f"{what}; expected a file holding user:password", path=zk_auth_file, field="--zk-auth-file"
@@ -399,8 +394,6 @@ def _run_to_the_end(console: Console, coord: Coordinator) -> None:
 def _positive_seconds(value: float, flag: str) -> float:
     import math
 
-    from ..core.errors import InputError
-
     if not math.isfinite(value) or value <= 0:
         raise InputError(f"expected a positive, finite number of seconds, got {value!r}", field=flag)
     return float(value)
@@ -444,7 +437,6 @@ def worker(
     ),
 ) -> None:
     """One task of a live run (started by a backend; also a Kubernetes container's command)."""
-    from ..core.errors import InputError
     from ..zk.credentials import ENV_AUTH, ENV_AUTH_FILE, load_credentials
     from .worker import Worker, WorkerConfig
 
@@ -491,7 +483,6 @@ def zk_start(
     wait: float = typer.Option(60.0, "--wait", help="Seconds to wait for the server to answer."),
 ) -> None:
     """Start a standalone ZooKeeper on 127.0.0.1 in the background."""
-    from ..core.errors import InputError
     from .zkserver import LocalZooKeeper
 
     if not 1 <= port <= 65535:  # 0 would be "any free port", which no client could then find

@@ -35,11 +35,6 @@ from .run_settings import RunSettings
 from .worker import EXIT_INPUT, EXIT_STRESS
 
 
-def worker_step_timeout_s(step_timeout_s: float) -> float:
-    """How long a worker lets one step's program run: well past the coordinator's step timeout."""
-    return 2 * step_timeout_s + 30
-
-
 class RunFailed(Exception):
     """The run cannot go on (a worker that fails again and again, a stressor that errors)."""
 
@@ -97,9 +92,9 @@ class LiveExecutor:
             "--stress-ng": s.stress_ng,
             "--session-timeout": f"{s.session_timeout_s:g}",
             "--zk-wait": f"{max(s.zk_wait_s * 4, 60):g}",
-            # the worker's own limit is only a backstop: the coordinator's step timeout always fires first
-            # and names the tasks that did not report (one limit racing the other gave either message)
-            "--step-timeout": f"{worker_step_timeout_s(s.step_timeout_s):g}",
+            # the worker's own limit is only a backstop, well past the coordinator's step timeout, which always
+            # fires first and names the tasks that did not report (one limit racing the other gave either message)
+            "--step-timeout": f"{2 * s.step_timeout_s + 30:g}",
         }
         args = ("worker", *(word for option in options.items() for word in option))
         return WorkerLaunch(task=task, args=args, env={**self.worker_env, **self.task_env.get(task, {})}, incarnation=k)

@@ -67,10 +67,6 @@ def resolved_path(recorded: str, run_dir: Path) -> Path:
     return p if p.is_absolute() else (Path(run_dir) / p).resolve()
 
 
-def unwritable(path: Path, exc: OSError) -> RunStoreUnwritable:
-    return RunStoreUnwritable(f"cannot write {path}: {exc.strerror or exc}")
-
-
 class RunStore:
     """``RunStore(runs_dir, run_id)``: the folder of one run and its ``run.json``."""
 
@@ -142,10 +138,7 @@ class RunStore:
     # -- writing -----------------------------------------------------------------------------------
     def write_meta(self, **changes) -> None:
         self.meta.update(changes)
-        self.write_text(self.meta_path, json.dumps(self.meta, indent=2, default=str) + "\n")
-
-    def write_text(self, path: Path, text: str) -> None:
         try:
-            atomic_write(path, text)
+            atomic_write(self.meta_path, json.dumps(self.meta, indent=2, default=str) + "\n")
         except OSError as exc:
-            raise unwritable(path, exc) from None
+            raise RunStoreUnwritable(f"cannot write {self.meta_path}: {exc.strerror or exc}") from None

@@ -66,27 +66,19 @@ TASK_PREFIX = {  # the per-task fields of steps.csv, each column named <prefix>_
 
 
 def csv_header(task_names: list[str]) -> list[str]:
-    cols = list(STEP_FIELDS)
-    for f in TASK_PREFIX:
-        cols += [f"{TASK_PREFIX[f]}_{t}" for t in task_names]
-    return cols
+    return [*STEP_FIELDS, *(f"{prefix}_{t}" for prefix in TASK_PREFIX.values() for t in task_names)]
 
 
 def csv_row(rec: dict, task_names: list[str]) -> list:
-    row = []
-    for f in STEP_FIELDS:
-        v = rec.get(f)
-        row.append(
-            int(v) if isinstance(v, bool) else ("" if v is None else (f"{v:.6f}" if isinstance(v, float) else v))
-        )
+    row = [
+        int(v) if isinstance(v, bool) else "" if v is None else f"{v:.6f}" if isinstance(v, float) else v
+        for v in map(rec.get, STEP_FIELDS)
+    ]
     by_task = {x["task"]: x for x in rec["tasks"]}
     for f in TASK_PREFIX:
-        for t in task_names:
-            v = by_task[t].get(f)
-            if v is None:  # a task that reported no workload of its own
-                row.append("")
-            else:
-                row.append(f"{v:.6g}" if f in ("cpu_millicores", "workload", "observed_workload") else f"{v:.6f}")
+        fmt = ".6g" if f in ("cpu_millicores", "workload", "observed_workload") else ".6f"
+        # "": a task that reported no workload of its own
+        row += ["" if (v := by_task[t].get(f)) is None else format(v, fmt) for t in task_names]
     return row
 
 

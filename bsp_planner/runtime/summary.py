@@ -20,12 +20,10 @@ from .runlog import atomic_write, step_chart
 
 def ran_workloads(records: list[dict], task_names: list[str]) -> np.ndarray:
     """(tasks, len(records)) the workload each task ran in each logged step: reported, else assigned."""
-    out = np.empty((len(task_names), len(records)))
-    for k, rec in enumerate(records):
-        by_task = {x["task"]: x for x in rec["tasks"]}
-        for i, t in enumerate(task_names):
-            out[i, k] = by_task[t].get("observed_workload", by_task[t]["workload"])
-    return out
+    by_task = [{x["task"]: x for x in rec["tasks"]} for rec in records]
+    return np.array(
+        [[b[t].get("observed_workload", b[t]["workload"]) for b in by_task] for t in task_names], dtype=float
+    )
 
 
 def durations_as_run(run, records: list[dict]) -> np.ndarray:
@@ -84,18 +82,9 @@ def write_summary(run, records: list[dict], prepare_ms: float) -> tuple[dict, di
     sim_full = simulate(make_planner(name, run.exp.planner), ctx, actual[:, :, : ctx.steps], mode)
     floor_full = floor_result(ctx, actual[:, :, : ctx.steps], mode)
 
-    def head(r: StrategyResult, label: str) -> StrategyResult:
-        return StrategyResult(
-            strategy=label,
-            mode=r.mode,
-            levels=r.levels[:k],
-            step_s=r.step_s[:k],
-            reconfigured=r.reconfigured[:k],
-            penalty_s=r.penalty_s,
-            decision_ms=r.decision_ms[:k],
-            actions=r.actions[:k],
-            prepare_ms=r.prepare_ms,
-        )
+    def head(r: StrategyResult, label: str) -> StrategyResult:  # its first k steps (no notes, penalty_s priced)
+        cut = {f: getattr(r, f)[:k] for f in ("levels", "step_s", "reconfigured", "decision_ms", "actions")}
+        return StrategyResult(strategy=label, mode=r.mode, penalty_s=r.penalty_s, prepare_ms=r.prepare_ms, **cut)
 
     sim = head(sim_full, f"{name} (simulated)")
     floor = head(floor_full, "floor")

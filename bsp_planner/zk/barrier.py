@@ -40,11 +40,7 @@ class BarrierNodes:
         return f"{self.base}/done"
 
     def setup_ops(self) -> list[tuple]:
-        return [
-            ("create", self.base, None),
-            ("create", f"{self.base}/enter", None),
-            ("create", f"{self.base}/leave", None),
-        ]
+        return [("create", path, None) for path in (self.base, f"{self.base}/enter", f"{self.base}/leave")]
 
     def arrival_async(self, phase: str, name: str, with_ops: list[tuple] | None = None):
         """Send our arrival at `phase` (``<phase>/<name>``), in one transaction with `with_ops` if any (e.g.
@@ -113,16 +109,12 @@ class BarrierNodes:
 
     def cleanup_ops(self) -> list[tuple]:
         """Deletes of this step's barrier nodes, for one transaction once everyone is past it."""
-        s = self.session
-        ops: list[tuple] = []
+        s, base = self.session, self.base
+        paths: list[str] = []  # leaves first
         for phase, flag in self.PHASES.items():
-            for c in s.children(f"{self.base}/{phase}"):
-                ops.append(("delete", f"{self.base}/{phase}/{c}"))
-            ops.append(("delete", f"{self.base}/{phase}"))
-            if s.exists(f"{self.base}/{flag}"):
-                ops.append(("delete", f"{self.base}/{flag}"))
-        ops.append(("delete", self.base))
-        return ops
+            paths += [*(f"{base}/{phase}/{c}" for c in s.children(f"{base}/{phase}")), f"{base}/{phase}"]
+            paths += [f"{base}/{flag}"] if s.exists(f"{base}/{flag}") else []
+        return [("delete", p) for p in [*paths, base]]
 
 
 class StepBarrier(BarrierNodes):
@@ -252,9 +244,8 @@ class CountingBarrier(BarrierNodes):
     names it (:meth:`missing`), and :meth:`absent` says which of those have also lost their ephemeral
     membership node, i.e. are dead rather than slow.
 
-    Interface: the participant side (``enter``, ``leave``, ``is_done``, ``setup_ops``, ``cleanup_ops``,
-    ``go_path``, ``done_path``) matches :class:`StepBarrier`; the counter side (``release``,
-    ``poll``, ``run_step``, ``missing``, ``absent``) is new and must run somewhere (the coordinator) for any participant to pass.
+    The participant side is :class:`BarrierNodes`', as :class:`StepBarrier`'s; the counter side (``release``,
+    ``poll``, ``run_step``, ``missing``, ``absent``) must run somewhere (the coordinator) for anyone to pass.
     """
 
     def __init__(self, session: ZkSession, paths: RunPaths, t: int, participants: list[str] | tuple[str, ...]) -> None:

@@ -210,12 +210,10 @@ class ZkSession:
         """Ask for the node's value now without waiting for it (one request, pipelined behind whatever this
         session sent before); `Prefetch.value()` later gives it. For values read right after a wait that
         the request can overlap, such as a task's next publication behind its barrier's leave."""
-        if not self.client.connected:
-            return Prefetch(path, None)
-        try:
-            return Prefetch(path, self.client.get_async(path))
-        except Exception:  # a request that cannot even be queued: the caller reads the node itself
-            return Prefetch(path, None)
+        pending = None
+        with contextlib.suppress(Exception):  # a request that cannot even be queued: the caller reads the node itself
+            pending = self.client.get_async(path) if self.client.connected else None
+        return Prefetch(path, pending)
 
     def exists(self, path: str, watch=None) -> bool:
         return self.retry(self.client.exists, path, watch=watch) is not None
