@@ -26,10 +26,6 @@ IMAGE_ENV = "BSP_PLANNER_IMAGE"
 POD_ENV = "BSP_PLANNER_POD"
 
 
-def in_cluster() -> bool:
-    return bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and (SA_DIR / "token").is_file()
-
-
 @dataclass
 class Connection:
     api_client: ApiClient
@@ -55,7 +51,8 @@ def connect(
             "the kubernetes backend needs the official client: pip install 'bsp-planner[kubernetes]'",
             field="--backend",
         ) from exc
-    if kubeconfig is None and context is None and in_cluster():
+    in_cluster = bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and (SA_DIR / "token").is_file()
+    if kubeconfig is None and context is None and in_cluster:
         cfg = client.Configuration()
         config.load_incluster_config(client_configuration=cfg)
         ns = namespace or _read(SA_DIR / "namespace") or DEFAULT_NAMESPACE

@@ -59,9 +59,7 @@ class Handler(BaseHTTPRequestHandler):
         ns = None
         if rest[0] == "namespaces" and len(rest) >= 3:
             ns, rest = rest[1], rest[2:]
-        resource = rest[0]
-        name = rest[1] if len(rest) > 1 else None
-        sub = rest[2] if len(rest) > 2 else None
+        resource, name, sub = [*rest, None, None][:3]
         return ("resource", group, resource, ns, name, sub, q)
 
     def _send(self, code: int, body: dict) -> None:
