@@ -168,11 +168,7 @@ def service_pod(
         run_dir_claim=run_dir_claim,
     )
     container = body["spec"]["containers"][0]
-    container["resources"] = {
-        "requests": {"cpu": n.cpu_quantity(SERVICE_CPU_REQUEST_MILLICORES), "memory": settings.memory},
-        "limits": {"memory": settings.memory},
-    }
-    container.pop("resizePolicy", None)
+    del container["resources"]["limits"]["cpu"], container["resizePolicy"]
     if ready_port is not None:
         container["ports"] = [{"containerPort": int(ready_port), "protocol": "TCP"}]
         container["readinessProbe"] = {"tcpSocket": {"port": int(ready_port)}, "periodSeconds": 1}

@@ -264,14 +264,10 @@ class KubernetesPods(Backend):
                 "launched our worker for it: this coordinator does not start such tasks as processes yet",
                 field=f"{launch.task}.image",
             )
-        command: list[str] | None
-        args: list[str]
-        if launch.program and not launch.args:  # an image task without `process`: its ENTRYPOINT/CMD
-            command, args = None, []
-        elif launch.program:
-            command, args = self._in_pod(launch.args, launch.env.get(ENV_RUN_DIR) or ""), []
-        else:
-            command, args = ["bsp-planner"], self._worker_args(launch)
+        command: list[str] | None = ["bsp-planner"]
+        args = [] if launch.program else self._worker_args(launch)
+        if launch.program:  # the user's program; an image task without `process`: its ENTRYPOINT/CMD (None)
+            command = self._in_pod(launch.args, launch.env.get(ENV_RUN_DIR) or "") if launch.args else None
         body = M.worker_pod(
             self.settings,
             self.run_key,
