@@ -74,7 +74,6 @@ def default_profile_id(out: str | Path) -> str:
 
 @dataclass
 class _Active:
-    cell: R.Cell
     job: str
     submitted: float
 
@@ -337,7 +336,7 @@ class KubernetesProfiler:
         wanted = {cell_id(c): c for c in self._ahead}
         for cid, job in self._existing().items():
             if cid in wanted:
-                self._active[wanted[cid]] = _Active(wanted[cid], job["metadata"]["name"], self.clock())
+                self._active[wanted[cid]] = _Active(job["metadata"]["name"], self.clock())
             else:
                 self._cluster.delete_job(job["metadata"]["name"])
 
@@ -357,7 +356,7 @@ class KubernetesProfiler:
                     self.sleep(self.poll_s)
                 self._cluster.create_job(body)
             self.jobs_created += 1
-            self._active[cell] = _Active(cell, name, self.clock())
+            self._active[cell] = _Active(name, self.clock())
 
     def _collect(self, timeout_s: float) -> bool:
         """Move the Jobs that ended to _done (one list of Jobs and one of pods per call); True if any did."""
