@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
 import tempfile
@@ -67,11 +68,9 @@ def to_markdown(rows: list[dict], title: str = "") -> str:
     return "\n".join(lines) + "\n"
 
 
-def to_csv(rows: list[dict]) -> str:
-    import io
-
+def to_csv(rows: list[dict], fieldnames: tuple[str, ...] | list[str] | None = None) -> str:
     buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=columns(rows), lineterminator="\n")
+    w = csv.DictWriter(buf, fieldnames=fieldnames or columns(rows), lineterminator="\n")
     w.writeheader()
     w.writerows(rows)
     return buf.getvalue()
@@ -79,8 +78,6 @@ def to_csv(rows: list[dict]) -> str:
 
 def steps_csv(results: list[StrategyResult], task_names: list[str], cpu_of_level) -> str:
     """Every step of every run: mode, strategy, step, step_s, reconfigured, action, cpu per task."""
-    import io
-
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(["mode", "strategy", "step", "step_s", "reconfigured", "action"] + [f"cpu_{t}" for t in task_names])
@@ -114,8 +111,6 @@ def learning_csv(results: list[StrategyResult], task_names: list[str], cpu_of_le
     """Per step and task of every learning run: the duration measured, what the model predicted at that
     workload and CPU before and after learning from it, and the task's correction factor. None when no
     run learned."""
-    import io
-
     runs = [r for r in results if r.notes.get("learning")]
     if not runs:
         return None
@@ -127,22 +122,10 @@ def learning_csv(results: list[StrategyResult], task_names: list[str], cpu_of_le
             cpu = cpu_of_level(rec["level"])
             for i, task in enumerate(task_names):
                 m, b, a = rec["measured_s"][i], rec["predicted_before_s"][i], rec["predicted_after_s"][i]
-                w.writerow(
-                    [
-                        r.mode,
-                        r.strategy,
-                        rec["step"],
-                        task,
-                        f"{rec['workload'][i]:.6g}",
-                        f"{cpu[i]:g}",
-                        f"{m:.6f}",
-                        f"{b:.6f}",
-                        f"{a:.6f}",
-                        f"{100 * (b / m - 1):.3f}",
-                        f"{100 * (a / m - 1):.3f}",
-                        f"{rec['factor'][i]:.6f}",
-                    ]
-                )
+                seconds = [f"{v:.6f}" for v in (m, b, a)]
+                errors = [f"{100 * (v / m - 1):.3f}" for v in (b, a)]
+                head = [r.mode, r.strategy, rec["step"], task, f"{rec['workload'][i]:.6g}", f"{cpu[i]:g}"]
+                w.writerow(head + seconds + errors + [f"{rec['factor'][i]:.6f}"])
     return buf.getvalue()
 
 
@@ -187,7 +170,7 @@ def write_outputs(
         if util:
             names["nodes"], names["nodes_chart"] = "nodes.csv", "nodes.png"
             tmp["nodes"], tmp["nodes_chart"] = stage / names["nodes"], stage / names["nodes_chart"]
-            tmp["nodes"].write_text(nodes_csv(util), newline="")
+            tmp["nodes"].write_text(to_csv(util, ["mode", "strategy", "node", "mean_pct", "peak_pct"]), newline="")
             nodes_chart(util, tmp["nodes_chart"])
     if learned is None:
         # a learning.csv left by an earlier run would pass for this run's
@@ -197,29 +180,12 @@ def write_outputs(
 
 def node_rows(results: list[StrategyResult]) -> list[dict]:
     """Per (mode, strategy, node): the mean and peak share of the node's CPU its tasks held."""
-    out = []
-    for r in results:
-        for node, u in (r.notes.get("node_utilisation") or {}).items():
-            out.append(
-                {
-                    "mode": r.mode,
-                    "strategy": r.strategy,
-                    "node": node,
-                    "mean_pct": round(100 * u["mean"], 2),
-                    "peak_pct": round(100 * u["peak"], 2),
-                }
-            )
-    return out
-
-
-def nodes_csv(rows: list[dict]) -> str:
-    import io
-
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=["mode", "strategy", "node", "mean_pct", "peak_pct"], lineterminator="\n")
-    w.writeheader()
-    w.writerows(rows)
-    return buf.getvalue()
+    return [
+        {"mode": r.mode, "strategy": r.strategy, "node": node}
+        | {"mean_pct": round(100 * u["mean"], 2), "peak_pct": round(100 * u["peak"], 2)}
+        for r in results
+        for node, u in (r.notes.get("node_utilisation") or {}).items()
+    ]
 
 
 def nodes_chart(rows: list[dict], path: Path) -> None:
@@ -252,10 +218,8 @@ def nodes_chart(rows: list[dict], path: Path) -> None:
 
 
 def _json_default(o):
-    if isinstance(o, (np.integer,)):
-        return int(o)
-    if isinstance(o, (np.floating,)):
-        return float(o)
+    if isinstance(o, np.integer | np.floating):
+        return o.item()
     if isinstance(o, Path):
         return str(o)
     raise TypeError(type(o))
@@ -333,17 +297,12 @@ def print_table(rows: list[dict], console, title: str = "") -> None:
         headers.update(recreates="recr", stops="stops")
     for c, header in headers.items():
         table.add_column(header, justify="left" if c == "strategy" else "right", no_wrap=True)
+
+    def cell(c: str, v: object) -> str:
+        if v is None:
+            return ""
+        return f"{v:+.1f}%" if c == "vs_floor_pct" else f"{v:.2f}" if isinstance(v, float) else str(v)
+
     for r in rows:
-        cells = []
-        for c in headers:
-            v = r[c]
-            if v is None:
-                cells.append("")
-            elif c == "vs_floor_pct":
-                cells.append(f"{v:+.1f}%")
-            elif isinstance(v, float):
-                cells.append(f"{v:.2f}")
-            else:
-                cells.append(str(v))
-        table.add_row(*cells)
+        table.add_row(*(cell(c, r[c]) for c in headers))
     console.print(table)
