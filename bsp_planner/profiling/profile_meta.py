@@ -10,7 +10,7 @@ import warnings
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ..core.errors import InputError, InputWarning
 from ..inputs.job import Job, Task
@@ -20,9 +20,6 @@ from .grid import Cell, Grid, GridReport, level_number
 from .local import cpu_model
 from .process import ProcessSteps
 from .profile_files import failures_path, measured_cells
-
-if TYPE_CHECKING:
-    from .pairs import PairReport
 
 META_FORMAT = 1
 #: what a task's rows depend on: a resumed profile must not mix rows measured with other values
@@ -151,7 +148,15 @@ def new_session(grid: Grid, selected: Sequence[Task], timeout_s: float, report: 
     }
 
 
-def close_session(session: dict[str, Any], report: GridReport | PairReport, loads: list[float]) -> None:
+class MeasuredReport(Protocol):
+    """What a `profile run` (GridReport) and a `profile pairs` (pairs.PairReport) both report."""
+
+    measured: int
+    failures: list[Any]
+    wall_s: float
+
+
+def close_session(session: dict[str, Any], report: MeasuredReport, loads: list[float]) -> None:
     """The session's end: when, the load, what it measured (a `profile run`'s or a `profile pairs`'s)."""
     session.update(
         finished=now_text(),
