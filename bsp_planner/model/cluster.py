@@ -118,7 +118,7 @@ def place_balanced(
     `performance.co_location_slowdown`). Then the placement also avoids the pairs that hurt: a task
     slowed down s times needs about s times the CPU for the same step time, so a node's demand is its
     tasks' demand each times its co-location factor (`improve_placement` can refine the result against
-    the performance model itself, as node_runs.py does).
+    the performance model itself, as simulate/placement.py does).
     """
     d = np.asarray(demand_millicores, dtype=np.float64)
     cap = np.asarray(capacity_millicores, dtype=np.float64)
