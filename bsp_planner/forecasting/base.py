@@ -121,11 +121,6 @@ class Forecaster(ABC):
     def predict_origins(self, series: np.ndarray, origins: np.ndarray) -> np.ndarray:
         """Forecasts made at each origin: (Q, len(origins), H). Origin o sees only series[:o]."""
 
-    def predict(self, history: np.ndarray) -> np.ndarray:
-        """The next H values after `history`: (Q, H)."""
-        history = np.asarray(history, dtype=np.float64)
-        return self.predict_origins(history, np.array([len(history)]))[:, 0, :]
-
     def predict_median(self, series: np.ndarray, origins: np.ndarray) -> np.ndarray:
         """Only the median forecasts, (len(origins), H): what the planners read."""
         return self.predict_origins(series, origins)[self.median_index]

@@ -205,7 +205,7 @@ def train(
     """Train one model per task on the first half of its series and save it (Keras format + metadata)
     under ./models (or --models; --shipped: the package's shipped models)."""
     from .base import LearnedForecaster
-    from .pipeline import model_folder, prefixed, train_one
+    from .pipeline import model_folder, prefixed, task_prefix, train_one
     from .registry import is_learned
 
     _, models = _roots(models, shipped)
@@ -225,7 +225,7 @@ def train(
     for n in forecaster:
         folder = model_folder(models, ws.job.name, n)
         for i, p in enumerate(ws.prepared):
-            prefix = f"[{i + 1}/{len(ws.prepared)}] {p.task} · {n}"
+            prefix = task_prefix(ws, i, n)
             _say(prefix, "training")
             t0 = time.perf_counter()
             f = train_one(ws, n, p, say=prefixed(_say, prefix))
@@ -388,9 +388,7 @@ def predict(
         say=_say,
     )
     meta["experiment"] = exp.name
-    write_forecasts(
-        out, ws.job.task_names if len(ws.prepared) == len(ws.job.tasks) else [p.task for p in ws.prepared], matrix, meta
-    )
+    write_forecasts(out, [p.task for p in ws.prepared], matrix, meta)  # every task, in the job's order
     console.print(
         f"wrote {forecaster} forecasts for steps {start}..{start + steps - 1} (H = {ws.horizon}) of {len(ws.prepared)} tasks "
         f"to {out} in {time.perf_counter() - t0:.1f} s · digest {meta['digest']}"

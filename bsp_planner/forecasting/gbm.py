@@ -39,13 +39,12 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ..core.errors import InputError
+from ..inputs.series import SECONDS_PER_DAY
 from ..inputs.settings import setting
 from .base import DEFAULT_QUANTILES, ForecasterSettings, PointForecaster, Progress, SettingsTable, series_key
 from .prepare import later_pieces
 from .statistical import MSTLForecaster
 from .transforms import seasonal_back
-
-SECONDS_PER_DAY = 86_400
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ Importing TensorFlow takes seconds, so nothing at module level here imports it; 
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from pathlib import Path
@@ -17,7 +18,6 @@ from ..core.errors import InputError
 from .base import LearnedForecaster, spec_differences
 
 _READY = False
-_PER_LEAD = None
 
 
 def keras(threads: int | None = None):
@@ -46,14 +46,12 @@ def keras(threads: int | None = None):
     return _keras
 
 
+@functools.cache
 def per_lead_dense_class():
     """A Keras layer mapping (batch, H, D) to (batch, H) with its own weights for each lead time.
 
-    Registered with Keras's serializer so saved models load without custom_objects.
+    Registered with Keras's serializer (once) so saved models load without custom_objects.
     """
-    global _PER_LEAD
-    if _PER_LEAD is not None:
-        return _PER_LEAD
     k = keras()
 
     @k.saving.register_keras_serializable(package="bsp_planner")
@@ -66,8 +64,7 @@ def per_lead_dense_class():
         def call(self, x):
             return k.ops.sum(x * self.kernel, axis=-1) + self.bias
 
-    _PER_LEAD = PerLeadDense
-    return _PER_LEAD
+    return PerLeadDense
 
 
 def lstm_network(window: int, horizon: int, n_features: int, s: Any):

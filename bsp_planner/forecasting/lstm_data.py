@@ -11,12 +11,12 @@ from typing import ClassVar
 import numpy as np
 
 from ..core.errors import InputError
+from ..inputs.series import SECONDS_PER_DAY
 from ..inputs.settings import setting
 from .base import LearnedForecaster, SettingsTable
 from .statistical import MSTLForecaster
 from .transforms import seasonal_back
 
-SECONDS_PER_DAY = 86_400
 SECONDS_PER_WEEK = 7 * SECONDS_PER_DAY
 
 
@@ -27,9 +27,8 @@ class LSTMSettings(SettingsTable):
     prefix: ClassVar[str] = "lstm."
     window: int = setting(0, ge=0)  # past steps read; 0: one daily period, capped at max_window
     max_window: int = setting(48, ge=1)
-    lags: tuple[int, ...] = setting(
-        (), ge=1
-    )  # seasonal lags in periods; (): (1, 7) if a week fits, else (1, 2) or (1,)
+    # seasonal lags in periods; (): (1, 7) if a week fits, else (1, 2) or (1,)
+    lags: tuple[int, ...] = setting((), ge=1)
     units: int = setting(32, ge=1)
     epochs: int = setting(250, ge=1)
     batch_size: int = setting(64, ge=1)
@@ -45,12 +44,8 @@ class LSTMSettings(SettingsTable):
     ensemble: int = setting(1, ge=1)  # independent LSTM branches trained side by side, forecasts averaged
     freeze_linear: bool = True  # keep the starting seasonal/statistical part fixed while the LSTM trains
     statistical: bool = True  # the `mstl` forecast (fitted on the training half) as an input ahead
-    interval_window: int = setting(
-        240, ge=0
-    )  # recent forecasts whose errors set the quantiles (0: validation errors only)
-    interval_gamma: float = setting(
-        0.01, ge=0, lt=1
-    )  # adaptive-conformal step for the quantile levels (0: fixed levels)
+    interval_window: int = setting(240, ge=0)  # recent forecasts whose errors set the quantiles (0: validation only)
+    interval_gamma: float = setting(0.01, ge=0, lt=1)  # adaptive-conformal step of the quantile levels (0: fixed)
     seed: int = 0
 
 

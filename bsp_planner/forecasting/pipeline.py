@@ -27,7 +27,7 @@ from ..inputs.series import JobSeries, load_job_series
 from ..inputs.shipped import data_path
 from .base import DEFAULT_QUANTILES, Forecaster, LearnedForecaster, ahead, digest, spec_differences
 from .prepare import PreparedSeries, prepare_job, test_origins
-from .registry import FORECASTER_VERSION, FORECASTERS, check_name, default_settings, make_forecaster
+from .registry import FORECASTER_VERSION, FORECASTERS, default_settings, make_forecaster
 from .validation import validated_weights
 
 Say = Callable[[str], None]
@@ -62,19 +62,10 @@ class Workspace:
     shared: dict = field(default_factory=dict, repr=False)
 
     @classmethod
-    def load(
-        cls,
-        job_path: str | Path,
-        *,
-        workload_range: tuple[float, float] = (10.0, 50.0),
-        gaps: str = "error",
-        tasks: list[str] | None = None,
-        horizon: int = 20,
-        settings: dict[str, dict] | None = None,
-    ) -> Workspace:
+    def load(cls, job_path: str | Path, *, workload_range: tuple[float, float] = (10.0, 50.0), **kw: Any) -> Workspace:
+        """The job's series read from its files; `kw` as for `from_series`."""
         job = load_job(job_path)
-        js = load_job_series(job, workload_range)
-        return cls.from_series(job, js, gaps=gaps, tasks=tasks, horizon=horizon, settings=settings)
+        return cls.from_series(job, load_job_series(job, workload_range), **kw)
 
     @classmethod
     def from_series(
@@ -122,6 +113,11 @@ class Workspace:
             "train_digest": digest(p.train_grid),
             "version": FORECASTER_VERSION,
         }
+
+
+def task_prefix(ws: Workspace, i: int, name: str) -> str:
+    """What progress messages about the i-th task and forecaster `name` start with."""
+    return f"[{i + 1}/{len(ws.prepared)}] {ws.prepared[i].task} · {name}"
 
 
 def model_folder(root: Path, job: str, forecaster: str) -> Path:
@@ -183,7 +179,7 @@ def obtain(
     on the spot (or trained with no model folder) is had once per task and settings, so an ensemble
     and its members alone share it; saved models are loaded each time.
     """
-    check_name(name)
+    FORECASTERS.get(name)  # an unknown name is an error
     how: dict[str, Any] = {"model_root": model_root, "retrain": retrain, "on_mismatch": on_mismatch}
     how |= {"save": save, "save_root": save_root, "say": say}
     if issubclass(FORECASTERS.get(name), LearnedForecaster) and model_root is not None:
@@ -260,9 +256,7 @@ class TaskScore:
         return float(self.covered.sum() / (self.count * len(self.rmse)))
 
 
-def score_task(
-    f: Forecaster, p: PreparedSeries, horizon: int, interval: tuple[float, float] = (0.1, 0.9)
-) -> tuple[TaskScore, np.ndarray]:
+def score_task(f: Forecaster, p: PreparedSeries, horizon: int, interval: tuple[float, float] = (0.1, 0.9)) -> TaskScore:
     """Forecasts at every test origin, scored on the rows (what a simulation replays)."""
     o = test_origins(p, horizon)
     if o.size == 0:
@@ -273,10 +267,7 @@ def score_task(
     se = (med - truth) ** 2
     lo_i, hi_i = f.quantiles.index(interval[0]), f.quantiles.index(interval[1])
     covered = ((truth >= pred[lo_i]) & (truth <= pred[hi_i])).sum(axis=0)
-    return (
-        TaskScore(p.task, np.sqrt(se.mean(axis=0)), se.sum(axis=0), len(o), covered, interval),
-        pred,
-    )
+    return TaskScore(p.task, np.sqrt(se.mean(axis=0)), se.sum(axis=0), len(o), covered, interval)
 
 
 @dataclass
@@ -343,24 +334,17 @@ def evaluate(
     """Every forecaster on every task's test half (models it trains are saved under `save_root`,
     by default `model_root`)."""
     for n in names:
-        check_name(n)
+        FORECASTERS.get(n)  # an unknown name is an error before any work
     scores: dict[str, dict[str, TaskScore]] = {n: {} for n in names}
     how: dict[str, dict[str, str]] = {n: {} for n in names}
     seconds: dict[str, float] = {n: 0.0 for n in names}
     for i, p in enumerate(ws.prepared):
         for n in names:
             t0 = time.perf_counter()
-            prefix = f"[{i + 1}/{len(ws.prepared)}] {p.task} · {n}"
-            f, got = obtain(
-                ws,
-                n,
-                p,
-                model_root=model_root,
-                retrain=retrain,
-                save_root=save_root,
-                say=prefixed(say, prefix),
-            )
-            score, _ = score_task(f, p, ws.horizon)
+            prefix = task_prefix(ws, i, n)
+            say_ = prefixed(say, prefix)
+            f, got = obtain(ws, n, p, model_root=model_root, retrain=retrain, save_root=save_root, say=say_)
+            score = score_task(f, p, ws.horizon)
             scores[n][p.task] = score
             how[n][p.task] = got
             seconds[n] += time.perf_counter() - t0
@@ -494,20 +478,12 @@ def forecast_experiment(
     ws.job_series.check_length(start, steps)
     out = np.empty((len(ws.prepared), steps, ws.horizon))
     how = {}
+    kw: dict[str, Any] = {"model_root": model_root, "retrain": retrain, "on_mismatch": on_mismatch}
+    kw |= {"save": save_models, "save_root": save_root}
     t_start = time.perf_counter()
     for i, p in enumerate(ws.prepared):
-        prefix = f"[{i + 1}/{len(ws.prepared)}] {p.task} · {name}"
-        f, got = obtain(
-            ws,
-            name,
-            p,
-            model_root=model_root,
-            retrain=retrain,
-            on_mismatch=on_mismatch,
-            save=save_models,
-            save_root=save_root,
-            say=prefixed(say, prefix),
-        )
+        prefix = task_prefix(ws, i, name)
+        f, got = obtain(ws, name, p, **kw, say=prefixed(say, prefix))
         origins = p.n_train + start + np.arange(steps)
         out[i] = p.predict_rows_median(f, origins)
         how[p.task] = got

@@ -29,13 +29,9 @@ GAP_POLICIES = ("error", "fill", "ignore")
 
 
 def _duration(seconds: int) -> str:
-    if seconds % 86_400 == 0:
-        return f"{seconds // 86_400} d"
-    if seconds % 3600 == 0:
-        return f"{seconds // 3600} h"
-    if seconds % 60 == 0:
-        return f"{seconds // 60} min"
-    return f"{seconds} s"
+    """In the largest unit that divides it: "1 d", "30 min", "90 s"."""
+    unit, size = next((u, n) for u, n in (("d", 86_400), ("h", 3600), ("min", 60), ("s", 1)) if seconds % n == 0)
+    return f"{seconds // size} {unit}"
 
 
 @dataclass(frozen=True)

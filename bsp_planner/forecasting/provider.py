@@ -164,13 +164,12 @@ def _learned(name, job_series, start, steps, horizon, *, base_dir, gaps, job, sa
         )
     else:
         say(f"no shipped {name} forecasts for this request; generating them")
-    model_root = DEFAULT_MODEL_ROOT
     matrix, meta = forecast_experiment(
         ws,
         name,
         start,
         steps,
-        model_root=model_root,
+        model_root=DEFAULT_MODEL_ROOT,
         on_mismatch="retrain",
         save_models=False,
         say=lambda prefix, msg: say(f"{prefix}: {msg}"),

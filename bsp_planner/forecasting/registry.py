@@ -62,11 +62,6 @@ FORECASTERS.register("ensemble-fit", "bsp_planner.forecasting.ensemble:FittedEns
 FORECASTER_VERSION = 1
 
 
-def check_name(name: str) -> str:
-    FORECASTERS.get(name)
-    return name
-
-
 def is_learned(name: str) -> bool:
     return FORECASTERS.get(name).learned
 

@@ -8,5 +8,3 @@ Modules: settings (env files, no heavy imports), features (observations, numpy o
 precomputed tables), env (the gymnasium.Env, registered as `bsp_planner/Reconfigure-v0`), agent
 (saving/loading agents with their metadata), train, cli. Importing this package imports nothing heavy.
 """
-
-from .settings import ENV_ID  # noqa: F401

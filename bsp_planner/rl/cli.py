@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from ..simulate.cli import QuietOpt
+
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -40,14 +42,6 @@ EnvSetOpt = Annotated[
     list[str] | None,
     typer.Option("--env-set", help="Environment override KEY=VALUE (repeatable), e.g. window=8, agent.gamma=0.9."),
 ]
-
-
-def _settings(env: Path | None, env_set: list[str] | None, flagged: list[tuple[str, str]]) -> EnvSettings:
-    """The environment with --env-set and then the named flags applied, each error naming its flag."""
-    from ..inputs.settings import apply_flag_overrides
-    from .settings import load_env_settings
-
-    return apply_flag_overrides(load_env_settings(env), [("--env-set", item) for item in env_set or []] + flagged)
 
 
 @app.command("train")
@@ -88,7 +82,7 @@ def train(
     ] = None,
     set_: SetOpt = None,
     env_set: EnvSetOpt = None,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+    quiet: QuietOpt = False,
 ) -> None:
     """Train an agent on the environment's training steps, evaluating it on the held-out steps."""
     from rich.console import Console
@@ -96,9 +90,9 @@ def train(
     from ..core.errors import InputError
     from ..core.outputs import check_output_dir, check_output_file
     from ..inputs.experiment import load_experiment
-    from ..inputs.settings import flag_overrides
+    from ..inputs.settings import apply_flag_overrides, flag_overrides
     from .data import experiment_overrides
-    from .settings import DEFAULT_AGENT_DIR, StepRange
+    from .settings import DEFAULT_AGENT_DIR, StepRange, load_env_settings
 
     if shipped and agent is not None:
         raise InputError("give either --agent or --shipped, not both", field="--shipped")
@@ -118,7 +112,8 @@ def train(
             flagged += flag_overrides(
                 [(f"--{key}-range", f"{key}.start", r.start), (f"--{key}-range", f"{key}.steps", r.steps)]
             )
-    s = _settings(env, env_set, flagged)
+    # --env-set, then the named flags, each error naming its flag
+    s = apply_flag_overrides(load_env_settings(env), [("--env-set", item) for item in env_set or []] + flagged)
     a = s.agent
     # Not into the package by default: after a pip install that is site-packages.
     agents_root = DEFAULT_AGENT_DIR.parent if shipped else Path("agents")
@@ -149,29 +144,11 @@ def _train_with_progress(
     console: Console, s: EnvSettings, out: Path, agent_path: Path, strict: bool, overrides: list[str], quiet: bool
 ) -> TrainResult:
     """train_agent with a progress bar showing the latest held-out evaluation; Ctrl-C says what is kept."""
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
-
+    from ..simulate.cli import progress_bar
     from .train import train_agent
 
     a = s.agent
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-        TextColumn("{task.fields[last]}"),
-        console=console,
-        disable=quiet,
-        transient=False,
-    ) as progress:
+    with progress_bar(console, quiet, transient=False, last=True) as progress:
         bar = progress.add_task(a.algo, total=a.timesteps, last="")
 
         def tick(n: int, last: dict | None) -> None:
@@ -238,10 +215,7 @@ def evaluate(
     if eval_range is not None:
         r = StepRange.parse(eval_range, "--eval-range")
         extra += [f"eval.start={r.start}", f"eval.steps={r.steps}"]
-    if env is not None:
-        s = load_env_settings(env, extra)
-    else:
-        s = apply_env_overrides(ag.settings(), extra)
+    s = load_env_settings(env, extra) if env is not None else apply_env_overrides(ag.settings(), extra)
     if not strict and ag.train_range.overlaps(s.eval):
         console.print(f"[yellow]warning:[/] the agent was trained on steps {ag.train_range}, which overlap {s.eval}")
     names = [x.strip() for x in strategies.split(",") if x.strip()]

@@ -23,7 +23,6 @@ from .settings import EnvSettings, StepRange
 @dataclass
 class EnvData:
     settings: EnvSettings
-    split: str  # "train" | "eval"
     range: StepRange
     ctx: PlanningContext
     actual: np.ndarray  # (tasks, levels, steps) true durations
@@ -40,64 +39,9 @@ class EnvData:
     def steps(self) -> int:
         return self.ctx.steps
 
-    @property
-    def n(self) -> int:
-        return self.cfg.shape[1]
-
     def step_s(self, t: int, levels: np.ndarray) -> float:
         """Actual duration of step t under a configuration (the simulator's `step_times`)."""
         return float(self.actual[np.arange(self.actual.shape[0]), levels, t].max())
-
-
-def resolve_scales(s: EnvSettings, ctx: PlanningContext) -> tuple[float, float]:
-    obs = auto_scale(ctx) if s.obs_scale == "auto" else float(s.obs_scale)
-    rew = obs if s.reward_scale == "auto" else float(s.reward_scale)
-    if not (obs > 0 and rew > 0):
-        raise InputError(
-            f"expected positive scales, got obs_scale={obs!r}, reward_scale={rew!r}", path=s.path, field="obs_scale"
-        )
-    return obs, rew
-
-
-def check_horizon(s: EnvSettings, ctx: PlanningContext, where: str | None = None) -> None:
-    h = ctx.configs.horizon
-    if s.window > h or s.horizon_actions > h:
-        raise InputError(
-            f"window {s.window} and actions a0..a{s.horizon_actions} need forecasts of at least "
-            f"{max(s.window, s.horizon_actions)} steps ahead; the predictions here cover {h}",
-            path=where or s.path,
-            field="window",
-        )
-
-
-def from_context(
-    s: EnvSettings,
-    ctx: PlanningContext,
-    actual: np.ndarray,
-    split: str,
-    rng: StepRange,
-    label: str = "",
-    scales: tuple[float, float] | None = None,
-    planner: PlannerSettings | None = None,
-) -> EnvData:
-    check_horizon(s, ctx)
-    n, m = s.horizon_actions, s.window
-    obs_scale, reward_scale = scales if scales is not None else resolve_scales(s, ctx)
-    ctx.configs.ensure_all(n)
-    T = ctx.steps
-    cfg = np.stack([ctx.configs.row(t, n)[0] for t in range(T)]).astype(np.int64)  # (T, n, tasks)
-    tasks = np.arange(ctx.n_tasks)
-    rows = np.stack([predicted_rows(ctx, t, cfg[t], m) for t in range(T)])  # (T, n, m) seconds
-    rows = np.clip(rows / obs_scale, 0.0, s.obs_high).astype(np.float32)
-    step_s = actual[tasks[None, None, :], cfg, np.arange(T)[:, None, None]].max(axis=2)  # (T, n)
-    return EnvData(
-        s, split, rng, ctx, actual, cfg, rows, step_s, obs_scale, reward_scale, ctx.penalty_s, label, planner
-    )
-
-
-def experiment_overrides(s: EnvSettings, rng: StepRange, extra: list[str] | None = None) -> list[str]:
-    """The experiment as a step range of the environment sees it: its own overrides, `extra`, the range, the mode."""
-    return [*s.overrides, *(extra or []), f"start={rng.start}", f"steps={rng.steps}", f"modes={s.mode}"]
 
 
 def build_data(
@@ -107,7 +51,8 @@ def build_data(
     extra_overrides: list[str] | None = None,
     scales: tuple[float, float] | None = None,
 ) -> EnvData:
-    """Build the scenario of the training or evaluation range of an environment's experiment."""
+    """Build the scenario of the training or evaluation range of an environment's experiment, and the
+    tables of its planning context (`scales`: (obs_scale, reward_scale), else the settings')."""
     from ..inputs.experiment import load_experiment
     from ..simulate.scenario import build_scenario
 
@@ -116,5 +61,34 @@ def build_data(
     rng = s.train if split == "train" else s.eval
     exp = load_experiment(s.experiment_path, experiment_overrides(s, rng, extra_overrides))
     scen = build_scenario(exp)
+    ctx, actual = scen.contexts[s.mode], scen.actual
+    n, m, h = s.horizon_actions, s.window, ctx.configs.horizon
+    if m > h or n > h:
+        raise InputError(
+            f"window {m} and actions a0..a{n} need forecasts of at least {max(m, n)} steps ahead; the "
+            f"predictions here cover {h}",
+            path=s.path,
+            field="window",
+        )
+    if scales is None:
+        obs = auto_scale(ctx) if s.obs_scale == "auto" else float(s.obs_scale)
+        rew = obs if s.reward_scale == "auto" else float(s.reward_scale)
+        if not (obs > 0 and rew > 0):
+            raise InputError(
+                f"expected positive scales, got obs_scale={obs!r}, reward_scale={rew!r}", path=s.path, field="obs_scale"
+            )
+        scales = (obs, rew)
+    ctx.configs.ensure_all(n)
+    T = ctx.steps
+    cfg = np.stack([ctx.configs.row(t, n)[0] for t in range(T)]).astype(np.int64)  # (T, n, tasks)
+    tasks = np.arange(ctx.n_tasks)
+    rows = np.stack([predicted_rows(ctx, t, cfg[t], m) for t in range(T)])  # (T, n, m) seconds
+    rows = np.clip(rows / scales[0], 0.0, s.obs_high).astype(np.float32)
+    step_s = actual[tasks[None, None, :], cfg, np.arange(T)[:, None, None]].max(axis=2)  # (T, n)
     label = scen.forecast_label[s.mode]
-    return from_context(s, scen.contexts[s.mode], scen.actual, split, rng, label, scales, exp.planner)
+    return EnvData(s, rng, ctx, actual, cfg, rows, step_s, *scales, ctx.penalty_s, label, exp.planner)
+
+
+def experiment_overrides(s: EnvSettings, rng: StepRange, extra: list[str] | None = None) -> list[str]:
+    """The experiment as a step range of the environment sees it: its own overrides, `extra`, the range, the mode."""
+    return [*s.overrides, *(extra or []), f"start={rng.start}", f"steps={rng.steps}", f"modes={s.mode}"]

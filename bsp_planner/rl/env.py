@@ -81,11 +81,6 @@ class ReconfigureEnv(gym.Env):
         return obs
 
     @property
-    def t(self) -> int:
-        """The next step, as an index into the range."""
-        return self._t
-
-    @property
     def current(self) -> np.ndarray | None:
         return self._current
 

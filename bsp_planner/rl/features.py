@@ -37,12 +37,6 @@ def predicted_rows(ctx: PlanningContext, t: int, configs: np.ndarray, window: in
     return pred[np.arange(ctx.n_tasks)[None, :], configs, :].max(axis=1)
 
 
-def action_configs(ctx: PlanningContext, t: int, n: int) -> np.ndarray:
-    """(n, tasks): the configuration of a_1..a_n at step t (computed once, cached by the ConfigTable)."""
-    cfg, _ = ctx.configs.row(t, n)
-    return cfg
-
-
 def observation(
     ctx: PlanningContext, t: int, current: np.ndarray | None, n: int, window: int, scale: float, high: float
 ) -> np.ndarray:
@@ -50,7 +44,7 @@ def observation(
 
     Before the first step of a job (current None) there is no configuration to keep; row 0 then shows
     a_n's configuration, which is what a0 means there (see `resolve_action`)."""
-    cfg = action_configs(ctx, t, n)
+    cfg = ctx.configs.row(t, n)[0]  # (n, tasks): a_1..a_n's configurations (cached by the ConfigTable)
     cur = cfg[n - 1] if current is None else current
     rows = predicted_rows(ctx, t, np.vstack([cur[None, :], cfg]), window)
     return np.clip(rows / scale, 0.0, high).astype(np.float32)

@@ -66,12 +66,12 @@ class RlPlanner(Planner):
         ctx.configs.ensure_all(n)  # every a_1..a_n configuration in one batch per frame length
 
     def decide(self, t: int, current: np.ndarray | None) -> Decision:
-        from .features import action_configs, observation, resolve_action
+        from .features import observation, resolve_action
 
         a = self.agent
         n = a.actions - 1
         obs = observation(self.ctx, t, current, n, a.window, a.obs_scale, a.obs_high)
-        action, levels = resolve_action(a.act(obs), current, action_configs(self.ctx, t, n))
+        action, levels = resolve_action(a.act(obs), current, self.ctx.configs.row(t, n)[0])
         return Decision(action, levels)
 
 

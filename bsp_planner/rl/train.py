@@ -124,13 +124,9 @@ def _callbacks(
 
     a = s.agent
 
-    class Progress(BaseCallback):
-        def _on_step(self) -> bool:
-            if progress is not None:
-                progress(self.num_timesteps, evals[-1] if evals else None)
-            return True
-
     class HeldOutEval(BaseCallback):
+        """Evaluates on the held-out range every `eval_every` steps; then reports progress."""
+
         def __init__(self):
             super().__init__()
             self.next_at = a.eval_every
@@ -158,6 +154,8 @@ def _callbacks(
             if self.num_timesteps >= self.next_at:
                 self.next_at += a.eval_every
                 self._evaluate()
+            if progress is not None:
+                progress(self.num_timesteps, evals[-1] if evals else None)
             return True
 
         def _on_training_end(self) -> None:
@@ -197,7 +195,7 @@ def _callbacks(
                     {k: (v / self.count if v.is_floating_point() else last[k]) for k, v in self.sum.items()}
                 )
 
-    cbs = [WeightAverage(), HeldOutEval(), Progress()]
+    cbs = [WeightAverage(), HeldOutEval()]
     if checkpoints:
         cbs.append(
             CheckpointCallback(max(1, a.checkpoint_every // a.n_envs), str(run_dir / "checkpoints"), name_prefix=a.algo)
@@ -225,15 +223,14 @@ def train_agent(
     msg = s.check_ranges(strict)
     if msg and warn:
         warn(msg)
-    from .agent import import_sb3
+    from .agent import import_sb3, save_agent
 
     import_sb3()
     import torch
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.utils import set_random_seed
 
-    from .agent import save_agent
-    from .env import ReconfigureEnv
+    from .env import BaselineShaping, ReconfigureEnv
 
     a = s.agent
     torch.set_num_threads(a.threads)
@@ -247,8 +244,6 @@ def train_agent(
     )
     build_s = time.perf_counter() - t_build
     ref = baseline(compare, eval_data) if compare else None
-    from .env import BaselineShaping
-
     env = make_vec_env(
         ReconfigureEnv,
         n_envs=a.n_envs,

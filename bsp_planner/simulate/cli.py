@@ -10,9 +10,30 @@ import typer
 from rich.console import Console
 
 if TYPE_CHECKING:
+    from rich.progress import Progress
+
     from ..core.steps import StrategyResult
     from ..inputs.experiment import Experiment
     from .scenario import Scenario
+
+QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")]
+
+
+def progress_bar(console: Console, quiet: bool, *, transient: bool, last: bool = False) -> Progress:
+    """The progress bar of a long command (`rl train`'s too): what it does, how far, how long; with
+    `last`, a column for its task's `last` field (the latest evaluation)."""
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn()]
+    columns += [TimeElapsedColumn(), TimeRemainingColumn(), *([TextColumn("{task.fields[last]}")] if last else [])]
+    return Progress(*columns, console=console, disable=quiet, transient=transient)
 
 
 def simulate(
@@ -51,7 +72,7 @@ def simulate(
     set_: Annotated[
         list[str] | None, typer.Option("--set", help="Override any field: KEY=VALUE or SECTION.KEY=VALUE (repeatable).")
     ] = None,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+    quiet: QuietOpt = False,
     online: Annotated[
         bool, typer.Option("--online", help="Forecast before every step from the observed history (no forecast file).")
     ] = False,
@@ -206,27 +227,9 @@ def _run_with_progress(
     console: Console, scen: Scenario, pairs: list[tuple[str, str]], jobs: int, quiet: bool
 ) -> list[StrategyResult]:
     """Every (mode, strategy) pair, on `jobs` processes, behind a progress bar."""
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
-
     from .parallel_runs import run_pairs
 
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-        console=console,
-        disable=quiet,
-        transient=True,
-    ) as progress:
+    with progress_bar(console, quiet, transient=True) as progress:
         bar = progress.add_task("simulating", total=len(pairs))
         return run_pairs(
             scen,
