@@ -9,27 +9,13 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..core.registry import Registry
-from .base import Allocator, CpuLevels, discount_weights, frame_time
-from .greedy import GreedyAllocator
-from .threshold import ThresholdAllocator
+from .base import Allocator
 
 ALLOCATORS: Registry[Callable[[], Allocator]] = Registry("allocator", field="planner.allocator")
-ALLOCATORS.register("greedy", GreedyAllocator)
-ALLOCATORS.register("threshold", ThresholdAllocator)
+ALLOCATORS.register("greedy", "bsp_planner.allocation.greedy:GreedyAllocator")
+ALLOCATORS.register("threshold", "bsp_planner.allocation.threshold:ThresholdAllocator")
 ALLOCATORS.register("exact", "bsp_planner.allocation.exact:ExactAllocator")
 
 
 def make_allocator(name: str) -> Allocator:
     return ALLOCATORS.get(name)()
-
-
-__all__ = [
-    "Allocator",
-    "CpuLevels",
-    "GreedyAllocator",
-    "ThresholdAllocator",
-    "discount_weights",
-    "frame_time",
-    "make_allocator",
-    "ALLOCATORS",
-]

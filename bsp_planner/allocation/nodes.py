@@ -27,7 +27,7 @@ from scipy.sparse import csr_array, vstack
 from .base import Allocator, batch_inputs
 from .floor import floor_levels
 from .greedy import greedy_rounds
-from .node_limits import NodeLimits as NodeLimits  # re-exported: callers import it from here
+from .node_limits import NodeLimits
 
 if TYPE_CHECKING:
     from .exact_frame import FrameSolution

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..allocation.base import CpuLevels
-from ..allocation.nodes import NodeLimits
+from ..allocation.node_limits import NodeLimits
 from ..core.errors import InputError
 
 if TYPE_CHECKING:

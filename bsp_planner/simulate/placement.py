@@ -20,7 +20,7 @@ import numpy as np
 
 from ..allocation.base import CpuLevels
 from ..allocation.floor import floor_levels
-from ..allocation.nodes import NodeLimits
+from ..allocation.node_limits import NodeLimits
 from ..core.errors import InputError
 from ..inputs.experiment import Experiment
 from ..model import interference
