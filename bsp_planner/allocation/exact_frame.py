@@ -43,6 +43,10 @@ class ExactSolverError(InputError):
         self.incumbent = incumbent
         super().__init__(message, field="planner.allocator")
 
+    def __reduce__(self) -> tuple[type, tuple[str], dict[str, object]]:
+        # Unpickled (an error from a worker process): built from the bare message, or the field is named twice.
+        return type(self), (self.message,), self.__dict__
+
 
 @dataclass
 class FrameSolution:

@@ -82,7 +82,9 @@ def get_float(
         raise _bad(path, key, "a finite number", x)
     x = float(x)
     if (lo is not None and x < lo) or (hi is not None and x > hi):
-        raise _bad(path, key, f"a number in [{lo:g}, {hi:g}]", x)
+        raise _bad(
+            path, key, f"a number in [{-math.inf if lo is None else lo:g}, {math.inf if hi is None else hi:g}]", x
+        )
     return x
 
 
