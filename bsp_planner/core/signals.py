@@ -76,6 +76,19 @@ def _raise_once(signum: int, frame: object) -> None:
 
 
 @contextlib.contextmanager
+def _handled_by(handler: Callable[[int, object], None]) -> Iterator[None]:
+    """The stop signals go to `handler` within the block; the previous handlers come back after it."""
+    previous = {s: signal.getsignal(s) for s in STOP_SIGNALS}
+    for s in STOP_SIGNALS:
+        signal.signal(s, handler)
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+@contextlib.contextmanager
 def installed() -> Iterator[None]:
     """Within the block, SIGINT, SIGTERM and SIGHUP raise :class:`Stopped`; the previous handlers and a
     clean record come back after it (a process may run several commands: the tests do). Outside the
@@ -83,18 +96,14 @@ def installed() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = {s: signal.getsignal(s) for s in STOP_SIGNALS}
     previous_hook = sys.unraisablehook
     _received.clear()
     _hooks[:] = [previous_hook]
     sys.unraisablehook = _redeliver_if_swallowed
-    for s in STOP_SIGNALS:
-        signal.signal(s, _raise_once)
     try:
-        yield
+        with _handled_by(_raise_once):
+            yield
     finally:
-        for s, h in previous.items():
-            signal.signal(s, h)
         sys.unraisablehook = previous_hook
         _received.clear()
 
@@ -115,7 +124,6 @@ def routed_to(on_stop: Callable[[int], bool]) -> Iterator[None]:
     """Within the block, a stop signal calls ``on_stop(signum)`` first: True means the command took the
     stop in hand (it will raise :class:`Stopped` itself at a safe point), False raises it here and now.
     A second signal raises at once."""
-    previous = {s: signal.getsignal(s) for s in STOP_SIGNALS}
 
     def handler(signum: int, frame: object) -> None:
         first = not _received
@@ -125,13 +133,8 @@ def routed_to(on_stop: Callable[[int], bool]) -> Iterator[None]:
                 signal.signal(s, _raise_once)
             raise Stopped(signum)
 
-    for s in STOP_SIGNALS:
-        signal.signal(s, handler)
-    try:
+    with _handled_by(handler):
         yield
-    finally:
-        for s, h in previous.items():
-            signal.signal(s, h)
 
 
 @contextlib.contextmanager
