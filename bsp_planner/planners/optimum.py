@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -251,31 +251,17 @@ class _SegmentDP:
         is the answer (optimal False, bound below the cutoff) and no MILP runs."""
         self.stats["milps"] += 1
         d, w = self.actual[:, :, s:e], np.ones(e - s)
-        incumbents = None if inc is None else inc[None]
+        common: dict[str, Any] = {"cutoff": cutoff, "rel_gap": self.rel_gap, "time_limit": self.time_limit}
+        common["incumbents"] = None if inc is None else inc[None]
         lb = self.PG[:, :, e] - self.PG[:, :, s]
         if self.nodes is not None:
-            sol = solve_frame_nodes(
-                d,
-                w,
-                self.M,
-                self.budget,
-                self.nodes,
-                incumbents=incumbents,
-                cutoff=cutoff,
-                rel_gap=self.rel_gap,
-                time_limit=self.time_limit,
-                level_bounds=lb,
-            )
+            sol = solve_frame_nodes(d, w, self.M, self.budget, self.nodes, level_bounds=lb, **common)
         else:
             sol = solve_frame(
                 d,
                 w,
                 self.M,
                 self.budget,
-                incumbents=incumbents,
-                cutoff=cutoff,
-                rel_gap=self.rel_gap,
-                time_limit=self.time_limit,
                 level_bounds=lb,
                 lower_bound=float(self.H[s, e - s]),
                 fill=False,
@@ -283,6 +269,7 @@ class _SegmentDP:
                 shrink_rounds=1,  # the LP screen below copes with the levels a second round would drop
                 floor_steps=self.floor[s:e],
                 screen=screen,
+                **common,
             )
         self.stats["milp_seconds"] += sol.seconds
         if np.isfinite(sol.value) and (sol.optimal or self.nodes is None):
