@@ -76,7 +76,8 @@ def run_planner(planner, ctx, scen, mode="forecast"):
 def main() -> None:
     import warnings
 
-    from bsp_planner.inputs.experiment import apply_overrides, load_experiment
+    from bsp_planner.inputs.experiment import load_experiment
+    from bsp_planner.inputs.settings import apply_overrides
     from bsp_planner.planners.base import make_planner
     from bsp_planner.planners.risk import RiskAwareMpcPlanner
     from bsp_planner.simulate.runs import run_strategy

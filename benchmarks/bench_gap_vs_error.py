@@ -59,7 +59,8 @@ def write_folder(folder: Path, names: list[str], fc: np.ndarray, start: int) -> 
 
 
 def run_setting(setting: dict, alphas: list[float], strategies: list[str], experiment: Path) -> dict:
-    from bsp_planner.inputs.experiment import apply_overrides, load_experiment
+    from bsp_planner.inputs.experiment import load_experiment
+    from bsp_planner.inputs.settings import apply_overrides
     from bsp_planner.simulate.runs import run_strategy
     from bsp_planner.simulate.scenario import build_scenario
 

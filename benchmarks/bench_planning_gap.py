@@ -39,7 +39,8 @@ def run_setting(
 ) -> dict:
     import warnings
 
-    from bsp_planner.inputs.experiment import apply_overrides, load_experiment
+    from bsp_planner.inputs.experiment import load_experiment
+    from bsp_planner.inputs.settings import apply_overrides
     from bsp_planner.simulate.runs import run_strategy
     from bsp_planner.simulate.scenario import build_scenario
 

@@ -261,17 +261,11 @@ class Experiment:
             raise bad(f"expected low < high, got {list(self.workload_range)}", "workload_range")
 
 
-def apply_overrides(exp: Experiment, overrides: list[str]) -> Experiment:
-    """Apply `key=value` overrides, e.g. `steps=100`, `cpu.budget_millicores=6000`, `modes=perfect`;
-    checked like the file's own values. Returns the updated experiment."""
-    return _settings.apply_overrides(exp, overrides, flag="--set")
-
-
 def load_experiment(path: str | Path, overrides: list[str] | None = None) -> Experiment:
+    """The experiment file, with `--set` overrides (`steps=100`, `cpu.budget_millicores=6000`) checked like
+    the file's own values."""
     path = Path(path)
     exp = _settings.load_settings_file(
         Experiment, path, "experiment", {"name": path.stem, "path": path.resolve()}, required=("job", "profile")
     )
-    if overrides:
-        exp = apply_overrides(exp, overrides)
-    return exp
+    return _settings.apply_overrides(exp, overrides, flag="--set") if overrides else exp

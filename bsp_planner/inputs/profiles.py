@@ -70,7 +70,8 @@ def metadata_path(profile_path: str | Path) -> Path:
     return p.with_name(p.stem + ".meta.json")
 
 
-def _number(text: str, path: Path, lineno: int, field: str) -> float:
+def finite_number(text: str, path: Path, lineno: int, field: str) -> float:
+    """A CSV cell as a finite number; an InputError naming the file, line and column otherwise."""
     try:
         value = float(text)
     except ValueError as exc:
@@ -99,32 +100,20 @@ def read_profile_rows(path: str | Path) -> list[dict]:
             task = row[0].strip()
             if not task:
                 raise InputError("empty task name", path=path, line=lineno, field="task")
-            workload = _number(row[1], path, lineno, "workload")
-            cpu = _number(row[2], path, lineno, "cpu_millicores")
-            duration = _number(row[3], path, lineno, "duration_s")
-            repeat = _number(row[4], path, lineno, "repeat")
-            if duration <= 0:
-                raise InputError(
-                    f"expected a positive duration, got {row[3]!r}", path=path, line=lineno, field="duration_s"
-                )
-            if cpu <= 0:
-                raise InputError(
-                    f"expected a positive CPU limit, got {row[2]!r}", path=path, line=lineno, field="cpu_millicores"
-                )
-            if repeat != int(repeat) or repeat < 0:
-                raise InputError(
-                    f"expected a whole repeat number, got {row[4]!r}", path=path, line=lineno, field="repeat"
-                )
-            rows.append(
-                {
-                    "task": task,
-                    "workload": workload,
-                    "cpu_millicores": cpu,
-                    "duration_s": duration,
-                    "repeat": int(repeat),
-                    "line": lineno,
-                }
+            workload, cpu, duration, repeat = (
+                finite_number(row[i], path, lineno, PROFILE_COLUMNS[i]) for i in range(1, 5)
             )
+            for ok, i, expected in (
+                (duration > 0, 3, "a positive duration"),
+                (cpu > 0, 2, "a positive CPU limit"),
+                (repeat == int(repeat) and repeat >= 0, 4, "a whole repeat number"),
+            ):
+                if not ok:
+                    raise InputError(
+                        f"expected {expected}, got {row[i]!r}", path=path, line=lineno, field=PROFILE_COLUMNS[i]
+                    )
+            values = (task, workload, cpu, duration, int(repeat))
+            rows.append(dict(zip(PROFILE_COLUMNS, values, strict=True)) | {"line": lineno})
     if not rows:
         raise InputError("the profile has no rows", path=path)
     return rows

@@ -8,7 +8,6 @@ of the second half.
 from __future__ import annotations
 
 import csv
-import math
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -17,6 +16,7 @@ import numpy as np
 
 from ..core.errors import InputError, open_text
 from .job import Job, SeriesRef
+from .profiles import finite_number
 
 SECONDS_PER_DAY = 86_400
 MIN_ROWS = 4  # two to scale on (a range needs two values), two to replay
@@ -46,14 +46,8 @@ def read_series_csv(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
                 raise InputError(
                     f"expected an ISO timestamp, got {row[0]!r}", path=path, line=lineno, field="timestamp"
                 ) from exc
-            try:
-                value = float(row[1])
-            except ValueError as exc:
-                raise InputError(f"expected a number, got {row[1]!r}", path=path, line=lineno, field="value") from exc
-            if not math.isfinite(value):
-                raise InputError(f"expected a finite number, got {row[1]!r}", path=path, line=lineno, field="value")
             stamps.append(stamp)
-            values.append(value)
+            values.append(finite_number(row[1], path, lineno, "value"))
     if not values:
         raise InputError("the series has no rows", path=path)
     return np.array(stamps, dtype="datetime64[s]"), np.array(values, dtype=np.float64)
