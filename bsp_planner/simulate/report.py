@@ -51,9 +51,8 @@ def comparison_rows(results: list[StrategyResult]) -> list[dict]:
         )
         util = r.notes.get("node_utilisation")
         if util is not None or any("node_utilisation" in x.notes for x in results):
-            rows[-1]["recreates"] = r.notes.get("recreates", 0 if util is not None else None)
-            rows[-1]["stops"] = r.notes.get("stops", 0 if util is not None else None)
-            rows[-1]["unpriced_recreates"] = r.notes.get("unpriced_recreates", 0 if util is not None else None)
+            for k in ("recreates", "stops", "unpriced_recreates"):
+                rows[-1][k] = r.notes.get(k, 0 if util is not None else None)
             rows[-1]["peak_node_pct"] = round(100 * max(u["peak"] for u in util.values()), 1) if util else None
     return rows
 
