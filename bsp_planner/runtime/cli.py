@@ -76,6 +76,12 @@ _RUN_FLAGS = {
 }
 
 
+# `run` options whose value is the RunSettings field of the same name, as given
+_SAME_NAMED = (
+    "planner reconfigure backend zk_root stress_ng cgroup_prefix cpu_weight cfs_period_us keep_zk barrier".split()
+)
+
+
 def run(
     ctx: typer.Context,
     experiment: Path = typer.Option(
@@ -206,22 +212,13 @@ def run(
             kubernetes=_kubernetes_settings(ctx.params) if on_k8s else {},
             worker_start_s=300.0 if on_k8s else 60.0,  # pods: scheduling, image pulls
             experiment=str(find_experiment(experiment).resolve()),
-            planner=planner,
             mode=mode,
-            reconfigure=reconfigure,
             overrides=overrides,
-            backend=backend,
             zookeeper=_hosts(zookeeper),
-            zk_root=zk_root,
             zk_auth=_auth_source(zk_auth_file),
             session_timeout_s=session_timeout,
             zk_wait_s=zk_wait,
-            stress_ng=stress_ng,
-            cgroup_prefix=cgroup_prefix,
-            cpu_weight=cpu_weight,
-            cfs_period_us=cfs_period_us,
-            keep_zk=keep_zk,
-            barrier=barrier,
+            **{name: ctx.params[name] for name in _SAME_NAMED},
         )
     if step_timeout is not None:
         settings.step_timeout_s = _positive_seconds(step_timeout, "--step-timeout")
@@ -377,14 +374,11 @@ def _run_to_the_end(console: Console, coord: Coordinator) -> None:
     try:
         with routed_to(lambda signum: coord.request_stop()):
             result = coord.run()
-    except RunInterrupted as exc:
-        err.print(f"[yellow]stopped[/]: {exc}", highlight=False)
+    except (RunInterrupted, RunFailed) as exc:
+        stopped = isinstance(exc, RunInterrupted)
+        err.print(f"{'[yellow]stopped' if stopped else '[bold red]run failed'}[/]: {exc}", highlight=False)
         _show(console, coord)
-        raise typer.Exit(3) from None
-    except RunFailed as exc:
-        err.print(f"[bold red]run failed[/]: {exc}", highlight=False)
-        _show(console, coord)
-        raise typer.Exit(1) from None
+        raise typer.Exit(3 if stopped else 1) from None
     _show(console, coord)
     console.print(
         f"run folder: {result.run_dir} (steps.csv, steps.jsonl, summary.md, chart.png, logs/)", highlight=False

@@ -20,7 +20,6 @@ import contextlib
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -34,6 +33,7 @@ from ..inputs.job import Service, substitute
 from ..inputs.placeholders import ENV_HOSTS, run_env, run_values
 from ..task.reporter import cpu_cgroup, move_threads, tasks_file
 from .executor import RunFailed
+from .zkserver import port_in_use
 
 POLL_S = 0.05
 STOP_TIMEOUT_S = 10.0
@@ -233,7 +233,7 @@ class LocalServiceRunner:
 
     def ready(self, name: str, port: int | None, pattern: re.Pattern | None) -> bool:
         if port is not None:
-            return _accepts(port)
+            return port_in_use(LOCAL_HOST, port, timeout_s=0.2)
         if pattern is not None:
             try:
                 with open(self.log_path(name), "rb") as f:
@@ -261,9 +261,6 @@ class LocalServiceRunner:
             kill_group(p.proc.pid)  # the service's own children too (its whole session)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 p.proc.wait(timeout=5)
-
-    def pids(self) -> dict[str, int]:
-        return {name: p.proc.pid for name, p in self.procs.items()}
 
 
 def spawn_logged(
@@ -309,11 +306,3 @@ def _parent_death_preexec(home_tasks: Path | None, niceness: int) -> Callable[[]
         die_with(parent)  # the coordinator's death, even by SIGKILL, ends the service
 
     return preexec
-
-
-def _accepts(port: int) -> bool:
-    try:
-        with socket.create_connection((LOCAL_HOST, port), timeout=0.2):
-            return True
-    except OSError:
-        return False

@@ -94,11 +94,8 @@ class Worker:
         self._kill_child()
         raise Stop()
 
-    def _orphaned(self) -> bool:
-        return self._parent > 1 and os.getppid() != self._parent
-
     def _interrupt(self) -> bool:
-        if self._stopping or self._orphaned():
+        if self._stopping or (self._parent > 1 and os.getppid() != self._parent):  # SIGTERM, or orphaned
             raise Stop()
         return False
 

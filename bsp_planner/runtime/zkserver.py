@@ -75,9 +75,10 @@ def free_port(host: str = DEFAULT_HOST) -> int:
         return s.getsockname()[1]
 
 
-def port_in_use(host: str, port: int) -> bool:
+def port_in_use(host: str, port: int, timeout_s: float = 0.5) -> bool:
+    """Whether something accepts connections on host:port (a server, or a service that is ready)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.settimeout(0.5)
+        s.settimeout(timeout_s)
         return s.connect_ex((host, port)) == 0
 
 
@@ -256,13 +257,6 @@ class LocalZooKeeper:
                 self._proc.wait(timeout=5)
         self._proc = None
         self.pid_path.unlink(missing_ok=True)
-
-    def __enter__(self) -> LocalZooKeeper:
-        self.start()
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        self.stop()
 
 
 def _log_error(log_path: Path) -> str:

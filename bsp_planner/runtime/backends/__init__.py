@@ -130,12 +130,10 @@ def make_backend(name: str, **kwargs) -> Backend:
 
         kwargs.pop("reconfigure", None)  # the coordinator chooses between resize_task and recreate_task
         return LocalBackend(**kwargs)
-    kwargs.pop("cpu_weight", None)  # local cgroup matters
-    kwargs.pop("cfs_period_us", None)
-    if name in ("kubernetes", "k8s"):
-        try:
-            from .kubernetes import KubernetesBackend
-        except ImportError:
-            raise InputError("the kubernetes backend is not part of this installation yet", field="--backend") from None
+    if name in ("kubernetes", "k8s"):  # its client library is imported only when it connects
+        from .kubernetes import KubernetesBackend
+
+        kwargs.pop("cpu_weight", None)  # local cgroup matters
+        kwargs.pop("cfs_period_us", None)
         return KubernetesBackend(**kwargs)
-    raise InputError(f"unknown backend {name!r}; known: local", field="--backend")
+    raise InputError(f"unknown backend {name!r}; known: local, kubernetes", field="--backend")

@@ -175,7 +175,7 @@ class LocalBackend(Backend):
                 pid = owner_pid(child.name)
                 if pid is None or pid == os.getpid() or pid_alive(pid):
                     continue
-                g = CpuQuotaGroup(child.name, prefix=parent.name, hierarchy=self.hierarchy)
+                g = self._group(child.name, prefix=parent.name)
                 g.created = True  # it exists: remove() kills what is inside, then removes it (and an empty parent)
                 with contextlib.suppress(OSError):
                     g.remove()
@@ -192,9 +192,14 @@ class LocalBackend(Backend):
     def run_parent(self) -> Path:
         return self.hierarchy.root / self.run_prefix
 
-    def _group(self, task: str, millicores: float | None = None) -> CpuQuotaGroup:
+    def _group(self, name: str, millicores: float | None = None, prefix: str | None = None) -> CpuQuotaGroup:
+        """A group of the run's (or of `prefix`), its quota at the run's CFS period."""
         return CpuQuotaGroup(
-            task, millicores=millicores, prefix=self.run_prefix, hierarchy=self.hierarchy, period_us=self.cfs_period_us
+            name,
+            millicores=millicores,
+            prefix=prefix or self.run_prefix,
+            hierarchy=self.hierarchy,
+            period_us=self.cfs_period_us,
         )
 
     def _weigh_run(self) -> None:
@@ -226,7 +231,7 @@ class LocalBackend(Backend):
             return removed
         for p in sorted(parent.iterdir()):
             if p.is_dir() and p.name not in self.tasks:
-                g = CpuQuotaGroup(p.name, prefix=self.run_prefix, hierarchy=self.hierarchy)
+                g = self._group(p.name)
                 g.created = True  # it exists: remove() kills what is inside, then removes it
                 g.remove()
                 removed.append(f"{self.run_prefix}/{p.name}")
@@ -252,7 +257,9 @@ class LocalBackend(Backend):
             group.created = True
             group.remove()
         group.create()
-        self._weigh(group, launch.task)
+        # the weight its stress-ng workers would have outside any group (1024 each), as the profiler gives
+        # its runs, so that on a busy host the quota limits a task, not a lowered share
+        group.set_weight(1024 * self.workers.get(launch.task, 1))
         self._weigh_run()
         env = {**os.environ, **launch.env, "PYTHONUNBUFFERED": "1"}
         args = list(launch.args) if launch.program else [self.python, "-m", "bsp_planner.cli", *launch.args]
@@ -265,11 +272,6 @@ class LocalBackend(Backend):
             group.remove()
             raise
         self.tasks[launch.task] = _Task(group, proc, launch)
-
-    def _weigh(self, group: CpuQuotaGroup, task: str) -> None:
-        """The weight the task's stress-ng workers would have outside any group (1024 each), as the
-        profiler gives its runs, so that on a busy host the quota limits a task, not a lowered share."""
-        group.set_weight(1024 * self.workers.get(task, 1))
 
     def measure_reconfigure_cost(self, method: str) -> float | None:
         """Seconds one reconfiguration costs here, measured now on throw-away groups (median of a few).
@@ -287,13 +289,7 @@ class LocalBackend(Backend):
         if method == "in-place":
             n = max(1, len(self.workers))
             times = []
-            with CpuQuotaGroup(
-                f"probe-{os.getpid()}",
-                millicores=1000,
-                prefix=self.prefix,
-                hierarchy=self.hierarchy,
-                period_us=self.cfs_period_us,
-            ) as g:
+            with self._group(f"probe-{os.getpid()}", 1000, prefix=self.prefix) as g:
                 for i in range(7):
                     t0 = time.perf_counter()
                     for _ in range(n):
@@ -315,7 +311,7 @@ class LocalBackend(Backend):
         procs: list[subprocess.Popen] = []
         try:
             for i in range(n):
-                olds.append(self._probe_group(f"a{i}").create())
+                olds.append(self._probe_group(f"a{i}"))
                 procs.append(self._spawn_probe(olds[i]))
             self._weigh_run()
             first = list(procs)
@@ -326,7 +322,7 @@ class LocalBackend(Backend):
                 p.send_signal(signal.SIGTERM)
                 p.wait(timeout=PROBE_TIMEOUT_S)
                 olds[i].remove()
-                news.append(self._probe_group(f"b{i}").create())
+                news.append(self._probe_group(f"b{i}"))
                 procs.append(self._spawn_probe(news[i]))
             for p in procs[n:]:
                 self._await_ready(p)
@@ -345,13 +341,7 @@ class LocalBackend(Backend):
     def _probe_group(self, suffix: str) -> CpuQuotaGroup:
         # in the run's own parent group, weighed as it will be for the workers (_weigh_run): the probes
         # compete with the host's other work as the run's workers will (on a busy host that decides it)
-        return CpuQuotaGroup(
-            f"probe-{os.getpid()}-{suffix}",
-            millicores=self.probe_millicores,
-            prefix=self.run_prefix,
-            hierarchy=self.hierarchy,
-            period_us=self.cfs_period_us,
-        )
+        return self._group(f"probe-{os.getpid()}-{suffix}", self.probe_millicores).create()
 
     def _spawn_probe(self, group: CpuQuotaGroup) -> subprocess.Popen:
         """A process in `group` that loads what a worker loads, then says "ready" (see _await_ready)."""

@@ -55,35 +55,41 @@ class KubernetesResizes(KubernetesNodes):
                 t.millicores = float(millicores)
                 return
             raise
-        deadline = started + self.resize_timeout_s
+        st = t.last = self._await_resize(name, millicores, started)
+        if st.problem:
+            raise PodLost(
+                f"task {task!r}: {st.problem} (pod {name}); the run stops and can be resumed", field="kubernetes"
+            )
+        if resize_done(st, millicores):
+            t.millicores = float(millicores)
+            t.plan = None
+            self.events.append(ReconfigEvent(task, "in-place", float(millicores), self.clock() - started))
+            return
+        why = (
+            f"the kubelet calls it Infeasible: {st.resize_infeasible}"
+            if st.resize_infeasible
+            else f"not applied after {self.resize_timeout_s:g} s ({_resize_progress(st)})"
+        )
+        if task in self.processes:
+            raise ResizeRefused(
+                f"task {task!r}: the in-place resize of pod {name} from {t.millicores:g}m to {millicores:g}m "
+                f"failed: {why}. A process task keeps its state in memory and is never recreated behind its "
+                "back; the run stops here and can be resumed (lower cpu.max_millicores, free room on the "
+                "node, or run with --reconfigure recreate if the program restores its own state)",
+                field="kubernetes",
+            )
+        self._warn(f"in-place resize of {task!r} to {millicores:g}m: {why}; recreating the pod instead")
+        return self.recreate_task(t.launch, millicores, detail=f"resize failed: {why}", started=started)
+
+    def _await_resize(self, name: str, millicores: float, started: float) -> PodState:
+        """The pod's state once the kubelet applied `millicores`, called the resize Infeasible, the pod has a
+        problem, or resize_timeout_s passed since `started`."""
         while True:
             st = pod_state(self._cluster.get_pod(name))
-            t.last = st
-            if st.problem:
-                raise PodLost(
-                    f"task {task!r}: {st.problem} (pod {name}); the run stops and can be resumed", field="kubernetes"
-                )
-            if resize_done(st, millicores):
-                t.millicores = float(millicores)
-                t.plan = None
-                self.events.append(ReconfigEvent(task, "in-place", float(millicores), self.clock() - started))
-                return
-            if st.resize_infeasible or self.clock() >= deadline:
-                why = (
-                    f"the kubelet calls it Infeasible: {st.resize_infeasible}"
-                    if st.resize_infeasible
-                    else f"not applied after {self.resize_timeout_s:g} s ({_resize_progress(st)})"
-                )
-                if task in self.processes:
-                    raise ResizeRefused(
-                        f"task {task!r}: the in-place resize of pod {name} from {t.millicores:g}m to {millicores:g}m "
-                        f"failed: {why}. A process task keeps its state in memory and is never recreated behind its "
-                        "back; the run stops here and can be resumed (lower cpu.max_millicores, free room on the "
-                        "node, or run with --reconfigure recreate if the program restores its own state)",
-                        field="kubernetes",
-                    )
-                self._warn(f"in-place resize of {task!r} to {millicores:g}m: {why}; recreating the pod instead")
-                return self.recreate_task(t.launch, millicores, detail=f"resize failed: {why}", started=started)
+            if resize_done(st, millicores) or st.problem or st.resize_infeasible:
+                return st
+            if self.clock() >= started + self.resize_timeout_s:
+                return st
             self.sleep(self.poll_s)
 
     # -- what a reconfiguration costs on this cluster ----------------------------------------------
@@ -184,12 +190,10 @@ class KubernetesResizes(KubernetesNodes):
                 target = low if i % 2 == 0 else high
                 started = self.clock()
                 self._cluster.resize_pod(name, M.resize_patch(target))
-                while not resize_done(st := pod_state(self._cluster.get_pod(name)), target):
-                    if st.resize_infeasible or st.problem or self.clock() >= started + self.resize_timeout_s:
-                        why = f"the probe pod {name}'s resize to {target:g}m was not applied ({_resize_progress(st)})"
-                        self._cannot_measure("in-place", why)
-                        return None
-                    self.sleep(self.poll_s)
+                if not resize_done(st := self._await_resize(name, target, started), target):
+                    why = f"the probe pod {name}'s resize to {target:g}m was not applied ({_resize_progress(st)})"
+                    self._cannot_measure("in-place", why)
+                    return None
                 samples.append(self.clock() - started)
         finally:
             self._delete_pods([name], 0)
