@@ -49,7 +49,7 @@ from bsp_planner.zk.session import ZkSession  # noqa: E402
 CHILD = """
 import json, os, sys, time
 from bsp_planner import task
-from bsp_planner.runtime import zk as Z
+from bsp_planner.zk.barrier import step_barrier
 steps, go, bare, profile = int(sys.argv[1]), sys.argv[2], sys.argv[3] == "1", sys.argv[4]
 lib, timings, base = [], [], []
 with task.join() as session:
