@@ -92,9 +92,7 @@ def sweep(folder: str | Path) -> list[Leftover]:
                 shutil.rmtree(path)
             else:
                 os.unlink(path)
-        except FileNotFoundError:
-            continue  # another command's sweep got there first
-        except OSError:
+        except OSError:  # another command's sweep got there first, or it may not be removed (permissions)
             continue
         found.append(Leftover(pid, entry.name, finished, output.name or str(output), m["kind"]))
     return found

@@ -20,22 +20,21 @@ from .errors import InputError, OutputUnwritable
 from .leftovers import PUBLISHING, finish_publishing, prefix
 
 
-def _nearest_existing(path: Path) -> Path:
-    p = path
-    while not p.exists() and p != p.parent:
-        p = p.parent
-    return p
-
-
-def _probe_writable(folder: Path, what: Path, flag: str) -> None:
-    """Create and remove a file in `folder`: the only test that also catches read-only mounts and
-    pseudo file systems (os.access says yes to root everywhere)."""
+def _probe_writable(path: Path, start: Path, flag: str, expected: str) -> Path:
+    """Create and remove a file in the nearest existing folder at or above `start`: the only test that
+    also catches read-only mounts and pseudo file systems (os.access says yes to root everywhere)."""
+    folder = start
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        raise InputError(f"expected {expected}, but {folder} is a file, not a folder", path=path, field=flag)
     try:
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=prefix(folder / "bsp-planner-probe", "tmp"))
     except OSError as exc:
-        raise InputError(f"cannot write into {folder}: {exc.strerror or exc}", path=what, field=flag) from None
+        raise InputError(f"cannot write into {folder}: {exc.strerror or exc}", path=path, field=flag) from None
     os.close(fd)
     os.unlink(tmp)
+    return path
 
 
 def check_output_dir(path: str | Path, flag: str = "--out") -> Path:
@@ -44,11 +43,7 @@ def check_output_dir(path: str | Path, flag: str = "--out") -> Path:
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise InputError("expected an output folder, but this is an existing file", path=path, field=flag)
-    base = _nearest_existing(path)
-    if not base.is_dir():
-        raise InputError(f"expected an output folder, but {base} is a file, not a folder", path=path, field=flag)
-    _probe_writable(base, path, flag)
-    return path
+    return _probe_writable(path, path, flag, "an output folder")
 
 
 def check_output_file(path: str | Path, flag: str = "--out") -> Path:
@@ -63,11 +58,7 @@ def check_output_file(path: str | Path, flag: str = "--out") -> Path:
         except OSError as exc:
             raise InputError(f"cannot write it: {exc.strerror or exc}", path=path, field=flag) from None
         return path
-    base = _nearest_existing(path.parent)
-    if not base.is_dir():
-        raise InputError(f"expected a file in a folder, but {base} is a file, not a folder", path=path, field=flag)
-    _probe_writable(base, path, flag)
-    return path
+    return _probe_writable(path, path.parent, flag, "a file in a folder")
 
 
 @contextlib.contextmanager
