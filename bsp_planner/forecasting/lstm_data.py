@@ -110,9 +110,6 @@ class LSTMWindows(LearnedForecaster):
             first = max(first, 2 * self.period, 2 * self.horizon)
         return first
 
-    def _weekly(self) -> bool:
-        return bool(self.settings.calendar and self.interval_s and self.weekly_)
-
     # -- features ------------------------------------------------------------------------------------
     def _calendar(self, idx: np.ndarray) -> list[np.ndarray]:
         if not self.settings.calendar:
@@ -121,7 +118,7 @@ class LSTMWindows(LearnedForecaster):
             secs = self.t0.astype("datetime64[s]").astype(np.int64) + idx.astype(np.int64) * int(self.interval_s)
             day = (secs % SECONDS_PER_DAY) / SECONDS_PER_DAY
             out = [np.sin(2 * np.pi * day), np.cos(2 * np.pi * day)]
-            if self._weekly():
+            if self.weekly_:
                 week = ((secs + 3 * SECONDS_PER_DAY) % SECONDS_PER_WEEK) / SECONDS_PER_WEEK  # epoch was a Thursday
                 out += [np.sin(2 * np.pi * week), np.cos(2 * np.pi * week)]
             return out

@@ -225,7 +225,8 @@ def train_agent(
         warn(msg)
     from .agent import import_sb3, save_agent
 
-    import_sb3()
+    sb3 = import_sb3()
+    import gymnasium
     import torch
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.utils import set_random_seed
@@ -279,13 +280,23 @@ def train_agent(
         "eval": final,
         "baseline": {compare: ref.to_dict()} if ref else {},
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
-        "versions": _versions(),
+        "versions": {
+            "python": platform.python_version(),
+            "stable_baselines3": sb3.__version__,
+            "torch": torch.__version__,
+            "gymnasium": gymnasium.__version__,
+            "numpy": np.__version__,
+        },
     }
     path = save_agent(model, run_dir / "agent.zip", meta)
     if agent_path is not None:
         save_agent(model, agent_path, meta)
         path = Path(agent_path).with_suffix(".zip")
-    _write_evals(run_dir / "eval.csv", evals)
+    with (run_dir / "eval.csv").open("w", newline="") as fh:
+        columns = ["timesteps", "total_s", "compute_s", "reconfigurations", "train_total_s", "train_reconfigurations"]
+        w = csv.DictWriter(fh, columns, extrasaction="ignore")  # action_counts stays in summary.json
+        w.writeheader()
+        w.writerows(evals)
     if plot:
         learning_curve(run_dir / "learning_curve.png", run_dir / "monitor", evals, ref, compare, train_data, a.algo)
     (run_dir / "summary.json").write_text(
@@ -293,31 +304,6 @@ def train_agent(
     )
     env.close()
     return TrainResult(path, run_dir, meta, evals)
-
-
-def _versions() -> dict:
-    import gymnasium
-    import torch
-
-    from .agent import import_sb3
-
-    stable_baselines3 = import_sb3()
-
-    return {
-        "python": platform.python_version(),
-        "stable_baselines3": stable_baselines3.__version__,
-        "torch": torch.__version__,
-        "gymnasium": gymnasium.__version__,
-        "numpy": np.__version__,
-    }
-
-
-def _write_evals(path: Path, evals: list[dict]) -> None:
-    columns = ["timesteps", "total_s", "compute_s", "reconfigurations", "train_total_s", "train_reconfigurations"]
-    with path.open("w", newline="") as fh:
-        w = csv.DictWriter(fh, columns, extrasaction="ignore")  # action_counts stays in summary.json
-        w.writeheader()
-        w.writerows(evals)
 
 
 def _monitor_episodes(folder: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
