@@ -9,7 +9,6 @@ proportional correction if it missed by more than the tolerance.
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -32,11 +31,7 @@ class Calibration:
 
 
 def round_sig(x: float, digits: int = 3) -> float:
-    if x <= 0:
-        return x
-    mag = 10 ** (digits - 1 - math.floor(math.log10(x)))
-    value = round(x * mag) / mag
-    return float(int(value)) if value >= 10 ** (digits - 1) else value
+    return float(f"{x:.{digits}g}") if x > 0 else x
 
 
 def calibrate_task(

@@ -169,9 +169,7 @@ class CpuQuotaGroup:
             self.created = True
         except FileExistsError:
             raise CgroupUnavailable(f"cgroup {self.path} already exists; pick another name", path=self.path) from None
-        except PermissionError as exc:
-            raise _permission_error(self.parent, exc) from exc
-        except OSError as exc:
+        except OSError as exc:  # PermissionError among them (EACCES, EPERM)
             if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
                 raise _permission_error(self.parent, exc) from exc
             raise
@@ -246,6 +244,11 @@ class CpuQuotaGroup:
         included (a killed profiler leaves no stress-ng behind). A starter that died before the child asked
         for that signal (a moment a loaded machine makes long) is caught too: the child exits at once.
         Read it in the starting process, just before the start: it names that process as the parent."""
+        return self.joiner()
+
+    def joiner(self, signum: int = signal.SIGTERM) -> Callable[[], None]:
+        """:attr:`preexec_fn`, the child getting `signum` when its starter dies (SIGKILL: a profiled task's
+        process, which may ignore SIGTERM)."""
         procs, parent = self._procs, os.getpid()
 
         def join() -> None:  # in the forked child: plain system calls only
@@ -254,7 +257,7 @@ class CpuQuotaGroup:
                 os.write(fd, str(os.getpid()).encode())
             finally:
                 os.close(fd)
-            die_with(parent)
+            die_with(parent, signum)
 
         return join
 

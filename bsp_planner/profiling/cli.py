@@ -226,16 +226,15 @@ def pairs(
 
     from ..core.errors import InputError
     from ..core.filelock import output_lock
-    from ..core.outputs import check_output_file
     from ..inputs.job import load_job
+    from ..inputs.profiles import metadata_path
     from .cgroups import quota_us
     from .grid import select_tasks
     from .local import LocalBackend
-    from .pairs import measure_pairs, meta_path, runs_path
+    from .pairs import measure_pairs, runs_path
+    from .runner import check_profile_path
 
-    if out.suffix.lower() != ".csv" or (out.exists() and not out.is_file()):
-        raise InputError("expected a .csv file path for the pair profile", path=out, field="--out")
-    check_output_file(out, "--out")
+    check_profile_path(out, "pair profile")
     if not workload > 0:
         raise InputError(f"expected a positive workload, got {workload:g}", field="--workload")
     if repeats < 1:
@@ -276,7 +275,7 @@ def pairs(
     console.print(
         f"{report.measured} run(s) measured, {report.skipped} already in {runs_path(out).name}, "
         f"{len(report.failures)} failed, in {report.wall_s:.0f} s; {report.pairs} pair(s) in {out}, "
-        f"metadata in {meta_path(out).name}"
+        f"metadata in {metadata_path(out).name}"
     )
     if report.failures:
         for (a, b, r), reason in report.failures[:10]:

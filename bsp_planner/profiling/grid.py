@@ -106,14 +106,11 @@ def validate_grid(grid: Grid, cores: int | None = None) -> Grid:
 def select_tasks(job: Job, names: Sequence[str] | None) -> list[Task]:
     if not names:
         return list(job.tasks)
-    wanted = []
+    if (twice := next((n for i, n in enumerate(names) if n in names[:i]), None)) is not None:
+        raise InputError(f"task '{twice}' is named twice", field="--tasks")
     for n in names:
-        if n in wanted:
-            raise InputError(f"task '{n}' is named twice", field="--tasks")
-        wanted.append(n)
-    for n in wanted:
         job.task(n)  # unknown name: InputError listing the job's tasks
-    return [t for t in job.tasks if t.name in wanted]
+    return [t for t in job.tasks if t.name in names]
 
 
 def plan_cells(tasks: Sequence[Task], grid: Grid) -> list[Cell]:

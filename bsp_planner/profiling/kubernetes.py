@@ -27,7 +27,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -35,6 +34,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
+from ..core import atomic
 from ..core.errors import InputError
 from ..inputs.job import Job, Task
 from ..inputs.profiles import metadata_path
@@ -44,6 +44,7 @@ from ..k8s.cluster import Cluster, pod_state, terminated
 from ..k8s.config import connect, resolve_image
 from ..task.profiling import PROFILE_ENV, plan_text
 from . import runner as R
+from .grid import level_text
 from .local import RunResult
 from .process import ProcessSteps, process_args
 
@@ -53,13 +54,9 @@ PYTHON_PLACEHOLDER = "{python}"  # left for the measurement in the container to 
 IMAGE_PYTHON = "python3"  # `{python}` of a process task in its pod: the image's Python, as in a live run
 
 
-def _fmt(x: float) -> str:
-    return str(int(x)) if float(x).is_integer() else str(float(x))
-
-
 def cell_text(cell: R.Cell) -> str:
     task, w, c, r = cell
-    return f"{task},{_fmt(w)},{_fmt(c)},{r}"
+    return f"{task},{level_text(w)},{level_text(c)},{r}"
 
 
 def cell_id(cell: R.Cell) -> str:
@@ -179,8 +176,7 @@ class KubernetesProfiler:
         else:
             self._ahead.remove(cell)
             self._ahead.insert(0, cell)  # submitted first if it is not yet
-        if not self._adopted:
-            self._adopt()
+        self._adopt()
         while cell not in self._done:
             self._fill(cell, timeout_s)
             if not self._collect(timeout_s):
@@ -194,16 +190,13 @@ class KubernetesProfiler:
     def run_process(
         self, task: Task, workloads: list[float], cpu_millicores: float, timeout_s: float, steps: ProcessSteps
     ) -> dict[float, RunResult]:
-        """Profile a `process` task at every one of `workloads` under `cpu_millicores`: one Job whose
-        program (or image as built) is started once with a profiling plan, as the local profiler starts it
-        once in a cgroup (see :mod:`bsp_planner.profiling.process` and
-        :mod:`bsp_planner.profiling.pod_process`), the plan in the local profiler's format, its reports file
-        in the pod's scratch volume (:func:`bsp_planner.k8s.manifests.process_profile_job`). Waits for it;
-        returns each workload's cell."""
-        if not self._adopted:
-            self._adopt()
+        """Profile a `process` task at every one of `workloads` under `cpu_millicores` as the local profiler
+        does, in one Job (:mod:`.pod_process`, :func:`~bsp_planner.k8s.manifests.process_profile_job`): the
+        program (or image as built) started once with the local profiler's plan. Returns each workload's cell."""
+        self._adopt()
         self.process_jobs += 1
-        text = f"{task.name},process,{_fmt(cpu_millicores)},{'/'.join(_fmt(w) for w in workloads)},{self.process_jobs}"
+        levels = "/".join(level_text(w) for w in workloads)
+        text = f"{task.name},process,{level_text(cpu_millicores)},{levels},{self.process_jobs}"
         cid = hashlib.sha256(f"{text},{self.clock()}".encode()).hexdigest()[:10]
         plan = steps.plan(task.name, workloads, Path(M.SCRATCH_DIR) / "reports.jsonl")
         plan_file = f"{M.SCRATCH_DIR}/plan.json"
@@ -263,7 +256,7 @@ class KubernetesProfiler:
             why += f": {tail}" if tail else ""
         out: dict[float, RunResult] = {}
         for w in workloads:
-            c = report["cells"].get(_fmt(w)) or {"reason": "no result for this workload"}
+            c = report["cells"].get(level_text(w)) or {"reason": "no result for this workload"}
             if c.get("duration_s") is not None:
                 out[float(w)] = RunResult(float(c["duration_s"]), cpu_s=c.get("cpu_s"))
             else:
@@ -330,8 +323,10 @@ class KubernetesProfiler:
         return {(p["metadata"].get("labels") or {}).get(N.LABEL_CELL): p for p in pods}
 
     def _adopt(self) -> None:
-        """Jobs of this profile left by an earlier session: those of expected cells are waited for and
-        read; the others (cells measured since, or no longer asked for) are deleted."""
+        """Once, before the first run: Jobs of this profile left by an earlier session. Those of expected
+        cells are waited for and read; the others (cells measured since, or no longer asked for) are deleted."""
+        if self._adopted:
+            return
         self._adopted = True
         wanted = {cell_id(c): c for c in self._ahead}
         for cid, job in self._existing().items():
@@ -471,6 +466,4 @@ def _record_nodes(meta_file: Path, nodes: dict[str, str]) -> None:
     meta = json.loads(meta_file.read_text())
     k8s = meta.setdefault("kubernetes", {})
     k8s["nodes"] = {**(k8s.get("nodes") or {}), **nodes}
-    tmp = meta_file.with_name(meta_file.name + ".tmp")
-    tmp.write_text(json.dumps(meta, indent=2) + "\n")
-    os.replace(tmp, meta_file)
+    atomic.write_json(meta_file, meta)

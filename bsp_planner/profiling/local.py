@@ -26,6 +26,7 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from functools import cached_property
 from pathlib import Path
 
 from ..core.errors import InputError
@@ -114,8 +115,6 @@ class LocalBackend:
         self.prefix = prefix
         self.workdir = Path(workdir) if workdir is not None else None
         self._hierarchy = hierarchy
-        self._stressors: set[str] | None = None
-        self._version: str | None = None
         self._own_workdir: tempfile.TemporaryDirectory | None = None
         self.stale_removed: list[str] = []  # groups of killed profile runs that check() removed
         self.on_progress: Callable[[str], None] | None = None  # told where a profiled process is (runner)
@@ -158,11 +157,9 @@ class LocalBackend:
         self.close()
 
     # -- checks, done once before any run ----------------------------------------------------------
-    @property
+    @cached_property
     def hierarchy(self) -> Hierarchy:
-        if self._hierarchy is None:
-            self._hierarchy = detect_hierarchy()
-        return self._hierarchy
+        return self._hierarchy or detect_hierarchy()
 
     def stress_ng_path(self) -> str:
         found = shutil.which(self.stress_ng)
@@ -173,24 +170,22 @@ class LocalBackend:
             )
         return found
 
+    @cached_property
     def stress_ng_version(self) -> str:
-        if self._version is None:
-            out = subprocess.run([self.stress_ng_path(), "--version"], capture_output=True, text=True, timeout=30)
-            self._version = (out.stdout or out.stderr).strip() or "unknown"
-        return self._version
+        out = subprocess.run([self.stress_ng_path(), "--version"], capture_output=True, text=True, timeout=30)
+        return (out.stdout or out.stderr).strip() or "unknown"
 
     def _stress_ng_version_if_installed(self) -> str | None:
         """For the metadata: a profile of command or process tasks only does not need stress-ng."""
         try:
-            return self.stress_ng_version()
+            return self.stress_ng_version
         except InputError:
             return None
 
+    @cached_property
     def installed_stressors(self) -> set[str]:
-        if self._stressors is None:
-            out = subprocess.run([self.stress_ng_path(), "--stressors"], capture_output=True, text=True, timeout=30)
-            self._stressors = set(out.stdout.split())
-        return self._stressors
+        out = subprocess.run([self.stress_ng_path(), "--stressors"], capture_output=True, text=True, timeout=30)
+        return set(out.stdout.split())
 
     def check(self, tasks: Sequence[Task], job_path: Path | None = None) -> None:
         """Fail early, with what to do: stress-ng missing, a stressor it lacks, a command task's program
@@ -199,11 +194,11 @@ class LocalBackend:
         for t in tasks:
             if t.kind != "stressor":
                 check_program(t, job_path)
-        installed = self.installed_stressors() if stressors else set()
+        installed = self.installed_stressors if stressors else set()
         for t in stressors:
             if installed and t.stressor not in installed:
                 raise InputError(
-                    f"task '{t.name}': the installed stress-ng ({self.stress_ng_version()}) has no "
+                    f"task '{t.name}': the installed stress-ng ({self.stress_ng_version}) has no "
                     f"stressor '{t.stressor}'",
                     path=job_path,
                     field="stressor",

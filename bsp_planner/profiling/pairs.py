@@ -31,6 +31,7 @@ from ..core import atomic
 from ..core.errors import InputError
 from ..inputs.job import Job, Task
 from ..inputs.pair_profiles import PairRow, write_pair_profile
+from ..inputs.profiles import metadata_path
 from .grid import level_text
 from .process import kill_run
 from .profile_files import append_line, csv_line, ensure_csv
@@ -53,10 +54,6 @@ PairCell = tuple[str, str, int]  # (task, co_task or "" alone, repeat)
 
 def runs_path(out: Path) -> Path:
     return out.with_name(out.stem + ".runs.csv")
-
-
-def meta_path(out: Path) -> Path:
-    return out.with_name(out.stem + ".meta.json")
 
 
 @dataclass
@@ -194,7 +191,7 @@ def measure_pairs(
         "co_workload_factor": CO_WORKLOAD_FACTOR,
         "note": "slowdown = median duration of task with co_task beside it / median alone; each task under its "
         "own cpu_millicores quota in its own cgroup, on this host",
-        "sessions": _earlier_sessions(meta_path(out)),
+        "sessions": _earlier_sessions(metadata_path(out)),
     }
     session: dict = {"started": now_text(), "load_average_1m_start": load_avg_1m(), "tasks": names}
     meta["sessions"].append(session)
@@ -236,5 +233,5 @@ def measure_pairs(
         meta["pairs"] = len(rows)
         close_session(session, report, loads)
         session["interrupted"] = len(report.failures) + report.measured < len(todo)
-        atomic.write_json(meta_path(out), meta)
+        atomic.write_json(metadata_path(out), meta)
     return report

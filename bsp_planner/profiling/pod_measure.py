@@ -25,6 +25,7 @@ from typing import Any
 
 from ..core.signals import kill_group
 from .local import cpu_model
+from .results import stderr_tail
 
 TERMINATION_LOG = "/dev/termination-log"
 MAX_MESSAGE = 4096  # the kubelet keeps at most this many bytes of a termination message
@@ -56,7 +57,7 @@ def measure(args: list[str], timeout_s: float) -> dict:
     duration = time.perf_counter() - start
     result["exit_code"] = proc.returncode
     if proc.returncode != 0:
-        tail = " ".join((err or b"").decode(errors="replace").split())[-300:]
+        tail = stderr_tail(err)
         result["reason"] = f"exit code {proc.returncode}" + (f": {tail}" if tail else "")
     else:
         result["duration_s"] = round(duration, 6)

@@ -40,11 +40,11 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from pathlib import Path
 
 from ..core.errors import InputError
-from ..core.signals import die_with, kill_group
+from ..core.signals import kill_group
 from ..inputs.job import Task, substitute
 from ..inputs.placeholders import alone_values
 from ..inputs.settings import coerce_field
@@ -80,23 +80,12 @@ class ProcessSteps:
             object.__setattr__(self, name, value)  # frozen: the coerced value (3.0 -> 3) replaces the given one
 
     def as_dict(self) -> dict[str, float]:
-        return {
-            "warmup_steps": self.warmup,
-            "measure_steps": self.measure,
-            "min_measure_s": self.min_measure_s,
-            "max_measure_steps": self.max_measure,
-        }
+        """The fields, in order, as a profiling plan (and the profile's metadata) names them."""
+        names = ("warmup_steps", "measure_steps", "min_measure_s", "max_measure_steps")
+        return dict(zip(names, astuple(self), strict=True))
 
     def plan(self, task: str, workloads: Sequence[float], reports_file: Path) -> ProfilingPlan:
-        return ProfilingPlan(
-            task,
-            tuple(float(w) for w in workloads),
-            str(reports_file),
-            self.warmup,
-            self.measure,
-            self.min_measure_s,
-            self.max_measure,
-        )
+        return ProfilingPlan(task, tuple(float(w) for w in workloads), str(reports_file), *astuple(self))
 
 
 def process_args(task: Task, run_dir: str | Path, run_values: dict[str, str] | None = None) -> list[str]:
@@ -206,7 +195,7 @@ def drive_process(
                 stderr=err,
                 cwd=run_dir,
                 env=process_env(task, plan, run_dir, env),
-                preexec_fn=_with_parent_death(group.preexec_fn),
+                preexec_fn=group.joiner(signal.SIGKILL),  # a killed `profile run` leaves no process behind
                 start_new_session=True,
             )
             try:
@@ -219,18 +208,6 @@ def drive_process(
                 detail = stderr_tail(err.read())
                 failure += f": {detail}" if detail else ""
         return cell_results(task, follower.reports, workloads, failure)
-
-
-def _with_parent_death(preexec: Callable[[], None]) -> Callable[[], None]:
-    """`preexec` (joining the quota group), then SIGKILL to the child when the profiler dies, so that a
-    killed `profile run` leaves no task process behind."""
-    parent = os.getpid()
-
-    def run() -> None:  # in the child, between fork and exec: plain system calls only
-        preexec()
-        die_with(parent, signal.SIGKILL)
-
-    return run
 
 
 def progress_text(task: str, reports: list[dict], cells: int) -> str:

@@ -209,17 +209,11 @@ def merge_meta(
 ) -> dict:
     """The metadata after this session: host and backend now, the jobs, grid and tasks merged with the
     earlier sessions' (a resumed or extended profile keeps what it was measured for first)."""
-    meta = dict(meta)
-    meta["format"] = META_FORMAT
-    meta.update(host)
-    meta.update(backend)
+    meta = {**meta, "format": META_FORMAT, **host, **backend}
     meta["jobs"] = _merged_jobs(meta, job)
     meta["job"] = meta["jobs"][0]  # the job the profile was first measured for: appending never rewrites it
     meta["grid"] = _merged_grid(meta.get("grid", {}), grid, timeout_s)
-    per_task = dict(meta.get("tasks", {}))
-    for t in tasks:
-        per_task[t.name] = task_meta(t, steps)
-    meta["tasks"] = per_task
+    meta["tasks"] = per_task = {**meta.get("tasks", {}), **{t.name: task_meta(t, steps) for t in tasks}}
     meta["ops_per_unit"] = {k: v["ops_per_unit"] for k, v in per_task.items() if "ops_per_unit" in v}
     meta["workers"] = {k: v["workers"] for k, v in per_task.items()}
     meta["duration"] = KUBERNETES_DURATION_NOTE if backend.get("backend") == "kubernetes" else DURATION_NOTE
@@ -228,11 +222,10 @@ def merge_meta(
 
 DURATION_NOTE = (
     "wall-clock seconds of the task's process (stress-ng or its command), in its own cgroup with a CFS quota of "
-    "cpu_millicores / 1000 of every cfs_period_us period (cpu_millicores * 100 us per 100000 us by default); "
-    "for a long-running process task, the mean wall seconds of its "
-    "measured step blocks at that workload (at least measure_steps, lasting at least min_measure_s together) "
-    "after warmup_steps discarded ones, the process started once per "
-    "CPU level and repeat in such a cgroup"
+    "cpu_millicores / 1000 of every cfs_period_us period (cpu_millicores * 100 us per 100000 us by default); for a "
+    "long-running process task, the mean wall seconds of its measured step blocks at that workload (at least "
+    "measure_steps, lasting at least min_measure_s together) after warmup_steps discarded ones, the process started "
+    "once per CPU level and repeat in such a cgroup"
 )
 
 

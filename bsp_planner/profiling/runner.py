@@ -141,8 +141,7 @@ def run_grid(
                 _record(out, cell, result, report)
                 if (note := self_sized(cell, result, warned)) is not None:
                     say(f"[yellow]warning[/]: {note}", highlight=False)
-                load = load_avg_1m()
-                if load is not None:
+                if (load := load_avg_1m()) is not None:
                     loads.append(load)
                 if on_row:
                     on_row(cell, result)
@@ -294,11 +293,11 @@ def run_batch(backend: Backend, batch: Batch, timeout_s: float, steps: ProcessSt
     return [(cell, backend.run(task, cell[1], cell[2], timeout_s))]
 
 
-def check_profile_path(out: Path) -> None:
+def check_profile_path(out: Path, what: str = "profile") -> None:
     if out.suffix.lower() != ".csv":
-        raise InputError("expected a .csv path for the profile", path=out, field="--out")
+        raise InputError(f"expected a .csv path for the {what}", path=out, field="--out")
     if out.exists() and not out.is_file():
-        raise InputError("expected a file path for the profile, this is a directory", path=out, field="--out")
+        raise InputError(f"expected a file path for the {what}, this is a directory", path=out, field="--out")
     check_output_file(out, "--out")
 
 
