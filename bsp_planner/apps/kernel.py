@@ -62,10 +62,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             p.error("--process: --steps and --size are required when started outside a bsp-planner run")
         if args.steps is not None and args.steps < 0:
             p.error(f"--steps: expected a non-negative count, got {args.steps}")
-        if args.size is not None and (not math.isfinite(args.size) or args.size < 0):
-            p.error(f"--size: expected a finite non-negative workload, got {args.size!r}")
-        return args
-    if args.size is None:
+    elif args.size is None:
         env = os.environ.get("BSP_WORKLOAD")
         if env is None:
             p.error("--size: required when BSP_WORKLOAD is not set")
@@ -73,7 +70,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             args.size = float(env)
         except ValueError:
             p.error(f"BSP_WORKLOAD: expected a number, got {env!r}")
-    if not math.isfinite(args.size) or args.size < 0:
+    if args.size is not None and (not math.isfinite(args.size) or args.size < 0):
         p.error(f"--size: expected a finite non-negative workload, got {args.size!r}")
     return args
 

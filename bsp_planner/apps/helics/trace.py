@@ -12,19 +12,18 @@ import argparse
 import sys
 from pathlib import Path
 
+import numpy as np
+
 from .model import Ring, serial_workloads
 
 
 def write_trace(folder: str | Path, ring: Ring, steps: int) -> list[Path]:
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    w = serial_workloads(ring, steps)
-    written = []
-    for i in range(ring.federates):
-        path = folder / f"f{i}.csv"
-        path.write_text("workload\n" + "".join(f"{x:.6f}\n" for x in w[:, i]))
-        written.append(path)
-    return written
+    paths = [folder / f"f{i}.csv" for i in range(ring.federates)]
+    for path, column in zip(paths, serial_workloads(ring, steps).T, strict=True):
+        np.savetxt(path, column, fmt="%.6f", header="workload", comments="")
+    return paths
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,6 +12,8 @@ import argparse
 import sys
 from pathlib import Path
 
+import numpy as np
+
 from .main import DEFAULT_PARTICLES
 from .serial import run_serial
 
@@ -20,12 +22,10 @@ def write_trace(folder: str | Path, ranks: int, particles: int, seed: int, steps
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     counts, _ = run_serial(ranks, particles, seed, steps)
-    written = []
-    for r in range(ranks):
-        path = folder / f"p{r}.csv"
-        path.write_text("workload\n" + "".join(f"{c}\n" for c in counts[:steps, r]))
-        written.append(path)
-    return written
+    paths = [folder / f"p{r}.csv" for r in range(ranks)]
+    for path, column in zip(paths, counts[:steps].T, strict=True):
+        np.savetxt(path, column, fmt="%d", header="workload", comments="")
+    return paths
 
 
 def main(argv: list[str] | None = None) -> int:
