@@ -414,6 +414,7 @@ def _show(console: Console, coord: Coordinator) -> None:
 
 
 def worker(
+    ctx: typer.Context,
     zookeeper: str | None = typer.Option(None, "--zookeeper", help=_HOSTS_HELP),
     root: str = typer.Option(..., "--root", help="The run's znode."),
     task: str = typer.Option(..., "--task", help="This worker's task name."),
@@ -443,15 +444,12 @@ def worker(
     code = Worker(
         WorkerConfig(
             hosts=_hosts(zookeeper),
-            root=root,
-            task=task,
-            incarnation=incarnation,
             creds=creds,
-            stress_ng=stress_ng,
             session_timeout_s=session_timeout,
             zk_wait_s=zk_wait,
             connect_timeout_s=min(30.0, zk_wait),
             step_timeout_s=_positive_seconds(step_timeout, "--step-timeout"),
+            **{name: ctx.params[name] for name in ("root", "task", "incarnation", "stress_ng")},
         )
     ).run()
     sys.stdout.flush()

@@ -208,11 +208,7 @@ class Coordinator(RunPlanning):
             s.backend,
             run_id=self.run_id,
             log_dir=self.run_dir / "logs",
-            stress_ng=s.stress_ng,
-            cgroup_prefix=s.cgroup_prefix,
-            reconfigure=s.reconfigure,
-            cpu_weight=s.cpu_weight,
-            cfs_period_us=s.cfs_period_us,
+            **{k: getattr(s, k) for k in ("stress_ng", "cgroup_prefix", "reconfigure", "cpu_weight", "cfs_period_us")},
             **(s.kubernetes if s.backend in ("kubernetes", "k8s") else {}),
         )
         self._plan_on_nodes()  # the planning context on the run's nodes (the experiment's, or the backend's)

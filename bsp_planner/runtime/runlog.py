@@ -42,19 +42,9 @@ import numpy as np
 
 from ..core.atomic import write_text as atomic_write
 
-STEP_FIELDS = (
-    "step",
-    "action",
-    "reconfigured",
-    "reconfig_s",
-    "decision_ms",
-    "step_s",
-    "predicted_step_s",
-    "slowest_s",
-    "sync_s",
-    "barrier_s",
-    "restarts",
-    "resumed",
+STEP_FIELDS = tuple(
+    "step action reconfigured reconfig_s decision_ms step_s predicted_step_s slowest_s sync_s barrier_s restarts "
+    "resumed".split()
 )
 TASK_PREFIX = {  # the per-task fields of steps.csv, each column named <prefix>_<task>
     "cpu_millicores": "cpu",
