@@ -179,7 +179,6 @@ def obtain(
     on the spot (or trained with no model folder) is had once per task and settings, so an ensemble
     and its members alone share it; saved models are loaded each time.
     """
-    FORECASTERS.get(name)  # an unknown name is an error
     how: dict[str, Any] = {"model_root": model_root, "retrain": retrain, "on_mismatch": on_mismatch}
     how |= {"save": save, "save_root": save_root, "say": say}
     if issubclass(FORECASTERS.get(name), LearnedForecaster) and model_root is not None:
