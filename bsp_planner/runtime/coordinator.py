@@ -166,12 +166,11 @@ class Coordinator(RunPlanning):
                 if self._created_root
                 else f"has checkpoints behind the run log for {', '.join(rebuilt)}"
             )
-            note = (
+            self.zk_state_note = (
                 f"ZooKeeper {s.hosts} {what} (the server lost its data, or it is another server); "
                 f"rebuilt the tasks' checkpoints from the run log: continuing at step {logged_steps}"
             )
-            self.say(note)
-            self.zk_state_note = note
+            self.say(self.zk_state_note)
 
     def _relock_if_lost(self) -> None:
         if self._lock_lost and self.session is not None and self.session.connected:

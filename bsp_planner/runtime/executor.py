@@ -1,10 +1,5 @@
-"""The live executor: carries out one configuration and one superstep on real tasks.
-
-It starts the tasks' workers through a backend, applies a new configuration (``in-place`` or
-``recreate``), publishes a step's workloads to ZooKeeper, waits for the step's leave barrier while
-restarting workers that die, and reads what every task measured. It decides nothing: the coordinator
-hands it the planner's configuration.
-"""
+"""The live executor: carries out one configuration and one superstep on real tasks (steps 2-5 of
+:mod:`.coordinator`), through a backend and ZooKeeper; it decides nothing."""
 
 from __future__ import annotations
 

@@ -1,12 +1,10 @@
 """The live side of the one step loop: `LiveSteps` is the `bsp_planner.loop.Executor` of a live run.
 
-``apply`` starts the tasks (the first step this coordinator runs) or reconfigures them, and returns the
-seconds that really took; ``observe`` publishes the step's workloads to ZooKeeper, waits for its end
-(restarting workers that die) and returns what the tasks measured. A step's time is the coordinator's
-publication to its release; in observe mode, where the tasks start a step before the coordinator
-publishes it, the tasks' own clocks (`clock_step_s`). The raw measurements the run log
-keeps beyond a `StepObservation` (release time, restarts, each task's report) ride along in
-`LiveObservation.details`, so the coordinator writes the step's record from what the loop hands it.
+``apply`` starts the tasks (the first step this coordinator runs) or reconfigures them; ``observe``
+publishes the step's workloads to ZooKeeper and waits for its end (restarting workers that die). A step's
+time is the coordinator's publication to its release; in observe mode, where the tasks start a step before
+the coordinator publishes it, the tasks' own clocks (`clock_step_s`). What the run log keeps beyond a
+`StepObservation` (release time, restarts, each task's report) rides along in `LiveObservation.details`.
 
 A step's observation is made from the tasks' reports exactly as it is made again from the run log on
 resume (`observation_of`), so a resumed run learns from the same numbers the first one did.
@@ -113,8 +111,7 @@ class LiveSteps:
         if total > self.budget_millicores + 1e-6:
             raise RunFailed(f"planner {self.planner_name} asked for {total:g}m at step {step}, over the budget")
         if step == self.first_step:
-            start_s = self.executor.start_all(levels, step)
-            self.start_s = start_s
+            self.start_s = start_s = self.executor.start_all(levels, step)
             self.say(
                 f"started {self.n_tasks} workers in {start_s:.2f} s" + (f" (resuming at step {step})" if step else "")
             )

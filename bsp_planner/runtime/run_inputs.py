@@ -49,10 +49,10 @@ def fit_profile(exp, run_dir: Path, write: bool, say) -> None:
     (the performance model wants a profile with exactly the job's tasks). A new run writes that copy
     (`write`); a resumed one uses the copy its run made, and refuses one that no longer matches the
     source profile rather than rewrite it."""
+    from ..core.atomic import write_text as atomic_write
     from ..inputs.job import load_job
     from ..inputs.profiles import load_profile, metadata_path, read_profile_rows
     from .run_store import recorded_path
-    from .runlog import atomic_write
 
     job = load_job(exp.job_path)
     profile = load_profile(exp.profile_path)

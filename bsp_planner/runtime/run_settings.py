@@ -42,9 +42,8 @@ class RunSettings:
     # bounded wait for an unreachable ZooKeeper, at start and during the run
     zk_wait_s: float = setting(30.0, gt=0, le=MAX_WAIT_S)
     worker_start_s: float = setting(60.0, gt=0, le=MAX_WAIT_S)  # how long a (re)started worker may take to join
-    step_timeout_s: float = setting(
-        DEFAULT_STEP_TIMEOUT_S, gt=0, le=MAX_WAIT_S
-    )  # one superstep, from publishing it to every task's release
+    # one superstep, from publishing it to every task's release
+    step_timeout_s: float = setting(DEFAULT_STEP_TIMEOUT_S, gt=0, le=MAX_WAIT_S)
     max_restarts: int = setting(3, ge=0)  # restarts of one task within one step before the run fails
     # the steps' barrier: "double" (the tasks count themselves) or "counting" (the coordinator counts the
     # arrivals: 2 requests per task and phase, whatever the number of tasks); recorded in the run's root

@@ -17,8 +17,8 @@ import shutil
 from datetime import UTC, datetime
 from pathlib import Path
 
+from ..core.atomic import write_text as atomic_write
 from ..core.errors import InputError
-from .runlog import atomic_write
 
 RUN_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 RUN_FORMAT = 1

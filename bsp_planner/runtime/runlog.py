@@ -40,7 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..core.atomic import write_text as atomic_write
+from ..core.atomic import write_text
 
 STEP_FIELDS = tuple(
     "step action reconfigured reconfig_s decision_ms step_s predicted_step_s slowest_s sync_s barrier_s restarts "
@@ -107,8 +107,8 @@ class RunLog:
     def rewrite(self, records: list[dict]) -> None:
         """Make both files hold exactly `records` (on start, or on resume after a crash)."""
         lines, rows = self._texts(records)
-        atomic_write(self.jsonl, lines)
-        atomic_write(self.csv, ",".join(csv_header(self.task_names)) + "\n" + rows)  # task names need no quoting
+        write_text(self.jsonl, lines)
+        write_text(self.csv, ",".join(csv_header(self.task_names)) + "\n" + rows)  # task names need no quoting
 
     def append(self, rec: dict) -> None:
         for path, text in zip((self.jsonl, self.csv), self._texts([rec]), strict=True):

@@ -15,22 +15,17 @@ from pathlib import Path
 
 import numpy as np
 
-from .runlog import atomic_write, step_chart
-
-
-def ran_workloads(records: list[dict], task_names: list[str]) -> np.ndarray:
-    """(tasks, len(records)) the workload each task ran in each logged step: reported, else assigned."""
-    by_task = [{x["task"]: x for x in rec["tasks"]} for rec in records]
-    return np.array(
-        [[b[t].get("observed_workload", b[t]["workload"]) for b in by_task] for t in task_names], dtype=float
-    )
+from ..core.atomic import write_text as atomic_write
+from .runlog import step_chart
 
 
 def durations_as_run(run, records: list[dict]) -> np.ndarray:
     """(tasks, levels, steps) the simulator's durations with the logged steps at the workloads the tasks
-    ran; the steps not run yet keep the scenario's."""
+    ran (reported, else assigned); the steps not run yet keep the scenario's."""
+    by_task = [{x["task"]: x for x in rec["tasks"]} for rec in records]
+    ran = [[b[t].get("observed_workload", b[t]["workload"]) for b in by_task] for t in run.tasks]
     actual = np.array(run.scen.actual, dtype=np.float64, copy=True)
-    w = np.clip(ran_workloads(records, list(run.tasks)), *run.exp.workload_range)
+    w = np.clip(np.array(ran, dtype=float), *run.exp.workload_range)
     actual[:, :, : w.shape[1]] = (run.scen.true_model or run.scen.model).durations(w)
     return actual
 

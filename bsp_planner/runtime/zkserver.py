@@ -6,10 +6,6 @@ lists its dependencies) or of an Apache tarball (``$ZOOKEEPER_HOME/lib``); ``BSP
 overrides both. No system service is involved: the server is a child process with its own session,
 configuration file, data directory, log and pid file, all inside one folder (``runs/zookeeper`` by
 default), listening on loopback only.
-
-    bsp-planner zk start                 # 127.0.0.1:2181, data in runs/zookeeper
-    bsp-planner zk status
-    bsp-planner zk stop
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 The coordinator tells a backend *what* each task should run with (a CPU limit) and *how* to start its
 worker (:class:`WorkerLaunch`: the `bsp-planner worker ...` arguments and environment); the backend makes
-it so on its platform: local processes under cgroup quotas (:mod:`.local`), or Kubernetes pods (a later
-backend with the same interface). Whether a task is ready is the worker's business, announced in
+it so on its platform: local processes under cgroup quotas (:mod:`.local`), or Kubernetes pods
+(:mod:`.kubernetes`). Whether a task is ready is the worker's business, announced in
 ZooKeeper; the backend only reports whether it knows the process to be gone.
 """
 

@@ -163,10 +163,9 @@ class LocalBackend(Backend):
         self.stale_probes_removed = self.remove_stale_probes()
 
     def remove_stale_probes(self) -> list[str]:
-        """The probe groups of runs killed while measuring their reconfiguration costs, before their run
-        folder existed (so no `--resume` reaches them): ``probe-<pid>-...`` in any ``<prefix>.live.*`` group
-        whose coordinator pid is gone, killed and removed, and their run's group with them once empty.
-        Task groups and the probes of a living coordinator are left alone. Returns ``group/probe`` names."""
+        """Kill and remove the ``probe-<pid>-...`` groups (in any ``<prefix>.live.*``) whose coordinator died
+        measuring its reconfiguration costs, before its run folder existed (so no `--resume` reaches them),
+        and their run's group once empty; returns ``group/probe`` names."""
         removed: list[str] = []
         for parent in sorted(self.hierarchy.root.glob(f"{self.prefix}{GROUP_INFIX}*")):
             if not parent.is_dir():
@@ -301,10 +300,7 @@ class LocalBackend(Backend):
         return None
 
     def _probe_restart(self) -> float:
-        """One reconfiguration that recreates every task, as :meth:`recreate_task` and the executor do it:
-        each old worker-like process stopped in turn (SIGTERM, its exit, its group removed) and its
-        replacement started in a new group, then the wait until all of them are ready. Each process runs
-        under the average task's quota. Seconds from the first stop signal to the last one ready."""
+        """One recreation probe (:meth:`measure_reconfigure_cost`): seconds from the first stop to the last ready."""
         n = max(1, len(self.workers))
         olds: list[CpuQuotaGroup] = []
         news: list[CpuQuotaGroup] = []
@@ -356,8 +352,7 @@ class LocalBackend(Backend):
 
     def _await_ready(self, proc: subprocess.Popen) -> None:
         assert proc.stdout is not None  # a pipe (_spawn_probe)
-        line = proc.stdout.readline()  # blocks until the probe is ready (or dies: EOF)
-        if line.strip() != b"ready":
+        if proc.stdout.readline().strip() != b"ready":  # blocks until the probe is ready (or dies: EOF)
             proc.kill()
             proc.wait(timeout=PROBE_TIMEOUT_S)
             raise InputError(
@@ -411,7 +406,6 @@ class LocalBackend(Backend):
         return log_tail(self.log_dir / f"{task}.log", limit)
 
     def service_runner(self, log_dir, cwd: str) -> LocalServiceRunner:
-        """Services as plain processes on this machine (no quota), output in <log_dir>/<service>.log."""
         return LocalServiceRunner(log_dir, cwd)
 
     def close(self) -> None:

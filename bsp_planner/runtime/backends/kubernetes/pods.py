@@ -35,13 +35,12 @@ from ....k8s import names as N
 from ....k8s.capabilities import RECONFIGURE_MODES, choose_reconfigure_mode
 from ....k8s.cluster import Cluster, PodState, pod_state, terminated
 from ....k8s.config import connect, parse_node_selector, resolve_image
+from ....zk.credentials import ENV_AUTH, ENV_AUTH_FILE
+from ....zk.session import ENV_HOSTS
 from .. import Backend, TaskLost, TaskStatus, WorkerLaunch
 
 log = logging.getLogger("bsp_planner.runtime")
 
-ENV_HOSTS = "BSP_PLANNER_ZOOKEEPER"
-ENV_AUTH = "BSP_PLANNER_ZK_AUTH"
-ENV_AUTH_FILE = "BSP_PLANNER_ZK_AUTH_FILE"
 ENV_PREFIX = "BSP_PLANNER_K8S_"
 #: settings not given -> $BSP_PLANNER_K8S_<key> (the coordinator Job of jobs/k8s sets them)
 ENV_SETTINGS = {

@@ -94,10 +94,9 @@ class KubernetesResizes(KubernetesNodes):
 
     # -- what a reconfiguration costs on this cluster ----------------------------------------------
     def measure_reconfigure_cost(self, method: str) -> float | None:
-        """Seconds one reconfiguration with `method` costs on this cluster, measured now with a probe pod
-        of the run's image under the average task's CPU (budget / tasks); None where the probe cannot run
-        (with a warning: the experiment's penalty_s is planned with then). The per-step records hold what
-        each real reconfiguration cost (:attr:`events`).
+        """As :meth:`Backend.measure_reconfigure_cost`, with a probe pod of the run's image under the average
+        task's CPU (budget / tasks); None, with a warning, where the probe cannot run. The per-step records
+        hold what each real reconfiguration cost (:attr:`events`).
 
         in-place: the ``pods/resize`` round trip of a running probe pod until the kubelet reports the new
         limit applied (:func:`~bsp_planner.k8s.cluster.resize_done`: ``containerStatuses[].resources``
@@ -168,9 +167,7 @@ class KubernetesResizes(KubernetesNodes):
         return ran_s + gone_s
 
     def _measure_in_place(self) -> float | None:
-        """The in-place half of :meth:`measure_reconfigure_cost`: a probe pod that sleeps, resized
-        down and up again IN_PLACE_PROBES times in all, each resize timed from the patch to the kubelet's
-        report that it applied; the median. The pod is deleted afterwards (and on any failure)."""
+        """The in-place half of :meth:`measure_reconfigure_cost` (the pod is deleted afterwards, and on failure)."""
         name = N.dns_label(f"bsp-{self.run_key}-resize-probe")
         high = self.probe_millicores
         low = float(max(MIN_PROBE_MILLICORES, round(high / 2)))
