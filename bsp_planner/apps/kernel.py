@@ -78,15 +78,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def run_process(args: argparse.Namespace) -> int:
     """The process task's step loop: one kernel per superstep at the workload the run assigns it."""
     from .. import task
-    from .session import under_coordinator
+    from .session import open_session, under_coordinator
 
-    if under_coordinator():
-        session = task.join()
-    else:  # by hand: every step at --size
-        session = task.local_session(
-            args.task, workloads=[args.size] * args.steps, steps=args.steps, reports_file=args.reports
-        )
-    with session:
+    by_hand = None if under_coordinator() else [args.size] * args.steps  # every step at --size
+    with open_session(args.task, args.reports, args.steps, by_hand) as session:
         step = session.first_step
         with contextlib.suppress(task.RunEnded):
             while not session.ended:

@@ -20,9 +20,11 @@ def under_coordinator() -> bool:
     return bool(os.environ.get("BSP_RUN_ID") or os.environ.get(task.PROFILE_ENV))
 
 
-def open_session(task_name: str, reports: str | Path | None = None, steps: int | None = None):
+def open_session(
+    task_name: str, reports: str | Path | None = None, steps: int | None = None, workloads: list[float] | None = None
+):
     """The session for this process: the run's (``task.join()``) under a coordinator, else a local one
-    that appends its reports to `reports` (JSON lines) and ends after `steps` steps."""
+    that appends its reports to `reports` (JSON lines), ends after `steps` steps and assigns `workloads`."""
     if under_coordinator():
         return task.join()
-    return task.local_session(task_name, reports_file=reports, steps=steps)
+    return task.local_session(task_name, reports_file=reports, steps=steps, workloads=workloads)

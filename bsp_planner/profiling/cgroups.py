@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.errors import InputError
-from ..core.leftovers import running
+from ..core.leftovers import running as pid_alive  # a zombie counts as gone: its groups are stale
 from ..core.signals import die_with
 
 # The default CFS period, a kubelet's (cpuCFSQuotaPeriod). A task limited to a fraction f of a CPU runs
@@ -231,10 +231,8 @@ class CpuQuotaGroup:
             key, _, value = line.partition(" ")
             if value.strip().lstrip("-").isdigit():
                 fields[key] = int(value)
-        if "throttled_usec" in fields:
-            throttled_s = fields["throttled_usec"] / 1e6
-        else:
-            throttled_s = fields.get("throttled_time", 0) / 1e9
+        v2 = "throttled_usec" in fields
+        throttled_s = fields["throttled_usec"] / 1e6 if v2 else fields.get("throttled_time", 0) / 1e9
         return CpuStat(fields.get("nr_periods", 0), fields.get("nr_throttled", 0), throttled_s)
 
     @property
@@ -318,12 +316,6 @@ def owner_pid(group_name: str) -> int | None:
     if m is None:
         return None
     return int(next(v for v in m.groupdict().values() if v is not None))
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether a process with this pid is running on this machine (owned by anyone; a zombie that
-    exited unreaped counts as gone, so its groups are stale)."""
-    return running(pid)
 
 
 def remove_stale_groups(prefix: str = DEFAULT_PREFIX, hierarchy: Hierarchy | None = None) -> list[str]:

@@ -16,14 +16,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
+from rich.console import Console
 
+from ..core.errors import InputError
+from ..core.filelock import output_lock
 from ..inputs.shipped import data_path
-from .cgroups import CFS_PERIOD_US
+from .cgroups import CFS_PERIOD_US, quota_us
+from .grid import Grid, parse_levels, select_tasks, validate_grid
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from rich.console import Console
     from rich.table import Table
 
     from .calibrate import Calibration
@@ -41,8 +44,6 @@ def _task_list(text: str | None) -> list[str] | None:
         return None
     names = [n.strip() for n in text.split(",")]
     if not text.strip() or any(not n for n in names):
-        from ..core.errors import InputError
-
         raise InputError(f"expected comma-separated task names, got {text!r}", field="--tasks")
     return names
 
@@ -131,13 +132,8 @@ def run(
 
     A stressor or command task is started afresh for each cell; a long-running process task once per CPU
     level and repeat, its profiling session assigning the workloads step by step (docs/profiling.md)."""
-    from rich.console import Console
-
-    from ..core.filelock import output_lock
     from ..inputs.job import load_job
     from ..inputs.profiles import metadata_path
-    from .cgroups import quota_us
-    from .grid import Grid, parse_levels, validate_grid
     from .local import LocalBackend
     from .process import ProcessSteps
     from .profile_files import failures_path
@@ -176,8 +172,6 @@ def run(
             the_job, out, grid, runs_on, tasks=_task_list(tasks), timeout_s=timeout, process_steps=steps
         )
     else:
-        from ..core.errors import InputError
-
         raise InputError(f"unknown backend {backend!r}; known: local, kubernetes", field="--backend")
     check_profile_path(out)  # before its lock is made beside it
     # one writer per profile: a second one is refused, naming this pid
@@ -222,14 +216,8 @@ def pairs(
     """How much each task slows down while another co-runs on this host, each under its own quota; resumable.
 
     Per repeat: every task alone, then beside every other task (docs/nodes.md, "Interference")."""
-    from rich.console import Console
-
-    from ..core.errors import InputError
-    from ..core.filelock import output_lock
     from ..inputs.job import load_job
     from ..inputs.profiles import metadata_path
-    from .cgroups import quota_us
-    from .grid import select_tasks
     from .local import LocalBackend
     from .pairs import measure_pairs, runs_path
     from .runner import check_profile_path
@@ -302,13 +290,8 @@ def calibrate(
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Print every calibration run."),
 ) -> None:
     """Suggest ops_per_unit per task so one run at CPU and WORKLOAD takes about TARGET_S seconds."""
-    from rich.console import Console
-
-    from ..core.errors import InputError
     from ..inputs.job import load_job
     from .calibrate import calibrate_task
-    from .cgroups import quota_us
-    from .grid import select_tasks
     from .local import LocalBackend
 
     if not target_s > 0:
@@ -368,7 +351,6 @@ def heatmap(
     ),
 ) -> None:
     """One PNG heatmap per task: mean duration over workload x CPU limit."""
-    from rich.console import Console
     from rich.table import Table
 
     from ..core.outputs import check_output_dir

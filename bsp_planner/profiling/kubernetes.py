@@ -454,16 +454,10 @@ def run_grid_kubernetes(
     try:
         with profiler:
             return R.run_grid(job, out, grid, profiler, tasks=tasks, **options)
-    finally:
-        _record_nodes(metadata_path(out), profiler.nodes)
-
-
-def _record_nodes(meta_file: Path, nodes: dict[str, str]) -> None:
-    """Add the nodes that ran cells (node -> CPU model) to the profile's metadata, under "kubernetes":
-    the runner's host fields describe the machine that drove the profile, not the ones that measured."""
-    if not nodes or not meta_file.is_file():
-        return
-    meta = json.loads(meta_file.read_text())
-    k8s = meta.setdefault("kubernetes", {})
-    k8s["nodes"] = {**(k8s.get("nodes") or {}), **nodes}
-    atomic.write_json(meta_file, meta)
+    finally:  # the nodes that ran cells (node -> CPU model), under "kubernetes": the runner's host fields
+        # describe the machine that drove the profile, not the ones that measured
+        if profiler.nodes and (meta_file := metadata_path(out)).is_file():
+            meta = json.loads(meta_file.read_text())
+            k8s = meta.setdefault("kubernetes", {})
+            k8s["nodes"] = {**(k8s.get("nodes") or {}), **profiler.nodes}
+            atomic.write_json(meta_file, meta)

@@ -171,16 +171,12 @@ class LocalBackend:
         return found
 
     @cached_property
-    def stress_ng_version(self) -> str:
-        out = subprocess.run([self.stress_ng_path(), "--version"], capture_output=True, text=True, timeout=30)
-        return (out.stdout or out.stderr).strip() or "unknown"
-
-    def _stress_ng_version_if_installed(self) -> str | None:
-        """For the metadata: a profile of command or process tasks only does not need stress-ng."""
-        try:
-            return self.stress_ng_version
-        except InputError:
+    def stress_ng_version(self) -> str | None:
+        """None without stress-ng: a profile of command or process tasks only does not need it."""
+        if (found := shutil.which(self.stress_ng)) is None:
             return None
+        out = subprocess.run([found, "--version"], capture_output=True, text=True, timeout=30)
+        return (out.stdout or out.stderr).strip() or "unknown"
 
     @cached_property
     def installed_stressors(self) -> set[str]:
@@ -215,7 +211,7 @@ class LocalBackend:
         return {
             "backend": self.name,
             "cgroup": {"version": h.version, "root": str(h.root), "prefix": self.prefix},
-            "stress_ng": self._stress_ng_version_if_installed(),
+            "stress_ng": self.stress_ng_version,
             "scratch_fs": self.scratch_fs(),
             "cpu_shares": self.cpu_shares,
             "cfs_period_us": self.cfs_period_us,
@@ -228,6 +224,7 @@ class LocalBackend:
     def _group(self, task: Task, cpu_millicores: float) -> CpuQuotaGroup:
         """A fresh group for one run of `task` (created on entering it), named so that a later runner
         can tell whether its owner is gone (:func:`remove_stale_groups`)."""
+        quota_us(cpu_millicores, self.cfs_period_us)  # a clear error before creating anything
         safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in task.name)
         return CpuQuotaGroup(
             f"{safe}-{os.getpid()}-{time.monotonic_ns()}",
@@ -240,7 +237,6 @@ class LocalBackend:
     def run(self, task: Task, workload: float, cpu_millicores: float, timeout_s: float) -> RunResult:
         """Run `workload` units of a stressor or command `task` under a `cpu_millicores` quota; never leaves
         the cgroup behind. The result carries the run's CPU seconds and its group's throttling."""
-        quota_us(cpu_millicores, self.cfs_period_us)  # a clear error before creating anything
         if task.kind == "process":
             raise InputError(
                 f"task '{task.name}' is a long-running process: it is profiled a whole CPU level at a time "
@@ -256,8 +252,7 @@ class LocalBackend:
         with self._group(task, cpu_millicores) as group:
             if self.cpu_shares is not None:
                 group.set_weight(self.cpu_shares)
-            result = self._run_in(group, args, env, timeout_s, report=task.kind == "command")
-        return result
+            return self._run_in(group, args, env, timeout_s, report=task.kind == "command")
 
     def _run_in(
         self, group: CpuQuotaGroup, args: list[str], env: dict | None, timeout_s: float, report: bool = False
@@ -315,7 +310,6 @@ class LocalBackend:
         """Profile a long-running `process` task at every one of `workloads` under one `cpu_millicores`
         quota: one start, its profiling session assigning the workloads in turn (see
         :mod:`bsp_planner.profiling.process`). Returns each workload's cell; never leaves the group behind."""
-        quota_us(cpu_millicores, self.cfs_period_us)
         with self._group(task, cpu_millicores) as group:
             if self.cpu_shares is not None:
                 group.set_weight(self.cpu_shares)

@@ -97,14 +97,6 @@ def process_args(task: Task, run_dir: str | Path, run_values: dict[str, str] | N
     return [substitute(a, values) for a in task.process]
 
 
-def process_env(task: Task, plan: Path, run_dir: Path, run_env: dict[str, str] | None = None) -> dict[str, str]:
-    """The caller's environment without any bsp-planner run's variables, plus the profiling session's."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("BSP_")}
-    env.update(run_env or {})
-    env.update({PROFILE_ENV: str(plan), "BSP_TASK": task.name, "BSP_RUN_DIR": str(run_dir)})
-    return env
-
-
 class ReportFollower:
     """The complete JSON lines appended to a reports file so far (a torn last line waits for its end)."""
 
@@ -186,7 +178,10 @@ def drive_process(
         reports_file = scratch / "reports.jsonl"
         plan = write_plan(scratch / "plan.json", steps.plan(task.name, workloads, reports_file))
         follower = ReportFollower(reports_file)
-        values, env = alone_values(task.name, task.process or (), task.job_dir)
+        values, run_env = alone_values(task.name, task.process or (), task.job_dir)
+        # this environment without any bsp-planner run's variables, plus the profiling session's
+        env = {k: v for k, v in os.environ.items() if not k.startswith("BSP_")}
+        env.update({**run_env, PROFILE_ENV: str(plan), "BSP_TASK": task.name, "BSP_RUN_DIR": str(run_dir)})
         with open(scratch / "stderr", "w+b") as err:
             proc = subprocess.Popen(
                 process_args(task, run_dir, values),
@@ -194,7 +189,7 @@ def drive_process(
                 stdout=subprocess.DEVNULL,
                 stderr=err,
                 cwd=run_dir,
-                env=process_env(task, plan, run_dir, env),
+                env=env,
                 preexec_fn=group.joiner(signal.SIGKILL),  # a killed `profile run` leaves no process behind
                 start_new_session=True,
             )

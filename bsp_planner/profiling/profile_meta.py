@@ -220,22 +220,20 @@ def merge_meta(
     return meta
 
 
+_PROCESS_NOTE = (
+    "for a long-running process task, the mean wall seconds of its measured step blocks at that workload (at least "
+    "measure_steps, lasting at least min_measure_s together) after warmup_steps discarded ones"
+)
 DURATION_NOTE = (
     "wall-clock seconds of the task's process (stress-ng or its command), in its own cgroup with a CFS quota of "
-    "cpu_millicores / 1000 of every cfs_period_us period (cpu_millicores * 100 us per 100000 us by default); for a "
-    "long-running process task, the mean wall seconds of its measured step blocks at that workload (at least "
-    "measure_steps, lasting at least min_measure_s together) after warmup_steps discarded ones, the process started "
-    "once per CPU level and repeat in such a cgroup"
+    "cpu_millicores / 1000 of every cfs_period_us period (cpu_millicores * 100 us per 100000 us by default); "
+    f"{_PROCESS_NOTE}, the process started once per CPU level and repeat in such a cgroup"
 )
-
-
 KUBERNETES_DURATION_NOTE = (
     "wall-clock seconds of the task's process (stress-ng or its command) inside a Kubernetes Job's container "
     "whose CPU limit is cpu_millicores (the kubelet turns it into the node's CFS quota), from just before the "
-    "process starts to its exit, as reported by the container (bsp_planner.profiling.pod_measure); for a long-running "
-    "process task, the mean wall seconds of its measured step blocks at that workload (at least measure_steps, "
-    "lasting at least min_measure_s together) after warmup_steps discarded ones, one container per CPU level "
-    "and repeat"
+    f"process starts to its exit, as reported by the container (bsp_planner.profiling.pod_measure); {_PROCESS_NOTE}, "
+    "one container per CPU level and repeat"
 )
 
 

@@ -20,7 +20,9 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
+
+from rich.console import Console
 
 from ..core import atomic
 from ..core.errors import InputError
@@ -66,9 +68,6 @@ from .profile_meta import (
 from .progress import GridProgress
 from .results import RunResult
 
-if TYPE_CHECKING:
-    from rich.console import Console
-
 
 class Backend(Protocol):
     name: str
@@ -104,7 +103,13 @@ def run_grid(
         raise InputError(f"expected a positive number of seconds, got {timeout_s!r}", field="--timeout")
     grid = validate_grid(grid)
     selected = select_tasks(job, tasks)
-    _check_process_support(backend, selected)
+    processes = [t.name for t in selected if t.kind == "process"]
+    if processes and not callable(getattr(backend, "run_process", None)):  # before any run
+        raise InputError(
+            f"task(s) {', '.join(processes)} are long-running processes, which the {backend.name} backend cannot "
+            "profile; profile them with the local backend (--backend local), or leave them out with --tasks",
+            field="--backend",
+        )
     check_profile_path(out)
     meta, measured, backend_info = _open_profile(out, job, selected, grid, backend, steps)
 
@@ -132,7 +137,7 @@ def run_grid(
             if bar:
                 bar.start(batch.cells[0])
             results = run_batch(backend, batch, timeout_s, steps)
-            say = (bar.progress.console if bar else _stderr(console)).print
+            say = bar.progress.console.print if bar else (console or Console(stderr=True)).print
             if (stop := streaks.add(batch.task.name, [r for _, r in results])) is not None:
                 say(f"[red]{stop}[/]", highlight=False)
                 if callable(abandon := getattr(backend, "abandon", None)):
@@ -218,23 +223,6 @@ def self_sized(cell: Cell, result: RunResult, warned: set[str]) -> str | None:
         "that sizes its own work times the same work in every cell, and its profile comes out flat; size each "
         "step by {workload} (or $BSP_WORKLOAD) when $BSP_SYNC is 'profile'"
     )
-
-
-def _stderr(console: Console | None) -> Console:
-    from rich.console import Console
-
-    return console if console is not None else Console(stderr=True)
-
-
-def _check_process_support(backend: Backend, selected: Sequence[Task]) -> None:
-    """Refuse, before any run, process tasks on a backend that cannot drive them."""
-    processes = [t.name for t in selected if t.kind == "process"]
-    if processes and not callable(getattr(backend, "run_process", None)):
-        raise InputError(
-            f"task(s) {', '.join(processes)} are long-running processes, which the {backend.name} backend cannot "
-            "profile; profile them with the local backend (--backend local), or leave them out with --tasks",
-            field="--backend",
-        )
 
 
 def _open_profile(

@@ -17,6 +17,7 @@ A SIGTERM or SIGINT is passed on to the broker.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import os
 import shutil
@@ -45,11 +46,6 @@ def find_broker() -> str | None:
     return shutil.which(BINARY)
 
 
-def broker_args(binary: str, federates: int, port: int, loglevel: str) -> list[str]:
-    federation = ["-f", str(federates), "--coretype=zmq", "--local_interface=tcp://127.0.0.1"]
-    return [binary, *federation, "--port", str(port), "--loglevel", loglevel]
-
-
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bsp_planner.apps.helics.broker", description=__doc__.split("\n\n")[0])
     p.add_argument("--federates", type=int, required=True, help="federates the federation waits for")
@@ -69,17 +65,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def _accepts(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-            return True
-    except OSError:
-        return False
-
-
 def _announce_when_ready(proc: subprocess.Popen, port: int) -> None:
     while proc.poll() is None:
-        if _accepts(port):
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.2):
             print(f"broker ready on port {port}", flush=True)
             return
         time.sleep(0.05)
@@ -98,8 +86,10 @@ def main(argv: list[str] | None = None) -> int:
     wrapper = os.getpid()
     # helics_broker ends with this wrapper however it ends (SIGKILL included): whoever stops the wrapper
     # stops the broker, and no broker is left holding its ports
+    federation = ["-f", str(args.federates), "--coretype=zmq", "--local_interface=tcp://127.0.0.1"]
     proc = subprocess.Popen(
-        broker_args(binary, args.federates, args.port, args.loglevel), preexec_fn=lambda: die_with(wrapper)
+        [binary, *federation, "--port", str(args.port), "--loglevel", args.loglevel],
+        preexec_fn=lambda: die_with(wrapper),
     )
 
     def stop(signum: int, _frame: object) -> None:
