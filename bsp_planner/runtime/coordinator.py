@@ -1,6 +1,4 @@
-"""The coordinator of a live run: the one place where a planner's decision meets real tasks.
-
-    bsp-planner run --backend local --planner mpc [--experiment live-default]
+"""The coordinator of a live run (`bsp-planner run`): the one place where a planner's decision meets real tasks.
 
 It builds the planning context exactly as `simulate` does (:mod:`.run_plan`: the experiment file, the
 run's nodes, the cost of its reconfiguration method), takes the run (:mod:`.run_store`: the run folder;

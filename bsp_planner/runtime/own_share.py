@@ -59,8 +59,7 @@ class RunGroupMembership:
         return True
 
     def leave(self) -> None:
-        """Every thread back where the process was, and its niceness restored. A run group left empty (its
-        tasks' groups were removed while we were in it, so the backend could not remove it) is removed."""
+        """Every thread back where the process was, with its niceness, and an emptied run group removed."""
         if self.joined is None or self.home is None:
             return
         # ours, and whatever else is in the run's group itself rather than in a task's group: processes we

@@ -48,8 +48,7 @@ class Holder:
 
 
 class RunLock:
-    """``RunLock(session, "/bsp-planner/runs/x/lock", run_id, instance)``: :meth:`acquire` takes the
-    run or raises :class:`RunHeld` naming the live holder; :meth:`holders` lists who holds or waits."""
+    """The run's lock at ``path`` (e.g. "/bsp-planner/runs/x/lock"), taken by :meth:`acquire`."""
 
     def __init__(self, session, path: str, run_id: str, instance: str) -> None:
         self.session = session

@@ -59,7 +59,7 @@ class RunPlanning:
                 for k, p in (("experiment", exp.path), ("job", exp.job_path), ("profile", exp.profile_path))
             },
         }
-        self._build_scenario()  # on the experiment's own nodes, if any (the backend's may replace them: _plan_on_nodes)
+        self._build_scenario()
 
     def _build_scenario(self) -> None:
         """The planning context exactly as `simulate` builds it, on the run's nodes where it has any
@@ -85,10 +85,9 @@ class RunPlanning:
         """A backend that knows its nodes (Kubernetes: each node's allocatable CPU less the other pods'
         requests) gives the run its cluster: the experiment's [[node]] tables are checked against them
         (each must name a node there with at least its cpu_millicores free), and without any the
-        run plans on the backend's nodes (placement chosen from the predictions, as `simulate` does).
-        A resumed run plans on the nodes (and placement) it recorded, so it makes its decisions again.
-        Then the planning context is built on them (:meth:`_build_scenario`, node-aware allocators: no
-        plan asks a node for more than it has), and the backend places every task where the plan says."""
+        run plans on the backend's nodes (placement chosen from the predictions, as `simulate` does);
+        a resumed run, on those it recorded. Then the planning context is built on them (node-aware
+        allocators: no plan asks a node for more than it has), and the backend places every task."""
         from ..inputs.experiment import NodeSettings
 
         assert self.backend is not None  # made in _prepare

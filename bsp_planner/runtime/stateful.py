@@ -4,10 +4,6 @@ A `process` task (observe mode's tasks are all such) is a long-running program w
 memory: a HELICS federate, a particle rank. Stopping and starting it again under a new CPU limit
 (``--reconfigure recreate``) starts it from nothing, and so does a `--resume` of a run it was part of;
 only a program that restores from its own checkpoint (``restorable = true`` on its task) survives either.
-
-:func:`resolve_reconfigure` picks a run's method before anything starts: in place for a job with process
-tasks, and an explicit ``recreate`` that would restart a non-restorable one is refused, saying why.
-:func:`continue_hint` is what a stopped or failed run tells its user to do next.
 """
 
 from __future__ import annotations
@@ -21,8 +17,9 @@ def memory_only(job) -> list[str]:
 
 
 def resolve_reconfigure(requested: str | None, job, default: str, in_place: bool, backend: str) -> str:
-    """The run's reconfiguration method ('in-place' or 'recreate'; 'auto' resolved by the caller when the
-    job has no process task). `requested`: --reconfigure (None: not given); `default`: the backend's."""
+    """The run's reconfiguration method, chosen before anything starts ('in-place' or 'recreate'; 'auto'
+    resolved by the caller): in place for a job with process tasks, and a ``recreate`` that would restart
+    a non-restorable one refused, saying why. `requested`: --reconfigure (None: not given)."""
     lost = memory_only(job)
     who = f"task{'s' if len(lost) > 1 else ''} {', '.join(lost)}"
     if requested == "recreate" and lost:

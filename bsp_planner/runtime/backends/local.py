@@ -10,8 +10,7 @@ checkpoint in ZooKeeper), removes the group, and starts a new worker in a new gr
 Nothing outlives the run: workers get SIGTERM if the coordinator dies (PR_SET_PDEATHSIG), every stop
 removes the task's group after killing whatever is still inside, and a resumed run first removes the
 groups a killed coordinator left. A run's groups are ``<cgroup-prefix>.live.<run-id>/<task>`` (e.g.
-``/sys/fs/cgroup/cpu/bsp-planner.live.<run-id>/bsearch``): the run's own parent group weighs what its
-workers would outside any group, as each task's group does (see :meth:`LocalBackend._weigh_run`).
+``/sys/fs/cgroup/cpu/bsp-planner.live.<run-id>/bsearch``), the parent weighed by --cpu-weight (`_weigh_run`).
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""The Kubernetes backend's view of the nodes: does a configuration fit, and where may the run plan.
-
-Before a configuration is applied, :meth:`KubernetesNodes.check_configuration` packs it onto the nodes'
-allocatable CPU next to every other pod's requests (when the account may read nodes: see
-jobs/k8s/components/node-reader) and refuses, with the numbers, a configuration that cannot be placed.
-"""
+"""The Kubernetes backend's view of the nodes: does a configuration fit, and where may the run plan
+(where the account may read nodes: see jobs/k8s/components/node-reader)."""
 
 from __future__ import annotations
 

@@ -353,11 +353,6 @@ class KubernetesPods(Backend):
         st = pod_state(last)
         return TaskStatus(alive=False, exit_code=st.exit_code, detail=st.problem or "")
 
-    def _get(self, task: str) -> _Task:
-        if task not in self.tasks:
-            raise InputError(f"task {task!r} is not running", field="task")
-        return self.tasks[task]
-
     # -- what a pod said on its way out -------------------------------------------------------------
     def _last_words(self, pod_name: str, log_file: Path | None, limit: int) -> str:
         """The termination message of the pod's container (its log's tail when it failed), which needs no

@@ -41,7 +41,9 @@ class KubernetesResizes(KubernetesNodes):
     def resize_task(self, task: str, millicores: float) -> None:
         """In place through pods/resize, waiting until the kubelet applied it; recreation where the plan
         from check_configuration says so, where the server cannot resize, or where the kubelet refuses."""
-        t = self._get(task)
+        if task not in self.tasks:
+            raise InputError(f"task {task!r} is not running", field="task")
+        t = self.tasks[task]
         if t.plan == "recreate" or self.mode != "in-place":
             return self.recreate_task(t.launch, millicores, detail="planned" if t.plan == "recreate" else "")
         started = self.clock()
