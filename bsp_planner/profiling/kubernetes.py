@@ -8,12 +8,10 @@ image when it names one (the image then needs bsp-planner installed, as for live
 comes back in the container's termination message (pods ``list``, no log access).
 
 :class:`KubernetesProfiler` is a plain backend of :func:`bsp_planner.profiling.runner.run_grid`
-(``check``, ``info``, ``run``), so the files are the local profiler's, written by the same code: rows
-appended to the profile CSV as runs finish, failures to ``<stem>.failures.csv``, sessions in
-``<stem>.meta.json``, and the same resume (cells already in the CSV are skipped). The parallelism comes
-from looking ahead: told the cells the runner will ask for (:meth:`KubernetesProfiler.expect`, which
-:func:`run_grid_kubernetes` does), it keeps up to ``parallelism`` Jobs running while the runner waits
-for the first; results are handed back in the runner's order.
+(``check``, ``info``, ``run``), so the files and the resume are the local profiler's, written by the same
+code (:mod:`.runner`). The parallelism comes from looking ahead: told the cells the runner will ask for
+(:meth:`KubernetesProfiler.expect`, which :func:`run_grid_kubernetes` does), it keeps up to ``parallelism``
+Jobs running while the runner waits for the first; results are handed back in the runner's order.
 
 Jobs are labelled ``bsp-planner.io/profile=<id>`` (by default derived from the profile's path) and
 deleted once their result is written, so Jobs of a session that was killed keep running in the cluster

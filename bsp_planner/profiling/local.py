@@ -2,9 +2,8 @@
 own fresh CPU-quota cgroup; a long-running process task is started once per CPU level in such a group
 and driven through a profiling session (:mod:`.process`).
 
-By default the groups get the highest CPU weight (``cpu.shares`` 262144, v2 ``cpu.weight`` 10000), so
-that on a host busy with other work a run still gets the CPU its quota allows: the profile measures the
-task under its limit, as on a node where the pod's request equals its limit, not the host's other load.
+By default the groups get the highest CPU weight (``cpu.shares`` 262144, v2 ``cpu.weight`` 10000), so that
+the quota, not the host's other load, limits a run (:meth:`~.cgroups.CpuQuotaGroup.set_weight` says why);
 ``cpu_shares=None`` leaves the kernel's default weight (one group = one ordinary process).
 
 The duration of a run is the wall-clock time of the stress-ng process, from just before it is started

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+
+from rich.console import Console
 
 from .grid import Cell, level_text
 from .results import RunResult
-
-if TYPE_CHECKING:
-    from rich.console import Console
 
 
 def cell_text(cell: Cell) -> str:
@@ -24,7 +22,6 @@ class GridProgress:
     LOG_EVERY_S = 60.0
 
     def __init__(self, todo: list[Cell], console: Console | None = None) -> None:
-        from rich.console import Console
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
         self.console = console or Console(stderr=True)

@@ -8,9 +8,7 @@ resumes: cells (task, workload, cpu, repeat) already in the file are skipped.
 A failed run (non-zero exit, timeout) writes no profile row; it is logged to ``<stem>.failures.csv``
 beside the profile (``task,workload,cpu_millicores,repeat,reason,date``, a log of every failed attempt),
 reported at the end, and retried by the next run. ``<stem>.meta.json`` records where and how the profile
-was measured: host, CPU, kernel, stress-ng, grid, ops per unit and workers per task, the backend, and per
-session the dates and the 1-minute load average at its start and end (and its mean and maximum over
-the session's runs: other work on the host is the main source of noise).
+was measured, per session (:mod:`.profile_meta`).
 """
 
 from __future__ import annotations

@@ -86,22 +86,17 @@ def step_rng(seed: int, rank: int, step: int) -> np.random.Generator:
     return np.random.default_rng([seed, rank, step])
 
 
-def profiled_state(state: RankState, assigned: float | None, seed: int, physics: Physics) -> RankState:
-    """Under the profiler, the particles of a step it assigns `assigned` particles to: the current ones
-    while the count matches, else a fresh, seeded set of that many (spread as at step 0)."""
-    if assigned is None or int(round(assigned)) == state.count:
-        return state
-    return initial_particles(int(round(assigned)), seed, physics)
-
-
 def run_profiled(args: argparse.Namespace, session, physics: Physics) -> int:
     """The step loop under `bsp-planner profile run`: the same timed block as :func:`run_rank` (advance and
     split) on the assigned number of particles; the particles that would leave stay (no neighbours run),
-    so the count is the assigned one every step."""
+    so the count is the assigned one every step: the current ones while the count matches, else a fresh,
+    seeded set of that many (spread as at step 0)."""
     state = RankState.empty()
     step = session.first_step
     while not session.ended:
-        state = profiled_state(state, session.assigned_workload(step), args.seed, physics)
+        assigned = session.assigned_workload(step)
+        if assigned is not None and int(round(assigned)) != state.count:
+            state = initial_particles(int(round(assigned)), args.seed, physics)
         with session.step(step, workload=state.count):
             state = advance(state, physics, step_rng(args.seed, args.rank, step))
             kept, to_left, to_right = split_outgoing(state, args.rank, args.ranks)
@@ -112,12 +107,12 @@ def run_profiled(args: argparse.Namespace, session, physics: Physics) -> int:
 
 def run_rank(args: argparse.Namespace) -> int:
     physics = Physics(substeps=args.substeps, neighbours=args.neighbours)
+    task_name = os.environ.get("BSP_TASK") or f"p{args.rank}"
     if os.environ.get(task.PROFILE_ENV):
-        with open_session(os.environ.get("BSP_TASK") or f"p{args.rank}") as session:
+        with open_session(task_name) as session:
             return run_profiled(args, session, physics)
     exchange = FileExchange(args.exchange_dir, args.rank, args.ranks, timeout_s=args.timeout_s)
     state = initial_rank_state(args.rank, args.ranks, args.particles, args.seed, physics)
-    task_name = os.environ.get("BSP_TASK") or f"p{args.rank}"
     step = 0
     timings = open(args.timings, "a") if args.timings else None
     try:
@@ -131,9 +126,7 @@ def run_rank(args: argparse.Namespace) -> int:
                 )
                 return 1
             try:
-                while args.steps is None or step < args.steps:
-                    if session.ended:
-                        break
+                while (args.steps is None or step < args.steps) and not session.ended:
                     t0 = time.perf_counter()
                     with session.step(step, workload=state.count):
                         t1 = time.perf_counter()
