@@ -19,27 +19,11 @@ import sys
 import time
 from pathlib import Path
 
+import bsp_planner
+
 from ...inputs.placeholders import choose_ports
 
 MODEL_OPTIONS = ("cells", "hotspot", "base", "speed", "ops_per_unit")
-
-
-def _env() -> dict[str, str]:
-    """The processes' environment: this bsp_planner first on the path, no bsp-planner run's variables (they
-    run alone, with local sessions)."""
-    import bsp_planner
-
-    env = {k: v for k, v in os.environ.items() if not k.startswith("BSP_")}
-    env["PYTHONPATH"] = os.pathsep.join(
-        filter(None, [str(Path(bsp_planner.__file__).parent.parent), env.get("PYTHONPATH")])
-    )
-    return env
-
-
-def federation_wall_s(timings: list[list[dict]]) -> float:
-    """From the earliest compute start to the latest compute end over every federate's timings."""
-    rows = [r for per in timings for r in per]
-    return max(r["end"] for r in rows) - min(r["start"] for r in rows)
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -59,7 +43,11 @@ def run_federation(
     for key, value in (model or {}).items():
         extra += [f"--{key.replace('_', '-')}", str(value)]
     py = sys.executable
-    env = _env()
+    # this bsp_planner first on the path, no bsp-planner run's variables (they run alone, with local sessions)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BSP_")}
+    env["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(Path(bsp_planner.__file__).parent.parent), env.get("PYTHONPATH")])
+    )
     procs: list[subprocess.Popen] = []
     with open(out / "broker.log", "ab") as log:
         broker = subprocess.Popen(
@@ -85,12 +73,13 @@ def run_federation(
                 p.kill()
                 p.wait()
     timings = [read_jsonl(out / f"timings-f{i}.jsonl") for i in range(federates)]
+    rows = [r for per in timings for r in per]  # wall time: the earliest compute start to the latest end
     return {
         "codes": codes,
         "broker_code": broker_code,
         "reports": [read_jsonl(out / f"f{i}.jsonl") for i in range(federates)],
         "timings": timings,
-        "wall_s": federation_wall_s(timings) if all(timings) else None,
+        "wall_s": max(r["end"] for r in rows) - min(r["start"] for r in rows) if all(timings) else None,
     }
 
 
