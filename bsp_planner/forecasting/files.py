@@ -26,23 +26,26 @@ FORECAST_META = "forecasts.json"
 def write_forecasts(
     folder: str | Path, task_names: list[str], matrix: np.ndarray, metadata: dict | None = None
 ) -> None:
-    """matrix: (tasks, steps, H) workloads. Writes each file whole, then renames it into place."""
+    """matrix: (tasks, steps, H) workloads."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     matrix = np.asarray(matrix, dtype=np.float64)
     if matrix.ndim != 3 or matrix.shape[0] != len(task_names):
         raise ValueError(f"expected (tasks={len(task_names)}, steps, H), got {matrix.shape}")
-    horizon = matrix.shape[2]
+    header = ",".join(f"h{h}" for h in range(matrix.shape[2]))
     for name, rows in zip(task_names, matrix, strict=True):
-        tmp = folder / f".{name}.csv.tmp"
-        with tmp.open("w", newline="") as fh:
-            w = csv.writer(fh)
-            w.writerow([f"h{h}" for h in range(horizon)])
-            for row in rows:
-                w.writerow([f"{v:.6f}" for v in row])
-        tmp.replace(folder / f"{name}.csv")
+        _write_csv(folder / f"{name}.csv", header, rows)
     if metadata is not None:
         (folder / FORECAST_META).write_text(json.dumps(metadata, indent=2, sort_keys=True) + "\n")
+
+
+def _write_csv(path: Path, header: str, values: np.ndarray) -> None:
+    """One row per step (a 1-D array: one column), "%.6f", CRLF lines as the csv module writes them;
+    written whole, then renamed into place."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    with tmp.open("w", newline="") as fh:
+        np.savetxt(fh, values, fmt="%.6f", delimiter=",", header=header, comments="", newline="\r\n")
+    tmp.replace(path)
 
 
 def read_forecast_metadata(folder: str | Path) -> dict:
@@ -123,10 +126,7 @@ def write_trace(folder: str | Path, task_names: list[str], workloads: np.ndarray
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     for name, series in zip(task_names, np.asarray(workloads), strict=True):
-        with (folder / f"{name}.csv").open("w", newline="") as fh:
-            w = csv.writer(fh)
-            w.writerow(["workload"])
-            w.writerows([[f"{v:.6f}"] for v in series])
+        _write_csv(folder / f"{name}.csv", "workload", series)
 
 
 def read_trace(

@@ -103,19 +103,6 @@ class PreparedSeries:
         return np.take_along_axis(med, self.lead_map(o, forecaster.horizon), axis=1)
 
 
-def check_values(values: np.ndarray, *, task: str, source: Path | None = None, first_row: int = 0) -> None:
-    v = np.asarray(values, dtype=np.float64)
-    bad = np.nonzero(~np.isfinite(v))[0]
-    if bad.size:
-        row = first_row + int(bad[0])
-        raise InputError(
-            f"task '{task}': missing or non-numeric value at data row {row} ({bad.size} in all)",
-            path=source,
-            line=row + 2 if source is not None else None,
-            field="value",
-        )
-
-
 def prepare_task(
     ts: TaskSeries,
     workloads: np.ndarray,
@@ -126,7 +113,15 @@ def prepare_task(
     if gaps not in GAP_POLICIES:
         raise InputError(f"expected a gap policy among {', '.join(GAP_POLICIES)}, got {gaps!r}", field="gaps")
     w = np.asarray(workloads, dtype=np.float64)
-    check_values(w, task=ts.task, source=ts.source, first_row=ts.first_row)
+    bad = np.nonzero(~np.isfinite(w))[0]
+    if bad.size:
+        row = ts.first_row + int(bad[0])
+        raise InputError(
+            f"task '{ts.task}': missing or non-numeric value at data row {row} ({bad.size} in all)",
+            path=ts.source,
+            line=row + 2 if ts.source is not None else None,
+            field="value",
+        )
     if len(w) < 4:
         raise InputError(f"task '{ts.task}': the series has only {len(w)} rows", path=ts.source)
     train = w[: ts.n_train]
@@ -137,11 +132,8 @@ def prepare_task(
             path=ts.source,
         )
     interval = ts.interval_s
-    period = ts.period_steps
-    t0 = ts.timestamps[0]
     if gaps == "ignore":
-        idx = np.arange(len(w))
-        return PreparedSeries(ts.task, w, w.copy(), idx, ts.n_train, period, interval, t0, 0, ts.source, ts.first_row)
+        return _on_grid(ts, w, np.arange(len(w)))
     steps = np.diff(ts.timestamps).astype(np.int64)
     back = np.nonzero(steps <= 0)[0]
     if back.size:
@@ -171,18 +163,20 @@ def prepare_task(
         raise InputError(
             f"task '{ts.task}': {len(found)} gap(s) in the timestamps larger than the sampling interval "
             f"({_duration(interval)}), before data row{'s' if len(found) > 1 else ''} {where}{more}. Fill them by "
-            "linear interpolation "
-            "with `--gaps fill` (or treat the rows as consecutive steps, as simulate does, with "
-            "`--gaps ignore`)",
+            "linear interpolation with `--gaps fill` (or treat the rows as consecutive steps, as simulate does, "
+            "with `--gaps ignore`)",
             path=ts.source,
             line=row + 2,
             field="timestamp",
         )
-    idx = np.concatenate([[0], np.cumsum(steps // interval)]).astype(np.int64)
+    return _on_grid(ts, w, np.concatenate([[0], np.cumsum(steps // interval)]).astype(np.int64))
+
+
+def _on_grid(ts: TaskSeries, w: np.ndarray, idx: np.ndarray) -> PreparedSeries:
+    """The rows w at grid steps idx, the steps between them filled by linear interpolation."""
     grid = np.interp(np.arange(idx[-1] + 1), idx, w)
-    return PreparedSeries(
-        ts.task, w, grid, idx, ts.n_train, period, interval, t0, int(idx[-1] + 1 - len(w)), ts.source, ts.first_row
-    )
+    args = (ts.n_train, ts.period_steps, ts.interval_s, ts.timestamps[0], len(grid) - len(w), ts.source, ts.first_row)
+    return PreparedSeries(ts.task, w, grid, idx, *args)
 
 
 def prepare_job(job_series: JobSeries, *, gaps: str = "error", tasks: list[str] | None = None) -> list[PreparedSeries]:
@@ -192,11 +186,8 @@ def prepare_job(job_series: JobSeries, *, gaps: str = "error", tasks: list[str] 
     for t in wanted:
         if t not in names:
             raise InputError(f"unknown task '{t}'; the job has {', '.join(names)}", field="task")
-    out = []
-    for i, ts in enumerate(job_series.series):
-        if ts.task in wanted:
-            out.append(prepare_task(ts, job_series.history_workloads(i), gaps=gaps))
-    return out
+    series = enumerate(job_series.series)
+    return [prepare_task(ts, job_series.history_workloads(i), gaps=gaps) for i, ts in series if ts.task in wanted]
 
 
 def later_pieces(p: PreparedSeries, prepared: list[PreparedSeries]) -> list[str]:

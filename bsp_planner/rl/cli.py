@@ -202,9 +202,10 @@ def evaluate(
 
     from ..core import atomic
     from ..core.outputs import check_output_file
+    from ..inputs.settings import apply_overrides
     from .agent import load_agent
     from .planner import default_agent_path
-    from .settings import StepRange, apply_env_overrides, load_env_settings
+    from .settings import StepRange, load_env_settings
     from .train import evaluate_agent
 
     console = Console()
@@ -215,7 +216,7 @@ def evaluate(
     if eval_range is not None:
         r = StepRange.parse(eval_range, "--eval-range")
         extra += [f"eval.start={r.start}", f"eval.steps={r.steps}"]
-    s = load_env_settings(env, extra) if env is not None else apply_env_overrides(ag.settings(), extra)
+    s = load_env_settings(env, extra) if env is not None else apply_overrides(ag.settings(), extra, flag="--env-set")
     if not strict and ag.train_range.overlaps(s.eval):
         console.print(f"[yellow]warning:[/] the agent was trained on steps {ag.train_range}, which overlap {s.eval}")
     names = [x.strip() for x in strategies.split(",") if x.strip()]
@@ -249,13 +250,13 @@ def info(
     """What an agent expects and how it was trained (its metadata), without loading the model."""
     from rich.console import Console
 
+    from ..core.errors import InputError
     from .agent import agent_file, read_metadata
     from .planner import default_agent_path
+    from .settings import StepRange
 
     path = agent_file(agent) if agent is not None else default_agent_path()
     if not Path(path).is_file():
-        from ..core.errors import InputError
-
         raise InputError("agent file not found; train one with `bsp-planner rl train`", path=path)
     m = read_metadata(path)
     e = m["env"]
@@ -264,17 +265,13 @@ def info(
         f"{path}: {m['algo'].upper()}, observations ({e['actions']}, {e['window']}), actions a0..a{e['actions'] - 1}"
     )
     console.print(
-        f"trained {m.get('timesteps')} steps, seed {m.get('seed')}, on steps {m['train_range']['start']}.."
-        f"{m['train_range']['start'] + m['train_range']['steps'] - 1} ({e['mode']} mode, {m.get('forecasts')}), "
-        f"penalty {m.get('penalty_s')} s, in {m.get('train_seconds')} s"
+        f"trained {m.get('timesteps')} steps, seed {m.get('seed')}, on steps {StepRange(**m['train_range'])} "
+        f"({e['mode']} mode, {m.get('forecasts')}), penalty {m.get('penalty_s')} s, in {m.get('train_seconds')} s"
     )
     if m.get("eval"):
         ev = m["eval"]
-        r = m["eval_range"]
-        line = (
-            f"held-out steps {r['start']}..{r['start'] + r['steps'] - 1}: {ev['total_s']} s, "
-            f"{ev['reconfigurations']} reconfigurations"
-        )
+        r = StepRange(**m["eval_range"])
+        line = f"held-out steps {r}: {ev['total_s']} s, {ev['reconfigurations']} reconfigurations"
         for k, b in (m.get("baseline") or {}).items():
             line += f"; {k} {b['total_s']} s, {b['reconfigurations']}"
         console.print(line)

@@ -1,28 +1,5 @@
-"""Environment and training settings: `envs/*.toml` files, overridable from the CLI.
-
-    experiment = "../experiments/default.toml"   # relative to this file
-    overrides = []            # experiment overrides, e.g. ["forecast.source=forecasts/lstm"]
-    mode = "forecast"         # which predictions the agent sees: forecast | perfect
-    window = 6                # m: predicted steps per observation row
-    actions = 4               # a0..a(n): n = actions - 1 longest frame
-    episode_steps = 100       # one episode = this many consecutive steps of the training range
-    penalty_scale = 1.0       # multiplies the checkpoint penalty in the reward (1 = the simulator's cost)
-    obs_scale = "auto"        # seconds per observation unit ("auto": a typical step, from the profile)
-    reward_scale = "auto"     # seconds per reward unit ("auto": the same as obs_scale)
-    obs_high = 4.0            # observations are clipped to [0, obs_high]
-
-    [train]                   # steps of the series' test half the agent learns from
-    start = 400
-    steps = 600
-
-    [eval]                    # held-out steps it is evaluated on (the default experiment's own steps)
-    start = 0
-    steps = 400
-
-    [agent]                   # the learner: algorithm, budget, seed and hyperparameters
-    algo = "dqn"
-    timesteps = 100000
-    seed = 0
+"""Environment and training settings: `envs/*.toml` files (the shipped `envs/default.toml` sets every
+top-level field, the [train] and [eval] step ranges and the [agent]), overridable from the CLI.
 
 No torch, SB3 or gymnasium here: the `dqn` planner and the CLI read these without the heavy stack.
 """
@@ -127,19 +104,19 @@ class AgentSettings:
 
 @dataclass
 class EnvSettings:
-    experiment: str = "../experiments/default.toml"
-    overrides: list[str] = field(default_factory=list)
-    mode: str = setting("forecast", choices=MODES)
-    window: int = setting(6, ge=1)
+    experiment: str = "../experiments/default.toml"  # relative to this file
+    overrides: list[str] = field(default_factory=list)  # experiment overrides, e.g. ["forecast.source=..."]
+    mode: str = setting("forecast", choices=MODES)  # which predictions the agent sees
+    window: int = setting(6, ge=1)  # m: predicted steps per observation row
     actions: int = setting(4, ge=2)  # a0 keeps, a1.. reconfigure
-    episode_steps: int = setting(100, ge=1)
-    penalty_scale: float = setting(1.0, gt=0)
-    obs_scale: float | Literal["auto"] = setting("auto", gt=0)
-    reward_scale: float | Literal["auto"] = setting("auto", gt=0)
-    obs_high: float = setting(4.0, gt=0)
-    train: StepRange = StepRange(400, 600)
-    eval: StepRange = StepRange(0, 400)
-    agent: AgentSettings = field(default_factory=AgentSettings)
+    episode_steps: int = setting(100, ge=1)  # consecutive steps of the training range
+    penalty_scale: float = setting(1.0, gt=0)  # times the checkpoint penalty in the reward (1: the simulator's)
+    obs_scale: float | Literal["auto"] = setting("auto", gt=0)  # seconds per observation unit (auto: a typical step)
+    reward_scale: float | Literal["auto"] = setting("auto", gt=0)  # seconds per reward unit (auto: obs_scale)
+    obs_high: float = setting(4.0, gt=0)  # observations are clipped to [0, obs_high]
+    train: StepRange = StepRange(400, 600)  # the steps of the test halves the agent learns from
+    eval: StepRange = StepRange(0, 400)  # the held-out steps it is evaluated on
+    agent: AgentSettings = field(default_factory=AgentSettings)  # the learner: algorithm, budget, seed, ...
     name: str = internal("default")
     path: Path | None = internal(None)
 
@@ -177,10 +154,8 @@ class EnvSettings:
     def to_dict(self) -> dict[str, Any]:
         """Everything, with the file's own location as `env_file` (relative to the package data when
         shipped, so an agent's metadata stays valid in another installation)."""
-        d = dataclasses.asdict(self)
+        d = dataclasses.asdict(self)  # the step ranges and the agent as tables too
         d.pop("path")
-        d["train"] = self.train.to_dict()
-        d["eval"] = self.eval.to_dict()
         d["env_file"] = shipped_relative(self.path) if self.path else None
         return d
 
@@ -197,12 +172,6 @@ class EnvSettings:
         return msg
 
 
-def apply_env_overrides(s: EnvSettings, overrides: list[str]) -> EnvSettings:
-    """`KEY=VALUE` overrides: `window=8`, `train.start=300`, `agent.timesteps=5000`; checked like the
-    file's own values. Returns the updated settings."""
-    return _settings.apply_overrides(s, overrides, flag="--env-set")
-
-
 def load_env_settings(path: str | Path | None = None, overrides: list[str] | None = None) -> EnvSettings:
     path = Path(path) if path is not None else DEFAULT_ENV
     shipped = SHIPPED_ROOT / "envs" / f"{path.stem}.toml"
@@ -214,9 +183,8 @@ def load_env_settings(path: str | Path | None = None, overrides: list[str] | Non
     ):
         path = shipped  # a shipped environment by name: default, wide (or envs/wide.toml as before)
     s = _settings.load_settings_file(EnvSettings, path, "environment", {"name": path.stem, "path": path.resolve()})
-    if overrides:
-        s = apply_env_overrides(s, overrides)
-    return s
+    # `KEY=VALUE` overrides (`window=8`, `train.start=300`), checked like the file's own values
+    return _settings.apply_overrides(s, overrides, flag="--env-set") if overrides else s
 
 
 def shipped_relative(path: Path | str) -> str:

@@ -1,13 +1,8 @@
 """Training and evaluating agents on the reconfiguration environment (stable-baselines3).
 
-`train_agent` builds the training range's environment and the held-out evaluation range's data,
-trains DQN (or PPO/A2C) with a progress bar, checkpoints every `checkpoint_every` steps, evaluates
-the greedy policy on the held-out range every `eval_every` steps (the same run `simulate` would make
-with the `rl` planner, so its totals compare directly with MPC's there), writes TensorBoard logs and
-a learning-curve plot, and saves the final agent with its metadata.
-
-The agent kept is the final one, not the best evaluation: picking by held-out score would make the
-held-out score no longer out of sample.
+The greedy policy is evaluated on the held-out range as `simulate` runs the `rl` planner there, so
+its totals compare directly with MPC's. The agent kept is the final one, not the best evaluation:
+picking by held-out score would make the held-out score no longer out of sample.
 """
 
 from __future__ import annotations
@@ -306,18 +301,6 @@ def train_agent(
     return TrainResult(path, run_dir, meta, evals)
 
 
-def _monitor_episodes(folder: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(timesteps at episode end, episode reward, episode length) from Monitor CSVs, in the order the
-    episodes ended."""
-    from stable_baselines3.common.monitor import load_results
-
-    if not any(folder.glob("*.monitor.csv")):
-        return np.array([]), np.array([]), np.array([])
-    episodes = load_results(str(folder))
-    lengths = episodes["l"].to_numpy(dtype=np.int64)
-    return np.cumsum(lengths), episodes["r"].to_numpy(dtype=np.float64), lengths
-
-
 def learning_curve(
     path: Path,
     monitor_dir: Path,
@@ -332,13 +315,15 @@ def learning_curve(
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from stable_baselines3.common.monitor import load_results
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
-    ts, rs, ls = _monitor_episodes(monitor_dir)
-    if rs.size:
-        per_step = -rs * data.reward_scale / ls
+    episodes = load_results(str(monitor_dir)) if any(monitor_dir.glob("*.monitor.csv")) else None
+    if episodes is not None and len(episodes):  # the training episodes, in the order they ended
+        ls = episodes["l"].to_numpy(dtype=np.int64)
+        ts, per_step = np.cumsum(ls), -episodes["r"].to_numpy(dtype=np.float64) * data.reward_scale / ls
         ax1.plot(ts, per_step, color="#bbbbbb", lw=0.6, label="episode")
-        k = max(1, min(50, rs.size // 10))
+        k = max(1, min(50, len(ls) // 10))
         smooth = np.convolve(per_step, np.ones(k) / k, mode="valid")
         ax1.plot(ts[k - 1 :], smooth, color="#4C72B0", label=f"mean of {k} (exploring)")
     if evals:
@@ -390,6 +375,4 @@ def evaluate_agent(
     planner = RlPlanner(str(agent.path), name=agent.algo)
     r = simulate(planner, data.ctx, data.actual, s.mode)
     out = {agent.algo: PolicyRun(r.total_s, r.compute_s, r.checkpoints, r.actions)}
-    for st in strategies:
-        out[st] = baseline(st, data)
-    return out, data
+    return out | {st: baseline(st, data) for st in strategies}, data
