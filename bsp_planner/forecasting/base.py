@@ -135,8 +135,7 @@ class PointForecaster(Forecaster):
 
     Subclasses give `_point` and `_min_origin`, and set `error_quantiles_` (Q, H) in `fit` (used until
     enough recent errors exist; `_fit_interval`) and `fit_length_` (the training history's length,
-    where the adaptive interval's state starts; see `rolling_error_quantiles`). The interval's window
-    and step come from the settings' `interval_window` and `interval_gamma` where they have them.
+    where the adaptive interval's state starts; see `rolling_error_quantiles`).
     """
 
     error_quantiles_: np.ndarray  # (Q, H), set by fit
@@ -324,9 +323,7 @@ def rolling_error_quantiles(
 
 class LearnedForecaster(PointForecaster):
     """A forecaster that trains a model once and saves it (`learned`): what the pipeline needs of one
-    besides fit/predict. `spec()` identifies a trained model (compared before a saved one is
-    reused), `info` holds facts of its training, `min_history` is the shortest training history it
-    accepts."""
+    besides fit/predict."""
 
     learned = True
 

@@ -1,9 +1,4 @@
-"""Honest baselines: persistence and seasonal-naive (daily, or weekly where the series has a week).
-
-Their quantiles come from their own errors: on the training half until enough forecasts have been
-checked, then from their recent errors with adaptively calibrated levels (see
-`base.rolling_error_quantiles`), as for every forecaster here.
-"""
+"""Honest baselines: persistence and seasonal-naive (daily, or weekly where the series has a week)."""
 
 from __future__ import annotations
 

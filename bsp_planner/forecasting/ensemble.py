@@ -11,8 +11,7 @@ figures a forecaster is judged by, it would flatter it.
 
 Each member is obtained as it would be alone (a saved model loaded, a statistical model fitted, the
 global `gbm` trained on its pool), so a forecast at origin o reads what its members read: values
-before o. Its quantiles come from its own recent errors (`base.PointForecaster`), until enough are
-known from its errors over the training history.
+before o.
 """
 
 from __future__ import annotations
@@ -31,8 +30,7 @@ DEFAULT_MEMBERS = ("lstm", "gbm")
 
 @dataclass(frozen=True)
 class EnsembleSettings(SettingsTable):
-    """weights: one per member (empty: equal weights, or fitted with fit_weights); the interval as
-    for every forecaster."""
+    """`ensemble`'s settings (see the module's notes)."""
 
     prefix: ClassVar[str] = "ensemble."
     weights: tuple[float, ...] = setting((), ge=0)

@@ -25,9 +25,6 @@ refit point: a forecast at o uses the refit made at the latest r <= o, trained o
 mlforecast was considered: its global model, lags and date features fit, but the seasonal changes
 relative to the origin, the per-task pools and the refits on a growing own series need the feature
 matrix built here anyway, so LightGBM is used directly.
-
-Quantiles, as for every forecaster here, come from its own recent errors (`base.PointForecaster`);
-until enough are known, from its errors on its own training half.
 """
 
 from __future__ import annotations

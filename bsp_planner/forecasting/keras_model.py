@@ -154,7 +154,6 @@ class KerasForecaster(LearnedForecaster):
     weights_: dict[str, np.ndarray] | None = None  # the trained weights by layer, once training is over
 
     def spec(self) -> dict:
-        """Everything a trained model depends on except the data: compared on load."""
         return {
             "forecaster": self.name,
             "horizon": self.horizon,

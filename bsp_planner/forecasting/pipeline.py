@@ -136,21 +136,15 @@ def train_one(ws: Workspace, name: str, p: PreparedSeries, say: Say = _quiet) ->
     f = make_forecaster(name, p, ws.horizon, quantiles=ws.quantiles, settings=ws.settings.get(name), progress=say)
     if isinstance(f, LearnedForecaster):
         need = f.history_needed(p.n_train_grid)
-        if p.n_train_grid < need:
-            window = getattr(f, "window", 1)
-            raise InputError(
-                f"task '{p.task}': the training half has {p.n_train_grid} steps, too short for {name}: it needs "
-                f"at least {need} (input window {window} + seasonal lag + H {ws.horizon} + a validation tail)",
-                path=p.source,
-            )
+        window = getattr(f, "window", 1)
+        why = f": it needs at least {need} (input window {window} + seasonal lag + H {ws.horizon} + a validation tail)"
     else:
         need = max(f._min_origin(), 1) + ws.horizon
-        if p.n_train_grid < need:
-            raise InputError(
-                f"task '{p.task}': the training half has {p.n_train_grid} steps, too short for {name} "
-                f"(it needs {need}: one period + H)",
-                path=p.source,
-            )
+        why = f" (it needs {need}: one period + H)"
+    if p.n_train_grid < need:
+        raise InputError(
+            f"task '{p.task}': the training half has {p.n_train_grid} steps, too short for {name}{why}", path=p.source
+        )
     try:
         f.fit(p.train_grid)
     except InputError as exc:

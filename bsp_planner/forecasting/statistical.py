@@ -18,7 +18,6 @@ How a forecast at origin o is made, using only values before o:
 Refitting the decomposition at every origin would cost 0.1-0.3 s a forecast (minutes for one
 evaluation); once a day, with R's loess jumps (`stl_jumps`), keeps it to a fraction of a second a
 day and never reads a value at or after the origin.
-Quantiles, as for every forecaster here, come from its own recent errors (`base.PointForecaster`).
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..core import atomic
 from ..core.errors import InputError
 from ..inputs.shipped import data_path
 from .settings import ALGOS, EnvSettings, StepRange, settings_from_dict
@@ -120,10 +121,7 @@ def save_agent(model, path: Path, meta: dict) -> Path:
         path = path.with_suffix(".zip")
     path.parent.mkdir(parents=True, exist_ok=True)
     model.save(path, exclude=["replay_buffer", "tensorboard_log", "_logger", "ep_info_buffer", "ep_success_buffer"])
-    meta = {"format": FORMAT, **meta}
-    tmp = metadata_path(path).with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(meta, indent=2, default=str) + "\n")
-    tmp.replace(metadata_path(path))
+    atomic.write_text(metadata_path(path), json.dumps({"format": FORMAT, **meta}, indent=2, default=str) + "\n")
     return path
 
 
@@ -134,15 +132,9 @@ def read_metadata(path: Path) -> dict:
         raise InputError(f"agent metadata not found: expected {mpath.name} beside the model", path=path)
     try:
         meta = json.loads(mpath.read_text())
-        for key in ("algo", "env", "obs_scale", "train_range"):
-            meta[key]
-        (
-            int(meta["env"]["window"]),
-            int(meta["env"]["actions"]),
-            float(meta["env"]["obs_high"]),
-            float(meta["obs_scale"]),
-        )
-        StepRange(**meta["train_range"])
+        # what the checks below and the Agent's properties read, readable
+        meta["algo"], int(meta["env"]["window"]), int(meta["env"]["actions"]), float(meta["env"]["obs_high"])
+        float(meta["obs_scale"]), StepRange(**meta["train_range"])
     except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
         raise InputError(f"corrupt agent metadata ({type(exc).__name__}: {exc})", path=mpath) from exc
     if meta["algo"] not in ALGOS:

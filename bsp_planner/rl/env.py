@@ -30,7 +30,7 @@ import numpy as np
 from gymnasium import spaces
 
 from .data import EnvData, build_data
-from .features import resolve_action
+from .features import predicted_rows, resolve_action
 from .settings import ENV_ID, EnvSettings, load_env_settings
 
 
@@ -62,8 +62,6 @@ class ReconfigureEnv(gym.Env):
         self.window = s.window
         self.observation_space = spaces.Box(0.0, float(s.obs_high), shape=s.obs_shape, dtype=np.float32)
         self.action_space = spaces.Discrete(s.actions)
-        self._tasks = np.arange(d.ctx.n_tasks)
-        self._pred = d.ctx.configs.predicted
         self._penalty = d.penalty_s * s.penalty_scale
         self._t = 0
         self._end = 0
@@ -74,7 +72,7 @@ class ReconfigureEnv(gym.Env):
     def _obs(self) -> np.ndarray:
         t = min(self._t, self.data.steps - 1)
         cur = self.data.cfg[t, self.n - 1] if self._current is None else self._current
-        row0 = self._pred[t, self._tasks, cur, : self.window].max(axis=0) / self.data.obs_scale
+        row0 = predicted_rows(self.data.ctx, t, cur[None, :], self.window)[0] / self.data.obs_scale
         obs = np.empty(self.settings.obs_shape, dtype=np.float32)
         obs[0] = np.clip(row0, 0.0, self.settings.obs_high)
         obs[1:] = self.data.rows[t]

@@ -82,10 +82,7 @@ def rl_planner(arg: str | None, settings: Any = None) -> Planner:
 
 def dqn_planner(arg: str | None, settings: Any = None) -> Planner:
     """dqn or dqn:PATH."""
-    if arg:
-        planner = RlPlanner(arg, name=f"dqn:{arg}")
-    else:
-        planner = RlPlanner(str(default_agent_path()), name="dqn")
+    planner = RlPlanner(arg, name=f"dqn:{arg}") if arg else RlPlanner(str(default_agent_path()), name="dqn")
     if planner.agent.algo != "dqn":
         raise InputError(
             f"strategy 'dqn' needs a DQN agent; this one is {planner.agent.algo.upper()} (use rl:PATH)",

@@ -100,7 +100,7 @@ def simulate(
     from ..inputs.experiment import load_experiment
     from ..inputs.settings import apply_flag_overrides, flag_overrides, flags_blamed
     from ..inputs.shipped import find_experiment
-    from .parallel_runs import check_jobs, default_jobs
+    from .parallel_runs import check_jobs, default_jobs, run_pairs
     from .report import write_outputs
     from .runs import check_strategies, one_pool_strategies
     from .scenario import build_scenario
@@ -148,13 +148,25 @@ def simulate(
             scen = build_scenario(exp)
         _refuse_unknown_workloads(exp, scen)
         pairs = [(m, s) for m in exp.modes for s in exp.strategies] + one_pool_strategies(scen, exp.strategies)
-        results = _run_with_progress(console, scen, pairs, jobs, quiet)
+        with progress_bar(console, quiet, transient=True) as progress:  # every pair, on `jobs` processes
+            bar = progress.add_task("simulating", total=len(pairs))
+            results = run_pairs(
+                scen,
+                pairs,
+                jobs,
+                on_start=lambda m, s: progress.update(bar, description=f"{m:8s} {s}"),
+                on_done=lambda m, s: progress.advance(bar),
+            )
         elapsed = time.perf_counter() - t0
         paths = write_outputs(
             out_dir, results, _run_meta(exp, scen, out_dir, elapsed), scen.task_names, scen.cpu.to_millicores
         )
     _print_summary(console, exp, scen, results, elapsed)
-    _print_written(console, paths)
+    learned = f", {paths['learning'].name}" if "learning" in paths else ""
+    console.print(
+        f"wrote {paths['md']}, {paths['csv'].name}, {paths['json'].name}, {paths['steps'].name}{learned}, "
+        f"chart {paths['chart']}"
+    )
 
 
 def _refuse_unknown_workloads(exp: Experiment, scen: Scenario) -> None:
@@ -202,14 +214,6 @@ def _run_meta(exp: Experiment, scen: Scenario, out_dir: Path, elapsed: float) ->
     }
 
 
-def _print_written(console: Console, paths: dict[str, Path]) -> None:
-    learned = f", {paths['learning'].name}" if "learning" in paths else ""
-    console.print(
-        f"wrote {paths['md']}, {paths['csv'].name}, {paths['json'].name}, {paths['steps'].name}{learned}, "
-        f"chart {paths['chart']}"
-    )
-
-
 def _leave_out_offline_strategies(console: Console, exp: Experiment) -> None:
     """The experiment's own list (not one the user just typed): leave out what cannot plan step by step."""
     from .runs import offline_strategies
@@ -220,23 +224,6 @@ def _leave_out_offline_strategies(console: Console, exp: Experiment) -> None:
         console.print(
             f"[yellow]note[/]: {', '.join(left_out)} left out: planning step by step (online/learn), and "
             f"{'they plan' if len(left_out) > 1 else 'it plans'} the whole job before the first step"
-        )
-
-
-def _run_with_progress(
-    console: Console, scen: Scenario, pairs: list[tuple[str, str]], jobs: int, quiet: bool
-) -> list[StrategyResult]:
-    """Every (mode, strategy) pair, on `jobs` processes, behind a progress bar."""
-    from .parallel_runs import run_pairs
-
-    with progress_bar(console, quiet, transient=True) as progress:
-        bar = progress.add_task("simulating", total=len(pairs))
-        return run_pairs(
-            scen,
-            pairs,
-            jobs,
-            on_start=lambda m, s: progress.update(bar, description=f"{m:8s} {s}"),
-            on_done=lambda m, s: progress.advance(bar),
         )
 
 
