@@ -33,9 +33,8 @@ whose tasks all left before reporting the step): the run is complete after the s
 loop's result covers the steps that ran.
 
 Both may raise `InputError` (a task failed, a report was malformed): the loop stops there, and the
-steps already reported through ``on_step`` stay recorded, so a live run can resume from the next step:
-`StepLoop.replay` makes the logged decisions again (each checked against the log) and learns from the
-logged measurements, then `StepLoop.run` continues with the first step not logged.
+steps already reported through ``on_step`` stay recorded, so a live run can resume from the next step
+(`StepLoop.replay`, then `StepLoop.run`).
 
 Every observation is checked before anything learns from it: a NaN, infinite, negative or zero
 duration, or a NaN/infinite/negative workload, is refused with the task and step named.
@@ -148,10 +147,7 @@ class ReplayMismatch(Exception):
 class StepLoop:
     """The loop of one run: ``StepLoop(planner, ctx, ...)`` resets the planner; ``replay(history)`` brings
     it (and the predictions) to where a resumed run stopped; ``run(executor)`` runs the remaining steps.
-
-    A simulation makes one and runs it (`run_loop`); a live run makes one before it touches anything,
-    replays its run log (a replayed decision that differs from the log is refused before any task
-    starts), then runs it on the live executor.
+    A live run replays its run log before it touches anything, so a mismatch is refused before any task starts.
     """
 
     def __init__(
@@ -188,10 +184,9 @@ class StepLoop:
         return self.predictions.after_step(t, levels, obs) if self.predictions is not None else None
 
     def replay(self, history: Iterable[tuple[np.ndarray, StepObservation]]) -> np.ndarray | None:
-        """history: the logged steps in order from step 0, each (levels (tasks,), what it measured).
-        Makes every decision again (raising ReplayMismatch where it differs from the log) and learns
-        from each logged measurement, so the next decision is the one an uninterrupted run would make.
-        Returns the configuration the last logged step ran with (None if there was none)."""
+        """history: the logged steps from step 0, each (levels (tasks,), what it measured). Makes every
+        decision again (ReplayMismatch where it differs from the log) and learns from each measurement, so
+        the next decision is the one an uninterrupted run would make; returns the last logged levels (or None)."""
         for levels, obs in history:
             t = self.next_step
             _, new, _ = self._decide(t)
@@ -204,9 +199,8 @@ class StepLoop:
         return self.current
 
     def run(self, executor: Executor, on_step: Callable[[StepRecord], None] | None = None) -> StrategyResult:
-        """Run steps next_step..ctx.steps-1 on `executor`; the result covers those steps.
-
-        on_step: called after every step (a live run appends it to its run log and flushes)."""
+        """Run steps next_step..ctx.steps-1 on `executor`; the result covers those steps. on_step: called
+        after every step (a live run appends it to its run log and flushes)."""
         n = self.ctx.n_tasks
         if executor.n_tasks != n:
             raise ValueError(f"the executor runs {executor.n_tasks} tasks but the plan has {n}")

@@ -71,13 +71,10 @@ def step_floors(d: np.ndarray, max_level: np.ndarray, budget_steps: int) -> np.n
 
 
 def levels_for_ratios(ratio: np.ndarray, tiebreak: TieBreak, budgets: list[int]) -> list[np.ndarray]:
-    """ratio (F, n, L), non-increasing along L, -inf at the levels a task may not leave (its maximum
-    and above): R[i, l] = the threshold multiple task i meets at level l. tiebreak(frame, entries) -> the
-    weighted frame time of the flat entries i * L + l, non-increasing along L: orders entries of equal
-    ratio (computed only where there are ties). For every budget b, returns the levels
-    (F, n) that give the b steps to the entries (i, l) with the largest ratios (task i moves past level
-    l), ties broken by the larger tiebreak, then the lower task index: the smallest multiple the budget
-    allows, with every step spent."""
+    """Step 2 of the module docstring: for every budget b, the levels (F, n) that give the b steps to
+    the entries (i, l) with the largest ratios (task i moves past level l), ties broken by the larger
+    tiebreak, then the lower task index. ratio (F, n, L) as `frame_ratios` gives it; tiebreak orders
+    entries of equal ratio (called only where there are ties)."""
     f, n, L = ratio.shape
     flat = ratio.reshape(f, n * L)
     size = n * L
@@ -158,11 +155,8 @@ def frame_ratios(
     contiguous = np.all((edges == 1).sum(axis=1) <= 1)
     if shared and contiguous:
         table = durations[0]
-        # float32: half the memory traffic in the passes over (windows, n, L); ties it creates are
-        # broken like any others.
-        ratio = _ratio_tables(table, step_floors(table, max_level, budget_steps), max_level).astype(
-            np.float32
-        )  # (n, L, k)
+        floors = step_floors(table, max_level, budget_steps)
+        ratio = _ratio_tables(table, floors, max_level).astype(np.float32)  # (n, L, k); float32: see the module
         starts = support.argmax(axis=1)
         ends = starts + support.sum(axis=1)
         live = ends > starts
@@ -226,9 +220,7 @@ def polish(
 
 class ThresholdAllocator(Allocator):
     name = "threshold"
-    #: Steps of the budget the greedy rule spends last, from the threshold's configuration for the rest
-    #: (see polish).
-    polish_steps = 8
+    polish_steps = 8  # the r of the module docstring's step 3
 
     def allocate_batch(
         self, durations: np.ndarray, weights: np.ndarray, max_level: np.ndarray, budget_steps: int

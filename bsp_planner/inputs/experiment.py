@@ -34,13 +34,7 @@ horizon = 20                # columns of the forecast matrix
 # online = false            # forecasts made before every step from the observed history
 # learn = false             # the performance model learns from every measured step
 # true_profile = "..."      # what the simulated tasks really follow (plan on `profile`)
-# [learning]
-# window = 20               # steps of residuals each task's correction is fitted to
-# prior_weight = 1.0        # how many measurements the profile counts as
-# slope_weight = 0.3        # ridge on how the correction changes with CPU and workload (shared by the tasks)
-# task_slope_weight = 3.0   # ridge on each task's own shape towards the shared one
-# slope_window = 200        # steps those slopes are fitted to
-# max_ratio = 10.0          # a measurement this many times off the model is refused
+# [learning]                # how it learns: the fields of LearningSettings below
 """
 
 from __future__ import annotations

@@ -20,16 +20,15 @@ A task may instead run the user's own program every superstep, as an argument li
     series = { file = "kernel.csv" }   # optional: without it the workloads are those the task reports
 
 `{workload}`, `{step}`, `{task}`, `{run_dir}` and `{python}` (the Python running bsp-planner) are
-substituted in every argument, and the program gets
-BSP_WORKLOAD, BSP_STEP, BSP_TASK in its environment. Its wall time is the step's duration; a non-zero
-exit is the task's failure (with its stderr tail); one JSON line `{"workload": 37.5}` on its stdout is
-the step's observed workload. A program named with a `/` is relative to the job file.
+substituted in every argument, and the program gets BSP_WORKLOAD, BSP_STEP, BSP_TASK in its environment.
+Its wall time is the step's duration; a non-zero exit is the task's failure (with its stderr tail); one
+JSON line `{"workload": 37.5}` on its stdout is the step's observed workload.
 
 `{job_dir}` (the job file's folder), `{port}` (a free loopback TCP port chosen for this task when the run
 starts; also BSP_PORT in its environment), `{port:NAME}` (the port of task or service NAME) and
 `{host:NAME}` (the address of service NAME) are substituted too (:mod:`bsp_planner.inputs.placeholders`).
-Relative paths resolve against the job file's folder: a program named with a `/`, and any later argument
-that names an existing file there (`cmd_task.py`, `scripts/run.py`); the programs run in a scratch folder.
+Relative paths resolve against the job file's folder: a series file, a program named with a `/`, and any
+later argument that names an existing file there (`cmd_task.py`, `scripts/run.py`); the programs run in a scratch folder.
 
 A task that keeps its state in memory (every `process` task) is never recreated: its CPU limit changes in
 place. `restorable = true` says that its program restores from its own checkpoint when restarted, so a
@@ -50,8 +49,8 @@ On Kubernetes a command or process task may name its container image (``image = 
 the task's pod runs that image, and its `command`/`process` paths are the image's (never resolved
 against the job file). The image must contain bsp-planner (docs/kubernetes.md says why and how).
 
-Paths are relative to the job file. Rows count data rows from 0 (the header is not a row), both ends
-included; `last_row` may be left out to mean "to the end of the file".
+Series rows count data rows from 0 (the header is not a row), both ends included; `last_row` may be
+left out to mean "to the end of the file".
 """
 
 from __future__ import annotations
@@ -154,14 +153,7 @@ class Task:
         if not self.stressor:
             raise InputError(f"task '{self.name}' runs a {self.kind}, not a stress-ng stressor", field="stressor")
         ops = max(1, int(round(self.ops_per_unit * workload)))
-        return [
-            stress_ng,
-            f"--{self.stressor}",
-            str(self.workers),
-            f"--{self.stressor}-ops",
-            str(ops),
-            "--quiet",
-        ]
+        return [stress_ng, f"--{self.stressor}", str(self.workers), f"--{self.stressor}-ops", str(ops), "--quiet"]
 
 
 @dataclass(frozen=True)
@@ -259,10 +251,8 @@ def load_job(path: str | Path) -> Job:
 
 
 def _program(argv: list[str] | None, job_path: Path, *, in_image: bool = False) -> tuple[str, ...] | None:
-    """Relative paths resolved against the job file's folder, because the programs run in a scratch folder:
-    a program named with a `/` (a bare name is looked up on PATH when run), and every later argument that
-    names an existing file there (`cmd_task.py`, `scripts/sim.py`; not an option, not a placeholder).
-    In an image task the paths are the image's: left as written."""
+    """Relative paths resolved as the module docstring says (a bare program name is looked up on PATH
+    when run; an option or a placeholder is no file); an image task's paths are the image's: left as written."""
     if argv is None:
         return None
     if in_image:

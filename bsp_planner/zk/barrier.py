@@ -20,8 +20,7 @@ class ArrivalRefused(Exception):
 class BarrierNodes:
     """The nodes of step t's barrier: ``barrier/<t>/{enter,leave}/<name>`` and the flags ``go`` and
     ``done``, made when the step is published and removed in one transaction once everyone is past it.
-    Shared by :class:`StepBarrier` and :class:`CountingBarrier`, which differ only in
-    who counts the arrivals."""
+    Shared by :class:`StepBarrier` and :class:`CountingBarrier`, which differ only in who counts the arrivals."""
 
     PHASES = {"enter": "go", "leave": "done"}
 
@@ -31,13 +30,12 @@ class BarrierNodes:
         self.base = paths.barrier(t)
         self.participants = frozenset(participants)
 
-    @property
-    def go_path(self) -> str:
-        return f"{self.base}/go"
+    def flag_path(self, phase: str) -> str:
+        return f"{self.base}/{self.PHASES[phase]}"
 
     @property
-    def done_path(self) -> str:
-        return f"{self.base}/done"
+    def go_path(self) -> str:
+        return self.flag_path("enter")
 
     def setup_ops(self) -> list[tuple]:
         return [("create", path, None) for path in (self.base, f"{self.base}/enter", f"{self.base}/leave")]
@@ -83,7 +81,7 @@ class BarrierNodes:
             self.settle_arrival(self.arrival_async(phase, name), phase, name, timeout_s)
 
     def enter(self, name: str, timeout_s: float | None = None, interrupt=None) -> float:
-        """Enter; returns once every participant has entered (the wait, in seconds)."""
+        """Returns once every participant has entered (the wait, in seconds)."""
         return self._timed_pass("enter", name, timeout_s, interrupt)
 
     def leave(
@@ -94,7 +92,7 @@ class BarrierNodes:
         return self._timed_pass("leave", name, timeout_s, interrupt, with_ops)
 
     def is_done(self, watch=None) -> bool:
-        return self.session.exists(self.done_path, watch=watch)
+        return self.session.exists(self.flag_path("leave"), watch=watch)
 
     def _timed_pass(self, phase: str, name: str, timeout_s: float | None, interrupt, with_ops=None) -> float:
         if name not in self.participants:
@@ -125,12 +123,11 @@ class StepBarrier(BarrierNodes):
     everyone waits for ``go``. Leaving is the same with ``leave/<name>`` and ``done``. The nodes are
     persistent and creating one twice is harmless, so a participant restarted inside a step simply enters
     (and leaves) again: when the others have passed already, ``go`` is there and it goes straight through.
-    The coordinator creates ``barrier/<t>``, ``enter`` and ``leave`` when it publishes the step.
     """
 
     def _pass(self, phase: str, name: str, timeout_s: float | None, interrupt, with_ops: list[tuple] | None) -> None:
         s = self.session
-        flag_path = f"{self.base}/{self.PHASES[phase]}"
+        flag_path = self.flag_path(phase)
         arrived: list[bool] = []
         if self._fast_pass(phase, flag_path, name, timeout_s, with_ops, arrived):
             return
@@ -258,7 +255,7 @@ class CountingBarrier(BarrierNodes):
     def _pass(self, phase: str, name: str, timeout_s: float | None, interrupt, with_ops: list[tuple] | None) -> None:
         s = self.session
         client = s.client
-        flag_path = f"{self.base}/{self.PHASES[phase]}"
+        flag_path = self.flag_path(phase)
         arrived: list[bool] = []
         released: list[bool] = []
 
@@ -309,7 +306,7 @@ class CountingBarrier(BarrierNodes):
         n = len(self.participants)
         if len(self.arrived(phase, watch=watch)) < n:
             return False
-        self.session.create(f"{self.base}/{self.PHASES[phase]}", {"step": self.t, "arrived": n})
+        self.session.create(self.flag_path(phase), {"step": self.t, "arrived": n})
         return True
 
     def release(self, phase: str, timeout_s: float | None = None, interrupt=None) -> float:
@@ -353,8 +350,7 @@ def step_barrier(
     kind: str, session: ZkSession, paths: RunPaths, t: int, participants: list[str] | tuple[str, ...]
 ) -> StepBarrier | CountingBarrier:
     """Step t's barrier of the run's kind: "double" (participants count themselves: :class:`StepBarrier`)
-    or "counting" (the coordinator counts and releases: :class:`CountingBarrier`). Both have the same
-    nodes and the same participant side (enter, leave, is_done)."""
+    or "counting" (the coordinator counts and releases: :class:`CountingBarrier`)."""
     if kind == "counting":
         return CountingBarrier(session, paths, t, participants)
     if kind == "double":
