@@ -46,13 +46,12 @@ def greedy_with_nodes(
 def threshold_with_nodes(
     durations: np.ndarray, weights: np.ndarray, max_level: np.ndarray, budget_steps: int, limits: NodeLimits
 ) -> np.ndarray:
-    """The threshold allocator's rule (`threshold.py`: every weighted step aims at the same multiple of
-    its floor; the budget goes to the entries (task, level) with the largest ratios) with each node's
-    cap: on node j only the S_j entries of its tasks with the largest ratios may be taken (the others,
-    at or below its (S_j+1)-th largest ratio, are dropped), then the budget's largest of what is left.
-    Ratios are non-increasing in level, so every task still takes a prefix of its levels.
-    durations (B, n, L, k), weights (B, k) -> levels (B, n). No polish: O(B n L) per batch, whatever
-    the budget (the greedy rule's rounds are what 1,024 tasks cannot afford)."""
+    """The threshold allocator's rule (`threshold.py`) with each node's cap: on node j only the S_j
+    entries of its tasks with the largest ratios may be taken (the others, at or below its (S_j+1)-th
+    largest ratio, are dropped), then the budget's largest of what is left. Ratios are non-increasing in
+    level, so every task still takes a prefix of its levels. durations (B, n, L, k), weights (B, k) ->
+    levels (B, n). No polish: O(B n L) per batch, whatever the budget (the greedy rule's rounds are what
+    1,024 tasks cannot afford)."""
     from .threshold import _kth_largest, frame_ratios, levels_for_ratios
 
     durations, weights, cap, idle = batch_inputs(durations, weights, max_level, budget_steps, limits)
@@ -92,11 +91,8 @@ def solve_frame_nodes(
 
     durations (tasks, levels, k), weights (k,). The threshold model of `exact.py` (lo = 0, hi = each
     task's cap on its node) plus one row per node: the levels of its tasks sum to at most its steps.
-    incumbents (P, tasks): configurations to start from (those that do not fit are dropped); the
-    node-aware greedy one is always tried. cutoff: only a configuration below it is wanted; when none
-    exists the result has optimal=False and bound >= cutoff (the `optimum` DP prunes with it).
-    level_bounds (tasks, levels): a lower bound on the frame's time with task i at level l; levels
-    whose bound cannot beat the best known configuration are left out of the model."""
+    incumbents, cutoff, level_bounds: as `solve_frame`'s (incumbents that do not fit are dropped; the
+    node-aware greedy one is always tried)."""
     from .exact_bounds import shrink_levels
     from .exact_frame import ExactSolverError, FrameSolution, _Frame, _Incumbent, _proved
     from .exact_highs import run_milp

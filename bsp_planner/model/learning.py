@@ -44,11 +44,8 @@ from .performance import DurationModel
 
 
 class DurationCorrection:
-    """Per-task corrections learned from (profile's prediction, measurement) pairs.
-
-    cpu_ref, workload_ref: where the correction's intercept applies (millicores, workload units).
-    coef: (tasks, 4) the current (a, b, g, q) of every task.
-    """
+    """Per-task corrections learned from (profile's prediction, measurement) pairs. cpu_ref, workload_ref:
+    where the correction's intercept applies (millicores, workload units)."""
 
     n_features = 3  # x_cpu, x_w, x_cpu**2 (see `features`)
 
@@ -87,10 +84,7 @@ class DurationCorrection:
         return np.exp(self.level)
 
     def features(self, workloads, cpu_millicores) -> np.ndarray:
-        """(*broadcast shape, 3): log(cpu / cpu_ref), log(w / w_ref), log(cpu / cpu_ref)**2.
-
-        The square lets the shared CPU shape bend (a gap linear in 1/cpu is not a straight line in
-        log cpu); it is learned with the slopes and shrunk the same way."""
+        """(*broadcast shape, 3): log(cpu / cpu_ref), log(w / w_ref), log(cpu / cpu_ref)**2 (the bend: see the module)."""
         xc = np.log(np.asarray(cpu_millicores, dtype=np.float64) / self.cpu_ref)
         xw = np.log(np.maximum(np.asarray(workloads, dtype=np.float64), 1e-9) / self.workload_ref)
         xc, xw = np.broadcast_arrays(xc, xw)
@@ -141,8 +135,6 @@ class DurationCorrection:
         cap = self._history.shape[0]
         self._history[(self.measurements - 1) % cap] = np.column_stack([np.log(measured_s / prior_s), x])
         recent = self._last(self.settings.window)  # (k, tasks, 1 + 3)
-        # The level is the recent mean residual, shrunk towards the profile while measurements are few;
-        # the slopes explain only how residuals vary around it.
         self.level = shrink * recent[:, :, 0].mean(axis=0)
         self.centre = recent[:, :, 1:].mean(axis=0)
         self._fit_slopes(self._last(self.settings.slope_window))
@@ -154,9 +146,7 @@ class DurationCorrection:
         return self._history[(self.measurements - k + np.arange(k)) % cap]
 
     def _fit_slopes(self, rows: np.ndarray) -> None:
-        """Shared slopes from every task's demeaned residuals, then each task's shrunk towards them.
-
-        rows: (k, tasks, 1 + 3) residuals and features of the last `slope_window` steps."""
+        """The module's two-stage slope fit on rows (k, tasks, 1 + 3): the last `slope_window` steps."""
         dev = rows - rows.mean(axis=0)  # deviations from each task's own means
         rd, xd = dev[:, :, 0], dev[:, :, 1:]
         xtx = np.einsum("kti,ktj->tij", xd, xd)  # (tasks, 3, 3)
@@ -169,10 +159,7 @@ class DurationCorrection:
 
 
 class LearnedDurations:
-    """Durations from the profile model times each task's learned correction.
-
-    durations(w): workloads (tasks, *shape) -> seconds (tasks, levels, *shape), like DurationModel.
-    """
+    """Durations from the profile model times each task's learned correction (`durations` as DurationModel's)."""
 
     def __init__(
         self,

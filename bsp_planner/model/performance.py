@@ -66,15 +66,7 @@ class _TaskInterpolant:
 
 
 class PerformanceModel:
-    """Per-task duration models fitted on a profile.
-
-    Parameters
-    ----------
-    profile : the measured grid.
-    task_names : the job's tasks, in job order (the model's task axis follows it).
-    method : "spline" or "linear".
-    out_of_grid : "error", "clamp" or "extrapolate".
-    """
+    """Per-task duration models fitted on a profile; the model's task axis follows `task_names` (job order)."""
 
     def __init__(
         self, profile: Profile, task_names: list[str], method: str = "spline", out_of_grid: str = "error"
@@ -184,10 +176,8 @@ def co_location_slowdown(pair_slowdown: np.ndarray, node_of: np.ndarray) -> np.n
 
 
 class InterferedDurations(DurationModel):
-    """A DurationModel whose durations carry each task's co-location slowdown at a fixed placement.
-
-    base: the DurationModel; factor (tasks,): `co_location_slowdown` at the placement. Same shapes as
-    DurationModel.durations: (tasks, *shape) workloads -> (tasks, levels, *shape) seconds."""
+    """A DurationModel whose durations carry each task's co-location slowdown at a fixed placement
+    (factor (tasks,): `co_location_slowdown` there)."""
 
     def __init__(self, base: DurationModel, factor: np.ndarray) -> None:  # shares base's tables
         self.base = base

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 PLANNERS: Registry[PlannerFactory] = Registry("strategy", field="strategies")
 PLANNERS.register("even", "bsp_planner.planners.even:EvenPlanner.from_spec")
-PLANNERS.register("exppo", "bsp_planner.planners.exppo:ExppoPlanner.from_spec")
+PLANNERS.register("exppo", "bsp_planner.planners.even:ExppoPlanner.from_spec")
 PLANNERS.register("static", "bsp_planner.planners.static:StaticWindowPlanner.from_spec")
 PLANNERS.register("dp", "bsp_planner.planners.dp:DpPlanner.from_spec")
 PLANNERS.register("mpc", "bsp_planner.planners.mpc:MpcPlanner.from_spec")

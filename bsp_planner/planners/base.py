@@ -219,6 +219,19 @@ class Planner(ABC):
 PlannerFactory = Callable[[str | None, Any], Planner]
 
 
+def spec_number(
+    spec: str, arg: str | None, convert: Callable[[str], Any], default: Any, ok: Callable[[Any], bool], usage: str
+) -> Any:
+    """The number after 'spec:' (`default` without one); an InputError showing `usage` when `ok` refuses it."""
+    try:
+        value = convert(arg) if arg is not None else default
+    except ValueError:
+        value = None
+    if value is None or not ok(value):
+        raise InputError(f"expected {usage}, got '{spec}:{arg}'", field="strategies")
+    return value
+
+
 def make_planner(spec: str, settings: Any = None) -> Planner:
     """'mpc', 'static:3', 'rl:path/to/agent.zip'... -> a planner instance, with its parameters taken
     from the experiment's [planner] settings (None: the planner's defaults)."""

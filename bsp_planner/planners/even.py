@@ -1,8 +1,9 @@
-"""`even`: the budget split evenly among the tasks, set before the first step and never changed.
+"""Planners that set one configuration before the first step and never change it: `even` and `exppo`.
 
-The baseline a user compares a planner against ("what if I had just divided the CPU?"): every task
-gets the same CPU level, the highest one whose sum over the tasks fits the budget (capped at each
+`even` is the baseline a user compares a planner against ("what if I had just divided the CPU?"): every
+task gets the same CPU level, the highest one whose sum over the tasks fits the budget (capped at each
 task's `max_level`); no prediction is read, so it runs online, in perfect and forecast mode alike.
+`exppo` (the EXPPO baseline) sizes its configuration for the middle of the workload range.
 """
 
 from __future__ import annotations
@@ -12,20 +13,29 @@ import numpy as np
 from .base import Decision, Planner, PlanningContext
 
 
-def even_levels(max_level: np.ndarray, budget_steps: int) -> np.ndarray:
-    """(tasks,) the same level for every task: budget_steps // tasks, capped at each task's max_level."""
-    max_level = np.asarray(max_level, dtype=np.int64)
-    share = int(budget_steps) // max(1, max_level.size)
-    levels: np.ndarray = np.minimum(max_level, share)
-    return levels
-
-
 class EvenPlanner(Planner):
     name = "even"
 
+    def configuration(self, ctx: PlanningContext) -> np.ndarray:
+        """(tasks,) the same level for every task: budget_steps // tasks, capped at each task's max_level."""
+        max_level = np.asarray(ctx.max_level, dtype=np.int64)
+        levels: np.ndarray = np.minimum(max_level, int(ctx.budget_steps) // max(1, max_level.size))
+        return levels
+
     def reset(self, ctx: PlanningContext) -> None:
         super().reset(ctx)
-        self.levels = even_levels(ctx.max_level, ctx.budget_steps)
+        self.levels = self.configuration(ctx)
 
     def decide(self, t: int, current: np.ndarray | None) -> Decision:
         return Decision(0 if current is not None else 1, self.levels)
+
+
+class ExppoPlanner(EvenPlanner):
+    name = "exppo"
+
+    def configuration(self, ctx: PlanningContext) -> np.ndarray:
+        assert ctx.mid_durations is not None  # the scenario always sets them
+        max_level = ctx.exppo_max_level if ctx.exppo_max_level is not None else ctx.max_level
+        d = ctx.mid_durations[:, :, None]  # one step at the mid-range workload
+        levels: np.ndarray = ctx.allocator.allocate(d, np.ones(1), max_level, ctx.budget_steps)
+        return levels

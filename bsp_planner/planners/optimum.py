@@ -201,18 +201,9 @@ class _SegmentDP:
         # every start of the last `cap` steps, live or not: dead starts still lend their bounds to others.
         self.H = np.zeros((m + 1, self.cap + 1))
         self.live: set[int] = set()
-        self.stats: dict[str, float] = {
-            "milps": 0,
-            "milp_seconds": 0.0,
-            "cutoff_proofs": 0,
-            "lp_waits": 0,
-            "bound_proofs": 0,
-            "pruned_by_bound": 0,
-            "waited": 0,
-            "segments_considered": 0,
-            "max_live": 0,
-            "longest_live": 0,
-        }
+        counts = "milps milp_seconds cutoff_proofs lp_waits bound_proofs pruned_by_bound waited segments_considered"
+        self.stats: dict[str, float] = dict.fromkeys([*counts.split(), "max_live", "longest_live"], 0)
+        self.stats["milp_seconds"] = 0.0
         self.certified = True
 
     def _bound_tables(self) -> None:
@@ -285,9 +276,7 @@ class _SegmentDP:
 
     def end_at(self, e: int) -> None:
         """V(e) and its last segment, then retire the starts that can no longer help."""
-        self.live.add(e - 1)
-        for s in [s for s in self.live if e - s > self.cap]:
-            self.live.discard(s)
+        self.live = {s for s in self.live | {e - 1} if e - s <= self.cap}
         self._bound_recent_segments(e)
         cand = self._candidates(e)
         dead = self._settle(e, cand)

@@ -26,8 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from ..core.errors import InputError
-from .base import Decision, OnlineConfigTable, PlanningContext
+from .base import Decision, OnlineConfigTable, PlanningContext, spec_number
 from .mpc import MpcPlanner
 from .observed import Observations, observations
 
@@ -50,14 +49,8 @@ class RiskAwareMpcPlanner(MpcPlanner):
 
     def __init__(self, arg: str | None = None, params: Any = None) -> None:
         super().__init__(None, params)
-        try:
-            self.level = float(arg) if arg is not None else DEFAULT_RISK_LEVEL
-        except ValueError:
-            self.level = -1.0
-        if not 0.5 <= self.level < 1.0:
-            raise InputError(
-                f"expected mpc-risk:LEVEL with a quantile level in [0.5, 1), got 'mpc-risk:{arg}'", field="strategies"
-            )
+        usage = "mpc-risk:LEVEL with a quantile level in [0.5, 1)"
+        self.level = spec_number("mpc-risk", arg, float, DEFAULT_RISK_LEVEL, lambda q: 0.5 <= q < 1.0, usage)
         self.name = "mpc-risk" if arg is None else f"mpc-risk:{arg}"
 
     def reset(self, ctx: PlanningContext) -> None:

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..core.errors import InputError
-from .base import Decision, Planner, PlanningContext
+from .base import Decision, Planner, PlanningContext, spec_number
 
 
 class StaticWindowPlanner(Planner):
@@ -13,12 +12,7 @@ class StaticWindowPlanner(Planner):
 
     def __init__(self, arg: str | None = None, params: object = None) -> None:
         self.params = params
-        try:
-            self.window = int(arg) if arg is not None else 1
-        except ValueError:
-            self.window = 0
-        if self.window < 1:
-            raise InputError(f"expected static:K with a whole K >= 1, got 'static:{arg}'", field="strategies")
+        self.window = spec_number("static", arg, int, 1, lambda k: k >= 1, "static:K with a whole K >= 1")
         self.name = f"static:{self.window}"
 
     def reset(self, ctx: PlanningContext) -> None:
