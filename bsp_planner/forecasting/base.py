@@ -299,13 +299,10 @@ def rolling_error_quantiles(
     """
     series = np.asarray(series, dtype=np.float64)
     origins = np.asarray(origins, dtype=np.int64)
-    levels = np.asarray(quantiles, dtype=np.float64)
-    med = int(np.nonzero(levels == 0.5)[0][0])
     fallback = np.asarray(fallback, dtype=np.float64)
-    n_q = len(levels)
     first = min_origin if gamma > 0 else max(min_origin, int(origins.min()) - window - horizon)
     last = int(origins.max())
-    out = np.broadcast_to(fallback[:, None, :], (n_q, len(origins), horizon)).copy()
+    out = np.broadcast_to(fallback[:, None, :], (len(quantiles), len(origins), horizon)).copy()
     if last >= first:
         pos = np.arange(first, last + 1)
         point = point_at(series, pos)  # (n, H)
@@ -317,7 +314,7 @@ def rolling_error_quantiles(
         tracker.offsets(len(pos) - 1)
         inside = origins >= first
         out[:, inside] = tracker.history[:, origins[inside] - first]
-    out[med] = 0.0
+    out[tuple(quantiles).index(0.5)] = 0.0  # the point forecast is the median
     return out
 
 

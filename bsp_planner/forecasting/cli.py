@@ -6,7 +6,6 @@ TensorFlow is imported only by the commands that need it.
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Annotated
@@ -81,19 +80,6 @@ def _say(prefix: str, msg: str) -> None:
     console.print(f"[dim]{prefix}:[/] {msg}", highlight=False)
 
 
-def _roots(given: Path | None, shipped: bool) -> tuple[Path, Path]:
-    """(where models are read, where trained ones are saved). Read: --models, else the shipped models
-    (package data). Saved: --models, the shipped copy with --shipped, else ./models (never the package
-    folder by default: after a pip install it is site-packages)."""
-    from .pipeline import DEFAULT_MODEL_ROOT, LOCAL_MODEL_ROOT
-
-    if shipped and given is not None:
-        raise InputError("give either --models or --shipped, not both", field="--shipped")
-    if shipped:
-        return DEFAULT_MODEL_ROOT, DEFAULT_MODEL_ROOT
-    return (given, given) if given is not None else (DEFAULT_MODEL_ROOT, LOCAL_MODEL_ROOT)
-
-
 def _parse_settings(items: list[str] | None, names: list[str]) -> dict[str, dict]:
     """--set KEY=VALUE (for every learned forecaster asked for) or FORECASTER.KEY=VALUE."""
     from .registry import default_settings, is_learned
@@ -126,13 +112,20 @@ def _parse_settings(items: list[str] | None, names: list[str]) -> dict[str, dict
     return out
 
 
-def _context(experiment, job, tasks, horizon, gaps, settings, names):
-    """(workspace, experiment) for a command."""
+def _context(experiment, job, tasks, horizon, gaps, settings, names, models, shipped):
+    """(workspace, experiment, where models are read, where trained ones are saved) for a command.
+    Read: --models, else the shipped models (package data). Saved: --models, the shipped copy with
+    --shipped, else ./models (never the package folder by default: after a pip install it is
+    site-packages)."""
     from ..inputs.experiment import load_experiment
     from ..inputs.settings import apply_flag_overrides, flag_overrides
     from ..inputs.shipped import find_experiment
-    from .pipeline import Workspace
+    from .pipeline import DEFAULT_MODEL_ROOT, LOCAL_MODEL_ROOT, Workspace
 
+    if shipped and models is not None:
+        raise InputError("give either --models or --shipped, not both", field="--shipped")
+    read = models if models is not None else DEFAULT_MODEL_ROOT
+    save = models if models is not None else DEFAULT_MODEL_ROOT if shipped else LOCAL_MODEL_ROOT
     exp = load_experiment(find_experiment(experiment))
     # --horizon stands for the experiment's forecast.horizon: checked as that field is (0 is refused, not
     # taken for "not given"), but not against the planner's horizon (a forecaster serves any planner)
@@ -161,7 +154,7 @@ def _context(experiment, job, tasks, horizon, gaps, settings, names):
             "[yellow]gaps filled by interpolation:[/] " + ", ".join(f"{t} ({n} steps)" for t, n in filled),
             highlight=False,
         )
-    return ws, exp
+    return ws, exp, read, save
 
 
 def _shipped_gap_policy(exp, job_path: Path) -> str:
@@ -208,7 +201,6 @@ def train(
     from .pipeline import model_folder, prefixed, task_prefix, train_one
     from .registry import is_learned
 
-    _, models = _roots(models, shipped)
     for n in forecaster:
         if n in FORECASTERS and not issubclass(FORECASTERS.get(n), LearnedForecaster):
             what = (
@@ -217,7 +209,7 @@ def train(
                 else "has nothing to train"
             )
             raise InputError(f"{n} {what}; train lstm or lstm-thesis", field="--forecaster")
-    ws, _ = _context(experiment, job, task, horizon, gaps, settings, forecaster)
+    ws, _, _, models = _context(experiment, job, task, horizon, gaps, settings, forecaster, models, shipped)
     table = Table(title=f"trained models · job {ws.job.name}")
     for col in ("forecaster", "task", "epochs", "best epoch", "val RMSE", "seconds"):
         table.add_column(col)
@@ -271,29 +263,22 @@ def evaluate(
     ] = Path("out/forecast-eval"),
 ) -> None:
     """RMSE per lead time on the test halves, every forecaster side by side, and 80% interval coverage."""
+    from ..core import atomic
     from ..core.outputs import check_output_dir
     from .pipeline import evaluate as run_evaluation
     from .pipeline import plot_evaluation
 
     names = list(forecaster or FORECASTERS)
     check_output_dir(out, "--out")  # before any training
-    model_root, save_root = _roots(models, shipped)
-    ws, _ = _context(experiment, job, task, horizon, gaps, settings, names)
+    ws, _, model_root, save_root = _context(experiment, job, task, horizon, gaps, settings, names, models, shipped)
     ev = run_evaluation(ws, names, model_root=model_root, retrain=retrain, save_root=save_root, say=_say)
     print_evaluation(ev, ws.job.name)
-    out.mkdir(parents=True, exist_ok=True)
-    data = ev.to_dict()
-    data["job"] = ws.job.name
-    data["gaps"] = ws.gaps
-    (out / "evaluation.json").write_text(json.dumps(data, indent=2) + "\n")
-    with (out / "rmse_by_lead.csv").open("w") as fh:
-        fh.write("forecaster,task,lead," + "rmse\n")
-        for n in names:
-            for h, v in enumerate(ev.overall_rmse(n), start=1):
-                fh.write(f"{n},all,{h},{v:.4f}\n")
-            for t, s in ev.scores[n].items():
-                for h, v in enumerate(s.rmse, start=1):
-                    fh.write(f"{n},{t},{h},{v:.4f}\n")
+    atomic.write_json(out / "evaluation.json", {**ev.to_dict(), "job": ws.job.name, "gaps": ws.gaps})
+    lines = ["forecaster,task,lead,rmse"]
+    for n in names:
+        for t, rmse in [("all", ev.overall_rmse(n))] + [(t, s.rmse) for t, s in ev.scores[n].items()]:
+            lines += [f"{n},{t},{h},{v:.4f}" for h, v in enumerate(rmse, start=1)]
+    (out / "rmse_by_lead.csv").write_text("\n".join(lines) + "\n")
     png = plot_evaluation(
         ev, out / "rmse_by_lead.png", title=f"Forecast error against lead time · job {ws.job.name} (test halves)"
     )
@@ -365,8 +350,9 @@ def predict(
     from .files import write_forecasts
     from .pipeline import forecast_experiment
 
-    model_root, save_root = _roots(models, shipped)
-    ws, exp = _context(experiment, job, None, horizon, gaps, settings, [forecaster])
+    ws, exp, model_root, save_root = _context(
+        experiment, job, None, horizon, gaps, settings, [forecaster], models, shipped
+    )
     start = exp.start if start is None else start
     steps = exp.steps if steps is None else steps
     if out is None:

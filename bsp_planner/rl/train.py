@@ -334,20 +334,16 @@ def learning_curve(
             color="#55A868",
             label="greedy policy, whole range",
         )
-    ax1.set_xlabel("training steps")
-    ax1.set_ylabel("cost per step (s), training range")
-    ax1.set_title(f"{algo.upper()} training ({data.settings.train})")
-    ax1.legend(fontsize=8)
-    ax1.grid(alpha=0.3)
+    ax1.set(ylabel="cost per step (s), training range", title=f"{algo.upper()} training ({data.settings.train})")
     if evals:
         ax2.plot([e["timesteps"] for e in evals], [e["total_s"] for e in evals], "o-", color="#4C72B0", label=algo)
     if ref is not None:
         ax2.axhline(ref.total_s, color="#DD8452", ls="--", label=f"{compare} ({ref.total_s:.1f} s)")
-    ax2.set_xlabel("training steps")
-    ax2.set_ylabel("total time (s), held-out range")
-    ax2.set_title(f"held-out steps {data.settings.eval}")
-    ax2.legend(fontsize=8)
-    ax2.grid(alpha=0.3)
+    ax2.set(ylabel="total time (s), held-out range", title=f"held-out steps {data.settings.eval}")
+    for ax in (ax1, ax2):
+        ax.set_xlabel("training steps")
+        ax.legend(fontsize=8)
+        ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

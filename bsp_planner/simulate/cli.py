@@ -102,7 +102,7 @@ def simulate(
     from ..inputs.shipped import find_experiment
     from .parallel_runs import check_jobs, default_jobs, run_pairs
     from .report import write_outputs
-    from .runs import check_strategies, one_pool_strategies
+    from .runs import check_strategies, offline_strategies, one_pool_strategies
     from .scenario import build_scenario
 
     if experiment is not None and experiment_opt is not None and experiment != experiment_opt:
@@ -130,12 +130,15 @@ def simulate(
         ]
     )
     exp = apply_flag_overrides(load_experiment(find_experiment(experiment or experiment_opt)), flagged)
-    if (
-        (exp.online or exp.learn)
-        and strategies is None
-        and not any(item.startswith("strategies=") for _, item in flagged)
-    ):
-        _leave_out_offline_strategies(console, exp)
+    # the experiment's own list (not one the user just typed): leave out what cannot plan step by step
+    own_list = strategies is None and not any(item.startswith("strategies=") for _, item in flagged)
+    left_out = offline_strategies(exp.strategies) if (exp.online or exp.learn) and own_list else []
+    if left_out:
+        exp.strategies = [s for s in exp.strategies if s not in left_out]
+        console.print(
+            f"[yellow]note[/]: {', '.join(left_out)} left out: planning step by step (online/learn), and "
+            f"{'they plan' if len(left_out) > 1 else 'it plans'} the whole job before the first step"
+        )
     with flags_blamed(flagged, exp.path):
         check_strategies(exp.strategies, exp)
     jobs = default_jobs() if jobs is None else check_jobs(jobs)
@@ -212,19 +215,6 @@ def _run_meta(exp: Experiment, scen: Scenario, out_dir: Path, elapsed: float) ->
         "settings": exp.to_dict(),
         "elapsed_s": round(elapsed, 3),
     }
-
-
-def _leave_out_offline_strategies(console: Console, exp: Experiment) -> None:
-    """The experiment's own list (not one the user just typed): leave out what cannot plan step by step."""
-    from .runs import offline_strategies
-
-    left_out = offline_strategies(exp.strategies)
-    if left_out:
-        exp.strategies = [s for s in exp.strategies if s not in left_out]
-        console.print(
-            f"[yellow]note[/]: {', '.join(left_out)} left out: planning step by step (online/learn), and "
-            f"{'they plan' if len(left_out) > 1 else 'it plans'} the whole job before the first step"
-        )
 
 
 def _print_summary(
