@@ -13,16 +13,7 @@ import numpy as np
 
 from ..core.steps import StrategyResult
 
-COLUMNS = (
-    "strategy",
-    "mode",
-    "compute_s",
-    "checkpoints",
-    "checkpoint_s",
-    "total_s",
-    "vs_floor_pct",
-    "mean_decision_ms",
-)
+COLUMNS = tuple("strategy mode compute_s checkpoints checkpoint_s total_s vs_floor_pct mean_decision_ms".split())
 #: Added when the cluster is nodes: what each row did on them (cluster.py).
 NODE_COLUMNS = ("recreates", "unpriced_recreates", "stops", "peak_node_pct")
 
@@ -90,19 +81,9 @@ def steps_csv(results: list[StrategyResult], task_names: list[str], cpu_of_level
     return buf.getvalue()
 
 
-LEARNING_COLUMNS = (
-    "mode",
-    "strategy",
-    "step",
-    "task",
-    "workload",
-    "cpu_millicores",
-    "measured_s",
-    "predicted_before_s",
-    "predicted_after_s",
-    "error_before_pct",
-    "error_after_pct",
-    "factor",
+LEARNING_COLUMNS = tuple(
+    "mode strategy step task workload cpu_millicores measured_s predicted_before_s predicted_after_s "
+    "error_before_pct error_after_pct factor".split()
 )
 
 
@@ -138,13 +119,7 @@ def write_outputs(
     from ..core.outputs import staged_outputs
 
     rows = comparison_rows(results)
-    names = {
-        "csv": "comparison.csv",
-        "json": "comparison.json",
-        "md": "comparison.md",
-        "steps": "steps.csv",
-        "chart": "comparison.png",
-    }
+    names = {k: f"comparison.{k}" for k in ("csv", "json", "md")} | {"steps": "steps.csv", "chart": "comparison.png"}
     with staged_outputs(out_dir) as stage:
         tmp = {k: stage / v for k, v in names.items()}
         tmp["csv"].write_text(to_csv(rows), newline="")
