@@ -160,14 +160,11 @@ def child_defaults(parent_pid: int | None = None) -> None:
     die_with(parent_pid)
 
 
-def _libc_prctl():
-    try:
-        return ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):  # pragma: no cover - not Linux
-        return None
-
-
-_PRCTL = _libc_prctl()  # looked up here, never between fork and exec
+_PRCTL: Callable[..., int] | None
+try:  # looked up here, never between fork and exec
+    _PRCTL = ctypes.CDLL(None, use_errno=True).prctl
+except (OSError, AttributeError):  # pragma: no cover - not Linux
+    _PRCTL = None
 
 
 def die_with(parent_pid: int | None, signum: int = signal.SIGTERM) -> None:

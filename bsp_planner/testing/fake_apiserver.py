@@ -5,9 +5,9 @@ It lets the real ``kubernetes`` client (its URL building, serialisation, content
 drive the backend's and the profiler's reconcile logic on this machine, where no cluster exists. It is
 not a cluster and proves nothing about one: its "scheduler" puts a pending pod on the first node (of
 those its nodeSelector and required node affinity admit) whose allocatable CPU covers the requests already
-there, its "kubelet" starts containers and applies resizes
-at once (or after a set delay) and runs profiling Jobs by calling a function the test gives, and it
-evicts a pod when a test says so. What it does check like a real server:
+there, its "kubelet" starts containers and applies resizes at once (or after a set delay) and runs
+profiling Jobs by calling a function the test gives, and it evicts a pod when a test says so. What it
+does check like a real server:
 
 - request bodies against the client's own models (unknown or missing fields -> 422), and a patch's
   content type (a dict sent as a JSON patch -> 400, as a real server answers);

@@ -284,10 +284,8 @@ class ZkSession:
         interrupt: Callable[[], bool] | None = None,
         tick_s: float = RECHECK_S,
     ) -> Any:
-        """Call check(watch) until it returns something other than None; `watch` wakes the wait early.
-
-        Returns the value, or None after timeout_s or once interrupt() is true (checked every tick).
-        """
+        """Call check(watch) until it returns something other than None (`watch` wakes the wait early) and
+        return that; None after timeout_s or once interrupt() is true (checked every tick)."""
         ev = threading.Event()
 
         def watch(_event=None) -> None:
