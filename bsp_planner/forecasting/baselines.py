@@ -63,12 +63,8 @@ class PersistenceForecaster(_ResidualQuantiles):
 
 
 class SeasonalNaiveForecaster(_ResidualQuantiles):
-    """The value one season before each target step: a day (the period from the timestamps) by
-    default, a week with ``season = "week"``, or any number of steps.
-
-    For lead times beyond one season the forecast repeats the last observed season, so no value at or
-    after the origin is ever used.
-    """
+    """The value one season (`SeasonalNaiveSettings`) before each target step; beyond one season ahead
+    it repeats the last observed season, so no value at or after the origin is ever used."""
 
     name = "seasonal-naive"
     settings_type = SeasonalNaiveSettings

@@ -210,9 +210,8 @@ def train(
             )
             raise InputError(f"{n} {what}; train lstm or lstm-thesis", field="--forecaster")
     ws, _, _, models = _context(experiment, job, task, horizon, gaps, settings, forecaster, models, shipped)
-    table = Table(title=f"trained models · job {ws.job.name}")
-    for col in ("forecaster", "task", "epochs", "best epoch", "val RMSE", "seconds"):
-        table.add_column(col)
+    columns = ("forecaster", "task", "epochs", "best epoch", "val RMSE", "seconds")
+    table = Table(*columns, title=f"trained models · job {ws.job.name}")
     total = time.perf_counter()
     for n in forecaster:
         folder = model_folder(models, ws.job.name, n)

@@ -38,7 +38,7 @@ import numpy as np
 from ..core.errors import InputError
 from ..inputs.series import SECONDS_PER_DAY
 from ..inputs.settings import setting
-from .base import DEFAULT_QUANTILES, ForecasterSettings, PointForecaster, Progress, SettingsTable, series_key
+from .base import ForecasterSettings, PointForecaster, Progress, SettingsTable, series_key
 from .prepare import later_pieces
 from .statistical import MSTLForecaster
 from .transforms import seasonal_back
@@ -95,29 +95,18 @@ class Member:
 
 
 class GBMForecaster(PointForecaster):
-    """LightGBM per lead, global across the tasks of a pool (see the module's notes).
-
-    Fit with `fit_pool` (the pipeline builds the pool from the job); `fit(history)` alone trains on
-    that one series.
-    """
+    """LightGBM per lead, global across the tasks of a pool (see the module's notes), fitted with
+    `fit_pool` (the pipeline builds the pool from the job)."""
 
     name = "gbm"
     learned = True  # built from the job's series (its pool and timestamps), not from one history
     settings_type: ClassVar[type[ForecasterSettings]] = GBMSettings
 
-    def __init__(
-        self,
-        horizon: int = 20,
-        quantiles: tuple[float, ...] = DEFAULT_QUANTILES,
-        period: int = 1,
-        *,
-        index: int = 0,
-        **kw: Any,
-    ) -> None:
+    def __init__(self, *args: Any, index: int = 0, **kw: Any) -> None:
         """index: the task's position in the job (its categorical feature); the rest as for every
         forecaster."""
-        super().__init__(horizon=horizon, quantiles=quantiles, period=period, **kw)
-        self.facts = SeriesFacts(index, max(1, period), self.interval_s, self.t0)
+        super().__init__(*args, **kw)
+        self.facts = SeriesFacts(index, max(1, self.period), self.interval_s, self.t0)
         self.pool: list[Member] = []
         self.base_: list[Any] = []  # the lead models fitted on the training half
         self._models: dict[tuple[int, bytes], list[Any]] = {}  # refits, by step and the series before it
@@ -337,8 +326,6 @@ class GBMForecaster(PointForecaster):
         return n + ((o - n) // self.refit_every) * self.refit_every
 
     def _point(self, series: np.ndarray, origins: np.ndarray) -> np.ndarray:
-        series = np.asarray(series, dtype=np.float64)
-        origins = np.asarray(origins, dtype=np.int64)
         out = np.empty((len(origins), self.horizon))
         refit = np.array([self._refit_point(int(o)) for o in origins], dtype=np.int64)
         for r in np.unique(refit):

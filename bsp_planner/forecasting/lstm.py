@@ -108,20 +108,18 @@ class LSTMForecaster(LSTMWindows, KerasForecaster):
         k.utils.set_random_seed(int(s.seed))
         trainer, self.model = lstm_network(self.window, self.horizon, X_tr.shape[-1], s)
         K = max(1, s.ensemble)
-        if s.init == "statistical" and s.statistical:  # the blend is chosen on the validation tail
-            trainer.get_layer("seasonal_linear").set_weights(list(self._linear_init(X_va, Y_va)))
-        else:
-            trainer.get_layer("seasonal_linear").set_weights(list(self._linear_init(X_tr, Y_tr)))
+        # the statistical blend is chosen on the validation tail, a ridge fit on the training origins
+        start_on = (X_va, Y_va) if s.init == "statistical" and s.statistical else (X_tr, Y_tr)
+        trainer.get_layer("seasonal_linear").set_weights(list(self._linear_init(*start_on)))
         self._compile(trainer, s.learning_rate)
         initial = trainer.get_weights()
         initial_val = float(np.mean((self._predict(X_va) - Y_va) ** 2))
         start = time.perf_counter()
-        say = self._say
 
         def on_epoch_end(epoch: int, logs: dict | None = None) -> None:
             logs = logs or {}
             if (epoch + 1) % 10 == 0:
-                say(
+                self._say(
                     f"epoch {epoch + 1}: loss {logs.get('loss', float('nan')):.4f}, val "
                     f"{logs.get('val_loss', float('nan')):.4f}"
                 )

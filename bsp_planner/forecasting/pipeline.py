@@ -316,16 +316,9 @@ class Evaluation:
 
 
 def evaluate(
-    ws: Workspace,
-    names: list[str],
-    *,
-    model_root: Path | None = DEFAULT_MODEL_ROOT,
-    retrain: bool = False,
-    save_root: Path | None = None,
-    say: Callable[[str, str], None] | None = None,
+    ws: Workspace, names: list[str], *, say: Callable[[str, str], None] | None = None, **options: Any
 ) -> Evaluation:
-    """Every forecaster on every task's test half (models it trains are saved under `save_root`,
-    by default `model_root`)."""
+    """Every forecaster on every task's test half, each model had as `obtain` has it with `options`."""
     for n in names:
         FORECASTERS.get(n)  # an unknown name is an error before any work
     scores: dict[str, dict[str, TaskScore]] = {n: {} for n in names}
@@ -336,7 +329,7 @@ def evaluate(
             t0 = time.perf_counter()
             prefix = task_prefix(ws, i, n)
             say_ = prefixed(say, prefix)
-            f, got = obtain(ws, n, p, model_root=model_root, retrain=retrain, save_root=save_root, say=say_)
+            f, got = obtain(ws, n, p, **options, say=say_)
             score = score_task(f, p, ws.horizon)
             scores[n][p.task] = score
             how[n][p.task] = got
@@ -383,8 +376,7 @@ def plot_evaluation(ev: Evaluation, path: Path, title: str = "") -> Path:
                 label = n
             ax.plot(leads, y, color=color, ls=ls, marker=marker, ms=3, label=label)
         ax.set_title("all tasks" if k == 0 else ev.tasks[k - 1], fontsize=10)
-        ax.set_xlabel("lead time (steps)")
-        ax.set_ylabel("RMSE (workload units)")
+        ax.set(xlabel="lead time (steps)", ylabel="RMSE (workload units)")
         ax.set_xticks([1, 5, 10, 15, 20] if ev.horizon == 20 else leads[:: max(1, ev.horizon // 5)])
         ax.grid(alpha=0.3)
         ax.set_ylim(bottom=0)
@@ -454,29 +446,17 @@ def describe_differences(old: dict, new: dict) -> list[str]:
 
 
 def forecast_experiment(
-    ws: Workspace,
-    name: str,
-    start: int,
-    steps: int,
-    *,
-    model_root: Path | None = DEFAULT_MODEL_ROOT,
-    retrain: bool = False,
-    on_mismatch: str = "error",
-    save_models: bool = True,
-    save_root: Path | None = None,
-    say: Callable[[str, str], None] | None = None,
+    ws: Workspace, name: str, start: int, steps: int, *, say: Callable[[str, str], None] | None = None, **options: Any
 ) -> tuple[np.ndarray, dict]:
-    """Median forecasts for steps start..start+steps-1 of every task: (tasks, steps, H), and metadata.
-    Models it trains are saved (save_models) under `save_root`, by default `model_root`."""
+    """Median forecasts for steps start..start+steps-1 of every task: (tasks, steps, H), and metadata;
+    each task's model had as `obtain` has it with `options`."""
     ws.job_series.check_length(start, steps)
     out = np.empty((len(ws.prepared), steps, ws.horizon))
     how = {}
-    kw: dict[str, Any] = {"model_root": model_root, "retrain": retrain, "on_mismatch": on_mismatch}
-    kw |= {"save": save_models, "save_root": save_root}
     t_start = time.perf_counter()
     for i, p in enumerate(ws.prepared):
         prefix = task_prefix(ws, i, name)
-        f, got = obtain(ws, name, p, **kw, say=prefixed(say, prefix))
+        f, got = obtain(ws, name, p, **options, say=prefixed(say, prefix))
         origins = p.n_train + start + np.arange(steps)
         out[i] = p.predict_rows_median(f, origins)
         how[p.task] = got

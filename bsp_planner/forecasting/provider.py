@@ -171,7 +171,7 @@ def _learned(name, job_series, start, steps, horizon, *, base_dir, gaps, job, sa
         steps,
         model_root=DEFAULT_MODEL_ROOT,
         on_mismatch="retrain",
-        save_models=False,
+        save=False,
         say=lambda prefix, msg: say(f"{prefix}: {msg}"),
     )
     cached = cache_root() / "forecasts" / f"{name}-{meta['digest']}"

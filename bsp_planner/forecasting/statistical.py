@@ -154,8 +154,6 @@ class MSTLForecaster(PointForecaster):
         return a, total
 
     def _point(self, series: np.ndarray, origins: np.ndarray) -> np.ndarray:
-        series = np.asarray(series, dtype=np.float64)
-        origins = np.asarray(origins, dtype=np.int64)
         out = np.empty((len(origins), self.horizon))
         first = self._min_origin()
         K = self.refit_every

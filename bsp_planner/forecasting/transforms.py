@@ -76,10 +76,7 @@ def supervised_pairs(series: np.ndarray, n_in: int, n_out: int) -> tuple[np.ndar
 
 
 def seasonal_back(h: np.ndarray, period: int, k: int = 1) -> np.ndarray:
-    """Steps back from target lead h (0-based) to its k-th seasonal analogue that lies before the origin.
-
-    Lead h is `h` steps after the origin; the analogue k periods back, pushed further back by whole
-    periods while it would fall on or after the origin (so H > period never peeks).
-    """
+    """Steps back from target lead h (0-based) to its analogue k periods back, pushed further back by
+    whole periods while it would fall on or after the origin (so H > period never peeks)."""
     h = np.asarray(h)
     return period * (h // period + k)

@@ -49,7 +49,6 @@ class ReconfigureEnv(gym.Env):
             settings = data.settings
         elif settings is None:
             settings = EnvSettings()  # the thesis's setting on the default experiment
-            settings.validate()
         elif not isinstance(settings, EnvSettings):
             settings = load_env_settings(settings)
         self.settings = settings
