@@ -116,9 +116,7 @@ def algo_class(algo: str):
 
 def save_agent(model, path: Path, meta: dict) -> Path:
     """Write NAME.zip and NAME.json (the metadata last, so a half-written agent has none)."""
-    path = Path(path)
-    if path.suffix != ".zip":
-        path = path.with_suffix(".zip")
+    path = Path(path).with_suffix(".zip")
     path.parent.mkdir(parents=True, exist_ok=True)
     model.save(path, exclude=["replay_buffer", "tensorboard_log", "_logger", "ep_info_buffer", "ep_success_buffer"])
     atomic.write_text(metadata_path(path), json.dumps({"format": FORMAT, **meta}, indent=2, default=str) + "\n")

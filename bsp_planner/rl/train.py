@@ -31,12 +31,11 @@ class PolicyRun:
     actions: np.ndarray
 
     def to_dict(self) -> dict:
-        counts = np.bincount(self.actions, minlength=1)
         return {
             "total_s": round(self.total_s, 3),
             "compute_s": round(self.compute_s, 3),
             "reconfigurations": self.reconfigurations,
-            "action_counts": [int(c) for c in counts],
+            "action_counts": [int(c) for c in np.bincount(self.actions, minlength=1)],
         }
 
 
@@ -81,14 +80,13 @@ def _make_model(s: EnvSettings, env, tb_dir: Path | None):
 
     a = s.agent
     cls = algo_class(a.algo)
-    policy_kwargs = {"net_arch": list(a.net_arch)}
     common = dict(
         policy="MlpPolicy",
         env=env,
         seed=a.seed,
         gamma=a.gamma,
         learning_rate=a.learning_rate,
-        policy_kwargs=policy_kwargs,
+        policy_kwargs={"net_arch": list(a.net_arch)},
         verbose=0,
         device="cpu",
         tensorboard_log=str(tb_dir) if tb_dir is not None else None,

@@ -12,7 +12,6 @@ from rich.console import Console
 if TYPE_CHECKING:
     from rich.progress import Progress
 
-    from ..core.steps import StrategyResult
     from ..inputs.experiment import Experiment
     from .scenario import Scenario
 
@@ -101,7 +100,7 @@ def simulate(
     from ..inputs.settings import apply_flag_overrides, flag_overrides, flags_blamed
     from ..inputs.shipped import find_experiment
     from .parallel_runs import check_jobs, default_jobs, run_pairs
-    from .report import write_outputs
+    from .report import comparison_rows, print_table, write_outputs
     from .runs import check_strategies, offline_strategies, one_pool_strategies
     from .scenario import build_scenario
 
@@ -164,7 +163,19 @@ def simulate(
         paths = write_outputs(
             out_dir, results, _run_meta(exp, scen, out_dir, elapsed), scen.task_names, scen.cpu.to_millicores
         )
-    _print_summary(console, exp, scen, results, elapsed)
+    rows = comparison_rows(results)
+    for m in exp.modes:  # a table per mode, then the run's size and time
+        print_table(
+            [r for r in rows if r["mode"] == m],
+            console,
+            title=f"{exp.name} · {m} mode · predictions: {scen.forecast_label[m]}",
+        )
+    console.print(
+        f"{len(scen.task_names)} tasks x {exp.steps} steps, penalty {exp.penalty_s:g} s, budget "
+        f"{exp.cpu.budget_millicores:g}m; {len(results)} runs in {elapsed:.1f} s"
+    )
+    if scen.interference:
+        console.print(scen.interference, highlight=False)
     learned = f", {paths['learning'].name}" if "learning" in paths else ""
     console.print(
         f"wrote {paths['md']}, {paths['csv'].name}, {paths['json'].name}, {paths['steps'].name}{learned}, "
@@ -215,24 +226,3 @@ def _run_meta(exp: Experiment, scen: Scenario, out_dir: Path, elapsed: float) ->
         "settings": exp.to_dict(),
         "elapsed_s": round(elapsed, 3),
     }
-
-
-def _print_summary(
-    console: Console, exp: Experiment, scen: Scenario, results: list[StrategyResult], elapsed: float
-) -> None:
-    """A table per mode, then the run's size and time."""
-    from .report import comparison_rows, print_table
-
-    rows = comparison_rows(results)
-    for m in exp.modes:
-        print_table(
-            [r for r in rows if r["mode"] == m],
-            console,
-            title=f"{exp.name} · {m} mode · predictions: {scen.forecast_label[m]}",
-        )
-    console.print(
-        f"{len(scen.task_names)} tasks x {exp.steps} steps, penalty {exp.penalty_s:g} s, budget "
-        f"{exp.cpu.budget_millicores:g}m; {len(results)} runs in {elapsed:.1f} s"
-    )
-    if scen.interference:
-        console.print(scen.interference, highlight=False)
