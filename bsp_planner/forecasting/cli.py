@@ -13,7 +13,7 @@ from typing import Annotated
 import numpy as np
 import typer
 from rich.console import Console
-from rich.table import Table
+from rich.table import Column, Table
 
 from ..core.errors import InputError
 from .prepare import GAP_POLICIES
@@ -287,13 +287,12 @@ def evaluate(
 def print_evaluation(ev, job_name: str) -> None:
     names = ev.forecasters
     t = Table(
+        "task",
+        *(Column(n, justify="right") for n in names),
         title=f"job {job_name} · test halves · mean RMSE over lead times 1..{ev.horizon} (workload units) "
         "· coverage of the 80% interval",
         caption="bold: the lowest RMSE of the row; 'all tasks' pools every task's errors per lead time",
     )
-    t.add_column("task")
-    for n in names:
-        t.add_column(n, justify="right")
 
     def row(rmse: dict[str, float], cover: dict[str, str]) -> list[str]:
         best = min(rmse.values())
@@ -308,10 +307,7 @@ def print_evaluation(ev, job_name: str) -> None:
     overall = {n: float(ev.overall_rmse(n).mean()) for n in names}
     t.add_row("all tasks", *row(overall, {n: f"{ev.overall_coverage(n):.1%}" for n in names}))
     console.print(t)
-    lt = Table(title="RMSE by lead time, all tasks together")
-    lt.add_column("lead", justify="right")
-    for n in names:
-        lt.add_column(n, justify="right")
+    lt = Table(*(Column(c, justify="right") for c in ["lead", *names]), title="RMSE by lead time, all tasks together")
     rm = {n: ev.overall_rmse(n) for n in names}
     for h in range(ev.horizon):
         lt.add_row(str(h + 1), *[f"{rm[n][h]:.3f}" for n in names])

@@ -172,11 +172,11 @@ def _train_with_progress(
 
 
 def _print_comparison(console: Console, rows: dict[str, dict], title: str) -> None:
-    from rich.table import Table
+    from rich.table import Column, Table
 
-    table = Table(title=title)
-    for c in ("strategy", "total s", "compute s", "reconfigurations"):
-        table.add_column(c, justify="left" if c == "strategy" else "right")
+    table = Table(
+        "strategy", *(Column(c, justify="right") for c in ("total s", "compute s", "reconfigurations")), title=title
+    )
     for name, r in rows.items():
         table.add_row(name, f"{r['total_s']:.2f}", f"{r['compute_s']:.2f}", str(r["reconfigurations"]))
     console.print(table)
