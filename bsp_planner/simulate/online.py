@@ -77,13 +77,9 @@ class OnlineForecasts:
         steps): what a live run builds from the job's history file, or from nothing but a few steps."""
         if len(forecasters) != len(histories):
             raise ValueError(f"{len(forecasters)} forecasters for {len(histories)} histories")
+        pairs = enumerate(zip(forecasters, histories, strict=True))
         return cls(
-            [
-                _TaskHistory(f"#{i}", f, list(np.asarray(h, dtype=np.float64)))
-                for i, (f, h) in enumerate(zip(forecasters, histories, strict=True))
-            ],
-            horizon,
-            label,
+            [_TaskHistory(f"#{i}", f, list(np.asarray(h, dtype=np.float64))) for i, (f, h) in pairs], horizon, label
         )
 
     def forecast(self) -> np.ndarray:
@@ -132,7 +128,9 @@ def online_forecasts(
     cls = FORECASTERS.get(name)
     say = say or _say
     histories: list[_TaskHistory] = []
-    if not cls.learned:
+    if cls.learned:
+        histories = _learned_histories(name, job_series, start, horizon, base_dir=base_dir, job=job, say=say)
+    else:
         # As the offline baselines: the rows are consecutive steps (gaps ignored), fitted on the training half.
         for i, s in enumerate(job_series.series):
             history = job_series.history_workloads(i)
@@ -147,12 +145,7 @@ def online_forecasts(
                 )
             f.fit(history[: s.n_train])
             histories.append(_TaskHistory(s.task, f, list(history[: s.n_train + start])))
-        return OnlineForecasts(histories, horizon, f"{name} (online)")
-    return OnlineForecasts(
-        _learned_histories(name, job_series, start, horizon, base_dir=base_dir, job=job, say=say),
-        horizon,
-        f"{name} (online)",
-    )
+    return OnlineForecasts(histories, horizon, f"{name} (online)")
 
 
 def _learned_histories(name, job_series, start, horizon, *, base_dir, job, say) -> list[_TaskHistory]:
@@ -174,20 +167,9 @@ def _learned_histories(name, job_series, start, horizon, *, base_dir, job, say) 
         def say_task(msg: str, prefix: str = f"{p.task} · {name}: ") -> None:
             say(prefix + msg)
 
-        f, _how = obtain(
-            ws,
-            name,
-            p,
-            model_root=DEFAULT_MODEL_ROOT,
-            on_mismatch="retrain",
-            save=False,
-            say=say_task,
-        )
-        seed = list(p.rows[: p.n_train + start])
-        if p.filled:
-            out.append(_TaskHistory(p.task, f, seed, p.grid_index, p.lead_map, len(p.rows)))
-        else:
-            out.append(_TaskHistory(p.task, f, seed))
+        f, _how = obtain(ws, name, p, model_root=DEFAULT_MODEL_ROOT, on_mismatch="retrain", save=False, say=say_task)
+        gaps_filled = (p.grid_index, p.lead_map, len(p.rows)) if p.filled else ()
+        out.append(_TaskHistory(p.task, f, list(p.rows[: p.n_train + start]), *gaps_filled))
     return out
 
 

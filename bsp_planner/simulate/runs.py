@@ -41,13 +41,8 @@ def step_predictions(scen: Scenario, mode: str) -> tuple[PlanningContext, StepPr
         source = source.fresh()
     model = LearnedDurations(scen.model, scen.task_names, exp.learning, exp.workload_range) if exp.learn else scen.model
     # what mpc-risk, mpc-adaptive, mpc-scenario and reactive learn from, filled as the run goes
-    obs = Observations.stepwise(
-        len(scen.task_names),
-        exp.steps,
-        None if kind == "actual" else ctx.configs.horizon,
-        model.durations,
-        exp.workload_range,
-    )
+    horizon = None if kind == "actual" else ctx.configs.horizon
+    obs = Observations.stepwise(len(scen.task_names), exp.steps, horizon, model.durations, exp.workload_range)
     ctx.extras[OBSERVATIONS_KEY] = obs
     assert isinstance(ctx.configs, OnlineConfigTable)
     return ctx, StepPredictions(ctx.configs, (kind, source), model, exp.workload_range, obs)
