@@ -1,7 +1,7 @@
 """A cluster is nodes: their CPU, where the tasks run, and what a configuration costs on them.
 
 An experiment's `[[node]]` tables (name, allocatable `cpu_millicores`, optionally the `tasks` placed
-there) become a `Cluster`. Without them there is no cluster and everything plans one pool, as before.
+there) become a `Cluster`. Without them there is no cluster and everything plans one pool.
 
 * Placement: given (every task listed on exactly one node) or chosen before the run from the
   predictions (`place_balanced`: each node's forecast peak demand balanced against its capacity).

@@ -201,10 +201,8 @@ class Planner(ABC):
     @classmethod
     def from_spec(cls, arg: str | None, settings: Any = None) -> Planner:
         """The registry's factory: 'name:arg' and the experiment's [planner] settings (None: defaults)."""
-        params = (
-            cls.params_type.from_settings(settings) if cls.params_type is not None and settings is not None else None
-        )
-        return cls(arg, params)
+        typed = cls.params_type is not None and settings is not None
+        return cls(arg, cls.params_type.from_settings(settings) if typed else None)
 
     def reset(self, ctx: PlanningContext) -> None:
         self.ctx = ctx
