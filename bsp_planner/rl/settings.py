@@ -109,7 +109,7 @@ class EnvSettings:
     mode: str = setting("forecast", choices=MODES)  # which predictions the agent sees
     window: int = setting(6, ge=1)  # m: predicted steps per observation row
     actions: int = setting(4, ge=2)  # a0 keeps, a1.. reconfigure
-    episode_steps: int = setting(100, ge=1)  # consecutive steps of the training range
+    episode_steps: int = setting(100, ge=1)  # one episode: this many consecutive steps of the training range
     penalty_scale: float = setting(1.0, gt=0)  # times the checkpoint penalty in the reward (1: the simulator's)
     obs_scale: float | Literal["auto"] = setting("auto", gt=0)  # seconds per observation unit (auto: a typical step)
     reward_scale: float | Literal["auto"] = setting("auto", gt=0)  # seconds per reward unit (auto: obs_scale)
