@@ -93,7 +93,9 @@ def quality(big: int, exact: bool) -> None:
 
 def frames(every: int = 5) -> None:
     """Weighted frame time, threshold / greedy, over MPC's 55 windows at every `every`-th step."""
-    from bsp_planner.allocation import GreedyAllocator, ThresholdAllocator, discount_weights, frame_time
+    from bsp_planner.allocation.base import discount_weights, frame_time
+    from bsp_planner.allocation.greedy import GreedyAllocator
+    from bsp_planner.allocation.threshold import ThresholdAllocator
     from bsp_planner.planners.mpc import horizon_frames
 
     print("| mode | frames | threshold / greedy: mean | max | min | share of frames worse |")

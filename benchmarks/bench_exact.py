@@ -34,8 +34,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bsp_planner.allocation import GreedyAllocator, discount_weights, frame_time  # noqa: E402
+from bsp_planner.allocation.base import discount_weights, frame_time  # noqa: E402
 from bsp_planner.allocation.exact import ExactAllocator  # noqa: E402
+from bsp_planner.allocation.greedy import GreedyAllocator  # noqa: E402
 from bsp_planner.inputs.experiment import load_experiment  # noqa: E402
 from bsp_planner.planners.base import make_planner  # noqa: E402
 from bsp_planner.planners.optimum import optimum_plan  # noqa: E402

@@ -39,7 +39,8 @@ from bench_allocators import growth, timed_mpc  # noqa: E402
 from bench_simulate import big_context  # noqa: E402
 from bench_thesis import run_once, write_experiment  # noqa: E402
 
-from bsp_planner.allocation import CpuLevels, make_allocator  # noqa: E402
+from bsp_planner.allocation import make_allocator  # noqa: E402
+from bsp_planner.allocation.base import CpuLevels  # noqa: E402
 from bsp_planner.inputs.experiment import PlannerSettings, load_experiment  # noqa: E402
 from bsp_planner.planners.base import ConfigTable, PlanningContext, make_planner  # noqa: E402
 from bsp_planner.simulate.runs import run_strategy  # noqa: E402

@@ -27,7 +27,8 @@ from numpy.lib.stride_tricks import sliding_window_view
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bsp_planner.allocation import CpuLevels, GreedyAllocator  # noqa: E402
+from bsp_planner.allocation.base import CpuLevels  # noqa: E402
+from bsp_planner.allocation.greedy import GreedyAllocator  # noqa: E402
 from bsp_planner.inputs.experiment import PlannerSettings, load_experiment  # noqa: E402
 from bsp_planner.planners.base import ConfigTable, PlanningContext, make_planner  # noqa: E402
 from bsp_planner.simulate.scenario import build_scenario  # noqa: E402

@@ -3,7 +3,8 @@ import itertools
 import numpy as np
 import pytest
 
-from bsp_planner.allocation import CpuLevels, GreedyAllocator, discount_weights, frame_time
+from bsp_planner.allocation.base import CpuLevels, discount_weights, frame_time
+from bsp_planner.allocation.greedy import GreedyAllocator
 from bsp_planner.core.errors import InputError
 
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bsp_planner.allocation import CpuLevels, GreedyAllocator
+from bsp_planner.allocation.base import CpuLevels
+from bsp_planner.allocation.greedy import GreedyAllocator
 from bsp_planner.core.errors import InputError
 from bsp_planner.inputs.experiment import PlannerSettings
 from bsp_planner.planners.base import ConfigTable, PlanningContext, make_planner

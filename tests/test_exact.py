@@ -6,10 +6,12 @@ import itertools
 import numpy as np
 import pytest
 
-from bsp_planner.allocation import ALLOCATORS, GreedyAllocator, discount_weights, frame_time, make_allocator
+from bsp_planner.allocation import ALLOCATORS, make_allocator
+from bsp_planner.allocation.base import discount_weights, frame_time
 from bsp_planner.allocation.exact import ExactAllocator
 from bsp_planner.allocation.exact_bounds import floors_without_each_task, local_search
 from bsp_planner.allocation.exact_frame import ExactSolverError, solve_frame
+from bsp_planner.allocation.greedy import GreedyAllocator
 from bsp_planner.core.errors import InputError
 from bsp_planner.planners.base import ConfigTable
 

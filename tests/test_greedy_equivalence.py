@@ -7,7 +7,8 @@ straggler and every gain from scratch at each of the budget's steps.
 import numpy as np
 import pytest
 
-from bsp_planner.allocation import GreedyAllocator, discount_weights
+from bsp_planner.allocation.base import discount_weights
+from bsp_planner.allocation.greedy import GreedyAllocator
 from bsp_planner.planners.mpc import horizon_frames
 
 

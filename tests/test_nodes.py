@@ -12,14 +12,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from numpy.lib.stride_tricks import sliding_window_view
 
-from bsp_planner.allocation import CpuLevels, GreedyAllocator
+from bsp_planner.allocation.base import CpuLevels
 from bsp_planner.allocation.floor import floor_levels
-from bsp_planner.allocation.nodes import (
-    NodeConstrained,
-    NodeLimits,
-    greedy_with_nodes,
-    solve_frame_nodes,
-)
+from bsp_planner.allocation.greedy import GreedyAllocator
+from bsp_planner.allocation.node_limits import NodeLimits
+from bsp_planner.allocation.nodes import NodeConstrained, greedy_with_nodes, solve_frame_nodes
 from bsp_planner.model.cluster import Cluster, ClusterExecutor, place_balanced, repack
 from bsp_planner.planners.base import ConfigTable, PlanningContext, make_planner
 from bsp_planner.planners.floor import floor_result

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from numpy.lib.stride_tricks import sliding_window_view
 
-from bsp_planner.allocation import CpuLevels, make_allocator
+from bsp_planner.allocation import make_allocator
+from bsp_planner.allocation.base import CpuLevels
 from bsp_planner.allocation.exact_frame import solve_frame
 from bsp_planner.core.errors import InputError
 from bsp_planner.core.steps import step_times

@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 from numpy.lib.stride_tricks import sliding_window_view
 
-from bsp_planner.allocation import CpuLevels, GreedyAllocator, frame_time
+from bsp_planner.allocation.base import CpuLevels, frame_time
 from bsp_planner.allocation.floor import floor_levels
+from bsp_planner.allocation.greedy import GreedyAllocator
 from bsp_planner.inputs.experiment import PlannerSettings
 from bsp_planner.planners.base import ConfigTable, PlanningContext, make_planner
 from bsp_planner.planners.dp import segment_dp

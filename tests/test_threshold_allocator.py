@@ -9,10 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bsp_planner.allocation import GreedyAllocator, ThresholdAllocator, discount_weights, frame_time, make_allocator
+from bsp_planner.allocation import make_allocator
+from bsp_planner.allocation.base import discount_weights, frame_time
 from bsp_planner.allocation.floor import floor_levels
-from bsp_planner.allocation.greedy import greedy_rounds
-from bsp_planner.allocation.threshold import polish
+from bsp_planner.allocation.greedy import GreedyAllocator, greedy_rounds
+from bsp_planner.allocation.threshold import ThresholdAllocator, polish
 from bsp_planner.planners.mpc import horizon_frames
 
 ROOT = Path(__file__).resolve().parent.parent
