@@ -47,6 +47,7 @@ from typing import Any
 from ..core.errors import InputError
 from . import settings as _settings
 from .settings import internal, setting
+from .shipped import output_base
 
 MODES = ("perfect", "forecast")
 INTERPOLATIONS = ("spline", "linear")
@@ -182,8 +183,6 @@ class Experiment:
     def output_path(self) -> Path:
         """Where results go: relative to the experiment's folder, or for a shipped experiment to
         ./experiments of the current directory (see shipped.output_base)."""
-        from .shipped import output_base
-
         p = Path(self.output).expanduser()
         return p if p.is_absolute() else output_base(self.path) / p
 

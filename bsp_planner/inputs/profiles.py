@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from ..core.errors import InputError, InputWarning, open_text
+from .program_files import changed_programs
 
 PROFILE_COLUMNS = ("task", "workload", "cpu_millicores", "duration_s", "repeat")
 
@@ -253,7 +254,5 @@ def check_job_matches(metadata: dict, job, meta_path: str | Path | None) -> None
                 path=job.path,
                 field=f"task[{i}].{diff[0]}",
             )
-    from .program_files import changed_programs
-
     for note in changed_programs(job, measured, meta_path):  # its code changed since it was timed
         warnings.warn(note, InputWarning, stacklevel=2)

@@ -8,13 +8,14 @@ of the second half.
 from __future__ import annotations
 
 import csv
+import warnings
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
 import numpy as np
 
-from ..core.errors import InputError, open_text
+from ..core.errors import InputError, InputWarning, open_text
 from .job import Job, SeriesRef
 from .profiles import finite_number
 
@@ -166,10 +167,6 @@ SQUEEZED_SHARE = 0.02
 def _warn_if_squeezed(train: np.ndarray, lo: float, hi: float, source: Path | None) -> None:
     """Warn when a few extreme values set the scale: the middle 98% of the values then span under 2% of
     [min, max], and every ordinary workload ends up at the edge of the workload range."""
-    import warnings
-
-    from ..core.errors import InputWarning
-
     p1, p99 = np.percentile(train, [1, 99])
     if (p99 - p1) >= SQUEEZED_SHARE * (hi - lo):
         return
@@ -223,7 +220,6 @@ class JobSeries:
 
 
 def load_job_series(job: Job, workload_range: tuple[float, float] = (10.0, 50.0)) -> JobSeries:
-    refs = []
     for t in job.tasks:
         if t.series is None:
             raise InputError(
@@ -232,7 +228,6 @@ def load_job_series(job: Job, workload_range: tuple[float, float] = (10.0, 50.0)
                 path=job.path,
                 field=f"{t.name}.series",
             )
-        refs.append((t.name, t.series))
-    series = tuple(load_task_series(name, ref) for name, ref in refs)
+    series = tuple(load_task_series(t.name, t.series) for t in job.tasks if t.series is not None)
     scalers = tuple(WorkloadScaler.fit(s.train, *workload_range, source=s.source) for s in series)
     return JobSeries(series=series, scalers=scalers)

@@ -18,10 +18,15 @@ copy with the same layout.
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from importlib.resources import files
 from pathlib import Path
 
-from ..core.errors import InputError
+from ..core import leftovers
+from ..core.errors import InputError, OutputUnwritable
+from ..core.filelock import output_lock
+from ..core.outputs import check_output_dir
 
 #: What `bsp-planner init` copies (files or folders under data/, kept at the same relative places so the
 #: experiment's and the job's relative paths point at the copies): the default experiment, its job,
@@ -124,14 +129,6 @@ def copy_defaults(dest: Path | str) -> list[Path]:
 
     The copy is made in a hidden folder beside `dest` and renamed into place whole, under `dest`'s lock:
     a full disk, a signal or a second `init` of the same folder leaves no partial copy behind."""
-    import shutil
-    import tempfile
-
-    from ..core import leftovers
-    from ..core.errors import OutputUnwritable
-    from ..core.filelock import output_lock
-    from ..core.outputs import check_output_dir
-
     dest = Path(dest).expanduser()
     if dest.is_symlink() and not dest.exists():
         raise InputError(
@@ -180,8 +177,6 @@ def copy_defaults(dest: Path | str) -> list[Path]:
 
 def _copy_files(into: Path) -> list[Path]:
     """Copy INIT_FILES under `into`, file by file (the first error stops it); returns the relative paths."""
-    import shutil
-
     copied: list[Path] = []
     for relative in INIT_FILES:
         src = data_path(relative)
