@@ -88,11 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--federates", type=int, default=4)
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--out", required=True, help="folder for the reports, timings and logs")
-    p.add_argument("--cells", type=int, default=None)
-    p.add_argument("--hotspot", type=float, default=None)
-    p.add_argument("--base", type=float, default=None)
-    p.add_argument("--speed", type=int, default=None)
-    p.add_argument("--ops-per-unit", type=int, default=None)
+    for name in MODEL_OPTIONS:  # passed on to every federate only when given
+        p.add_argument(f"--{name.replace('_', '-')}", type=float if name in ("hotspot", "base") else int)
     args = p.parse_args(argv)
     if args.federates < 1 or args.steps < 0:
         p.error("--federates: expected at least 1; --steps: expected a non-negative count")

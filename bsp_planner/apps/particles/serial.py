@@ -41,13 +41,18 @@ def run_serial(
     return counts, states
 
 
-def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m bsp_planner.apps.particles.serial", description=__doc__.split("\n")[0])
+def parser(name: str, description: str, steps: int) -> argparse.ArgumentParser:
+    """The options of this module's and :mod:`.trace`'s CLI (``python -m bsp_planner.apps.particles.<name>``)."""
+    p = argparse.ArgumentParser(prog=f"python -m bsp_planner.apps.particles.{name}", description=description)
     p.add_argument("--ranks", type=int, default=8)
     p.add_argument("--particles", type=int, default=DEFAULT_PARTICLES)
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--steps", type=int, default=30)
-    args = p.parse_args(argv)
+    p.add_argument("--steps", type=int, default=steps)
+    return p
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser("serial", __doc__.split("\n")[0], steps=30).parse_args(argv)
     counts, _ = run_serial(args.ranks, args.particles, args.seed, args.steps)
     print("step " + " ".join(f"{f'p{r}':>6}" for r in range(args.ranks)))
     for t, row in enumerate(counts):
