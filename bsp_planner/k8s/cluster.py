@@ -43,16 +43,6 @@ class KubernetesError(InputError):
     """An API call failed in a way the user has to act on (permissions, a missing namespace...)."""
 
 
-def _unreachable(what: str, conn: Connection, exc: BaseException) -> KubernetesError:
-    cause = getattr(exc, "reason", None) or exc
-    return KubernetesError(
-        f"{what}: cannot reach the Kubernetes API server at {conn.host} ({conn.where}): {cause}; "
-        "point at another cluster with --kubeconfig FILE and --context NAME (or $KUBECONFIG), "
-        "or check that the cluster is up",
-        field="kubernetes",
-    )
-
-
 def _reason(exc) -> str:
     try:
         body = json.loads(exc.body or "{}")
@@ -94,7 +84,12 @@ class Cluster:
                 ) from exc
             raise KubernetesError(f"{what}: {_reason(exc)}", field="kubernetes") from exc
         except (OSError, HTTPError) as exc:
-            raise _unreachable(what, self.conn, exc) from None
+            raise KubernetesError(
+                f"{what}: cannot reach the Kubernetes API server at {self.conn.host} ({self.conn.where}): "
+                f"{getattr(exc, 'reason', None) or exc}; point at another cluster with --kubeconfig FILE and "
+                "--context NAME (or $KUBECONFIG), or check that the cluster is up",
+                field="kubernetes",
+            ) from None
 
     def _list(self, what: str, fn: Callable, *args, **kw) -> list[dict] | None:
         out = self._call(what, fn, *args, **kw)

@@ -206,7 +206,8 @@ class FakeCluster:
             message = getattr(proc, "message", "")
             policy = pod["spec"]["containers"][0].get("terminationMessagePolicy")
             if not message and code != 0 and policy == "FallbackToLogsOnError" and hasattr(proc, "log_tail"):
-                message = _log_fallback(proc.log_tail())
+                # as the kubelet: the last 80 lines or 2048 bytes of the log, whichever is shorter
+                message = "\n".join(proc.log_tail().splitlines()[-80:]).encode()[-2048:].decode(errors="replace")
             _finish(pod, code, message)
         for key, pod in sorted(self.state.pods.items(), key=lambda kv: kv[1]["metadata"]["creationTimestamp"]):
             if pod["status"].get("phase") == "Pending" and key not in self._pending_delete:
@@ -275,7 +276,15 @@ class FakeCluster:
             try:
                 self._procs[key] = self.pod_runner(copy.deepcopy(pod))
             except OSError as exc:  # the program is not in the image: the runtime cannot start it
-                _start_error(pod, pod["spec"]["containers"][0].get("command") or ["?"], exc)
+                # as the kubelet reports it (restartPolicy Never): reason StartError, exit code 128, the pod Failed
+                program = (pod["spec"]["containers"][0].get("command") or ["?"])[0]
+                why = "executable file not found in $PATH" if isinstance(exc, FileNotFoundError) else None
+                message = (
+                    "failed to create containerd task: failed to create shim task: OCI runtime create failed: runc "
+                    f'create failed: unable to start container process: exec: "{program}": '
+                    f"{why or exc.strerror or exc}: unknown"
+                )
+                _finish(pod, 128, message, "StartError")
 
     def _run_job(self, ns: str, job: dict) -> None:
         outcome = self.job_runner(copy.deepcopy(job)) if self.job_runner else JobOutcome(0, "")
@@ -396,22 +405,3 @@ def _terminate(proc: PodProcess, kill: bool = False) -> None:
             proc.kill() if kill else proc.terminate()
         except OSError:
             pass
-
-
-def _log_fallback(log: str) -> str:
-    """terminationMessagePolicy FallbackToLogsOnError: the last 80 lines or 2048 bytes of the log,
-    whichever is shorter (what the kubelet takes when the container failed without a message)."""
-    tail = "\n".join(log.splitlines()[-80:])
-    return tail.encode()[-2048:].decode(errors="replace")
-
-
-def _start_error(pod: dict, command: list[str], exc: OSError) -> None:
-    """What the kubelet reports when the runtime cannot start a container's program (restartPolicy
-    Never): the container terminated with reason StartError and exit code 128, the pod Failed."""
-    message = (
-        "failed to create containerd task: failed to create shim task: OCI runtime create failed: runc create "
-        f'failed: unable to start container process: exec: "{command[0]}": '
-        + ("executable file not found in $PATH" if isinstance(exc, FileNotFoundError) else (exc.strerror or str(exc)))
-        + ": unknown"
-    )
-    _finish(pod, 128, message, "StartError")
