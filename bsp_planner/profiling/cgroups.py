@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.errors import InputError
-from ..core.leftovers import running as pid_alive  # a zombie counts as gone: its groups are stale
+from ..core.leftovers import running  # a zombie counts as gone: its groups are stale
 from ..core.signals import die_with
 
 # The default CFS period, a kubelet's (cpuCFSQuotaPeriod). A task limited to a fraction f of a CPU runs
@@ -330,7 +330,7 @@ def remove_stale_groups(prefix: str = DEFAULT_PREFIX, hierarchy: Hierarchy | Non
         return removed
     for child in sorted(parent.iterdir()):
         pid = owner_pid(child.name) if child.is_dir() else None
-        if pid is None or pid == os.getpid() or pid_alive(pid):
+        if pid is None or pid == os.getpid() or running(pid):
             continue
         g = CpuQuotaGroup(child.name, prefix=prefix, hierarchy=h)
         g.created = True  # it exists: remove() kills whatever is inside, then removes it

@@ -29,6 +29,7 @@ from functools import cached_property
 from pathlib import Path
 
 from ..core.errors import InputError
+from ..core.leftovers import running
 from ..inputs.job import Task
 from ..inputs.placeholders import alone_values
 from ..task.profiling import PROFILE_SYNC
@@ -41,7 +42,6 @@ from .cgroups import (
     Hierarchy,
     check_period_us,
     detect_hierarchy,
-    pid_alive,
     quota_us,
     remove_stale_groups,
 )
@@ -328,7 +328,7 @@ def remove_stale_scratch() -> list[str]:
             continue
         for folder in folders:
             pid = folder.name[len(SCRATCH_PREFIX) :].split("-", 1)[0]
-            if not pid.isdigit() or int(pid) == os.getpid() or pid_alive(int(pid)) or not folder.is_dir():
+            if not pid.isdigit() or int(pid) == os.getpid() or running(int(pid)) or not folder.is_dir():
                 continue
             shutil.rmtree(folder, ignore_errors=True)
             removed.append(str(folder))

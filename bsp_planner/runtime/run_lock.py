@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass
 
 from ..core.errors import InputError
-from ..profiling.cgroups import pid_alive
+from ..core.leftovers import running
 
 LOCK_NODE = re.compile(r"__lock__(\d{10})$")
 
@@ -88,11 +88,11 @@ class RunLock:
             return False  # our own node
         if ended_instance is not None and h.instance == ended_instance:
             return True
-        return h.host == socket.gethostname() and h.pid is not None and not pid_alive(h.pid)
+        return h.host == socket.gethostname() and h.pid is not None and not running(h.pid)
 
     def _definitely_alive(self, h: Holder) -> bool:
         """A holder on this host whose process runs: no need to wait for its session to tell."""
-        return h.host == socket.gethostname() and h.pid is not None and pid_alive(h.pid) and h.pid != os.getpid()
+        return h.host == socket.gethostname() and h.pid is not None and running(h.pid) and h.pid != os.getpid()
 
     # -- taking it ---------------------------------------------------------------------------------
     def acquire(self, wait_s: float, ended_instance: str | None = None) -> None:

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...core.errors import InputError
+from ...core.leftovers import running
 from ...core.signals import kill_group
 from ...profiling.cgroups import (
     CFS_PERIOD_US,
@@ -36,7 +37,6 @@ from ...profiling.cgroups import (
     check_period_us,
     detect_hierarchy,
     owner_pid,
-    pid_alive,
     quota_us,
 )
 from ...task.reporter import move_threads
@@ -171,7 +171,7 @@ class LocalBackend(Backend):
                 continue
             for child in sorted(p for p in parent.iterdir() if p.is_dir() and p.name.startswith("probe-")):
                 pid = owner_pid(child.name)
-                if pid is None or pid == os.getpid() or pid_alive(pid):
+                if pid is None or pid == os.getpid() or running(pid):
                     continue
                 g = self._group(child.name, prefix=parent.name)
                 g.created = True  # it exists: remove() kills what is inside, then removes it (and an empty parent)
