@@ -17,17 +17,19 @@ from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
+from rich.table import Table
 
 from ..core.errors import InputError
 from ..core.filelock import output_lock
+from ..core.outputs import check_output_dir
+from ..inputs.job import load_job
+from ..inputs.profiles import load_profile, metadata_path
 from ..inputs.shipped import data_path
 from .cgroups import CFS_PERIOD_US, quota_us
 from .grid import Grid, parse_levels, select_tasks, validate_grid
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
-
-    from rich.table import Table
 
     from .calibrate import Calibration
     from .grid import Failure
@@ -132,8 +134,6 @@ def run(
 
     A stressor or command task is started afresh for each cell; a long-running process task once per CPU
     level and repeat, its profiling session assigning the workloads step by step (docs/profiling.md)."""
-    from ..inputs.job import load_job
-    from ..inputs.profiles import metadata_path
     from .local import LocalBackend
     from .process import ProcessSteps
     from .profile_files import failures_path
@@ -187,8 +187,6 @@ def run(
 
 
 def _print_failures(console: Console, failures: list[Failure], log: Path) -> None:
-    from rich.table import Table
-
     table = Table("task", "workload", "cpu (m)", "repeat", "reason", title="failed runs")
     for f in failures:
         table.add_row(f.task, f"{f.workload:g}", f"{f.cpu_millicores:g}", str(f.repeat), f.reason)
@@ -216,8 +214,6 @@ def pairs(
     """How much each task slows down while another co-runs on this host, each under its own quota; resumable.
 
     Per repeat: every task alone, then beside every other task (docs/nodes.md, "Interference")."""
-    from ..inputs.job import load_job
-    from ..inputs.profiles import metadata_path
     from .local import LocalBackend
     from .pairs import measure_pairs, runs_path
     from .runner import check_profile_path
@@ -290,7 +286,6 @@ def calibrate(
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Print every calibration run."),
 ) -> None:
     """Suggest ops_per_unit per task so one run at CPU and WORKLOAD takes about TARGET_S seconds."""
-    from ..inputs.job import load_job
     from .calibrate import calibrate_task
     from .local import LocalBackend
 
@@ -331,8 +326,6 @@ def calibrate(
 
 
 def _calibration_table(results: list[Calibration], cpu: float, workload: float, target_s: float) -> Table:
-    from rich.table import Table
-
     columns = ("task", "ops_per_unit now", "s now", "suggested", "s (median)", "t(cpu/2)/t", "t(2w)/t", "runs")
     table = Table(*columns, title=f"one run at {cpu:g}m, workload {workload:g}; target {target_s:g} s")
     for r in results:
@@ -351,10 +344,6 @@ def heatmap(
     ),
 ) -> None:
     """One PNG heatmap per task: mean duration over workload x CPU limit."""
-    from rich.table import Table
-
-    from ..core.outputs import check_output_dir
-    from ..inputs.profiles import load_profile
     from .heatmap import scaling_exponents, write_heatmaps
 
     prof = load_profile(profile)

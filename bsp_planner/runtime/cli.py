@@ -11,20 +11,26 @@ them a run makes its own (runs/<run-id>/zk-auth) and hands it to its workers.
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
+from rich.console import Console
 
 from ..core.errors import InputError
+from ..core.outputs import check_output_dir
+from ..core.signals import routed_to
+from ..inputs.job import load_job
+from ..inputs.series import load_job_series
+from ..inputs.settings import apply_flag_overrides, flag_overrides
+from ..inputs.shipped import find_experiment
 from ..profiling.cgroups import CFS_PERIOD_US
-from .zkserver import DEFAULT_DATA_DIR, DEFAULT_PORT
+from .zkserver import DEFAULT_DATA_DIR, DEFAULT_PORT, LocalZooKeeper
 
 if TYPE_CHECKING:
-    from rich.console import Console
-
     from .coordinator import Coordinator
     from .run_settings import RunSettings
 
@@ -178,11 +184,6 @@ def run(
 ) -> None:
     """Run a job live: real tasks under CPU limits, synchronised superstep by superstep through ZooKeeper,
     reconfigured as the planner decides; writes a run log, a chart and a summary to runs/<run-id>/."""
-    from rich.console import Console
-
-    from ..core.outputs import check_output_dir
-    from ..inputs.settings import flag_overrides
-    from ..inputs.shipped import find_experiment
     from .coordinator import Coordinator
     from .run_settings import RunSettings
     from .run_store import check_run_id, new_run_id
@@ -246,8 +247,6 @@ def _refuse_changes_on_resume(ctx: typer.Context, settings: RunSettings, rid: st
     """A resumed run replays its own plan with its own settings: an option given on the command line with
     another value than the run's own (run.json) is refused, never silently ignored; the run's own value
     typed again is fine (a command line repeated with --resume added)."""
-    from ..inputs.shipped import find_experiment
-
     for name in _FIXED_ON_RESUME:
         flag = _flag(name)
         source = ctx.get_parameter_source(name)
@@ -285,9 +284,6 @@ def _check_experiment(settings: RunSettings, flagged: list[tuple[str, str]]) -> 
     read them, so that a bad value is refused before the run's folder is made; errors name the flag that
     set it (more steps than the job's series hold: --steps, or --set start=... where it set the start)."""
     from ..inputs.experiment import load_experiment
-    from ..inputs.job import load_job
-    from ..inputs.series import load_job_series
-    from ..inputs.settings import apply_flag_overrides
     from ..simulate.runs import check_strategies
 
     planned = [("--planner", f"strategies={settings.planner}"), ("--mode", f"modes={settings.mode}")]
@@ -361,9 +357,6 @@ def _run_to_the_end(console: Console, coord: Coordinator) -> None:
     """Run, turning SIGINT, SIGTERM and SIGHUP (Ctrl-C, `kill`, a deleted pod, a closed terminal) into the
     coordinator's clean, resumable stop; exit 128 + the signal's number when a signal stopped it, 3 when
     ZooKeeper or the run folder did, 1 when the run failed."""
-    from rich.console import Console
-
-    from ..core.signals import routed_to
     from .coordinator import RunInterrupted
     from .executor import RunFailed
 
@@ -386,8 +379,6 @@ def _run_to_the_end(console: Console, coord: Coordinator) -> None:
 
 
 def _positive_seconds(value: float, flag: str) -> float:
-    import math
-
     if not math.isfinite(value) or value <= 0:
         raise InputError(f"expected a positive, finite number of seconds, got {value!r}", field=flag)
     return float(value)
@@ -458,8 +449,6 @@ def worker(
 
 def _server(data_dir: Path):
     """The server of `data_dir`, on the port it was started with (its zoo.cfg's)."""
-    from .zkserver import LocalZooKeeper
-
     cfg = data_dir / "zoo.cfg"
     lines = cfg.read_text().splitlines() if cfg.is_file() else []
     ports = [int(line.split("=", 1)[1]) for line in lines if line.startswith("clientPort=")]
@@ -475,8 +464,6 @@ def zk_start(
     wait: float = typer.Option(60.0, "--wait", help="Seconds to wait for the server to answer."),
 ) -> None:
     """Start a standalone ZooKeeper on 127.0.0.1 in the background."""
-    from .zkserver import LocalZooKeeper
-
     if not 1 <= port <= 65535:  # 0 would be "any free port", which no client could then find
         raise InputError(f"expected a TCP port from 1 to 65535, got {port}", field="--port")
     if data_dir.exists() and not data_dir.is_dir():
