@@ -147,4 +147,9 @@ class GridReport:
     skipped: int  # already in the file
     measured: int = 0
     failures: list[Failure] = field(default_factory=list)
+    interrupted: bool = False
     wall_s: float = 0.0
+
+    @property
+    def missing(self) -> int:
+        return self.planned - self.skipped - self.measured

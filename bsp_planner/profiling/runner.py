@@ -151,6 +151,7 @@ def run_grid(
                 if bar:
                     bar.done(cell, result)
     except KeyboardInterrupt:
+        report.interrupted = True
         session["interrupted"] = True
         raise
     finally:
