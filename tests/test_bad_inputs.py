@@ -660,3 +660,10 @@ def test_a_task_cpu_bound_off_the_experiment_grid(line, tmp_path, synthetic_prof
     code, _, err = run_cli(["simulate", exp, "-q"], monkeypatch, capsys)
     field = line.split(" ")[0]
     assert code == 2 and f"task[0].{field}" in err and "250 to 2000 in steps of 50" in err, err
+
+
+def test_task_cpu_floors_beyond_the_budget(tmp_path, synthetic_profile, monkeypatch, capsys):
+    job = write_job(tmp_path, f'{{ file = "{NYC}" }}', extra="min_millicores = 2000", tasks=THESIS_TASKS[:5])
+    exp = write_experiment(tmp_path, synthetic_profile, job=str(job), steps=5)
+    code, _, err = run_cli(["simulate", exp, "-q"], monkeypatch, capsys)
+    assert code == 2 and "task.min_millicores" in err and "10000m" in err and "8000m" in err, err

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..allocation.base import CpuLevels
+from ..core.errors import InputError
 from ..core.structure import StepStructure
 from ..inputs.profiles import Profile
 from ..model.performance import DurationModel, PerformanceModel
@@ -53,6 +54,14 @@ def model_durations(inputs: ScenarioInputs) -> ScenarioDurations:
     )
     min_level = np.array([0 if t.min_millicores is None else cpu.level_of(t.min_millicores) for t in job.tasks])
     exppo_max = np.full(n, cpu.level_of(c.exppo_max_millicores)) if c.exppo_max_millicores else max_level
+    budget_steps = cpu.budget_steps(n)
+    if min_level.sum() > budget_steps:
+        raise InputError(
+            f"the tasks' min_millicores add up to {c.min_millicores * n + c.step_millicores * min_level.sum():g}m, "
+            f"more than the budget's {c.budget_millicores:g}m",
+            path=job.path,
+            field="task.min_millicores",
+        )
     actual = (true_dm or dm).durations(inputs.actual_workloads)
     planned_at_actual = actual if true_dm is None else dm.durations(inputs.actual_workloads)
     return ScenarioDurations(
@@ -63,7 +72,7 @@ def model_durations(inputs: ScenarioInputs) -> ScenarioDurations:
         planned_at_actual,
         max_level,
         exppo_max,
-        cpu.budget_steps(n),
+        budget_steps,
         min_level,
         job.structure,
     )
