@@ -105,3 +105,49 @@ def test_threshold_refuses_a_structure_and_floors_beyond_the_budget_are_refused(
     alloc = JobConstrained(GreedyAllocator(), np.array([3, 3, 0, 0]), StepStructure.independent(4))
     with pytest.raises(InputError, match="min_millicores"):
         alloc.allocate(star_actual(0)[:, :, :2], np.ones(2), np.full(4, 5), 5)
+
+
+def star_job(tmp_path, allocator_line: str = ""):
+    """Four of the synthetic profile's tasks, the last waiting for the other three."""
+    from synthetic import DATA, THESIS_TASKS
+
+    series = DATA / "datasets" / "nyc_taxi.csv"
+    body = ['name = "star"']
+    for i, t in enumerate(THESIS_TASKS[:4]):
+        body += [
+            "[[task]]",
+            f'name = "{t}"',
+            f'stressor = "{t}"',
+            "ops_per_unit = 10",
+            f'series = {{ file = "{series}" }}',
+        ]
+        if i == 3:
+            body.append("after = " + str(list(THESIS_TASKS[:3])).replace("'", '"'))
+    job = tmp_path / "star.toml"
+    job.write_text("\n".join(body) + "\n")
+    return job
+
+
+def test_simulate_a_star_job_end_to_end_and_threshold_is_refused(tmp_path, synthetic_profile, monkeypatch, capsys):
+    import json
+
+    from cli_run import run_cli
+    from synthetic import write_experiment
+
+    job = star_job(tmp_path)
+    exp = write_experiment(
+        tmp_path, synthetic_profile, job=str(job), steps=12, modes=["perfect"], strategies=["mpc", "even", "floor"]
+    )
+    code, _, err = run_cli(["simulate", str(exp), "-q"], monkeypatch, capsys)
+    assert code == 0, err
+    total = {
+        r["strategy"]: r["total_s"] for r in json.loads((tmp_path / "out" / "comparison.json").read_text())["results"]
+    }
+    # floor stays a lower bound (it is computed as if a step were its slowest task, below the critical path)
+    assert total["floor"] <= min(total["mpc"], total["even"])
+    code, _, err = run_cli(
+        ["simulate", str(exp), "-q", "--set", "planner.allocator=threshold", "--out", str(tmp_path / "t")],
+        monkeypatch,
+        capsys,
+    )
+    assert code == 2 and "planner.allocator" in err and "Traceback" not in err, err
