@@ -151,3 +151,13 @@ def test_simulate_a_star_job_end_to_end_and_threshold_is_refused(tmp_path, synth
         capsys,
     )
     assert code == 2 and "planner.allocator" in err and "Traceback" not in err, err
+
+
+def test_even_holds_a_task_floor_and_shares_the_rest_evenly():
+    actual = star_actual(0)
+    ctx = context(actual, 8, None, min_level=np.array([0, 0, 0, 4]))
+    ctx.min_level = np.array([0, 0, 0, 4])
+    levels = make_planner("even", PlannerSettings()).configuration(ctx)
+    assert levels.tolist() == [1, 1, 1, 4]
+    ctx.min_level = None
+    assert make_planner("even", PlannerSettings()).configuration(ctx).tolist() == [2, 2, 2, 2]

@@ -186,6 +186,8 @@ class PlanningContext:
     nodes: NodeLimits | None = None
     # Which tasks wait for which inside a step (the job's `after`); None: independent tasks.
     structure: StepStructure | None = None
+    # (tasks,) each task's lowest level (its min_millicores; the allocator already respects it); None: 0.
+    min_level: np.ndarray | None = None
 
     @property
     def n_tasks(self) -> int:

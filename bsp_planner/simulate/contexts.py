@@ -61,6 +61,7 @@ class ContextFactory:
             exppo_max_level=d.exppo_max_level,
             nodes=limits,
             structure=structure,
+            min_level=d.min_level if d.min_level.any() else None,
         )
 
 
