@@ -16,6 +16,7 @@ from ..allocation import make_allocator
 from ..allocation.base import Allocator
 from ..allocation.nodes import NodeConstrained
 from ..allocation.structured import JobConstrained
+from ..core.errors import InputError
 from ..inputs.experiment import Experiment
 from ..planners.base import ConfigTable, PlanningContext
 from ..planners.observed import attach as attach_observations
@@ -42,6 +43,12 @@ class ContextFactory:
         allocator: Allocator = make_allocator(p.allocator) if limits is None else NodeConstrained(p.allocator, limits)
         structure = None if d.structure.is_independent else d.structure
         if d.constrained:
+            if limits is not None:  # node capacities count absolute levels; the floors' shift would hide them
+                raise InputError(
+                    "a job whose tasks declare after or min_millicores cannot be planned on [[node]]s yet",
+                    path=exp.path,
+                    field="node",
+                )
             allocator = JobConstrained(allocator, d.min_level, d.structure)
         configs: ConfigTable
         if isinstance(predicted, tuple):
