@@ -620,3 +620,50 @@ def test_a_profile_with_rows_its_metadata_grid_never_listed_is_warned_about(synt
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         load_profile(synthetic_profile)  # a grid that lists every level: quiet
+
+
+@pytest.mark.parametrize(
+    "lines, field, needle",
+    [
+        ({"b": 'after = ["zz"]'}, "task[1].after", "'zz', no task of the job"),
+        ({"a": 'after = ["a"]'}, "task[0].after", "waits for itself"),
+        ({"a": 'after = ["b"]', "b": 'after = ["a"]'}, "task[0].after", "cycle (a waits for b waits for a)"),
+        ({"a": 'after = "b"'}, "task[0].after", "list of str"),
+        ({"a": "after = [1]"}, "task[0].after", "str"),
+        ({"a": "min_millicores = 0"}, "task[0].min_millicores", "> 0"),
+        ({"a": 'max_millicores = "1000"'}, "task[0].max_millicores", "without quotes"),
+        ({"a": "min_millicores = 2000\nmax_millicores = 1000"}, "task[0].min_millicores", "min_millicores <="),
+    ],
+)
+def test_bad_step_structure_or_cpu_bounds_in_a_job(
+    lines, field, needle, tmp_path, synthetic_profile, monkeypatch, capsys
+):
+    body = ['name = "small"']
+    for t in ("a", "b", "c"):
+        body += ["[[task]]", f'name = "{t}"', 'stressor = "cpu"', "ops_per_unit = 10", f'series = {{ file = "{NYC}" }}']
+        body += [lines.get(t, "")]
+    job = tmp_path / "job.toml"
+    job.write_text("\n".join(body) + "\n")
+    with pytest.raises(InputError) as err:
+        load_job(job)
+    message = str(err.value)
+    assert "job.toml" in message and field in message and needle in message, message
+    exp = write_experiment(tmp_path, synthetic_profile, job=str(job), steps=5)
+    code, _, err_text = run_cli(["simulate", exp, "-q"], monkeypatch, capsys)
+    assert code == 2 and field in err_text and "Traceback" not in err_text, err_text
+
+
+@pytest.mark.parametrize("line", ["min_millicores = 100", "max_millicores = 3000", "max_millicores = 1025"])
+def test_a_task_cpu_bound_off_the_experiment_grid(line, tmp_path, synthetic_profile, monkeypatch, capsys):
+    job = write_job(tmp_path, f'{{ file = "{NYC}" }}', extra=line)
+    exp = write_experiment(tmp_path, synthetic_profile, job=str(job), steps=5)
+    code, _, err = run_cli(["simulate", exp, "-q"], monkeypatch, capsys)
+    field = line.split(" ")[0]
+    assert code == 2 and f"task[0].{field}" in err and "250 to 2000 in steps of 50" in err, err
+
+
+def test_task_cpu_floors_beyond_the_budget(tmp_path, synthetic_profile, monkeypatch, capsys):
+    job = write_job(tmp_path, f'{{ file = "{NYC}" }}', extra="min_millicores = 2000", tasks=THESIS_TASKS[:5])
+    exp = write_experiment(tmp_path, synthetic_profile, job=str(job), steps=5)
+    code, _, err = run_cli(["simulate", exp, "-q"], monkeypatch, capsys)
+    assert code == 2 and "task.min_millicores" in err and "10000m" in err and "8000m" in err, err

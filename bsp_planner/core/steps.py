@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from .structure import StepStructure
+
 
 @dataclass(frozen=True)
 class StepObservation:
@@ -64,8 +66,10 @@ class StrategyResult:
         return float(self.decision_ms.mean() + self.prepare_ms / max(1, len(self.decision_ms)))
 
 
-def step_times(actual: np.ndarray, levels: np.ndarray) -> np.ndarray:
-    """actual: (tasks, levels, steps); levels: (steps, tasks) -> duration of each step (steps,)."""
+def step_times(actual: np.ndarray, levels: np.ndarray, structure: StepStructure | None = None) -> np.ndarray:
+    """actual: (tasks, levels, steps); levels: (steps, tasks) -> duration of each step (steps,): the critical
+    path through `structure` (None: independent tasks, the slowest task)."""
     n, _, m = actual.shape
-    times: np.ndarray = actual[np.arange(n)[None, :], levels, np.arange(m)[:, None]].max(axis=1)
+    per_task = actual[np.arange(n)[None, :], levels, np.arange(m)[:, None]]  # (steps, tasks)
+    times: np.ndarray = per_task.max(axis=1) if structure is None else structure.step_time(per_task, axis=1)
     return times

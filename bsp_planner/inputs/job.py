@@ -24,6 +24,11 @@ substituted in every argument, and the program gets BSP_WORKLOAD, BSP_STEP, BSP_
 Its wall time is the step's duration; a non-zero exit is the task's failure (with its stderr tail); one
 JSON line `{"workload": 37.5}` on its stdout is the step's observed workload.
 
+A task may wait for others inside every step (``after = ["l0", "l1"]``: a hub that computes once its
+leaves' values have arrived), so a step lasts as long as the longest chain of waiting tasks, not as its
+slowest task; and it may have its own CPU floor and ceiling (``min_millicores``, ``max_millicores``, on the
+experiment's CPU grid). docs/tasks.md describes both.
+
 `{job_dir}` (the job file's folder), `{port}` (a free loopback TCP port chosen for this task when the run
 starts; also BSP_PORT in its environment), `{port:NAME}` (the port of task or service NAME) and
 `{host:NAME}` (the address of service NAME) are substituted too (:mod:`bsp_planner.inputs.placeholders`).
@@ -60,6 +65,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..core.errors import InputError
+from ..core.structure import StepStructure
 from .job_specs import JobFile
 from .settings import load_settings, read_toml
 
@@ -101,6 +107,9 @@ class Task:
     image: str | None = None  # Kubernetes: the container image the task's pod runs (command/process tasks)
     restorable: bool = False  # its program restores from its own checkpoint when restarted (a run may resume)
     job_dir: str = ""  # `{job_dir}`: the job file's folder (absolute)
+    after: tuple[str, ...] = ()  # the tasks it waits for inside every step (docs/tasks.md)
+    min_millicores: float | None = None  # its CPU floor; None: the experiment's cpu.min_millicores
+    max_millicores: float | None = None  # its CPU ceiling; None: the experiment's cpu.max_millicores
 
     @property
     def kind(self) -> str:
@@ -197,6 +206,11 @@ class Job:
         """Who gets a `{port}` when the run starts: every task and service."""
         return self.task_names + [s.name for s in self.services]
 
+    @property
+    def structure(self) -> StepStructure:
+        """Which tasks wait for which inside a step, from the tasks' `after` (checked acyclic on load)."""
+        return StepStructure.from_names(self.task_names, {t.name: t.after for t in self.tasks})
+
     def task(self, name: str) -> Task:
         for t in self.tasks:
             if t.name == name:
@@ -224,6 +238,9 @@ def load_job(path: str | Path) -> Job:
             image=t.image,
             restorable=t.restorable,
             job_dir=str(path.resolve().parent),
+            after=tuple(t.after),
+            min_millicores=t.min_millicores,
+            max_millicores=t.max_millicores,
         )
         for t in spec.task
     )

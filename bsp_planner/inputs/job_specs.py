@@ -9,6 +9,7 @@ from pathlib import Path
 
 from ..core.errors import InputError
 from ..core.stressors import KNOWN_STRESSORS
+from ..core.structure import StepStructure, StructureError
 from .placeholders import host_refs, port_refs
 from .settings import setting
 
@@ -69,6 +70,9 @@ class TaskSpec:
     image: str | None = setting(None)  # Kubernetes: the container image of a command/process task
     workers: int | None = setting(None, ge=1)  # None: the job's `workers`
     restorable: bool = setting(False)  # its program restores from its own checkpoint when restarted
+    after: list[str] = setting(default_factory=list)  # the tasks it waits for inside every step
+    min_millicores: float | None = setting(None, gt=0)  # its CPU floor (None: the experiment's minimum)
+    max_millicores: float | None = setting(None, gt=0)  # its CPU ceiling (None: the experiment's maximum)
 
     @property
     def image_only(self) -> bool:
@@ -125,6 +129,12 @@ class TaskSpec:
                 f"unknown stress-ng stressor '{self.stressor}' in task '{self.name}' "
                 "(see `stress-ng --stressors` for the names)",
                 ".stressor",
+            )
+        low, high = self.min_millicores, self.max_millicores
+        if low is not None and high is not None and low > high:
+            raise bad(
+                f"expected min_millicores <= max_millicores in task '{self.name}', got {low:g} > {high:g}",
+                ".min_millicores",
             )
         if (
             self.series is not None
@@ -233,6 +243,31 @@ class JobFile:
                 raise InputError(f"duplicate task name '{t.name}'", path=path, field=f"task[{i}].name")
             t.check(i, path)
             seen.add(t.name)
+        self._check_after(path)
+
+    def _check_after(self, path: str | Path | None) -> None:
+        """Every `after` names another task of the job, and the tasks never wait for each other in a cycle."""
+        names = [t.name for t in self.task]
+        for i, t in enumerate(self.task):
+            for ref in t.after:
+                if ref == t.name:
+                    raise InputError(f"task '{t.name}' waits for itself", path=path, field=f"task[{i}].after")
+                if ref not in names:
+                    raise InputError(
+                        f"after names '{ref}', no task of the job (tasks: {', '.join(names)})",
+                        path=path,
+                        field=f"task[{i}].after",
+                    )
+        try:
+            StepStructure.from_names(names, {t.name: t.after for t in self.task})
+        except StructureError as exc:
+            i = exc.task if exc.task is not None else 0
+            cycle = " waits for ".join(_cycle_through(names, {t.name: t.after for t in self.task}, names[i]))
+            raise InputError(
+                f"the tasks wait for each other in a cycle ({cycle}); `after` must leave some task first",
+                path=path,
+                field=f"task[{i}].after",
+            ) from None
 
     def _check_refs(self, path: str | Path | None, names: list[str]) -> None:
         """Every `{port:NAME}` names a task or service of the job, every `{host:NAME}` a service."""
@@ -254,3 +289,24 @@ class JobFile:
                     for ref in refs(a):
                         if ref not in known:
                             raise InputError(f"{{{kind}:{ref}}} names {what}", path=path, field=where)
+
+
+def _cycle_through(names: list[str], after: dict[str, list[str]], start: str) -> list[str]:
+    """A cycle of `after` reached from `start`, as names in waiting order (first name repeated at the end)."""
+    path: list[str] = []
+    node = start
+    while node not in path:
+        path.append(node)
+        nxt = [p for p in after.get(node, []) if p in names]
+        if not nxt:
+            return [start]
+        # follow a predecessor that still leads into a cycle
+        node = next((p for p in nxt if _reaches_cycle(p, after, set())), nxt[0])
+    cycle = path[path.index(node) :]
+    return [*cycle, cycle[0]]
+
+
+def _reaches_cycle(node: str, after: dict[str, list[str]], on_path: set[str]) -> bool:
+    if node in on_path:
+        return True
+    return any(_reaches_cycle(p, after, on_path | {node}) for p in after.get(node, []))

@@ -20,6 +20,7 @@ import numpy as np
 from ..allocation.base import Allocator, CpuLevels, discount_weights
 from ..allocation.node_limits import NodeLimits
 from ..core.errors import InputError
+from ..core.structure import StepStructure
 
 
 @dataclass(frozen=True)
@@ -37,9 +38,16 @@ class ConfigTable:
     """
 
     def __init__(
-        self, predicted: np.ndarray, allocator: Allocator, max_level: np.ndarray, budget_steps: int, discount: float
+        self,
+        predicted: np.ndarray,
+        allocator: Allocator,
+        max_level: np.ndarray,
+        budget_steps: int,
+        discount: float,
+        structure: StepStructure | None = None,
     ) -> None:
         self.predicted = predicted
+        self.structure = structure  # None: independent tasks, a step is its slowest task
         self.allocator = allocator
         self.max_level = np.asarray(max_level)
         self.budget_steps = budget_steps
@@ -62,7 +70,7 @@ class ConfigTable:
     def _store(self, ts: np.ndarray, js: np.ndarray, cfg: np.ndarray) -> None:
         self._cfg[ts, js - 1] = cfg
         per_task = np.take_along_axis(self.predicted[ts], cfg[:, :, None, None], axis=2)[:, :, 0, :]  # (B, n, H)
-        slowest = per_task.max(axis=1)  # (B, H)
+        slowest = step_time(per_task, self.structure, axis=1)  # (B, H)
         mask = np.arange(self.horizon)[None, :] < js[:, None]
         self._time[ts, js - 1] = (slowest * mask).sum(axis=1)
 
@@ -107,7 +115,14 @@ class ConfigTable:
     def predicted_time(self, t: int, levels: np.ndarray, length: int) -> float:
         """Predicted time of steps t..t+length-1 under a given configuration."""
         per_task = self.predicted[t, np.arange(levels.size), levels, :length]
-        return float(per_task.max(axis=0).sum())
+        return float(step_time(per_task, self.structure, axis=0).sum())
+
+
+def step_time(per_task: np.ndarray, structure: StepStructure | None, axis: int) -> np.ndarray:
+    """Step times from per-task durations with the tasks along `axis`: the critical path through
+    `structure`, or the slowest task when there is none."""
+    out: np.ndarray = per_task.max(axis=axis) if structure is None else structure.step_time(per_task, axis=axis)
+    return out
 
 
 class OnlineConfigTable(ConfigTable):
@@ -123,15 +138,17 @@ class OnlineConfigTable(ConfigTable):
         max_level: np.ndarray,
         budget_steps: int,
         discount: float,
+        structure: StepStructure | None = None,
     ) -> None:
-        super().__init__(np.full(shape, np.nan), allocator, max_level, budget_steps, discount)
+        super().__init__(np.full(shape, np.nan), allocator, max_level, budget_steps, discount, structure)
         self.known = 0  # rows 0..known-1 are written
 
     @classmethod
     def like(cls, table: ConfigTable) -> OnlineConfigTable:
         """An empty table of the same shape, allocator, bounds and discount as `table`: for a planner
         that makes its own predictions one step at a time."""
-        return cls(table.predicted.shape, table.allocator, table.max_level, table.budget_steps, table.discount)
+        shape = table.predicted.shape
+        return cls(shape, table.allocator, table.max_level, table.budget_steps, table.discount, table.structure)
 
     def reveal(self, t: int, row: np.ndarray) -> None:
         if t != self.known:
@@ -167,6 +184,10 @@ class PlanningContext:
     # The nodes' capacity when the cluster is nodes (the allocator already respects it; the bounds read
     # it here); None: one pool.
     nodes: NodeLimits | None = None
+    # Which tasks wait for which inside a step (the job's `after`); None: independent tasks.
+    structure: StepStructure | None = None
+    # (tasks,) each task's lowest level (its min_millicores; the allocator already respects it); None: 0.
+    min_level: np.ndarray | None = None
 
     @property
     def n_tasks(self) -> int:

@@ -20,7 +20,18 @@ class EvenPlanner(Planner):
         """(tasks,) the same level for every task: budget_steps // tasks, capped at each task's max_level."""
         max_level = np.asarray(ctx.max_level, dtype=np.int64)
         levels: np.ndarray = np.minimum(max_level, int(ctx.budget_steps) // max(1, max_level.size))
-        return levels
+        if ctx.min_level is None:
+            return levels
+        # Tasks with a floor above the even share hold their floor; the others share what is left evenly:
+        # the highest common level whose total, floors included, fits the budget.
+        low = np.asarray(ctx.min_level, dtype=np.int64)
+        fits = [
+            common
+            for common in range(int(max_level.max()) + 1)
+            if np.maximum(low, np.minimum(max_level, common)).sum() <= ctx.budget_steps
+        ]
+        out: np.ndarray = np.maximum(low, np.minimum(max_level, max(fits, default=0)))
+        return out
 
     def reset(self, ctx: PlanningContext) -> None:
         super().reset(ctx)

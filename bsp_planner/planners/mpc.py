@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..allocation.base import Allocator, discount_weights
-from .base import Decision, Planner
+from .base import Decision, Planner, step_time
 
 if TYPE_CHECKING:
     from ..inputs.experiment import PlannerSettings
@@ -77,7 +77,7 @@ class MpcPlanner(Planner):
         cfgs = (allocator or ctx.allocator).allocate_batch(
             d, weights, ctx.max_level, ctx.budget_steps
         )  # (frames, tasks)
-        per_step = pred[np.arange(n)[None, :], cfgs, :].max(axis=1)  # (frames, S*h)
+        per_step = step_time(pred[np.arange(n)[None, :], cfgs, :], ctx.structure, axis=1)  # (frames, S*h)
         if S > 1:
             per_step = np.einsum("fsh,s->fh", per_step.reshape(starts.size, S, h), probs)
         punish = self.params.length_punishment**lengths
@@ -90,7 +90,7 @@ class MpcPlanner(Planner):
             penalty[(starts == 0) & same] = 0.0
         cost = window + penalty
         if current is not None:
-            keep_steps = pred[np.arange(n), current, :].max(axis=0)  # (S*h,)
+            keep_steps = step_time(pred[np.arange(n), current, :], ctx.structure, axis=0)  # (S*h,)
             if S > 1:
                 keep_steps = probs @ keep_steps.reshape(S, h)
             keep = np.cumsum(keep_steps) * self.params.length_punishment ** np.arange(1, h + 1)

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..core.errors import InputError
 from ..inputs.experiment import PlannerSettings
-from ..planners.base import PlanningContext
+from ..planners.base import PlanningContext, step_time
 from .features import auto_scale, predicted_rows
 from .settings import EnvSettings, StepRange
 
@@ -41,7 +41,7 @@ class EnvData:
 
     def step_s(self, t: int, levels: np.ndarray) -> float:
         """Actual duration of step t under a configuration (the simulator's `step_times`)."""
-        return float(self.actual[np.arange(self.actual.shape[0]), levels, t].max())
+        return float(step_time(self.actual[np.arange(self.actual.shape[0]), levels, t], self.ctx.structure, axis=0))
 
 
 def build_data(
@@ -84,7 +84,7 @@ def build_data(
     tasks = np.arange(ctx.n_tasks)
     rows = np.stack([predicted_rows(ctx, t, cfg[t], m) for t in range(T)])  # (T, n, m) seconds
     rows = np.clip(rows / scales[0], 0.0, s.obs_high).astype(np.float32)
-    step_s = actual[tasks[None, None, :], cfg, np.arange(T)[:, None, None]].max(axis=2)  # (T, n)
+    step_s = step_time(actual[tasks[None, None, :], cfg, np.arange(T)[:, None, None]], ctx.structure, axis=2)  # (T, n)
     label = scen.forecast_label[s.mode]
     return EnvData(s, rng, ctx, actual, cfg, rows, step_s, *scales, ctx.penalty_s, label, exp.planner)
 

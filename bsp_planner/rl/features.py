@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..planners.base import PlanningContext
+from ..planners.base import PlanningContext, step_time
 
 
 def auto_scale(ctx: PlanningContext) -> float:
@@ -34,7 +34,7 @@ def predicted_rows(ctx: PlanningContext, t: int, configs: np.ndarray, window: in
 
     configs: (k, tasks) level indices -> (k, window)."""
     pred = ctx.configs.predicted[t, :, :, :window]  # (tasks, levels, window)
-    return pred[np.arange(ctx.n_tasks)[None, :], configs, :].max(axis=1)
+    return step_time(pred[np.arange(ctx.n_tasks)[None, :], configs, :], ctx.structure, axis=1)
 
 
 def observation(

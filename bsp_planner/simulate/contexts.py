@@ -13,7 +13,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..allocation import make_allocator
+from ..allocation.base import Allocator
 from ..allocation.nodes import NodeConstrained
+from ..allocation.structured import JobConstrained
+from ..core.errors import InputError
 from ..inputs.experiment import Experiment
 from ..planners.base import ConfigTable, PlanningContext
 from ..planners.observed import attach as attach_observations
@@ -37,13 +40,22 @@ class ContextFactory:
         p = exp.planner
         n = d.max_level.size
         limits = None if self.placement is None or one_pool else self.placement.limits
-        allocator = make_allocator(p.allocator) if limits is None else NodeConstrained(p.allocator, limits)
+        allocator: Allocator = make_allocator(p.allocator) if limits is None else NodeConstrained(p.allocator, limits)
+        structure = None if d.structure.is_independent else d.structure
+        if d.constrained:
+            if limits is not None:  # node capacities count absolute levels; the floors' shift would hide them
+                raise InputError(
+                    "a job whose tasks declare after or min_millicores cannot be planned on [[node]]s yet",
+                    path=exp.path,
+                    field="node",
+                )
+            allocator = JobConstrained(allocator, d.min_level, d.structure)
         configs: ConfigTable
         if isinstance(predicted, tuple):
             shape = (predicted[0], n, d.cpu.n_levels, predicted[1])
-            configs = OnlineConfigTable(shape, allocator, d.max_level, d.budget_steps, p.discount)
+            configs = OnlineConfigTable(shape, allocator, d.max_level, d.budget_steps, p.discount, structure)
         else:
-            configs = ConfigTable(predicted, allocator, d.max_level, d.budget_steps, p.discount)
+            configs = ConfigTable(predicted, allocator, d.max_level, d.budget_steps, p.discount, structure)
         mid = np.full((n,), sum(exp.workload_range) / 2)
         return PlanningContext(
             steps=exp.steps,
@@ -55,6 +67,8 @@ class ContextFactory:
             mid_durations=d.model.durations(mid[:, None])[:, :, 0],
             exppo_max_level=d.exppo_max_level,
             nodes=limits,
+            structure=structure,
+            min_level=d.min_level if d.min_level.any() else None,
         )
 
 

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..allocation.base import CpuLevels
+from ..core.errors import InputError
+from ..core.structure import StepStructure
 from ..inputs.profiles import Profile
 from ..model.performance import DurationModel, PerformanceModel
 from .read import ScenarioInputs
@@ -26,6 +28,13 @@ class ScenarioDurations:
     max_level: np.ndarray  # (tasks,) the highest level a planner may give a task
     exppo_max_level: np.ndarray  # (tasks,) the same for exppo
     budget_steps: int  # CPU steps above every task's minimum that the budget allows
+    min_level: np.ndarray  # (tasks,) the lowest level a planner may give a task (its min_millicores)
+    structure: StepStructure  # which tasks wait for which inside a step (the job's `after`)
+
+    @property
+    def constrained(self) -> bool:
+        """The job asks for more than the experiment's CPU range with independent tasks."""
+        return bool(self.min_level.any()) or not self.structure.is_independent
 
 
 def model_durations(inputs: ScenarioInputs) -> ScenarioDurations:
@@ -40,8 +49,30 @@ def model_durations(inputs: ScenarioInputs) -> ScenarioDurations:
 
     dm = at_levels(inputs.profile)
     true_dm = None if inputs.true_profile is None else at_levels(inputs.true_profile)
-    max_level = np.full(n, cpu.level_of(c.max_millicores))
+    max_level = np.array(
+        [cpu.level_of(c.max_millicores if t.max_millicores is None else t.max_millicores) for t in job.tasks]
+    )
+    min_level = np.array([0 if t.min_millicores is None else cpu.level_of(t.min_millicores) for t in job.tasks])
     exppo_max = np.full(n, cpu.level_of(c.exppo_max_millicores)) if c.exppo_max_millicores else max_level
+    budget_steps = cpu.budget_steps(n)
+    if min_level.sum() > budget_steps:
+        raise InputError(
+            f"the tasks' min_millicores add up to {c.min_millicores * n + c.step_millicores * min_level.sum():g}m, "
+            f"more than the budget's {c.budget_millicores:g}m",
+            path=job.path,
+            field="task.min_millicores",
+        )
     actual = (true_dm or dm).durations(inputs.actual_workloads)
     planned_at_actual = actual if true_dm is None else dm.durations(inputs.actual_workloads)
-    return ScenarioDurations(cpu, dm, true_dm, actual, planned_at_actual, max_level, exppo_max, cpu.budget_steps(n))
+    return ScenarioDurations(
+        cpu,
+        dm,
+        true_dm,
+        actual,
+        planned_at_actual,
+        max_level,
+        exppo_max,
+        budget_steps,
+        min_level,
+        job.structure,
+    )

@@ -44,6 +44,7 @@ def read_inputs(exp: Experiment) -> ScenarioInputs:
     job = load_job(exp.job_path)
     profile = load_profile(exp.profile_path)
     check_job_matches(profile.metadata, job, metadata_path(exp.profile_path))
+    _check_task_cpu(exp, job)
     if exp.out_of_grid == "error":
         _check_inside_profile(exp, profile)
     observed = [t.name for t in job.tasks if t.series is None]  # workloads only the tasks know (they report them)
@@ -65,6 +66,24 @@ def read_inputs(exp: Experiment) -> ScenarioInputs:
     known = np.array([t.series is not None for t in job.tasks], dtype=bool)
     make_allocator(exp.planner.allocator)  # an unknown name is refused before any model is built
     return ScenarioInputs(exp, job, profile, true_profile, job_series, actual_w, known, observed)
+
+
+def _check_task_cpu(exp: Experiment, job: Job) -> None:
+    """Each task's own CPU floor and ceiling lie on the experiment's CPU grid (min + k * step, up to max)."""
+    c = exp.cpu
+    for i, t in enumerate(job.tasks):
+        for name in ("min_millicores", "max_millicores"):
+            value = getattr(t, name)
+            if value is None:
+                continue
+            k = (value - c.min_millicores) / c.step_millicores
+            if not (c.min_millicores <= value <= c.max_millicores and abs(k - round(k)) < 1e-9):
+                raise InputError(
+                    f"task '{t.name}': expected {name} on the experiment's CPU grid ({c.min_millicores:g} to "
+                    f"{c.max_millicores:g} in steps of {c.step_millicores:g}), got {value:g}",
+                    path=job.path,
+                    field=f"task[{i}].{name}",
+                )
 
 
 def _check_inside_profile(exp: Experiment, profile: Profile) -> None:

@@ -61,7 +61,7 @@ def run_strategy(scen: Scenario, strategy: str, mode: str) -> StrategyResult:
             exp = scen.experiment
             refuse_offline(planner, "online = true" if exp.online else "learn = true")
             ctx, predictions = step_predictions(scen, mode)
-            executor = SimulatedExecutor(scen.actual, scen.actual_workloads, ctx.penalty_s)
+            executor = SimulatedExecutor(scen.actual, scen.actual_workloads, ctx.penalty_s, ctx.structure)
             return run_loop(planner, ctx, executor, mode=mode, predictions=predictions, task_names=scen.task_names)
         return simulate(planner, ctx, scen.actual, mode, scen.actual_workloads)
     except InputError as exc:
@@ -100,7 +100,7 @@ def run_on_cluster(scen: Scenario, strategy: str, mode: str) -> StrategyResult:
         if not one_pool:  # a planner that moves tasks tells the executor where (planners/placement_mpc.py)
             run = {"cluster": scen.cluster, "recreate_s": recreate_s, "inner": exp.planner.allocator}
             ctx.extras[CLUSTER_RUN] = run
-        inner = SimulatedExecutor(scen.actual, scen.actual_workloads, ctx.penalty_s)
+        inner = SimulatedExecutor(scen.actual, scen.actual_workloads, ctx.penalty_s, ctx.structure)
         executor = ClusterExecutor(inner, scen.cluster, scen.cpu, in_place_s, recreate_s, run)
         result = run_loop(planner, ctx, executor, mode=mode, predictions=predictions, task_names=scen.task_names)
     except InputError as exc:

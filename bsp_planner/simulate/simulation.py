@@ -30,6 +30,6 @@ def simulate(
 
     if workloads is None:
         workloads = np.zeros((actual.shape[0], actual.shape[2]))
-    result = run_loop(planner, ctx, SimulatedExecutor(actual, workloads, ctx.penalty_s), mode=mode)
+    result = run_loop(planner, ctx, SimulatedExecutor(actual, workloads, ctx.penalty_s, ctx.structure), mode=mode)
     result.notes.pop("reconfigure_s", None)  # always reconfigured * penalty_s here
     return result
