@@ -90,7 +90,7 @@ class _AR:
 
 class OnlineSelectForecaster(PointForecaster):
     """See the module's notes. `first_observed`: rows of the series before it that are not observations
-    (an unseeded run's placeholder rows), never fitted on."""
+    (an unseeded run's placeholder rows), never fitted on; `refit_phase`: see __init__."""
 
     name = "online-select"
     settings_type: ClassVar[type[ForecasterSettings]] = OnlineSelectSettings
@@ -98,6 +98,9 @@ class OnlineSelectForecaster(PointForecaster):
     def __init__(self, *args: Any, **kw: Any) -> None:
         super().__init__(*args, **kw)
         self.first_observed = 0
+        # Steps by which its refits lag the first one's rhythm: tasks given different phases refit on
+        # different steps, so one step pays for one task's refit instead of every task's.
+        self.refit_phase = 0
         self._fits: dict = {}
         self._forecasts: dict = {}
         self.chosen: list[str] = []  # the candidate of every forecast made, for reports and tests
@@ -112,7 +115,8 @@ class OnlineSelectForecaster(PointForecaster):
     def _refit_point(self, o: int) -> int:
         s = self.settings
         first = self.first_observed + s.min_history_steps
-        return first + ((o - first) // s.refit_every_steps) * s.refit_every_steps
+        shifted = first + self.refit_phase
+        return max(first, shifted + ((o - shifted) // s.refit_every_steps) * s.refit_every_steps)
 
     def _fitted(self, series: np.ndarray, r: int) -> dict[str, Any]:
         """The candidates fitted on the fit window before r (persistence needs no fit)."""

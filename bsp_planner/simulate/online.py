@@ -24,6 +24,7 @@ import numpy as np
 
 from ..core.errors import InputError
 from ..forecasting.base import Forecaster
+from ..forecasting.online_select import OnlineSelectForecaster
 from ..inputs.series import JobSeries
 
 
@@ -203,12 +204,13 @@ def unseeded_online_forecasts(
         )
     mid = sum(workload_range) / 2
     forecasters, histories = [], []
-    for _ in range(n_tasks):
+    for i in range(n_tasks):
         f = _make(cls, horizon, 1, settings)
         seed = np.full(f._min_origin() + horizon, mid)
         f.fit(seed)
-        if hasattr(f, "first_observed"):
+        if isinstance(f, OnlineSelectForecaster):
             f.first_observed = len(seed)
+            f.refit_phase = i % f.settings.refit_every_steps
         forecasters.append(f)
         histories.append(seed)
     return OnlineForecasts.seeded(forecasters, histories, horizon, f"{name} (online, from the reports)")
