@@ -50,6 +50,10 @@ def earlier(tmp_path, experiment, monkeypatch, capsys):
         (["--penalty", "-1"], ["--penalty", "penalty_s", ">= 0"]),
         (["--set", "planner.discount=inf"], ["--set", "planner.discount"]),
         (["--steps", "0"], ["--steps", "field 'steps'", ">= 1"]),
+        (["--set", "forecast.online_min_history_steps=3"], ["--set", "forecast.online_min_history_steps", ">= 4"]),
+        (["--set", "forecast.online_refit_every_steps=0"], ["--set", "forecast.online_refit_every_steps", ">= 1"]),
+        (["--set", "forecast.online_select_window_steps=x"], ["--set", "forecast.online_select_window_steps"]),
+        (["--set", "forecast.online_fit_window_steps=2.5"], ["--set", "forecast.online_fit_window_steps"]),
     ],
 )
 def test_non_finite_and_out_of_range_flags_leave_earlier_results_intact(
@@ -61,6 +65,16 @@ def test_non_finite_and_out_of_range_flags_leave_earlier_results_intact(
     for n in needles:
         assert n in err, err
     assert snapshot(out) == before
+
+
+def test_a_bad_online_forecast_setting_in_the_file_names_the_file_and_field(
+    tmp_path, synthetic_profile, monkeypatch, capsys
+):
+    exp = write_experiment(tmp_path, synthetic_profile)
+    exp.write_text(exp.read_text().replace("[forecast]", "[forecast]\nonline_refit_every_steps = -2", 1))
+    code, out, err = run_cli(["simulate", exp, "-q"], monkeypatch, capsys)
+    assert code == 2 and "exp.toml" in err and "forecast.online_refit_every_steps" in err and ">= 1" in err, err
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "out").exists()
 
 
 def test_nan_in_an_experiment_file_names_the_file(tmp_path, synthetic_profile, monkeypatch, capsys):

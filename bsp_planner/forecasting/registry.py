@@ -54,6 +54,7 @@ FORECASTERS.register("persistence", "bsp_planner.forecasting.baselines:Persisten
 FORECASTERS.register("seasonal-naive", "bsp_planner.forecasting.baselines:SeasonalNaiveForecaster")
 FORECASTERS.register("seasonal-naive-weekly", "bsp_planner.forecasting.baselines:WeeklySeasonalNaiveForecaster")
 FORECASTERS.register("mstl", "bsp_planner.forecasting.statistical:MSTLForecaster")
+FORECASTERS.register("online-select", "bsp_planner.forecasting.online_select:OnlineSelectForecaster")
 FORECASTERS.register("gbm", "bsp_planner.forecasting.gbm:GBMForecaster")
 FORECASTERS.register("ensemble", "bsp_planner.forecasting.ensemble:EnsembleForecaster")
 FORECASTERS.register("ensemble-fit", "bsp_planner.forecasting.ensemble:FittedEnsembleForecaster")

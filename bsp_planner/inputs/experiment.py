@@ -27,7 +27,9 @@ length_punishment = 1.0
 dp_max_segment = 40
 
 [forecast]
-source = "seasonal-naive"   # a forecaster name, or a folder of forecast CSVs
+source = "seasonal-naive"   # a forecaster name, or a folder of forecast CSVs (unnamed: seasonal-naive,
+                            # online-select for observed tasks, with online_min_history_steps = 24,
+                            # online_refit_every_steps = 5, online_select_window_steps = 8, online_fit_window_steps = 240)
 horizon = 20                # columns of the forecast matrix
 # actual = "traces/run-1"   # replay actual workloads from a folder instead of the job's series
 
@@ -118,9 +120,30 @@ class InterferenceSettings:
 
 @dataclass
 class ForecastSettings:
-    source: str = "seasonal-naive"
+    """source: a forecaster's name or a folder of forecast files; None (not named): `seasonal-naive` for
+    tasks with a series, `online-select` for tasks whose workloads are only observed during the run.
+    The online_* fields are the `online-select` forecaster's (see forecasting/online_select.py)."""
+
+    source: str | None = None
     horizon: int = setting(20, ge=1)
     actual: str | None = None
+    online_min_history_steps: int = setting(24, ge=4)  # observed steps before any model but persistence
+    online_refit_every_steps: int = setting(5, ge=1)
+    online_select_window_steps: int = setting(8, ge=1)  # past one-step errors the choice reads
+    online_fit_window_steps: int = setting(240, ge=8)  # most recent steps one fit reads
+
+    def source_for(self, observed: bool) -> str:
+        """The forecast source used: the named one, else the default for series or observed tasks."""
+        return self.source or ("online-select" if observed else "seasonal-naive")
+
+    def online_select_settings(self) -> dict:
+        """The `online-select` forecaster's settings from these fields."""
+        return {
+            "min_history_steps": self.online_min_history_steps,
+            "refit_every_steps": self.online_refit_every_steps,
+            "select_window_steps": self.online_select_window_steps,
+            "fit_window_steps": self.online_fit_window_steps,
+        }
 
 
 @dataclass

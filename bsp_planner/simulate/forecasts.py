@@ -2,7 +2,8 @@
 
 `perfect`: the truth (the planner's model at the actual workloads). `forecast`: a forecast file or a
 forecaster run before the job (`forecasting/provider.py`), or, with `online = true`, a forecaster that
-predicts before every step from the history observed so far (`online.py`). Predictions are either one
+predicts before every step from the history observed so far (`online.py`; unless the experiment names one,
+`online-select` for tasks whose workloads are only observed). Predictions are either one
 fixed array (steps, tasks, levels, H) or, for online and learning runs, a source from which each run makes
 its rows step by step (`predictions.py`).
 """
@@ -63,12 +64,14 @@ def _perfect(inputs: ScenarioInputs, durations: ScenarioDurations) -> ModePredic
 def _forecast(inputs: ScenarioInputs, durations: ScenarioDurations) -> ModePredictions:
     exp, job_series = inputs.experiment, inputs.job_series
     h = exp.forecast.horizon
+    source = exp.forecast.source_for(observed=job_series is None)
     if exp.online:  # no forecast file: a forecaster predicts before every step from the history observed so far
+        settings = exp.forecast.online_select_settings()
         if job_series is None:  # no history: forecasters seeded with the middle of the range follow the reports
-            online = unseeded_online_forecasts(exp.forecast.source, len(inputs.job.tasks), h, exp.workload_range)
+            online = unseeded_online_forecasts(source, len(inputs.job.tasks), h, exp.workload_range, settings=settings)
         else:
             online = online_forecasts(
-                exp.forecast.source, job_series, exp.start, h, base_dir=exp.resolve("."), job=inputs.job
+                source, job_series, exp.start, h, base_dir=exp.resolve("."), job=inputs.job, settings=settings
             )
         return ModePredictions(online.label, h, step_source=("online", online))
     if job_series is None:
@@ -78,7 +81,7 @@ def _forecast(inputs: ScenarioInputs, durations: ScenarioDurations) -> ModePredi
             path=exp.path,
             field="modes",
         )
-    fc, label = forecast_matrix(exp.forecast.source, job_series, exp.start, exp.steps, h, base_dir=exp.resolve("."))
+    fc, label = forecast_matrix(source, job_series, exp.start, exp.steps, h, base_dir=exp.resolve("."))
     warn_if_far_outside(fc, exp.workload_range, label, job_series.task_names)
     fc = np.clip(fc, *exp.workload_range)
     if exp.learn:  # learning on fixed forecasts: rows still made step by step, by the learning model

@@ -24,6 +24,7 @@ import numpy as np
 
 from ..core.errors import InputError
 from ..forecasting.base import Forecaster
+from ..forecasting.online_select import OnlineSelectForecaster
 from ..inputs.series import JobSeries
 
 
@@ -109,11 +110,13 @@ def online_forecasts(
     base_dir: Path | None = None,
     job=None,
     say=None,
+    settings: dict | None = None,
 ) -> OnlineForecasts:
     """Fitted forecasters for every task with the history before step `start` of the test halves.
 
     source: a forecaster's name (or "default"); a folder of forecast files is refused: its forecasts
-    were made before the run, not from what it observes.
+    were made before the run, not from what it observes. settings: the `online-select` forecaster's
+    (the experiment's forecast.online_* fields), ignored by the others.
     """
     from ..forecasting.provider import ALIASES, _say
     from ..forecasting.registry import FORECASTERS
@@ -134,7 +137,7 @@ def online_forecasts(
         # As the offline baselines: the rows are consecutive steps (gaps ignored), fitted on the training half.
         for i, s in enumerate(job_series.series):
             history = job_series.history_workloads(i)
-            f = cls(horizon=horizon, period=s.period_steps)
+            f = _make(cls, horizon, s.period_steps, settings)
             need = f._min_origin() + horizon
             if s.n_train < need:
                 raise InputError(
@@ -173,13 +176,20 @@ def _learned_histories(name, job_series, start, horizon, *, base_dir, job, say) 
     return out
 
 
+def _make(cls, horizon: int, period: int, settings: dict | None) -> Forecaster:
+    """A forecaster of class cls; the `online-select` one with the experiment's settings for it."""
+    if cls.name != "online-select":
+        return cls(horizon=horizon, period=period)
+    return cls(horizon=horizon, period=period, settings=cls.settings_type.from_dict(settings or {}))
+
+
 def unseeded_online_forecasts(
-    source: str, n_tasks: int, horizon: int, workload_range: tuple[float, float]
+    source: str, n_tasks: int, horizon: int, workload_range: tuple[float, float], *, settings: dict | None = None
 ) -> OnlineForecasts:
     """Online forecasters for tasks with no history (a job whose workloads only its tasks know): each
     is seeded with the middle of `workload_range` for as many steps as it needs, so the first forecasts
-    are that middle and every later one follows the workloads the tasks report. Forecasters that must
-    be trained on a history (lstm) are refused."""
+    are that middle and every later one follows the workloads the tasks report (`online-select` fits
+    nothing on those seed rows). Forecasters that must be trained on a history (lstm) are refused."""
     from ..forecasting.provider import ALIASES
     from ..forecasting.registry import FORECASTERS
 
@@ -194,10 +204,13 @@ def unseeded_online_forecasts(
         )
     mid = sum(workload_range) / 2
     forecasters, histories = [], []
-    for _ in range(n_tasks):
-        f = cls(horizon=horizon, period=1)
+    for i in range(n_tasks):
+        f = _make(cls, horizon, 1, settings)
         seed = np.full(f._min_origin() + horizon, mid)
         f.fit(seed)
+        if isinstance(f, OnlineSelectForecaster):
+            f.first_observed = len(seed)
+            f.refit_phase = i % f.settings.refit_every_steps
         forecasters.append(f)
         histories.append(seed)
     return OnlineForecasts.seeded(forecasters, histories, horizon, f"{name} (online, from the reports)")
