@@ -184,18 +184,32 @@ def test_the_wheels_raw_helics_broker_runs_as_a_service(tmp_path, zk_server, cre
     wrapped = '["{python}", "-m", "bsp_planner.apps.helics.broker", "--federates", "4", "--port", "{port}"]'
     raw = f'["{broker}", "-f", "4", "--coretype=zmq", "--local_interface=tcp://127.0.0.1", "--port", "{{port}}"]'
     assert wrapped in job.read_text()
-    job.write_text(job.read_text().replace(wrapped, raw))  # it exits 0 when the federation has finished
+    text = job.read_text().replace(wrapped, raw)  # it exits 0 when the federation has finished
+    # each federate's process lingers 2 s after the federation ended (as a federate writing its results
+    # would), so the run is still waiting for its tasks when the broker's end is seen
+    linger = 'process = ["/bin/sh", "-c", "\\"$0\\" \\"$@\\"; code=$?; sleep 2; exit $code", '
+    assert text.count('process = ["{python}"') == 4
+    # the federation runs 3 steps, the run allows 10: it ends when the federation does
+    text = text.replace('"--steps", "30"', '"--steps", "3"')
+    job.write_text(text.replace('process = ["{python}"', linger + '"{python}"'))
+    meta_file = tmp_path / "exp" / "profile" / "profile.meta.json"  # the profile timed the same programs
+    meta = json.loads(meta_file.read_text())
+    for t in meta["tasks"].values():
+        argv = ["3" if i and t["process"][i - 1] == "--steps" else a for i, a in enumerate(t["process"])]
+        t["process"] = ["/bin/sh", "-c", '"$0" "$@"; code=$?; sleep 2; exit $code', *argv]
+    meta_file.write_text(json.dumps(meta))
     run_id = "helics-raw-broker"
     code, out, err = run_cli(
         [
             "run", "--experiment", exp, "--planner", "even", "--online", "--reconfigure", "in-place",
-            "--steps", 3, "--zookeeper", zk_server.hosts, "--zk-auth-file", creds_file,
+            "--steps", 10, "--zookeeper", zk_server.hosts, "--zk-auth-file", creds_file,
             "--runs-dir", tmp_path / "runs", "--run-id", run_id, "--cgroup-prefix", PREFIX,
-            "--step-timeout", 120, "--quiet",
+            "--step-timeout", 120,
         ],
         monkeypatch,
         capsys,
     )  # fmt: skip
     assert code == 0, (out, err)
     assert logged_steps(tmp_path / "runs" / run_id) == [0, 1, 2]
+    assert "service broker ended (exit code 0)" in out + err  # seen while the run still waited for its tasks
     assert_nothing_left(run_id)

@@ -167,8 +167,9 @@ class Services:
         return f"; the end of its log:\n{text}" if text else " (it printed nothing)"
 
     def check(self, check_stop: Callable[[], None] = lambda: None) -> None:
-        """Called at the coordinator's safe points: a service that exited is restarted (policy "restart",
-        while restarts are left), else the run fails (:class:`ServiceFailed`)."""
+        """Called at the coordinator's safe points: a service that exited with a non-zero status is restarted
+        (policy "restart", while restarts are left), else the run fails (:class:`ServiceFailed`); one that
+        exited with status 0 is noted as ended (`ended`, `driver_ended`), judged later by step_started."""
         if self._starting:
             return
         for name in list(self.running):
