@@ -223,6 +223,8 @@ def test_a_relative_script_argument_resolves_against_the_job_file(tmp_path):
         ('name = "s"\ncommand = ["x"]\nready_timeout_s = 0', "service[0].ready_timeout_s", "> 0"),
         ('name = "s"\ncommand = ["x"]\non_failure = "retry"', "service[0].on_failure", "fail, restart"),
         ('name = "s"\ncommand = ["x"]\nmax_restarts = -1', "service[0].max_restarts", ">= 0"),
+        ('name = "s"\ncommand = ["x"]\nends_run = "yes"', "service[0].ends_run", "true or false"),
+        ('name = "s"\ncommand = ["x"]\nends_run = 1', "service[0].ends_run", "true or false"),
         ('name = "s"\ncommand = ["x"]\nenv = { "A B" = "1" }', "service[0].env", "environment variable names"),
         ('name = "s"\ncommand = ["x"]\nenv = { A = 1 }', "service[0].env", "a table of str values"),
         ('name = "s"\ncommand = ["x", "{port:nobody}"]', "service[0].command", "{port:nobody} names no task"),

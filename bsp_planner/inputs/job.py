@@ -49,6 +49,7 @@ stopped after them, never given a CPU quota or a workload::
     ready_timeout_s = 30                  # optional
     env = { LOG_LEVEL = "warning" }       # optional
     on_failure = "fail"                   # or "restart" (up to max_restarts, default 3)
+    ends_run = false                      # true: the application's driver; its exit with status 0 ends the run
 
 On Kubernetes a command or process task may name its container image (``image = "registry/app:1.2"``):
 the task's pod runs that image, and its `command`/`process` paths are the image's (never resolved
@@ -177,6 +178,7 @@ class Service:
     env: dict[str, str] = field(default_factory=dict)
     on_failure: str = "fail"  # "fail": the run fails; "restart": restarted, up to max_restarts times
     max_restarts: int = 3
+    ends_run: bool = False  # the application's driver: its exit with status 0 is the application's end
 
     def args(self, values: dict[str, str]) -> list[str]:
         return [substitute(a, values) for a in self.command]
@@ -254,6 +256,7 @@ def load_job(path: str | Path) -> Job:
             env=dict(sv.env),
             on_failure=sv.on_failure,
             max_restarts=sv.max_restarts,
+            ends_run=sv.ends_run,
         )
         for sv in spec.service
     )

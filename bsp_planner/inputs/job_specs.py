@@ -167,6 +167,7 @@ class ServiceSpec:
     env: dict[str, str] = setting(default_factory=dict)
     on_failure: str = setting("fail", choices=("fail", "restart"))
     max_restarts: int = setting(3, ge=0)
+    ends_run: bool = setting(False)  # the application's driver: its exit with status 0 ends the run
 
     def check(self, i: int, path: str | Path | None, taken: list[str]) -> None:
         """A runnable command and a sound readiness check; `taken`: the names of the tasks and services before it."""

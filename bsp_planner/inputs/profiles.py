@@ -214,6 +214,35 @@ def warn_non_monotone(tasks: dict[str, TaskProfile], path: Path | None) -> None:
             )
 
 
+def this_cpu_model() -> str | None:
+    """This host's processor model as /proc/cpuinfo names it (what the profiler records as `cpu_model`);
+    None where it does not say."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return None
+    return next((ln.split(":", 1)[1].strip() for ln in text.splitlines() if ln.lower().startswith("model name")), None)
+
+
+def warn_if_other_processor(profile_path: str | Path) -> None:
+    """Warn (one line) when the profile's metadata says it was measured on another processor model than
+    this host's: its durations may be off here by tens of percent. Silent where either is unknown."""
+    meta_file = metadata_path(profile_path)
+    try:
+        measured_on = json.loads(meta_file.read_text()).get("cpu_model")
+    except (OSError, ValueError, AttributeError):
+        return
+    here = this_cpu_model()
+    if isinstance(measured_on, str) and here is not None and measured_on.strip() != here:
+        warnings.warn(
+            f"{meta_file}: the profile was measured on a {measured_on!r} processor, this host has {here!r}; its "
+            "durations may be off here: let the model learn from the steps (--learn) or re-measure the profile "
+            "on this host (`bsp-planner profile run`)",
+            InputWarning,
+            stacklevel=2,
+        )
+
+
 def read_metadata(profile_path: str | Path) -> dict:
     """The profile's `<stem>.meta.json` ({} if there is none); a damaged one is an InputError."""
     meta_file = metadata_path(profile_path)

@@ -390,16 +390,19 @@ def _show(console: Console, coord: Coordinator) -> None:
     sm = coord.summary
     if not sm:
         return
-    print_table(
-        sm["rows"], console, title=f"{coord.run_id}: live vs simulated, {sm['steps_done']} of {sm['steps']} steps"
-    )
+    print_table(sm["rows"], console, title=f"{coord.run_id}: live vs simulated, steps: {sm['steps_note']}")
     console.print(
         f"total: live {sm['live_total_s']:.2f} s, simulated {sm['simulated_total_s']:.2f} s ({sm['total_error_pct']:+.1f}%); "
         f"with measured reconfiguration cost {sm['simulated_total_measured_penalty_s']:.2f} s "
         f"({sm['total_error_measured_penalty_pct']:+.1f}%); "
-        f"per-step error mean |.| {sm['step_error_pct']['mean_abs']:.1f}%; barrier overhead mean "
-        f"{1e3 * sm['barrier_s']['mean']:.1f} ms; "
-        f"{sm['reconfigurations']} reconfiguration(s), mean {sm['reconfig_s_mean']:.3f} s",
+        f"per-step error mean |.| {sm['step_error_pct']['mean_abs']:.1f}%; "
+        + (
+            f"barrier overhead mean {1e3 * sm['barrier_s']['mean']:.1f} ms; "
+            if "barrier_s" in sm
+            else f"report-to-notice mean {1e3 * sm['report_to_notice_s']['mean']:.1f} ms; "
+        )
+        + (f"decision latency p95 {1e3 * d['p95']:.1f} ms; " if (d := sm.get("decision_latency_s")) else "")
+        + f"{sm['reconfigurations']} reconfiguration(s), mean {sm['reconfig_s_mean']:.3f} s",
         highlight=False,
     )
 

@@ -37,6 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from ..core.errors import InputError
+from ..inputs.profiles import warn_if_other_processor
 from ..inputs.shipped import data_path
 from ..zk.credentials import run_credentials, worker_auth_env
 from ..zk.schema import DEFAULT_PARENT, RunPaths, run_value
@@ -108,6 +109,7 @@ class Coordinator(RunPlanning):
         self.instance = secrets.token_hex(8)  # names this coordinator in its ZooKeeper lock and run.json
         self.stop_requested = threading.Event()
         self.services: Services | None = None
+        self.application_length: int | None = None  # steps the application ran, where it ended on its own
 
     def request_stop(self) -> bool:
         """Ask a running coordinator to stop as Ctrl-C does (resumable, exit 3), at its next safe point: between
@@ -211,6 +213,8 @@ class Coordinator(RunPlanning):
         self._plan_on_nodes()  # the planning context on the run's nodes (the experiment's, or the backend's)
         if s.backend == "local" and (note := period_mismatch(self.exp, s.cfs_period_us)):
             self.say(note)
+        if s.backend == "local":  # the tasks run on this host's processor
+            warn_if_other_processor(self.exp.profile_path)
         caps = self.backend.capabilities()
         # process tasks keep their state in memory: in place by default, never recreated unless restorable
         s.reconfigure = resolve_reconfigure(
@@ -288,6 +292,7 @@ class Coordinator(RunPlanning):
             run_id=self.run_id,
             run_dir=str(self.run_dir.resolve()),
             check_stop=self._check_stop,
+            driver_ended=lambda: self.services.driver_ended if self.services else None,
         )
         return loop, records, runlog
 
@@ -372,6 +377,8 @@ class Coordinator(RunPlanning):
             if not self.settings.keep_zk:
                 self.session.delete_tree(self.paths.root)
             status = "finished"
+            # fewer steps than the experiment's `steps`: the application ended on its own (its own length)
+            self.application_length = len(records) if len(records) < self.exp.steps else None
         except (ZkUnavailable, TaskLost, KeyboardInterrupt, RunStoreUnwritable) as exc:
             status = "interrupted"
             why = "interrupted (Ctrl-C or SIGTERM)" if isinstance(exc, KeyboardInterrupt) else str(exc)

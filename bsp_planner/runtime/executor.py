@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -28,6 +29,19 @@ from .backends import Backend, WorkerLaunch
 from .own_share import RunGroupMembership
 from .run_settings import RunSettings
 from .worker import EXIT_INPUT, EXIT_STRESS
+
+# after the driver's end, how long the tasks may take to report the step they were in, or to exit
+DRIVER_GRACE_S = 5.0
+
+
+def ended_how(exit_code: int | None) -> str:
+    """How a task's program ended, as a user reads it: "exited with code 3", or "was killed by SIGKILL
+    (signal 9)" where it died of a signal (Popen's negative code, or a shell's 128 + N is left as it is)."""
+    if exit_code is not None and exit_code < 0:
+        with contextlib.suppress(ValueError):
+            return f"was killed by {signal.Signals(-exit_code).name} (signal {-exit_code})"
+        return f"was killed by signal {-exit_code}"
+    return f"exited with code {exit_code}"
 
 
 class RunFailed(Exception):
@@ -65,10 +79,14 @@ class LiveExecutor:
     run_id: str = ""
     run_dir: str = ""
     check_stop: Callable[[], None] = lambda: None
+    # when the application's driver (a service with ends_run = true) ended with status 0 (time.time()), else None
+    driver_ended: Callable[[], float | None] = lambda: None
     # per task: its port, the run's ports, the job's folder (placeholders)
     task_env: dict[str, dict[str, str]] = field(default_factory=dict)
     levels_now: dict[str, int] = field(default_factory=dict, init=False)
     last_methods: dict[str, str] = field(default_factory=dict, init=False)  # task -> how it last changed
+    # task -> when its new quota was in place (time.time(), the tasks' clock), for the last reconfiguration
+    quota_at: dict[str, float] = field(default_factory=dict, init=False)
     # the coordinator's CPU share while the tasks saturate the CPUs
     own_share: RunGroupMembership = field(default_factory=RunGroupMembership, init=False)
 
@@ -154,7 +172,7 @@ class LiveExecutor:
                     pending.discard(t)
                 elif st.alive is False:
                     raise RunFailed(
-                        f"task {t}'s worker exited with code {st.exit_code} while starting:\n{self.backend.log_tail(t)}"
+                        f"task {t}'s worker {ended_how(st.exit_code)} while starting:\n{self.backend.log_tail(t)}"
                     )
             if time.monotonic() > deadline:
                 raise RunFailed(
@@ -181,6 +199,7 @@ class LiveExecutor:
         """Apply a new configuration to the tasks whose CPU changes; (real seconds it took, tasks)."""
         new = {t: int(levels[i]) for i, t in enumerate(self.tasks)}
         changed = [t for t in self.tasks if self.levels_now[t] != new[t]]
+        self.quota_at = {}
         if not changed:
             return 0.0, []
         t0 = time.perf_counter()
@@ -191,11 +210,13 @@ class LiveExecutor:
             # shrink first, so that the sum of the quotas never exceeds the budget in between
             for t in sorted(changed, key=lambda t: new[t] - self.levels_now[t]):
                 self.backend.resize_task(t, self.cpu_of(new[t]))
+                self.quota_at[t] = time.time()
         else:
             for t in changed:
                 self.backend.recreate_task(self._launch(t), self.cpu_of(new[t]))
             self.save_incarnations(self.incarnation)
             self._wait_ready(changed, next_step)
+            self.quota_at = dict.fromkeys(changed, time.time())
         self.levels_now |= {t: new[t] for t in changed}
         # how each task really changed: the run's method, unless the backend fell back (a refused resize)
         self.last_methods = {t: str(self.settings.reconfigure) for t in changed}
@@ -258,6 +279,9 @@ class LiveExecutor:
         def interrupt():
             self.check_stop()
             self.relock()
+            driver_ended = self.driver_ended()
+            if driver_ended is not None:
+                self._after_driver(t, driver_ended)
             for task in self.tasks:
                 st = self.backend.poll_task(task)
                 dead = st.alive is False
@@ -271,12 +295,12 @@ class LiveExecutor:
                     continue
                 if task in self.processes and st.exit_code == 0 and s.exists(self.paths.result(task, t)):
                     continue  # it reported step t (observe mode: perhaps its last) and ended normally
-                if observe and task in self.processes and st.exit_code == 0:
+                if (observe or driver_ended is not None) and task in self.processes and st.exit_code == 0:
                     left.add(task)  # the application ended on its own after its last step
                     continue
                 if task in self.processes:  # its state is gone with it: a restart is a resume, not a retry
                     raise RunFailed(
-                        f"task {task}'s process exited with code {st.exit_code} in step {t} (it keeps its state in "
+                        f"task {task}'s process {ended_how(st.exit_code)} in step {t} (it keeps its state in "
                         f"memory, so it is not restarted mid-run); its log ends with:\n{self.backend.log_tail(task)}"
                     )
                 if st.exit_code in (EXIT_INPUT, EXIT_STRESS):
@@ -316,6 +340,22 @@ class LiveExecutor:
 
         released = s.wait_for(check, None, interrupt=interrupt, tick_s=0.05)
         return StepOutcome(released, restarts)
+
+    def _after_driver(self, t: int, ended_at: float) -> None:
+        """The application's driver ended while the coordinator waits for step t: the application ended
+        after step t - 1 if no task reports step t (once every task has exited, or after DRIVER_GRACE_S);
+        a step some tasks reported and others did not within DRIVER_GRACE_S fails the run."""
+        s = self.session
+        reported = [task for task in self.tasks if s.exists(self.paths.result(task, t))]
+        late = time.time() - ended_at > DRIVER_GRACE_S
+        if not reported and (late or all(self.backend.poll_task(task).alive is False for task in self.tasks)):
+            raise StepsEnded(t)
+        if reported and late:
+            missing = [task for task in self.tasks if task not in reported]
+            raise RunFailed(
+                f"the application's driver service ended (ends_run = true) during step {t}, which "
+                f"{', '.join(reported)} reported but {', '.join(missing)} did not within {DRIVER_GRACE_S:g} s"
+            )
 
     def results(self, t: int) -> list[dict]:
         """Every task's report of step t, in the tasks' order; asked for all at once (pipelined: one round

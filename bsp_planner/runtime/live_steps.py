@@ -23,7 +23,7 @@ import numpy as np
 from ..loop import InvalidDecision, StepObservation
 from .executor import LiveExecutor, RunFailed
 from .run_store import RunStoreUnwritable
-from .runlog import RunLog, effective_workloads, step_record
+from .runlog import RunLog, effective_workloads, quota_timing, step_record
 
 
 @dataclass(frozen=True)
@@ -86,12 +86,25 @@ class LiveSteps:
     before_reconfigure: Callable[[], None]
     say: Callable[[str], None]
     planner_name: str = "planner"
+    # step_ran(step, started_at): step ran, its first task starting at started_at (time.time(); the
+    # publication where the tasks report no start): a service that ended before then is judged (services.py)
+    step_ran: Callable[[int, float], None] = lambda step, started_at: None
     previous_end: float | None = field(default=None, init=False)  # observe mode: the last step's end, tasks' clocks
     start_s: float | None = field(default=None, init=False)  # the seconds the workers took to start (first_step)
+    # (step, {task: time.time() its quota for that step was in place}) of the last reconfiguration
+    quota_at: tuple[int, dict[str, float]] = field(default=(-1, {}), init=False)
 
     @property
     def n_tasks(self) -> int:
         return len(self.executor.tasks)
+
+    def started_what(self) -> str:
+        """What starting the tasks started: "3 processes" (a process task is the user's own program),
+        "2 workers" (a worker runs a stressor or a command each step), or both."""
+        programs = sum(t in self.executor.processes for t in self.executor.tasks)
+        workers = self.n_tasks - programs
+        kinds = [(programs, "process", "processes"), (workers, "worker", "workers")]
+        return " and ".join(f"{n} {one if n == 1 else many}" for n, one, many in kinds if n)
 
     def method(self, step: int, reconfigured: bool) -> str | None:
         """How step's configuration was put in place, as it really happened: 'start' at the first step
@@ -113,19 +126,20 @@ class LiveSteps:
         if step == self.first_step:
             self.start_s = start_s = self.executor.start_all(levels, step)
             self.say(
-                f"started {self.n_tasks} workers in {start_s:.2f} s" + (f" (resuming at step {step})" if step else "")
+                f"started {self.started_what()} in {start_s:.2f} s" + (f" (resuming at step {step})" if step else "")
             )
             # a resumed run whose configuration changed here started its workers under it: the change cost
             # their start (method() says so), not a resize
             return start_s if reconfigure else 0.0
         self.before_reconfigure()
         seconds, _ = self.executor.reconfigure(levels, step)
+        self.quota_at = (step, dict(self.executor.quota_at))
         return seconds
 
     def observe(self, step: int) -> LiveObservation:
         ex = self.executor
         given = np.asarray(self.given_workloads(step), dtype=np.float64)
-        t_pub = time.perf_counter()
+        t_pub, published_at = time.perf_counter(), time.time()
         fresh = ex.publish(step, given, self.workload_range)
         published = time.perf_counter()
         # the barrier of two steps back is no longer read by anyone: removed while the tasks compute, off
@@ -134,6 +148,8 @@ class LiveSteps:
         outcome = ex.wait_step(step)
         wall_s = time.perf_counter() - t_pub
         reports = ex.results(step)
+        starts = [float(r["started_at"]) for r in reports if "started_at" in r]
+        self.step_ran(step, min(starts) if len(starts) == len(reports) else published_at)
         step_s = wall_step_s(wall_s, reports, not fresh)
         clocked = clock_step_s(reports, self.previous_end) if ex.sync == "observe" else None
         if clocked is not None:  # the tasks ran the step before the coordinator saw it: their clocks tell
@@ -146,6 +162,7 @@ class LiveSteps:
             "restarts": outcome.restarts,
             "resumed": not fresh,
             "given": given,
+            "quota_at": self.quota_at[1] if self.quota_at[0] == step else {},
         }
         return LiveObservation(obs.step, obs.duration_s, obs.workloads, obs.step_s, obs.next_workloads, details)
 
@@ -164,6 +181,7 @@ def run_logged(run, loop, records: list[dict], runlog: RunLog) -> None:
         before_reconfigure=run._relock_if_lost,
         say=run.say,
         planner_name=loop.planner.name,
+        step_ran=lambda step, at: run.services.step_started(step, at, run._check_stop) if run.services else None,
     )
 
     def log_step(step) -> None:
@@ -171,6 +189,7 @@ def run_logged(run, loop, records: list[dict], runlog: RunLog) -> None:
         d = obs.details
         args = (step.action, step.levels, step.reconfigured, step.reconfigure_s, step.decision_ms, obs.step_s)
         rec = step_record(run, t, *args, **d)
+        quota_timing(rec, records[-1] if records else None)
         # what really happened (reconfig_s: its cost): a resumed run's first step started its workers
         rec["reconfig_method"] = steps.method(t, step.reconfigured)
         if t == steps.first_step:

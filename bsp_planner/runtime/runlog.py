@@ -18,7 +18,9 @@ step_s (the step's time: in barrier mode from publishing the step to every task'
 from the previous step's end, or this step's first start, to its last task's end, on the tasks' own
 clocks), predicted_step_s (the model's time of the slowest task at the workloads the tasks ran), slowest_s
 (the slowest measured task), sync_s = step_s - slowest_s, barrier_s (the last task's finish to the
-coordinator's release), restarts, and per task cpu, workload (what the coordinator assigned the task),
+coordinator's release; in observe mode, where there is no barrier, the last report to the coordinator
+noticing the step), restarts, decision_latency_s and previous_quota_share (how late the step's new quotas
+came: `quota_timing`; absent where none changed), and per task cpu, workload (what the coordinator assigned the task),
 observed_workload (what the task reported it ran, where it reported one), predicted and measured duration
 (and, where the task reported them, next_workload, cpu_s, and started_at / finished_at: time.time() on the
 task's clock when its compute started / ended). With a learning model, `learning` holds its
@@ -44,7 +46,7 @@ from ..core.atomic import write_text
 
 STEP_FIELDS = tuple(
     "step action reconfigured reconfig_s decision_ms step_s predicted_step_s slowest_s sync_s barrier_s restarts "
-    "resumed".split()
+    "resumed decision_latency_s previous_quota_share".split()
 )
 TASK_PREFIX = {  # the per-task fields of steps.csv, each column named <prefix>_<task>
     "cpu_millicores": "cpu",
@@ -138,6 +140,7 @@ def step_record(
     restarts,
     resumed,
     given,
+    quota_at: dict[str, float] | None = None,
 ) -> dict:
     """One step's record (see the module docstring); `run` is the coordinator (scen, ctx, tasks, cpu_of);
     step_s: the step's time as the loop observed it (`live_steps.wall_step_s`); reports: each task's
@@ -164,6 +167,7 @@ def step_record(
             "incarnation": r["incarnation"],
             # what the task itself reported (a command's {"workload": ...} line), where it did
             **{k: r[k] for k in ("observed_workload", "next_workload", "cpu_s", "started_at", "finished_at") if k in r},
+            **({"quota_at": quota_at[task]} if quota_at and task in quota_at else {}),
         }
         for i, (task, r) in enumerate(zip(run.tasks, reports, strict=True))
     ]
@@ -184,6 +188,28 @@ def step_record(
         "levels": [int(x) for x in levels],
         "tasks": tasks,
     }
+
+
+def quota_timing(rec: dict, previous: dict | None) -> None:
+    """Add to step record `rec` how late its new quotas came, per task whose quota changed (``quota_at``):
+    ``decision_latency_s``, from the task's own report of the step before (its ``finished_at``) to its new
+    quota in place; ``previous_quota_share``, the fraction of the task's step (``started_at`` to
+    ``finished_at``, its own clock) that ran before then, on the step before's quota (0..1). The step's
+    own ``decision_latency_s`` and ``previous_quota_share`` are the largest of its tasks' (absent where no
+    quota changed, or the tasks report no times)."""
+    before = {x["task"]: x for x in previous["tasks"]} if previous is not None else {}
+    for x in rec["tasks"]:
+        if "quota_at" not in x:
+            continue
+        if "finished_at" in before.get(x["task"], {}):
+            x["decision_latency_s"] = max(0.0, x["quota_at"] - float(before[x["task"]]["finished_at"]))
+        if "started_at" in x and "finished_at" in x and x["finished_at"] > x["started_at"]:
+            late = (x["quota_at"] - x["started_at"]) / (x["finished_at"] - x["started_at"])
+            x["previous_quota_share"] = min(1.0, max(0.0, late))
+    for key in ("decision_latency_s", "previous_quota_share"):
+        values = [x[key] for x in rec["tasks"] if key in x]
+        if values:
+            rec[key] = max(values)
 
 
 def step_chart(records: list[dict], path: Path, title: str = "", penalty_s: float = 0.0) -> None:

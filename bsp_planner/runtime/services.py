@@ -3,9 +3,13 @@
 :class:`Services` starts every service before any task starts, each waited ready in the job's order (a TCP
 port that accepts a connection, or a line of its output matching a regex, within ``ready_timeout_s``),
 watches them while the steps run (:meth:`Services.check`, called at the coordinator's safe points), and
-stops them after the tasks. A service that exits meanwhile is restarted (``on_failure = "restart"``, up to
-``max_restarts`` times) or fails the run (:class:`ServiceFailed`, ``on_failure = "fail"``), naming it with
-the end of its log.
+stops them after the tasks. A service that exits meanwhile with a non-zero status is restarted
+(``on_failure = "restart"``, up to ``max_restarts`` times) or fails the run (:class:`ServiceFailed`,
+``on_failure = "fail"``), naming it with the end of its log. An exit with status 0 is an ending, not a
+failure: a broker ends when its federation has finished. It is held against the run only if a step then
+starts without it (:meth:`Services.step_started`: the application went on, so the policy applies); a
+service declared ``ends_run = true`` (the application's driver) ends the run with it
+(:attr:`Services.driver_ended`, which the executor reads while it waits for a step).
 
 Where a service runs is its backend's :class:`ServiceRunner`. Locally (:class:`LocalServiceRunner`) it is a
 plain process (no CPU quota: it is not a task the plan sizes) in its own session, its output appended to
@@ -88,6 +92,9 @@ class Services:
         self.running: list[str] = []
         self.hosts: dict[str, str] = {}  # {host:NAME} of every service started
         self.restarts: dict[str, int] = {name: 0 for name in self.services}
+        # services that exited with status 0: name -> when it was noticed (time.time(), the tasks' clock)
+        self.ended: dict[str, float] = {}
+        self.driver_ended: float | None = None  # when a service with ends_run = true exited with status 0
         self._starting = False  # check() is called from inside a start's wait (the coordinator's safe points)
 
     def __bool__(self) -> bool:
@@ -160,8 +167,9 @@ class Services:
         return f"; the end of its log:\n{text}" if text else " (it printed nothing)"
 
     def check(self, check_stop: Callable[[], None] = lambda: None) -> None:
-        """Called at the coordinator's safe points: a service that exited is restarted (policy "restart",
-        while restarts are left), else the run fails (:class:`ServiceFailed`)."""
+        """Called at the coordinator's safe points: a service that exited with a non-zero status is restarted
+        (policy "restart", while restarts are left), else the run fails (:class:`ServiceFailed`); one that
+        exited with status 0 is noted as ended (`ended`, `driver_ended`), judged later by step_started."""
         if self._starting:
             return
         for name in list(self.running):
@@ -169,26 +177,50 @@ class Services:
             if code is None:
                 continue
             sv = self.services[name]
-            if sv.on_failure == "restart" and self.restarts[name] < sv.max_restarts:
-                self.restarts[name] += 1
+            if code == 0:  # an ending: judged by whether the application goes on without it (step_started)
+                self.running.remove(name)
+                self.ended[name] = time.time()
+                if sv.ends_run and self.driver_ended is None:
+                    self.driver_ended = self.ended[name]
                 self.say(
-                    f"service {name} exited with code {code}; restarting it ({self.restarts[name]} of "
-                    f"{sv.max_restarts}, max_restarts)"
+                    f"service {name} ended (exit code 0)"
+                    + ("; it drives the application (ends_run = true): the run ends with it" if sv.ends_run else "")
                 )
-                self._start(name, check_stop)
                 continue
-            why = (
-                f"it was restarted {self.restarts[name]} time(s), max_restarts = {sv.max_restarts}"
-                if sv.on_failure == "restart"
-                else 'on_failure = "fail"'
+            self._apply_policy(name, code, "during the run", check_stop)
+
+    def step_started(self, step: int, started_at: float, check_stop: Callable[[], None] = lambda: None) -> None:
+        """Step `step` ran, its first task starting at `started_at` (time.time()): a service that ended
+        (exit 0) before then was not the application's end but a service gone while it still ran, so its
+        policy applies now (restarted, or the run fails)."""
+        for name, ended_at in list(self.ended.items()):
+            if ended_at < started_at and not self.services[name].ends_run:
+                del self.ended[name]
+                self._apply_policy(name, 0, f"before step {step} started", check_stop)
+
+    def _apply_policy(self, name: str, code: int, when: str, check_stop: Callable[[], None]) -> None:
+        sv = self.services[name]
+        if sv.on_failure == "restart" and self.restarts[name] < sv.max_restarts:
+            self.restarts[name] += 1
+            self.say(
+                f"service {name} exited with code {code}; restarting it ({self.restarts[name]} of "
+                f"{sv.max_restarts}, max_restarts)"
             )
-            tail = self._tail(name)
-            self._stop([name])
-            raise ServiceFailed(f"service {name} exited with code {code} during the run ({why}){tail}")
+            self._start(name, check_stop)
+            return
+        why = (
+            f"it was restarted {self.restarts[name]} time(s), max_restarts = {sv.max_restarts}"
+            if sv.on_failure == "restart"
+            else 'on_failure = "fail"'
+        )
+        tail = self._tail(name)
+        self._stop([name])
+        raise ServiceFailed(f"service {name} exited with code {code} {when} ({why}){tail}")
 
     def stop_all(self) -> None:
-        """Stop every service, after the tasks (all at once: SIGTERM or a pod deletion each, then the wait)."""
-        self._stop(self.running[::-1])
+        """Stop every service, after the tasks (all at once: SIGTERM or a pod deletion each, then the wait);
+        those that ended too, for what they left running in their process group (or their pod)."""
+        self._stop(self.running[::-1] + [n for n in self.ended if n not in self.running])
 
     def _stop(self, names: list[str]) -> None:
         if names:

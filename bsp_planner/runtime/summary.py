@@ -89,6 +89,7 @@ def write_summary(run, records: list[dict], prepare_ms: float) -> tuple[dict, di
     learned = [r.get("learned_step_s") for r in records]
     learned_pred = np.array(learned, dtype=np.float64) if all(x is not None for x in learned) else None
     barrier = np.array([r["barrier_s"] for r in records])
+    observe = getattr(run.job, "sync", "barrier") == "observe"
     sync = np.array([r["sync_s"] for r in records])
     live_total = float(step_s.sum() + reconf_s[reconf].sum())
     sim_measured_penalty = float(sim.compute_s + reconf_s[reconf].sum())
@@ -98,7 +99,10 @@ def write_summary(run, records: list[dict], prepare_ms: float) -> tuple[dict, di
         "mode": mode,
         "reconfigure": run.settings.reconfigure,
         "steps_done": k,
-        "steps": run.exp.steps,
+        # the run's length: the application's own where it ended on its own, else the experiment's `steps`
+        "steps": own if (own := getattr(run, "application_length", None)) is not None else run.exp.steps,
+        "steps_bound": run.exp.steps,  # the experiment's `steps`: an upper bound where the application ends itself
+        "steps_note": steps_note(k, run.exp.steps, own),
         "same_plan_as_simulated": bool(np.array_equal(sim.levels, levels)),
         "live_total_s": round(live_total, 4),
         "simulated_total_s": round(sim.total_s, 4),
@@ -110,11 +114,16 @@ def write_summary(run, records: list[dict], prepare_ms: float) -> tuple[dict, di
         "compute_error_pct": round(100 * (step_s.sum() / pred.sum() - 1), 2),
         "step_error_pct": error_pct(step_s, pred),
         "slowest_task_error_pct_mean": round(100 * float(((slow - pred) / pred).mean()), 2),
-        "barrier_s": {
+        # observe mode has no barrier: the same delay is the coordinator noticing the step's last report
+        ("report_to_notice_s" if observe else "barrier_s"): {
             "mean": round(float(barrier.mean()), 5),
             "p95": round(float(np.percentile(barrier, 95)), 5),
             "max": round(float(barrier.max()), 5),
         },
+        "decision_latency_s": spread(
+            [x["decision_latency_s"] for r in records for x in r["tasks"] if "decision_latency_s" in x]
+        ),
+        "previous_quota_share": spread([r["previous_quota_share"] for r in records if "previous_quota_share" in r]),
         "sync_s": {"mean": round(float(sync.mean()), 5), "p95": round(float(np.percentile(sync, 95)), 5)},
         "reconfigurations": int(reconf.sum()),
         "reconfig_s_mean": round(measured_penalty, 4),
@@ -138,7 +147,7 @@ def write_summary(run, records: list[dict], prepare_ms: float) -> tuple[dict, di
         "",
         f"- experiment: {run.inputs['experiment']}",
         f"- job: {run.job.name} ({len(run.tasks)} tasks), planner {name}, {mode} mode, reconfigure {run.settings.reconfigure}",
-        f"- steps: {k} of {run.exp.steps}; same plan as simulated: {'yes' if summary['same_plan_as_simulated'] else 'NO'}",
+        f"- steps: {summary['steps_note']}; same plan as simulated: {'yes' if summary['same_plan_as_simulated'] else 'NO'}",
         f"- total: live {live_total:.3f} s, simulated {sim.total_s:.3f} s (penalty {run.ctx.penalty_s:.4g} s per "
         "reconfiguration) "
         f"-> {summary['total_error_pct']:+.2f}%; with the measured reconfiguration cost: {sim_measured_penalty:.3f} s "
@@ -157,8 +166,30 @@ def write_summary(run, records: list[dict], prepare_ms: float) -> tuple[dict, di
             if learned_pred is not None
             else []
         ),
-        f"- barrier overhead (last task's report to release): mean {1e3 * barrier.mean():.1f} ms, p95 "
-        f"{1e3 * np.percentile(barrier, 95):.1f} ms",
+        (
+            "- report-to-notice delay (the step's last report to the coordinator noticing it; observe mode has no "
+            "barrier)"
+            if observe
+            else "- barrier overhead (last task's report to release)"
+        )
+        + f": mean {1e3 * barrier.mean():.1f} ms, p95 {1e3 * np.percentile(barrier, 95):.1f} ms",
+        *(
+            [
+                f"- decision latency (a task's report of a step to its new quota in place, {d['count']} quota "
+                f"changes): median {1e3 * d['median']:.1f} ms, p95 {1e3 * d['p95']:.1f} ms, max {1e3 * d['max']:.1f} ms"
+            ]
+            if (d := summary["decision_latency_s"])
+            else []
+        ),
+        *(
+            [
+                f"- share of a step run on the step before's quota (steps whose quotas changed, the task most late; "
+                f"{q['count']} steps): median {100 * q['median']:.1f}%, p95 {100 * q['p95']:.1f}%, max "
+                f"{100 * q['max']:.1f}%; {q['over_half']} step(s) more than half"
+            ]
+            if (q := summary["previous_quota_share"])
+            else []
+        ),
         f"- reconfigurations: {int(reconf.sum())}, mean real cost {measured_penalty:.3f} s ({run.settings.reconfigure}; "
         f"planned with {run.ctx.penalty_s:.4g} s: {(getattr(run, 'reconfigure_cost', None) or {}).get('source', 'penalty_s')})",
         *(
@@ -172,6 +203,28 @@ def write_summary(run, records: list[dict], prepare_ms: float) -> tuple[dict, di
     atomic_write(paths["md"], "\n".join(lines))
     step_chart(records, paths["chart"], f"{run.run_id}: {name}, {mode}, {run.settings.reconfigure}", run.ctx.penalty_s)
     return summary, paths
+
+
+def spread(values: list[float]) -> dict | None:
+    """count, median, p95, max (and how many exceed 0.5) of `values`; None where there are none."""
+    if not values:
+        return None
+    v = np.asarray(values, dtype=np.float64)
+    return {
+        "count": int(v.size),
+        "median": round(float(np.median(v)), 5),
+        "p95": round(float(np.percentile(v, 95)), 5),
+        "max": round(float(v.max()), 5),
+        "over_half": int((v > 0.5).sum()),
+    }
+
+
+def steps_note(done: int, bound: int, own: int | None) -> str:
+    """How many steps ran, and of what: "30, the application's own length (the experiment's steps = 400 is
+    its upper bound)" or "12 of 400"."""
+    if own is not None:
+        return f"{done}, the application's own length (the experiment's steps = {bound} is its upper bound)"
+    return f"{done} of {bound}"
 
 
 def measured_by_method(records: list[dict]) -> dict[str, dict]:

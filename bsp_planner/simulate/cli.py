@@ -97,6 +97,7 @@ def simulate(
     from ..core.filelock import output_lock
     from ..core.outputs import check_output_dir
     from ..inputs.experiment import load_experiment
+    from ..inputs.profiles import warn_if_other_processor
     from ..inputs.settings import apply_flag_overrides, flag_overrides, flags_blamed
     from ..inputs.shipped import find_experiment
     from .parallel_runs import check_jobs, default_jobs, run_pairs
@@ -149,6 +150,7 @@ def simulate(
         with flags_blamed(flagged, exp.path):  # a budget too small for the job's tasks: --budget's fault, if it set it
             scen = build_scenario(exp)
         _refuse_unknown_workloads(exp, scen)
+        warn_if_other_processor(exp.profile_path)
         pairs = [(m, s) for m in exp.modes for s in exp.strategies] + one_pool_strategies(scen, exp.strategies)
         with progress_bar(console, quiet, transient=True) as progress:  # every pair, on `jobs` processes
             bar = progress.add_task("simulating", total=len(pairs))
