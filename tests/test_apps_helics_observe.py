@@ -78,8 +78,10 @@ def test_unchanged_federates_run_under_the_planner_through_helicss_profiler(
     for i in range(4):
         own = [json.loads(line) for line in (run_dir / f"timings-f{i}.jsonl").read_text().splitlines()]
         got = [next(t for t in r["tasks"] if t["task"] == f"f{i}") for r in records]
-        # HELICS's grant-to-request span is the federate's compute as it timed it itself, within 30 ms
-        assert [t["measured_s"] for t in got] == pytest.approx([o["compute_s"] for o in own], abs=0.03)
+        # HELICS's grant-to-request span is the federate's compute as it timed it itself, plus its input and
+        # publication: a few ms, up to a CFS period (100 ms) more where a throttled period falls between them
+        gaps = sorted(t["measured_s"] - o["compute_s"] for t, o in zip(got, own, strict=True))
+        assert -0.01 < gaps[0] and gaps[-1] < 0.12 and gaps[len(gaps) // 2] < 0.03, gaps
         assert all(t["observed_workload"] > 0 for t in got)
     # the hotspot starts on f0: its observed work (CPU seconds in units) is the largest at step 0
     step0 = {t["task"]: t["observed_workload"] for t in records[0]["tasks"]}
