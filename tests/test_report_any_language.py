@@ -11,7 +11,9 @@ import pytest
 
 from bsp_planner.core.errors import InputError
 from bsp_planner.runtime.coordinator import Coordinator
+from bsp_planner.runtime.executor import RunFailed
 from bsp_planner.task.lines import parse_report_line
+from bsp_planner.task.serve import FIFO_ENV, write_line
 
 from zk_fixtures import EXPERIMENT, assert_nothing_left, needs_tasks, settings, write_profile
 
@@ -91,3 +93,30 @@ def test_a_report_line_is_read_as_keys_or_json_and_a_bad_one_names_what_was_expe
     ):
         with pytest.raises(InputError, match=expected):
             parse_report_line(line)
+
+
+@pytest.mark.usefixtures("reap_runs")
+@needs_tasks
+def test_a_bad_report_line_fails_the_run_naming_the_task_and_what_was_expected(tmp_path, zk_server, creds_file):
+    exp = bash_experiment(tmp_path / "exp", steps=3)
+    script = tmp_path / "exp" / "sim.sh"
+    # rank 1 reports its step 1 with a duration that is not a number
+    script.write_text(SCRIPT.replace('line="step=$t', 'line="step=$t$( ((rank == 1 && t == 1)) && echo " cpu_s=soon" || true)'))
+    kw = dict(mode="forecast", overrides=["online=true", "forecast.source=persistence"], reconfigure="in-place")
+    with pytest.raises(RunFailed) as info:
+        Coordinator(settings(exp, zk_server, creds_file, planner="even", **kw), "bash-bad", tmp_path / "runs").run()
+    message = str(info.value)
+    assert "task b" in message and "cpu_s='soon' is not a number" in message, message
+    assert_nothing_left("bash-bad")
+
+
+def test_report_writes_one_checked_line_to_the_fifo_its_server_named(tmp_path, monkeypatch):
+    fifo = tmp_path / "fifo"  # a plain file stands in for the server's FIFO
+    monkeypatch.setenv(FIFO_ENV, str(fifo))
+    write_line({"step": "2", "workload": "7", "duration_s": "0.25"})
+    assert fifo.read_text() == "step=2 workload=7 duration_s=0.25\n"
+    with pytest.raises(InputError, match="no time"):
+        write_line({"step": "3"})
+    monkeypatch.delenv(FIFO_ENV)
+    with pytest.raises(InputError, match=r"\$BSP_REPORT_FIFO is not set"):
+        write_line({"step": "3", "duration_s": "1"})
