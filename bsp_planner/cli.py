@@ -58,6 +58,13 @@ COMMANDS.register("init", _command("bsp_planner.inputs.init_cli:init"))
 COMMANDS.register("forecast", _group("bsp_planner.forecasting.cli:app"))
 COMMANDS.register("rl", _group("bsp_planner.rl.cli:app"))
 COMMANDS.register("runtime", _commands("bsp_planner.runtime.cli:register"))  # run, worker, zk
+# `report --serve -- PROGRAM ARGS...`: everything after the options is the program's, passed through as written
+COMMANDS.register(
+    "report",
+    lambda app, name: app.command(name, context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(
+        resolve("bsp_planner.task.report_cli:report")
+    ),
+)
 
 
 def _register() -> None:

@@ -39,6 +39,7 @@ class StepTimer:
     cpu_s: float | None = 0.0
     duration_s: float | None = None  # set by a program that timed its compute itself
     cpu_s_reported: float | None = None
+    ended_at_reported: float | None = None  # time.time() its compute ended, when it says (else: now)
     started_at: float = 0.0  # time.time() when the step's compute started
     ended_at: float = 0.0  # time.time() when it ended
     _t0: float = field(default=0.0, repr=False)
@@ -56,6 +57,8 @@ class StepTimer:
         if self.duration_s is not None:  # the application's own timing (checked in check_workloads)
             self.wall_s = self.duration_s
             self.cpu_s = self.cpu_s_reported
+            if isinstance(self.ended_at_reported, (int, float)) and math.isfinite(self.ended_at_reported):
+                self.ended_at = float(self.ended_at_reported)
             if isinstance(self.duration_s, (int, float)) and math.isfinite(self.duration_s):
                 self.started_at = self.ended_at - float(self.duration_s)
 
@@ -75,6 +78,9 @@ class StepTimer:
                     f"(0, {MAX_STEP_S:g}]",
                     field=k.replace("_reported", ""),
                 )
+        v = self.ended_at_reported
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < float(v) < math.inf):
+            raise InputError(f"{what} reported ended_at {v!r}; expected a time.time() in seconds", field="ended_at")
 
     def report(self) -> dict:
         cpu = {} if self.cpu_s is None else {"cpu_s": self.cpu_s}
@@ -108,11 +114,13 @@ class SelfTimedReports:
         workload: float | None = None,
         next_workload: float | None = None,
         cpu_s: float | None = None,
+        ended_at: float | None = None,
     ) -> None:
         """Report step `step` as the application timed it: its compute took `duration_s` seconds (and
-        `cpu_s` CPU seconds, if known), ending now; `workload` / `next_workload` as for `step()`. For a
-        self-synchronising (observe) run, a local session or the profiler; in barrier mode the compute
-        must run inside ``with session.step(...)`` (it waits for the step's barrier first)."""
+        `cpu_s` CPU seconds, if known), ending now or at `ended_at` (``time.time()`` seconds, for a step
+        reported after the fact by another process: :mod:`.serve`); `workload` / `next_workload` as for
+        `step()`. For a self-synchronising (observe) run, a local session or the profiler; in barrier mode
+        the compute must run inside ``with session.step(...)`` (it waits for the step's barrier first)."""
         if self.sync == "barrier":
             raise InputError(
                 "session.report() reports a step the application ran on its own, which a barrier-mode run does not "
@@ -123,3 +131,4 @@ class SelfTimedReports:
         with self.step(step, workload=workload, next_workload=next_workload) as st:
             st.duration_s = duration_s
             st.cpu_s_reported = cpu_s
+            st.ended_at_reported = ended_at

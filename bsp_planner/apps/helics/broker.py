@@ -12,6 +12,10 @@ before the run ended. So this wrapper keeps running after the broker's normal en
 is stopped (SIGTERM or SIGINT, as a run stops its services); a broker that fails (non-zero exit, or
 killed) ends the wrapper with its exit code at once. ``--exit-with-broker`` ends it with the broker.
 A SIGTERM or SIGINT is passed on to the broker.
+
+``--profile FILE`` turns on HELICS's profiler (``--profiler=log``: each federate's time requests and grants,
+printed as they happen) and appends its lines to FILE as they come, one flushed line each, for
+:mod:`.observe` to follow; the broker's other output goes on to the wrapper's.
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--port", type=int, default=None, help="TCP port on 127.0.0.1 (default: $BSP_PORT)")
     p.add_argument("--loglevel", default="warning", help="helics_broker's --loglevel (warning, summary, debug...)")
     p.add_argument("--exit-with-broker", action="store_true", help="end when the broker ends, even normally")
+    p.add_argument("--profile", default=None, help="append HELICS's profiler lines to this file as they come")
     args = p.parse_args(argv)
     if args.federates < 1:
         p.error(f"--federates: expected at least 1, got {args.federates}")
@@ -73,6 +78,20 @@ def _announce_when_ready(proc: subprocess.Popen, port: int) -> None:
         time.sleep(0.05)
 
 
+def _split_profile(out, profile: Path) -> None:
+    """The broker's output: its profiler lines to `profile` (flushed, so a follower reads each at once),
+    the rest to our stdout."""
+    with open(profile, "a") as fh:
+        for raw in out:
+            line = raw.decode(errors="replace")
+            if "<PROFILING>" in line:
+                fh.write(line[line.index("<PROFILING>") :])
+                fh.flush()
+            else:
+                sys.stdout.write(line)
+                sys.stdout.flush()
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     binary = find_broker()
@@ -87,10 +106,17 @@ def main(argv: list[str] | None = None) -> int:
     # helics_broker ends with this wrapper however it ends (SIGKILL included): whoever stops the wrapper
     # stops the broker, and no broker is left holding its ports
     federation = ["-f", str(args.federates), "--coretype=zmq", "--local_interface=tcp://127.0.0.1"]
+    profiling = ["--profiler=log"] if args.profile else []
     proc = subprocess.Popen(
-        [binary, *federation, "--port", str(args.port), "--loglevel", args.loglevel],
+        [binary, *federation, "--port", str(args.port), "--loglevel", args.loglevel, *profiling],
         preexec_fn=lambda: die_with(wrapper),
+        stdout=subprocess.PIPE if args.profile else None,
     )
+    copier = None
+    if args.profile:
+        Path(args.profile).parent.mkdir(parents=True, exist_ok=True)
+        copier = threading.Thread(target=_split_profile, args=(proc.stdout, Path(args.profile)), daemon=True)
+        copier.start()
 
     def stop(signum: int, _frame: object) -> None:
         stopping.set()
@@ -101,6 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, stop)
     threading.Thread(target=_announce_when_ready, args=(proc, args.port), daemon=True).start()
     code = proc.wait()
+    if copier is not None:
+        copier.join(timeout=5)  # the profiler's last lines, written before the broker ended
     if stopping.is_set():
         return 0
     if code != 0:  # failed, or killed by a signal (-N): the shell's 128 + N

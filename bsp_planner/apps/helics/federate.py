@@ -21,6 +21,10 @@ compute of each step and reporting the workload the federate sized it by.
   ``--reports FILE`` keeps each step's report as a JSON line (``python -m bsp_planner.apps.helics.local``
   starts a whole federation that way).
 
+``--plain`` runs the HELICS loop only, as a federate that knows nothing of bsp-planner would: it joins no
+run and reports nothing, even under a run (its steps are then observed through HELICS's profiler by
+:mod:`.observe`); it needs ``--steps``.
+
 ``--timings FILE`` appends per step ``{step, start, end, grant_s, compute_s}``: the wall-clock start and
 end of the compute block (``time.time()``, seconds) and the time spent waiting for HELICS's time grant.
 """
@@ -67,6 +71,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--ops-per-unit", type=int, default=DEFAULT_OPS_PER_UNIT, help="kernel iterations per unit")
     p.add_argument("--reports", default=None, help="standalone: append each step's report to this JSONL file")
     p.add_argument("--timings", default=None, help="append per step {step, start, end, grant_s, compute_s}")
+    p.add_argument("--plain", action="store_true", help="the HELICS loop only: join no run, report nothing")
     p.add_argument("--timeout-s", type=float, default=60.0, help="HELICS: longest wait to reach the broker")
     args = p.parse_args(argv)
     try:
@@ -86,8 +91,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.port = int(os.environ[ENV_PORT])
     if args.port is not None and not 0 < args.port < 65536:
         p.error(f"--port: expected a TCP port (1..65535), got {args.port}")
-    if args.steps is None and not under_coordinator():
-        p.error("--steps: required when started outside a bsp-planner run")
+    if args.steps is None and (args.plain or not under_coordinator()):
+        p.error("--steps: required when started outside a bsp-planner run, or with --plain")
     return args
 
 
@@ -167,7 +172,12 @@ def run_federate(args: argparse.Namespace) -> int:
     r = ring(args)
     name = os.environ.get("BSP_TASK") or f"f{args.index}"
     with ExitStack() as stack:
-        session = stack.enter_context(open_session(name, reports=args.reports, steps=args.steps))
+        session = stack.enter_context(
+            # --plain: a session that times the steps for --timings and tells nobody
+            task.local_session(name, steps=args.steps)
+            if args.plain
+            else open_session(name, reports=args.reports, steps=args.steps)
+        )
         if session.sync == "profile":
             return run_profiled(args, session)
         if session.first_step != 0 or int(os.environ.get("BSP_INCARNATION", "0") or 0) > 0:
@@ -180,7 +190,7 @@ def run_federate(args: argparse.Namespace) -> int:
             )
             return 1
         steps = args.steps if args.steps is not None else session.steps
-        if under_coordinator() and session.steps:
+        if under_coordinator() and session.steps and not args.plain:
             steps = min(steps, session.steps)
         timings = None
         if args.timings:
