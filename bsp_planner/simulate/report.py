@@ -262,13 +262,15 @@ TERMINAL_HEADERS = {
 
 
 def print_table(rows: list[dict], console, title: str = "") -> None:
-    """One mode's rows (the mode is in the title), narrow enough for an 80-column terminal."""
+    """One mode's rows (the mode is in the title), every column shown (`core.tables.print_table`)."""
     from rich.table import Table
+
+    from ..core.tables import print_table as print_whole
 
     table = Table(title=title or None)
     headers = dict(TERMINAL_HEADERS)
     if any("recreates" in r for r in rows):  # the cluster is nodes
-        headers.update(recreates="recr", stops="stops")
+        headers.update(recreates="recr", unpriced_recreates="unpriced recr", stops="stops", peak_node_pct="peak node %")
     for c, header in headers.items():
         table.add_column(header, justify="left" if c == "strategy" else "right", no_wrap=True)
 
@@ -279,4 +281,4 @@ def print_table(rows: list[dict], console, title: str = "") -> None:
 
     for r in rows:
         table.add_row(*(cell(c, r[c]) for c in headers))
-    console.print(table)
+    print_whole(console, table)
