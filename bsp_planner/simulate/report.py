@@ -6,11 +6,11 @@ import csv
 import io
 import json
 import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
+from ..core.atomic import temp_file
 from ..core.steps import StrategyResult
 
 COLUMNS = tuple("strategy mode compute_s checkpoints checkpoint_s total_s vs_floor_pct mean_decision_ms".split())
@@ -240,7 +240,7 @@ def bar_chart(rows: list[dict], path: Path, labels: dict[str, str] | None = None
 def save_figure(fig, path: Path, dpi: int = 110) -> None:
     """Write a matplotlib figure as PNG next to its final name, then rename: never a half-written chart.
     A figure made by pyplot is closed; one made as a bare `Figure` (no pyplot) needs nothing."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".png")
+    fd, tmp = temp_file(path.parent, f".{path.stem}.", ".png")  # 0644 under umask 022, as the CSV beside it
     os.close(fd)
     fig.savefig(tmp, dpi=dpi)
     if getattr(fig.canvas, "manager", None) is not None:
