@@ -49,3 +49,33 @@ def test_a_narrow_terminal_splits_the_columns_and_cuts_none():
     for word in HEADERS + VALUES:
         assert word in text
     assert text.count("mpc-place:10") > 1  # every part keeps the strategy column
+
+
+def test_version_and_help_texts(monkeypatch, capsys):
+    import bsp_planner
+
+    from cli_run import run_cli
+
+    assert run_cli(["--version"], monkeypatch, capsys)[:2] == (0, f"bsp-planner {bsp_planner.__version__}")
+    code, out, _ = run_cli(["simulate", "--help"], monkeypatch, capsys)
+    assert code == 0
+    assert "nodes-tight" in out and "greedy, threshold or exact" in out
+    assert "--online <bool>" not in out.replace("│", "").replace("  ", " ")
+    for command in ("train", "evaluate", "predict"):
+        code, out, _ = run_cli(["forecast", command, "--help"], monkeypatch, capsys)
+        assert code == 0 and "[default:" in out and " . " not in out
+
+
+def test_simulate_json_is_the_rows_alone_on_stdout(tmp_path, monkeypatch, capsys):
+    import json
+
+    from cli_run import run_cli
+
+    monkeypatch.chdir(tmp_path)
+    args = ["simulate", "nodes-tight", "--steps", "3", "-s", "static:2", "-o", tmp_path / "out", "-q", "--json"]
+    code, out, err = run_cli(args, monkeypatch, capsys)
+    assert code == 0, err
+    rows = json.loads(out)
+    assert {r["strategy"] for r in rows} >= {"static:2"}
+    assert {"unpriced_recreates", "peak_node_pct", "total_s"} <= set(rows[0])
+    assert "wrote" in err

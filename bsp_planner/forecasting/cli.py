@@ -34,21 +34,21 @@ ExperimentOpt = Annotated[
         "--experiment",
         "-e",
         help="Experiment file (or a shipped experiment's name) for the job, workload range, start, steps and H "
-        "[default: the shipped default].",
+        "\\[default: the shipped default].",
     ),
 ]
 JobOpt = Annotated[Path | None, typer.Option("--job", help="Job file (instead of the experiment's job).")]
 TaskOpt = Annotated[list[str] | None, typer.Option("--task", "-t", help="Only this task (repeatable).")]
 HorizonOpt = Annotated[
     int | None,
-    typer.Option("--horizon", "-H", help="Steps ahead to forecast [default: the experiment's forecast.horizon]."),
+    typer.Option("--horizon", "-H", help="Steps ahead to forecast \\[default: the experiment's forecast.horizon]."),
 ]
 GapsOpt = Annotated[
     str | None,
     typer.Option(
         "--gaps",
         help="Gaps in a series' timestamps: error (refuse), fill (interpolate on the regular grid) or ignore (rows as "
-        "consecutive steps) [default: the experiment's forecast.gaps if it has one, else the policy its shipped "
+        "consecutive steps) \\[default: the experiment's forecast.gaps if it has one, else the policy its shipped "
         "forecasts were made with, else error].",
     ),
 ]
@@ -62,7 +62,7 @@ ModelsOpt = Annotated[
     Path | None,
     typer.Option(
         "--models",
-        help="Where models are read from and saved: <models>/<job>/<forecaster>/<task>.keras [default: read the "
+        help="Where models are read from and saved: <models>/<job>/<forecaster>/<task>.keras \\[default: read the "
         "shipped models; save what is trained under ./models].",
         show_default=False,
     ),
@@ -252,7 +252,8 @@ def train(
 @app.command()
 def evaluate(
     forecaster: Annotated[
-        list[str] | None, typer.Option("--forecaster", "-f", help="Forecasters to compare (repeatable) [default: all].")
+        list[str] | None,
+        typer.Option("--forecaster", "-f", help="Forecasters to compare (repeatable) \\[default: all]."),
     ] = None,
     experiment: ExperimentOpt = None,
     job: JobOpt = None,
@@ -342,8 +343,8 @@ def predict(
     horizon: HorizonOpt = None,
     gaps: GapsOpt = None,
     settings: SetOpt = None,
-    start: Annotated[int | None, typer.Option("--start", help="First step [default: the experiment's].")] = None,
-    steps: Annotated[int | None, typer.Option("--steps", help="Steps [default: the experiment's].")] = None,
+    start: Annotated[int | None, typer.Option("--start", help="First step \\[default: the experiment's].")] = None,
+    steps: Annotated[int | None, typer.Option("--steps", help="Steps \\[default: the experiment's].")] = None,
     models: ModelsOpt = None,
     retrain: RetrainOpt = False,
     shipped: ShippedOpt = False,
@@ -352,7 +353,7 @@ def predict(
         typer.Option(
             "--out",
             "-o",
-            help="Folder for <task>.csv + forecasts.json [default: experiments/forecasts/<experiment>/ for "
+            help="Folder for <task>.csv + forecasts.json \\[default: experiments/forecasts/<experiment>/ for "
             f"{DEFAULT_FORECASTER}, .../<experiment>-<forecaster>/ otherwise].",
         ),
     ] = None,

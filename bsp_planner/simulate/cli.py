@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from ..inputs.experiment import Experiment
     from .scenario import Scenario
 
-QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")]
+QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.", metavar="")]
 
 
 def progress_bar(console: Console, quiet: bool, *, transient: bool, last: bool = False) -> Progress:
@@ -76,10 +76,16 @@ def simulate(
     ] = None,
     quiet: QuietOpt = False,
     online: Annotated[
-        bool, typer.Option("--online", help="Forecast before every step from the observed history (no forecast file).")
+        bool,
+        typer.Option(
+            "--online", metavar="", help="Forecast before every step from the observed history (no forecast file)."
+        ),
     ] = False,
     learn: Annotated[
-        bool, typer.Option("--learn", help="The performance model learns from every measured step (learning.csv).")
+        bool,
+        typer.Option(
+            "--learn", metavar="", help="The performance model learns from every measured step (learning.csv)."
+        ),
     ] = False,
     true_profile: Annotated[
         Path | None,
@@ -97,7 +103,9 @@ def simulate(
     json_out: Annotated[
         bool,
         typer.Option(
-            "--json", help="Print the comparison's rows as JSON on stdout instead of tables (messages go to stderr)."
+            "--json",
+            metavar="",
+            help="Print the comparison's rows as JSON on stdout instead of tables (messages go to stderr).",
         ),
     ] = False,
 ) -> None:
