@@ -32,6 +32,23 @@ app = typer.Typer(
 err_console = Console(stderr=True, soft_wrap=True)  # a path in a message is never cut in two
 
 
+def _print_version(asked: bool) -> None:
+    if asked:
+        from . import __version__
+
+        print(f"bsp-planner {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _top(
+    version: bool = typer.Option(
+        False, "--version", callback=_print_version, is_eager=True, metavar="", help="Print the version and exit."
+    ),
+) -> None:
+    pass
+
+
 Attach = Callable[[typer.Typer, str], None]
 
 

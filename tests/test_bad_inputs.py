@@ -681,3 +681,56 @@ def test_task_cpu_floors_beyond_the_budget(tmp_path, synthetic_profile, monkeypa
     exp = write_experiment(tmp_path, synthetic_profile, job=str(job), steps=5)
     code, _, err = run_cli(["simulate", exp, "-q"], monkeypatch, capsys)
     assert code == 2 and "task.min_millicores" in err and "10000m" in err and "8000m" in err, err
+
+
+BAD_NAMES = ["../../x", "../zk-auth", "x}y", "my broker", "", ".hidden", "a/b"]
+
+
+@pytest.mark.parametrize("name", BAD_NAMES)
+def test_a_service_name_outside_the_name_rule_is_refused_before_any_work(
+    name, tmp_path, synthetic_profile, monkeypatch, capsys
+):
+    job = write_job(tmp_path, f'{{ file = "{NYC}" }}')
+    job.write_text(job.read_text() + f'[[service]]\nname = "{name}"\ncommand = ["sleep", "5"]\n')
+    with pytest.raises(InputError, match=r"service\[0\]\.name") as err:
+        load_job(job)
+    assert "job.toml" in str(err.value) and repr(name) in str(err.value)
+    exp = write_experiment(tmp_path, synthetic_profile, job=str(job), strategies=["static:1"], modes=["perfect"])
+    code, out, errors = run_cli(["simulate", exp, "-q"], monkeypatch, capsys)
+    assert code == 2 and "service[0].name" in errors and "Traceback" not in errors
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("name", ["x}y", "my task", "", "../t"])
+def test_a_task_name_outside_the_name_rule_is_refused(name, tmp_path):
+    job = write_job(tmp_path, f'{{ file = "{NYC}" }}', tasks=(name,))
+    with pytest.raises(InputError, match=r"task\[0\]\.name"):
+        load_job(job)
+
+
+@pytest.mark.parametrize("name", BAD_NAMES)
+def test_a_node_name_outside_the_name_rule_exits_2(name, tmp_path, synthetic_profile, monkeypatch, capsys):
+    exp = write_experiment(tmp_path, synthetic_profile, strategies=["static:1"], modes=["perfect"])
+    exp.write_text(exp.read_text() + f'\n[[node]]\nname = "{name}"\ncpu_millicores = 16000\n')
+    code, _, errors = run_cli(["simulate", exp, "-q"], monkeypatch, capsys)
+    assert code == 2 and "node[0].name" in errors and "letters, digits" in errors and "Traceback" not in errors
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("name", ["../../x", "x}y", "my broker", ".a"])
+def test_a_pair_profile_naming_a_task_outside_the_rule(name, tmp_path):
+    from bsp_planner.inputs.pair_profiles import COLUMNS, load_pair_profile
+
+    pairs = tmp_path / "pairs.csv"
+    pairs.write_text(",".join(COLUMNS) + f'\naffinity,"{name}",1.2,1.0,1.2,3,1000,20\n')
+    with pytest.raises(InputError, match="letters, digits") as err:
+        load_pair_profile(pairs)
+    assert err.value.line == 2 and "co_task" in str(err.value)
+
+
+@pytest.mark.parametrize("run_id", ["../../x", "x}y", "my run", "", ".x"])
+def test_a_run_id_outside_the_rule(run_id):
+    from bsp_planner.runtime.run_store import check_run_id
+
+    with pytest.raises(InputError, match="--run-id"):
+        check_run_id(run_id)

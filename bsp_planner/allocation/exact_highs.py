@@ -1,8 +1,10 @@
 """Solving the exact allocator's models (`exact_model.MilpModel`) with HiGHS.
 
-`run_milp` goes through `scipy.optimize.milp`; `run_milp_direct` and `run_lp` go straight through the
-HiGHS binding scipy ships, one instance per thread reused (the `optimum` DP's hundreds of small
-models), and fall back to `milp` where that binding is missing.
+`run_milp` goes through `scipy.optimize.milp`; `run_milp_direct` and `run_lp` go straight through
+`highspy`, HiGHS's own Python binding (its bare solver class `highspy._Highs`, exported by highspy: the
+`highspy.Highs` wrapper prints a banner when made and installs callbacks on every instance), one instance
+per thread reused (the `optimum` DP's hundreds of small models), and fall back to `milp` where highspy is
+not installed. Not scipy's private `scipy.optimize._highspy`, which may move in any scipy release.
 """
 
 from __future__ import annotations
@@ -17,9 +19,10 @@ from scipy.optimize import Bounds, LinearConstraint, OptimizeResult, milp
 from .exact_model import MilpModel
 
 try:
-    from scipy.optimize._highspy import _core as _highs
-except ImportError:  # another scipy layout: the public route only
-    _highs = None
+    import highspy
+except ImportError:  # highspy not installed: scipy.optimize.milp only
+    highspy = None  # type: ignore[assignment,unused-ignore]
+_highs: Any = highspy  # typed loosely: highspy's stubs leave out the bare solver class
 
 
 def _quiet_highs_options() -> None:
@@ -106,7 +109,7 @@ _SCIPY_STATUS = {"kOptimal": 0, "kTimeLimit": 1, "kIterationLimit": 1, "kSolutio
 def run_milp_direct(
     model: MilpModel, cutoff: float | None, rel_gap: float, time_limit: float, scale: float
 ) -> OptimizeResult:
-    """`run_milp` (same options, same result fields) straight through the HiGHS binding scipy ships:
+    """`run_milp` (same options, same result fields) straight through highspy:
     `scipy.optimize.milp` checks and sets a dozen options anew on every call, a fifth of a small
     MILP's time."""
     if _highs is None:

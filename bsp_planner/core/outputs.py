@@ -16,6 +16,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from .atomic import temp_folder
 from .errors import InputError, OutputUnwritable
 from .leftovers import PUBLISHING, finish_publishing, prefix
 
@@ -70,7 +71,7 @@ def staged_outputs(out_dir: str | Path, flag: str | None = None) -> Iterator[Pat
     parent = out_dir.parent
     try:
         parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(dir=parent, prefix=prefix(out_dir, "staging")))
+        staging = temp_folder(parent, prefix(out_dir, "staging"))  # 0755 under umask 022, as it is renamed out_dir
     except OSError as exc:
         raise OutputUnwritable.from_os_error(exc, out_dir, flag) from None
     try:

@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.table import Column, Table
 
 from ..core.errors import InputError
+from ..core.tables import print_json, print_table
 from .prepare import GAP_POLICIES
 from .registry import DEFAULT_FORECASTER, FORECASTERS, TRAINED_FORECASTER
 
@@ -25,6 +26,7 @@ app = typer.Typer(
     no_args_is_help=True,
 )
 console = Console()
+err_console = Console(stderr=True)  # progress and messages when stdout holds --json
 
 ExperimentOpt = Annotated[
     Path | None,
@@ -32,21 +34,21 @@ ExperimentOpt = Annotated[
         "--experiment",
         "-e",
         help="Experiment file (or a shipped experiment's name) for the job, workload range, start, steps and H "
-        "[default: the shipped default].",
+        "\\[default: the shipped default].",
     ),
 ]
 JobOpt = Annotated[Path | None, typer.Option("--job", help="Job file (instead of the experiment's job).")]
 TaskOpt = Annotated[list[str] | None, typer.Option("--task", "-t", help="Only this task (repeatable).")]
 HorizonOpt = Annotated[
     int | None,
-    typer.Option("--horizon", "-H", help="Steps ahead to forecast [default: the experiment's forecast.horizon]."),
+    typer.Option("--horizon", "-H", help="Steps ahead to forecast \\[default: the experiment's forecast.horizon]."),
 ]
 GapsOpt = Annotated[
     str | None,
     typer.Option(
         "--gaps",
         help="Gaps in a series' timestamps: error (refuse), fill (interpolate on the regular grid) or ignore (rows as "
-        "consecutive steps) [default: the experiment's forecast.gaps if it has one, else the policy its shipped "
+        "consecutive steps) \\[default: the experiment's forecast.gaps if it has one, else the policy its shipped "
         "forecasts were made with, else error].",
     ),
 ]
@@ -60,7 +62,7 @@ ModelsOpt = Annotated[
     Path | None,
     typer.Option(
         "--models",
-        help="Where models are read from and saved: <models>/<job>/<forecaster>/<task>.keras [default: read the "
+        help="Where models are read from and saved: <models>/<job>/<forecaster>/<task>.keras \\[default: read the "
         "shipped models; save what is trained under ./models].",
         show_default=False,
     ),
@@ -78,6 +80,10 @@ RetrainOpt = Annotated[bool, typer.Option("--retrain", help="Train anew even if 
 
 def _say(prefix: str, msg: str) -> None:
     console.print(f"[dim]{prefix}:[/] {msg}", highlight=False)
+
+
+def _say_err(prefix: str, msg: str) -> None:
+    err_console.print(f"[dim]{prefix}:[/] {msg}", highlight=False)
 
 
 def _parse_settings(items: list[str] | None, names: list[str]) -> dict[str, dict]:
@@ -234,7 +240,7 @@ def train(
                 f"{val:.3f}" if val is not None else "-",
                 f"{dt:.1f}",
             )
-    console.print(table)
+    print_table(console, table)
     where = ", ".join(str(model_folder(models, ws.job.name, n)) for n in forecaster)
     console.print(
         f"trained {len(forecaster) * len(ws.prepared)} models in {time.perf_counter() - total:.1f} s; saved in {where}"
@@ -246,7 +252,8 @@ def train(
 @app.command()
 def evaluate(
     forecaster: Annotated[
-        list[str] | None, typer.Option("--forecaster", "-f", help="Forecasters to compare (repeatable) [default: all].")
+        list[str] | None,
+        typer.Option("--forecaster", "-f", help="Forecasters to compare (repeatable) \\[default: all]."),
     ] = None,
     experiment: ExperimentOpt = None,
     job: JobOpt = None,
@@ -260,6 +267,10 @@ def evaluate(
     out: Annotated[
         Path, typer.Option("--out", "-o", help="Folder for evaluation.json, rmse_by_lead.csv and the plot.")
     ] = Path("out/forecast-eval"),
+    json_out: Annotated[
+        bool,
+        typer.Option("--json", help="Print evaluation.json on stdout instead of the tables (messages go to stderr)."),
+    ] = False,
 ) -> None:
     """RMSE per lead time on the test halves, every forecaster side by side, and 80% interval coverage."""
     from ..core import atomic
@@ -270,9 +281,15 @@ def evaluate(
     names = list(forecaster or FORECASTERS)
     check_output_dir(out, "--out")  # before any training
     ws, _, model_root, save_root = _context(experiment, job, task, horizon, gaps, settings, names, models, shipped)
-    ev = run_evaluation(ws, names, model_root=model_root, retrain=retrain, save_root=save_root, say=_say)
-    print_evaluation(ev, ws.job.name)
-    atomic.write_json(out / "evaluation.json", {**ev.to_dict(), "job": ws.job.name, "gaps": ws.gaps})
+    ev = run_evaluation(
+        ws, names, model_root=model_root, retrain=retrain, save_root=save_root, say=_say_err if json_out else _say
+    )
+    evaluation = {**ev.to_dict(), "job": ws.job.name, "gaps": ws.gaps}
+    if json_out:
+        print_json(evaluation)
+    else:
+        print_evaluation(ev, ws.job.name)
+    atomic.write_json(out / "evaluation.json", evaluation)
     lines = ["forecaster,task,lead,rmse"]
     for n in names:
         for t, rmse in [("all", ev.overall_rmse(n))] + [(t, s.rmse) for t, s in ev.scores[n].items()]:
@@ -281,7 +298,9 @@ def evaluate(
     png = plot_evaluation(
         ev, out / "rmse_by_lead.png", title=f"Forecast error against lead time · job {ws.job.name} (test halves)"
     )
-    console.print(f"wrote {out / 'evaluation.json'}, {out / 'rmse_by_lead.csv'} and {png}")
+    (err_console if json_out else console).print(
+        f"wrote {out / 'evaluation.json'}, {out / 'rmse_by_lead.csv'} and {png}"
+    )
 
 
 def print_evaluation(ev, job_name: str) -> None:
@@ -306,12 +325,12 @@ def print_evaluation(ev, job_name: str) -> None:
     t.add_section()
     overall = {n: float(ev.overall_rmse(n).mean()) for n in names}
     t.add_row("all tasks", *row(overall, {n: f"{ev.overall_coverage(n):.1%}" for n in names}))
-    console.print(t)
+    print_table(console, t)
     lt = Table(*(Column(c, justify="right") for c in ["lead", *names]), title="RMSE by lead time, all tasks together")
     rm = {n: ev.overall_rmse(n) for n in names}
     for h in range(ev.horizon):
         lt.add_row(str(h + 1), *[f"{rm[n][h]:.3f}" for n in names])
-    console.print(lt)
+    print_table(console, lt)
 
 
 @app.command()
@@ -324,8 +343,8 @@ def predict(
     horizon: HorizonOpt = None,
     gaps: GapsOpt = None,
     settings: SetOpt = None,
-    start: Annotated[int | None, typer.Option("--start", help="First step [default: the experiment's].")] = None,
-    steps: Annotated[int | None, typer.Option("--steps", help="Steps [default: the experiment's].")] = None,
+    start: Annotated[int | None, typer.Option("--start", help="First step \\[default: the experiment's].")] = None,
+    steps: Annotated[int | None, typer.Option("--steps", help="Steps \\[default: the experiment's].")] = None,
     models: ModelsOpt = None,
     retrain: RetrainOpt = False,
     shipped: ShippedOpt = False,
@@ -334,7 +353,7 @@ def predict(
         typer.Option(
             "--out",
             "-o",
-            help="Folder for <task>.csv + forecasts.json [default: experiments/forecasts/<experiment>/ for "
+            help="Folder for <task>.csv + forecasts.json \\[default: experiments/forecasts/<experiment>/ for "
             f"{DEFAULT_FORECASTER}, .../<experiment>-<forecaster>/ otherwise].",
         ),
     ] = None,

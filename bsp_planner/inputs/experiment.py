@@ -48,6 +48,7 @@ from typing import Any
 
 from ..core.errors import InputError
 from . import settings as _settings
+from .names import check_name
 from .settings import internal, setting
 from .shipped import output_base
 
@@ -260,6 +261,7 @@ class Experiment:
             )
         seen: dict[str, int] = {}
         for j, nd in enumerate(self.node):
+            check_name(nd.name, "node", path=self.path, field=f"node[{j}].name")
             if nd.name in seen:
                 raise bad(
                     f"node name {nd.name!r} is also node[{seen[nd.name]}]'s; give every node its own name",

@@ -68,6 +68,7 @@ from pathlib import Path
 from ..core.errors import InputError
 from ..core.structure import StepStructure
 from .job_specs import JobFile
+from .names import check_name
 from .settings import load_settings, read_toml
 
 
@@ -224,6 +225,10 @@ def load_job(path: str | Path) -> Job:
     """Read and validate a job file; every problem is an InputError naming the file and field."""
     path = Path(path)
     spec = load_settings(JobFile, read_toml(path, "job"), path=path, typed=True)
+    names = [("task", i, t.name) for i, t in enumerate(spec.task)]
+    names += [("service", i, sv.name) for i, sv in enumerate(spec.service)]
+    for kind, i, name in names:  # they name files (a service's log), cgroups and znodes
+        check_name(name, kind, path=path, field=f"{kind}[{i}].name")
     tasks = tuple(
         Task(
             name=t.name,

@@ -26,6 +26,7 @@ import numpy as np
 
 from ..core import atomic
 from ..core.errors import InputError
+from .names import check_name
 
 COLUMNS = ("task", "co_task", "slowdown", "solo_s", "co_s", "runs", "cpu_millicores", "workload")
 
@@ -102,6 +103,8 @@ def load_pair_profile(path: str | Path) -> PairProfile:
         if len(rec) != len(COLUMNS):
             raise InputError(f"expected {len(COLUMNS)} columns, got {len(rec)}", path=path, line=line)
         task, co_task = rec[0].strip(), rec[1].strip()
+        for column, name in (("task", task), ("co_task", co_task)):
+            check_name(name, "task", path=path, line=line, field=column)
         if not task or not co_task or task == co_task:
             raise InputError(f"expected two different task names, got {task!r} and {co_task!r}", path=path, line=line)
         if (task, co_task) in seen:

@@ -22,6 +22,7 @@ from rich.table import Table
 from ..core.errors import InputError
 from ..core.filelock import output_lock
 from ..core.outputs import check_output_dir
+from ..core.tables import print_json, print_table
 from ..inputs.job import load_job
 from ..inputs.profiles import load_profile, metadata_path
 from ..inputs.shipped import data_path
@@ -190,7 +191,7 @@ def _print_failures(console: Console, failures: list[Failure], log: Path) -> Non
     table = Table("task", "workload", "cpu (m)", "repeat", "reason", title="failed runs")
     for f in failures:
         table.add_row(f.task, f"{f.workload:g}", f"{f.cpu_millicores:g}", str(f.repeat), f.reason)
-    console.print(table)
+    print_table(console, table)
     console.print(
         f"[red]{len(failures)} run(s) failed[/] (logged in {log}); "
         "the profile is incomplete: run the same command again to retry them"
@@ -317,7 +318,7 @@ def calibrate(
                         log=console.print if verbose else None,
                     )
                 )
-    console.print(_calibration_table(results, cpu, workload, target_s))
+    print_table(console, _calibration_table(results, cpu, workload, target_s))
     if scaling:
         console.print("ratios near 2 mean the stressor uses its whole CPU quota and costs ops linearly")
     console.print(f"\nops_per_unit values for {job}:")
@@ -342,6 +343,7 @@ def heatmap(
     out_dir: Path | None = typer.Option(
         None, "--out-dir", help="Where the PNGs go (default: heatmaps/ beside the profile)."
     ),
+    json_out: bool = typer.Option(False, "--json", help="Print the table's rows as JSON on stdout instead."),
 ) -> None:
     """One PNG heatmap per task: mean duration over workload x CPU limit."""
     from .heatmap import scaling_exponents, write_heatmaps
@@ -352,7 +354,21 @@ def heatmap(
     paths = write_heatmaps(prof, out_dir)
     columns = ("task", "min s", "max s", "cpu exponent", "workload exponent", "png")
     table = Table(*columns, title="duration ~ workload^b x cpu^-a (1 and 1 = ideal)")
+    records = []
     for p, (name, tp) in zip(paths, prof.tasks.items(), strict=True):
         a, b = scaling_exponents(tp)
         table.add_row(name, f"{tp.duration_s.min():.2f}", f"{tp.duration_s.max():.2f}", f"{a:.2f}", f"{b:.2f}", str(p))
-    Console().print(table)
+        records.append(
+            {
+                "task": name,
+                "min_duration_s": float(tp.duration_s.min()),
+                "max_duration_s": float(tp.duration_s.max()),
+                "cpu_exponent": float(a),
+                "workload_exponent": float(b),
+                "png": str(p),
+            }
+        )
+    if json_out:
+        print_json(records)
+    else:
+        print_table(Console(), table)

@@ -174,12 +174,14 @@ def _train_with_progress(
 def _print_comparison(console: Console, rows: dict[str, dict], title: str) -> None:
     from rich.table import Column, Table
 
+    from ..core.tables import print_table
+
     table = Table(
         "strategy", *(Column(c, justify="right") for c in ("total s", "compute s", "reconfigurations")), title=title
     )
     for name, r in rows.items():
         table.add_row(name, f"{r['total_s']:.2f}", f"{r['compute_s']:.2f}", str(r["reconfigurations"]))
-    console.print(table)
+    print_table(console, table)
 
 
 @app.command("evaluate")
@@ -196,19 +198,24 @@ def evaluate(
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Write the results as JSON here.")] = None,
     set_: SetOpt = None,
     env_set: EnvSetOpt = None,
+    json_out: Annotated[
+        bool,
+        typer.Option("--json", help="Print the results as JSON on stdout instead of tables (messages go to stderr)."),
+    ] = False,
 ) -> None:
     """Run an agent and other planners on held-out steps; totals and reconfigurations."""
     from rich.console import Console
 
     from ..core import atomic
     from ..core.outputs import check_output_file
+    from ..core.tables import print_json
     from ..inputs.settings import apply_overrides
     from .agent import load_agent
     from .planner import default_agent_path
-    from .settings import StepRange, load_env_settings
+    from .settings import StepRange, load_env_settings, shipped_relative
     from .train import evaluate_agent
 
-    console = Console()
+    console = Console(stderr=json_out)  # with --json, stdout holds the JSON document only
     if out is not None:
         check_output_file(out, "--out")  # before the runs
     ag = load_agent(agent if agent is not None else default_agent_path())
@@ -222,23 +229,24 @@ def evaluate(
     names = [x.strip() for x in strategies.split(",") if x.strip()]
     runs, data = evaluate_agent(ag, s, names, extra_overrides=list(set_ or []), strict=strict)
     rows = {k: v.to_dict() for k, v in runs.items()}
-    _print_comparison(console, rows, f"{ag.path.name} · steps {s.eval} · {s.mode} mode · {data.forecast_label}")
+    if not json_out:
+        _print_comparison(console, rows, f"{ag.path.name} · steps {s.eval} · {s.mode} mode · {data.forecast_label}")
     oos = "yes" if not ag.train_range.overlaps(s.eval) else "no"
     console.print(
         f"agent trained on steps {ag.train_range} ({ag.meta.get('timesteps')} steps, seed {ag.meta.get('seed')}); "
         f"out of sample: {oos}"
     )
+    results = {
+        "agent": shipped_relative(ag.path),  # a shipped agent as agents/default/dqn.zip, not this machine's path
+        "eval_range": s.eval.to_dict(),
+        "mode": s.mode,
+        "forecasts": data.forecast_label,
+        "out_of_sample": oos == "yes",
+        "results": rows,
+    }
+    if json_out:
+        print_json(results)
     if out is not None:
-        from .settings import shipped_relative  # a shipped agent as agents/default/dqn.zip, not this machine's path
-
-        results = {
-            "agent": shipped_relative(ag.path),
-            "eval_range": s.eval.to_dict(),
-            "mode": s.mode,
-            "forecasts": data.forecast_label,
-            "out_of_sample": oos == "yes",
-            "results": rows,
-        }
         atomic.write_json(out, results)
         console.print(f"wrote {out}")
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from ..core.atomic import write_text as atomic_write
 from ..core.errors import InputError
+from ..inputs.names import check_name
 
 RUN_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 RUN_FORMAT = 1
@@ -33,6 +34,7 @@ def new_run_id() -> str:
 
 
 def check_run_id(run_id: str) -> str:
+    check_name(run_id, "run", field="--run-id")  # the rule every name obeys; a run id is narrower still
     if not RUN_ID.match(run_id):
         raise InputError(f"a run id is 1-64 letters, digits, '_' or '-', got {run_id!r}", field="--run-id")
     return run_id

@@ -9,13 +9,15 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.console import Console
 
+from ..inputs.shipped import experiment_names
+
 if TYPE_CHECKING:
     from rich.progress import Progress
 
     from ..inputs.experiment import Experiment
     from .scenario import Scenario
 
-QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")]
+QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.", metavar="")]
 
 
 def progress_bar(console: Console, quiet: bool, *, transient: bool, last: bool = False) -> Progress:
@@ -39,7 +41,8 @@ def simulate(
     experiment: Annotated[
         Path | None,
         typer.Argument(
-            help="Experiment file (TOML), or the name of a shipped one (default, large) [default: the shipped default].",
+            help=f"Experiment file (TOML), or the name of a shipped one ({', '.join(experiment_names())}) "
+            "; without one, the shipped default.",
             show_default=False,
         ),
     ] = None,
@@ -56,7 +59,7 @@ def simulate(
     start: Annotated[int | None, typer.Option(help="First step, counted into the test half of the series.")] = None,
     penalty: Annotated[float | None, typer.Option("--penalty", help="Checkpoint penalty C in seconds.")] = None,
     budget: Annotated[float | None, typer.Option("--budget", help="CPU budget in millicores.")] = None,
-    allocator: Annotated[str | None, typer.Option(help="greedy or exact.")] = None,
+    allocator: Annotated[str | None, typer.Option(help="greedy, threshold or exact.")] = None,
     forecasts: Annotated[
         str | None, typer.Option("--forecasts", help="Forecaster name or folder of forecast CSVs.")
     ] = None,
@@ -73,10 +76,16 @@ def simulate(
     ] = None,
     quiet: QuietOpt = False,
     online: Annotated[
-        bool, typer.Option("--online", help="Forecast before every step from the observed history (no forecast file).")
+        bool,
+        typer.Option(
+            "--online", metavar="", help="Forecast before every step from the observed history (no forecast file)."
+        ),
     ] = False,
     learn: Annotated[
-        bool, typer.Option("--learn", help="The performance model learns from every measured step (learning.csv).")
+        bool,
+        typer.Option(
+            "--learn", metavar="", help="The performance model learns from every measured step (learning.csv)."
+        ),
     ] = False,
     true_profile: Annotated[
         Path | None,
@@ -91,11 +100,20 @@ def simulate(
             "this process may use).",
         ),
     ] = None,
+    json_out: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            metavar="",
+            help="Print the comparison's rows as JSON on stdout instead of tables (messages go to stderr).",
+        ),
+    ] = False,
 ) -> None:
     """Compare reconfiguration strategies on a job in simulation (table, CSV/JSON/Markdown, chart)."""
     from ..core.errors import InputError
     from ..core.filelock import output_lock
     from ..core.outputs import check_output_dir
+    from ..core.tables import print_json
     from ..inputs.experiment import load_experiment
     from ..inputs.profiles import warn_if_other_processor
     from ..inputs.settings import apply_flag_overrides, flag_overrides, flags_blamed
@@ -110,7 +128,7 @@ def simulate(
             f"two experiments given ({experiment} and --experiment {experiment_opt}); give one", field="--experiment"
         )
 
-    console = Console()
+    console = Console(stderr=json_out)  # with --json, stdout holds the JSON document only
     # every flag as an override (flag, KEY=VALUE), --set first, then the named flags: they go through the same
     # settings loader as the file, so an error names the flag
     flagged = [("--set", item) for item in set_ or []] + flag_overrides(
@@ -166,7 +184,9 @@ def simulate(
             out_dir, results, _run_meta(exp, scen, out_dir, elapsed), scen.task_names, scen.cpu.to_millicores
         )
     rows = comparison_rows(results)
-    for m in exp.modes:  # a table per mode, then the run's size and time
+    if json_out:
+        print_json(rows)
+    for m in exp.modes if not json_out else ():  # a table per mode, then the run's size and time
         print_table(
             [r for r in rows if r["mode"] == m],
             console,

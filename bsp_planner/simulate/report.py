@@ -6,11 +6,11 @@ import csv
 import io
 import json
 import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
+from ..core.atomic import temp_file
 from ..core.steps import StrategyResult
 
 COLUMNS = tuple("strategy mode compute_s checkpoints checkpoint_s total_s vs_floor_pct mean_decision_ms".split())
@@ -180,9 +180,13 @@ def nodes_chart(rows: list[dict], path: Path) -> None:
             by = {r["strategy"]: r for r in rows if r["mode"] == mode and r["node"] == node}
             mean = [by[s]["mean_pct"] if s in by else np.nan for s in strategies]
             peak = [by[s]["peak_pct"] if s in by else np.nan for s in strategies]
-            ax.bar(x + j * width, mean, width, label=node)
-            ax.plot(x + j * width, peak, "k_", markersize=6)
-        ax.axhline(100, color="black", lw=0.8, ls="--")
+            bars = ax.bar(x + j * width, mean, width, label=node)
+            # the peak in the node's own colour, drawn over the 100% line it often sits on
+            colour = bars.patches[0].get_facecolor() if bars.patches else None
+            ax.plot(x + j * width, peak, "_", color=colour, markersize=12, markeredgewidth=3, zorder=4)
+            ax.plot(x + j * width, peak, "_", color="black", markersize=12, markeredgewidth=0.8, zorder=5)
+        ax.axhline(100, color="grey", lw=0.8, ls="--", zorder=1)
+        ax.set_ylim(0, 112)  # room above 100% so a peak there stays visible
         ax.set_xticks(x + 0.4 - width / 2, strategies, rotation=45, ha="right", fontsize=8)
         ax.set_ylabel("node CPU held (%)")
         ax.set_title(f"{mode}: mean per node (bars), peak (ticks)", fontsize=10)
@@ -221,10 +225,10 @@ def bar_chart(rows: list[dict], path: Path, labels: dict[str, str] | None = None
         ax.bar(x, chk, bottom=comp, color="#DD8452", label="checkpoints")
         floor = [r["total_s"] for r in sub if r["strategy"] == "floor"]
         if floor:
-            ax.axhline(floor[0], color="black", lw=0.8, ls="--", label="floor")
+            ax.axhline(floor[0], color="black", lw=0.8, ls="--", label="floor (+N%: a bar's total above it)")
         for xi, r in zip(x, sub, strict=True):
             if r["vs_floor_pct"] is not None and r["strategy"] != "floor":
-                ax.text(xi, r["total_s"], f"+{r['vs_floor_pct']:.0f}%", ha="center", va="bottom", fontsize=7)
+                ax.text(xi, r["total_s"], f"{r['vs_floor_pct']:+.0f}%", ha="center", va="bottom", fontsize=7)
         ax.set_xticks(x, [r["strategy"] for r in sub], rotation=60, ha="right", fontsize=8)
         # Strategies differ by percent, not by multiples: start the axis near the smallest total.
         ax.set_ylim(0.9 * min(totals), 1.04 * max(totals))
@@ -232,15 +236,17 @@ def bar_chart(rows: list[dict], path: Path, labels: dict[str, str] | None = None
         ax.set_title(title, fontsize=10)
         ax.grid(axis="y", alpha=0.3)
     axes[0][0].set_ylabel("total time (s), axis starts above 0")
-    axes[0][-1].legend(loc="upper right", fontsize=8)
-    fig.tight_layout()
+    # one legend for every panel, above them all (a panel may lack the floor line: the first that has it)
+    handles, names = max((ax.get_legend_handles_labels() for ax in axes[0]), key=lambda hl: len(hl[0]))
+    fig.legend(handles, names, loc="upper center", ncol=len(names), fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0, 1, 0.93))
     save_figure(fig, path)
 
 
 def save_figure(fig, path: Path, dpi: int = 110) -> None:
     """Write a matplotlib figure as PNG next to its final name, then rename: never a half-written chart.
     A figure made by pyplot is closed; one made as a bare `Figure` (no pyplot) needs nothing."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".png")
+    fd, tmp = temp_file(path.parent, f".{path.stem}.", ".png")  # 0644 under umask 022, as the CSV beside it
     os.close(fd)
     fig.savefig(tmp, dpi=dpi)
     if getattr(fig.canvas, "manager", None) is not None:
@@ -262,13 +268,15 @@ TERMINAL_HEADERS = {
 
 
 def print_table(rows: list[dict], console, title: str = "") -> None:
-    """One mode's rows (the mode is in the title), narrow enough for an 80-column terminal."""
+    """One mode's rows (the mode is in the title), every column shown (`core.tables.print_table`)."""
     from rich.table import Table
+
+    from ..core.tables import print_table as print_whole
 
     table = Table(title=title or None)
     headers = dict(TERMINAL_HEADERS)
     if any("recreates" in r for r in rows):  # the cluster is nodes
-        headers.update(recreates="recr", stops="stops")
+        headers.update(recreates="recr", unpriced_recreates="unpriced recr", stops="stops", peak_node_pct="peak node %")
     for c, header in headers.items():
         table.add_column(header, justify="left" if c == "strategy" else "right", no_wrap=True)
 
@@ -279,4 +287,4 @@ def print_table(rows: list[dict], console, title: str = "") -> None:
 
     for r in rows:
         table.add_row(*(cell(c, r[c]) for c in headers))
-    console.print(table)
+    print_whole(console, table)
