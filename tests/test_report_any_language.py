@@ -101,7 +101,9 @@ def test_a_bad_report_line_fails_the_run_naming_the_task_and_what_was_expected(t
     exp = bash_experiment(tmp_path / "exp", steps=3)
     script = tmp_path / "exp" / "sim.sh"
     # rank 1 reports its step 1 with a duration that is not a number
-    script.write_text(SCRIPT.replace('line="step=$t', 'line="step=$t$( ((rank == 1 && t == 1)) && echo " cpu_s=soon" || true)'))
+    script.write_text(
+        SCRIPT.replace('line="step=$t', 'line="step=$t$( ((rank == 1 && t == 1)) && echo " cpu_s=soon" || true)')
+    )
     kw = dict(mode="forecast", overrides=["online=true", "forecast.source=persistence"], reconfigure="in-place")
     with pytest.raises(RunFailed) as info:
         Coordinator(settings(exp, zk_server, creds_file, planner="even", **kw), "bash-bad", tmp_path / "runs").run()
