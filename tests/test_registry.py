@@ -84,6 +84,7 @@ def test_forecasters_are_one_registry_and_only_the_learned_are_trained():
         "seasonal-naive",
         "seasonal-naive-weekly",
         "mstl",
+        "online-select",
         "gbm",
         "ensemble",
         "ensemble-fit",
