@@ -14,6 +14,8 @@ class _Executor:
     """What LiveSteps reads of a LiveExecutor: starting and reconfiguring report what they did."""
 
     tasks = ["a", "b"]
+    processes: dict[str, tuple[str, ...]] = {}  # no process tasks: both run a stressor each step
+    quota_at: dict[str, float] = {}  # when each task's new quota was in place (not timed here)
 
     def __init__(self) -> None:
         self.last_methods: dict[str, str] = {}
