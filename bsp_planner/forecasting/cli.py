@@ -131,9 +131,7 @@ def _context(experiment, job, tasks, horizon, gaps, settings, names, models, shi
     # taken for "not given"), but not against the planner's horizon (a forecaster serves any planner)
     forecast = apply_flag_overrides(exp.forecast, flag_overrides([("--horizon", "horizon", horizon)]))
     job_path = job if job is not None else exp.job_path
-    if gaps is None:
-        gaps = getattr(exp.forecast, "gaps", None)
-    if gaps is None:
+    if gaps is None:  # ForecastSettings has no gaps field: the shipped forecasts' policy, else "error"
         gaps = _shipped_gap_policy(exp, job_path)
     if gaps not in GAP_POLICIES:
         raise InputError(f"expected one of {', '.join(GAP_POLICIES)}, got {gaps!r}", field="--gaps")
