@@ -12,6 +12,7 @@ torch, stable-baselines3 and gymnasium are imported inside the commands only.
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -223,7 +224,7 @@ def evaluate(
     if out is not None:
         results = {
             "agent": shipped_relative(ag.path),  # a shipped agent as agents/default/dqn.zip, not this machine's path
-            "eval_range": s.eval.to_dict(),
+            "eval_range": asdict(s.eval),
             "mode": s.mode,
             "forecasts": data.forecast_label,
             "out_of_sample": oos == "yes",
