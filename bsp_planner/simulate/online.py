@@ -24,6 +24,8 @@ import numpy as np
 
 from ..core.errors import InputError
 from ..forecasting.base import Forecaster
+from ..forecasting.provider import ALIASES, _say, fitted_baselines, related_metadata
+from ..forecasting.registry import FORECASTERS
 from ..inputs.job import Job
 from ..inputs.series import JobSeries
 
@@ -116,9 +118,6 @@ def online_forecasts(
     source: a forecaster's name (or "default"); a folder of forecast files is refused: its forecasts
     were made before the run, not from what it observes.
     """
-    from ..forecasting.provider import ALIASES, _say, fitted_baselines
-    from ..forecasting.registry import FORECASTERS
-
     name = ALIASES.get(source, source)
     if name not in FORECASTERS:
         raise InputError(
@@ -141,7 +140,6 @@ def online_forecasts(
 def _learned_histories(name, job_series, start, horizon, *, base_dir, job, say) -> list[_TaskHistory]:
     """The saved models the offline path would use (same gap policy, same data identity), or trained."""
     from ..forecasting.pipeline import DEFAULT_MODEL_ROOT, Workspace, obtain
-    from ..forecasting.provider import related_metadata
 
     related = related_metadata(base_dir, job_series.task_names)
     gaps = next((m["inputs"].get("gaps", "error") for m in related), "error")
@@ -166,9 +164,6 @@ def unseeded_online_forecasts(
     is seeded with the middle of `workload_range` for as many steps as it needs, so the first forecasts
     are that middle and every later one follows the workloads the tasks report. Forecasters that must
     be trained on a history (lstm) are refused."""
-    from ..forecasting.provider import ALIASES
-    from ..forecasting.registry import FORECASTERS
-
     name = ALIASES.get(source, source)
     cls = FORECASTERS.get(name) if name in FORECASTERS else None
     if cls is None or cls.learned:
