@@ -25,19 +25,6 @@ from . import leftovers
 from .errors import InputError, InputWarning
 
 
-class OutputLocked(InputError):
-    """Another live command is writing the same output."""
-
-    def __init__(self, path: Path, field: str | None, pid: int | None) -> None:
-        who = f"pid {pid}" if pid is not None else "another process"
-        super().__init__(
-            f"{who} is writing here right now; nothing was changed. Wait for it to end (or stop it) and run this again",
-            path=path,
-            field=field,
-        )
-        self.pid = pid
-
-
 def lock_path(target: str | Path) -> Path:
     target = Path(target)
     return target.parent / f".{target.name}.lock"
@@ -52,7 +39,7 @@ def _read_pid(fd: int) -> int | None:
 
 @contextlib.contextmanager
 def output_lock(target: str | Path, field: str | None = None) -> Iterator[list[leftovers.Leftover]]:
-    """Hold `target`'s lock for the block, or raise :class:`OutputLocked` naming the holder's pid (and
+    """Hold `target`'s lock for the block, or raise an InputError naming the holder's pid (and
     `field`, the flag or setting that named `target`). The target's folder is created if needed. Yields
     what writers that are gone had left beside `target` and taking the lock tidied (empty: nothing)."""
     target = Path(target)
@@ -65,7 +52,12 @@ def output_lock(target: str | Path, field: str | None = None) -> Iterator[list[l
         except BlockingIOError:
             pid = _read_pid(fd)
             os.close(fd)
-            raise OutputLocked(target, field, pid) from None
+            who = f"pid {pid}" if pid is not None else "another process"
+            raise InputError(
+                f"{who} is writing here right now; nothing was changed. Wait for it to end (or stop it) and run this again",
+                path=target,
+                field=field,
+            ) from None
         except BaseException:
             os.close(fd)
             raise

@@ -288,7 +288,6 @@ def rolling_error_quantiles(
     fallback: np.ndarray,
     *,
     gamma: float = 0.0,
-    min_count: int = 30,
 ) -> np.ndarray:
     """Quantile offsets (Q, len(origins), H) from the forecaster's own recent errors, per lead time
     (`AdaptiveErrorQuantiles` over a whole series: nothing at or after origin o is used for o).
@@ -310,7 +309,7 @@ def rolling_error_quantiles(
         known = tgt < len(series)
         err = np.full(point.shape, np.nan)
         err[known] = series[tgt[known]] - point[known]
-        tracker = AdaptiveErrorQuantiles(err, quantiles, window, fallback, gamma=gamma, min_count=min_count)
+        tracker = AdaptiveErrorQuantiles(err, quantiles, window, fallback, gamma=gamma)
         tracker.offsets(len(pos) - 1)
         inside = origins >= first
         out[:, inside] = tracker.history[:, origins[inside] - first]

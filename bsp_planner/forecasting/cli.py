@@ -15,10 +15,16 @@ import typer
 from rich.console import Console
 from rich.table import Column, Table
 
+from ..core import atomic
 from ..core.errors import InputError
+from ..core.outputs import check_output_dir
 from ..core.tables import print_json, print_table
+from ..inputs.job import load_job
+from ..inputs.settings import apply_flag_overrides, flag_overrides
+from ..inputs.shipped import find_experiment, output_base
+from .base import LearnedForecaster
 from .prepare import GAP_POLICIES
-from .registry import DEFAULT_FORECASTER, FORECASTERS, TRAINED_FORECASTER
+from .registry import DEFAULT_FORECASTER, FORECASTERS, TRAINED_FORECASTER, default_settings, is_learned
 
 app = typer.Typer(
     help="Workload forecasters: train one model per task on the first half of its series, evaluate on the second, "
@@ -88,8 +94,6 @@ def _say_err(prefix: str, msg: str) -> None:
 
 def _parse_settings(items: list[str] | None, names: list[str]) -> dict[str, dict]:
     """--set KEY=VALUE (for every learned forecaster asked for) or FORECASTER.KEY=VALUE."""
-    from .registry import default_settings, is_learned
-
     out: dict[str, dict] = {}
     learned = [n for n in names if is_learned(n)]
     for item in items or []:
@@ -124,8 +128,6 @@ def _context(experiment, job, tasks, horizon, gaps, settings, names, models, shi
     --shipped, else ./models (never the package folder by default: after a pip install it is
     site-packages)."""
     from ..inputs.experiment import load_experiment
-    from ..inputs.settings import apply_flag_overrides, flag_overrides
-    from ..inputs.shipped import find_experiment
     from .pipeline import DEFAULT_MODEL_ROOT, LOCAL_MODEL_ROOT, Workspace
 
     if shipped and models is not None:
@@ -137,9 +139,7 @@ def _context(experiment, job, tasks, horizon, gaps, settings, names, models, shi
     # taken for "not given"), but not against the planner's horizon (a forecaster serves any planner)
     forecast = apply_flag_overrides(exp.forecast, flag_overrides([("--horizon", "horizon", horizon)]))
     job_path = job if job is not None else exp.job_path
-    if gaps is None:
-        gaps = getattr(exp.forecast, "gaps", None)
-    if gaps is None:
+    if gaps is None:  # ForecastSettings has no gaps field: the shipped forecasts' policy, else "error"
         gaps = _shipped_gap_policy(exp, job_path)
     if gaps not in GAP_POLICIES:
         raise InputError(f"expected one of {', '.join(GAP_POLICIES)}, got {gaps!r}", field="--gaps")
@@ -165,7 +165,6 @@ def _context(experiment, job, tasks, horizon, gaps, settings, names, models, shi
 
 def _shipped_gap_policy(exp, job_path: Path) -> str:
     """The gap policy the experiment's shipped forecasts were made with, for the same job; else "error"."""
-    from ..inputs.job import load_job
     from .provider import shipped_folders
 
     if exp.path is None:
@@ -203,9 +202,7 @@ def train(
 ) -> None:
     """Train one model per task on the first half of its series and save it (Keras format + metadata)
     under ./models (or --models; --shipped: the package's shipped models)."""
-    from .base import LearnedForecaster
     from .pipeline import model_folder, prefixed, task_prefix, train_one
-    from .registry import is_learned
 
     for n in forecaster:
         if n in FORECASTERS and not issubclass(FORECASTERS.get(n), LearnedForecaster):
@@ -273,8 +270,6 @@ def evaluate(
     ] = False,
 ) -> None:
     """RMSE per lead time on the test halves, every forecaster side by side, and 80% interval coverage."""
-    from ..core import atomic
-    from ..core.outputs import check_output_dir
     from .pipeline import evaluate as run_evaluation
     from .pipeline import plot_evaluation
 
@@ -359,8 +354,6 @@ def predict(
     ] = None,
 ) -> None:
     """Write the forecast matrices of an experiment's steps (row t: the next H values predicted before step t)."""
-    from ..core.outputs import check_output_dir
-    from ..inputs.shipped import output_base
     from .files import write_forecasts
     from .pipeline import forecast_experiment
 

@@ -16,6 +16,7 @@ before o.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -123,15 +124,10 @@ class FittedEnsembleForecaster(EnsembleForecaster):
     settings_type: ClassVar[type[ForecasterSettings]] = FittedEnsembleSettings
 
 
-_CLASSES: dict[tuple[str, ...], type[EnsembleForecaster]] = {}
-
-
+@functools.cache
 def ensemble_class(members: tuple[str, ...]) -> type[EnsembleForecaster]:
     """The ensemble of these members (one class per combination, named `ensemble:a,b`)."""
     if members == DEFAULT_MEMBERS:
         return EnsembleForecaster
-    hit = _CLASSES.get(members)
-    if hit is None:
-        name = "ensemble:" + ",".join(members)
-        hit = _CLASSES[members] = type("EnsembleForecaster", (EnsembleForecaster,), {"name": name, "members": members})
-    return hit
+    name = "ensemble:" + ",".join(members)
+    return type("EnsembleForecaster", (EnsembleForecaster,), {"name": name, "members": members})

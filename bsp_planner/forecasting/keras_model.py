@@ -20,7 +20,7 @@ from .base import LearnedForecaster, spec_differences
 _READY = False
 
 
-def keras(threads: int | None = None):
+def keras():
     """The keras module (TensorFlow backend), with deterministic ops and a bounded thread pool."""
     global _READY
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -34,7 +34,7 @@ def keras(threads: int | None = None):
             "the LSTM forecasters need TensorFlow; install it with `pip install 'bsp-planner[forecast]'`"
         ) from exc
     if not _READY:
-        n = threads or max(1, min(os.cpu_count() or 1, 4))
+        n = max(1, min(os.cpu_count() or 1, 4))
         try:
             tf.config.threading.set_intra_op_parallelism_threads(n)
             tf.config.threading.set_inter_op_parallelism_threads(1)

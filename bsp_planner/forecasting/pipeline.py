@@ -25,12 +25,11 @@ from ..core.errors import InputError
 from ..inputs.job import Job, load_job
 from ..inputs.series import JobSeries, load_job_series
 from ..inputs.shipped import data_path
-from .base import DEFAULT_QUANTILES, Forecaster, LearnedForecaster, ahead, digest, spec_differences
+from .base import DEFAULT_QUANTILES, Forecaster, LearnedForecaster, Progress, ahead, digest, spec_differences
 from .prepare import PreparedSeries, prepare_job, test_origins
 from .registry import FORECASTER_VERSION, FORECASTERS, default_settings, make_forecaster
 from .validation import validated_weights
 
-Say = Callable[[str], None]
 DEFAULT_MODEL_ROOT = data_path("models")  # the shipped models (package data)
 LOCAL_MODEL_ROOT = Path("models")  # where the CLI saves what it trains: ./models of the current directory
 
@@ -39,7 +38,7 @@ def _quiet(_msg: str) -> None:
     pass
 
 
-def prefixed(say: Callable[[str, str], None] | None, prefix: str) -> Say:
+def prefixed(say: Callable[[str, str], None] | None, prefix: str) -> Progress:
     """A one-argument progress callback that passes `prefix` (which task, which forecaster) along."""
     if say is None:
         return _quiet
@@ -124,7 +123,7 @@ def model_folder(root: Path, job: str, forecaster: str) -> Path:
     return Path(root) / job / forecaster
 
 
-def train_one(ws: Workspace, name: str, p: PreparedSeries, say: Say = _quiet) -> Forecaster:
+def train_one(ws: Workspace, name: str, p: PreparedSeries, say: Progress = _quiet) -> Forecaster:
     cls = FORECASTERS.get(name)
     build = getattr(cls, "from_workspace", None)
     if build is not None:  # a global model: trained on the job's other tasks too
@@ -162,7 +161,7 @@ def obtain(
     on_mismatch: str = "error",
     save: bool = True,
     save_root: Path | None = None,
-    say: Say = _quiet,
+    say: Progress = _quiet,
 ) -> tuple[Forecaster, str]:
     """A fitted forecaster for one task and how it was had: "fitted" (baselines), "loaded", "trained".
 
@@ -238,7 +237,6 @@ class TaskScore:
     sq_err_sum: np.ndarray  # (H,) sums of squared errors, for pooling
     count: int  # origins
     covered: np.ndarray  # (H,) outcomes inside the central interval, counts
-    interval: tuple[float, float]
 
     @property
     def mean_rmse(self) -> float:
@@ -260,7 +258,7 @@ def score_task(f: Forecaster, p: PreparedSeries, horizon: int, interval: tuple[f
     se = (med - truth) ** 2
     lo_i, hi_i = f.quantiles.index(interval[0]), f.quantiles.index(interval[1])
     covered = ((truth >= pred[lo_i]) & (truth <= pred[hi_i])).sum(axis=0)
-    return TaskScore(p.task, np.sqrt(se.mean(axis=0)), se.sum(axis=0), len(o), covered, interval)
+    return TaskScore(p.task, np.sqrt(se.mean(axis=0)), se.sum(axis=0), len(o), covered)
 
 
 @dataclass
@@ -328,8 +326,7 @@ def evaluate(
         for n in names:
             t0 = time.perf_counter()
             prefix = task_prefix(ws, i, n)
-            say_ = prefixed(say, prefix)
-            f, got = obtain(ws, n, p, **options, say=say_)
+            f, got = obtain(ws, n, p, **options, say=prefixed(say, prefix))
             score = score_task(f, p, ws.horizon)
             scores[n][p.task] = score
             how[n][p.task] = got

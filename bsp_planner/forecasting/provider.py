@@ -18,12 +18,15 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
 from ..core.errors import InputError
-from ..inputs.series import JobSeries
+from ..inputs.job import Job
+from ..inputs.series import JobSeries, TaskSeries
+from .base import Forecaster
 from .files import FORECAST_META, read_forecast_metadata, read_forecasts, write_forecasts
 from .registry import DEFAULT_FORECASTER, FORECASTERS
 
@@ -61,22 +64,9 @@ def forecast_matrix(
     job_series.check_length(start, steps)
     name = ALIASES.get(source, source)
     if name in FORECASTERS and not FORECASTERS.get(name).learned and gaps is None:
-        out = np.empty((len(job_series.series), steps, horizon))
-        for i, s in enumerate(job_series.series):
-            history = job_series.history_workloads(i)
-            f = FORECASTERS.get(name)(horizon=horizon, period=s.period_steps)
-            need = f._min_origin() + horizon
-            if s.n_train < need:
-                raise InputError(
-                    f"task '{s.task}': the training half of its series has {s.n_train} values but the {name} "
-                    f"forecaster needs at least {need} (its first forecast origin {f._min_origin()} + horizon {horizon})",
-                    path=s.source,
-                    field="forecast.horizon",
-                )
-            f = f.fit(history[: s.n_train])
-            origins = s.n_train + start + np.arange(steps)
-            out[i] = f.predict_median(history, origins)
-        return out, name
+        origins = start + np.arange(steps)
+        rows = [f.predict_median(h, s.n_train + origins) for s, f, h in fitted_baselines(name, job_series, horizon)]
+        return np.stack(rows), name
     if name in FORECASTERS:
         return _learned(name, job_series, start, steps, horizon, base_dir=base_dir, gaps=gaps, job=job, say=say)
     folder = Path(source)
@@ -95,6 +85,28 @@ def forecast_matrix(
     return read_forecasts(folder, job_series.task_names, steps, horizon, start=start), label
 
 
+def fitted_baselines(
+    name: str, job_series: JobSeries, horizon: int, *, make: Callable[[int, int], Forecaster] | None = None
+) -> list[tuple[TaskSeries, Forecaster, np.ndarray]]:
+    """Baseline `name` fitted on every task's training half, the rows as consecutive steps (gaps ignored):
+    (the task's series, the fitted forecaster, its whole scaled series) per task. make(horizon, period):
+    how to build one, where it takes settings (default: the registered class with no settings)."""
+    out = []
+    for i, s in enumerate(job_series.series):
+        history = job_series.history_workloads(i)
+        f = (make or (lambda h, p: FORECASTERS.get(name)(horizon=h, period=p)))(horizon, s.period_steps)
+        need = f._min_origin() + horizon
+        if s.n_train < need:
+            raise InputError(
+                f"task '{s.task}': the training half of its series has {s.n_train} values but the {name} "
+                f"forecaster needs at least {need} (its first forecast origin {f._min_origin()} + horizon {horizon})",
+                path=s.source,
+                field="forecast.horizon",
+            )
+        out.append((s, f.fit(history[: s.n_train]), history))
+    return out
+
+
 def shipped_folders(base_dir: Path | None, name: str | None) -> list[tuple[Path, dict]]:
     """Folders of forecasts under <base_dir>/forecasts/ made by the named forecaster (None: any)."""
     if base_dir is None:
@@ -110,6 +122,13 @@ def shipped_folders(base_dir: Path | None, name: str | None) -> list[tuple[Path,
     return found
 
 
+def related_metadata(base_dir: Path | None, task_names: list[str]) -> list[dict]:
+    """The metadata of the shipped forecasts (by any forecaster) made for these tasks: they say which job
+    it is and how its gaps were treated when nobody says otherwise."""
+    folders = shipped_folders(base_dir, None)
+    return [m for _, m in folders if [t.get("task") for t in m["inputs"].get("tasks", [])] == task_names]
+
+
 def _learned(name, job_series, start, steps, horizon, *, base_dir, gaps, job, say):
     from .pipeline import (
         DEFAULT_MODEL_ROOT,
@@ -121,13 +140,7 @@ def _learned(name, job_series, start, steps, horizon, *, base_dir, gaps, job, sa
     )
 
     shipped = shipped_folders(base_dir, name)
-    # Folders made for this job's tasks (by any forecaster) say which job it is and how its gaps were
-    # treated when nobody says otherwise.
-    related = [
-        m
-        for _, m in shipped_folders(base_dir, None)
-        if [t.get("task") for t in m["inputs"].get("tasks", [])] == job_series.task_names
-    ]
+    related = related_metadata(base_dir, job_series.task_names)
     if gaps is not None:
         policies = [gaps]
     else:
@@ -136,10 +149,9 @@ def _learned(name, job_series, start, steps, horizon, *, base_dir, gaps, job, sa
     if job_name is None:
         names = {m["inputs"].get("job") for m in related}
         job_name = names.pop() if len(names) == 1 else "job"
-    stub = _job_stub(job_name, job_series)
     ws = None
     for policy in policies:
-        ws = Workspace.from_series(stub, job_series, gaps=policy, horizon=horizon)
+        ws = Workspace.from_series(Job(name=job_name, tasks=()), job_series, gaps=policy, horizon=horizon)
         inputs = request_inputs(ws, name, start, steps)
         digest = inputs_digest(inputs)
         for folder, meta in shipped:
@@ -195,9 +207,3 @@ def _rows_within(made: dict, wanted: dict) -> int | None:
     if offset < 0 or offset + int(wanted["steps"]) > int(made["steps"]):
         return None
     return offset
-
-
-def _job_stub(name: str, job_series: JobSeries):
-    from ..inputs.job import Job
-
-    return Job(name=name, tasks=())

@@ -30,8 +30,8 @@ import numpy as np
 from ..core.errors import InputError
 from ..inputs.settings import setting
 from .base import ForecasterSettings, PointForecaster, SettingsTable, ahead, series_key
+from .baselines import WEEK_DAYS
 
-WEEK_DAYS = 7
 MSTL_FIRST_SEASONAL_WINDOW = 11  # statsforecast's mstl: seasonal windows 11, 15, ... (R's forecast::mstl)
 
 

@@ -190,8 +190,6 @@ class Job:
     name: str
     tasks: tuple[Task, ...]
     path: Path | None = None
-    description: str = ""
-    extra: dict = field(default_factory=dict)
     sync: str = "barrier"  # "barrier": our ZooKeeper barrier; "observe": the application syncs itself
     services: tuple[Service, ...] = ()
 
@@ -269,7 +267,6 @@ def load_job(path: str | Path) -> Job:
         name=spec.name if spec.name is not None else path.stem,
         tasks=tasks,
         path=path,
-        description=spec.description,
         sync=spec.sync,
         services=services,
     )

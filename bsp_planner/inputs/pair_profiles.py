@@ -50,10 +50,6 @@ class PairProfile:
     path: Path | None
     rows: tuple[PairRow, ...]
 
-    @property
-    def slowdown(self) -> dict[tuple[str, str], float]:
-        return {(r.task, r.co_task): r.slowdown for r in self.rows}
-
     def matrix(self, task_names: Sequence[str]) -> np.ndarray:
         """(tasks, tasks): [i, j] = the slowdown of task i while task j co-runs; 1.0 on the diagonal and
         for a pair the profile did not measure (no interference assumed there)."""
@@ -70,12 +66,12 @@ class PairProfile:
         return sum(r.task in names and r.co_task in names for r in self.rows)
 
 
-def _number(text: str, path: Path, line: int, column: str, positive: bool = True) -> float:
+def _number(text: str, path: Path, line: int, column: str) -> float:
     try:
         v = float(text)
     except ValueError:
         raise InputError(f"{column}: expected a number, got {text!r}", path=path, line=line) from None
-    if not math.isfinite(v) or (positive and v <= 0):
+    if not math.isfinite(v) or v <= 0:
         raise InputError(f"{column}: expected a positive number, got {text!r}", path=path, line=line)
     return v
 

@@ -410,15 +410,14 @@ def flag_overrides(flags: Iterable[tuple[str, str, Any]]) -> list[tuple[str, str
     return out
 
 
-def apply_flag_overrides(obj: T, flagged: Iterable[tuple[str, str]], *, validate: bool = True) -> T:
+def apply_flag_overrides(obj: T, flagged: Iterable[tuple[str, str]]) -> T:
     """(flag, KEY=VALUE) overrides applied in order, each error naming its flag; then the settings'
     cross-field rules once, on the result (an intermediate state may break them)."""
     flagged = list(flagged)
     for flag, item in flagged:
         obj = apply_overrides(obj, [item], flag=flag, validate=False)
-    if validate:
-        with flags_blamed(flagged, getattr(obj, "path", None)):
-            _validate(obj, None)
+    with flags_blamed(flagged, getattr(obj, "path", None)):
+        _validate(obj, None)
     return obj
 
 
@@ -482,18 +481,3 @@ def _override(obj: Any, parts: list[str], text: str, flag: str, where: str) -> A
         except InputError as exc:
             raise InputError(f"{exc.message} (from {flag} {where}={text})", field=where) from None
     return dataclasses.replace(obj, **{key: new})
-
-
-def to_table(obj: Any) -> dict[str, Any]:
-    """The settings as a plain table (what a file would hold), internal fields left out."""
-    out: dict[str, Any] = {}
-    for name in setting_fields(type(obj)):
-        v = getattr(obj, name)
-        if dataclasses.is_dataclass(v):
-            v = to_table(v)
-        elif isinstance(v, (list, tuple)):
-            v = [to_table(x) if dataclasses.is_dataclass(x) else x for x in v]
-        elif isinstance(v, Path):
-            v = str(v)
-        out[name] = v
-    return out

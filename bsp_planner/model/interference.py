@@ -1,5 +1,5 @@
-"""Co-location interference in a simulation on nodes: the experiment's pair profile as a slowdown matrix,
-each task's slowdown at a placement, and the report's one line about it.
+"""Co-location interference in a simulation on nodes: the experiment's pair profile as a slowdown matrix
+and the report's one line about it.
 
 Without `interference.pairs` no interference is assumed (and the report says so); with it, the
 performance model multiplies each task's duration by `performance.co_location_slowdown` at the
@@ -15,7 +15,6 @@ import numpy as np
 
 from ..core.errors import InputError
 from ..inputs.pair_profiles import load_pair_profile
-from .performance import co_location_slowdown
 
 if TYPE_CHECKING:
     from ..inputs.experiment import Experiment
@@ -58,7 +57,3 @@ def note(exp: Experiment, cluster: Cluster, factor: np.ndarray | None, measured:
         f"a task's slowdown = product of its co-located pairs'), placement {how}: mean x{float(factor.mean()):.2f}, "
         f"worst x{float(factor[worst]):.2f} ({task_names[worst]})"
     )
-
-
-def factors(slowdown: np.ndarray | None, cluster: Cluster) -> np.ndarray | None:
-    return None if slowdown is None else co_location_slowdown(slowdown, cluster.node_of)

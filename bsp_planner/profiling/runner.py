@@ -252,20 +252,11 @@ class Batch:
 
 def plan_batches(todo: Sequence[Cell], tasks: dict[str, Task]) -> list[Batch]:
     """`todo` (in the runner's order) as batches, each process batch where its first cell was."""
-    batches: list[Batch] = []
-    where: dict[tuple[str, float, int], int] = {}
+    groups: dict[tuple, list[Cell]] = {}
     for cell in todo:
         name, _, cpu, repeat = cell
-        task = tasks[name]
-        key = (name, cpu, repeat)
-        if task.kind == "process" and key in where:
-            i = where[key]
-            batches[i] = Batch(task, (*batches[i].cells, cell))
-            continue
-        if task.kind == "process":
-            where[key] = len(batches)
-        batches.append(Batch(task, (cell,)))
-    return batches
+        groups.setdefault((name, cpu, repeat) if tasks[name].kind == "process" else cell, []).append(cell)
+    return [Batch(tasks[cells[0][0]], tuple(cells)) for cells in groups.values()]
 
 
 def run_batch(backend: Backend, batch: Batch, timeout_s: float, steps: ProcessSteps) -> list[tuple[Cell, RunResult]]:

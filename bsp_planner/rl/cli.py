@@ -12,16 +12,22 @@ torch, stable-baselines3 and gymnasium are imported inside the commands only.
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
+from rich.console import Console
+from rich.table import Column, Table
 
+from ..core import atomic
+from ..core.errors import InputError
+from ..core.outputs import check_output_dir, check_output_file
+from ..core.tables import print_json, print_table
+from ..inputs.settings import apply_flag_overrides, apply_overrides, flag_overrides
 from ..simulate.cli import QuietOpt
 
 if TYPE_CHECKING:
-    from rich.console import Console
-
     from .settings import EnvSettings
     from .train import TrainResult
 
@@ -85,12 +91,7 @@ def train(
     quiet: QuietOpt = False,
 ) -> None:
     """Train an agent on the environment's training steps, evaluating it on the held-out steps."""
-    from rich.console import Console
-
-    from ..core.errors import InputError
-    from ..core.outputs import check_output_dir, check_output_file
     from ..inputs.experiment import load_experiment
-    from ..inputs.settings import apply_flag_overrides, flag_overrides
     from .data import experiment_overrides
     from .settings import DEFAULT_AGENT_DIR, StepRange, load_env_settings
 
@@ -172,10 +173,6 @@ def _train_with_progress(
 
 
 def _print_comparison(console: Console, rows: dict[str, dict], title: str) -> None:
-    from rich.table import Column, Table
-
-    from ..core.tables import print_table
-
     table = Table(
         "strategy", *(Column(c, justify="right") for c in ("total s", "compute s", "reconfigurations")), title=title
     )
@@ -204,12 +201,6 @@ def evaluate(
     ] = False,
 ) -> None:
     """Run an agent and other planners on held-out steps; totals and reconfigurations."""
-    from rich.console import Console
-
-    from ..core import atomic
-    from ..core.outputs import check_output_file
-    from ..core.tables import print_json
-    from ..inputs.settings import apply_overrides
     from .agent import load_agent
     from .planner import default_agent_path
     from .settings import StepRange, load_env_settings, shipped_relative
@@ -238,7 +229,7 @@ def evaluate(
     )
     results = {
         "agent": shipped_relative(ag.path),  # a shipped agent as agents/default/dqn.zip, not this machine's path
-        "eval_range": s.eval.to_dict(),
+        "eval_range": asdict(s.eval),
         "mode": s.mode,
         "forecasts": data.forecast_label,
         "out_of_sample": oos == "yes",
@@ -256,9 +247,6 @@ def info(
     agent: Annotated[Path | None, typer.Argument(help="Agent .zip (default: the shipped DQN agent).")] = None,
 ) -> None:
     """What an agent expects and how it was trained (its metadata), without loading the model."""
-    from rich.console import Console
-
-    from ..core.errors import InputError
     from .agent import agent_file, read_metadata
     from .planner import default_agent_path
     from .settings import StepRange

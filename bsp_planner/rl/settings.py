@@ -44,9 +44,6 @@ class StepRange:
     def __str__(self) -> str:
         return f"{self.start}..{self.end - 1}"
 
-    def to_dict(self) -> dict:
-        return {"start": self.start, "steps": self.steps}
-
     @classmethod
     def parse(cls, text: str, what: str) -> StepRange:
         """'400:1000' (end exclusive) or '400+600' (start + steps)."""

@@ -11,7 +11,7 @@ import csv
 import json
 import platform
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -262,8 +262,8 @@ def train_agent(
         "penalty_s": exp.penalty_s,
         "seed": a.seed,
         "timesteps": a.timesteps,
-        "train_range": s.train.to_dict(),
-        "eval_range": s.eval.to_dict(),
+        "train_range": asdict(s.train),
+        "eval_range": asdict(s.eval),
         "experiment_overrides": list(s.overrides) + list(extra_overrides or []),
         "forecasts": train_data.forecast_label,
         "eval_forecasts": eval_data.forecast_label,

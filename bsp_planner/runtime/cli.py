@@ -223,7 +223,12 @@ def run(
         )
     if step_timeout is not None:
         settings.step_timeout_s = _positive_seconds(step_timeout, "--step-timeout")
-    settings = _checked(settings)
+    try:  # the settings through the settings loader, before anything is created
+        settings = settings.checked()
+    except InputError as exc:  # a refused value names its option
+        if exc.field not in _RUN_FLAGS:
+            raise
+        raise InputError(exc.message, field=_RUN_FLAGS[exc.field]) from None
     if resume is None:
         _check_experiment(settings, flagged)
     say = (lambda text: None) if quiet else (lambda text: console.print(text, highlight=False))
@@ -266,17 +271,6 @@ def _refuse_changes_on_resume(ctx: typer.Context, settings: RunSettings, rid: st
             f"{flag}, or start a new run (--run-id) to use another",
             field=flag,
         )
-
-
-def _checked(settings: RunSettings) -> RunSettings:
-    """The settings through the settings loader, before anything is created: a refused value names its option."""
-    try:
-        return settings.checked()
-    except InputError as exc:
-        flag = _RUN_FLAGS.get(exc.field or "")
-        if flag is None:
-            raise
-        raise InputError(exc.message, field=flag) from None
 
 
 def _check_experiment(settings: RunSettings, flagged: list[tuple[str, str]]) -> None:

@@ -57,10 +57,6 @@ TASK_PREFIX = {  # the per-task fields of steps.csv, each column named <prefix>_
 }
 
 
-def csv_header(task_names: list[str]) -> list[str]:
-    return [*STEP_FIELDS, *(f"{prefix}_{t}" for prefix in TASK_PREFIX.values() for t in task_names)]
-
-
 def csv_row(rec: dict, task_names: list[str]) -> list:
     row = [
         int(v) if isinstance(v, bool) else "" if v is None else f"{v:.6f}" if isinstance(v, float) else v
@@ -110,7 +106,8 @@ class RunLog:
         """Make both files hold exactly `records` (on start, or on resume after a crash)."""
         lines, rows = self._texts(records)
         write_text(self.jsonl, lines)
-        write_text(self.csv, ",".join(csv_header(self.task_names)) + "\n" + rows)  # task names need no quoting
+        header = [*STEP_FIELDS, *(f"{prefix}_{t}" for prefix in TASK_PREFIX.values() for t in self.task_names)]
+        write_text(self.csv, ",".join(header) + "\n" + rows)  # task names need no quoting
 
     def append(self, rec: dict) -> None:
         for path, text in zip((self.jsonl, self.csv), self._texts([rec]), strict=True):

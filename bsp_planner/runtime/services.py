@@ -4,7 +4,7 @@
 port that accepts a connection, or a line of its output matching a regex, within ``ready_timeout_s``),
 watches them while the steps run (:meth:`Services.check`, called at the coordinator's safe points), and
 stops them after the tasks. A service that exits meanwhile with a non-zero status is restarted
-(``on_failure = "restart"``, up to ``max_restarts`` times) or fails the run (:class:`ServiceFailed`,
+(``on_failure = "restart"``, up to ``max_restarts`` times) or fails the run (:class:`~.executor.RunFailed`,
 ``on_failure = "fail"``), naming it with the end of its log. An exit with status 0 is an ending, not a
 failure: a broker ends when its federation has finished. It is held against the run only if a step then
 starts without it (:meth:`Services.step_started`: the application went on, so the policy applies); a
@@ -42,10 +42,6 @@ from .zkserver import port_in_use
 POLL_S = 0.05
 STOP_TIMEOUT_S = 10.0
 LOCAL_HOST = "127.0.0.1"
-
-
-class ServiceFailed(RunFailed):
-    """A service did not become ready, or exited and may not (or no longer) be restarted."""
 
 
 class ServiceRunner(Protocol):
@@ -132,7 +128,7 @@ class Services:
             try:
                 self.runner.launch(name, args, env, port)
             except OSError as exc:
-                raise ServiceFailed(f"service {name} cannot start {args[0]!r}: {exc.strerror or exc}") from None
+                raise RunFailed(f"service {name} cannot start {args[0]!r}: {exc.strerror or exc}") from None
             if name not in self.running:
                 self.running.append(name)
             self._wait_ready(name, port, pattern, check_stop)
@@ -149,14 +145,14 @@ class Services:
         while not self.runner.ready(name, port, pattern):
             code = self.runner.exit_code(name)
             if code is not None:
-                raise ServiceFailed(f"service {name} exited with code {code} before it was ready{self._tail(name)}")
+                raise RunFailed(f"service {name} exited with code {code} before it was ready{self._tail(name)}")
             if time.monotonic() > deadline:
                 what = f"accept connections on port {port}" if port is not None else ""
                 if pattern is not None:
                     what = f"print a line matching {pattern.pattern!r}"
                 tail = self._tail(name)
                 self._stop([name])
-                raise ServiceFailed(
+                raise RunFailed(
                     f"service {name} did not {what} within {sv.ready_timeout_s:g} s (ready_timeout_s){tail}"
                 )
             check_stop()
@@ -168,7 +164,7 @@ class Services:
 
     def check(self, check_stop: Callable[[], None] = lambda: None) -> None:
         """Called at the coordinator's safe points: a service that exited with a non-zero status is restarted
-        (policy "restart", while restarts are left), else the run fails (:class:`ServiceFailed`); one that
+        (policy "restart", while restarts are left), else the run fails (:class:`~.executor.RunFailed`); one that
         exited with status 0 is noted as ended (`ended`, `driver_ended`), judged later by step_started."""
         if self._starting:
             return
@@ -215,7 +211,7 @@ class Services:
         )
         tail = self._tail(name)
         self._stop([name])
-        raise ServiceFailed(f"service {name} exited with code {code} {when} ({why}){tail}")
+        raise RunFailed(f"service {name} exited with code {code} {when} ({why}){tail}")
 
     def stop_all(self) -> None:
         """Stop every service, after the tasks (all at once: SIGTERM or a pod deletion each, then the wait);

@@ -9,7 +9,11 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.console import Console
 
-from ..inputs.shipped import experiment_names
+from ..core.errors import InputError
+from ..core.filelock import output_lock
+from ..core.outputs import check_output_dir
+from ..inputs.settings import apply_flag_overrides, flag_overrides, flags_blamed
+from ..inputs.shipped import describe_experiment, experiment_names, find_experiment
 
 if TYPE_CHECKING:
     from rich.progress import Progress
@@ -110,14 +114,9 @@ def simulate(
     ] = False,
 ) -> None:
     """Compare reconfiguration strategies on a job in simulation (table, CSV/JSON/Markdown, chart)."""
-    from ..core.errors import InputError
-    from ..core.filelock import output_lock
-    from ..core.outputs import check_output_dir
     from ..core.tables import print_json
     from ..inputs.experiment import load_experiment
     from ..inputs.profiles import warn_if_other_processor
-    from ..inputs.settings import apply_flag_overrides, flag_overrides, flags_blamed
-    from ..inputs.shipped import find_experiment
     from .parallel_runs import check_jobs, default_jobs, run_pairs
     from .report import comparison_rows, print_table, write_outputs
     from .runs import check_strategies, offline_strategies, one_pool_strategies
@@ -208,8 +207,6 @@ def simulate(
 def _refuse_unknown_workloads(exp: Experiment, scen: Scenario) -> None:
     """A task with neither a series nor a replayed trace: its workloads exist only in a run (the task
     reports them), so a simulation would charge invented ones. Refused, naming the fix."""
-    from ..core.errors import InputError
-
     unknown = [t for t, known in zip(scen.task_names, scen.known_workloads, strict=True) if not known]
     if unknown and not exp.forecast.actual:
         raise InputError(
@@ -232,8 +229,6 @@ def _folder_from_cwd(source: str | None) -> str | Path | None:
 
 def _run_meta(exp: Experiment, scen: Scenario, out_dir: Path, elapsed: float) -> dict:
     """What comparison.json records about the run besides its results."""
-    from ..inputs.shipped import describe_experiment
-
     return {
         # how the experiment and profile were named, never this machine's absolute paths
         "experiment": describe_experiment(exp.path, out_dir),

@@ -25,6 +25,9 @@ import numpy as np
 from ..core.errors import InputError
 from ..forecasting.base import Forecaster
 from ..forecasting.online_select import OnlineSelectForecaster
+from ..forecasting.provider import ALIASES, _say, fitted_baselines, related_metadata
+from ..forecasting.registry import FORECASTERS
+from ..inputs.job import Job
 from ..inputs.series import JobSeries
 
 
@@ -118,9 +121,6 @@ def online_forecasts(
     were made before the run, not from what it observes. settings: the `online-select` forecaster's
     (the experiment's forecast.online_* fields), ignored by the others.
     """
-    from ..forecasting.provider import ALIASES, _say
-    from ..forecasting.registry import FORECASTERS
-
     name = ALIASES.get(source, source)
     if name not in FORECASTERS:
         raise InputError(
@@ -134,19 +134,9 @@ def online_forecasts(
     if cls.learned:
         histories = _learned_histories(name, job_series, start, horizon, base_dir=base_dir, job=job, say=say)
     else:
-        # As the offline baselines: the rows are consecutive steps (gaps ignored), fitted on the training half.
-        for i, s in enumerate(job_series.series):
-            history = job_series.history_workloads(i)
-            f = _make(cls, horizon, s.period_steps, settings)
-            need = f._min_origin() + horizon
-            if s.n_train < need:
-                raise InputError(
-                    f"task '{s.task}': the training half of its series has {s.n_train} values but the {name} "
-                    f"forecaster needs at least {need}",
-                    path=s.source,
-                    field="forecast.horizon",
-                )
-            f.fit(history[: s.n_train])
+        # as the offline baselines: fitted on the training half, the rows consecutive steps (gaps ignored)
+        make = lambda h, period: _make(cls, h, period, settings)  # noqa: E731  (online-select's settings)
+        for s, f, history in fitted_baselines(name, job_series, horizon, make=make):
             histories.append(_TaskHistory(s.task, f, list(history[: s.n_train + start])))
     return OnlineForecasts(histories, horizon, f"{name} (online)")
 
@@ -154,16 +144,11 @@ def online_forecasts(
 def _learned_histories(name, job_series, start, horizon, *, base_dir, job, say) -> list[_TaskHistory]:
     """The saved models the offline path would use (same gap policy, same data identity), or trained."""
     from ..forecasting.pipeline import DEFAULT_MODEL_ROOT, Workspace, obtain
-    from ..forecasting.provider import _job_stub, shipped_folders
 
-    related = [
-        m
-        for _, m in shipped_folders(base_dir, None)
-        if [t.get("task") for t in m["inputs"].get("tasks", [])] == job_series.task_names
-    ]
+    related = related_metadata(base_dir, job_series.task_names)
     gaps = next((m["inputs"].get("gaps", "error") for m in related), "error")
     job_name = job.name if job is not None else (related[0]["inputs"].get("job", "job") if related else "job")
-    ws = Workspace.from_series(_job_stub(job_name, job_series), job_series, gaps=gaps, horizon=horizon)
+    ws = Workspace.from_series(Job(name=job_name, tasks=()), job_series, gaps=gaps, horizon=horizon)
     out = []
     for p in ws.prepared:
 
@@ -190,9 +175,6 @@ def unseeded_online_forecasts(
     is seeded with the middle of `workload_range` for as many steps as it needs, so the first forecasts
     are that middle and every later one follows the workloads the tasks report (`online-select` fits
     nothing on those seed rows). Forecasters that must be trained on a history (lstm) are refused."""
-    from ..forecasting.provider import ALIASES
-    from ..forecasting.registry import FORECASTERS
-
     name = ALIASES.get(source, source)
     cls = FORECASTERS.get(name) if name in FORECASTERS else None
     if cls is None or cls.learned:

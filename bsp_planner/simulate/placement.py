@@ -52,7 +52,7 @@ def place_tasks(inputs: ScenarioInputs, durations: ScenarioDurations) -> tuple[P
     # tasks that share a node slow each other (a pair profile, read once here), or not at all
     slowdown, measured = interference.pair_slowdown(exp, inputs.job.task_names)
     cluster = _cluster(inputs, durations, slowdown)
-    factor = interference.factors(slowdown, cluster)
+    factor = None if slowdown is None else co_location_slowdown(slowdown, cluster.node_of)
     note = interference.note(exp, cluster, factor, measured, inputs.job.task_names)
     if factor is not None:
         durations = _slowed(durations, factor)

@@ -13,11 +13,12 @@ the first step (dp) needs every row at once and is refused.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
 
-from ..core.errors import InputError
+from ..core.errors import InputError, InputWarning
 from ..core.steps import StepObservation
 from ..model.learning import LearnedDurations
 from ..model.performance import DurationModel
@@ -34,10 +35,6 @@ def warn_if_far_outside(
 ) -> None:
     """Warn when more than 1% of a task's forecasts (tasks, steps, H) are negative or above twice the
     range's high end: they are clipped to the range's edges, which hides that they are wrong."""
-    import warnings
-
-    from ..core.errors import InputWarning
-
     low, high = workload_range
     far = (forecasts < min(0.0, low)) | (forecasts > 2 * high)
     share = far.reshape(far.shape[0], -1).mean(axis=1)

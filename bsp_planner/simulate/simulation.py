@@ -11,7 +11,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..core.steps import StrategyResult
+from ..loop import run_loop
 from ..planners.base import Planner, PlanningContext
+from .executor import SimulatedExecutor
 
 
 def simulate(
@@ -25,9 +27,6 @@ def simulate(
     (tasks, steps) the workloads they were computed at (only reported, never planned on; None: zeros).
 
     The steps go through the one step loop (`loop.run_loop`) with the simulated executor."""
-    from ..loop import run_loop
-    from .executor import SimulatedExecutor
-
     if workloads is None:
         workloads = np.zeros((actual.shape[0], actual.shape[2]))
     result = run_loop(planner, ctx, SimulatedExecutor(actual, workloads, ctx.penalty_s, ctx.structure), mode=mode)

@@ -165,10 +165,7 @@ def read_plan(path: str) -> ProfilingPlan:
         raise _plan_error(path, "has no 'reports_file'")
     if not workloads or not _numbers(workloads, 0):
         raise _plan_error(path, "has no list of non-negative 'workloads'")
-    steps = [
-        data.get(k, d)
-        for k, d in (("warmup_steps", 1), ("measure_steps", 5), ("min_measure_s", 0.0), ("max_measure_steps", 1000))
-    ]
+    steps = [data.get(f.name, f.default) for f in dataclasses.fields(ProfilingPlan)[3:]]  # warmup_steps...
     warmup, measure, min_s, most = steps
     if not _numbers(steps, 0) or min(measure, most) < 1 or not all(n % 1 == 0 for n in (warmup, measure, most)):
         raise _plan_error(

@@ -39,12 +39,10 @@ from ...profiling.cgroups import (
     owner_pid,
     quota_us,
 )
-from ...task.reporter import move_threads
+from ...task.reporter import RUN_GROUP_INFIX, move_threads
 from ..services import LocalServiceRunner, log_tail, spawn_logged
 from . import Backend, Capabilities, TaskStatus, WorkerLaunch
 
-GROUP_INFIX = ".live."  # a run's parent group: <cgroup-prefix>.live.<run-id>
-CPU_WEIGHTS = ("guaranteed", "workers")
 # A recreation's probe: our worker's interpreter and imports, then "ready" (then it waits for SIGTERM)
 PROBE_READY = (
     "import sys, bsp_planner.cli, bsp_planner.runtime.worker, bsp_planner.task; "
@@ -85,11 +83,7 @@ class LocalBackend(Backend):
     ) -> None:
         """`cfs_period_us`: the CFS period of every task's quota (the quota is the task's CPU share of it);
         the profiler's setting of the same name has the same default, so a profile and a run agree."""
-        if cpu_weight not in CPU_WEIGHTS:
-            raise InputError(
-                f"expected --cpu-weight {' or '.join(CPU_WEIGHTS)}, got {cpu_weight!r}", field="--cpu-weight"
-            )
-        self.cpu_weight = cpu_weight
+        self.cpu_weight = cpu_weight  # "guaranteed" or "workers" (RunSettings checks it): see _weigh_run
         self.cfs_period_us = check_period_us(cfs_period_us)
         self.run_id = run_id
         self.log_dir = Path(log_dir)
@@ -166,7 +160,7 @@ class LocalBackend(Backend):
         measuring its reconfiguration costs, before its run folder existed (so no `--resume` reaches them),
         and their run's group once empty; returns ``group/probe`` names."""
         removed: list[str] = []
-        for parent in sorted(self.hierarchy.root.glob(f"{self.prefix}{GROUP_INFIX}*")):
+        for parent in sorted(self.hierarchy.root.glob(f"{self.prefix}{RUN_GROUP_INFIX}*")):
             if not parent.is_dir():
                 continue
             for child in sorted(p for p in parent.iterdir() if p.is_dir() and p.name.startswith("probe-")):
@@ -184,7 +178,7 @@ class LocalBackend(Backend):
     @property
     def run_prefix(self) -> str:
         """The run's own parent group, ``<cgroup-prefix>.live.<run-id>``: its tasks' groups live in it."""
-        return f"{self.prefix}{GROUP_INFIX}{self.run_id}"
+        return f"{self.prefix}{RUN_GROUP_INFIX}{self.run_id}"
 
     @property
     def run_parent(self) -> Path:
