@@ -13,7 +13,7 @@ import pytest
 
 from bsp_planner.apps.helics import broker as broker_app
 from bsp_planner.apps.helics.local import run_federation
-from bsp_planner.apps.helics.star_model import Star, federate_names, leaf_workloads, star_workloads
+from bsp_planner.apps.helics.star_model import Bursts, Star, Wave, federate_names, leaf_workloads, star_workloads
 from bsp_planner.inputs.experiment import load_experiment
 from bsp_planner.inputs.job import load_job
 from bsp_planner.inputs.profiles import load_profile
@@ -37,8 +37,9 @@ def test_the_same_seed_gives_the_same_workloads_and_another_seed_other_bursts():
     # a step's workloads do not depend on how many steps are run (`run --steps 5` reports the same)
     assert np.array_equal(star_workloads(Star(seed=3), 7), w[:7])
     # without bursts the seed does not matter: it only draws the bursts
-    calm = Star(burst_chance=0.0)
-    assert np.array_equal(leaf_workloads(calm, 40), leaf_workloads(Star(burst_chance=0.0, seed=9), 40))
+    no_bursts = Bursts(chance=0.0, units=8.0, decay=0.5)
+    calm = Star(bursts=no_bursts)
+    assert np.array_equal(leaf_workloads(calm, 40), leaf_workloads(Star(bursts=no_bursts, seed=9), 40))
 
 
 def test_the_load_moves_irregularly_between_the_leaves_and_the_hub_stays_modest():
@@ -54,12 +55,17 @@ def test_the_load_moves_irregularly_between_the_leaves_and_the_hub_stays_modest(
     assert hub.max() < 0.5 * leaves.max(axis=1).min() + star.hub_base
     assert np.ptp(hub) < 0.2 * np.ptp(leaves[:, 0])
     # bursts: some steps hold more than the periodic components could give
-    assert leaves.max() > star.base + star.slow + star.fast
+    assert leaves.max() > star.base + star.slow.units + star.fast.units
 
 
 @pytest.mark.parametrize(
     "field, value, message",
-    [("leaves", 0, "leaves: expected at least 1"), ("burst_chance", 1.5, "burst_chance: expected 0..1")],
+    [
+        ("leaves", 0, "leaves: expected at least 1"),
+        ("bursts", Bursts(chance=1.5, units=8.0, decay=0.5), "bursts.chance: expected 0..1"),
+        ("fast", Wave(units=6.0, period_steps=0.0), "fast.period_steps: expected a positive number"),
+        ("hub_share", -0.1, "hub_share: expected a finite non-negative number"),
+    ],
 )
 def test_bad_star_parameters_name_the_parameter(field, value, message):
     with pytest.raises(ValueError, match=message):

@@ -3,13 +3,13 @@
 A star of ``leaves`` leaf federates (``l0``, ``l1``, ...) and one hub (``hub``). In every step each leaf's
 workload (work units, about 10 ms of one core each, :mod:`bsp_planner.apps.kernel`) is
 
-    base + slow * (1 + sin(2 pi (t / slow_period + i / leaves))) / 2
-         + fast * (1 + sin(2 pi (t / fast_period + phase_i))) / 2 + burst_i(t)
+    base + slow.units * (1 + sin(2 pi (t / slow.period_steps + i / leaves))) / 2
+         + fast.units * (1 + sin(2 pi (t / fast.period_steps + phase_i))) / 2 + burst_i(t)
 
-two periodic components with different periods, each shifted per leaf (so their sum peaks on a different
-leaf from step to step and the peaks never line up the same way twice within ``slow_period x
-fast_period`` steps), plus bursts: in each step a leaf starts a burst with probability ``burst_chance``,
-of ``burst x U(0.5, 1)`` units, which decays by ``burst_decay`` per step. The bursts are drawn from a
+two periodic components with different periods (12 and 7 steps by default), each shifted per leaf, so
+their sum peaks on a different leaf from step to step and the peaks line up the same way again only
+after ``12 x 7`` steps; plus bursts: in each step a leaf starts a burst with probability
+``bursts.chance``, of ``bursts.units x U(0.5, 1)`` units, which decays by ``bursts.decay`` per step. The bursts are drawn from a
 generator seeded by ``(seed, step)``, so a step's draws do not depend on how many steps are run, and the
 same seed always gives the same workloads.
 
@@ -30,39 +30,57 @@ HUB = "hub"
 
 
 @dataclass(frozen=True)
+class Wave:
+    """A periodic component of a leaf's load: from 0 to `units` of work and back over `period_steps` steps."""
+
+    units: float
+    period_steps: float
+
+    def at(self, steps: np.ndarray, phase: np.ndarray) -> np.ndarray:
+        """Its work at `steps` (shape (steps, 1)) for leaves shifted by `phase` (fractions of a period, shape
+        (1, leaves)): shape (steps, leaves), units."""
+        return self.units * (1 + np.sin(2 * np.pi * (steps / self.period_steps + phase))) / 2
+
+
+@dataclass(frozen=True)
+class Bursts:
+    """A leaf's random bursts: one starts in a step with probability `chance`, of `units` x U(0.5, 1) units of
+    work, and decays by the factor `decay` in every step after."""
+
+    chance: float
+    units: float
+    decay: float
+
+
+@dataclass(frozen=True)
 class Star:
-    """The federation's parameters: `leaves` leaf federates; a leaf's floor `base`, its two periodic
-    components (`slow` units over `slow_period` steps, `fast` units over `fast_period` steps), its bursts
-    (started with probability `burst_chance` per step, up to `burst` units, decaying by `burst_decay` per
-    step); the hub's floor `hub_base` and its share `hub_share` of the leaves' summed work; the `seed`."""
+    """The federation's parameters: `leaves` leaf federates; a leaf's floor `base` (units), its two periodic
+    components `slow` and `fast` and its `bursts`; the hub's floor `hub_base` (units) and its share
+    `hub_share` of the leaves' summed work; the `seed` of the bursts."""
 
     leaves: int = 4
     base: float = 2.0
-    slow: float = 10.0
-    slow_period: float = 12.0
-    fast: float = 6.0
-    fast_period: float = 7.0
-    burst_chance: float = 0.12
-    burst: float = 8.0
-    burst_decay: float = 0.5
+    slow: Wave = Wave(units=10.0, period_steps=12.0)
+    fast: Wave = Wave(units=6.0, period_steps=7.0)
+    bursts: Bursts = Bursts(chance=0.12, units=8.0, decay=0.5)
     hub_base: float = 3.0
     hub_share: float = 0.05
     seed: int = 5
 
     def check(self) -> None:
-        """ValueError naming the parameter that is out of range."""
-        if self.leaves < 1:
-            raise ValueError(f"leaves: expected at least 1, got {self.leaves}")
-        for name in ("base", "slow", "fast", "burst", "hub_base", "hub_share"):
-            value = getattr(self, name)
-            if not (math.isfinite(value) and value >= 0):
-                raise ValueError(f"{name}: expected a finite non-negative number, got {value}")
-        for name in ("slow_period", "fast_period"):
-            if not (math.isfinite(getattr(self, name)) and getattr(self, name) > 0):
-                raise ValueError(f"{name}: expected a positive number of steps, got {getattr(self, name)}")
-        for name in ("burst_chance", "burst_decay"):
-            if not 0 <= getattr(self, name) <= 1:
-                raise ValueError(f"{name}: expected 0..1, got {getattr(self, name)}")
+        """Raises ValueError naming the first parameter out of its range."""
+        amounts = {"base": self.base, "slow.units": self.slow.units, "fast.units": self.fast.units}
+        amounts |= {"bursts.units": self.bursts.units, "hub_base": self.hub_base, "hub_share": self.hub_share}
+        rules: list[tuple[str, float, bool, str]] = [("leaves", self.leaves, self.leaves >= 1, "at least 1")]
+        rules += [(name, v, math.isfinite(v) and v >= 0, "a finite non-negative number") for name, v in amounts.items()]
+        for name, wave in (("slow", self.slow), ("fast", self.fast)):
+            period = wave.period_steps
+            rules.append((f"{name}.period_steps", period, math.isfinite(period) and period > 0, "a positive number"))
+        for name, p in (("bursts.chance", self.bursts.chance), ("bursts.decay", self.bursts.decay)):
+            rules.append((name, p, 0 <= p <= 1, "0..1"))
+        for name, value, ok, expected in rules:
+            if not ok:
+                raise ValueError(f"{name}: expected {expected}, got {value}")
 
 
 def federate_names(leaves: int) -> list[str]:
@@ -73,8 +91,8 @@ def federate_names(leaves: int) -> list[str]:
 def _bursts(star: Star, step: int) -> np.ndarray:
     """The bursts the leaves start in `step`, shape (leaves,), units; drawn from (seed, step) alone."""
     rng = np.random.default_rng([star.seed, step])
-    starts = rng.random(star.leaves) < star.burst_chance
-    heights = star.burst * rng.uniform(0.5, 1.0, star.leaves)
+    starts = rng.random(star.leaves) < star.bursts.chance
+    heights = star.bursts.units * rng.uniform(0.5, 1.0, star.leaves)
     return np.where(starts, heights, 0.0)
 
 
@@ -84,15 +102,14 @@ def leaf_workloads(star: Star, steps: int) -> np.ndarray:
     star.check()
     t = np.arange(steps)[:, None]
     i = np.arange(star.leaves)[None, :]
-    slow = star.slow * (1 + np.sin(2 * np.pi * (t / star.slow_period + i / star.leaves))) / 2
+    slow = star.slow.at(t, i / star.leaves)
     # the fast component's phase walks the leaves in another order than the slow one's, so the two
     # components' peaks fall on different leaves
-    fast_phase = (i * 0.618) % 1.0
-    fast = star.fast * (1 + np.sin(2 * np.pi * (t / star.fast_period + fast_phase))) / 2
+    fast = star.fast.at(t, (i * 0.618) % 1.0)
     burst = np.zeros((steps, star.leaves))
     carried = np.zeros(star.leaves)
     for s in range(steps):
-        carried = carried * star.burst_decay + _bursts(star, s)
+        carried = carried * star.bursts.decay + _bursts(star, s)
         burst[s] = carried
     return np.round(star.base + slow + fast + burst, 6)
 
