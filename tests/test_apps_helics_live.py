@@ -22,7 +22,12 @@ from cli_run import run_cli
 from zk_fixtures import PREFIX, assert_nothing_left, needs_tasks
 
 STEPS = 5
-pytestmark = pytest.mark.skipif(find_broker() is None, reason="the helics wheel is not installed (bsp-planner[cosim])")
+pytestmark = [
+    pytest.mark.skipif(find_broker() is None, reason="the helics wheel is not installed (bsp-planner[cosim])"),
+    pytest.mark.slow,
+    pytest.mark.usefixtures("reap_runs"),
+    needs_tasks,
+]
 
 
 def helics_experiment(folder: Path, name: str = "helics-4") -> Path:
@@ -54,9 +59,11 @@ def helics_processes(run_dir: Path, broker_port: int) -> list[str]:
     return out
 
 
-def run_mpc_live(name: str, run_id: str, tmp_path, zk_server, creds_file, monkeypatch, capsys) -> list[dict]:
-    """`bsp-planner run` of the shipped experiment `name` with online mpc for STEPS steps; its records."""
+def run_mpc_live(name: str, tmp_path, zk_server, creds_file, monkeypatch, capsys) -> tuple[Path, list[dict]]:
+    """`bsp-planner run` of the shipped experiment `name` with online mpc for STEPS steps, as run `<name>-live`:
+    its folder and records."""
     exp = helics_experiment(tmp_path / "exp", name)
+    run_id = f"{name}-live"
     code, out, err = run_cli(
         [
             "run", "--experiment", exp, "--planner", "mpc", "--online", "--reconfigure", "in-place",
@@ -68,29 +75,25 @@ def run_mpc_live(name: str, run_id: str, tmp_path, zk_server, creds_file, monkey
         capsys,
     )  # fmt: skip
     assert code == 0, (out, err)
-    records = [json.loads(line) for line in (tmp_path / "runs" / run_id / "steps.jsonl").read_text().splitlines()]
+    run_dir = tmp_path / "runs" / run_id
+    records = [json.loads(line) for line in (run_dir / "steps.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records] == list(range(STEPS))  # every step once, in order
-    return records
+    return run_dir, records
 
 
-def assert_the_federation_ended(run_dir: Path, run_id: str) -> None:
+def assert_the_federation_ended(run_dir: Path) -> None:
     """The broker saw its federation finish, and no federate, broker, process or cgroup is left."""
     log = (run_dir / "logs" / "broker.log").read_text()
     port = int(log.split("broker ready on port ")[1].split()[0])
     assert "the federation has finished" in log
     assert helics_processes(run_dir, port) == []
-    assert_nothing_left(run_id)
+    assert_nothing_left(run_dir.name)
 
 
-@pytest.mark.slow
-@pytest.mark.usefixtures("reap_runs")
-@needs_tasks
 def test_the_helics_federation_runs_under_the_planner_with_its_broker_as_a_service(
     tmp_path, zk_server, creds_file, monkeypatch, capsys
 ):
-    run_id = "helics-live"
-    records = run_mpc_live("helics-4", run_id, tmp_path, zk_server, creds_file, monkeypatch, capsys)
-    run_dir = tmp_path / "runs" / run_id
+    run_dir, records = run_mpc_live("helics-4", tmp_path, zk_server, creds_file, monkeypatch, capsys)
     expected = serial_workloads(Ring(federates=4), STEPS)
     for r in records:
         tasks = {t["task"]: t for t in r["tasks"]}
@@ -108,18 +111,13 @@ def test_the_helics_federation_runs_under_the_planner_with_its_broker_as_a_servi
     for i in range(4):
         timings = [json.loads(line) for line in (run_dir / f"timings-f{i}.jsonl").read_text().splitlines()]
         assert [t["step"] for t in timings] == list(range(STEPS))
-    assert_the_federation_ended(run_dir, run_id)
+    assert_the_federation_ended(run_dir)
 
 
-@pytest.mark.slow
-@pytest.mark.usefixtures("reap_runs")
-@needs_tasks
 def test_the_helics_star_runs_under_the_planner_with_its_hub_after_its_leaves(
     tmp_path, zk_server, creds_file, monkeypatch, capsys
 ):
-    run_id = "helics-star-live"
-    records = run_mpc_live("helics-star-5", run_id, tmp_path, zk_server, creds_file, monkeypatch, capsys)
-    run_dir = tmp_path / "runs" / run_id
+    run_dir, records = run_mpc_live("helics-star-5", tmp_path, zk_server, creds_file, monkeypatch, capsys)
     expected = star_workloads(Star(), STEPS)
     names = federate_names(4)
     for r in records:
@@ -137,4 +135,4 @@ def test_the_helics_star_runs_under_the_planner_with_its_hub_after_its_leaves(
     rows = [t for per in timings.values() for t in per]
     wall = max(t["end"] for t in rows) - min(t["start"] for t in rows)
     assert summary["live_total_s"] == pytest.approx(wall, rel=0.03)
-    assert_the_federation_ended(run_dir, run_id)
+    assert_the_federation_ended(run_dir)

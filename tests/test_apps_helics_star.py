@@ -6,11 +6,7 @@ and trace, simulated on the critical path."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import tomllib
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -29,7 +25,6 @@ from cli_run import run_cli
 needs_helics = pytest.mark.skipif(
     broker_app.find_broker() is None, reason="the helics wheel is not installed (pip install 'bsp-planner[cosim]')"
 )
-REPO = Path(__file__).resolve().parent.parent
 NAMES = ["l0", "l1", "l2", "l3", "hub"]
 TRACE = data_dir() / "traces" / "helics-star-5"
 
@@ -185,26 +180,3 @@ def test_a_hub_given_a_leafs_value_of_another_step_stops_naming_the_leaf():
         hub.take(Inputs(), 3)
     stamps[2] = 3
     assert hub.take(Inputs(), 3) == Star().hub_base + Star().hub_share * 40
-
-
-@pytest.mark.parametrize(
-    "args, message",
-    [
-        (["--federates", "1", "--index", "0"], "--federates: a star needs a hub and at least one leaf, got 1"),
-        (["--federates", "5", "--index", "5"], "--index: expected 0..4, got 5"),
-    ],
-)
-def test_bad_star_arguments_exit_2_naming_the_option(args, message):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("BSP_")}
-    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
-    p = subprocess.run(
-        [sys.executable, "-m", "bsp_planner.apps.helics.federate", "--shape", "star", *args, "--broker-port", "1"]
-        + ["--steps", "1"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert p.returncode == 2
-    assert message in p.stderr and "Traceback" not in p.stderr
