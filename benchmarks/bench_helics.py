@@ -1,12 +1,14 @@
-"""The shipped HELICS federation live (issue 22's goal): `even`, `static:4` and online `mpc`, interleaved.
+"""The shipped HELICS federations live (issue 22's goal): `even`, `static:4` and online `mpc`, interleaved.
 
-    python benchmarks/bench_helics.py [--rounds 10] [--strategies even,static:4,mpc] [--steps 30]
+    python benchmarks/bench_helics.py [--federation ring|star] [--rounds 10] [--strategies even,static:4,mpc]
 
-Each round runs the shipped experiment (`experiments/helics-4.toml`: 4 federates in a ring, a hotspot moving
-from federate 0 to 3, 1600m in all, the broker a service of the run) once per strategy, as a user would:
-`bsp-planner run --experiment helics-4 --planner P --online --reconfigure in-place`, each a fresh process,
-the strategies' order rotated from round to round so that none always runs first (load on a shared host
-drifts). Needs root (cgroup quotas), java and the ZooKeeper jars (a server is started on a free loopback
+Each round runs a shipped experiment once per strategy: `--federation ring` (the default),
+`experiments/helics-4.toml`: 4 federates in a ring, a hotspot moving from federate 0 to 3; `--federation
+star`, `experiments/helics-star-5.toml`: 4 leaves with irregular load and a hub that computes after them,
+so a step is the slowest leaf plus the hub. Both: 1600m in all, the broker a service of the run. Each run
+is as a user would start it, `bsp-planner run --experiment E --planner P --online --reconfigure in-place`,
+a fresh process, the strategies' order rotated from round to round so that none always runs first (load on
+a shared host drifts). Needs root (cgroup quotas), java and the ZooKeeper jars (a server is started on a free loopback
 port) and the helics wheel.
 
 Per run it records the run's own accounting (`summary.json`: the live total and the simulated total of the
@@ -38,6 +40,8 @@ from _report import load, write_results  # noqa: E402
 from bsp_planner.runtime.zkserver import LocalZooKeeper, free_port  # noqa: E402
 from bsp_planner.zk.credentials import generate_credentials, write_credentials_file  # noqa: E402
 
+FEDERATIONS = {"ring": "helics-4", "star": "helics-star-5"}  # --federation: its shipped experiment
+
 
 def federation_wall_s(run_dir: Path) -> float | None:
     """The federation's own wall time (s): first compute start to last compute end over every federate's
@@ -62,7 +66,7 @@ def summary_totals(summary: dict) -> tuple[float | None, float | None]:
 
 
 def run_one(work: Path, zk: LocalZooKeeper, creds: Path, planner: str, round_no: int, args) -> dict:
-    run_id = f"helics-{planner.replace(':', '')}-r{round_no}-{os.getpid()}"
+    run_id = f"{args.federation}-{planner.replace(':', '')}-r{round_no}-{os.getpid()}"
     cmd = [
         sys.executable,
         "-m",
@@ -138,13 +142,17 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--strategies", default="even,static:4,mpc")
-    ap.add_argument("--experiment", default="helics-4", help="a shipped experiment's name, or a file")
+    ap.add_argument("--federation", choices=sorted(FEDERATIONS), default="ring", help="which shipped federation")
+    ap.add_argument(
+        "--experiment", default=None, help="a shipped experiment's name, or a file (default: the federation's)"
+    )
     ap.add_argument("--steps", type=int, default=None, help="default: the experiment's")
     ap.add_argument("--set", action="append", default=[], help="KEY=VALUE passed to every run (run --set)")
     ap.add_argument("--run-timeout-s", type=float, default=600.0)
     ap.add_argument("--out", default="bench_helics.json")
     ap.add_argument("--workdir", default=None, help="keep the runs here (default: a temporary folder)")
     args = ap.parse_args(argv)
+    args.experiment = args.experiment or FEDERATIONS[args.federation]
     strategies = args.strategies.split(",")
     work = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="bench-helics-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -152,6 +160,7 @@ def main(argv: list[str] | None = None) -> int:
         "started": datetime.now(UTC).isoformat(timespec="seconds"),
         "load_before": load(),
         "command": " ".join(["python", "benchmarks/bench_helics.py", *(argv if argv is not None else sys.argv[1:])]),
+        "federation": args.federation,
         "experiment": args.experiment,
         "rows": [],
     }

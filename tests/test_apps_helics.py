@@ -231,6 +231,14 @@ def test_a_restarted_federate_refuses_to_rejoin_its_federation(tmp_path):
         (["--index", "0", "--federates", "4", "--steps", "1"], "--broker-port: expected the broker's TCP port"),
         (["--index", "0", "--federates", "4", "--broker-port", "1"], "--steps: required"),
         (["--index", "0", "--federates", "4", "--broker-port", "1", "--steps", "1", "--speed", "99"], "--speed"),
+        (
+            ["--shape", "star", "--index", "0", "--federates", "1", "--broker-port", "1", "--steps", "1"],
+            "--federates: a star needs a hub and at least one leaf, got 1",
+        ),
+        (
+            ["--shape", "star", "--index", "5", "--federates", "5", "--broker-port", "1", "--steps", "1"],
+            "--index: expected 0..4, got 5",
+        ),
     ],
 )
 def test_bad_arguments_exit_2_naming_the_option(args, message):

@@ -1,9 +1,9 @@
-"""The shipped HELICS federation (jobs/helics-4.toml) under the planner, as a user runs it: `bsp-planner run
---experiment ... --planner mpc --online --reconfigure in-place` for a few steps, against a real ZooKeeper,
-with real cgroup quotas, the real helics broker started as the run's service and four real federates in
-observe mode. The run must finish with every step recorded once, the workloads the federates reported
-(deterministic: the model's), the quotas within the budget, the broker's log kept, and no process or
-cgroup left behind."""
+"""The shipped HELICS federations (jobs/helics-4.toml, the ring; jobs/helics-star-5.toml, the star) under the
+planner, as a user runs them: `bsp-planner run --experiment ... --planner mpc --online --reconfigure
+in-place` for a few steps, against a real ZooKeeper, with real cgroup quotas, the real helics broker
+started as the run's service and the real federates in observe mode. The run must finish with every step
+recorded once, the workloads the federates reported (deterministic: the model's), the quotas within the
+budget, the broker's log kept, and no process or cgroup left behind."""
 
 from __future__ import annotations
 
@@ -15,23 +15,29 @@ import pytest
 
 from bsp_planner.apps.helics.broker import find_broker
 from bsp_planner.apps.helics.model import Ring, serial_workloads
+from bsp_planner.apps.helics.star_model import Star, federate_names, star_workloads
 from bsp_planner.inputs.shipped import data_dir
 
 from cli_run import run_cli
 from zk_fixtures import PREFIX, assert_nothing_left, needs_tasks
 
 STEPS = 5
-pytestmark = pytest.mark.skipif(find_broker() is None, reason="the helics wheel is not installed (bsp-planner[cosim])")
+pytestmark = [
+    pytest.mark.skipif(find_broker() is None, reason="the helics wheel is not installed (bsp-planner[cosim])"),
+    pytest.mark.slow,
+    pytest.mark.usefixtures("reap_runs"),
+    needs_tasks,
+]
 
 
-def helics_experiment(folder: Path) -> Path:
-    """The shipped job, profile and experiment, copied as they are; STEPS steps."""
+def helics_experiment(folder: Path, name: str = "helics-4") -> Path:
+    """The shipped job, profile and experiment `name`, copied as they are; STEPS steps."""
     folder.mkdir(parents=True, exist_ok=True)
-    shutil.copy(data_dir() / "jobs" / "helics-4.toml", folder / "job.toml")
-    shutil.copytree(data_dir() / "profiles" / "helics-4", folder / "profile")
-    exp = (data_dir() / "experiments" / "helics-4.toml").read_text()
-    exp = exp.replace('job = "../jobs/helics-4.toml"', 'job = "job.toml"')
-    exp = exp.replace('profile = "../profiles/helics-4/profile.csv"', 'profile = "profile/profile.csv"')
+    shutil.copy(data_dir() / "jobs" / f"{name}.toml", folder / "job.toml")
+    shutil.copytree(data_dir() / "profiles" / name, folder / "profile")
+    exp = (data_dir() / "experiments" / f"{name}.toml").read_text()
+    exp = exp.replace(f'job = "../jobs/{name}.toml"', 'job = "job.toml"')
+    exp = exp.replace(f'profile = "../profiles/{name}/profile.csv"', 'profile = "profile/profile.csv"')
     assert 'job = "job.toml"' in exp and 'profile = "profile/profile.csv"' in exp and "online = true" in exp
     (folder / "exp.toml").write_text(exp)
     return folder / "exp.toml"
@@ -53,14 +59,11 @@ def helics_processes(run_dir: Path, broker_port: int) -> list[str]:
     return out
 
 
-@pytest.mark.slow
-@pytest.mark.usefixtures("reap_runs")
-@needs_tasks
-def test_the_helics_federation_runs_under_the_planner_with_its_broker_as_a_service(
-    tmp_path, zk_server, creds_file, monkeypatch, capsys
-):
-    exp = helics_experiment(tmp_path / "exp")
-    run_id = "helics-live"
+def run_mpc_live(name: str, tmp_path, zk_server, creds_file, monkeypatch, capsys) -> tuple[Path, list[dict]]:
+    """`bsp-planner run` of the shipped experiment `name` with online mpc for STEPS steps, as run `<name>-live`:
+    its folder and records."""
+    exp = helics_experiment(tmp_path / "exp", name)
+    run_id = f"{name}-live"
     code, out, err = run_cli(
         [
             "run", "--experiment", exp, "--planner", "mpc", "--online", "--reconfigure", "in-place",
@@ -75,6 +78,22 @@ def test_the_helics_federation_runs_under_the_planner_with_its_broker_as_a_servi
     run_dir = tmp_path / "runs" / run_id
     records = [json.loads(line) for line in (run_dir / "steps.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records] == list(range(STEPS))  # every step once, in order
+    return run_dir, records
+
+
+def assert_the_federation_ended(run_dir: Path) -> None:
+    """The broker saw its federation finish, and no federate, broker, process or cgroup is left."""
+    log = (run_dir / "logs" / "broker.log").read_text()
+    port = int(log.split("broker ready on port ")[1].split()[0])
+    assert "the federation has finished" in log
+    assert helics_processes(run_dir, port) == []
+    assert_nothing_left(run_dir.name)
+
+
+def test_the_helics_federation_runs_under_the_planner_with_its_broker_as_a_service(
+    tmp_path, zk_server, creds_file, monkeypatch, capsys
+):
+    run_dir, records = run_mpc_live("helics-4", tmp_path, zk_server, creds_file, monkeypatch, capsys)
     expected = serial_workloads(Ring(federates=4), STEPS)
     for r in records:
         tasks = {t["task"]: t for t in r["tasks"]}
@@ -92,8 +111,28 @@ def test_the_helics_federation_runs_under_the_planner_with_its_broker_as_a_servi
     for i in range(4):
         timings = [json.loads(line) for line in (run_dir / f"timings-f{i}.jsonl").read_text().splitlines()]
         assert [t["step"] for t in timings] == list(range(STEPS))
-    log = (run_dir / "logs" / "broker.log").read_text()
-    port = int(log.split("broker ready on port ")[1].split()[0])
-    assert "the federation has finished" in log
-    assert helics_processes(run_dir, port) == []
-    assert_nothing_left(run_id)
+    assert_the_federation_ended(run_dir)
+
+
+def test_the_helics_star_runs_under_the_planner_with_its_hub_after_its_leaves(
+    tmp_path, zk_server, creds_file, monkeypatch, capsys
+):
+    run_dir, records = run_mpc_live("helics-star-5", tmp_path, zk_server, creds_file, monkeypatch, capsys)
+    expected = star_workloads(Star(), STEPS)
+    names = federate_names(4)
+    for r in records:
+        tasks = {t["task"]: t for t in r["tasks"]}
+        assert {n: t["observed_workload"] for n, t in tasks.items()} == {
+            name: expected[r["step"], i] for i, name in enumerate(names)
+        }
+        assert sum(t["cpu_millicores"] for t in r["tasks"]) <= 1600
+    timings = {n: [json.loads(x) for x in (run_dir / f"timings-{n}.jsonl").read_text().splitlines()] for n in names}
+    for step in range(STEPS):  # under the planner too, the hub computes after every leaf, in every step
+        assert timings["hub"][step]["start"] >= max(timings[n][step]["end"] for n in names[:4])
+    summary = json.loads((run_dir / "summary.json").read_text())
+    # a step is timed from the federates' own clocks: the steps add up to the federation's wall time,
+    # the slowest leaf plus the hub in each
+    rows = [t for per in timings.values() for t in per]
+    wall = max(t["end"] for t in rows) - min(t["start"] for t in rows)
+    assert summary["live_total_s"] == pytest.approx(wall, rel=0.03)
+    assert_the_federation_ended(run_dir)
