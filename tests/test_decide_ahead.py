@@ -170,3 +170,42 @@ def test_a_resumed_run_with_a_lead_makes_the_decisions_an_uninterrupted_run_make
     rest = loop.run(executor())
     assert np.array_equal(rest.levels, whole.levels[stop:])
     assert np.array_equal(rest.step_s, whole.step_s[stop:])
+
+
+def test_quotas_ahead_are_written_per_report_shrinking_first_and_never_before_the_report():
+    """The live executor's writes ahead (observe mode): only tasks that reported, shrinking before growing
+    among reports seen together, each once; a write that failed on ZooKeeper's thread surfaces in finish()."""
+    from types import SimpleNamespace
+
+    from bsp_planner.runtime.quota_ahead import QuotasAhead
+
+    levels = {"grow": 2, "shrink": 6, "late": 3, "same": 4}
+    written: list[tuple[str, int]] = []
+
+    def write(task, level):
+        written.append((task, level))
+        levels[task] = level
+
+    ahead = QuotasAhead(5, {"grow": 6, "shrink": 2, "late": 1}, levels, write)
+    ahead.on_report("grow", "shrink", "same")  # reported step 4 together; "late" still runs it
+    assert written == [("shrink", 2), ("grow", 6)]
+    ahead.watcher("late")(SimpleNamespace(type="CHANGED"))  # not its report's creation
+    ahead.on_report("grow")  # seen again by the main loop: written once
+    assert written == [("shrink", 2), ("grow", 6)]
+    ahead.watcher("late")(SimpleNamespace(type="CREATED"))
+    assert written[-1] == ("late", 1) and len(written) == 3
+    quota_at, seconds = ahead.finish()
+    assert set(quota_at) == {"shrink", "grow", "late"} and seconds >= 0
+    assert quota_at["shrink"] <= quota_at["grow"] <= quota_at["late"]
+
+    def refuse(task, level):
+        raise OSError(f"cannot write {task}'s quota")
+
+    failing = QuotasAhead(5, {"grow": 6}, dict(levels), refuse)
+    failing.watcher("grow")(SimpleNamespace(type="CREATED"))  # on kazoo's thread: must not raise there
+    with pytest.raises(OSError, match="grow's quota"):
+        failing.finish()
+    closed = QuotasAhead(5, {"grow": 7}, dict(levels), write)
+    closed.finish()
+    closed.on_report("grow")  # the main loop took over: nothing more is written ahead
+    assert len(written) == 3
