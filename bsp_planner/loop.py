@@ -28,6 +28,14 @@ Executor protocol (what a live executor implements; `simulate/executor.py` is th
     (barrier to barrier; the slowest task's duration in simulation) and optionally ``next_workloads``
     (tasks,) the tasks announced for step+1 (NaN where unknown).
 
+``prepare(step, levels, reconfigure) -> None`` (optional)
+    Only with a decision lead (``StepLoop(decide_ahead=True)``): the configuration of ``step`` decided
+    ahead, while step - 1 still runs (before ``observe(step - 1)``), with ``reconfigure`` as ``apply``
+    would get it. The executor may begin putting it in place as each task finishes step - 1 (a live
+    observe-mode run writes a task's quota the moment its own report arrives); ``apply(step, ...)`` with
+    the same configuration still follows ``observe(step - 1)`` and finishes whatever is not in place yet.
+    An executor without it gets ``apply`` alone, as without a lead.
+
 ``observe`` may raise `StepsEnded` where the application owns its length (a self-synchronising job
 whose tasks all left before reporting the step): the run is complete after the step before, and the
 loop's result covers the steps that ran.
@@ -36,14 +44,27 @@ Both may raise `InputError` (a task failed, a report was malformed): the loop st
 steps already reported through ``on_step`` stay recorded, so a live run can resume from the next step
 (`StepLoop.replay`, then `StepLoop.run`).
 
+Decision lead (``decide_ahead``)
+-------------------------------
+Without a lead, step t is decided once step t-1 was observed: decide(t) -> apply(t) -> observe(t) ->
+learn(t). With it (the default for jobs that synchronise themselves, where a task goes on to its next
+step without waiting for the coordinator), step t+1 is decided before step t is observed, from everything
+observed through step t-1, and handed to ``prepare``: decide(t) -> apply(t) -> decide(t+1) ->
+prepare(t+1) -> observe(t) -> learn(t) -> apply(t+1) -> decide(t+2) ... The planner still gets the
+configuration step t runs with as ``current``; the predictions fill row t+1 from a history that ends at
+step t-1 (``before_step`` is then one step ahead of what was observed), and the planners that read the
+run's observations read them as of step t-1 (`planners.observed.Observations.lead_steps`). `simulate`
+runs the same loop with the same lead, so a simulated and a live run decide alike.
+
 Every observation is checked before anything learns from it: a NaN, infinite, negative or zero
 duration, or a NaN/infinite/negative workload, is refused with the task and step named.
 
 Predictions protocol (optional; None: the planning context already holds every prediction)
 -----------------------------------------------------------------------------------------
 ``before_step(step)`` makes row ``step`` of the context's predicted durations known (from the history
-observed so far); ``after_step(step, levels, observation) -> dict | None`` learns from the step and
-returns a record for the report (e.g. predicted vs measured durations before and after learning).
+observed so far: through step - 1, or through step - 2 with a decision lead);
+``after_step(step, levels, observation) -> dict | None`` learns from the step and returns a record for
+the report (e.g. predicted vs measured durations before and after learning).
 """
 
 from __future__ import annotations
@@ -59,6 +80,7 @@ from .core.errors import InputError
 from .core.steps import StepObservation as StepObservation  # re-exported: other modules import it from here
 from .core.steps import StrategyResult
 from .planners.base import Planner, PlanningContext
+from .planners.observed import EXTRAS_KEY as OBSERVATIONS_KEY
 
 
 @runtime_checkable
@@ -68,6 +90,8 @@ class Executor(Protocol):
     n_tasks: int
 
     def apply(self, step: int, levels: np.ndarray, reconfigure: bool) -> float: ...
+
+    # optional: prepare(step, levels, reconfigure) -> None, called with a decision lead (see the docstring)
 
     def observe(self, step: int) -> StepObservation: ...
 
@@ -158,21 +182,29 @@ class StepLoop:
         mode: str = "perfect",
         predictions: Predictions | None = None,
         task_names: list[str] | None = None,
+        decide_ahead: bool = False,
     ) -> None:
         self.planner, self.ctx, self.mode = planner, ctx, mode
         self.predictions, self.task_names = predictions, task_names
+        self.decide_ahead = decide_ahead
+        observations = ctx.extras.get(OBSERVATIONS_KEY)
+        if observations is not None:  # a decision made ahead reads them one step earlier
+            observations.lead_steps = 1 if decide_ahead else 0
         t0 = time.perf_counter()
         planner.reset(ctx)
         self.prepare_ms = (time.perf_counter() - t0) * 1e3  # offline planning before the first step
         self.next_step = 0
         self.current: np.ndarray | None = None  # the configuration the last step ran with
+        # with a lead: (action, levels, decision_ms) of step next_step, decided before step next_step - 1
+        # was observed (by replay, for the step a resumed run starts with)
+        self.ahead: tuple[int, np.ndarray, float] | None = None
 
-    def _decide(self, t: int) -> tuple[int, np.ndarray, float]:
-        """(action, levels (tasks,), decision_ms) for step t, from everything observed before it."""
+    def _decide(self, t: int, current: np.ndarray | None) -> tuple[int, np.ndarray, float]:
+        """(action, levels (tasks,), decision_ms) for step t; current: the configuration step t-1 runs with."""
         if self.predictions is not None:
             self.predictions.before_step(t)
         t1 = time.perf_counter()
-        d = self.planner.decide(t, self.current)
+        d = self.planner.decide(t, current)
         decision_ms = (time.perf_counter() - t1) * 1e3
         new = np.asarray(d.levels, dtype=np.int64)
         if new.shape != (self.ctx.n_tasks,) or np.any(new < 0) or np.any(new > self.ctx.max_level.max()):
@@ -189,10 +221,12 @@ class StepLoop:
         the next decision is the one an uninterrupted run would make; returns the last logged levels (or None)."""
         for levels, obs in history:
             t = self.next_step
-            _, new, _ = self._decide(t)
+            _, new, _ = self.ahead or self._decide(t, self.current)
             logged = np.asarray(levels, dtype=np.int64)
             if not np.array_equal(new, logged):
                 raise ReplayMismatch(t, new.tolist(), logged.tolist())
+            # in the order the run made them: step t+1 was decided before step t was observed
+            self.ahead = self._decide(t + 1, new) if self.decide_ahead and t + 1 < self.ctx.steps else None
             self._learn(t, new, obs)
             self.current = new
             self.next_step = t + 1
@@ -213,10 +247,16 @@ class StepLoop:
         step_s = np.empty(count)
         reconfigure_s = np.zeros(count)
         learning: list[dict] = []
+        prepare = getattr(executor, "prepare", None)
         for k, t in enumerate(range(first, self.ctx.steps)):
-            actions[k], new, decision_ms[k] = self._decide(t)
+            actions[k], new, decision_ms[k] = self.ahead or self._decide(t, self.current)
+            self.ahead = None
             reconfigured[k] = self.current is not None and not np.array_equal(new, self.current)
             reconfigure_s[k] = executor.apply(t, new, bool(reconfigured[k]))
+            if self.decide_ahead and t + 1 < self.ctx.steps:  # step t+1, from what was observed through t-1
+                self.ahead = self._decide(t + 1, new)
+                if prepare is not None:
+                    prepare(t + 1, self.ahead[1], not np.array_equal(self.ahead[1], new))
             try:
                 obs = executor.observe(t)
             except StepsEnded:  # the application's own length: the steps that ran are the run
@@ -267,7 +307,8 @@ def run_loop(
     predictions: Predictions | None = None,
     task_names: list[str] | None = None,
     on_step: Callable[[StepRecord], None] | None = None,
+    decide_ahead: bool = False,
 ) -> StrategyResult:
     """Run `planner` over every step of `ctx` on `executor` (a simulation: `StepLoop` without history)."""
-    loop = StepLoop(planner, ctx, mode=mode, predictions=predictions, task_names=task_names)
+    loop = StepLoop(planner, ctx, mode=mode, predictions=predictions, task_names=task_names, decide_ahead=decide_ahead)
     return loop.run(executor, on_step)

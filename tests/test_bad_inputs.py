@@ -54,6 +54,8 @@ def earlier(tmp_path, experiment, monkeypatch, capsys):
         (["--set", "forecast.online_refit_every_steps=0"], ["--set", "forecast.online_refit_every_steps", ">= 1"]),
         (["--set", "forecast.online_select_window_steps=x"], ["--set", "forecast.online_select_window_steps"]),
         (["--set", "forecast.online_fit_window_steps=2.5"], ["--set", "forecast.online_fit_window_steps"]),
+        (["--set", "planner.decide_ahead=yes"], ["--set", "planner.decide_ahead", "true or false"]),
+        (["--set", "planner.decide_ahead=1"], ["--set", "planner.decide_ahead"]),
     ],
 )
 def test_non_finite_and_out_of_range_flags_leave_earlier_results_intact(
@@ -74,6 +76,17 @@ def test_a_bad_online_forecast_setting_in_the_file_names_the_file_and_field(
     exp.write_text(exp.read_text().replace("[forecast]", "[forecast]\nonline_refit_every_steps = -2", 1))
     code, out, err = run_cli(["simulate", exp, "-q"], monkeypatch, capsys)
     assert code == 2 and "exp.toml" in err and "forecast.online_refit_every_steps" in err and ">= 1" in err, err
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("value", ['"true"', "1", '"maybe"', "[true]"])
+def test_a_decision_lead_that_is_not_true_or_false_names_the_file_and_field(
+    value, tmp_path, synthetic_profile, monkeypatch, capsys
+):
+    exp = write_experiment(tmp_path, synthetic_profile)
+    exp.write_text(exp.read_text().replace("[planner]", f"[planner]\ndecide_ahead = {value}", 1))
+    code, out, err = run_cli(["simulate", exp, "-q"], monkeypatch, capsys)
+    assert code == 2 and "exp.toml" in err and "planner.decide_ahead" in err, err
     assert len(err.strip().splitlines()) == 1 and not (tmp_path / "out").exists()
 
 

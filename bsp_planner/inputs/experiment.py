@@ -86,6 +86,14 @@ class PlannerSettings:
     length_punishment: float = setting(1.0, gt=0)
     dp_max_segment: int = setting(40, ge=1)
     optimum_max_segment: int = setting(40, ge=1)
+    # Decide step t+1 while step t runs, from what was observed through step t-1, so that a task's next
+    # quota can be in place the moment it reports step t (loop.StepLoop). None: on for jobs whose tasks
+    # synchronise themselves (sync = "observe"), off for barrier jobs (`decides_ahead`).
+    decide_ahead: bool | None = None
+
+    def decides_ahead(self, sync: str) -> bool:
+        """Whether a job with this `sync` ("barrier" or "observe") is planned with a decision lead."""
+        return self.decide_ahead if self.decide_ahead is not None else sync == "observe"
 
 
 @dataclass

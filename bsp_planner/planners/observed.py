@@ -9,7 +9,9 @@ learning, a live `--online` run) start empty and are filled as the run goes (`Ob
 `record_forecast` before a step, `observe` after it). The contract that keeps the planners honest, and
 the same in both: before step t a planner reads observed workloads of steps < t only, and the error of
 a forecast only once its target step has run. The methods here enforce it (asking for what is not
-known yet is an error); planners never index the arrays themselves.
+known yet is an error); planners never index the arrays themselves. A run that decides each step one
+step ahead (`loop.StepLoop(decide_ahead=True)`: step t is decided while step t-1 still runs) sets
+`lead_steps = 1`: a planner deciding step t then reads what was known before step t-1.
 """
 
 from __future__ import annotations
@@ -60,6 +62,12 @@ class Observations:
             for h in range(min(fc.shape[2], m)):  # a horizon may reach past a short run's end
                 self.errors[:, : m - h, h] = self.actual_workloads[:, h:] - fc[:, : m - h, h]
         self._trackers: dict[tuple[float, float], list[AdaptiveErrorQuantiles]] = {}
+        self.lead_steps = 0  # steps between deciding a step and running it (set by the step loop)
+
+    def known_before(self, t: int) -> int:
+        """The first step whose outcome is not known when step t is decided: t, less the decision lead
+        (step 0 is decided before anything ran, with or without a lead)."""
+        return max(0, t - self.lead_steps)
 
     @classmethod
     def stepwise(
@@ -101,14 +109,20 @@ class Observations:
             self.errors[:, t - h, h] = w[:, None] - self.forecast_workloads[:, t - h, h]
 
     # -- read by planners ----------------------------------------------------------------------------
-    def _known_before(self, t: int) -> None:
-        if t > self.observed_steps:
-            raise RuntimeError(f"a planner asked what was known before step {t}, but only {self.observed_steps} ran")
+    def _known_before(self, t: int) -> int:
+        """known_before(t), checked against what ran."""
+        known = self.known_before(t)
+        if known > self.observed_steps:
+            raise RuntimeError(
+                f"a planner asked what was known before step {known}, but only {self.observed_steps} ran"
+            )
+        return known
 
     def last_observed(self, t: int) -> np.ndarray | None:
-        """(tasks,) the workloads of step t-1: the newest a planner may know before step t."""
-        self._known_before(t)
-        return None if t < 1 else self.actual_workloads[:, t - 1]
+        """(tasks,) the workloads of step t-1 (t-2 with a decision lead): the newest a planner deciding step
+        t may know."""
+        known = self._known_before(t)
+        return None if known < 1 else self.actual_workloads[:, known - 1]
 
     def forecast(self, t: int, horizon: int) -> np.ndarray:
         """(tasks, horizon) the forecast made before step t."""
@@ -127,7 +141,7 @@ class Observations:
             return np.zeros((n, horizon))
         if not 0.5 <= level < 1.0:
             raise InputError(f"expected a quantile level in [0.5, 1), got {level}", field="strategies")
-        self._known_before(t)
+        known = self._known_before(t)
         trackers = self._trackers.get((level, gamma))
         if trackers is None:
             H = self.errors.shape[2]
@@ -138,17 +152,17 @@ class Observations:
                 for i in range(n)
             ]
             self._trackers[(level, gamma)] = trackers
-        return np.stack([tr.offsets(t)[1, :horizon] for tr in trackers])
+        return np.stack([tr.offsets(known)[1, :horizon] for tr in trackers])
 
     def rmse_by_lead(self, t: int, horizon: int) -> np.ndarray:
         """(horizon,): before step t, the RMSE at each lead over every task's forecasts whose targets
         ran before t (the newest ERROR_WINDOW per lead); NaN where fewer than MIN_ERRORS are known."""
         if self.forecast_workloads is None:
             return np.zeros(horizon)
-        self._known_before(t)
+        known = self._known_before(t)
         out = np.full(horizon, np.nan)
         for h in range(min(horizon, self.errors.shape[2])):
-            newest = t - 1 - h  # origin o's target o + h ran before t
+            newest = known - 1 - h  # origin o's target o + h ran before t
             oldest = max(0, newest - ERROR_WINDOW + 1)
             if newest + 1 < MIN_ERRORS:
                 continue
@@ -158,9 +172,9 @@ class Observations:
     def error_trajectories(self, t: int, origins: np.ndarray, h: int) -> np.ndarray:
         """(tasks, len(origins), h): the errors at leads 0..h-1 of the forecasts made at `origins`, all of
         whose targets must have run before step t."""
-        self._known_before(t)
-        if origins.size and int(origins.max()) + h - 1 > t - 1:
-            raise RuntimeError(f"errors of forecasts whose targets run at or after step {t} are not known yet")
+        known = self._known_before(t)
+        if origins.size and int(origins.max()) + h - 1 > known - 1:
+            raise RuntimeError(f"errors of forecasts whose targets run at or after step {known} are not known yet")
         return self.errors[:, origins, :h]
 
 

@@ -47,7 +47,7 @@ def workload_scenarios(obs: Observations, t: int, h: int, k: int) -> tuple[np.nd
     """(workloads (tasks, S, h), probabilities (S,)) for steps t..t+h-1: the forecast made before t
     plus the errors of up to k past forecasts (identical scenarios merged, their weights summed)."""
     fc = obs.forecast(t, h)  # (tasks, h)
-    origins = scenario_origins(t, h, k)
+    origins = scenario_origins(obs.known_before(t), h, k)
     if origins.size == 0:
         return fc[:, None, :], np.ones(1)
     errors = obs.error_trajectories(t, origins, h)  # (tasks, S, h)

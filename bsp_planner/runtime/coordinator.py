@@ -240,6 +240,7 @@ class Coordinator(RunPlanning):
             mode=s.mode,
             predictions=self.predictions,
             task_names=self.tasks,
+            decide_ahead=self.scen.decide_ahead,
         )
         try:
             loop.replay((np.asarray(rec["levels"], dtype=np.int64), self._observation(rec)) for rec in records)

@@ -1,5 +1,10 @@
 """The live executor: carries out one configuration and one superstep on real tasks (steps 2-5 of
-:mod:`.coordinator`), through a backend and ZooKeeper; it decides nothing."""
+:mod:`.coordinator`), through a backend and ZooKeeper; it decides nothing.
+
+In observe mode with a decision lead, the configuration of step t+1 arrives while step t runs
+(`prepare_ahead`): each task's new quota is written as its own report of step t is committed
+(`.quota_ahead.QuotasAhead`, which also says in what order and what that means for the budget), and
+`reconfigure` then writes only what is left."""
 
 from __future__ import annotations
 
@@ -27,6 +32,7 @@ from ..zk.schema import (
 from ..zk.session import ZkSession
 from .backends import Backend, WorkerLaunch
 from .own_share import RunGroupMembership
+from .quota_ahead import QuotasAhead
 from .run_settings import RunSettings
 from .worker import EXIT_INPUT, EXIT_STRESS
 
@@ -87,6 +93,8 @@ class LiveExecutor:
     last_methods: dict[str, str] = field(default_factory=dict, init=False)  # task -> how it last changed
     # task -> when its new quota was in place (time.time(), the tasks' clock), for the last reconfiguration
     quota_at: dict[str, float] = field(default_factory=dict, init=False)
+    # observe mode, decision lead: the next step's quotas, written as each task reports the step before
+    ahead: QuotasAhead | None = field(default=None, init=False)
     # the coordinator's CPU share while the tasks saturate the CPUs
     own_share: RunGroupMembership = field(default_factory=RunGroupMembership, init=False)
 
@@ -195,13 +203,42 @@ class LiveExecutor:
         self._wait_ready(self.tasks, next_step)
         return time.perf_counter() - t0
 
-    def reconfigure(self, levels: np.ndarray, next_step: int) -> tuple[float, list[str]]:
-        """Apply a new configuration to the tasks whose CPU changes; (real seconds it took, tasks)."""
+    def prepare_ahead(self, levels: np.ndarray, next_step: int) -> None:
+        """Observe mode, in place: the configuration of next_step, decided while step next_step - 1 runs.
+        Checked whole before anything is written; each changed task's quota is then written as soon as
+        its report of next_step - 1 is there (now, for tasks that reported already)."""
         new = {t: int(levels[i]) for i, t in enumerate(self.tasks)}
+        self.backend.check_configuration({t: self.cpu_of(k) for t, k in new.items()})
+        if self.ahead is not None:
+            self.ahead.finish()  # one of another step: stale
+        changed = {t: k for t, k in new.items() if self.levels_now[t] != k}
+        self.ahead = ahead = QuotasAhead(next_step, changed, self.levels_now, self._resize_in_place)
+        reported = [
+            t for t in changed if self.session.exists(self.paths.result(t, next_step - 1), watch=ahead.watcher(t))
+        ]
+        ahead.on_report(*reported)
+
+    def _resize_in_place(self, task: str, level: int) -> None:
+        self.backend.resize_task(task, self.cpu_of(level))
+        self.levels_now[task] = level
+
+    def reconfigure(self, levels: np.ndarray, next_step: int) -> tuple[float, list[str]]:
+        """Apply a new configuration to the tasks whose CPU changes (those not already written ahead for
+        next_step); (real seconds it took, written ahead included, tasks)."""
+        new = {t: int(levels[i]) for i, t in enumerate(self.tasks)}
+        early: dict[str, float] = {}
+        early_s = 0.0
+        if self.ahead is not None:
+            ahead, self.ahead = self.ahead, None
+            written = ahead.finish()
+            if ahead.step == next_step:
+                early, early_s = written
         changed = [t for t in self.tasks if self.levels_now[t] != new[t]]
-        self.quota_at = {}
+        self.quota_at = dict(early)
         if not changed:
-            return 0.0, []
+            if early:
+                self.last_methods = dict.fromkeys(early, str(self.settings.reconfigure))
+            return early_s, list(early)
         t0 = time.perf_counter()
         events = getattr(self.backend, "events", None)  # what a backend that times each change did (kubernetes)
         seen = len(events) if events is not None else 0
@@ -219,9 +256,9 @@ class LiveExecutor:
             self.quota_at = dict.fromkeys(changed, time.time())
         self.levels_now |= {t: new[t] for t in changed}
         # how each task really changed: the run's method, unless the backend fell back (a refused resize)
-        self.last_methods = {t: str(self.settings.reconfigure) for t in changed}
+        self.last_methods = {t: str(self.settings.reconfigure) for t in [*early, *changed]}
         self.last_methods.update({e.task: e.mode for e in (events or [])[seen:] if e.task in self.last_methods})
-        return time.perf_counter() - t0, changed
+        return time.perf_counter() - t0 + early_s, [*early, *changed]
 
     # -- one step ----------------------------------------------------------------------------------
     def _barrier(self, t: int) -> StepBarrier | CountingBarrier:
@@ -271,7 +308,10 @@ class LiveExecutor:
 
         def check(watch):
             if observe:  # every task reported step t (the application keeps its own synchronisation)
-                done = all(s.exists(self.paths.result(task, t), watch=watch) for task in self.tasks)
+                reported = [task for task in self.tasks if s.exists(self.paths.result(task, t), watch=watch)]
+                if self.ahead is not None and self.ahead.step == t + 1:  # a report whose watch was lost
+                    self.ahead.on_report(*reported)
+                done = len(reported) == len(self.tasks)
             else:  # counting: we count the arrivals, releasing enter, then leave, as each completes
                 done = barrier.poll(watch) if counting else barrier.is_done(watch=watch)
             return time.time() if done else None

@@ -1,7 +1,10 @@
 """The live side of the one step loop: `LiveSteps` is the `bsp_planner.loop.Executor` of a live run.
 
 ``apply`` starts the tasks (the first step this coordinator runs) or reconfigures them; ``observe``
-publishes the step's workloads to ZooKeeper and waits for its end (restarting workers that die). A step's
+publishes the step's workloads to ZooKeeper and waits for its end (restarting workers that die). With a
+decision lead, ``prepare`` hands the next step's configuration over while the step before still runs:
+in observe mode, in place, each task's new quota is then written as its own report arrives
+(`LiveExecutor.prepare_ahead`), and ``apply`` finishes what is left. A step's
 time is the coordinator's publication to its release; in observe mode, where the tasks start a step before
 the coordinator publishes it, the tasks' own clocks (`clock_step_s`). What the run log keeps beyond a
 `StepObservation` (release time, restarts, each task's report) rides along in `LiveObservation.details`.
@@ -118,11 +121,24 @@ class LiveSteps:
         methods = set(self.executor.last_methods.values())
         return "recreate" if "recreate" in methods else (methods.pop() if methods else None)
 
-    def apply(self, step: int, levels: np.ndarray, reconfigure: bool) -> float:
-        self.executor.check_stop()  # a stop asked for during the last step ends the run here, between steps
+    def _check_budget(self, step: int, levels: np.ndarray) -> None:
         total = float(np.sum(self.millicores(levels)))
         if total > self.budget_millicores + 1e-6:
             raise RunFailed(f"planner {self.planner_name} asked for {total:g}m at step {step}, over the budget")
+
+    def prepare(self, step: int, levels: np.ndarray, reconfigure: bool) -> None:
+        """Step's configuration, decided while step - 1 runs: in observe mode, in place, each task's quota
+        is written as the task reports step - 1 (see `LiveExecutor.prepare_ahead`); otherwise ``apply``
+        does everything, as without a lead."""
+        self._check_budget(step, levels)
+        ex = self.executor
+        if reconfigure and step > self.first_step and ex.sync == "observe" and ex.settings.reconfigure == "in-place":
+            self.before_reconfigure()
+            ex.prepare_ahead(levels, step)
+
+    def apply(self, step: int, levels: np.ndarray, reconfigure: bool) -> float:
+        self.executor.check_stop()  # a stop asked for during the last step ends the run here, between steps
+        self._check_budget(step, levels)
         if step == self.first_step:
             self.start_s = start_s = self.executor.start_all(levels, step)
             self.say(

@@ -7,6 +7,11 @@ profile's, or the profile's corrected by what was measured). After the step, the
 observes the workloads and the model learns from the durations. Once written, row t never changes:
 it is what was known before step t.
 
+With a decision lead (`loop.StepLoop(decide_ahead=True)`) row t+1 is made before step t is observed:
+the online forecast, made from the history through step t-1, is for steps t..t+H; row t+1 takes it from
+its second column on and repeats its last (the forecast of t+H). Perfect knowledge and an offline forecast
+matrix are known before the run, so their rows do not change with the lead.
+
 Only planners that decide one step at a time can run this way; one that plans the whole job before
 the first step (dp) needs every row at once and is refused.
 """
@@ -79,9 +84,10 @@ class StepPredictions:
         self.model = model
         self.workload_range = workload_range
         self.horizon = table.horizon
+        self.observed_steps = 0  # steps learned from (after_step): the online history ends at step observed_steps - 1
 
     def expected_workloads(self, t: int) -> np.ndarray:
-        """(tasks, H) workloads expected for steps t..t+H-1."""
+        """(tasks, H) workloads expected for steps t..t+H-1 (from the history observed so far)."""
         h = self.horizon
         if self.kind == "actual":
             w = self.source
@@ -89,7 +95,10 @@ class StepPredictions:
             return w[:, idx]
         if self.kind == "matrix":
             return np.clip(self.source[:, t, :], *self.workload_range)
-        fc = self.source.forecast()
+        fc = self.source.forecast()  # for steps observed_steps.. on
+        lead = t - self.observed_steps  # 1 where step t is decided before step t-1 is observed
+        if lead > 0:
+            fc = np.concatenate([fc[:, lead:], np.repeat(fc[:, -1:], min(lead, fc.shape[1]), axis=1)], axis=1)
         return np.clip(fc, *self.workload_range)
 
     def before_step(self, step: int) -> None:
@@ -99,6 +108,7 @@ class StepPredictions:
             self.observations.record_forecast(step, expected)
 
     def after_step(self, step: int, levels: np.ndarray, observation: StepObservation) -> dict | None:
+        self.observed_steps = step + 1
         if self.kind == "online":
             self.source.observe(observation.workloads)
         if self.observations is not None:

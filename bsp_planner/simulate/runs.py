@@ -62,8 +62,16 @@ def run_strategy(scen: Scenario, strategy: str, mode: str) -> StrategyResult:
             refuse_offline(planner, "online = true" if exp.online else "learn = true")
             ctx, predictions = step_predictions(scen, mode)
             executor = SimulatedExecutor(scen.actual, scen.actual_workloads, ctx.penalty_s, ctx.structure)
-            return run_loop(planner, ctx, executor, mode=mode, predictions=predictions, task_names=scen.task_names)
-        return simulate(planner, ctx, scen.actual, mode, scen.actual_workloads)
+            return run_loop(
+                planner,
+                ctx,
+                executor,
+                mode=mode,
+                predictions=predictions,
+                task_names=scen.task_names,
+                decide_ahead=scen.decide_ahead,
+            )
+        return simulate(planner, ctx, scen.actual, mode, scen.actual_workloads, decide_ahead=scen.decide_ahead)
     except InputError as exc:
         raise with_path(exc, scen.experiment) from exc
 
@@ -102,7 +110,15 @@ def run_on_cluster(scen: Scenario, strategy: str, mode: str) -> StrategyResult:
             ctx.extras[CLUSTER_RUN] = run
         inner = SimulatedExecutor(scen.actual, scen.actual_workloads, ctx.penalty_s, ctx.structure)
         executor = ClusterExecutor(inner, scen.cluster, scen.cpu, in_place_s, recreate_s, run)
-        result = run_loop(planner, ctx, executor, mode=mode, predictions=predictions, task_names=scen.task_names)
+        result = run_loop(
+            planner,
+            ctx,
+            executor,
+            mode=mode,
+            predictions=predictions,
+            task_names=scen.task_names,
+            decide_ahead=scen.decide_ahead,
+        )
     except InputError as exc:
         raise with_path(exc, exp) from exc
     result.strategy = strategy

@@ -64,6 +64,12 @@ class Scenario:
     def task_names(self) -> list[str]:
         return self.job.task_names
 
+    @property
+    def decide_ahead(self) -> bool:
+        """Each step decided while the one before runs (`loop.StepLoop`): the experiment's
+        planner.decide_ahead, by default on for jobs that synchronise themselves."""
+        return self.experiment.planner.decides_ahead(self.job.sync)
+
 
 def with_path(exc: InputError, exp: Experiment) -> InputError:
     """The error, naming the experiment file when it names no file of its own."""

@@ -22,13 +22,17 @@ def simulate(
     actual: np.ndarray,
     mode: str = "perfect",
     workloads: np.ndarray | None = None,
+    *,
+    decide_ahead: bool = False,
 ) -> StrategyResult:
     """Run one planner over every step. actual: (tasks, levels, steps) true durations; workloads:
-    (tasks, steps) the workloads they were computed at (only reported, never planned on; None: zeros).
+    (tasks, steps) the workloads they were computed at (only reported, never planned on; None: zeros);
+    decide_ahead: each step decided while the one before runs (`loop.StepLoop`).
 
     The steps go through the one step loop (`loop.run_loop`) with the simulated executor."""
     if workloads is None:
         workloads = np.zeros((actual.shape[0], actual.shape[2]))
-    result = run_loop(planner, ctx, SimulatedExecutor(actual, workloads, ctx.penalty_s, ctx.structure), mode=mode)
+    executor = SimulatedExecutor(actual, workloads, ctx.penalty_s, ctx.structure)
+    result = run_loop(planner, ctx, executor, mode=mode, decide_ahead=decide_ahead)
     result.notes.pop("reconfigure_s", None)  # always reconfigured * penalty_s here
     return result
