@@ -1,6 +1,6 @@
 """Decisions in time, live (issue 31): in observe mode a task's quota for step t+1 is written the moment its
-own report of step t arrives, from the decision made ahead (planner.decide_ahead, on by default for such
-jobs), not once the coordinator has noticed the whole step.
+own report of step t arrives, from the decision made ahead (planner.decide_ahead = true, an opt-in for
+such jobs), not once the coordinator has noticed the whole step.
 
 A real run: ZooKeeper, cgroup quotas changed in place, two process tasks driven step by step by a "world"
 service (test_services_ending's application), whose load swings between them every step, so the planner
@@ -62,7 +62,7 @@ def test_each_tasks_next_quota_is_written_on_its_own_report_not_after_the_whole_
     of step t and no later than the coordinator noticing step t: at the report itself where the
     coordinator was already waiting for step t, or the moment the configuration was decided where the
     coordinator was still busy with the step before (a loaded machine)."""
-    records, summary = run_records(tmp_path, zk_server, creds_file, "decide-ahead")
+    records, summary = run_records(tmp_path, zk_server, creds_file, "decide-ahead", "decide_ahead = true")
     moved_steps = list(moves(records))
     assert len(moved_steps) >= STEPS - 3, "the planner hardly moved CPU: nothing to time"
     for r in records:

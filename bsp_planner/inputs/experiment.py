@@ -87,13 +87,14 @@ class PlannerSettings:
     dp_max_segment: int = setting(40, ge=1)
     optimum_max_segment: int = setting(40, ge=1)
     # Decide step t+1 while step t runs, from what was observed through step t-1, so that a task's next
-    # quota can be in place the moment it reports step t (loop.StepLoop). None: on for jobs whose tasks
-    # synchronise themselves (sync = "observe"), off for barrier jobs (`decides_ahead`).
-    decide_ahead: bool | None = None
+    # quota can be in place the moment it reports step t (loop.StepLoop; observe-mode jobs only). Off by
+    # default: forecasts one step staler cost the shipped HELICS ring 23% in simulation and gained nothing
+    # live (docs/live.md).
+    decide_ahead: bool = False
 
     def decides_ahead(self, sync: str) -> bool:
         """Whether a job with this `sync` ("barrier" or "observe") is planned with a decision lead."""
-        return self.decide_ahead if self.decide_ahead is not None else sync == "observe"
+        return self.decide_ahead and sync == "observe"
 
 
 @dataclass

@@ -67,7 +67,7 @@ class Scenario:
     @property
     def decide_ahead(self) -> bool:
         """Each step decided while the one before runs (`loop.StepLoop`): the experiment's
-        planner.decide_ahead, by default on for jobs that synchronise themselves."""
+        planner.decide_ahead (off unless the experiment asks; observe-mode jobs only)."""
         return self.experiment.planner.decides_ahead(self.job.sync)
 
 
