@@ -1,7 +1,7 @@
 """Per-step cost and one-step accuracy of `online-select`, the default forecaster for observed tasks.
 
     PYTHONPATH=. .venv/bin/python benchmarks/bench_forecast_online.py [--tasks 5] [--steps 120] [--seed 1]
-        [--modes in-place,background] [--step-s 0.4] [--out out/bench_forecast_online.json]
+        [--modes in-place,background] [--step-s 0.4] [--set refit_every_steps=10] [--out out/bench_forecast_online.json]
 
 Loads shaped like a star federation's leaves (two overlapping periodic components, phases differing per
 task so the busiest one moves, seeded random bursts, small noise) are fed step by step to the online
@@ -51,10 +51,10 @@ def star_leaf_loads(seed: int, steps: int, tasks: int) -> np.ndarray:
     return out
 
 
-def run_mode(mode: str, loads: np.ndarray, step_s: float) -> tuple[dict, np.ndarray]:
+def run_mode(mode: str, loads: np.ndarray, step_s: float, settings: dict) -> tuple[dict, np.ndarray]:
     """One run of every step in `mode`: its figures, and the (tasks, steps) one-step forecasts."""
     tasks, steps = loads.shape
-    online = unseeded_online_forecasts("online-select", tasks, 20, (0.0, 60.0))
+    online = unseeded_online_forecasts("online-select", tasks, 20, (0.0, 60.0), settings=settings)
     worker_start_s = None
     if mode == "background":
         t0 = time.perf_counter()
@@ -106,7 +106,9 @@ def main() -> None:
     ap.add_argument("--modes", default="in-place,background")
     ap.add_argument("--step-s", type=float, default=0.4, help="a step's length in background mode (live ring: ~0.4)")
     ap.add_argument("--out", default="out/bench_forecast_online.json")
+    ap.add_argument("--set", action="append", default=[], help="an online-select setting, e.g. refit_every_steps=10")
     args = ap.parse_args()
+    settings = {k: int(v) for k, v in (kv.split("=", 1) for kv in args.set)}
     loads = star_leaf_loads(args.seed, args.steps, args.tasks)
     cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), "?")
     result: dict = {
@@ -115,10 +117,11 @@ def main() -> None:
         "date": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
         "tasks": args.tasks,
         "steps": args.steps,
+        "settings": settings,
     }
     preds = {}
     for mode in args.modes.split(","):
-        result[mode], preds[mode] = run_mode(mode, loads, args.step_s)
+        result[mode], preds[mode] = run_mode(mode, loads, args.step_s, settings)
     if len(preds) > 1:
         first, *rest = preds.values()
         result["same_forecasts_in_every_mode"] = all(np.array_equal(first, p) for p in rest)

@@ -130,7 +130,10 @@ def test_refits_in_a_worker_process_give_what_simulate_gives():
 
 
 class RecordingRefits(InlineRefits):
-    """Records at which origin each refit is started and first read."""
+    """Records at which origin each refit is started and first read; eager as a live run's, so each is
+    read as soon as it may be."""
+
+    eager = True
 
     def __init__(self, clock: list[int]) -> None:
         super().__init__()

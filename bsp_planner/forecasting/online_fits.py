@@ -61,12 +61,15 @@ class AR:
         self.p = p
 
     def forecast(self, y: np.ndarray, offset: int, h: int) -> np.ndarray:
-        hist = list(y[-self.p :][::-1])  # newest first
-        out = np.empty(h)
-        for i in range(h):
-            out[i] = float(np.dot(self.coef[:-1], hist[: self.p]) + self.coef[-1])
-            hist.insert(0, out[i])
-        return out
+        # Python floats: numpy's per-call overhead on p-long vectors is most of the cost at this size
+        weights, intercept = self.coef[:-1].tolist(), float(self.coef[-1])
+        hist = y[-self.p :][::-1].tolist()  # newest first
+        out = []
+        for _ in range(h):
+            nxt = sum(w * v for w, v in zip(weights, hist, strict=False)) + intercept
+            out.append(nxt)
+            hist = [nxt, *hist[:-1]]
+        return np.array(out)
 
 
 class ETS:
@@ -141,7 +144,10 @@ def fit_candidates(y: np.ndarray, ar_lags: int) -> dict[str, Candidate]:
 
 
 class InlineRefits:
-    """Fits in this process when a fit is first asked for. `wait_s`: time spent waiting on fits."""
+    """Fits in this process when a fit is first asked for. `wait_s`: time spent waiting on fits;
+    `eager`: whether forecasts should read fits as soon as they may (they cost nothing to wait for)."""
+
+    eager = False
 
     def __init__(self) -> None:
         self._asked: dict[Any, tuple[np.ndarray, int]] = {}
@@ -170,6 +176,8 @@ class BackgroundRefits(InlineRefits):
     """Fits in one worker process (statsforecast's fits hold the GIL, so a thread would stall the
     decisions) started on `start` and collected on `result`, which waits only if the fit is not done
     yet; `wait_s` sums those waits. The worker is spawned, not forked: the coordinator runs threads."""
+
+    eager = True
 
     def __init__(self) -> None:
         super().__init__()
