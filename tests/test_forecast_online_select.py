@@ -108,7 +108,7 @@ def test_it_is_the_default_for_observed_tasks_only_and_its_settings_take_set(tmp
             "forecast.online_refit_lag_steps=2",
         ],
     )
-    assert exp.forecast.source == "persistence"  # named: kept
+    assert exp.forecast.source == "online-select"  # the shipped observed experiments name it
     exp.forecast.source = None
     assert exp.forecast.source_for(observed=True) == "online-select"
     assert exp.forecast.source_for(observed=False) == "seasonal-naive"
