@@ -183,6 +183,7 @@ class BackgroundRefits(InlineRefits):
         super().__init__()
         self._pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
         self._futures: dict[Any, Future] = {}
+        self.waits: list[tuple[int, float]] = []  # (refit point, seconds a forecast waited for it)
         self._warm_up = self._pool.submit(_warm_up)
         weakref.finalize(self, self._pool.shutdown, wait=False, cancel_futures=True)
 
@@ -194,7 +195,9 @@ class BackgroundRefits(InlineRefits):
         if key not in self._done:
             t0 = time.perf_counter()
             self._done[key] = self._futures.pop(key).result()
-            self.wait_s += time.perf_counter() - t0
+            waited = time.perf_counter() - t0
+            self.wait_s += waited
+            self.waits.append((key[0], waited))
         return self._done[key]
 
     def wait_ready(self) -> float:

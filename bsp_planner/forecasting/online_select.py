@@ -85,13 +85,13 @@ class OnlineSelectForecaster(PointForecaster):
 
     # -- candidates -----------------------------------------------------------------------------------
     def _refit_point(self, o: int) -> int | None:
-        """The latest refit point at or before origin o; None before the first."""
+        """The latest refit point at or before origin o; None before the first (`min_history_steps`
+        observed values and the task's phase: the tasks' first refits fall on different steps too)."""
         s = self.settings
-        first = self.first_observed + s.min_history_steps
+        first = self.first_observed + s.min_history_steps + self.refit_phase
         if o < first:
             return None
-        shifted = first + self.refit_phase
-        return max(first, shifted + ((o - shifted) // s.refit_every_steps) * s.refit_every_steps)
+        return first + ((o - first) // s.refit_every_steps) * s.refit_every_steps
 
     def _window_start(self, o: int) -> int:
         return max(self.first_observed, o - self.settings.fit_window_steps)
@@ -127,7 +127,7 @@ class OnlineSelectForecaster(PointForecaster):
     def choose(self, series: np.ndarray, o: int) -> str:
         """The candidate with the smallest mean squared one-step error over the window before o."""
         s = self.settings
-        first = self.first_observed + s.min_history_steps + s.refit_lag_steps  # the first fit's first use
+        first = self.first_observed + s.min_history_steps + self.refit_phase + s.refit_lag_steps  # first fit's use
         past = range(max(first, o - s.select_window_steps), o)
         if len(past) < s.select_window_steps:  # a choice on a few errors follows noise
             return "persistence"

@@ -229,7 +229,7 @@ def unseeded_online_forecasts(
         f.fit(seed)
         if isinstance(f, OnlineSelectForecaster):
             f.first_observed = len(seed)
-            f.refit_phase = i % f.settings.refit_every_steps
+            f.refit_phase = (i * f.settings.refit_every_steps) // n_tasks  # spread evenly over the refit period
         forecasters.append(f)
         histories.append(seed)
     return OnlineForecasts.seeded(forecasters, histories, horizon, f"{name} (online, from the reports)")
