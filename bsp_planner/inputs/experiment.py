@@ -29,7 +29,8 @@ dp_max_segment = 40
 [forecast]
 source = "seasonal-naive"   # a forecaster name, or a folder of forecast CSVs (unnamed: seasonal-naive,
                             # online-select for observed tasks, with online_min_history_steps = 24,
-                            # online_refit_every_steps = 5, online_select_window_steps = 8, online_fit_window_steps = 240)
+                            # online_refit_every_steps = 5, online_refit_lag_steps = 5,
+                            # online_select_window_steps = 8, online_fit_window_steps = 240)
 horizon = 20                # columns of the forecast matrix
 # actual = "traces/run-1"   # replay actual workloads from a folder instead of the job's series
 
@@ -139,6 +140,7 @@ class ForecastSettings:
     actual: str | None = None
     online_min_history_steps: int = setting(24, ge=4)  # observed steps before any model but persistence
     online_refit_every_steps: int = setting(5, ge=1)
+    online_refit_lag_steps: int = setting(5, ge=1)  # steps after its start a refit is used
     online_select_window_steps: int = setting(8, ge=1)  # past one-step errors the choice reads
     online_fit_window_steps: int = setting(240, ge=8)  # most recent steps one fit reads
 
@@ -151,6 +153,7 @@ class ForecastSettings:
         return {
             "min_history_steps": self.online_min_history_steps,
             "refit_every_steps": self.online_refit_every_steps,
+            "refit_lag_steps": self.online_refit_lag_steps,
             "select_window_steps": self.online_select_window_steps,
             "fit_window_steps": self.online_fit_window_steps,
         }

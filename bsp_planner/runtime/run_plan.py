@@ -79,6 +79,8 @@ class RunPlanning:
 
             refuse_offline(make_planner(s.planner, exp.planner), "--online" if exp.online else "--learn")
             self.ctx, self.predictions = step_predictions(self.scen, s.mode)
+            if self.predictions.kind == "online":  # refits off the decision path, used at the steps simulate uses them
+                self.predictions.source.refit_in_background()
         self.tasks = self.scen.task_names
 
     def _plan_on_nodes(self) -> None:

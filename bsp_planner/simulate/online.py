@@ -98,6 +98,25 @@ class OnlineForecasts:
             h.rows.append(float(v))
         self._observed += 1
 
+    def refit_in_background(self) -> None:
+        """Fit the `online-select` forecasters' refits in one worker process while the run goes on (a
+        live run: no decision waits for a fit unless it is late); forecasts stay as `simulate` makes them."""
+        from ..forecasting.online_fits import BackgroundRefits
+
+        online = [h.forecaster for h in self._histories if isinstance(h.forecaster, OnlineSelectForecaster)]
+        if online:
+            shared = BackgroundRefits()
+            for f in online:
+                f.refits = shared
+
+    @property
+    def refit_wait_s(self) -> float:
+        """Time the forecasts waited for refits (in place: all of their fitting)."""
+        refits = {
+            id(f.refits): f.refits for h in self._histories if isinstance(f := h.forecaster, OnlineSelectForecaster)
+        }
+        return sum(r.wait_s for r in refits.values())
+
     def fresh(self) -> OnlineForecasts:
         """A copy with the seed history only (the fitted forecasters are shared: predicting keeps no state)."""
         seeds = [dataclasses.replace(h, rows=h.rows[: len(h.rows) - self._observed]) for h in self._histories]
@@ -192,7 +211,7 @@ def unseeded_online_forecasts(
         f.fit(seed)
         if isinstance(f, OnlineSelectForecaster):
             f.first_observed = len(seed)
-            f.refit_phase = i % f.settings.refit_every_steps
+            f.refit_phase = (i * f.settings.refit_every_steps) // n_tasks  # spread evenly over the refit period
         forecasters.append(f)
         histories.append(seed)
     return OnlineForecasts.seeded(forecasters, histories, horizon, f"{name} (online, from the reports)")
