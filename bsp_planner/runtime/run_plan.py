@@ -79,7 +79,11 @@ class RunPlanning:
 
             refuse_offline(make_planner(s.planner, exp.planner), "--online" if exp.online else "--learn")
             self.ctx, self.predictions = step_predictions(self.scen, s.mode)
-            if self.predictions.kind == "online":  # refits off the decision path, used at the steps simulate uses them
+            fc = exp.forecast
+            first_read = fc.online_min_history_steps + fc.online_refit_lag_steps  # no fit is read before it
+            # refits off the decision path, used at the steps simulate uses them; a run too short to read a
+            # fit starts no fitting worker (it would take CPU from the tasks for nothing)
+            if self.predictions.kind == "online" and self.ctx.steps > first_read:
                 self.predictions.source.refit_in_background()
         self.tasks = self.scen.task_names
 
