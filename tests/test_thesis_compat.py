@@ -99,6 +99,23 @@ def test_thesis_compat_with_what_assumes_monotone_durations_is_refused_before_an
     assert not (tmp_path / "out").exists()
 
 
+def test_thesis_compat_on_nodes_is_refused(monkeypatch, capsys, tmp_path):
+    args = [
+        "simulate",
+        "thesis-testbed",
+        "-q",
+        "--set",
+        "compat=thesis",
+        "--strategies",
+        "mpc",
+        "--out",
+        tmp_path / "o",
+    ]
+    code, _, err = run_cli(args, monkeypatch, capsys)
+    assert code == 2 and "thesis-testbed.toml" in err and "node" in err and "one pool" in err, err
+    assert not (tmp_path / "o").exists()
+
+
 def test_compat_in_the_file_refuses_a_bound_naming_the_file(tmp_path, synthetic_profile, monkeypatch, capsys):
     exp = write_experiment(tmp_path, synthetic_profile, strategies=["mpc", "floor"], modes=["perfect"], steps=5)
     exp.write_text('compat = "thesis"\n' + exp.read_text())

@@ -311,6 +311,12 @@ class Experiment:
             raise bad(
                 f"{why}, and the learning model keeps them from growing; use learn = false or leave compat out", "learn"
             )
+        if self.node:
+            raise bad(
+                f"{why}, and placing tasks on [[node]]s assumes they never do; the thesis planned one pool: "
+                "remove the [[node]] tables or leave compat out",
+                "node",
+            )
 
 
 def load_experiment(path: str | Path, overrides: list[str] | None = None) -> Experiment:
