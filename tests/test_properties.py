@@ -161,7 +161,7 @@ NUMBERS = st.one_of(
     st.sampled_from([0, 1, 2, 10, 50, 250, 2000, 10**9, 1e308, -1e-300]),
 )
 SCALARS = st.one_of(
-    NUMBERS, st.booleans(), SAFE_TEXT, st.sampled_from(["mpc", "floor", "perfect", "linear", "clamp", "dp"])
+    NUMBERS, st.booleans(), SAFE_TEXT, st.sampled_from(["mpc", "floor", "perfect", "linear", "clamp", "dp", "thesis"])
 )
 VALUES = st.one_of(
     SCALARS,
@@ -181,6 +181,7 @@ EXPERIMENT_KEYS = [
     "modes",
     "strategies",
     "output",
+    "compat",
     "typo",
     "cpu.budget_millicores",
     "cpu.min_millicores",

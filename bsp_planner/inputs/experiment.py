@@ -34,6 +34,7 @@ source = "seasonal-naive"   # a forecaster name, or a folder of forecast CSVs (u
 horizon = 20                # columns of the forecast matrix
 # actual = "traces/run-1"   # replay actual workloads from a folder instead of the job's series
 
+# compat = "thesis"        # reproduce the thesis's published numbers (docs/thesis.md); default: none
 # online = false            # forecasts made before every step from the observed history
 # learn = false             # the performance model learns from every measured step
 # true_profile = "..."      # what the simulated tasks really follow (plan on `profile`)
@@ -43,6 +44,7 @@ horizon = 20                # columns of the forecast matrix
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -56,6 +58,10 @@ from .shipped import output_base
 MODES = ("perfect", "forecast")
 INTERPOLATIONS = ("spline", "linear")
 OUT_OF_GRID = ("error", "clamp", "extrapolate")
+COMPATS = ("none", "thesis")
+# The allocator and the bounds that assume durations never grow with CPU (compat = "thesis" breaks that).
+THESIS_ALLOCATOR = "greedy"
+MONOTONE_BOUNDS = ("floor", "optimum")
 
 
 @dataclass
@@ -172,6 +178,9 @@ class Experiment:
     modes: list[str] = setting(default_factory=lambda: list(MODES), choices=MODES, min_items=1)
     strategies: list[str] = setting(default_factory=lambda: ["exppo", "static:3", "dp", "mpc", "floor"], min_items=1)
     output: str = "out/default"
+    # "thesis": plan and simulate as the thesis's code did, to reproduce its published numbers (the raw
+    # spline, durations free to grow with CPU; a static window's last window planned over its full K).
+    compat: str = setting("none", choices=COMPATS)
     cpu: CpuSettings = field(default_factory=CpuSettings)
     planner: PlannerSettings = field(default_factory=PlannerSettings)
     forecast: ForecastSettings = field(default_factory=ForecastSettings)
@@ -230,6 +239,8 @@ class Experiment:
             d.pop("node")  # one pool: recorded as before nodes existed
         if self.interference == InterferenceSettings():
             d.pop("interference")  # none: recorded as before interference existed
+        if self.compat == "none":
+            d.pop("compat")  # recorded as before compat existed
         return d
 
     def validate(self, path: str | Path | None = None) -> None:
@@ -289,6 +300,35 @@ class Experiment:
         lo, hi = self.workload_range
         if not hi > lo:
             raise bad(f"expected low < high, got {list(self.workload_range)}", "workload_range")
+        if self.compat == "thesis":
+            self._validate_thesis_compat(bad)
+
+    def _validate_thesis_compat(self, bad: Callable[[str, str], InputError]) -> None:
+        """compat = "thesis" gives durations that can grow with CPU: refuse what assumes they never do."""
+        why = 'compat = "thesis" plans with the raw spline, whose durations can grow with CPU'
+        if self.planner.allocator != THESIS_ALLOCATOR:
+            raise bad(
+                f"{why}, and the {self.planner.allocator} allocator assumes they never do; use allocator = "
+                f'"{THESIS_ALLOCATOR}" as the thesis did, or leave compat out',
+                "planner.allocator",
+            )
+        bounds = [s for s in self.strategies if s.partition(":")[0] in MONOTONE_BOUNDS]
+        if bounds:
+            raise bad(
+                f"{why}, and the bounds ({', '.join(bounds)}) assume they never do; leave them out of the "
+                "strategies or leave compat out",
+                "strategies",
+            )
+        if self.learn:
+            raise bad(
+                f"{why}, and the learning model keeps them from growing; use learn = false or leave compat out", "learn"
+            )
+        if self.node:
+            raise bad(
+                f"{why}, and placing tasks on [[node]]s assumes they never do; the thesis planned one pool: "
+                "remove the [[node]] tables or leave compat out",
+                "node",
+            )
 
 
 def load_experiment(path: str | Path, overrides: list[str] | None = None) -> Experiment:

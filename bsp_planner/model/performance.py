@@ -113,8 +113,8 @@ class PerformanceModel:
             out = np.sum(np.asarray(bw @ ti.coef) * bc.toarray(), axis=1)
         return np.maximum(out, MIN_DURATION_S).reshape(shape)
 
-    def at_levels(self, cpu_levels_millicores: np.ndarray) -> DurationModel:
-        return DurationModel(self, np.asarray(cpu_levels_millicores, dtype=np.float64))
+    def at_levels(self, cpu_levels_millicores: np.ndarray, monotone: bool = True) -> DurationModel:
+        return DurationModel(self, np.asarray(cpu_levels_millicores, dtype=np.float64), monotone)
 
 
 class DurationModel:
@@ -122,11 +122,14 @@ class DurationModel:
 
     Durations are made non-increasing in CPU: more CPU never slows a task down, so a wiggle of the spline
     between noisy grid points is flattened (the allocator relies on it: a step of CPU never hurts).
+    `monotone=False` keeps the raw interpolant, wiggles and all, as the thesis's code used it
+    (compat = "thesis"; only the greedy allocator plans with it).
     """
 
-    def __init__(self, model: PerformanceModel, cpu_levels: np.ndarray) -> None:
+    def __init__(self, model: PerformanceModel, cpu_levels: np.ndarray, monotone: bool = True) -> None:
         self.model = model
         self.cpu_levels = cpu_levels
+        self.monotone = monotone
         self._level_coef = []
         for i, ti in enumerate(model._tasks):
             c = model._prepare(i, cpu_levels, ti.profile.cpu_millicores, "cpu_millicores")
@@ -152,7 +155,8 @@ class DurationModel:
             w = self.model._prepare(i, workloads[i].ravel(), ti.profile.workloads, "workload")
             out[i] = (ti.basis_w(w) @ self._level_coef[i]).T
         np.maximum(out, MIN_DURATION_S, out=out)
-        np.minimum.accumulate(out, axis=1, out=out)
+        if self.monotone:
+            np.minimum.accumulate(out, axis=1, out=out)
         return out.reshape((self.n_tasks, self.n_levels) + shape)
 
 
@@ -183,6 +187,7 @@ class InterferedDurations(DurationModel):
         self.base = base
         self.model = base.model
         self.cpu_levels = base.cpu_levels
+        self.monotone = base.monotone
         self._level_coef = base._level_coef
         self.factor = np.asarray(factor, dtype=np.float64)
 

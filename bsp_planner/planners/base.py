@@ -188,6 +188,9 @@ class PlanningContext:
     structure: StepStructure | None = None
     # (tasks,) each task's lowest level (its min_millicores; the allocator already respects it); None: 0.
     min_level: np.ndarray | None = None
+    # compat = "thesis": a static window's last window is planned over its full K steps, past the job's end,
+    # as the thesis's code did (else over the steps left).
+    last_window_full: bool = False
 
     @property
     def n_tasks(self) -> int:

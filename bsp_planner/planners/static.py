@@ -19,10 +19,12 @@ class StaticWindowPlanner(Planner):
         super().reset(ctx)
         ctx.configs._check(self.window)
         # All of this planner's frames in one batch: far cheaper than one allocator call per window.
-        ctx.configs.ensure_all(self.window, steps=np.arange(0, ctx.steps - self.window + 1, self.window))
+        last = ctx.steps if ctx.last_window_full else ctx.steps - self.window + 1
+        ctx.configs.ensure_all(self.window, steps=np.arange(0, last, self.window))
 
     def decide(self, t: int, current: np.ndarray | None) -> Decision:
         if t % self.window == 0 or current is None:
-            j = min(self.window, self.ctx.steps - t)
+            # The last window: over the steps left, or (the thesis's way) over a full window past the end.
+            j = self.window if self.ctx.last_window_full else min(self.window, self.ctx.steps - t)
             return Decision(j, self.ctx.configs.levels(t, j))
         return Decision(0, current)

@@ -69,6 +69,7 @@ class ContextFactory:
             nodes=limits,
             structure=structure,
             min_level=d.min_level if d.min_level.any() else None,
+            last_window_full=exp.compat == "thesis",
         )
 
 

@@ -45,7 +45,8 @@ def model_durations(inputs: ScenarioInputs) -> ScenarioDurations:
     n = len(job.tasks)
 
     def at_levels(profile: Profile) -> DurationModel:
-        return PerformanceModel(profile, job.task_names, exp.interpolation, exp.out_of_grid).at_levels(cpu.millicores)
+        model = PerformanceModel(profile, job.task_names, exp.interpolation, exp.out_of_grid)
+        return model.at_levels(cpu.millicores, monotone=exp.compat != "thesis")  # the thesis used the raw spline
 
     dm = at_levels(inputs.profile)
     true_dm = None if inputs.true_profile is None else at_levels(inputs.true_profile)
