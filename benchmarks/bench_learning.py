@@ -42,9 +42,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bsp_planner.core.steps import StepObservation
 from bsp_planner.inputs.experiment import apply_overrides, load_experiment
 from bsp_planner.inputs.shipped import find_experiment
-from bsp_planner.loop import StepObservation, run_loop
+from bsp_planner.loop import run_loop
 from bsp_planner.planners.base import make_planner
 from bsp_planner.simulate.executor import SimulatedExecutor
 from bsp_planner.simulate.runs import run_strategy, step_predictions

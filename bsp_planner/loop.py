@@ -77,8 +77,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from .core.errors import InputError
-from .core.steps import StepObservation as StepObservation  # re-exported: other modules import it from here
-from .core.steps import StrategyResult
+from .core.steps import StepObservation, StrategyResult
 from .planners.base import Planner, PlanningContext
 from .planners.observed import EXTRAS_KEY as OBSERVATIONS_KEY
 

@@ -5,8 +5,9 @@ import numpy as np
 import pytest
 
 from bsp_planner.core.errors import InputError
+from bsp_planner.core.steps import StepObservation
 from bsp_planner.inputs.experiment import load_experiment
-from bsp_planner.loop import Executor, StepObservation, run_loop
+from bsp_planner.loop import Executor, run_loop
 from bsp_planner.planners import PLANNERS
 from bsp_planner.planners.base import make_planner
 from bsp_planner.simulate.executor import SimulatedExecutor

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..core.errors import InputError
 from .base import Allocator
-from .exact_frame import DEFAULT_REL_GAP, DEFAULT_TIME_LIMIT_S, FrameSolution, check_frame, solve_frame
+from .exact_frame import FrameSolution, check_frame, solve_frame
 from .floor import floor_levels
 from .greedy import GreedyAllocator
 
@@ -72,22 +72,11 @@ class ExactAllocator(Allocator):
 
     name = "exact"
 
-    def __init__(
-        self,
-        rel_gap: float = DEFAULT_REL_GAP,
-        time_limit: float = DEFAULT_TIME_LIMIT_S,
-        cache_size: int = 500_000,
-        pool_size: int = 16,
-        formulation: str = "threshold",
-        threads: int | None = None,
-    ) -> None:
-        self.rel_gap = rel_gap
-        self.time_limit = time_limit
-        self.formulation = formulation
+    def __init__(self, cache_size: int = 500_000, threads: int | None = None) -> None:
         self.cache_size = cache_size
         self.threads = max(1, min(4, os.cpu_count() or 1)) if threads is None else max(1, int(threads))
         self._cache: OrderedDict[bytes, tuple[np.ndarray, float]] = OrderedDict()  # levels, proven bound
-        self._pool: deque[np.ndarray] = deque(maxlen=pool_size)
+        self._pool: deque[np.ndarray] = deque(maxlen=16)
         self._greedy = GreedyAllocator()
         self.stats = ExactStats()
 
@@ -217,9 +206,6 @@ class ExactAllocator(Allocator):
                 batch.max_level,
                 budget_steps,
                 incumbents=cands,
-                rel_gap=self.rel_gap,
-                time_limit=self.time_limit,
-                formulation=self.formulation,
                 lower_bound=lower,
             )
 

@@ -10,6 +10,7 @@ improved by local search (within ~0.05% of the optimum and often optimal).
 
 from __future__ import annotations
 
+import functools
 from itertools import combinations, permutations
 
 import numpy as np
@@ -119,11 +120,11 @@ def proportional_floor(d: np.ndarray, max_level: np.ndarray, budget: int, floor_
     return lv
 
 
-def _moves(
-    n: int, pair_steps: tuple[int, ...] = (1, 2, 3, 5, 8), triple_steps: tuple[int, ...] = (1, 2, 3)
-) -> tuple[np.ndarray, np.ndarray]:
+@functools.cache
+def _moves(n: int) -> tuple[np.ndarray, np.ndarray]:
     """Level changes that keep the budget: CPU steps from one task to another, and from one task to
     two others (or from two to one). Returns (pair moves, triple moves), each (moves, n)."""
+    pair_steps, triple_steps = (1, 2, 3, 5, 8), (1, 2, 3)
     e = np.eye(n, dtype=np.int64)
     pairs = [dl * (e[b] - e[a]) for a, b in permutations(range(n), 2) for dl in pair_steps]
     triples = [
@@ -138,9 +139,6 @@ def _moves(
     return pair_moves, triple_moves
 
 
-_MOVES: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-
-
 def local_search(
     d: np.ndarray, w: np.ndarray, levels: np.ndarray, max_level: np.ndarray, budget: int, max_rounds: int = 200
 ) -> tuple[np.ndarray, float]:
@@ -149,9 +147,7 @@ def local_search(
     is evaluated at once. Only a better incumbent for the MILP (tighter bounds, earlier pruning);
     optimality is the MILP's job."""
     n = levels.size
-    if n not in _MOVES:
-        _MOVES[n] = _moves(n)
-    pairs, triples = _MOVES[n]
+    pairs, triples = _moves(n)
     tasks = np.arange(n)[None, :]
     dw = d * w[None, None, :]  # weights are >= 0, so max_i(d) * w == max_i(d * w) step by step
 

@@ -60,8 +60,7 @@ class DpPlanner(Planner):
         super().reset(ctx)
         jmax = min(self.params.max_segment, ctx.configs.horizon, ctx.steps)
         ctx.configs.ensure_all(jmax)
-        self.predicted_total, self.segments = segment_dp(ctx.configs.window_times(jmax), ctx.penalty_s, ctx.steps)
-        self._starts = {s: j for s, j in self.segments}
+        self._starts = dict(segment_dp(ctx.configs.window_times(jmax), ctx.penalty_s, ctx.steps)[1])
 
     def decide(self, t: int, current: np.ndarray | None) -> Decision:
         if t in self._starts:

@@ -124,17 +124,15 @@ def optimum_plan(
     *,
     rel_gap: float = DEFAULT_REL_GAP,
     time_limit: float = DEFAULT_TIME_LIMIT_S,
-    initial: np.ndarray | None = None,
     nodes: NodeLimits | None = None,
 ) -> OptimumPlan:
-    """actual: (tasks, levels, steps) true durations. initial: configurations to seed the pool with
-    (e.g. greedy's); never needed for correctness. nodes: the nodes' capacity, a constraint on every
+    """actual: (tasks, levels, steps) true durations. nodes: the nodes' capacity, a constraint on every
     configuration (None: one pool)."""
     t_start = time.perf_counter()
     actual = np.asarray(actual, dtype=np.float64)
     _check_inputs(actual, budget_steps, penalty_s, max_segment)
     dp = _SegmentDP(actual, max_level, int(budget_steps), float(penalty_s), max_segment, rel_gap, time_limit, nodes)
-    dp.seed_pool(initial)
+    dp.seed_pool()
     for e in range(1, dp.m + 1):
         dp.end_at(e)
     return dp.plan(t_start)
@@ -222,17 +220,11 @@ class _SegmentDP:
         self.PG = np.concatenate([np.zeros((n, L, 1)), np.cumsum(G, axis=2)], axis=2)  # (n, L, m+1)
         self.PF = np.concatenate([[0.0], np.cumsum(floor)])
 
-    def seed_pool(self, initial: np.ndarray | None) -> None:
-        """Every step's floor configuration (exact for one-step segments, good incumbents nearby), and
-        the given configurations."""
+    def seed_pool(self) -> None:
+        """Every step's floor configuration (exact for one-step segments, good incumbents nearby)."""
         floors = floor_levels(self.actual, self.M, self.budget, self.nodes)[0]
         for c in np.unique(floors, axis=0):
             self.pool.add(c)
-        if initial is not None:
-            for c in np.asarray(initial, dtype=np.int64).reshape(-1, self.n):
-                c = np.minimum(c, self.M)
-                if self.nodes is None or self.nodes.fits(c):
-                    self.pool.add(c)
 
     def solve(
         self, s: int, e: int, cutoff: float, inc: np.ndarray | None, screen: float | None = None

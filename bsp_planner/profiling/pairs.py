@@ -39,8 +39,6 @@ from .profile_meta import close_session, host_info, load_avg_1m, now_text
 from .results import RunResult
 
 if TYPE_CHECKING:
-    from rich.console import Console
-
     from .local import LocalBackend
 
 RUN_COLUMNS = ("task", "co_task", "workload", "cpu_millicores", "repeat", "duration_s")
@@ -165,7 +163,6 @@ def measure_pairs(
     workload: float,
     repeats: int,
     timeout_s: float,
-    console: Console | None = None,
     progress: bool = True,
 ) -> PairReport:
     """Measure the missing runs into `out`'s runs file, then write the summary and metadata (resumable)."""
@@ -197,7 +194,7 @@ def measure_pairs(
     meta["sessions"].append(session)
     # the progress bar's cells are (label, workload, cpu, repeat)
     bar_cell = lambda c: (f"{c[0]}+{c[1]}" if c[1] else f"{c[0]} alone", workload, cpu_millicores, c[2])  # noqa: E731
-    bar = GridProgress([bar_cell(c) for c in todo], console) if progress and todo else None
+    bar = GridProgress([bar_cell(c) for c in todo]) if progress and todo else None
     loads: list[float] = []
     started = time.monotonic()
     try:

@@ -21,10 +21,10 @@ class GridProgress:
 
     LOG_EVERY_S = 60.0
 
-    def __init__(self, todo: list[Cell], console: Console | None = None) -> None:
+    def __init__(self, todo: list[Cell]) -> None:
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-        self.console = console or Console(stderr=True)
+        self.console = Console(stderr=True)
         self.progress = Progress(
             TextColumn("[bold]{task.fields[cell]:<34}"),
             BarColumn(),

@@ -88,7 +88,6 @@ def run_grid(
     timeout_s: float = DEFAULT_TIMEOUT_S,
     process_steps: ProcessSteps | None = None,
     progress: bool = True,
-    console: Console | None = None,
     on_row: Callable[[Cell, RunResult], None] | None = None,
 ) -> GridReport:
     """Measure every missing cell of `grid` for the job's tasks into the profile `out` (resumable).
@@ -123,7 +122,7 @@ def run_grid(
 
     started = time.monotonic()
     loads: list[float] = []  # the 1-minute load average after each run: how busy the host was
-    bar = GridProgress(todo, console) if progress and todo else None
+    bar = GridProgress(todo) if progress and todo else None
     warned: set[str] = set()  # tasks already warned about (self_sized)
     if bar is not None and hasattr(backend, "on_progress"):
         backend.on_progress = bar.note  # a process's steps as they come: a long cell is seen moving
@@ -135,7 +134,7 @@ def run_grid(
             if bar:
                 bar.start(batch.cells[0])
             results = run_batch(backend, batch, timeout_s, steps)
-            say = bar.progress.console.print if bar else (console or Console(stderr=True)).print
+            say = bar.progress.console.print if bar else Console(stderr=True).print
             if (stop := streaks.add(batch.task.name, [r for _, r in results])) is not None:
                 say(f"[red]{stop}[/]", highlight=False)
                 if callable(abandon := getattr(backend, "abandon", None)):

@@ -23,7 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from ..loop import InvalidDecision, StepObservation
+from ..core.steps import StepObservation
+from ..loop import InvalidDecision
 from .executor import LiveExecutor, RunFailed
 from .run_store import RunStoreUnwritable
 from .runlog import RunLog, effective_workloads, quota_timing, step_record

@@ -190,8 +190,6 @@ class RunPlanning:
             cost, source = self.exp.reconfigure_cost.of(m), "experiment [reconfigure_cost]"
             if cost is None and before.get(key) is not None:
                 cost, source = float(before[key]), before.get(key.replace("_s", "_source"), "run.json")
-            elif cost is None and before.get("method") == m and before.get("planned_s") is not None:
-                cost, source = float(before["planned_s"]), before.get("source", "run.json")  # an older run.json
             if cost is None and (m == method or may_use_other):
                 cost, source = self.backend.measure_reconfigure_cost(m), f"measured by the {self.backend.name} backend"
             if cost is None and m == method:

@@ -60,13 +60,12 @@ def recorded_path(path: Path | str, run_dir: Path) -> str:
 
 
 def resolved_path(recorded: str, run_dir: Path) -> Path:
-    """The file a run.json's `recorded_path` names (an absolute one, from an older run.json, as it is)."""
+    """The file a run.json's `recorded_path` names."""
     from ..inputs.shipped import data_path
 
     if recorded.startswith(SHIPPED):
         return data_path(recorded[len(SHIPPED) :])
-    p = Path(recorded)
-    return p if p.is_absolute() else (Path(run_dir) / p).resolve()
+    return (Path(run_dir) / recorded).resolve()
 
 
 class RunStore:
