@@ -55,6 +55,7 @@ from .runlog import RunLog
 from .services import Services
 from .stateful import continue_hint, resolve_reconfigure
 from .summary import write_summary
+from .watchers import RunWatcher, Watchers
 
 DEFAULT_EXPERIMENT = data_path("experiments/live-default.toml")  # shipped (package data)
 DEFAULT_RUNS_DIR = Path("runs")
@@ -90,6 +91,7 @@ class Coordinator(RunPlanning):
         resume: bool = False,
         backend: Backend | None = None,
         say=None,
+        watchers: list[RunWatcher] | None = None,
     ) -> None:
         self.settings = settings = settings.checked()
         self.store = RunStore(runs_dir, run_id)
@@ -98,6 +100,7 @@ class Coordinator(RunPlanning):
         self.resume = resume
         self._backend = backend
         self.say = say or (lambda text: None)
+        self.watchers = Watchers(watchers or [], self.say)  # metrics, events, a job resource's status
         self.session: ZkSession | None = None
         self.backend: Backend | None = None
         self.lock: RunLock | None = None
@@ -369,6 +372,7 @@ class Coordinator(RunPlanning):
 
         try:
             self.store.write_meta(status="running")
+            self.watchers.run_started(self.run_id, self.tasks, self.exp.steps)
             assert self.services is not None  # made in _prepare
             self.services.start_all(self._check_stop)  # each waited ready before any task starts
             self._bind_placeholders()
@@ -422,4 +426,5 @@ class Coordinator(RunPlanning):
                         self.summary, self.paths_out = write_summary(self, records, loop.prepare_ms)
                     except Exception as exc:  # never hide the run's own outcome behind a reporting problem
                         self.say(f"could not write the summary: {exc}")
+                self.watchers.run_ended(status, message, self.summary)
         return LiveResult(self.run_id, self.run_dir, status, records, self.summary, self.paths_out)

@@ -223,6 +223,7 @@ def run_logged(run, loop, records: list[dict], runlog: RunLog) -> None:
                 f"step {t} ran but cannot be written to the run log {runlog.jsonl}: {exc.strerror or exc}"
             ) from None
         records.append(rec)
+        run.watchers.step_logged(rec)
         restarts = sum(d["restarts"].values())
         run.say(
             f"step {t:4d}: {rec['step_s']:.3f} s (predicted {rec['predicted_step_s']:.3f} s)"
