@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import os
+import socket
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,12 +33,16 @@ from .zkserver import DEFAULT_DATA_DIR, DEFAULT_PORT, LocalZooKeeper
 
 if TYPE_CHECKING:
     from .coordinator import Coordinator
-    from .run_settings import RunSettings
+    from .metrics import RunMetrics
+    from .run_settings import MetricsEndpoint, RunSettings
+    from .watchers import RunWatcher
 
 zk_app = typer.Typer(
     help="A local ZooKeeper server for live runs (Debian's zookeeper package, or ZOOKEEPER_HOME).", no_args_is_help=True
 )
 
+METRICS_PORT_ENV = "BSP_PLANNER_METRICS_PORT"  # the in-cluster coordinator's manifest sets both
+METRICS_HOST_ENV = "BSP_PLANNER_METRICS_HOST"
 _HOSTS_HELP = "ZooKeeper connection string host:port[,host:port...] (default $BSP_PLANNER_ZOOKEEPER or 127.0.0.1:2181)."
 _AUTH_HELP = (
     "File holding user:password for the run's digest ACL (mode 600); or set $BSP_PLANNER_ZK_AUTH_FILE / "
@@ -173,6 +178,20 @@ def run(
         "--cfs-period-us).",
     ),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No per-step lines."),
+    metrics_port: str | None = typer.Option(
+        None,
+        "--metrics-port",
+        envvar=METRICS_PORT_ENV,
+        help="Serve the run's Prometheus metrics at http://HOST:PORT/metrics while it runs (0: any free port, "
+        f"printed); none unless given (or ${METRICS_PORT_ENV}). See docs/metrics.md.",
+    ),
+    metrics_host: str = typer.Option(
+        "127.0.0.1",
+        "--metrics-host",
+        envvar=METRICS_HOST_ENV,
+        help="The address the metrics endpoint binds: this machine only by default; 0.0.0.0 (every interface) "
+        "where Prometheus scrapes it from elsewhere, as in a pod.",
+    ),
     namespace: str | None = _K8S["--namespace"],
     image: str | None = _K8S["--image"],
     kubeconfig: Path | None = _K8S["--kubeconfig"],
@@ -189,6 +208,7 @@ def run(
     from .run_store import check_run_id, new_run_id
 
     console = Console()
+    endpoint = _metrics_endpoint(ctx, metrics_port, metrics_host)
     check_output_dir(runs_dir, "--runs-dir")
     flagged: list[tuple[str, str]] = []  # a new run's experiment overrides, each with the option that gave it
     if resume is not None:
@@ -232,13 +252,20 @@ def run(
     if resume is None:
         _check_experiment(settings, flagged)
     say = (lambda text: None) if quiet else (lambda text: console.print(text, highlight=False))
-    coord = Coordinator(settings, rid, runs_dir, resume=resume is not None, say=say)
-    how = settings.reconfigure or "the backend's default"
-    console.print(
-        f"run {rid}: planner {settings.planner}, {settings.mode} mode, reconfigure {how}, ZooKeeper {settings.zookeeper}",
-        highlight=False,
-    )
-    _run_to_the_end(console, coord)
+    metrics = _serve_metrics(console, endpoint, runs_dir)
+    try:
+        watchers: list[RunWatcher] = [metrics] if metrics is not None else []
+        coord = Coordinator(settings, rid, runs_dir, resume=resume is not None, say=say, watchers=watchers)
+        how = settings.reconfigure or "the backend's default"
+        console.print(
+            f"run {rid}: planner {settings.planner}, {settings.mode} mode, reconfigure {how}, "
+            f"ZooKeeper {settings.zookeeper}",
+            highlight=False,
+        )
+        _run_to_the_end(console, coord)
+    finally:
+        if metrics is not None:
+            metrics.close()  # the endpoint ends with the run
 
 
 #: `run` options that define a run: on --resume the run's own (run.json) hold; another value given is refused
@@ -310,6 +337,43 @@ def _resumed_settings(runs_dir: Path, rid: str, zookeeper: str | None, zk_wait: 
         settings.zookeeper = zookeeper  # the server may have moved; everything else is the run's
     settings.zk_wait_s = zk_wait
     return settings
+
+
+def _metrics_endpoint(ctx: typer.Context, port: str | None, host: str) -> MetricsEndpoint:
+    """--metrics-port and --metrics-host checked; an error names the option, or the environment variable
+    the value came from."""
+    from .run_settings import MetricsEndpoint
+
+    def where(name: str, flag: str, env: str) -> str:
+        source = ctx.get_parameter_source(name)
+        return f"${env}" if source is not None and source.name == "ENVIRONMENT" else flag
+
+    return MetricsEndpoint.from_flags(
+        port,
+        host,
+        port_field=where("metrics_port", "--metrics-port", METRICS_PORT_ENV),
+        host_field=where("metrics_host", "--metrics-host", METRICS_HOST_ENV),
+    )
+
+
+def _serve_metrics(console: Console, endpoint: MetricsEndpoint, runs_dir: Path) -> RunMetrics | None:
+    """The run's metrics endpoint, listening before the run starts (None without --metrics-port); a port
+    that cannot be bound stops the command here, before any work."""
+    if endpoint.port is None:
+        return None
+    from .metrics import RunMetrics
+
+    metrics = RunMetrics(runs_dir)
+    try:
+        port = metrics.serve(endpoint.host, endpoint.port)
+    except OSError as exc:  # an unknown host (socket.gaierror), the port taken or not ours to bind
+        raise InputError(
+            f"cannot serve metrics on {endpoint.host}:{endpoint.port}: {exc.strerror or exc}",
+            field="--metrics-host" if isinstance(exc, socket.gaierror) else "--metrics-port",
+        ) from None
+    shown = f"[{endpoint.host}]" if ":" in endpoint.host else endpoint.host
+    console.print(f"metrics: http://{shown}:{port}/metrics", highlight=False)
+    return metrics
 
 
 def _auth_source(zk_auth_file: Path | None) -> str:

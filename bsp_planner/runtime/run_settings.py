@@ -75,3 +75,32 @@ class RunSettings:
     def from_dict(cls, d: dict, path: str | Path | None = None) -> RunSettings:
         """The settings a run.json holds (`path`), checked."""
         return load_settings(cls, d, path=path)
+
+
+@dataclass
+class MetricsEndpoint:
+    """Where a live run serves its Prometheus metrics (`--metrics-port`, `--metrics-host`; docs/metrics.md).
+    Not a setting of the run (not in run.json): each start, a resume included, says it again. port: None
+    (no endpoint, the default), 0 (any free port) or a TCP port; host: the address it binds."""
+
+    port: int | None = None
+    host: str = "127.0.0.1"
+
+    @classmethod
+    def from_flags(
+        cls, port: str | None, host: str, port_field: str = "--metrics-port", host_field: str = "--metrics-host"
+    ) -> MetricsEndpoint:
+        """The endpoint of `run`'s options (text, as given or from the environment), checked; InputError
+        names the option (or the environment variable) that gave the value."""
+        from ..core.errors import InputError
+        from ..inputs.settings import coerce_field
+
+        try:
+            value = coerce_field(port, int | None, {"ge": 0, "le": 65535}, where=port_field, path=None, from_text=True)
+        except InputError:
+            raise InputError(
+                f"expected a TCP port from 0 (any free port) to 65535, got {port!r}", field=port_field
+            ) from None
+        if not host.strip():
+            raise InputError("expected a host name or address to bind, got an empty one", field=host_field)
+        return cls(port=value, host=host.strip())
