@@ -95,7 +95,7 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec(
         "bsp_planner_step_prediction_abs_error_ratio",
         "histogram",
-        "Each step's measured time against the model's, either way: |step_s / predicted_step_s - 1|.",
+        "Each step's measured time against the model's, either way: abs(step_s / predicted_step_s - 1).",
         "`step_s`, `predicted_step_s`",
         buckets=_ABS_RATIO,
     ),
@@ -299,7 +299,8 @@ def metrics_table() -> str:
     for s in METRICS:
         labels = ", ".join(f"`{name}`" for name in s.labels) or "-"
         kind = "gauge (one per phase)" if s.kind == "enum" else s.kind
-        rows.append(f"| `{s.exposed}` | {kind} | {labels} | {s.help} | {s.source} |")
+        cells = [f"`{s.exposed}`", kind, labels, s.help, s.source]
+        rows.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     return "\n".join(rows) + "\n"
 
 
