@@ -244,12 +244,18 @@ def test_a_bad_metrics_option_is_refused_with_one_line_before_anything_is_made(
     assert not runs.exists(), "nothing made for a refused run"
 
 
-def test_the_endpoint_is_printed_and_ends_with_the_run(tmp_path, monkeypatch, capsys):
-    """A run that stops at once (its ZooKeeper unreachable) still closes its endpoint."""
-    code, out, err = run_cli(
-        ["run", "--runs-dir", tmp_path / "runs", *UNREACHABLE, "--metrics-port", "0"], monkeypatch, capsys
-    )
-    assert code != 0 and "ZooKeeper" in err, err
+@pytest.mark.parametrize("given", ["flag", "environment"])
+def test_the_endpoint_is_printed_and_ends_with_the_run(given, tmp_path, monkeypatch, capsys):
+    """A run that stops at once (its run id taken) still closes its endpoint; the in-cluster Job gives the
+    port through the environment."""
+    (tmp_path / "runs" / "taken").mkdir(parents=True)
+    args = ["run", "--runs-dir", tmp_path / "runs", "--run-id", "taken", *UNREACHABLE]
+    if given == "flag":
+        args += ["--metrics-port", "0"]
+    else:
+        monkeypatch.setenv("BSP_PLANNER_METRICS_PORT", "0")
+    code, out, err = run_cli(args, monkeypatch, capsys)
+    assert code == 2 and "run 'taken' already exists" in err, err
     port = int(re.search(r"metrics: http://127\.0\.0\.1:(\d+)/metrics", out).group(1))
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", port), timeout=2).close()
