@@ -10,6 +10,8 @@ import socket
 from pathlib import Path
 
 import pytest
+
+pytest.importorskip("prometheus_client", reason="prometheus-client is not installed (pip install 'bsp-planner[live]')")
 from prometheus_client import generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics_families

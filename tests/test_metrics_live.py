@@ -12,6 +12,8 @@ import socket
 import urllib.request
 
 import pytest
+
+pytest.importorskip("prometheus_client", reason="prometheus-client is not installed (pip install 'bsp-planner[live]')")
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics_families
 from prometheus_client.parser import text_string_to_metric_families
 

@@ -361,8 +361,12 @@ def _serve_metrics(console: Console, endpoint: MetricsEndpoint, runs_dir: Path) 
     that cannot be bound stops the command here, before any work."""
     if endpoint.port is None:
         return None
-    from .metrics import RunMetrics
-
+    try:
+        from .metrics import RunMetrics
+    except ImportError:
+        raise InputError(
+            "serving metrics needs prometheus-client: pip install 'bsp-planner[live]'", field="--metrics-port"
+        ) from None
     metrics = RunMetrics(runs_dir)
     try:
         port = metrics.serve(endpoint.host, endpoint.port)
