@@ -96,7 +96,8 @@ def resumed_run(tmp_path) -> Path:
     run_dir = tmp_path / "runs" / "r1"
     run_dir.mkdir(parents=True)
     meta = {
-        "settings": {"planner": "mpc", "mode": "forecast", "reconfigure": "in-place", "backend": "kubernetes"},
+        "settings": {"planner": "mpc", "mode": "forecast", "reconfigure": "in-place", "backend": "k8s"},
+        "backend": {"backend": "kubernetes", "namespace": "bsp-planner"},  # what runs the tasks, by its own name
         "reconfigure_cost": {"method": "in-place", "planned_s": PLANNED_S, "in_place_s": PLANNED_S},
     }
     (run_dir / "run.json").write_text(json.dumps(meta))

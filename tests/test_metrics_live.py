@@ -122,3 +122,62 @@ def test_a_live_run_serves_metrics_that_match_its_run_log(tmp_path, zk_server, c
     with pytest.raises(OSError):  # the endpoint ended with the run
         socket.create_connection(("127.0.0.1", port), timeout=2).close()
     assert_nothing_left("metrics")
+
+
+def test_the_kubernetes_coordinator_serves_the_same_metrics(tmp_path, zk_server, creds_file):
+    """The in-cluster coordinator's backend, on the fake API server (its "kubelet" runs each pod as a local
+    process): reconfigurations by the method that really ran, against the cost the backend measured and
+    the plan charged."""
+    pytest.importorskip("kubernetes", reason="the official kubernetes client is not installed")
+    from k8s_fixtures import NS, SECRET, kubelet
+
+    from bsp_planner.runtime.backends.kubernetes import KubernetesBackend
+    from bsp_planner.testing.fake_apiserver import FakeApiServer
+
+    exp = tiny_experiment(tmp_path / "exp", steps=3)
+    metrics = RunMetrics(tmp_path / "runs")
+    port = metrics.serve("127.0.0.1", 0)
+    scraper = Scraper(port)
+    secrets = {SECRET: {"auth": creds_file.read_text().strip()}}
+    try:
+        with FakeApiServer(pod_runner=kubelet(tmp_path, secrets, workers_only=True), delete_delay_s=5.0) as api:
+            api.add_node("node-a", "4")
+            backend = KubernetesBackend(
+                "k8s-metrics",
+                kubeconfig=api.kubeconfig,
+                namespace=NS,
+                image="bsp-planner:dev",
+                reconfigure="auto",
+                worker_zk_hosts=zk_server.hosts,
+                zk_auth_secret=SECRET,
+                poll_s=0.02,
+                log_dir=tmp_path / "logs",
+            )
+            s = settings(exp, zk_server, creds_file, planner="static:1", reconfigure="in-place")
+            coord = Coordinator(s, "k8s-metrics", tmp_path / "runs", backend=backend, watchers=[metrics, scraper])
+            assert coord.run().status == "finished"
+    finally:
+        metrics.close()
+    run_dir = tmp_path / "runs" / "k8s-metrics"
+    logged = [json.loads(line) for line in (run_dir / "steps.jsonl").read_text().splitlines()]
+    assert scraper.records == logged and len(logged) == 3
+    cost = json.loads((run_dir / "run.json").read_text())["reconfigure_cost"]
+    assert cost["source"] == "measured by the kubernetes backend" and cost["planned_s"] > 0
+    last = scraper.seen[-1]
+    info = [k for k in last if k.startswith("bsp_planner_run_info")]
+    assert info == [
+        "bsp_planner_run_info{backend=kubernetes,mode=perfect,planner=static:1,reconfigure=in-place,run_id=k8s-metrics}"
+    ]
+    changed = [r for r in logged if r["reconfigured"] and r["step"] > 0]
+    assert changed, "the plan should reconfigure mid-run"
+    for method in {r["reconfig_method"] for r in changed}:
+        done = [r for r in changed if r["reconfig_method"] == method]
+        assert last[f"bsp_planner_reconfigurations_total{{method={method}}}"] == len(done)
+        assert last[f"bsp_planner_reconfiguration_seconds_total{{method={method}}}"] == pytest.approx(
+            sum(r["reconfig_s"] for r in done)
+        )
+        assert last[f"bsp_planner_reconfiguration_planned_seconds_total{{method={method}}}"] == pytest.approx(
+            cost["planned_s"] * len(done)
+        )
+    for x in logged[-1]["tasks"]:
+        assert last[f"bsp_planner_task_cpu_millicores{{task={x['task']}}}"] == x["cpu_millicores"]

@@ -56,7 +56,7 @@ METRICS: tuple[MetricSpec, ...] = (
         "bsp_planner_run",
         "info",
         "The run: its id and settings.",
-        "run.json `settings`",
+        "run.json `settings`, `backend`",
         ("run_id", "planner", "mode", "reconfigure", "backend"),
     ),
     MetricSpec(
@@ -248,9 +248,10 @@ class RunMetrics:
         run_dir = self.runs_dir / run_id
         meta = json.loads((run_dir / "run.json").read_text())
         settings = meta.get("settings", {})
-        self.metrics["bsp_planner_run"].info(
-            {"run_id": run_id, **{k: str(settings.get(k)) for k in ("planner", "mode", "reconfigure", "backend")}}
-        )
+        labels = {"run_id": run_id, **{k: str(settings.get(k)) for k in ("planner", "mode", "reconfigure")}}
+        # the backend that really runs the tasks (run.json's `backend`), as the setting may leave it to the caller
+        labels["backend"] = str((meta.get("backend") or {}).get("backend") or settings.get("backend"))
+        self.metrics["bsp_planner_run"].info(labels)
         self.planned_reconfig_s = float((meta.get("reconfigure_cost") or {}).get("planned_s") or 0.0)
         self.metrics["bsp_planner_run_steps"].set(steps)
         for rec in RunLog.load(run_dir):  # a resumed run's steps: the counters continue from the log's totals
