@@ -96,10 +96,6 @@ class ExactAllocator(Allocator):
             h.update(part.tobytes())
         return h.digest()
 
-    def _remember(self, lv: np.ndarray) -> None:
-        if not any(np.array_equal(p, lv) for p in self._pool):
-            self._pool.append(lv.copy())  # the oldest drops out
-
     @staticmethod
     def _splits(ka: int) -> list[int]:
         """Where to cut a frame of ka weighted steps for sub-frame bounds (all cuts for short frames)."""
@@ -218,7 +214,8 @@ class ExactAllocator(Allocator):
             out[f] = sol.levels
             if sol.method == "milp":
                 self.stats.milps += 1
-            self._remember(sol.levels)
+            if not any(np.array_equal(p, sol.levels) for p in self._pool):
+                self._pool.append(sol.levels.copy())  # the oldest drops out
             first_w = w_all[f][batch.active[f][0]] if batch.active[f].size else 1.0
             self._cache[batch.keys[f]] = (sol.levels.copy(), sol.bound / first_w)  # bound per unit first weight
             if len(self._cache) > self.cache_size:

@@ -293,8 +293,7 @@ class GBMForecaster(PointForecaster):
         excluded = {p.task, *later_pieces(p, everyone)}
         f = cls(
             ws.horizon,
-            ws.quantiles,
-            p.period,
+            period=p.period,
             interval_s=p.interval_s,
             t0=p.t0,
             settings=settings,

@@ -54,7 +54,6 @@ class Workspace:
     prepared: list[PreparedSeries]
     horizon: int = 20
     gaps: str = "error"
-    quantiles: tuple[float, ...] = DEFAULT_QUANTILES
     settings: dict[str, dict] = field(default_factory=dict)  # per forecaster name: overrides
     # what forecasters fitted here share (a global model's pool, fitted forecasters by task and
     # settings), so an ensemble and its member alone are fitted once
@@ -132,7 +131,7 @@ def train_one(ws: Workspace, name: str, p: PreparedSeries, say: Progress = _quie
             return build(ws, p, settings=settings, say=say)
         except InputError as exc:
             raise InputError(f"task '{p.task}': {exc.message}", path=p.source) from exc
-    f = make_forecaster(name, p, ws.horizon, quantiles=ws.quantiles, settings=ws.settings.get(name), progress=say)
+    f = make_forecaster(name, p, ws.horizon, settings=ws.settings.get(name), progress=say)
     if isinstance(f, LearnedForecaster):
         need = f.history_needed(p.n_train_grid)
         window = getattr(f, "window", 1)
@@ -190,7 +189,7 @@ def _obtain(ws: Workspace, name: str, p: PreparedSeries, how: dict) -> tuple[For
         members = getattr(cls, "members", None)
         if members:  # an ensemble: each member obtained as it would be alone
             got = [obtain(ws, m, p, **how) for m in members]
-            f = make_forecaster(name, p, ws.horizon, quantiles=ws.quantiles, settings=ws.settings.get(name))
+            f = make_forecaster(name, p, ws.horizon, settings=ws.settings.get(name))
             weights = None
             if f.settings.fit_weights:  # per task, on its validation period (never the test half)
                 weights, f.info = validated_weights(ws, members, p, f.settings, obtain, say)
@@ -198,7 +197,7 @@ def _obtain(ws: Workspace, name: str, p: PreparedSeries, how: dict) -> tuple[For
             return f, "+".join(g[1] for g in got)
         return train_one(ws, name, p, say), "fitted"
     folder = model_folder(model_root, ws.job.name, name) if model_root is not None else None
-    template = make_forecaster(name, p, ws.horizon, quantiles=ws.quantiles, settings=ws.settings.get(name))
+    template = make_forecaster(name, p, ws.horizon, settings=ws.settings.get(name))
     assert isinstance(template, LearnedForecaster)  # make_forecaster builds the registered class
     expect = template.spec()
     identity = ws.data_identity(p)
@@ -399,7 +398,7 @@ def request_inputs(ws: Workspace, name: str, start: int, steps: int) -> dict:
         "forecaster": name,
         "version": FORECASTER_VERSION,
         "settings": ws.settings_for(name),
-        "quantiles": list(ws.quantiles),
+        "quantiles": list(DEFAULT_QUANTILES),
         "horizon": ws.horizon,
         "start": start,
         "steps": steps,

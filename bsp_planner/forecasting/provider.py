@@ -50,25 +50,23 @@ def forecast_matrix(
     horizon: int,
     *,
     base_dir: Path | None = None,
-    gaps: str | None = None,
     job=None,
     say=_say,
 ) -> tuple[np.ndarray, str]:
     """The median forecasts for steps start..start+steps-1: (tasks, steps, horizon), and a label
     saying which forecaster made them.
 
-    gaps: how learned forecasters treat gaps in the timestamps (see prepare.py); None takes the policy
-    the shipped forecasts for that forecaster were made with (or "error" if none are shipped).
-    Baselines ignore gaps unless it is given, as simulate always has.
+    Gaps in the timestamps (see prepare.py): learned forecasters treat them as the shipped forecasts
+    for that forecaster were made (or as "error" if none are shipped); baselines ignore them.
     """
     job_series.check_length(start, steps)
     name = ALIASES.get(source, source)
-    if name in FORECASTERS and not FORECASTERS.get(name).learned and gaps is None:
+    if name in FORECASTERS and not FORECASTERS.get(name).learned:
         origins = start + np.arange(steps)
         rows = [f.predict_median(h, s.n_train + origins) for s, f, h in fitted_baselines(name, job_series, horizon)]
         return np.stack(rows), name
     if name in FORECASTERS:
-        return _learned(name, job_series, start, steps, horizon, base_dir=base_dir, gaps=gaps, job=job, say=say)
+        return _learned(name, job_series, start, steps, horizon, base_dir=base_dir, job=job, say=say)
     folder = Path(source)
     if not folder.is_absolute() and base_dir is not None:
         folder = base_dir / folder
@@ -129,7 +127,7 @@ def related_metadata(base_dir: Path | None, task_names: list[str]) -> list[dict]
     return [m for _, m in folders if [t.get("task") for t in m["inputs"].get("tasks", [])] == task_names]
 
 
-def _learned(name, job_series, start, steps, horizon, *, base_dir, gaps, job, say):
+def _learned(name, job_series, start, steps, horizon, *, base_dir, job, say):
     from .pipeline import (
         DEFAULT_MODEL_ROOT,
         Workspace,
@@ -141,10 +139,7 @@ def _learned(name, job_series, start, steps, horizon, *, base_dir, gaps, job, sa
 
     shipped = shipped_folders(base_dir, name)
     related = related_metadata(base_dir, job_series.task_names)
-    if gaps is not None:
-        policies = [gaps]
-    else:
-        policies = list(dict.fromkeys(m["inputs"].get("gaps", "error") for m in related)) or ["error"]
+    policies = list(dict.fromkeys(m["inputs"].get("gaps", "error") for m in related)) or ["error"]
     job_name = job.name if job is not None else None
     if job_name is None:
         names = {m["inputs"].get("job") for m in related}

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 from ..core.errors import InputError
 from ..core.registry import Registry
-from .base import DEFAULT_QUANTILES, Forecaster
+from .base import Forecaster
 from .prepare import PreparedSeries
 
 # chosen on validation data only (benchmarks/bench_forecast_select.py), never on the test halves
@@ -77,10 +77,9 @@ def make_forecaster(
     p: PreparedSeries,
     horizon: int,
     *,
-    quantiles: tuple[float, ...] = DEFAULT_QUANTILES,
     settings: dict | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> Forecaster:
     cls = FORECASTERS.get(name)
     chosen = cls.settings_type.from_dict(settings or {})
-    return cls(horizon, quantiles, p.period, interval_s=p.interval_s, t0=p.t0, settings=chosen, progress=progress)
+    return cls(horizon, period=p.period, interval_s=p.interval_s, t0=p.t0, settings=chosen, progress=progress)

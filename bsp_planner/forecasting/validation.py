@@ -70,7 +70,7 @@ def validation_forecasts(
     `ws` is the full workspace; p one of its tasks; `obtain` is pipeline.obtain."""
     vws = validation_workspace(ws, fraction)
     vp = next(q for q in vws.prepared if q.task == p.task)
-    template = make_forecaster(name, p, ws.horizon, quantiles=ws.quantiles, settings=ws.settings.get(name))
+    template = make_forecaster(name, p, ws.horizon, settings=ws.settings.get(name))
     pin = getattr(template, "validation_settings", None)
     if pin is not None:  # the settings the whole half gives it, kept on the shorter part
         vws = replace(vws, settings={**vws.settings, name: {**vws.settings.get(name, {}), **pin(p.n_train_grid)}})

@@ -49,10 +49,9 @@ class Cluster:
         steps = np.floor(spare / cpu.step_millicores + 1e-9).astype(np.int64)
         return NodeLimits(np.asarray(where, dtype=np.int64), np.maximum(steps, 0))
 
-    def used_millicores(self, millicores: np.ndarray, node_of: np.ndarray | None = None) -> np.ndarray:
-        """millicores (..., tasks) -> (..., nodes) CPU held on each node."""
-        where = self.node_of if node_of is None else node_of
-        one_hot = (np.asarray(where)[:, None] == np.arange(len(self.names))[None, :]).astype(np.float64)
+    def used_millicores(self, millicores: np.ndarray, node_of: np.ndarray) -> np.ndarray:
+        """millicores (..., tasks) -> (..., nodes) CPU held on each node, tasks placed by node_of (tasks,)."""
+        one_hot = (np.asarray(node_of)[:, None] == np.arange(len(self.names))[None, :]).astype(np.float64)
         used: np.ndarray = np.asarray(millicores, dtype=np.float64) @ one_hot
         return used
 
@@ -160,16 +159,14 @@ def _node_demand(d: np.ndarray, members: np.ndarray, slowdown: np.ndarray | None
     return out
 
 
-def improve_placement(
-    node_of: np.ndarray, slots: np.ndarray, cost: Callable[[np.ndarray], float], max_rounds: int | None = None
-) -> np.ndarray:
+def improve_placement(node_of: np.ndarray, slots: np.ndarray, cost: Callable[[np.ndarray], float]) -> np.ndarray:
     """Local search from `node_of` (tasks,): each round makes the single move or pairwise swap of tasks
-    that lowers `cost(node_of)` most, until none does (or `max_rounds`, default 4 x tasks). A node
-    never holds more than its `slots` (nodes,) tasks. Returns the placement found."""
+    that lowers `cost(node_of)` most, until none does (or after 4 x tasks rounds). A node never holds
+    more than its `slots` (nodes,) tasks. Returns the placement found."""
     n_nodes, n = slots.size, node_of.size
     best = np.asarray(node_of, dtype=np.int64).copy()
     best_cost = cost(best)
-    for _ in range(4 * n if max_rounds is None else max_rounds):
+    for _ in range(4 * n):
         found = None
         count = np.bincount(best, minlength=n_nodes)
         for i in range(n):

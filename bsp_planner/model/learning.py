@@ -187,16 +187,12 @@ class LearnedDurations:
         np.minimum.accumulate(out, axis=1, out=out)  # more CPU never slows a task down
         return out
 
-    def at_points(self, workloads: np.ndarray, levels: np.ndarray) -> np.ndarray:
-        """The profile's (uncorrected) durations (tasks,) at each task's workload and CPU level."""
-        d = self.model.durations(np.asarray(workloads, dtype=np.float64)[:, None])[:, :, 0]  # (tasks, levels)
-        return d[np.arange(d.shape[0]), levels]
-
     def learn(self, step: int, workloads: np.ndarray, levels: np.ndarray, measured_s: np.ndarray) -> dict:
         """Update from one step; returns predicted vs measured before and after learning, per task."""
         w = np.asarray(workloads, dtype=np.float64)
         cpu = np.asarray(self.model.cpu_levels)[levels]
-        prior = self.at_points(w, levels)
+        d = self.model.durations(w[:, None])[:, :, 0]  # (tasks, levels)
+        prior = d[np.arange(d.shape[0]), levels]  # the profile's (uncorrected) durations (tasks,)
         before = prior * self.correction.factor_at(w, cpu)
         self.correction.update(step, prior, measured_s, w, cpu)
         factor = self.correction.factor_at(w, cpu)

@@ -45,7 +45,6 @@ class PlacementMpcPlanner(MpcPlanner):
         if self.run is not None:
             self.node_of = self.run["cluster"].node_of.copy()
             self.run["node_of"] = self.node_of.copy()
-            self.moves = 0
 
     def _allocator(self, node_of: np.ndarray) -> NodeConstrained:
         assert self.run is not None
@@ -68,6 +67,5 @@ class PlacementMpcPlanner(MpcPlanner):
             if cost < stay:
                 self.node_of = there
                 self.run["node_of"] = there.copy()
-                self.moves += 1
                 return first_decision(moved_windows, None)  # a plan without a current configuration never keeps
         return first_decision(windows, current)

@@ -56,27 +56,18 @@ def _bad(path: str, key: str, expected: str, got: Any) -> MalformedValue:
     )
 
 
-def _missing(path: str, key: str, expected: str, default: Any) -> Any:
-    """A field that is not there: its default, where it has one (else MalformedValue)."""
-    if default is ...:
-        raise _bad(path, key, expected, None)
-    return default
-
-
-def get_int(path: str, v: dict, key: str, lo: int | None = None, hi: int | None = None, default: Any = ...) -> int:
+def get_int(path: str, v: dict, key: str, lo: int | None = None, hi: int | None = None) -> int:
     if key not in v:
-        return _missing(path, key, "an integer", default)
+        raise _bad(path, key, "an integer", None)
     x = v[key]
     if not isinstance(x, int) or isinstance(x, bool) or (lo is not None and x < lo) or (hi is not None and x > hi):
         raise _bad(path, key, f"an integer in [{lo}, {hi}]", x)
     return x
 
 
-def get_float(
-    path: str, v: dict, key: str, lo: float | None = None, hi: float | None = None, default: Any = ...
-) -> float:
+def get_float(path: str, v: dict, key: str, lo: float | None = None, hi: float | None = None) -> float:
     if key not in v:
-        return _missing(path, key, "a number", default)
+        raise _bad(path, key, "a number", None)
     x = v[key]
     if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
         raise _bad(path, key, "a finite number", x)
@@ -88,9 +79,9 @@ def get_float(
     return x
 
 
-def get_str(path: str, v: dict, key: str, pattern: re.Pattern | None = None, default: Any = ...) -> str:
+def get_str(path: str, v: dict, key: str, pattern: re.Pattern | None = None) -> str:
     if key not in v:
-        return _missing(path, key, "a string", default)
+        raise _bad(path, key, "a string", None)
     x = v[key]
     if not isinstance(x, str) or len(x) > 1000 or (pattern is not None and not pattern.match(x)):
         raise _bad(path, key, "a string" + (f" matching {pattern.pattern}" if pattern else ""), x)

@@ -64,10 +64,7 @@ def local_cells(field: np.ndarray, ring: Ring, index: int) -> np.ndarray:
 def advance(cells: np.ndarray, incoming: np.ndarray) -> np.ndarray:
     """One step of the conveyor on one federate: the left neighbour's outgoing cells enter on the left,
     the same number leave on the right (:func:`outgoing` of the step before)."""
-    s = len(incoming)
-    if s == 0:
-        return cells.copy()
-    return np.concatenate([incoming, cells[: len(cells) - s]])
+    return np.concatenate([incoming, cells[: len(cells) - len(incoming)]])
 
 
 def outgoing(cells: np.ndarray, ring: Ring) -> np.ndarray:

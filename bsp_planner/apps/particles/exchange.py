@@ -33,9 +33,9 @@ class ExchangeTimeout(Exception):
 class FileExchange:
     """The exchange folder as seen by one rank."""
 
-    def __init__(
-        self, folder: str | Path, rank: int, ranks: int, *, timeout_s: float = 600.0, poll_s: float = 0.002
-    ) -> None:
+    poll_s = 0.002  # the first wait between looks for a file; it grows to 20 ms
+
+    def __init__(self, folder: str | Path, rank: int, ranks: int, *, timeout_s: float = 600.0) -> None:
         self.folder = Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
         self.rank = rank
@@ -43,7 +43,6 @@ class FileExchange:
         self.left = (rank - 1) % ranks
         self.right = (rank + 1) % ranks
         self.timeout_s = timeout_s
-        self.poll_s = poll_s
 
     def _file(self, step: int, rank: int, side: str) -> Path:
         return self.folder / f"t{step}-r{rank}-{side}.npz"

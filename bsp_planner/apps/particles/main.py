@@ -50,8 +50,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=None,
         help="folder shared by the ranks for the boundary exchange (default: $BSP_RUN_DIR/particles)",
     )
-    p.add_argument("--substeps", type=int, default=Physics.substeps, help="integration steps per superstep")
-    p.add_argument("--neighbours", type=int, default=Physics.neighbours, help="neighbours per side a particle feels")
     p.add_argument("--reports", default=None, help="standalone: append each step's report to this JSONL file")
     p.add_argument("--timeout-s", type=float, default=600.0, help="longest wait for a neighbour's particles")
     p.add_argument(
@@ -69,8 +67,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(f"--particles: expected a non-negative count, got {args.particles}")
     if args.steps is not None and args.steps < 0:
         p.error(f"--steps: expected a non-negative count, got {args.steps}")
-    if args.substeps < 1 or args.neighbours < 1:
-        p.error("--substeps and --neighbours: expected at least 1")
     if args.exchange_dir is None:
         run_dir = os.environ.get("BSP_RUN_DIR")
         if not run_dir:
@@ -106,7 +102,7 @@ def run_profiled(args: argparse.Namespace, session, physics: Physics) -> int:
 
 
 def run_rank(args: argparse.Namespace) -> int:
-    physics = Physics(substeps=args.substeps, neighbours=args.neighbours)
+    physics = Physics()
     task_name = os.environ.get("BSP_TASK") or f"p{args.rank}"
     if os.environ.get(task.PROFILE_ENV):
         with open_session(task_name) as session:

@@ -55,13 +55,6 @@ class RankState:
     def take(self, mask: np.ndarray) -> RankState:
         return RankState(self.x[mask], self.v[mask], self.u[mask])
 
-    @staticmethod
-    def concat(parts: list[RankState]) -> RankState:
-        parts = [p for p in parts if p.count]
-        if not parts:
-            return RankState.empty()
-        return RankState(*(np.concatenate([getattr(p, k) for p in parts]) for k in ("x", "v", "u")))
-
 
 def slice_bounds(rank: int, ranks: int) -> tuple[float, float]:
     """[low, high) of the slice rank `rank` owns."""
@@ -161,4 +154,7 @@ def split_outgoing(state: RankState, rank: int, ranks: int) -> tuple[RankState, 
 
 def merge_incoming(kept: RankState, from_left: RankState, from_right: RankState) -> RankState:
     """The rank's particles for the next superstep, in a deterministic order (kept, then left, then right)."""
-    return RankState.concat([kept, from_left, from_right])
+    parts = [p for p in (kept, from_left, from_right) if p.count]
+    if not parts:
+        return RankState.empty()
+    return RankState(*(np.concatenate([getattr(p, k) for p in parts]) for k in ("x", "v", "u")))
