@@ -255,3 +255,55 @@ def test_a_killed_coordinators_daemon_is_ended_by_the_resume(tmp_path):
     assert backend.cleanup_stale() == [f"{PREFIX}.services.svc-stale/daemon"]
     wait_for(lambda: not alive(daemon), 30)
     assert not services_group("svc-stale").exists()
+
+
+CRASHES_ONCE = """
+import os, socket, sys, time
+port, state = int(sys.argv[1]), sys.argv[2]
+if not os.path.exists(state + ".first"):  # the first start: a daemon of its own binds the port
+    open(state + ".first", "w").close()
+    if os.fork() == 0:
+        os.setsid()
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("127.0.0.1", port))
+        s.listen()
+        open(state + ".daemon", "w").write(str(os.getpid()))
+        time.sleep(600)
+        os._exit(0)
+    while not os.path.exists(state + ".crash"):
+        time.sleep(0.02)
+    sys.exit(1)
+time.sleep(600)  # restarted: it never binds the port
+"""
+
+
+def test_a_restarted_service_is_not_ready_on_a_port_its_crashed_start_held(runner, tmp_path):
+    script, state = tmp_path / "crashes_once.py", tmp_path / "state"
+    script.write_text(CRASHES_ONCE)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    sv = Services(
+        (
+            Service(
+                "flaky",
+                ("{python}", str(script), "{port}", str(state)),
+                ready_tcp_port="{port}",
+                ready_timeout_s=2,
+                on_failure="restart",
+                max_restarts=1,
+            ),
+        ),
+        {"flaky": port},
+        str(tmp_path),
+        str(tmp_path),
+        runner,
+    )
+    sv.start_all()  # ready: its daemon listens on the port
+    daemon = pid_in(Path(f"{state}.daemon"))
+    Path(f"{state}.crash").touch()
+    wait_for(lambda: runner.exit_code("flaky") == 1)
+    with pytest.raises(RunFailed, match=f"service flaky did not listen on port {port} itself within 2 s"):
+        sv.check()  # restarted: the crashed start's daemon went with it, and the new start never listens
+    assert not alive(daemon)
