@@ -9,7 +9,10 @@ test runs a whole job with a daemonising shell service beside the usual TCP serv
 from __future__ import annotations
 
 import os
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -307,3 +310,37 @@ def test_a_restarted_service_is_not_ready_on_a_port_its_crashed_start_held(runne
     with pytest.raises(RunFailed, match=f"service flaky did not listen on port {port} itself within 2 s"):
         sv.check()  # restarted: the crashed start's daemon went with it, and the new start never listens
     assert not alive(daemon)
+
+
+@needs_tasks
+def test_sigterm_while_a_backtracking_log_line_is_matched_stops_the_run_at_once(
+    tmp_path, zk_server, creds_file, reap_runs
+):
+    """The coordinator matches the pattern against a line that takes it far longer than ready_timeout_s; a
+    SIGTERM meanwhile stops the run cleanly (exit 128 + SIGTERM) without waiting for the match."""
+    exp = service_experiment(tmp_path / "exp", ready=f'{{ log_line = "{BACKTRACKS}" }}', timeout=600)
+    service = tmp_path / "exp" / "service.py"  # prints the line that backtracks once it listens
+    service.write_text(service.read_text().replace('print("listening on", port', "print('a' * 64 + '!'"))
+    runs, run_id = tmp_path / "runs", "svc-backtrack"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bsp_planner.cli", "run", "-e", str(exp), "--runs-dir", str(runs), "--run-id", run_id]
+        + ["--zookeeper", zk_server.hosts, "--zk-auth-file", str(creds_file), "--cgroup-prefix", PREFIX, "-q"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    try:
+        log = runs / run_id / "logs" / "svc.log"
+        wait_for(lambda: log.is_file() and "a" * 64 + "!" in log.read_text(), 180)  # being matched now
+        (pid,) = service_pids(tmp_path / "exp")
+        proc.send_signal(signal.SIGTERM)
+        t0 = time.monotonic()
+        _, err = proc.communicate(timeout=120)
+        stopped_s = time.monotonic() - t0
+    finally:
+        proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert stopped_s < 60, stopped_s  # not the 600 s of ready_timeout_s, nor the match's 2^64 steps
+    assert not alive(pid)
+    assert not services_group(run_id).exists()
