@@ -57,6 +57,7 @@ class CappedOutput:
         self.recent = bytearray()  # its last `keep` bytes
         self.lines: collections.deque[str] = collections.deque(maxlen=PENDING_LINES)  # for ReadyLine
         self.partial = b""  # the start of a line not yet ended
+        self.want_lines = True  # until its readiness is settled: then a flood costs no line splitting
         self.lock = threading.Lock()
 
     def feed(self, chunk: bytes) -> None:
@@ -68,6 +69,8 @@ class CappedOutput:
             self.total += len(chunk)
             self.recent += chunk
             del self.recent[: max(0, len(self.recent) - self.keep)]
+            if not self.want_lines:
+                return
             *done, self.partial = (self.partial + chunk).split(b"\n")
             self.partial = self.partial[-LINE_LIMIT:]
             self.lines.extend(line.decode(errors="replace") for line in done)
@@ -179,6 +182,8 @@ class LocalServiceRunner:
 
     def ready(self, name: str, port: int | None, pattern) -> bool:
         s = self.procs[name]
+        if pattern is None:
+            s.output.want_lines = False
         if port is not None:
             if s.group is None:
                 from ..zkserver import port_in_use
@@ -186,7 +191,10 @@ class LocalServiceRunner:
                 return port_in_use(LOCAL_HOST, port, timeout_s=0.2)
             return listening(port, self._members(s))
         if pattern is not None:
-            return any(pattern.search(line) for line in s.output.take_lines())
+            if any(pattern.search(line) for line in s.output.take_lines()):
+                s.output.want_lines = False
+                return True
+            return False
         return True  # no readiness check: started is ready
 
     def host(self, name: str) -> str:
@@ -217,7 +225,8 @@ class LocalServiceRunner:
                 time.sleep(0.02)
             kill_group(s.proc.pid)  # its own children in its session
             if s.group is not None:
-                s.group.remove()  # and everything else it started, wherever it went: SIGKILL, then the group
+                with contextlib.suppress(OSError):  # a group the kernel keeps busy: what it held is killed
+                    s.group.remove()  # and everything else it started, wherever it went: SIGKILL, then the group
             with contextlib.suppress(subprocess.TimeoutExpired):
                 s.proc.wait(timeout=5)
             s.reader.join(timeout=5)  # its output ends with its last process
