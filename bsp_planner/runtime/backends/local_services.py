@@ -12,7 +12,7 @@ its last 16 KiB as well), so a flooding service cannot fill the disk.
 A readiness check cannot be fooled or hang: a ``tcp_port`` counts only once a process of the service's
 own group listens on it (``/proc/net/tcp``, ``/proc/net/tcp6`` and the sockets among its processes' open
 files), never another program's, nor a port that a crashed-and-restarted service never bound; a
-``log_line`` is matched by :class:`ReadyLine` with a time limit (the ``regex`` module's `timeout`), so a
+``log_line`` is matched by :class:`~..services.ReadyLine` with a time limit (the ``regex`` module's `timeout`), so a
 pattern that backtracks without end gives up at ``ready_timeout_s`` and a stop signal is answered.
 """
 
