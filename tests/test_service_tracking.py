@@ -108,8 +108,9 @@ def test_a_port_another_program_holds_never_makes_a_service_ready(runner, tmp_pa
         sv = services(
             runner, tmp_path, Service("idle", ("sleep", "600"), ready_tcp_port=str(port), ready_timeout_s=1.5)
         )
-        with pytest.raises(RunFailed, match=f"service idle did not listen on port {port} itself within 1.5 s"):
+        with pytest.raises(RunFailed, match=f"service idle did not listen on port {port} itself within 1.5 s") as info:
             sv.start_all()
+    assert f"port {port} is held by another program (pid {os.getpid()}, " in str(info.value), str(info.value)
 
 
 def test_a_service_is_ready_once_it_listens_on_its_port_itself(runner, tmp_path):

@@ -185,6 +185,8 @@ class Services:
                 if pattern is not None:
                     what = f"print a line matching {pattern.pattern!r}"
                 why = ""
+                if port is not None and hasattr(self.runner, "port_note"):  # whose port it is, where it can tell
+                    why = self.runner.port_note(name, port)
                 if pattern is not None and pattern.timed_out:  # the pattern, not the service, took the time
                     why = "; matching its output against the pattern took that long: a pattern that backtracks"
                 tail = self._tail(name)

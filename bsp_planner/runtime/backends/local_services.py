@@ -197,6 +197,19 @@ class LocalServiceRunner:
             return False
         return True  # no readiness check: started is ready
 
+    def port_note(self, name: str, port: int) -> str:
+        """Why service `name` is not ready on `port` where another program holds it ("" where none does)."""
+        s = self.procs.get(name)
+        own = set(self._members(s)) if s is not None else set()
+        others = sorted(p for p in listening_pids(port) if p not in own)
+        if not others:
+            return ""
+        try:
+            what = Path(f"/proc/{others[0]}/comm").read_text().strip()
+        except OSError:
+            what = "?"
+        return f"; port {port} is held by another program (pid {others[0]}, {what}), not by the service"
+
     def host(self, name: str) -> str:
         return LOCAL_HOST
 
@@ -284,9 +297,21 @@ def listening_sockets(port: int) -> set[str]:
     return inodes
 
 
-def listening(port: int, pids: list[int]) -> bool:
-    """Whether one of `pids` listens on TCP `port` itself."""
+def listening_pids(port: int) -> set[int]:
+    """Every process of this host with a socket listening on TCP `port` (a scan of /proc: for a message)."""
     sockets = listening_sockets(port)
+    found: set[int] = set()
+    if not sockets:
+        return found
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit() and listening(port, [int(proc.name)], sockets):
+            found.add(int(proc.name))
+    return found
+
+
+def listening(port: int, pids: list[int], sockets: set[str] | None = None) -> bool:
+    """Whether one of `pids` listens on TCP `port` itself (`sockets`: listening_sockets(port), if known)."""
+    sockets = listening_sockets(port) if sockets is None else sockets
     if not sockets:
         return False
     for pid in pids:
