@@ -241,13 +241,14 @@ def run_processes(run_id: str) -> list[int]:
 
 
 def run_cgroups(run_id: str, prefix: str = PREFIX) -> list[str]:
-    """The run's parent group and its task groups, if any are left."""
+    """The run's parent group and its task groups, and its services' groups, if any are left."""
     from bsp_planner.profiling.cgroups import detect_hierarchy
 
-    parent = detect_hierarchy().root / f"{prefix}.live.{run_id}"
-    if not parent.is_dir():
-        return []
-    return [parent.name] + sorted(f"{parent.name}/{p.name}" for p in parent.iterdir() if p.is_dir())
+    left: list[str] = []
+    for parent in (detect_hierarchy().root / f"{prefix}{infix}{run_id}" for infix in (".live.", ".services.")):
+        if parent.is_dir():
+            left += [parent.name] + sorted(f"{parent.name}/{p.name}" for p in parent.iterdir() if p.is_dir())
+    return left
 
 
 def assert_nothing_left(run_id: str, prefix: str = PREFIX, wait_s: float = 30.0) -> None:
@@ -267,7 +268,8 @@ def reap_runs():
     yield
     from bsp_planner.profiling.cgroups import detect_hierarchy
 
-    for parent in sorted(detect_hierarchy().root.glob(f"{PREFIX}.live.*")):
+    root = detect_hierarchy().root
+    for parent in sorted([*root.glob(f"{PREFIX}.live.*"), *root.glob(f"{PREFIX}.services.*")]):  # tasks', services'
         remove_groups_under(parent.name)
 
 

@@ -69,6 +69,7 @@ from ..core.errors import InputError
 from ..core.structure import StepStructure
 from .job_specs import JobFile
 from .names import check_name
+from .placeholders import port_refs
 from .settings import load_settings, read_toml
 
 
@@ -249,6 +250,8 @@ def load_job(path: str | Path) -> Job:
         )
         for t in spec.task
     )
+    for i, sv in enumerate(spec.service):
+        _check_service(sv, i, path)
     services = tuple(
         Service(
             name=sv.name,
@@ -270,6 +273,36 @@ def load_job(path: str | Path) -> Job:
         sync=spec.sync,
         services=services,
     )
+
+
+def _check_service(sv, i: int, path: Path) -> None:
+    """What a service's table must hold beyond its types (`ServiceSpec` in job_specs): a port number written
+    as text in range as the number is; a `ready` port the service itself opens (it is started and waited
+    for before any task, and ready only once it listens there itself); no NUL byte, which no program's
+    argument or environment can hold."""
+
+    def bad(message: str, where: str) -> InputError:
+        return InputError(f"service '{sv.name}': {message}", path=path, field=f"service[{i}]{where}")
+
+    port = sv.ready.tcp_port if sv.ready is not None else None
+    if isinstance(port, str):
+        text = port.strip()
+        if text.isdigit() and not 0 < int(text) < 65536:
+            raise bad(
+                f'expected a TCP port 1..65535 or a placeholder such as "{{port}}", got {port!r}', ".ready.tcp_port"
+            )
+        others = [ref for ref in port_refs(text) if ref != sv.name]
+        if others:
+            raise bad(
+                f"ready on the port of {others[0]!r}, which this service does not open (a task starts after every "
+                "service; another service is ready before this one starts); a service is ready once it listens on "
+                'its own port: ready = { tcp_port = "{port}" }',
+                ".ready.tcp_port",
+            )
+    for where, texts in ((".command", sv.command), (".env", [*sv.env, *sv.env.values()])):
+        nul = next((t for t in texts if "\0" in t), None)
+        if nul is not None:
+            raise bad(f"a NUL byte in {nul!r}; no program's argument or environment can hold one", where)
 
 
 def _program(argv: list[str] | None, job_path: Path, *, in_image: bool = False) -> tuple[str, ...] | None:

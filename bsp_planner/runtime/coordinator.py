@@ -53,7 +53,7 @@ from .run_settings import RunSettings
 from .run_store import RUN_FORMAT, RunStore, RunStoreUnwritable, now_iso, recorded_path
 from .runlog import RunLog
 from .services import Services
-from .stateful import continue_hint, resolve_reconfigure
+from .stateful import continue_hint, refuse_resume, resolve_reconfigure
 from .summary import write_summary
 from .watchers import RunWatcher, Watchers
 
@@ -204,6 +204,8 @@ class Coordinator(RunPlanning):
                     field="--resume",
                 )
         records = RunLog.load(self.run_dir) if self.resume else []
+        if self.resume:  # a run the tool said cannot be resumed is not
+            refuse_resume(self.job, self.run_id, len(records))
         self.creds = run_credentials(s.zk_auth, self.run_dir / "zk-auth", may_create=not self.resume)
         self.paths = RunPaths(s.zk_root or f"{DEFAULT_PARENT}/{self.run_id}")
         self.backend = self._backend or make_backend(

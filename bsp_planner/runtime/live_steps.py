@@ -50,15 +50,29 @@ def observation_of(t: int, reports: list[dict], given: np.ndarray, step_s: float
     )
 
 
-def clock_step_s(reports: list[dict], previous_end: float | None) -> tuple[float, float] | None:
+def clock_step_s(
+    reports: list[dict], previous_end: float | None, resumed_at: float | None = None
+) -> tuple[float, float] | None:
     """A self-synchronising (observe) step on the tasks' own clocks: (its time, its end). It ends when its
     last task ends, and starts when the step before it ended (previous_end: the last end of the step
     before, as logged) or, for the first step, when its first task started; so the steps add up to the
     application's wall time, whatever it does between its steps (its own exchange and synchronisation).
+
+    The first step of a resumed run (resumed_at: time.time() this coordinator started the tasks again)
+    never counts the time the run was stopped: a task's clock that began before the resume (a report of
+    the interrupted run, or a program's own timing across its restart) counts from the resume, and the
+    step lasts as long as its slowest task so counted.
     None where a task's report has no start (an older task library), or the clocks disagree."""
     if not all("started_at" in r and "finished_at" in r for r in reports):
         return None
     end = max(float(r["finished_at"]) for r in reports)
+    if resumed_at is not None:
+        spans = []
+        for r in reports:
+            started, finished = float(r["started_at"]), float(r["finished_at"])
+            spans.append(finished - (max(started, resumed_at) if finished > resumed_at else started))
+        slowest = max(spans)
+        return (slowest, end) if slowest > 0 else None
     start = min(float(r["started_at"]) for r in reports) if previous_end is None else previous_end
     return (end - start, end) if end > start else None
 
@@ -95,6 +109,7 @@ class LiveSteps:
     step_ran: Callable[[int, float], None] = lambda step, started_at: None
     previous_end: float | None = field(default=None, init=False)  # observe mode: the last step's end, tasks' clocks
     start_s: float | None = field(default=None, init=False)  # the seconds the workers took to start (first_step)
+    resumed_at: float | None = field(default=None, init=False)  # a resumed run: time.time() its tasks started again
     # (step, {task: time.time() its quota for that step was in place}) of the last reconfiguration
     quota_at: tuple[int, dict[str, float]] = field(default=(-1, {}), init=False)
 
@@ -141,6 +156,7 @@ class LiveSteps:
         self.executor.check_stop()  # a stop asked for during the last step ends the run here, between steps
         self._check_budget(step, levels)
         if step == self.first_step:
+            self.resumed_at = time.time() if step > 0 else None
             self.start_s = start_s = self.executor.start_all(levels, step)
             self.say(
                 f"started {self.started_what()} in {start_s:.2f} s" + (f" (resuming at step {step})" if step else "")
@@ -168,7 +184,8 @@ class LiveSteps:
         starts = [float(r["started_at"]) for r in reports if "started_at" in r]
         self.step_ran(step, min(starts) if len(starts) == len(reports) else published_at)
         step_s = wall_step_s(wall_s, reports, not fresh)
-        clocked = clock_step_s(reports, self.previous_end) if ex.sync == "observe" else None
+        resumed_at = self.resumed_at if step == self.first_step else None
+        clocked = clock_step_s(reports, self.previous_end, resumed_at) if ex.sync == "observe" else None
         if clocked is not None:  # the tasks ran the step before the coordinator saw it: their clocks tell
             step_s, self.previous_end = clocked
         obs = observation_of(step, reports, given, step_s)

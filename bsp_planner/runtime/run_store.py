@@ -4,11 +4,15 @@ status, incarnations, resumes) written atomically, and the checks a resume makes
 What is in the folder is described in :mod:`.runlog`. Every write here is atomic (a temporary file, fsync,
 rename), so a crash leaves the previous version whole. A write that fails (a full disk, a file made
 read-only) raises :class:`RunStoreUnwritable`, which the coordinator treats as an interruption: the run
-stops, resumable once the disk has room again.
+stops, resumable once the disk has room again. So that a full disk still lets ``run.json`` say how the run
+ended, the folder holds a little room in reserve while the run is on (``.space-reserve``,
+:data:`RESERVE_BYTES`): a write of ``run.json`` that fails gives it up and tries once more, and the run's
+last write removes it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -23,6 +27,8 @@ from ..inputs.names import check_name
 
 RUN_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 RUN_FORMAT = 1
+RESERVE_BYTES = 128 * 1024  # several times a run.json of many tasks and resumes
+RESERVE_NAME = ".space-reserve"
 
 
 class RunStoreUnwritable(Exception):
@@ -138,8 +144,45 @@ class RunStore:
 
     # -- writing -----------------------------------------------------------------------------------
     def write_meta(self, **changes) -> None:
+        """run.json with `changes`, atomically; one that sets ``ended`` is the run's last write (for now: a
+        resume starts again), after which the reserve goes."""
         self.meta.update(changes)
+        text = json.dumps(self.meta, indent=2, default=str) + "\n"
         try:
-            atomic_write(self.meta_path, json.dumps(self.meta, indent=2, default=str) + "\n")
+            atomic_write(self.meta_path, text)
         except OSError as exc:
-            raise RunStoreUnwritable(f"cannot write {self.meta_path}: {exc.strerror or exc}") from None
+            if not self._give_up_reserve():
+                raise RunStoreUnwritable(f"cannot write {self.meta_path}: {exc.strerror or exc}") from None
+            try:  # with the room the reserve held
+                atomic_write(self.meta_path, text)
+            except OSError as again:
+                raise RunStoreUnwritable(f"cannot write {self.meta_path}: {again.strerror or again}") from None
+        if "ended" in changes:
+            self._give_up_reserve()
+        else:
+            self._hold_reserve()
+
+    @property
+    def reserve_path(self) -> Path:
+        return self.run_dir / RESERVE_NAME
+
+    def _hold_reserve(self) -> None:
+        """The reserve in place (written, so that the file system has given it its blocks); where there is no
+        room for it, none: the run goes on as it would without."""
+        if self.reserve_path.is_file():
+            return
+        try:
+            with open(self.reserve_path, "wb") as f:
+                f.write(bytes(RESERVE_BYTES))
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError:
+            with contextlib.suppress(OSError):
+                self.reserve_path.unlink()
+
+    def _give_up_reserve(self) -> bool:
+        try:
+            self.reserve_path.unlink()
+            return True
+        except OSError:
+            return False

@@ -34,6 +34,7 @@ at the assigned one.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
@@ -110,11 +111,20 @@ class RunLog:
         write_text(self.csv, ",".join(header) + "\n" + rows)  # task names need no quoting
 
     def append(self, rec: dict) -> None:
-        for path, text in zip((self.jsonl, self.csv), self._texts([rec]), strict=True):
-            with open(path, "a", newline="") as fh:
-                fh.write(text)
-                fh.flush()
-                os.fsync(fh.fileno())
+        """One record, a line in each file, or (an OSError: a full disk) in neither: both files are cut back
+        to where they ended, so that no half-written line is left."""
+        sizes = [p.stat().st_size if p.exists() else 0 for p in (self.jsonl, self.csv)]
+        try:
+            for path, text in zip((self.jsonl, self.csv), self._texts([rec]), strict=True):
+                with open(path, "a", newline="") as fh:
+                    fh.write(text)
+                    fh.flush()
+                    os.fsync(fh.fileno())
+        except OSError:
+            for path, size in zip((self.jsonl, self.csv), sizes, strict=True):
+                with contextlib.suppress(OSError):  # a shorter file needs no room
+                    os.truncate(path, size)
+            raise
 
 
 def effective_workloads(res: list[dict], given: np.ndarray) -> np.ndarray:

@@ -11,37 +11,72 @@ starts without it (:meth:`Services.step_started`: the application went on, so th
 service declared ``ends_run = true`` (the application's driver) ends the run with it
 (:attr:`Services.driver_ended`, which the executor reads while it waits for a step).
 
-Where a service runs is its backend's :class:`ServiceRunner`. Locally (:class:`LocalServiceRunner`) it is a
-plain process (no CPU quota: it is not a task the plan sizes) in its own session, its output appended to
-the run's ``logs/<service>.log``; a stop signals its whole process group (SIGTERM, then SIGKILL), and it
-gets SIGTERM if the coordinator dies (PR_SET_PDEATHSIG). On Kubernetes it is a pod
-(:mod:`.backends.kubernetes`). Its address is ``{host:NAME}``: 127.0.0.1 locally, the pod's IP there.
+Where a service runs is its backend's :class:`ServiceRunner`. Locally
+(:class:`~.backends.local_services.LocalServiceRunner`) it is a process tree in a cgroup of its own (no CPU
+quota: it is not a task the plan sizes), its output capped in the run's ``logs/<service>.log``; a stop ends
+everything in its group, a daemon it started included, and it gets SIGTERM if the coordinator dies
+(PR_SET_PDEATHSIG). On Kubernetes it is a pod (:mod:`.backends.kubernetes`). Its address is ``{host:NAME}``:
+127.0.0.1 locally, the pod's IP there. A ``log_line`` is matched with a time limit (:class:`ReadyLine`), so
+that no pattern can hold the coordinator past ``ready_timeout_s``.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
-import re
-import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, cast
 
-from ..core.signals import die_with, kill_group
 from ..inputs.job import Service, substitute
 from ..inputs.placeholders import ENV_HOSTS, run_env, run_values
-from ..task.reporter import cpu_cgroup, move_threads, tasks_file
 from .executor import RunFailed
-from .zkserver import port_in_use
 
 POLL_S = 0.05
-STOP_TIMEOUT_S = 10.0
-LOCAL_HOST = "127.0.0.1"
+LINE_LIMIT = 16384  # a longer line is matched by its first as many characters
+
+
+class ReadyLine:
+    """A ``ready = { log_line = ... }`` pattern, matched against one line at a time until `deadline`
+    (time.monotonic()): a match that would run past it gives up (:attr:`timed_out`). A match that takes
+    longer than a moment goes on in a thread of its own (the ``regex`` module lets go of the interpreter
+    while it matches), while this one calls `check_stop` every tick: a stop asked for meanwhile is
+    answered at once, whatever the pattern."""
+
+    def __init__(self, pattern: str, deadline: float, check_stop: Callable[[], None] = lambda: None) -> None:
+        import regex  # the live extra's: only a run with such a service needs it
+
+        self.pattern = pattern
+        self.compiled = regex.compile(pattern)
+        self.deadline = deadline
+        self.check_stop = check_stop
+        self.timed_out = False
+
+    def search(self, line: str) -> bool:
+        line = line[:LINE_LIMIT]
+        try:  # most patterns: done at once, here
+            return self.compiled.search(line, timeout=min(POLL_S, self._left_s())) is not None
+        except TimeoutError:
+            pass
+        found: list[bool] = []
+
+        def match() -> None:
+            try:
+                found.append(self.compiled.search(line, timeout=self._left_s(), concurrent=True) is not None)
+            except TimeoutError:
+                self.timed_out = True
+
+        worker = threading.Thread(target=match, name="ready-line", daemon=True)
+        worker.start()
+        while worker.is_alive():
+            worker.join(POLL_S)
+            self.check_stop()  # raises on a stop: the match, bounded by the deadline, ends on its own
+        return bool(found and found[0])
+
+    def _left_s(self) -> float:
+        return max(1e-3, self.deadline - time.monotonic())
 
 
 class ServiceRunner(Protocol):
@@ -53,8 +88,9 @@ class ServiceRunner(Protocol):
     def exit_code(self, name: str) -> int | None:
         """Its exit code once it ended, None while it runs (or is still starting)."""
 
-    def ready(self, name: str, port: int | None, pattern: re.Pattern | None) -> bool:
-        """Whether it is ready: its port accepts connections, or its output since this start matches."""
+    def ready(self, name: str, port: int | None, pattern: ReadyLine | None) -> bool:
+        """Whether it is ready: it listens on its port (itself, where the platform can tell), or a line of its
+        output since this start matches (``pattern.search(line)``)."""
 
     def host(self, name: str) -> str:
         """Its address as the tasks reach it (once ready)."""
@@ -122,7 +158,6 @@ class Services:
         env = {**self.env(name), "BSP_RUN_DIR": self.run_dir, "PYTHONUNBUFFERED": "1"}
         env.update({k: substitute(v, values) for k, v in sv.env.items()})
         port = int(substitute(sv.ready_tcp_port, values)) if sv.ready_tcp_port is not None else None
-        pattern = re.compile(sv.ready_log_line) if sv.ready_log_line is not None else None
         self._starting = True
         try:
             try:
@@ -131,29 +166,33 @@ class Services:
                 raise RunFailed(f"service {name} cannot start {args[0]!r}: {exc.strerror or exc}") from None
             if name not in self.running:
                 self.running.append(name)
-            self._wait_ready(name, port, pattern, check_stop)
+            self._wait_ready(name, port, check_stop)
         finally:
             self._starting = False
         self.hosts[name] = self.runner.host(name)
         self.say(f"service {name} ready at {self.hosts[name]}, port {self.ports.get(name)}")
 
-    def _wait_ready(
-        self, name: str, port: int | None, pattern: re.Pattern | None, check_stop: Callable[[], None]
-    ) -> None:
+    def _wait_ready(self, name: str, port: int | None, check_stop: Callable[[], None]) -> None:
         sv = self.services[name]
         deadline = time.monotonic() + sv.ready_timeout_s
+        pattern = ReadyLine(sv.ready_log_line, deadline, check_stop) if sv.ready_log_line is not None else None
         while not self.runner.ready(name, port, pattern):
             code = self.runner.exit_code(name)
             if code is not None:
                 raise RunFailed(f"service {name} exited with code {code} before it was ready{self._tail(name)}")
             if time.monotonic() > deadline:
-                what = f"accept connections on port {port}" if port is not None else ""
+                what = f"listen on port {port} itself" if port is not None else ""
                 if pattern is not None:
                     what = f"print a line matching {pattern.pattern!r}"
+                why = ""
+                if port is not None and hasattr(self.runner, "port_note"):  # whose port it is, where it can tell
+                    why = self.runner.port_note(name, port)
+                if pattern is not None and pattern.timed_out:  # the pattern, not the service, took the time
+                    why = "; matching its output against the pattern took that long: a pattern that backtracks"
                 tail = self._tail(name)
                 self._stop([name])
                 raise RunFailed(
-                    f"service {name} did not {what} within {sv.ready_timeout_s:g} s (ready_timeout_s){tail}"
+                    f"service {name} did not {what} within {sv.ready_timeout_s:g} s (ready_timeout_s){why}{tail}"
                 )
             check_stop()
             time.sleep(POLL_S)
@@ -224,73 +263,6 @@ class Services:
         self.running = [n for n in self.running if n not in names]
 
 
-@dataclass
-class _Process:
-    proc: subprocess.Popen
-    log_offset: int  # where this start's output begins in the log
-
-
-class LocalServiceRunner:
-    """Services as processes on this machine, their output in ``<log_dir>/<name>.log``, working in `cwd`."""
-
-    def __init__(self, log_dir: Path, cwd: str | None = None) -> None:
-        self.log_dir = Path(log_dir)
-        self.cwd = cwd
-        self.procs: dict[str, _Process] = {}
-        # where the coordinator runs before its threads join the run's group (own_share), and its niceness: a
-        # service restarted mid-run starts there, not inside the run's group (which could then not be
-        # removed) at the coordinator's raised priority
-        self.home_tasks = tasks_file(cpu_cgroup())
-        self.niceness = os.getpriority(os.PRIO_PROCESS, 0)
-
-    def log_path(self, name: str) -> Path:
-        return self.log_dir / f"{name}.log"
-
-    def launch(self, name: str, args: list[str], env: dict[str, str], ready_port: int | None) -> None:
-        if name in self.procs:
-            self.stop([name])
-        preexec = _parent_death_preexec(self.home_tasks, self.niceness)
-        header = f"service {name}: {' '.join(args)}"
-        self.procs[name] = _Process(
-            *spawn_logged(args, self.log_path(name), header, self.cwd, {**os.environ, **env}, preexec)
-        )
-
-    def exit_code(self, name: str) -> int | None:
-        p = self.procs.get(name)
-        return None if p is None else p.proc.poll()
-
-    def ready(self, name: str, port: int | None, pattern: re.Pattern | None) -> bool:
-        if port is not None:
-            return port_in_use(LOCAL_HOST, port, timeout_s=0.2)
-        if pattern is not None:
-            try:
-                with open(self.log_path(name), "rb") as f:
-                    f.seek(self.procs[name].log_offset)
-                    text = f.read().decode(errors="replace")
-            except OSError:
-                return False
-            return any(pattern.search(line) for line in text.splitlines())
-        return True  # no readiness check: started is ready
-
-    def host(self, name: str) -> str:
-        return LOCAL_HOST
-
-    def tail(self, name: str) -> str:
-        return log_tail(self.log_path(name), 1500)
-
-    def stop(self, names: list[str]) -> None:
-        procs = [self.procs.pop(n) for n in names if n in self.procs]
-        for p in procs:
-            kill_group(p.proc.pid, signal.SIGTERM)
-        deadline = time.monotonic() + STOP_TIMEOUT_S
-        for p in procs:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                p.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-            kill_group(p.proc.pid)  # the service's own children too (its whole session)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                p.proc.wait(timeout=5)
-
-
 def spawn_logged(
     args: list[str], log_path: Path, header: str, cwd: str | None, env: dict[str, str], preexec_fn: Callable[[], None]
 ) -> tuple[subprocess.Popen, int]:
@@ -321,16 +293,3 @@ def log_tail(path: Path, limit: int) -> str:
         return path.read_text(errors="replace")[-limit:]
     except OSError:
         return ""
-
-
-def _parent_death_preexec(home_tasks: Path | None, niceness: int) -> Callable[[], None]:
-    parent = os.getpid()
-
-    def preexec() -> None:  # in the child, between fork and exec: plain system calls only
-        if home_tasks is not None:
-            move_threads([os.getpid()], home_tasks)
-        with contextlib.suppress(OSError):
-            os.setpriority(os.PRIO_PROCESS, 0, niceness)
-        die_with(parent)  # the coordinator's death, even by SIGKILL, ends the service
-
-    return preexec

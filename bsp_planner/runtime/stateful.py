@@ -44,6 +44,21 @@ def resolve_reconfigure(requested: str | None, job, default: str, in_place: bool
     return requested or default
 
 
+def refuse_resume(job, run_id: str, steps_logged: int) -> None:
+    """A resume of a run that :func:`continue_hint` called one that cannot be resumed: refused (InputError,
+    field --resume) before anything of it is touched."""
+    lost = memory_only(job)
+    if lost and steps_logged > 0:
+        who = f"task{'s' if len(lost) > 1 else ''} {', '.join(lost)}"
+        raise InputError(
+            f"run {run_id!r} cannot be resumed: {who} kept {'their' if len(lost) > 1 else 'its'} state in memory, "
+            f"lost when the run stopped after {steps_logged} step(s) (a task whose program restores from its own "
+            "checkpoint says `restorable = true`); start a new run",
+            path=job.path,
+            field="--resume",
+        )
+
+
 def continue_hint(job, run_id: str, steps_logged: int, *, failed: bool) -> str:
     """What to do after the run stopped: `--resume` when it can continue; else why it cannot (a task that
     keeps its state in memory had run steps: resumed, it would begin again from nothing)."""

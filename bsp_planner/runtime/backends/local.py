@@ -40,8 +40,9 @@ from ...profiling.cgroups import (
     quota_us,
 )
 from ...task.reporter import RUN_GROUP_INFIX, move_threads
-from ..services import LocalServiceRunner, log_tail, spawn_logged
+from ..services import log_tail, spawn_logged
 from . import Backend, Capabilities, TaskStatus, WorkerLaunch
+from .local_services import SERVICE_GROUP_INFIX, LocalServiceRunner, check_service_programs
 
 # A recreation's probe: our worker's interpreter and imports, then "ready" (then it waits for SIGTERM)
 PROBE_READY = (
@@ -122,7 +123,8 @@ class LocalBackend(Backend):
 
     # -- checks ------------------------------------------------------------------------------------
     def check(self, job, millicores_max: float, budget_millicores: float, path=None) -> None:
-        """stress-ng and its stressors present, cgroups writable, and the job fits this machine."""
+        """stress-ng and its stressors present, cgroups writable, the job fits this machine, and its services'
+        programs are here to run."""
         from ...profiling.local import LocalBackend as ProfilingBackend
 
         if budget_millicores > self.capacity + 1e-9:
@@ -148,6 +150,7 @@ class LocalBackend(Backend):
                 path=path or job.path,
                 field="task.image",
             )
+        check_service_programs(job, path)
         self.workers = {t.name: t.workers for t in job.tasks}
         self.probe_millicores = max(MIN_PROBE_MILLICORES, round(budget_millicores / max(1, len(job.tasks))))
         probe = ProfilingBackend(stress_ng=self.stress_ng, prefix=self.prefix, hierarchy=self._hierarchy)
@@ -216,9 +219,17 @@ class LocalBackend(Backend):
                 (path / "cpu.weight").write_text(str(1 + ((shares - 2) * 9999) // (MAX_SHARES - 2)))
 
     def cleanup_stale(self) -> list[str]:
-        """Kill and remove this run's groups that a killed coordinator left behind."""
-        parent = self.run_parent
+        """Kill and remove this run's groups (its tasks' and its services') that a killed coordinator left
+        behind."""
         removed: list[str] = []
+        services = self.hierarchy.root / self.services_prefix
+        if services.is_dir():  # its services, and whatever they started (a daemon): nothing of them goes on
+            for p in sorted(x for x in services.iterdir() if x.is_dir()):
+                g = self._group(p.name, prefix=self.services_prefix)
+                g.created = True
+                g.remove()
+                removed.append(f"{self.services_prefix}/{p.name}")
+        parent = self.run_parent
         if not parent.is_dir():
             return removed
         for p in sorted(parent.iterdir()):
@@ -398,8 +409,13 @@ class LocalBackend(Backend):
     def log_tail(self, task: str, limit: int = 2000) -> str:
         return log_tail(self.log_dir / f"{task}.log", limit)
 
+    @property
+    def services_prefix(self) -> str:
+        """The parent group of the run's services, ``<cgroup-prefix>.services.<run-id>`` (local_services)."""
+        return f"{self.prefix}{SERVICE_GROUP_INFIX}{self.run_id}"
+
     def service_runner(self, log_dir, cwd: str) -> LocalServiceRunner:
-        return LocalServiceRunner(log_dir, cwd)
+        return LocalServiceRunner(log_dir, cwd, group_parent=self.services_prefix, hierarchy=self.hierarchy)
 
     def close(self) -> None:
         """Stop every worker (in parallel: SIGTERM to all, then wait) and remove every group."""
