@@ -232,7 +232,10 @@ def run(
     if resume is None:
         _check_experiment(settings, flagged)
     say = (lambda text: None) if quiet else (lambda text: console.print(text, highlight=False))
-    coord = Coordinator(settings, rid, runs_dir, resume=resume is not None, say=say)
+    from .backends.kubernetes.job_status import cluster_watchers  # Events and a BspJob's status, in a cluster
+
+    watchers = cluster_watchers(settings)
+    coord = Coordinator(settings, rid, runs_dir, resume=resume is not None, say=say, watchers=watchers)
     how = settings.reconfigure or "the backend's default"
     console.print(
         f"run {rid}: planner {settings.planner}, {settings.mode} mode, reconfigure {how}, ZooKeeper {settings.zookeeper}",

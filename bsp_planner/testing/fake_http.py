@@ -52,6 +52,8 @@ class Handler(BaseHTTPRequestHandler):
             group, rest = "", parts[2:]
         elif parts[:3] == ["apis", "batch", "v1"]:
             group, rest = "batch", parts[3:]
+        elif parts[:1] == ["apis"] and len(parts) >= 3:  # custom resources, CRDs (fake_resources)
+            group, rest = parts[1], parts[3:]
         else:
             return None
         if not rest:
@@ -131,6 +133,9 @@ class Handler(BaseHTTPRequestHandler):
 
     def _serve(self, verb, group, resource, ns, name, sub, q, body):
         fake = self.fake
+        if fake.resources.handles(group, resource):  # CRDs, custom objects, Events
+            ctype = (self.headers.get("Content-Type") or "").split(";")[0].strip()
+            return fake.resources.serve(verb, group, resource, ns, name, sub, body, ctype)
         store = {("", "pods"): fake.state.pods, ("batch", "jobs"): fake.state.jobs}
         if (group, resource) == ("", "nodes"):
             if verb == "list":
