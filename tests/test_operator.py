@@ -99,7 +99,7 @@ def play_the_coordinator(c: Cluster, name: str, pod: str, steps: int = 4) -> dic
     """What the coordinator's watchers write during a run (as its account may): every step, two of them
     reconfigured, and its end; returns the summary it ended with."""
     c.fake.rules = c.coordinator_rules
-    w = Watchers([KubernetesEvents(c.api, pod), BspJobStatus(c.api, name)], said := [])
+    w = Watchers([KubernetesEvents(c.api, pod), BspJobStatus(c.api, name)], (said := []).append)
     w.run_started(name, ["a", "b"], steps)
     for t in range(steps):
         rec = {
