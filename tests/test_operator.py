@@ -7,6 +7,7 @@ status, and each side's calls are exactly what its Role grants."""
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 import subprocess
 import time
@@ -360,3 +361,38 @@ def test_each_side_calls_only_what_its_role_grants():
 def test_bad_operator_options_are_refused_with_one_line(args, field, monkeypatch, capsys):
     code, out, err = run_cli(["k8s", "operator", *args], monkeypatch, capsys)
     assert code == 2 and f"field '{field}'" in err and "Traceback" not in err
+
+
+# -- with kubectl ------------------------------------------------------------------------------------------
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
+def test_kubectl_apply_of_the_example_bspjob_runs_it_and_kubectl_shows_its_phase_progress_and_events():
+    example = K8S / "components" / "operator" / "example-bspjob.yaml"
+    with FakeApiServer(job_runner=lambda job: JobOutcome(0, delay_s=0.3)) as fake:
+        fake.add_node("node-a", "4")
+
+        def kubectl(*args: str) -> str:
+            fake.rules = None  # the cluster's user
+            out = subprocess.run(
+                ["kubectl", "--kubeconfig", fake.kubeconfig, "-n", NS, *args],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert out.returncode == 0, out.stderr
+            return out.stdout
+
+        assert "created" in kubectl("apply", "--validate=false", "-f", str(K8S / "bspjob-crd.yaml"))
+        assert "bspjob.bsp-planner.io/mpc-inplace created" in kubectl("apply", "--validate=false", "-f", str(example))
+        c = Cluster(fake)
+        c.phase("mpc-inplace", "Running")
+        assert " Running " in kubectl("get", "bspjobs")
+        (pod,) = fake.pods(NS)
+        play_the_coordinator(c, "mpc-inplace", pod["metadata"]["name"], steps=4)
+        c.phase("mpc-inplace", "Succeeded")
+        table = kubectl("get", "bspjobs").splitlines()
+        described = kubectl("describe", "job", "mpc-inplace-1")
+        events = kubectl("get", "events")
+    assert table[0].split() == ["NAME", "PHASE", "PROGRESS", "RECONFIGS", "LIVE-S", "SIMULATED-S", "AGE"]
+    assert table[1].split()[:6] == ["mpc-inplace", "Succeeded", "4/4", "2", "11", "9.5"]
+    assert "Reconfigured" in described and "(x2 over" in described and "RunFinished" in described
+    assert "job/mpc-inplace-1" in events and "ResizeDeferred" not in events

@@ -25,6 +25,7 @@ _MODELS = {("", "pods"): "V1Pod", ("batch", "jobs"): "V1Job"}
 RESOURCE_LIST = [
     ("pods", "Pod", True, ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]),
     ("nodes", "Node", False, ["create", "delete", "get", "list", "patch", "update", "watch"]),
+    ("events", "Event", True, ["create", "get", "list", "patch"]),  # fake_resources
 ]
 VERBS = {"POST": "create", "PUT": "update", "PATCH": "patch"}
 
@@ -79,6 +80,8 @@ class Handler(BaseHTTPRequestHandler):
 
     def _handle(self) -> None:
         fake, method = self.fake, self.command
+        if method == "GET" and (found := fake.resources.discovery(urlparse(self.path).path)) is not None:
+            return self._send(200, found)  # /api, /apis and the custom resources' groups (as kubectl reads them)
         route = self._route()
         body = self._body() if method in ("POST", "PUT", "PATCH") else None
         if route is None:
@@ -135,7 +138,9 @@ class Handler(BaseHTTPRequestHandler):
         fake = self.fake
         if fake.resources.handles(group, resource):  # CRDs, custom objects, Events
             ctype = (self.headers.get("Content-Type") or "").split(";")[0].strip()
-            return fake.resources.serve(verb, group, resource, ns, name, sub, body, ctype)
+            accept = self.headers.get("Accept") or ""
+            selected = lambda o: _selects(q.get("fieldSelector"), lambda path: _field(o, path))  # noqa: E731
+            return fake.resources.serve(verb, group, resource, ns, name, sub, body, ctype, accept, selected)
         store = {("", "pods"): fake.state.pods, ("batch", "jobs"): fake.state.jobs}
         if (group, resource) == ("", "nodes"):
             if verb == "list":

@@ -87,6 +87,30 @@ def schema_errors(value: Any, schema: dict, path: str) -> list[str]:
     return errors
 
 
+def _age(timestamp: str | None) -> str:
+    if not timestamp:
+        return "<unknown>"
+    since = datetime.now(UTC) - datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
+    return f"{max(0, int(since.total_seconds()))}s"
+
+
+def _events_table(events: list[dict]) -> dict:
+    """`kubectl get events` as the API server prints it: LAST SEEN (with ``(xN over AGE)`` for a repeated
+    Event), TYPE, REASON, OBJECT, MESSAGE."""
+    names = ("Last Seen", "Type", "Reason", "Object", "Message")
+    defs = [{"name": n, "type": "string", "format": "", "description": "", "priority": 0} for n in names]
+    rows = []
+    for e in events:
+        seen = _age(e.get("lastTimestamp"))
+        if int(e.get("count") or 1) > 1:
+            seen += f" (x{e['count']} over {_age(e.get('firstTimestamp'))})"
+        obj = e["involvedObject"]
+        cells = [seen, e.get("type"), e.get("reason"), f"{obj['kind'].lower()}/{obj['name']}", e.get("message")]
+        meta = {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": e["metadata"]}
+        rows.append({"cells": cells, "object": meta})
+    return {"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": {}, "columnDefinitions": defs, "rows": rows}
+
+
 class FakeResources:
     """CRDs, their objects, Events, and Job failures on a FakeCluster (its `lock` held by every caller)."""
 
@@ -115,6 +139,53 @@ class FakeResources:
             and name in (None, e["involvedObject"].get("name"))
         ]
 
+    # -- discovery (what kubectl reads before it applies a file) -----------------------------------
+    def discovery(self, path: str) -> dict | None:
+        """The legacy discovery documents of ``/api``, ``/apis`` and each CRD's ``/apis/<group>/<version>``
+        (None for any other path)."""
+        parts = [p for p in path.split("/") if p]
+        if parts == ["api"]:
+            return {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []}
+        groups = {"batch": ["v1"], CRD_GROUP: ["v1"]}
+        for crd in self.crds.values():
+            groups.setdefault(crd["spec"]["group"], []).extend(v["name"] for v in crd["spec"]["versions"])
+        if parts == ["apis"]:
+            listed = [
+                {
+                    "name": g,
+                    "versions": [{"groupVersion": f"{g}/{v}", "version": v} for v in vs],
+                    "preferredVersion": {"groupVersion": f"{g}/{vs[0]}", "version": vs[0]},
+                }
+                for g, vs in sorted(groups.items())
+            ]
+            return {"kind": "APIGroupList", "apiVersion": "v1", "groups": listed}
+        if len(parts) == 3 and parts[0] == "apis" and parts[1] not in ("batch",):
+            resources = [
+                {
+                    "name": names["plural"],
+                    "singularName": names.get("singular", ""),
+                    "namespaced": crd["spec"]["scope"] == "Namespaced",
+                    "kind": names["kind"],
+                    "verbs": ["create", "delete", "get", "list", "patch", "update", "watch"],
+                    **({"shortNames": names["shortNames"]} if names.get("shortNames") else {}),
+                }
+                for (g, _), crd in sorted(self.crds.items())
+                if g == parts[1] and (names := crd["spec"]["names"])
+            ]
+            if parts[1] == CRD_GROUP:
+                resources = [
+                    {
+                        "name": "customresourcedefinitions",
+                        "singularName": "customresourcedefinition",
+                        "namespaced": False,
+                        "kind": "CustomResourceDefinition",
+                        "verbs": ["create", "delete", "get", "list", "patch", "update", "watch"],
+                    }
+                ]
+            gv = f"{parts[1]}/{parts[2]}"
+            return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources}
+        return None
+
     # -- REST ----------------------------------------------------------------------------------------
     def handles(self, group: str, resource: str | None) -> bool:
         return (
@@ -123,17 +194,72 @@ class FakeResources:
             or any((group, resource) == key for key in self.crds)
         )
 
-    def serve(self, verb, group, resource, ns, name, sub, body, content_type: str) -> tuple[int, dict]:
+    def serve(
+        self, verb, group, resource, ns, name, sub, body, content_type: str, accept: str = "", selected=lambda o: True
+    ) -> tuple[int, dict]:
+        """One request; `selected(obj)`: the request's field selector holds for `obj` (lists of Events)."""
         if verb == "patch" and content_type not in MERGE_PATCH_TYPES:
             return _fail(415, "UnsupportedMediaType", f"the fake takes merge patches here, got {content_type}")
         if group == CRD_GROUP:
-            if verb != "create":
-                return _fail(405, "MethodNotAllowed", "the fake only creates CRDs")
+            return self._serve_crds(verb, name, body)
+        if (group, resource) == EVENTS:
+            code, out = self._serve_events(verb, ns, name, body, selected)
+            if code == 200 and verb == "list" and "as=Table" in accept:
+                return 200, _events_table(out["items"])
+            return code, out
+        code, out = self._serve_custom(verb, group, resource, ns, name, sub, body)
+        if code == 200 and verb in ("get", "list") and "as=Table" in accept:  # what `kubectl get` asks for
+            return 200, self._table(self.crds[(group, resource)], out.get("items", [out]))
+        return code, out
+
+    def _serve_crds(self, verb, name, body) -> tuple[int, dict]:
+        by_name = {crd["metadata"]["name"]: crd for crd in self.crds.values()}
+        if verb == "create":
+            if body["metadata"]["name"] in by_name:
+                return _fail(
+                    409, "AlreadyExists", f'customresourcedefinitions "{body["metadata"]["name"]}" already exists'
+                )
             self.add_crd(body)
             return 201, body
-        if (group, resource) == EVENTS:
-            return self._serve_events(verb, ns, name, body)
-        return self._serve_custom(verb, group, resource, ns, name, sub, body)
+        if verb == "get":
+            return (
+                (200, by_name[name])
+                if name in by_name
+                else _fail(404, "NotFound", f'customresourcedefinitions "{name}" not found')
+            )
+        return _fail(405, "MethodNotAllowed", f"the fake does not {verb} CRDs")
+
+    @staticmethod
+    def _table(crd: dict, items: list[dict]) -> dict:
+        """The server-side table `kubectl get` prints: Name, the CRD's additionalPrinterColumns (simple
+        ``.a.b`` JSON paths), dates as ages."""
+        version = next(v for v in crd["spec"]["versions"] if v.get("storage"))
+        columns = [c for c in version.get("additionalPrinterColumns") or []]
+        defs = [{"name": "Name", "type": "string", "format": "name", "description": "", "priority": 0}] + [
+            {"name": c["name"], "type": c["type"], "format": "", "description": "", "priority": c.get("priority", 0)}
+            for c in columns
+        ]
+
+        def cell(obj: dict, column: dict) -> Any:
+            value: Any = obj
+            for key in column["jsonPath"].strip(".").split("."):
+                value = value.get(key) if isinstance(value, dict) else None
+            return _age(value) if value is not None and column["type"] == "date" else value
+
+        rows = [
+            {
+                "cells": [o["metadata"]["name"], *(cell(o, c) for c in columns)],
+                "object": {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": o["metadata"]},
+            }
+            for o in items
+        ]
+        return {
+            "kind": "Table",
+            "apiVersion": "meta.k8s.io/v1",
+            "metadata": {},
+            "columnDefinitions": defs,
+            "rows": rows,
+        }
 
     def _stamp(self, obj: dict) -> None:
         meta = obj.setdefault("metadata", {})
@@ -150,11 +276,12 @@ class FakeResources:
             "items": items,
         }
 
-    def _serve_events(self, verb, ns, name, body) -> tuple[int, dict]:
+    def _serve_events(self, verb, ns, name, body, selected) -> tuple[int, dict]:
         from kubernetes import client
 
-        if verb == "list":
-            return self._list("Event", "v1", [e for (ens, _), e in sorted(self.events.items()) if ns in (None, ens)])
+        if verb == "list":  # `kubectl describe` selects an object's Events by involvedObject.name, .uid...
+            items = [e for (ens, _), e in sorted(self.events.items()) if ns in (None, ens) and selected(e)]
+            return self._list("Event", "v1", items)
         if verb == "create":
             body = dict(body, metadata=dict(body.get("metadata") or {}))
             if not body["metadata"].get("name") and body["metadata"].get("generateName"):
