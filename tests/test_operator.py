@@ -396,3 +396,37 @@ def test_kubectl_apply_of_the_example_bspjob_runs_it_and_kubectl_shows_its_phase
     assert table[1].split()[:6] == ["mpc-inplace", "Succeeded", "4/4", "2", "11", "9.5"]
     assert "Reconfigured" in described and "(x2 over" in described and "RunFinished" in described
     assert "job/mpc-inplace-1" in events and "ResizeDeferred" not in events
+
+
+def test_the_operator_under_kopf_takes_an_applied_bspjob_to_succeeded_within_its_role():
+    """`bsp-planner k8s operator` as its Deployment runs it (kopf: login, list and watch, the create handler and
+    the timer), against the fake with the operator's Role only."""
+    import threading
+
+    from bsp_planner.k8s import operator
+
+    with FakeApiServer(job_runner=lambda job: JobOutcome(0, delay_s=1.0)) as fake:
+        c = Cluster(fake)
+        apply(c, bspjob("kopf-run", steps=2))
+        fake.rules = c.operator_rules
+        stop = threading.Event()
+        kw = dict(kubeconfig=fake.kubeconfig, interval_s=1.0, image=IMAGE, stop_flag=stop)
+        thread = threading.Thread(target=operator.run, args=(NS,), kwargs=kw, daemon=True)
+        thread.start()
+        try:
+            seen: list[str] = []
+
+            def phase() -> str | None:
+                st = (c.api.get_bspjob("kopf-run") or {}).get("status") or {}
+                if st.get("phase") and st["phase"] not in seen:
+                    seen.append(st["phase"])
+                return st.get("phase") if st.get("phase") in B.FINAL_PHASES else None
+
+            assert until("the operator to finish the BspJob", phase, timeout_s=60) == "Succeeded"
+        finally:
+            stop.set()
+            thread.join(timeout=30)
+        assert not thread.is_alive()
+    assert seen[-1] == "Succeeded"
+    assert [j["metadata"]["name"] for j in fake.jobs(NS)] == ["kopf-run-1"]
+    assert not [x for x in fake.calls if x.status == 403], [x for x in fake.calls if x.status == 403]

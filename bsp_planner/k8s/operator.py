@@ -2,8 +2,8 @@
 its coordinator dies, its phase in the BspJob's status.
 
 :func:`reconcile` is the whole logic, one look at one BspJob through :class:`~.objects.ReportingCluster`;
-kopf (:func:`run`) calls it when a BspJob appears, when the operator starts, and every ``interval_s``
-after. What it does, by the BspJob's state:
+kopf (:func:`run`) calls it when a BspJob appears and when the operator starts, and the operator looks at
+every unfinished BspJob each ``interval_s`` (:func:`reconcile_all`). What it does, by the BspJob's state:
 
 - a spec :func:`~.bspjob.read_spec` refuses: phase Failed, the one-line reason in ``message``; nothing made;
 - no coordinator Job yet: creates attempt 1 (``<name>-1``), phase Pending;
@@ -21,6 +21,7 @@ Succeeded or Failed it is left alone.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable
 from typing import Any
@@ -30,6 +31,8 @@ from . import bspjob as b
 from .cluster import pod_state, terminated
 from .config import POD_ENV, connect, resolve_image
 from .objects import ReportingCluster
+
+logger = logging.getLogger(__name__)
 
 #: `bsp-planner run` exit codes after which the run is not resumed by itself
 NOT_RESUMED = {1: "the run failed", 2: "the coordinator refused its inputs"}
@@ -117,6 +120,13 @@ def reconcile(api: ReportingCluster, bspjob: dict, image: Callable[[], str]) -> 
     return start(attempt + 1, f"{why}; resuming the run (attempt {attempt + 1})")
 
 
+def reconcile_all(api: ReportingCluster, image: Callable[[], str]) -> None:
+    """One look at every BspJob of the namespace that is not finished yet."""
+    for obj in api.list_bspjobs():
+        if (obj.get("status") or {}).get("phase") not in b.FINAL_PHASES:
+            reconcile(api, obj, image)
+
+
 # -- kopf ------------------------------------------------------------------------------------------------
 def run(
     namespace: str | None = None,
@@ -125,8 +135,10 @@ def run(
     context: str | None = None,
     interval_s: float = 10.0,
     image: str | None = None,
+    stop_flag: Any = None,
 ) -> None:
-    """Run the operator for one namespace until stopped (kopf, standalone: one replica, no peering)."""
+    """Run the operator for one namespace until stopped (kopf, standalone: one replica, no peering);
+    `stop_flag`: a threading.Event that stops it when set (else Ctrl-C or SIGTERM)."""
     import asyncio
 
     try:
@@ -145,14 +157,38 @@ def run(
     registry = kopf.OperatorRegistry()
 
     def look(body: Any, **_: Any) -> None:
-        reconcile(api, dict(body), own_image)
+        # the object as it is now: kopf's copy may predate the status this operator wrote a moment ago
+        reconcile(api, api.get_bspjob(body["metadata"]["name"]) or dict(body), own_image)
+
+    # every `interval_s`, each unfinished BspJob (a task of the operator's own: kopf's timers would put a
+    # finalizer on every BspJob, and a BspJob could then not be deleted while the operator is down)
+    looking: list[asyncio.Task] = []
+
+    async def every_interval() -> None:
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                await asyncio.to_thread(reconcile_all, api, own_image)
+            except InputError as exc:  # the API server unreachable for a moment, a 403: said, tried again
+                logger.warning("%s", exc)
+
+    async def start_looking(**_: Any) -> None:
+        looking.append(asyncio.get_running_loop().create_task(every_interval()))
+
+    async def stop_looking(**_: Any) -> None:
+        for task in looking:
+            task.cancel()
 
     kopf.on.startup(registry=registry)(_settings)
+    kopf.on.startup(registry=registry)(start_looking)
+    kopf.on.cleanup(registry=registry)(stop_looking)
     kopf.on.login(registry=registry)(lambda **kw: _login(conn, **kw))
     kopf.on.create(b.GROUP, b.VERSION, b.PLURAL, id="create", registry=registry)(look)
     kopf.on.resume(b.GROUP, b.VERSION, b.PLURAL, id="resume", registry=registry)(look)
-    kopf.timer(b.GROUP, b.VERSION, b.PLURAL, id="watch", interval=interval_s, registry=registry)(look)
-    asyncio.run(kopf.operator(registry=registry, standalone=True, clusterwide=False, namespaces=[conn.namespace]))
+    namespaces = [conn.namespace]
+    asyncio.run(
+        kopf.operator(registry=registry, standalone=True, clusterwide=False, namespaces=namespaces, stop_flag=stop_flag)
+    )
 
 
 def _settings(settings: Any, **_: Any) -> None:

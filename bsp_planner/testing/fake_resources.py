@@ -139,6 +139,30 @@ class FakeResources:
             and name in (None, e["involvedObject"].get("name"))
         ]
 
+    # -- watching ----------------------------------------------------------------------------------
+    def watch(self, group: str, plural: str, ns: str | None, since: str | None, until: float):
+        """A watch of a CRD's objects newer than resourceVersion `since`, as the API server streams it
+        (ADDED, MODIFIED, DELETED), until the monotonic time `until`: yields each event, and None every
+        20 ms while nothing happens (the caller's moment to notice a closed connection)."""
+        seen: dict[tuple, str] = {}
+        start = int(since) if since and since.isdigit() else 0
+        while time.monotonic() < until:
+            events: list[dict | None] = []
+            with self.fake.lock:
+                current = {
+                    key: obj for key, obj in self.objects.items() if key[:2] == (group, plural) and ns in (None, key[2])
+                }
+                for key, obj in current.items():
+                    rv = obj["metadata"]["resourceVersion"]
+                    if int(rv) > start and seen.get(key) != rv:
+                        events.append({"type": "MODIFIED" if key in seen else "ADDED", "object": copy.deepcopy(obj)})
+                    seen[key] = rv
+                for key in [k for k in seen if k not in current]:
+                    del seen[key]
+                    events.append({"type": "DELETED", "object": {"metadata": {"name": key[3], "namespace": key[2]}}})
+            yield from events or [None]
+            time.sleep(0.02)
+
     # -- discovery (what kubectl reads before it applies a file) -----------------------------------
     def discovery(self, path: str) -> dict | None:
         """The legacy discovery documents of ``/api``, ``/apis`` and each CRD's ``/apis/<group>/<version>``
