@@ -17,6 +17,7 @@ pytest.importorskip(
 import yaml
 from k8s_fixtures import NS, SECRET, kubelet
 
+from bsp_planner.core.errors import InputError
 from bsp_planner.k8s import bspjob as B
 from bsp_planner.k8s import names as N
 from bsp_planner.k8s.config import connect
@@ -166,6 +167,9 @@ def test_an_in_cluster_kubernetes_coordinator_gets_the_watchers_its_environment_
     watchers = cluster_watchers(on_k8s)
     assert [type(w) for w in watchers] == [KubernetesEvents, BspJobStatus]
     assert watchers[1].name == "mpc" and watchers[0].api.namespace == NS
+    monkeypatch.setenv(B.BSPJOB_ENV, "Not A Name")
+    with pytest.raises(InputError, match=r"BSP_PLANNER_BSPJOB.*expected a BspJob's name"):
+        cluster_watchers(on_k8s)
 
 
 # -- a live run ---------------------------------------------------------------------------------------------

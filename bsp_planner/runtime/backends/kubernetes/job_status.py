@@ -14,8 +14,10 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from ....core.errors import InputError
 from ....k8s.bspjob import BSPJOB_ENV
 from ....k8s.config import POD_ENV, connect
+from ....k8s.names import is_dns_label
 from ....k8s.objects import ReportingCluster
 from .events import KubernetesEvents
 
@@ -76,6 +78,8 @@ def cluster_watchers(settings: Any) -> list[Any]:
     pod, bspjob = os.environ.get(POD_ENV), os.environ.get(BSPJOB_ENV)
     if settings.backend not in ("kubernetes", "k8s") or not (pod or bspjob):
         return []
+    if bspjob and not is_dns_label(bspjob):
+        raise InputError(f"expected a BspJob's name (a DNS label), got {bspjob!r}", field=f"${BSPJOB_ENV}")
     k8s = settings.kubernetes or {}
     api = ReportingCluster(connect(k8s.get("namespace"), kubeconfig=k8s.get("kubeconfig"), context=k8s.get("context")))
     return ([KubernetesEvents(api, pod)] if pod else []) + ([BspJobStatus(api, bspjob)] if bspjob else [])
