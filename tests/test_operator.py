@@ -225,6 +225,8 @@ def test_a_dead_coordinator_is_resumed_by_a_new_job_and_the_run_then_succeeds(ho
         assert same(first)["args"] == same(second)["args"] and same(first)["command"] == same(second)["command"]
         st = c.phase("mpc", "Succeeded")
         assert st["resumes"] == 1
+        told = [(e["reason"], e["type"]) for e in fake.resources.events_of(NS, B.KIND, "mpc")]
+    assert told == [("Resuming", "Warning"), ("Succeeded", "Normal")]  # `kubectl describe bspjob mpc`
 
 
 def test_a_coordinator_that_refused_its_inputs_is_not_resumed_and_its_line_is_the_message():

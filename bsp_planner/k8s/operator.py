@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 from ..core.errors import InputError
@@ -72,6 +73,28 @@ def _job_state(job: dict | None) -> str:
     return "active"
 
 
+def _tell(api: ReportingCluster, bspjob: dict, reason: str, kind: str, message: str) -> None:
+    """An Event on the BspJob (what `kubectl describe bspjob` lists); one that cannot be posted is logged."""
+    meta = bspjob["metadata"]
+    involved = {"apiVersion": b.API_VERSION, "kind": b.KIND, "name": meta["name"], "namespace": api.namespace}
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    body = {
+        "metadata": {"generateName": f"{meta['name']}.", "namespace": api.namespace},
+        "involvedObject": {**involved, **({"uid": meta["uid"]} if meta.get("uid") else {})},
+        "reason": reason,
+        "message": message[:1024],
+        "type": kind,
+        "count": 1,
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "source": {"component": "bsp-planner-operator"},
+    }
+    try:
+        api.create_event(body)
+    except InputError as exc:
+        logger.warning("%s", exc)
+
+
 def reconcile(api: ReportingCluster, bspjob: dict, image: Callable[[], str]) -> dict[str, Any]:
     """One look at `bspjob` (the whole object); returns the status fields it wrote ({} if none). `image`:
     the coordinator's image when the spec names none (resolved only when a Job is made)."""
@@ -84,6 +107,9 @@ def reconcile(api: ReportingCluster, bspjob: dict, image: Callable[[], str]) -> 
         changed = {k: v for k, v in fields.items() if status.get(k) != v}
         if changed:
             api.patch_bspjob_status(name, changed)
+        if "phase" in changed and changed["phase"] in ("Resuming", *b.FINAL_PHASES):
+            reason = {"Resuming": "Resuming", "Succeeded": "Succeeded", "Failed": "Failed"}[changed["phase"]]
+            _tell(api, bspjob, reason, "Normal" if reason == "Succeeded" else "Warning", fields.get("message", ""))
         return changed
 
     try:
