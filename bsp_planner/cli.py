@@ -75,6 +75,7 @@ COMMANDS.register("init", _command("bsp_planner.inputs.init_cli:init"))
 COMMANDS.register("forecast", _group("bsp_planner.forecasting.cli:app"))
 COMMANDS.register("rl", _group("bsp_planner.rl.cli:app"))
 COMMANDS.register("runtime", _commands("bsp_planner.runtime.cli:register"))  # run, worker, zk
+COMMANDS.register("k8s", _group("bsp_planner.k8s.cli:app"))  # operator
 # `report --serve -- PROGRAM ARGS...`: everything after the options is the program's, passed through as written
 COMMANDS.register(
     "report",

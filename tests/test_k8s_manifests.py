@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 BASE = ROOT / "jobs" / "k8s"
 NODE_READER = BASE / "components" / "node-reader" / "node-reader.yaml"
 
-CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding"}
+CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition"}
 MODELS = {
     "Namespace": "V1Namespace",
     "Service": "V1Service",
@@ -43,6 +43,7 @@ MODELS = {
     "Job": "V1Job",
     "Pod": "V1Pod",
     "PersistentVolumeClaim": "V1PersistentVolumeClaim",
+    "CustomResourceDefinition": "V1CustomResourceDefinition",
 }
 
 
@@ -124,6 +125,7 @@ def test_every_object_of_the_base_validates_against_the_client_models(base):
             "RoleBinding",
             "PersistentVolumeClaim",
             "Job",
+            "CustomResourceDefinition",
         ]
     )
     for d in base + load_all(NODE_READER):

@@ -31,6 +31,9 @@ ROLE_RULES: dict[tuple[str, str], tuple[str, ...]] = {
     ("", "pods"): ("create", "delete", "get", "list"),
     ("", "pods/resize"): ("patch",),
     ("batch", "jobs"): ("create", "delete", "list"),
+    # a run's Events and its BspJob's status (bsp_planner.k8s.objects, written by the coordinator's watchers)
+    ("", "events"): ("create", "patch"),
+    ("bsp-planner.io", "bspjobs/status"): ("get", "patch"),
 }
 #: cluster-wide reads for the fit check, granted only by the optional node-reader component.
 CLUSTER_READ_RULES: dict[tuple[str, str], tuple[str, ...]] = {

@@ -252,9 +252,11 @@ def run(
     if resume is None:
         _check_experiment(settings, flagged)
     say = (lambda text: None) if quiet else (lambda text: console.print(text, highlight=False))
+    from .backends.kubernetes.job_status import cluster_watchers  # Events and a BspJob's status, in a cluster
+
     metrics = _serve_metrics(console, endpoint, runs_dir)
     try:
-        watchers: list[RunWatcher] = [metrics] if metrics is not None else []
+        watchers: list[RunWatcher] = cluster_watchers(settings) + ([metrics] if metrics is not None else [])
         coord = Coordinator(settings, rid, runs_dir, resume=resume is not None, say=say, watchers=watchers)
         how = settings.reconfigure or "the backend's default"
         console.print(

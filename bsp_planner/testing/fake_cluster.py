@@ -18,6 +18,7 @@ from ..k8s.binpack import node_unschedulable, pod_cpu_request, pod_holds_resourc
 from ..k8s.capabilities import parse_version
 from ..k8s.names import cpu_millicores
 from .fake_rbac import Call, Rule
+from .fake_resources import FakeResources
 
 
 class PodProcess(Protocol):
@@ -95,6 +96,7 @@ class FakeCluster:
         self._resize_at: dict[tuple[str, str], float] = {}
         self._job_done_at: dict[tuple[str, str], tuple[float, JobOutcome]] = {}
         self._job_pods: dict[tuple[str, str], JobOutcome] = {}
+        self.resources = FakeResources(self)  # CRDs and their objects, Events, Jobs whose pod died
 
     # -- test controls -----------------------------------------------------------------------------
     def add_node(
@@ -242,6 +244,7 @@ class FakeCluster:
                     "conditions": [{"type": cond, "status": "True", "reason": outcome.reason or cond}],
                 }
                 self._stamp(job)
+        self.resources.advance_jobs()
 
     def _schedule_and_start(self, key: tuple[str, str], pod: dict, now: float) -> None:
         """A pending pod goes to the first node that admits it and has room; it starts after start_delay_s."""
@@ -296,6 +299,8 @@ class FakeCluster:
         meta.setdefault("labels", {}).update(
             {"job-name": job["metadata"]["name"], "batch.kubernetes.io/job-name": job["metadata"]["name"]}
         )
+        owner = {"apiVersion": "batch/v1", "kind": "Job", "name": job["metadata"]["name"], "controller": True}
+        meta["ownerReferences"] = [{**owner, "uid": job["metadata"]["uid"]}]  # as the Job controller sets it
         self._add_pod(meta, template["spec"], {"phase": "Pending"})
         self._job_pods[(ns, name)] = outcome
         job["status"] = {"active": 1}

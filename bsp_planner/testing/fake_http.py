@@ -25,6 +25,8 @@ _MODELS = {("", "pods"): "V1Pod", ("batch", "jobs"): "V1Job"}
 RESOURCE_LIST = [
     ("pods", "Pod", True, ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]),
     ("nodes", "Node", False, ["create", "delete", "get", "list", "patch", "update", "watch"]),
+    ("events", "Event", True, ["create", "get", "list", "patch"]),  # fake_resources
+    ("namespaces", "Namespace", False, ["get", "list", "watch"]),  # listed only: kopf waits for it in discovery
 ]
 VERBS = {"POST": "create", "PUT": "update", "PATCH": "patch"}
 
@@ -52,6 +54,8 @@ class Handler(BaseHTTPRequestHandler):
             group, rest = "", parts[2:]
         elif parts[:3] == ["apis", "batch", "v1"]:
             group, rest = "batch", parts[3:]
+        elif parts[:1] == ["apis"] and len(parts) >= 3:  # custom resources, CRDs (fake_resources)
+            group, rest = parts[1], parts[3:]
         else:
             return None
         if not rest:
@@ -77,6 +81,8 @@ class Handler(BaseHTTPRequestHandler):
 
     def _handle(self) -> None:
         fake, method = self.fake, self.command
+        if method == "GET" and (found := fake.resources.discovery(urlparse(self.path).path)) is not None:
+            return self._send(200, found)  # /api, /apis and the custom resources' groups (as kubectl reads them)
         route = self._route()
         body = self._body() if method in ("POST", "PUT", "PATCH") else None
         if route is None:
@@ -107,6 +113,8 @@ class Handler(BaseHTTPRequestHandler):
             groupversion = f"{group + '/' if group else ''}v1"
             return self._send(200, {"kind": "APIResourceList", "groupVersion": groupversion, "resources": resources})
         full = f"{resource}/{sub}" if sub else resource
+        if method == "GET" and q.get("watch") in ("true", "1") and fake.resources.handles(group, resource):
+            return self._watch(group, resource, ns, q)  # a stream of a custom resource's changes (kopf)
         if method == "GET":
             verb = "watch" if q.get("watch") in ("true", "1") else ("get" if name else "list")
         else:
@@ -129,8 +137,37 @@ class Handler(BaseHTTPRequestHandler):
 
     do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _handle
 
+    def _watch(self, group: str, resource: str, ns: str | None, q: dict) -> None:
+        """A watch stream (chunked JSON lines) of custom objects, for `timeoutSeconds` (default 5 s)."""
+        fake = self.fake
+        with fake.lock:
+            fake.calls.append(call := Call("watch", group, resource, ns, None, 200))
+            if fake.rules is not None and not any(r.allows("watch", group, resource, ns) for r in fake.rules):
+                call.status = 403
+                message = f'{resource} is forbidden: User cannot watch resource "{resource}" in API group "{group}"'
+                return self._send(*_fail(403, "Forbidden", message))
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        until = time.monotonic() + float(q.get("timeoutSeconds") or 5)
+        try:
+            for event in self.fake.resources.watch(group, resource, ns, q.get("resourceVersion"), until):
+                data = b"" if event is None else json.dumps(event).encode() + b"\n"
+                if data:
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                    self.wfile.flush()
+            self.wfile.write(b"0\r\n\r\n")
+        except OSError:  # the client went away
+            pass
+
     def _serve(self, verb, group, resource, ns, name, sub, q, body):
         fake = self.fake
+        if fake.resources.handles(group, resource):  # CRDs, custom objects, Events
+            ctype = (self.headers.get("Content-Type") or "").split(";")[0].strip()
+            accept = self.headers.get("Accept") or ""
+            selected = lambda o: _selects(q.get("fieldSelector"), lambda path: _field(o, path))  # noqa: E731
+            return fake.resources.serve(verb, group, resource, ns, name, sub, body, ctype, accept, selected)
         store = {("", "pods"): fake.state.pods, ("batch", "jobs"): fake.state.jobs}
         if (group, resource) == ("", "nodes"):
             if verb == "list":
