@@ -291,6 +291,9 @@ def test_the_coordinator_job_runs_as_the_bases_coordinator_job_does():
     (c,) = mine["containers"]
     bc = next(x for x in base["containers"] if x["name"] == "coordinator")
     assert c["securityContext"] == bc["securityContext"] and c["volumeMounts"] == bc["volumeMounts"]
+    assert c["ports"] == bc["ports"]  # its metrics, scraped as the base's coordinator's are
+    base_annotations = next(d for d in load_all(K8S / "coordinator.yaml") if d["kind"] == "Job")["spec"]["template"]
+    assert job["spec"]["template"]["metadata"]["annotations"] == base_annotations["metadata"]["annotations"]
     env = {e["name"]: e for e in c["env"]}
     for e in bc["env"]:
         if e["name"] not in ("EXPERIMENT", "PLANNER", "RECONFIGURE", "STEPS", "EXTRA_ARGS", "RUN_ID"):

@@ -184,6 +184,14 @@ def job_name(bspjob: str, attempt: int) -> str:
     return f"{bspjob}-{attempt}"
 
 
+METRICS_PORT = 8000  # the coordinator's /metrics, as in jobs/k8s/coordinator.yaml
+METRICS_ANNOTATIONS = {
+    "prometheus.io/scrape": "true",
+    "prometheus.io/port": str(METRICS_PORT),
+    "prometheus.io/path": "/metrics",
+}
+
+
 def coordinator_job(bspjob: dict, spec: BspJobSpec, attempt: int, image: str) -> dict:
     """The coordinator of `bspjob` (its whole object: name, uid) as a Job of one pod, owned by the BspJob (deleting
     it deletes the Job). It runs as jobs/k8s/coordinator.yaml's Job does (the same account, run volume, ZooKeeper
@@ -201,6 +209,9 @@ def coordinator_job(bspjob: dict, spec: BspJobSpec, attempt: int, image: str) ->
         {"name": "BSP_PLANNER_POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
         {"name": "HOME", "value": "/tmp"},
         {"name": "MPLCONFIGDIR", "value": "/tmp/matplotlib"},
+        # its run's Prometheus metrics, as the base's coordinator serves them (docs/metrics.md)
+        {"name": "BSP_PLANNER_METRICS_PORT", "value": str(METRICS_PORT)},
+        {"name": "BSP_PLANNER_METRICS_HOST", "value": "0.0.0.0"},
     ]
     container = {
         "name": COORDINATOR_CONTAINER,
@@ -209,6 +220,7 @@ def coordinator_job(bspjob: dict, spec: BspJobSpec, attempt: int, image: str) ->
         "command": ["sh", "-c", COORDINATOR_SCRIPT, "coordinator"],
         "args": spec.run_args(),
         "env": env,
+        "ports": [{"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"}],
         "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"memory": "1Gi"}},
         "securityContext": {
             "allowPrivilegeEscalation": False,
@@ -234,7 +246,7 @@ def coordinator_job(bspjob: dict, spec: BspJobSpec, attempt: int, image: str) ->
         "spec": {
             "backoffLimit": 0,
             "template": {
-                "metadata": {"labels": dict(labels)},
+                "metadata": {"labels": dict(labels), "annotations": METRICS_ANNOTATIONS},
                 "spec": {
                     "serviceAccountName": n.SERVICE_ACCOUNT,
                     "restartPolicy": "Never",
