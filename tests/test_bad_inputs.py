@@ -747,3 +747,63 @@ def test_a_run_id_outside_the_rule(run_id):
 
     with pytest.raises(InputError, match="--run-id"):
         check_run_id(run_id)
+
+
+# -- issue 32: a replayed run folder must be a whole run of numbers ----------------------------------
+def write_run_folder(folder: Path, steps: int = 5, workload: float = 30.0) -> Path:
+    """A live run's folder as `--actual` reads it: steps.jsonl, one record per step, every task at `workload`."""
+    folder.mkdir(parents=True)
+    records = [
+        {"step": k, "tasks": [{"task": t, "workload": workload, "observed_workload": workload} for t in THESIS_TASKS]}
+        for k in range(steps)
+    ]
+    (folder / "steps.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    return folder
+
+
+def damage_run_log(folder: Path, how: str) -> None:
+    path = folder / "steps.jsonl"
+    lines = path.read_text().splitlines()
+    if how == "missing":
+        del lines[2]
+        lines.append(lines[-1].replace('"step": 4', '"step": 5'))
+    elif how == "twice":
+        lines.insert(2, lines[1])
+    else:  # a reported workload that is not a number: NaN, text, null, a boolean
+        rec = json.loads(lines[3])
+        rec["tasks"][1]["observed_workload"] = {"nan": float("nan"), "text": "many", "null": None, "bool": True}[how]
+        lines[3] = json.dumps(rec)
+    path.write_text("\n".join(lines) + "\n")
+
+
+@pytest.mark.parametrize(
+    "how, needles",
+    [
+        ("missing", ["line 3", "field 'step'", "expected step 2, got 3"]),
+        ("twice", ["line 3", "field 'step'", "expected step 2, got 1", "logged twice"]),
+        ("nan", ["line 4", "observed_workload", "expected a finite number, got nan"]),
+        ("text", ["line 4", "observed_workload", "got 'many'"]),
+        ("null", ["line 4", "observed_workload", "got None"]),
+        ("bool", ["line 4", "observed_workload", "got True"]),
+    ],
+)
+def test_a_replayed_run_folder_with_a_gap_a_duplicate_or_a_non_number(
+    how, needles, tmp_path, experiment, monkeypatch, capsys
+):
+    run = write_run_folder(tmp_path / "runs" / "r1", steps=6)
+    code, _, err = run_cli(["simulate", experiment, "-q", "--actual", run, "-o", tmp_path / "o1"], monkeypatch, capsys)
+    assert code == 0, err  # the whole run replays
+    damage_run_log(run, how)
+    code, _, err = run_cli(["simulate", experiment, "-q", "--actual", run, "-o", tmp_path / "o2"], monkeypatch, capsys)
+    assert code == 2 and "Traceback" not in err and "steps.jsonl" in err, err
+    for n in needles:
+        assert n in err, err
+    assert not (tmp_path / "o2").exists()
+
+
+def test_a_torn_last_line_of_a_replayed_run_is_dropped(tmp_path, experiment, monkeypatch, capsys):
+    run = write_run_folder(tmp_path / "r", steps=6)
+    with (run / "steps.jsonl").open("a") as fh:
+        fh.write('{"step": 6, "tas')
+    code, _, err = run_cli(["simulate", experiment, "-q", "--actual", run, "-o", tmp_path / "o"], monkeypatch, capsys)
+    assert code == 0, err
