@@ -807,3 +807,43 @@ def test_a_torn_last_line_of_a_replayed_run_is_dropped(tmp_path, experiment, mon
         fh.write('{"step": 6, "tas')
     code, _, err = run_cli(["simulate", experiment, "-q", "--actual", run, "-o", tmp_path / "o"], monkeypatch, capsys)
     assert code == 0, err
+
+
+# -- issue 32: profile pairs checks its numbers and stress-ng before it makes a file -----------------
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--workload", "inf"], "expected a positive finite workload, got inf"),
+        (["--workload", "nan"], "expected a positive finite workload, got nan"),
+        (["--stress-ng", "/no/such/stress-ng"], "stress-ng not found"),
+    ],
+)
+def test_profile_pairs_refuses_before_making_any_file(args, needle, tmp_path, monkeypatch, capsys):
+    out = tmp_path / "prof" / "pairs.csv"
+    code, _, err = run_cli(["profile", "pairs", "--out", out, "--tasks", "affinity,atomic", *args], monkeypatch, capsys)
+    assert code == 2 and needle in err and "Traceback" not in err, err
+    assert not (tmp_path / "prof").exists()
+
+
+@pytest.mark.parametrize("duration", ["nan", "-1", "0", "inf"])
+def test_a_pair_run_without_a_positive_duration_is_not_taken_as_measured(duration, tmp_path):
+    from bsp_planner.profiling.pairs import RUN_COLUMNS, _read_runs
+
+    runs = tmp_path / "pairs.runs.csv"
+    runs.write_text(",".join(RUN_COLUMNS) + f"\natomic,,20,1000,0,0.25\natomic,affinity,20,1000,0,{duration}\n")
+    with pytest.raises(InputError, match="expected a positive number of seconds") as err:
+        _read_runs(runs, 20.0, 1000.0)
+    assert err.value.line == 3 and "pairs.runs.csv" in str(err.value) and "duration_s" in str(err.value)
+
+
+@pytest.mark.parametrize("slowdown", ["1e300", "0.001", "1000"])
+def test_a_pair_slowdown_beyond_any_co_run_is_refused(slowdown, tmp_path):
+    from bsp_planner.inputs.pair_profiles import COLUMNS, load_pair_profile
+
+    pairs = tmp_path / "pairs.csv"
+    pairs.write_text(
+        ",".join(COLUMNS) + f"\naffinity,atomic,1.2,1.0,1.2,3,1000,20\natomic,affinity,{slowdown},1,1,3,1000,20\n"
+    )
+    with pytest.raises(InputError, match=r"slowdown: expected a factor in \[0.1, 100\]") as err:
+        load_pair_profile(pairs)
+    assert err.value.line == 3

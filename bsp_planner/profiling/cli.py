@@ -11,6 +11,7 @@ Bad inputs raise InputError, which `bsp_planner.cli.main` prints before exiting 
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -60,6 +61,11 @@ def _resumable(console: Console, runs: Path) -> Iterator[None]:
     except KeyboardInterrupt:
         console.print(f"[yellow]interrupted[/]: every finished run is in {runs}; run the same command again to resume")
         raise typer.Exit(130) from None
+
+
+def _check_workload(workload: float) -> None:
+    if not (math.isfinite(workload) and workload > 0):
+        raise InputError(f"expected a positive finite workload, got {workload:g}", field="--workload")
 
 
 @app.command("run")
@@ -220,8 +226,7 @@ def pairs(
     from .runner import check_profile_path
 
     check_profile_path(out, "pair profile")
-    if not workload > 0:
-        raise InputError(f"expected a positive workload, got {workload:g}", field="--workload")
+    _check_workload(workload)
     if repeats < 1:
         raise InputError(f"expected at least 1, got {repeats}", field="--repeats")
     if not timeout > 0:
@@ -246,6 +251,7 @@ def pairs(
     backend = LocalBackend(
         stress_ng=stress_ng, prefix=cgroup_prefix, cpu_shares=cpu_shares or None, cfs_period_us=cfs_period_us
     )
+    backend.stress_ng_path()  # before the lock, the runs file and the metadata are made
     with output_lock(out, "--out"), backend, _resumable(console, runs_path(out)):
         report = measure_pairs(
             the_job,
@@ -292,8 +298,7 @@ def calibrate(
 
     if not target_s > 0:
         raise InputError(f"expected a positive number of seconds, got {target_s:g}", field="--target-s")
-    if not workload > 0:
-        raise InputError(f"expected a positive workload, got {workload:g}", field="--workload")
+    _check_workload(workload)
     if checks < 1:
         raise InputError(f"expected at least 1, got {checks}", field="--checks")
     quota_us(cpu)
