@@ -847,3 +847,13 @@ def test_a_pair_slowdown_beyond_any_co_run_is_refused(slowdown, tmp_path):
     with pytest.raises(InputError, match=r"slowdown: expected a factor in \[0.1, 100\]") as err:
         load_pair_profile(pairs)
     assert err.value.line == 3
+
+
+# -- issue 32: --set cannot set [[node]], in every command that takes --set ----------------------------
+@pytest.mark.parametrize("command", [["simulate"], ["run"], ["rl", "evaluate"]])
+@pytest.mark.parametrize("item", ["node=x", "node.cpu_millicores=4000", "node=[]"])
+def test_set_node_is_refused_as_a_list_of_tables(command, item, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_cli([*command, "--set", item], monkeypatch, capsys)
+    assert code == 2 and "Traceback" not in err and "[[node]] is a list of tables" in err, err
+    assert "field 'node" in err and list(tmp_path.iterdir()) == []
