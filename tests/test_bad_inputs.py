@@ -857,3 +857,28 @@ def test_set_node_is_refused_as_a_list_of_tables(command, item, tmp_path, monkey
     code, _, err = run_cli([*command, "--set", item], monkeypatch, capsys)
     assert code == 2 and "Traceback" not in err and "[[node]] is a list of tables" in err, err
     assert "field 'node" in err and list(tmp_path.iterdir()) == []
+
+
+# -- issue 32: forecast --set ensemble.weights reaches the ensemble asked for, one weight per member ------
+def test_ensemble_weights_from_the_command_line_weigh_the_members(tmp_path, monkeypatch, capsys):
+    name = "ensemble:persistence,seasonal-naive"
+    rmse = {}
+    for weights in ("1,0", "0,1"):
+        args = ["forecast", "evaluate", "-f", name, "-f", "persistence", "-f", "seasonal-naive", "--task", "atomic"]
+        code, out, err = run_cli(
+            [*args, "--set", f"ensemble.weights={weights}", "--json", "-o", tmp_path / weights], monkeypatch, capsys
+        )
+        assert code == 0, err
+        overall = json.loads(out)["overall"]  # stdout holds the JSON document only
+        rmse[weights] = {k: v["mean_rmse"] for k, v in overall.items()}
+    assert rmse["1,0"][name] == rmse["1,0"]["persistence"] != rmse["0,1"][name] == rmse["0,1"]["seasonal-naive"]
+
+
+@pytest.mark.parametrize("forecaster, members", [("ensemble:persistence,seasonal-naive", 2), ("ensemble", 2)])
+@pytest.mark.parametrize("command", ["evaluate", "predict"])
+def test_more_weights_than_members_are_refused_before_any_work(command, forecaster, members, monkeypatch, capsys):
+    code, _, err = run_cli(
+        ["forecast", command, "-f", forecaster, "--set", "ensemble.weights=1,1,1"], monkeypatch, capsys
+    )
+    assert code == 2 and f"expected {members} weights, one per member" in err and "got 3" in err, err
+    assert "ensemble.weights" in err and "Traceback" not in err

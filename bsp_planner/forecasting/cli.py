@@ -106,7 +106,8 @@ def _parse_settings(items: list[str] | None, names: list[str]) -> dict[str, dict
             fname, key = key.split(".", 1)
             if fname not in FORECASTERS:
                 raise InputError(f"unknown forecaster '{fname}'; known: {', '.join(FORECASTERS)}", field="--set")
-            targets = [fname]
+            # ensemble.KEY sets every ensemble asked for, `ensemble:a,b` too (its settings are the ensemble's)
+            targets = [n for n in names if fname == "ensemble" and FORECASTERS.members(n) is not None] or [fname]
         if not targets:
             raise InputError(
                 "settings apply to the learned forecasters (lstm, lstm-thesis, gbm, ensemble, ensemble-fit) only",
@@ -116,7 +117,10 @@ def _parse_settings(items: list[str] | None, names: list[str]) -> dict[str, dict
             out.setdefault(n, {})[key] = value
     for n, values in out.items():  # checked now, by the settings loader, before any data is read
         try:  # a forecaster without settings refuses any (baselines.NoSettings)
-            FORECASTERS.get(n).settings_type.from_dict(values)
+            cls = FORECASTERS.get(n)
+            checked = cls.settings_type.from_dict(values)
+            if n in names and getattr(cls, "members", None) and getattr(checked, "weights", None):
+                cls.resolve_weights(checked.weights)  # type: ignore[attr-defined]  # one weight per member
         except InputError as exc:
             raise InputError(f"{exc.message} (from --set)", field=exc.field) from None
     return out
@@ -155,8 +159,8 @@ def _context(experiment, job, tasks, horizon, gaps, settings, names, models, shi
         settings=_parse_settings(settings, names),
     )
     filled = [(p.task, p.filled) for p in ws.prepared if p.filled]
-    if filled:
-        console.print(
+    if filled:  # messages, on stderr: stdout may hold --json
+        err_console.print(
             "[yellow]gaps filled by interpolation:[/] " + ", ".join(f"{t} ({n} steps)" for t, n in filled),
             highlight=False,
         )
@@ -178,7 +182,7 @@ def _shipped_gap_policy(exp, job_path: Path) -> str:
         ):
             policy = meta["inputs"]["gaps"]
             if policy != "error":
-                console.print(
+                err_console.print(
                     f"[dim]gaps: {policy}, as the shipped forecasts in {folder} were made (--gaps to choose)[/]",
                     highlight=False,
                 )
