@@ -882,3 +882,10 @@ def test_more_weights_than_members_are_refused_before_any_work(command, forecast
     )
     assert code == 2 and f"expected {members} weights, one per member" in err and "got 3" in err, err
     assert "ensemble.weights" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("strategies", ["static:3,static:03", "static:2,floor,static:2.0"])
+def test_one_strategy_spelt_two_ways_is_refused(strategies, experiment, monkeypatch, capsys, tmp_path):
+    code, _, err = run_cli(["simulate", experiment, "-q", "--strategies", strategies], monkeypatch, capsys)
+    assert code == 2 and "is listed more than once" in err and "--strategies" in err, err
+    assert not (tmp_path / "out").exists()
