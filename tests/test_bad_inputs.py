@@ -889,3 +889,14 @@ def test_one_strategy_spelt_two_ways_is_refused(strategies, experiment, monkeypa
     code, _, err = run_cli(["simulate", experiment, "-q", "--strategies", strategies], monkeypatch, capsys)
     assert code == 2 and "is listed more than once" in err and "--strategies" in err, err
     assert not (tmp_path / "out").exists()
+
+
+def test_rl_evaluate_refuses_an_unknown_strategy_before_any_forecast_work(monkeypatch, capsys):
+    import bsp_planner.rl.train as train
+
+    def boom(*args, **kwargs):
+        raise AssertionError("the environment's data was built before the strategies were checked")
+
+    monkeypatch.setattr(train, "build_data", boom)
+    code, _, err = run_cli(["rl", "evaluate", "-s", "mpc,bogus"], monkeypatch, capsys)
+    assert code == 2 and "unknown strategy 'bogus'" in err and "--strategies" in err and "Traceback" not in err, err
