@@ -900,3 +900,26 @@ def test_rl_evaluate_refuses_an_unknown_strategy_before_any_forecast_work(monkey
     monkeypatch.setattr(train, "build_data", boom)
     code, _, err = run_cli(["rl", "evaluate", "-s", "mpc,bogus"], monkeypatch, capsys)
     assert code == 2 and "unknown strategy 'bogus'" in err and "--strategies" in err and "Traceback" not in err, err
+
+
+# -- issue 32: a series is one value per time, in time order -------------------------------------------
+@pytest.mark.parametrize(
+    "lines, needles",
+    [
+        (["2020-01-01 00:00:00,5", "2020-01-01 00:30:00,6", "2020-01-01 00:10:00,7"], ["line 4", "increasing order"]),
+        (["2020-01-01 00:00:00,5", "2020-01-01 00:00:00,6"], ["line 3", "field 'timestamp'", "each once"]),
+        (["2020-01-01 00:00:00,5,9"], ["line 2", "expected 2 columns, got 3"]),
+    ],
+)
+def test_a_series_out_of_time_order_or_with_an_extra_column_is_refused(lines, needles, tmp_path):
+    from bsp_planner.inputs.series import read_series_csv
+
+    path = tmp_path / "s.csv"
+    path.write_text("timestamp,value\n" + "\n".join(lines) + "\n")
+    with pytest.raises(InputError) as err:
+        read_series_csv(path)
+    for n in needles:
+        assert n in str(err.value), err.value
+    path.write_text("timestamp,value,extra\n2020-01-01 00:00:00,5,9\n")
+    with pytest.raises(InputError, match="two columns"):
+        read_series_csv(path)
