@@ -923,3 +923,25 @@ def test_a_series_out_of_time_order_or_with_an_extra_column_is_refused(lines, ne
     path.write_text("timestamp,value,extra\n2020-01-01 00:00:00,5,9\n")
     with pytest.raises(InputError, match="two columns"):
         read_series_csv(path)
+
+
+# -- issue 32: what a one-pool or node experiment cannot use ---------------------------------------------
+def test_reconfigure_cost_in_a_one_pool_experiment_is_warned_about_in_simulate(
+    tmp_path, synthetic_profile, monkeypatch, capsys
+):
+    exp = write_experiment(tmp_path, synthetic_profile, strategies=["static:1"], modes=["perfect"], steps=5)
+    code, _, err = run_cli(["simulate", exp, "-q", "-o", tmp_path / "o1"], monkeypatch, capsys)
+    assert code == 0 and "reconfigure_cost" not in err, err
+    exp.write_text(exp.read_text() + "\n[reconfigure_cost]\nin_place_s = 0.5\n")
+    code, _, err = run_cli(["simulate", exp, "-q", "-o", tmp_path / "o2"], monkeypatch, capsys)
+    assert code == 0 and "[reconfigure_cost] is not used by simulate in a one-pool experiment" in err, err
+    assert "penalty_s (1 s)" in err and err.count("warning") == 1
+
+
+def test_a_budget_above_every_nodes_cpu_together_is_refused(tmp_path, synthetic_profile, monkeypatch, capsys):
+    exp = write_experiment(tmp_path, synthetic_profile, strategies=["static:1"], modes=["perfect"], steps=5)
+    nodes = "".join(f'\n[[node]]\nname = "n{i}"\ncpu_millicores = 3000\n' for i in range(2))
+    exp.write_text(exp.read_text() + nodes)  # 8000m budget, 6000m of nodes
+    code, _, err = run_cli(["simulate", exp, "-q"], monkeypatch, capsys)
+    assert code == 2 and "field 'cpu.budget_millicores'" in err and "8000m" in err and "(6000m)" in err, err
+    assert not (tmp_path / "out").exists()

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import time
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 
-from ..core.errors import InputError
+from ..core.errors import InputError, InputWarning
 from ..core.filelock import output_lock
 from ..core.outputs import check_output_dir
 from ..inputs.settings import apply_flag_overrides, flag_overrides, flags_blamed
@@ -158,6 +159,14 @@ def simulate(
         )
     with flags_blamed(flagged, exp.path):
         check_strategies(exp.strategies, exp)
+    costs = exp.reconfigure_cost
+    if not exp.node and (costs.in_place_s is not None or costs.recreate_s is not None):
+        warnings.warn(
+            f"{exp.path}: [reconfigure_cost] is not used by simulate in a one-pool experiment (no [[node]]): every "
+            f"change is charged penalty_s ({exp.penalty_s:g} s); `run` plans with it",
+            InputWarning,
+            stacklevel=1,
+        )
     jobs = default_jobs() if jobs is None else check_jobs(jobs)
     out_dir = out if out is not None else exp.output_path
     out_flag = "--out" if out is not None else "output"
