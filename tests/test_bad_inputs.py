@@ -945,3 +945,25 @@ def test_a_budget_above_every_nodes_cpu_together_is_refused(tmp_path, synthetic_
     code, _, err = run_cli(["simulate", exp, "-q"], monkeypatch, capsys)
     assert code == 2 and "field 'cpu.budget_millicores'" in err and "8000m" in err and "(6000m)" in err, err
     assert not (tmp_path / "out").exists()
+
+
+# -- issue 32: placeholders bsp-planner does not know are warned about ----------------------------------
+def test_an_unknown_or_unclosed_placeholder_is_warned_about(tmp_path):
+    job = tmp_path / "job.toml"
+    job.write_text(
+        'name = "j"\n[[task]]\nname = "t"\nprocess = ["prog", "{jobdir}/x", "--port", "{PORT}", "{port:t", '
+        '"{workload}", "${HOME}", "{\\"k\\": 1}", "{port:t}"]\n'
+    )
+    with pytest.warns(InputWarning) as caught:
+        load_job(job)
+    messages = [str(w.message) for w in caught if issubclass(w.category, InputWarning)]
+    flagged = sorted(m.split("'")[1] for m in messages)
+    assert flagged == ["{PORT}", "{jobdir}", "{port:t"], messages
+    assert all("job.toml" in m and "task[0].process" in m and "reaches the program as written" in m for m in messages)
+
+
+def test_the_shipped_jobs_hold_only_known_placeholders():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", InputWarning)
+        for job in sorted((DATA / "jobs").glob("*.toml")):
+            load_job(job)
