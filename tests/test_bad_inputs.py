@@ -945,6 +945,10 @@ def test_a_budget_above_every_nodes_cpu_together_is_refused(tmp_path, synthetic_
     code, _, err = run_cli(["simulate", exp, "-q"], monkeypatch, capsys)
     assert code == 2 and "field 'cpu.budget_millicores'" in err and "8000m" in err and "(6000m)" in err, err
     assert not (tmp_path / "out").exists()
+    code, _, err = run_cli(["simulate", exp, "-q", "--budget", "7000"], monkeypatch, capsys)
+    assert code == 2 and "(from --budget 7000" in err, err
+    code, _, err = run_cli(["simulate", exp, "-q", "--budget", "6000"], monkeypatch, capsys)
+    assert code == 0, err
 
 
 # -- issue 32: placeholders bsp-planner does not know are warned about ----------------------------------

@@ -291,12 +291,6 @@ class Experiment:
                     f"node[{j}].name",
                 )
             seen[nd.name] = j
-        if self.node and self.cpu.budget_millicores > sum(nd.cpu_millicores for nd in self.node) + 1e-9:
-            raise bad(
-                f"a budget of {self.cpu.budget_millicores:g}m is more than the nodes give together "
-                f"({sum(nd.cpu_millicores for nd in self.node):g}m): lower it or give the nodes more CPU",
-                "cpu.budget_millicores",
-            )
         if self.interference.pairs is not None and not self.node:
             raise bad(
                 "a pair profile says how tasks that share a node slow each other; this experiment has no [[node]] "
