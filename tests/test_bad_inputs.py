@@ -971,3 +971,21 @@ def test_the_shipped_jobs_hold_only_known_placeholders():
         warnings.simplefilter("error", InputWarning)
         for job in sorted((DATA / "jobs").glob("*.toml")):
             load_job(job)
+
+
+# -- issue 32: shipped traces and jobs by name, from any folder ------------------------------------------
+def test_a_shipped_trace_by_name_from_any_folder(tmp_path, monkeypatch, capsys):
+    from bsp_planner.inputs.shipped import data_dir, shipped_or_given
+
+    monkeypatch.chdir(tmp_path)
+    assert shipped_or_given(Path("particles-8"), "traces") == data_dir() / "traces" / "particles-8"
+    assert shipped_or_given(Path("helics-4"), "jobs") == data_dir() / "jobs" / "helics-4.toml"
+    (tmp_path / "particles-8").mkdir()  # a folder of that name here is the one meant
+    assert shipped_or_given(Path("particles-8"), "traces") == Path("particles-8")
+    (tmp_path / "particles-8").rmdir()
+    assert shipped_or_given(Path("nope"), "traces") == Path("nope")
+    args = ["simulate", "particles-8", "-q", "--mode", "perfect", "-s", "exppo", "--steps", "3"]
+    code, _, err = run_cli([*args, "--actual", "particles-8", "-o", tmp_path / "o"], monkeypatch, capsys)
+    assert code == 0, err
+    code, _, err = run_cli([*args, "--actual", "particles-3", "-o", tmp_path / "o3"], monkeypatch, capsys)
+    assert code == 2 and "traces/particles-3" in err, err  # the shipped trace was read: it has other tasks

@@ -26,7 +26,7 @@ from ..core.outputs import check_output_dir
 from ..core.tables import print_json, print_table
 from ..inputs.job import load_job
 from ..inputs.profiles import load_profile, metadata_path
-from ..inputs.shipped import data_path
+from ..inputs.shipped import data_path, shipped_or_given
 from .cgroups import CFS_PERIOD_US, quota_us
 from .grid import Grid, parse_levels, select_tasks, validate_grid
 
@@ -149,7 +149,7 @@ def run(
     console = Console()
     grid = Grid(parse_levels(cpu, "--cpu"), parse_levels(workloads, "--workloads"), repeats)
     steps = ProcessSteps(warmup_steps, measure_steps, min_measure_s, max_measure_steps)
-    the_job = load_job(job)
+    the_job = load_job(shipped_or_given(job, "jobs") or job)
     if backend in ("kubernetes", "k8s"):
         from ..k8s.config import parse_node_selector
         from .kubernetes import KubernetesProfiler, default_profile_id, run_grid_kubernetes
@@ -237,7 +237,7 @@ def pairs(
             f"two tasks at {cpu:g}m need {2 * cpu:g}m; this host gives {cores * 1000}m: lower --cpu", field="--cpu"
         )
     quota_us(cpu, cfs_period_us)
-    the_job = load_job(job)
+    the_job = load_job(shipped_or_given(job, "jobs") or job)
     selected = select_tasks(the_job, _task_list(tasks))
     other = [t.name for t in selected if t.kind != "stressor"]
     if other:
@@ -303,7 +303,7 @@ def calibrate(
         raise InputError(f"expected at least 1, got {checks}", field="--checks")
     quota_us(cpu)
     console = Console()
-    the_job = load_job(job)
+    the_job = load_job(shipped_or_given(job, "jobs") or job)
     selected = select_tasks(the_job, _task_list(tasks))
     results: list[Calibration] = []
     with LocalBackend(stress_ng=stress_ng, prefix=cgroup_prefix, cpu_shares=cpu_shares or None) as backend:

@@ -14,7 +14,7 @@ from ..core.errors import InputError, InputWarning
 from ..core.filelock import output_lock
 from ..core.outputs import check_output_dir
 from ..inputs.settings import apply_flag_overrides, flag_overrides, flags_blamed
-from ..inputs.shipped import describe_experiment, experiment_names, find_experiment
+from ..inputs.shipped import describe_experiment, experiment_names, find_experiment, shipped_or_given
 
 if TYPE_CHECKING:
     from rich.progress import Progress
@@ -141,7 +141,7 @@ def simulate(
             ("--allocator", "planner.allocator", allocator),
             ("--forecasts", "forecast.source", _folder_from_cwd(forecasts)),
             ("--mode", "modes", mode),
-            ("--actual", "forecast.actual", actual),
+            ("--actual", "forecast.actual", shipped_or_given(actual, "traces")),
             ("--online", "online", online),
             ("--learn", "learn", learn),
             ("--true-profile", "true_profile", true_profile),
