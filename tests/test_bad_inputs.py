@@ -989,3 +989,17 @@ def test_a_shipped_trace_by_name_from_any_folder(tmp_path, monkeypatch, capsys):
     assert code == 0, err
     code, _, err = run_cli([*args, "--actual", "particles-3", "-o", tmp_path / "o3"], monkeypatch, capsys)
     assert code == 2 and "traces/particles-3" in err, err  # the shipped trace was read: it has other tasks
+
+
+def test_the_helics_federation_without_helics_says_so_in_one_line(tmp_path, monkeypatch, capsys):
+    import importlib.util
+
+    from bsp_planner.apps.helics import local
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "helics" else real(name, *a))
+    with pytest.raises(SystemExit) as exc:
+        local.main(["--federates", "2", "--steps", "2", "--out", str(tmp_path / "ring")])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "the helics package is not installed" in err and "bsp-planner[cosim]" in err
+    assert not (tmp_path / "ring").exists()
