@@ -947,8 +947,11 @@ def test_a_budget_above_every_nodes_cpu_together_is_refused(tmp_path, synthetic_
     assert not (tmp_path / "out").exists()
     code, _, err = run_cli(["simulate", exp, "-q", "--budget", "7000"], monkeypatch, capsys)
     assert code == 2 and "(from --budget 7000" in err, err
-    code, _, err = run_cli(["simulate", exp, "-q", "--budget", "6000"], monkeypatch, capsys)
+    exp.write_text(exp.read_text().replace("[cpu]", "[reconfigure_cost]\nin_place_s = 0.066\n\n[cpu]", 1))
+    code, out, err = run_cli(["simulate", exp, "-q", "--budget", "6000"], monkeypatch, capsys)
     assert code == 0, err
+    # the footer says what a change costs on nodes, not the penalty_s it never charges
+    assert "a change in place 0.066 s, a task moved 1 s" in out and "penalty 1 s" not in out, out
 
 
 # -- issue 32: placeholders bsp-planner does not know are warned about ----------------------------------
@@ -1003,3 +1006,12 @@ def test_the_helics_federation_without_helics_says_so_in_one_line(tmp_path, monk
     err = capsys.readouterr().err
     assert exc.value.code == 2 and "the helics package is not installed" in err and "bsp-planner[cosim]" in err
     assert not (tmp_path / "ring").exists()
+
+
+def test_a_warning_raised_in_every_worker_process_is_shown_once(experiment, monkeypatch, capsys):
+    """The shipped agent was trained at a 0.3 s penalty; this experiment charges 1 s: one warning, not
+    one per process or mode."""
+    args = ["simulate", experiment, "-q", "-s", "dqn,floor", "--mode", "perfect", "--mode", "forecast", "-j", "2"]
+    code, _, err = run_cli([*args, "--steps", "12"], monkeypatch, capsys)
+    assert code == 0, err
+    assert err.count("trained with a checkpoint penalty of 0.3 s") == 1 and "UserWarning" not in err, err

@@ -200,8 +200,14 @@ def simulate(
             console,
             title=f"{exp.name} · {m} mode · predictions: {scen.forecast_label[m]}",
         )
+    pl = scen.placement  # on nodes a change costs what it is: a resize in place, or a move
+    cost = (
+        f"penalty {exp.penalty_s:g} s"
+        if pl is None
+        else f"a change in place {pl.in_place_s:g} s, a task moved {pl.recreate_s:g} s"
+    )
     console.print(
-        f"{len(scen.task_names)} tasks x {exp.steps} steps, penalty {exp.penalty_s:g} s, budget "
+        f"{len(scen.task_names)} tasks x {exp.steps} steps, {cost}, budget "
         f"{exp.cpu.budget_millicores:g}m; {len(results)} runs in {elapsed:.1f} s"
     )
     if scen.interference:
