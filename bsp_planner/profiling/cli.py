@@ -99,7 +99,7 @@ def run(
         "less than --min-measure-s (a step that does almost nothing) fails its cell.",
     ),
     stress_ng: str = typer.Option("stress-ng", "--stress-ng", help="The stress-ng executable."),
-    cgroup_prefix: str = typer.Option("bsp-planner", "--cgroup-prefix", help="Parent cgroup for the runs' groups."),
+    cgroup_prefix: str = typer.Option("bsp-planner", "--cgroup-prefix", help="Parent cgroup of the runs' groups (<cgroup root>/<prefix>/<run>; for `run` it is a name start)."),
     cpu_shares: int = typer.Option(
         262144,
         "--cpu-shares",
@@ -214,7 +214,7 @@ def pairs(
     timeout: float = typer.Option(60.0, "--timeout", help="Seconds before a run is killed and logged as failed."),
     tasks: str | None = typer.Option(None, "--tasks", help="Only these tasks, comma-separated (default: all)."),
     stress_ng: str = typer.Option("stress-ng", "--stress-ng", help="The stress-ng executable."),
-    cgroup_prefix: str = typer.Option("bsp-planner", "--cgroup-prefix", help="Parent cgroup for the runs' groups."),
+    cgroup_prefix: str = typer.Option("bsp-planner", "--cgroup-prefix", help="Parent cgroup of the runs' groups (<cgroup root>/<prefix>/<run>; for `run` it is a name start)."),
     cpu_shares: int = typer.Option(262144, "--cpu-shares", help="As for `profile run`."),
     cfs_period_us: int = typer.Option(CFS_PERIOD_US, "--cfs-period-us", help="As for `profile run`."),
 ) -> None:
@@ -288,7 +288,7 @@ def calibrate(
     scaling: bool = typer.Option(True, "--scaling/--no-scaling", help="Also time CPU/2 and 2 x workload."),
     timeout: float = typer.Option(60.0, "--timeout", help="Seconds before a run is killed."),
     stress_ng: str = typer.Option("stress-ng", "--stress-ng", help="The stress-ng executable."),
-    cgroup_prefix: str = typer.Option("bsp-planner", "--cgroup-prefix", help="Parent cgroup for the runs' groups."),
+    cgroup_prefix: str = typer.Option("bsp-planner", "--cgroup-prefix", help="Parent cgroup of the runs' groups (<cgroup root>/<prefix>/<run>; for `run` it is a name start)."),
     cpu_shares: int = typer.Option(262144, "--cpu-shares", help="As for `profile run`."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Print every calibration run."),
 ) -> None:
