@@ -40,6 +40,7 @@ app = typer.Typer(help="Measure task durations over a grid of CPU limits x workl
 
 DEFAULT_JOB = data_path("jobs/thesis-8.toml")  # shipped (package data)
 _CPU_HELP = "CPU limits in millicores, comma-separated (1000 = one CPU)."
+_PREFIX_HELP = "Parent cgroup of the runs' groups (<cgroup root>/<prefix>/<run>; for `run` it is a name start)."
 _W_HELP = "Workload sizes, comma-separated (bogo-ops = ops_per_unit x workload)."
 
 
@@ -99,7 +100,7 @@ def run(
         "less than --min-measure-s (a step that does almost nothing) fails its cell.",
     ),
     stress_ng: str = typer.Option("stress-ng", "--stress-ng", help="The stress-ng executable."),
-    cgroup_prefix: str = typer.Option("bsp-planner", "--cgroup-prefix", help="Parent cgroup of the runs' groups (<cgroup root>/<prefix>/<run>; for `run` it is a name start)."),
+    cgroup_prefix: str = typer.Option("bsp-planner", "--cgroup-prefix", help=_PREFIX_HELP),
     cpu_shares: int = typer.Option(
         262144,
         "--cpu-shares",
@@ -214,7 +215,7 @@ def pairs(
     timeout: float = typer.Option(60.0, "--timeout", help="Seconds before a run is killed and logged as failed."),
     tasks: str | None = typer.Option(None, "--tasks", help="Only these tasks, comma-separated (default: all)."),
     stress_ng: str = typer.Option("stress-ng", "--stress-ng", help="The stress-ng executable."),
-    cgroup_prefix: str = typer.Option("bsp-planner", "--cgroup-prefix", help="Parent cgroup of the runs' groups (<cgroup root>/<prefix>/<run>; for `run` it is a name start)."),
+    cgroup_prefix: str = typer.Option("bsp-planner", "--cgroup-prefix", help=_PREFIX_HELP),
     cpu_shares: int = typer.Option(262144, "--cpu-shares", help="As for `profile run`."),
     cfs_period_us: int = typer.Option(CFS_PERIOD_US, "--cfs-period-us", help="As for `profile run`."),
 ) -> None:
@@ -288,7 +289,7 @@ def calibrate(
     scaling: bool = typer.Option(True, "--scaling/--no-scaling", help="Also time CPU/2 and 2 x workload."),
     timeout: float = typer.Option(60.0, "--timeout", help="Seconds before a run is killed."),
     stress_ng: str = typer.Option("stress-ng", "--stress-ng", help="The stress-ng executable."),
-    cgroup_prefix: str = typer.Option("bsp-planner", "--cgroup-prefix", help="Parent cgroup of the runs' groups (<cgroup root>/<prefix>/<run>; for `run` it is a name start)."),
+    cgroup_prefix: str = typer.Option("bsp-planner", "--cgroup-prefix", help=_PREFIX_HELP),
     cpu_shares: int = typer.Option(262144, "--cpu-shares", help="As for `profile run`."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Print every calibration run."),
 ) -> None:
