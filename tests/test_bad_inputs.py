@@ -1015,3 +1015,17 @@ def test_a_warning_raised_in_every_worker_process_is_shown_once(experiment, monk
     code, _, err = run_cli([*args, "--steps", "12"], monkeypatch, capsys)
     assert code == 0, err
     assert err.count("trained with a checkpoint penalty of 0.3 s") == 1 and "UserWarning" not in err, err
+
+
+# -- issue 32: --json on the remaining commands that print a table ---------------------------------------
+def test_profile_calibrate_json_is_one_document_on_stdout(monkeypatch, capsys):
+    args = ["profile", "calibrate", "--tasks", "atomic", "--checks", "1", "--no-scaling", "--target-s", "0.1"]
+    monkeypatch.setattr(sys, "argv", ["bsp-planner", *args, "--cpu", "1000", "--json"])
+    try:
+        cli.main()
+    except SystemExit as exc:
+        assert not exc.code
+    out = capsys.readouterr().out
+    doc = json.loads(out)  # nothing but the document
+    (row,) = doc["tasks"]
+    assert row["task"] == "atomic" and row["ops_per_unit"] > 0 and doc["cpu_millicores"] == 1000

@@ -11,6 +11,7 @@ Bad inputs raise InputError, which `bsp_planner.cli.main` prints before exiting 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import os
 from pathlib import Path
@@ -292,6 +293,9 @@ def calibrate(
     cgroup_prefix: str = typer.Option("bsp-planner", "--cgroup-prefix", help=_PREFIX_HELP),
     cpu_shares: int = typer.Option(262144, "--cpu-shares", help="As for `profile run`."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Print every calibration run."),
+    json_out: bool = typer.Option(
+        False, "--json", help="Print the suggestions as JSON on stdout instead of the table (messages go to stderr)."
+    ),
 ) -> None:
     """Suggest ops_per_unit per task so one run at CPU and WORKLOAD takes about TARGET_S seconds."""
     from .calibrate import calibrate_task
@@ -303,7 +307,7 @@ def calibrate(
     if checks < 1:
         raise InputError(f"expected at least 1, got {checks}", field="--checks")
     quota_us(cpu)
-    console = Console()
+    console = Console(stderr=json_out)  # with --json, stdout holds the JSON document only
     the_job = load_job(shipped_or_given(job, "jobs") or job)
     selected = select_tasks(the_job, _task_list(tasks))
     results: list[Calibration] = []
@@ -324,6 +328,10 @@ def calibrate(
                         log=console.print if verbose else None,
                     )
                 )
+    if json_out:
+        doc = {"cpu_millicores": cpu, "workload": workload, "target_s": target_s}
+        print_json({**doc, "tasks": [dataclasses.asdict(r) for r in results]})
+        return
     print_table(console, _calibration_table(results, cpu, workload, target_s))
     if scaling:
         console.print("ratios near 2 mean the stressor uses its whole CPU quota and costs ops linearly")
