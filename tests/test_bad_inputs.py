@@ -1029,3 +1029,14 @@ def test_profile_calibrate_json_is_one_document_on_stdout(monkeypatch, capsys):
     doc = json.loads(out)  # nothing but the document
     (row,) = doc["tasks"]
     assert row["task"] == "atomic" and row["ops_per_unit"] > 0 and doc["cpu_millicores"] == 1000
+
+
+@pytest.mark.slow
+def test_forecast_train_json_is_one_document_on_stdout(tmp_path, monkeypatch, capsys):
+    args = ["forecast", "train", "-f", "lstm", "--task", "affinity", "--set", "epochs=1", "--models", tmp_path]
+    code, out, err = run_cli([*args, "--json"], monkeypatch, capsys)
+    assert code == 0, err
+    doc = json.loads(out)  # nothing but the document on stdout
+    (row,) = doc["models"]
+    assert doc["job"] == "thesis-8" and row["task"] == "affinity" and row["epochs"] == 1
+    assert (tmp_path / "thesis-8" / "lstm" / "affinity.json").is_file()

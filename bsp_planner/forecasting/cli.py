@@ -203,6 +203,12 @@ def train(
     settings: SetOpt = None,
     models: ModelsOpt = None,
     shipped: ShippedOpt = False,
+    json_out: Annotated[
+        bool,
+        typer.Option(
+            "--json", help="Print the trained models as JSON on stdout instead of the table (messages go to stderr)."
+        ),
+    ] = False,
 ) -> None:
     """Train one model per task on the first half of its series and save it (Keras format + metadata)
     under ./models (or --models; --shipped: the package's shipped models)."""
@@ -220,19 +226,34 @@ def train(
     columns = ("forecaster", "task", "epochs", "best epoch", "val RMSE", "seconds")
     table = Table(*columns, title=f"trained models · job {ws.job.name}")
     total = time.perf_counter()
+    say = _say_err if json_out else _say
+    out = console if not json_out else err_console
+    trained: list[dict] = []
     for n in forecaster:
         folder = model_folder(models, ws.job.name, n)
         for i, p in enumerate(ws.prepared):
             prefix = task_prefix(ws, i, n)
-            _say(prefix, "training")
+            say(prefix, "training")
             t0 = time.perf_counter()
-            f = train_one(ws, n, p, say=prefixed(_say, prefix))
+            f = train_one(ws, n, p, say=prefixed(say, prefix))
             assert isinstance(f, LearnedForecaster)  # checked with is_learned above
             f.save(folder, p.task, extra={"data": ws.data_identity(p)})
             dt = time.perf_counter() - t0
             info = f.info
             val = info.get("val_rmse")
-            _say(prefix, f"done in {dt:.1f} s" + (f", validation RMSE {val:.3f}" if val is not None else ""))
+            say(prefix, f"done in {dt:.1f} s" + (f", validation RMSE {val:.3f}" if val is not None else ""))
+            trained.append(
+                {
+                    "forecaster": n,
+                    "task": p.task,
+                    "epochs": info.get("epochs_run"),
+                    "best_epoch": info.get("best_epoch"),
+                    "kept_start": bool(info.get("kept_start")),
+                    "val_rmse": val,
+                    "seconds": round(dt, 3),
+                    "folder": str(folder),
+                }
+            )
             table.add_row(
                 n,
                 p.task,
@@ -241,13 +262,16 @@ def train(
                 f"{val:.3f}" if val is not None else "-",
                 f"{dt:.1f}",
             )
-    print_table(console, table)
+    if json_out:
+        print_json({"job": ws.job.name, "models": trained})
+    else:
+        print_table(console, table)
     where = ", ".join(str(model_folder(models, ws.job.name, n)) for n in forecaster)
-    console.print(
+    out.print(
         f"trained {len(forecaster) * len(ws.prepared)} models in {time.perf_counter() - total:.1f} s; saved in {where}"
     )
     if not shipped:
-        console.print(f"forecast with them: bsp-planner forecast predict --models {models}", highlight=False)
+        out.print(f"forecast with them: bsp-planner forecast predict --models {models}", highlight=False)
 
 
 @app.command()
