@@ -96,9 +96,15 @@ def _register() -> None:
 _register()
 
 
+_shown: set[str] = set()  # input warnings already printed: each once, however often its check runs
+
+
 def _show_warning(message, category, filename, lineno, file=None, line=None, _default=warnings.showwarning) -> None:
-    """Warnings about inputs read as plain text, like errors; any other warning as Python shows it."""
+    """Warnings about inputs read as plain text, like errors, each once; any other warning as Python shows it."""
     if issubclass(category, InputWarning):
+        if str(message) in _shown:
+            return
+        _shown.add(str(message))
         err_console.print(f"[bold yellow]warning:[/] {escape(str(message))}", highlight=False)
     else:
         _default(message, category, filename, lineno, file, line)

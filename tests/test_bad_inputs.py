@@ -747,3 +747,296 @@ def test_a_run_id_outside_the_rule(run_id):
 
     with pytest.raises(InputError, match="--run-id"):
         check_run_id(run_id)
+
+
+# -- issue 32: a replayed run folder must be a whole run of numbers ----------------------------------
+def write_run_folder(folder: Path, steps: int = 5, workload: float = 30.0) -> Path:
+    """A live run's folder as `--actual` reads it: steps.jsonl, one record per step, every task at `workload`."""
+    folder.mkdir(parents=True)
+    records = [
+        {"step": k, "tasks": [{"task": t, "workload": workload, "observed_workload": workload} for t in THESIS_TASKS]}
+        for k in range(steps)
+    ]
+    (folder / "steps.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    return folder
+
+
+def damage_run_log(folder: Path, how: str) -> None:
+    path = folder / "steps.jsonl"
+    lines = path.read_text().splitlines()
+    if how == "missing":
+        del lines[2]
+        lines.append(lines[-1].replace('"step": 4', '"step": 5'))
+    elif how == "twice":
+        lines.insert(2, lines[1])
+    else:  # a reported workload that is not a number: NaN, text, null, a boolean
+        rec = json.loads(lines[3])
+        rec["tasks"][1]["observed_workload"] = {"nan": float("nan"), "text": "many", "null": None, "bool": True}[how]
+        lines[3] = json.dumps(rec)
+    path.write_text("\n".join(lines) + "\n")
+
+
+@pytest.mark.parametrize(
+    "how, needles",
+    [
+        ("missing", ["line 3", "field 'step'", "expected step 2, got 3"]),
+        ("twice", ["line 3", "field 'step'", "expected step 2, got 1", "logged twice"]),
+        ("nan", ["line 4", "observed_workload", "expected a finite number, got nan"]),
+        ("text", ["line 4", "observed_workload", "got 'many'"]),
+        ("null", ["line 4", "observed_workload", "got None"]),
+        ("bool", ["line 4", "observed_workload", "got True"]),
+    ],
+)
+def test_a_replayed_run_folder_with_a_gap_a_duplicate_or_a_non_number(
+    how, needles, tmp_path, experiment, monkeypatch, capsys
+):
+    run = write_run_folder(tmp_path / "runs" / "r1", steps=6)
+    code, _, err = run_cli(["simulate", experiment, "-q", "--actual", run, "-o", tmp_path / "o1"], monkeypatch, capsys)
+    assert code == 0, err  # the whole run replays
+    damage_run_log(run, how)
+    code, _, err = run_cli(["simulate", experiment, "-q", "--actual", run, "-o", tmp_path / "o2"], monkeypatch, capsys)
+    assert code == 2 and "Traceback" not in err and "steps.jsonl" in err, err
+    for n in needles:
+        assert n in err, err
+    assert not (tmp_path / "o2").exists()
+
+
+def test_a_torn_last_line_of_a_replayed_run_is_dropped(tmp_path, experiment, monkeypatch, capsys):
+    run = write_run_folder(tmp_path / "r", steps=6)
+    with (run / "steps.jsonl").open("a") as fh:
+        fh.write('{"step": 6, "tas')
+    code, _, err = run_cli(["simulate", experiment, "-q", "--actual", run, "-o", tmp_path / "o"], monkeypatch, capsys)
+    assert code == 0, err
+
+
+# -- issue 32: profile pairs checks its numbers and stress-ng before it makes a file -----------------
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--workload", "inf"], "expected a positive finite workload, got inf"),
+        (["--workload", "nan"], "expected a positive finite workload, got nan"),
+        (["--stress-ng", "/no/such/stress-ng"], "stress-ng not found"),
+    ],
+)
+def test_profile_pairs_refuses_before_making_any_file(args, needle, tmp_path, monkeypatch, capsys):
+    out = tmp_path / "prof" / "pairs.csv"
+    code, _, err = run_cli(["profile", "pairs", "--out", out, "--tasks", "affinity,atomic", *args], monkeypatch, capsys)
+    assert code == 2 and needle in err and "Traceback" not in err, err
+    assert not (tmp_path / "prof").exists()
+
+
+@pytest.mark.parametrize("duration", ["nan", "-1", "0", "inf"])
+def test_a_pair_run_without_a_positive_duration_is_not_taken_as_measured(duration, tmp_path):
+    from bsp_planner.profiling.pairs import RUN_COLUMNS, _read_runs
+
+    runs = tmp_path / "pairs.runs.csv"
+    runs.write_text(",".join(RUN_COLUMNS) + f"\natomic,,20,1000,0,0.25\natomic,affinity,20,1000,0,{duration}\n")
+    with pytest.raises(InputError, match="expected a positive number of seconds") as err:
+        _read_runs(runs, 20.0, 1000.0)
+    assert err.value.line == 3 and "pairs.runs.csv" in str(err.value) and "duration_s" in str(err.value)
+
+
+@pytest.mark.parametrize("slowdown", ["1e300", "0.001", "1000"])
+def test_a_pair_slowdown_beyond_any_co_run_is_refused(slowdown, tmp_path):
+    from bsp_planner.inputs.pair_profiles import COLUMNS, load_pair_profile
+
+    pairs = tmp_path / "pairs.csv"
+    pairs.write_text(
+        ",".join(COLUMNS) + f"\naffinity,atomic,1.2,1.0,1.2,3,1000,20\natomic,affinity,{slowdown},1,1,3,1000,20\n"
+    )
+    with pytest.raises(InputError, match=r"slowdown: expected a factor in \[0.1, 100\]") as err:
+        load_pair_profile(pairs)
+    assert err.value.line == 3
+
+
+# -- issue 32: --set cannot set [[node]], in every command that takes --set ----------------------------
+@pytest.mark.parametrize("command", [["simulate"], ["run"], ["rl", "evaluate"]])
+@pytest.mark.parametrize("item", ["node=x", "node.cpu_millicores=4000", "node=[]"])
+def test_set_node_is_refused_as_a_list_of_tables(command, item, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_cli([*command, "--set", item], monkeypatch, capsys)
+    assert code == 2 and "Traceback" not in err and "[[node]] is a list of tables" in err, err
+    assert "field 'node" in err and list(tmp_path.iterdir()) == []
+
+
+# -- issue 32: forecast --set ensemble.weights reaches the ensemble asked for, one weight per member ------
+def test_ensemble_weights_from_the_command_line_weigh_the_members(tmp_path, monkeypatch, capsys):
+    name = "ensemble:persistence,seasonal-naive"
+    rmse = {}
+    for weights in ("1,0", "0,1"):
+        args = ["forecast", "evaluate", "-f", name, "-f", "persistence", "-f", "seasonal-naive", "--task", "atomic"]
+        code, out, err = run_cli(
+            [*args, "--set", f"ensemble.weights={weights}", "--json", "-o", tmp_path / weights], monkeypatch, capsys
+        )
+        assert code == 0, err
+        overall = json.loads(out)["overall"]  # stdout holds the JSON document only
+        rmse[weights] = {k: v["mean_rmse"] for k, v in overall.items()}
+    assert rmse["1,0"][name] == rmse["1,0"]["persistence"] != rmse["0,1"][name] == rmse["0,1"]["seasonal-naive"]
+
+
+@pytest.mark.parametrize("forecaster, members", [("ensemble:persistence,seasonal-naive", 2), ("ensemble", 2)])
+@pytest.mark.parametrize("command", ["evaluate", "predict"])
+def test_more_weights_than_members_are_refused_before_any_work(command, forecaster, members, monkeypatch, capsys):
+    code, _, err = run_cli(
+        ["forecast", command, "-f", forecaster, "--set", "ensemble.weights=1,1,1"], monkeypatch, capsys
+    )
+    assert code == 2 and f"expected {members} weights, one per member" in err and "got 3" in err, err
+    assert "ensemble.weights" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("strategies", ["static:3,static:03", "static:2,floor,static:2.0"])
+def test_one_strategy_spelt_two_ways_is_refused(strategies, experiment, monkeypatch, capsys, tmp_path):
+    code, _, err = run_cli(["simulate", experiment, "-q", "--strategies", strategies], monkeypatch, capsys)
+    assert code == 2 and "is listed more than once" in err and "--strategies" in err, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_rl_evaluate_refuses_an_unknown_strategy_before_any_forecast_work(monkeypatch, capsys):
+    import bsp_planner.rl.train as train
+
+    def boom(*args, **kwargs):
+        raise AssertionError("the environment's data was built before the strategies were checked")
+
+    monkeypatch.setattr(train, "build_data", boom)
+    code, _, err = run_cli(["rl", "evaluate", "-s", "mpc,bogus"], monkeypatch, capsys)
+    assert code == 2 and "unknown strategy 'bogus'" in err and "--strategies" in err and "Traceback" not in err, err
+
+
+# -- issue 32: a series is one value per time, in time order -------------------------------------------
+@pytest.mark.parametrize(
+    "lines, needles",
+    [
+        (["2020-01-01 00:00:00,5", "2020-01-01 00:30:00,6", "2020-01-01 00:10:00,7"], ["line 4", "increasing order"]),
+        (["2020-01-01 00:00:00,5", "2020-01-01 00:00:00,6"], ["line 3", "field 'timestamp'", "each once"]),
+        (["2020-01-01 00:00:00,5,9"], ["line 2", "expected 2 columns, got 3"]),
+    ],
+)
+def test_a_series_out_of_time_order_or_with_an_extra_column_is_refused(lines, needles, tmp_path):
+    from bsp_planner.inputs.series import read_series_csv
+
+    path = tmp_path / "s.csv"
+    path.write_text("timestamp,value\n" + "\n".join(lines) + "\n")
+    with pytest.raises(InputError) as err:
+        read_series_csv(path)
+    for n in needles:
+        assert n in str(err.value), err.value
+    path.write_text("timestamp,value,extra\n2020-01-01 00:00:00,5,9\n")
+    with pytest.raises(InputError, match="two columns"):
+        read_series_csv(path)
+
+
+# -- issue 32: what a one-pool or node experiment cannot use ---------------------------------------------
+def test_reconfigure_cost_in_a_one_pool_experiment_is_warned_about_in_simulate(
+    tmp_path, synthetic_profile, monkeypatch, capsys
+):
+    exp = write_experiment(tmp_path, synthetic_profile, strategies=["static:1"], modes=["perfect"], steps=5)
+    code, _, err = run_cli(["simulate", exp, "-q", "-o", tmp_path / "o1"], monkeypatch, capsys)
+    assert code == 0 and "reconfigure_cost" not in err, err
+    exp.write_text(exp.read_text() + "\n[reconfigure_cost]\nin_place_s = 0.5\n")
+    code, _, err = run_cli(["simulate", exp, "-q", "-o", tmp_path / "o2"], monkeypatch, capsys)
+    assert code == 0 and "[reconfigure_cost] is not used by simulate in a one-pool experiment" in err, err
+    assert "penalty_s (1 s)" in err and err.count("warning") == 1
+
+
+def test_a_budget_above_every_nodes_cpu_together_is_refused(tmp_path, synthetic_profile, monkeypatch, capsys):
+    exp = write_experiment(tmp_path, synthetic_profile, strategies=["static:1"], modes=["perfect"], steps=5)
+    nodes = "".join(f'\n[[node]]\nname = "n{i}"\ncpu_millicores = 3000\n' for i in range(2))
+    exp.write_text(exp.read_text() + nodes)  # 8000m budget, 6000m of nodes
+    code, _, err = run_cli(["simulate", exp, "-q"], monkeypatch, capsys)
+    assert code == 2 and "field 'cpu.budget_millicores'" in err and "8000m" in err and "(6000m)" in err, err
+    assert not (tmp_path / "out").exists()
+    code, _, err = run_cli(["simulate", exp, "-q", "--budget", "7000"], monkeypatch, capsys)
+    assert code == 2 and "(from --budget 7000" in err, err
+    exp.write_text(exp.read_text().replace("[cpu]", "[reconfigure_cost]\nin_place_s = 0.066\n\n[cpu]", 1))
+    code, out, err = run_cli(["simulate", exp, "-q", "--budget", "6000"], monkeypatch, capsys)
+    assert code == 0, err
+    # the footer says what a change costs on nodes, not the penalty_s it never charges
+    assert "a change in place 0.066 s, a task moved 1 s" in out and "penalty 1 s" not in out, out
+
+
+# -- issue 32: placeholders bsp-planner does not know are warned about ----------------------------------
+def test_an_unknown_or_unclosed_placeholder_is_warned_about(tmp_path):
+    job = tmp_path / "job.toml"
+    job.write_text(
+        'name = "j"\n[[task]]\nname = "t"\nprocess = ["prog", "{jobdir}/x", "--port", "{PORT}", "{port:t", '
+        '"{workload}", "${HOME}", "{\\"k\\": 1}", "{port:t}"]\n'
+    )
+    with pytest.warns(InputWarning) as caught:
+        load_job(job)
+    messages = [str(w.message) for w in caught if issubclass(w.category, InputWarning)]
+    flagged = sorted(m.split("'")[1] for m in messages)
+    assert flagged == ["{PORT}", "{jobdir}", "{port:t"], messages
+    assert all("job.toml" in m and "task[0].process" in m and "reaches the program as written" in m for m in messages)
+
+
+def test_the_shipped_jobs_hold_only_known_placeholders():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", InputWarning)
+        for job in sorted((DATA / "jobs").glob("*.toml")):
+            load_job(job)
+
+
+# -- issue 32: shipped traces and jobs by name, from any folder ------------------------------------------
+def test_a_shipped_trace_by_name_from_any_folder(tmp_path, monkeypatch, capsys):
+    from bsp_planner.inputs.shipped import data_dir, shipped_or_given
+
+    monkeypatch.chdir(tmp_path)
+    assert shipped_or_given(Path("particles-8"), "traces") == data_dir() / "traces" / "particles-8"
+    assert shipped_or_given(Path("helics-4"), "jobs") == data_dir() / "jobs" / "helics-4.toml"
+    (tmp_path / "particles-8").mkdir()  # a folder of that name here is the one meant
+    assert shipped_or_given(Path("particles-8"), "traces") == Path("particles-8")
+    (tmp_path / "particles-8").rmdir()
+    assert shipped_or_given(Path("nope"), "traces") == Path("nope")
+    args = ["simulate", "particles-8", "-q", "--mode", "perfect", "-s", "exppo", "--steps", "3"]
+    code, _, err = run_cli([*args, "--actual", "particles-8", "-o", tmp_path / "o"], monkeypatch, capsys)
+    assert code == 0, err
+    code, _, err = run_cli([*args, "--actual", "particles-3", "-o", tmp_path / "o3"], monkeypatch, capsys)
+    assert code == 2 and "traces/particles-3" in err, err  # the shipped trace was read: it has other tasks
+
+
+def test_the_helics_federation_without_helics_says_so_in_one_line(tmp_path, monkeypatch, capsys):
+    import importlib.util
+
+    from bsp_planner.apps.helics import local
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "helics" else real(name, *a))
+    with pytest.raises(SystemExit) as exc:
+        local.main(["--federates", "2", "--steps", "2", "--out", str(tmp_path / "ring")])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "the helics package is not installed" in err and "bsp-planner[cosim]" in err
+    assert not (tmp_path / "ring").exists()
+
+
+def test_a_warning_raised_in_every_worker_process_is_shown_once(experiment, monkeypatch, capsys):
+    """The shipped agent was trained at a 0.3 s penalty; this experiment charges 1 s: one warning, not
+    one per process or mode."""
+    args = ["simulate", experiment, "-q", "-s", "dqn,floor", "--mode", "perfect", "--mode", "forecast", "-j", "2"]
+    code, _, err = run_cli([*args, "--steps", "12"], monkeypatch, capsys)
+    assert code == 0, err
+    assert err.count("trained with a checkpoint penalty of 0.3 s") == 1 and "UserWarning" not in err, err
+
+
+# -- issue 32: --json on the remaining commands that print a table ---------------------------------------
+def test_profile_calibrate_json_is_one_document_on_stdout(monkeypatch, capsys):
+    args = ["profile", "calibrate", "--tasks", "atomic", "--checks", "1", "--no-scaling", "--target-s", "0.1"]
+    monkeypatch.setattr(sys, "argv", ["bsp-planner", *args, "--cpu", "1000", "--json"])
+    try:
+        cli.main()
+    except SystemExit as exc:
+        assert not exc.code
+    out = capsys.readouterr().out
+    doc = json.loads(out)  # nothing but the document
+    (row,) = doc["tasks"]
+    assert row["task"] == "atomic" and row["ops_per_unit"] > 0 and doc["cpu_millicores"] == 1000
+
+
+@pytest.mark.slow
+def test_forecast_train_json_is_one_document_on_stdout(tmp_path, monkeypatch, capsys):
+    args = ["forecast", "train", "-f", "lstm", "--task", "affinity", "--set", "epochs=1", "--models", tmp_path]
+    code, out, err = run_cli([*args, "--json"], monkeypatch, capsys)
+    assert code == 0, err
+    doc = json.loads(out)  # nothing but the document on stdout
+    (row,) = doc["models"]
+    assert doc["job"] == "thesis-8" and row["task"] == "affinity" and row["epochs"] == 1
+    assert (tmp_path / "thesis-8" / "lstm" / "affinity.json").is_file()

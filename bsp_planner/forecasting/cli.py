@@ -106,7 +106,8 @@ def _parse_settings(items: list[str] | None, names: list[str]) -> dict[str, dict
             fname, key = key.split(".", 1)
             if fname not in FORECASTERS:
                 raise InputError(f"unknown forecaster '{fname}'; known: {', '.join(FORECASTERS)}", field="--set")
-            targets = [fname]
+            # ensemble.KEY sets every ensemble asked for, `ensemble:a,b` too (its settings are the ensemble's)
+            targets = [n for n in names if fname == "ensemble" and FORECASTERS.members(n) is not None] or [fname]
         if not targets:
             raise InputError(
                 "settings apply to the learned forecasters (lstm, lstm-thesis, gbm, ensemble, ensemble-fit) only",
@@ -116,7 +117,10 @@ def _parse_settings(items: list[str] | None, names: list[str]) -> dict[str, dict
             out.setdefault(n, {})[key] = value
     for n, values in out.items():  # checked now, by the settings loader, before any data is read
         try:  # a forecaster without settings refuses any (baselines.NoSettings)
-            FORECASTERS.get(n).settings_type.from_dict(values)
+            cls = FORECASTERS.get(n)
+            checked = cls.settings_type.from_dict(values)
+            if n in names and getattr(cls, "members", None) and getattr(checked, "weights", None):
+                cls.resolve_weights(checked.weights)  # type: ignore[attr-defined]  # one weight per member
         except InputError as exc:
             raise InputError(f"{exc.message} (from --set)", field=exc.field) from None
     return out
@@ -155,8 +159,8 @@ def _context(experiment, job, tasks, horizon, gaps, settings, names, models, shi
         settings=_parse_settings(settings, names),
     )
     filled = [(p.task, p.filled) for p in ws.prepared if p.filled]
-    if filled:
-        console.print(
+    if filled:  # messages, on stderr: stdout may hold --json
+        err_console.print(
             "[yellow]gaps filled by interpolation:[/] " + ", ".join(f"{t} ({n} steps)" for t, n in filled),
             highlight=False,
         )
@@ -178,7 +182,7 @@ def _shipped_gap_policy(exp, job_path: Path) -> str:
         ):
             policy = meta["inputs"]["gaps"]
             if policy != "error":
-                console.print(
+                err_console.print(
                     f"[dim]gaps: {policy}, as the shipped forecasts in {folder} were made (--gaps to choose)[/]",
                     highlight=False,
                 )
@@ -199,6 +203,12 @@ def train(
     settings: SetOpt = None,
     models: ModelsOpt = None,
     shipped: ShippedOpt = False,
+    json_out: Annotated[
+        bool,
+        typer.Option(
+            "--json", help="Print the trained models as JSON on stdout instead of the table (messages go to stderr)."
+        ),
+    ] = False,
 ) -> None:
     """Train one model per task on the first half of its series and save it (Keras format + metadata)
     under ./models (or --models; --shipped: the package's shipped models)."""
@@ -216,19 +226,34 @@ def train(
     columns = ("forecaster", "task", "epochs", "best epoch", "val RMSE", "seconds")
     table = Table(*columns, title=f"trained models · job {ws.job.name}")
     total = time.perf_counter()
+    say = _say_err if json_out else _say
+    out = console if not json_out else err_console
+    trained: list[dict] = []
     for n in forecaster:
         folder = model_folder(models, ws.job.name, n)
         for i, p in enumerate(ws.prepared):
             prefix = task_prefix(ws, i, n)
-            _say(prefix, "training")
+            say(prefix, "training")
             t0 = time.perf_counter()
-            f = train_one(ws, n, p, say=prefixed(_say, prefix))
+            f = train_one(ws, n, p, say=prefixed(say, prefix))
             assert isinstance(f, LearnedForecaster)  # checked with is_learned above
             f.save(folder, p.task, extra={"data": ws.data_identity(p)})
             dt = time.perf_counter() - t0
             info = f.info
             val = info.get("val_rmse")
-            _say(prefix, f"done in {dt:.1f} s" + (f", validation RMSE {val:.3f}" if val is not None else ""))
+            say(prefix, f"done in {dt:.1f} s" + (f", validation RMSE {val:.3f}" if val is not None else ""))
+            trained.append(
+                {
+                    "forecaster": n,
+                    "task": p.task,
+                    "epochs": info.get("epochs_run"),
+                    "best_epoch": info.get("best_epoch"),
+                    "kept_start": bool(info.get("kept_start")),
+                    "val_rmse": val,
+                    "seconds": round(dt, 3),
+                    "folder": str(folder),
+                }
+            )
             table.add_row(
                 n,
                 p.task,
@@ -237,13 +262,16 @@ def train(
                 f"{val:.3f}" if val is not None else "-",
                 f"{dt:.1f}",
             )
-    print_table(console, table)
+    if json_out:
+        print_json({"job": ws.job.name, "models": trained})
+    else:
+        print_table(console, table)
     where = ", ".join(str(model_folder(models, ws.job.name, n)) for n in forecaster)
-    console.print(
+    out.print(
         f"trained {len(forecaster) * len(ws.prepared)} models in {time.perf_counter() - total:.1f} s; saved in {where}"
     )
     if not shipped:
-        console.print(f"forecast with them: bsp-planner forecast predict --models {models}", highlight=False)
+        out.print(f"forecast with them: bsp-planner forecast predict --models {models}", highlight=False)
 
 
 @app.command()

@@ -172,18 +172,34 @@ def _run_trace(
     path: Path, task_names: list[str], steps: int, start: int, valid_range: tuple[float, float] | None
 ) -> np.ndarray:
     """A live run's log (runs/<run-id>/steps.jsonl) as a trace: (tasks, steps) the workload each task ran
-    in each logged step (what it reported, else what it was assigned)."""
+    in each logged step (what it reported, else what it was assigned). Line k must be step k: a step
+    missing or logged twice would shift every later step, so it is refused, as is a workload that is not
+    a finite number. Only a torn last line (a crash mid-write, dropped on resume) is skipped."""
+    lines = open_text(path, "run log").read().splitlines()
     rows: list[list[float]] = []
-    for k, line in enumerate(path.read_text().splitlines()):
+    for k, line in enumerate(lines):
         try:
             rec = json.loads(line)
-            by_task = {x["task"]: x for x in rec["tasks"]}
-        except (ValueError, KeyError, TypeError):
-            break  # a torn last line, as a resumed run drops it
+        except ValueError:
+            if k == len(lines) - 1:
+                break  # a torn last line, as a resumed run drops it
+            raise InputError("expected a JSON record (one step per line)", path=path, line=k + 1) from None
+        if not isinstance(rec, dict) or not isinstance(rec.get("tasks"), list):
+            raise InputError("expected a step record with a 'tasks' list", path=path, line=k + 1)
+        step = rec.get("step")
+        if step != k or isinstance(step, bool):
+            what = "logged twice" if isinstance(step, int) and 0 <= step < k else "out of order or missing"
+            raise InputError(
+                f"expected step {k}, got {step!r} (a step {what}): the run log is not a whole run",
+                path=path,
+                line=k + 1,
+                field="step",
+            )
+        by_task = {x.get("task"): x for x in rec["tasks"] if isinstance(x, dict)}
         missing = [t for t in task_names if t not in by_task]
         if missing:
             raise InputError(f"the run has no task '{missing[0]}'", path=path, line=k + 1, field="forecast.actual")
-        rows.append([float(by_task[t].get("observed_workload", by_task[t]["workload"])) for t in task_names])
+        rows.append([_logged_workload(by_task[t], t, path, k + 1) for t in task_names])
     if len(rows) < start + steps:
         raise InputError(
             f"the run logged {len(rows)} steps but the experiment needs {start + steps} (--steps, --start)",
@@ -202,3 +218,12 @@ def _run_trace(
             field="workload",
         )
     return out
+
+
+def _logged_workload(entry: dict, task: str, path: Path, line: int) -> float:
+    """The workload a task ran in a logged step: what it reported, else what it was assigned; a finite number."""
+    key = "observed_workload" if "observed_workload" in entry else "workload"
+    value = entry.get(key)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise InputError(f"task '{task}': expected a finite number, got {value!r}", path=path, line=line, field=key)
+    return float(value)

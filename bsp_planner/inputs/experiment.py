@@ -250,7 +250,7 @@ class Experiment:
             return InputError(message, path=self.path, field=field)
 
         for fname, what in (("strategies", "strategy"), ("modes", "mode")):
-            items = getattr(self, fname)
+            items = [_same_strategy_key(s) for s in getattr(self, fname)]
             twice = sorted({s for s in items if items.count(s) > 1})
             if twice:  # it would run twice and write two identical rows
                 raise bad(
@@ -339,3 +339,12 @@ def load_experiment(path: str | Path, overrides: list[str] | None = None) -> Exp
         Experiment, path, "experiment", {"name": path.stem, "path": path.resolve()}, required=("job", "profile")
     )
     return _settings.apply_overrides(exp, overrides, flag="--set") if overrides else exp
+
+
+def _same_strategy_key(name: str) -> str:
+    """One spelling of a strategy: `static:03` and `static:3.0` are `static:3` (a number argument)."""
+    prefix, sep, arg = name.partition(":")
+    try:
+        return f"{prefix}:{float(arg):g}" if sep else name
+    except ValueError:
+        return name

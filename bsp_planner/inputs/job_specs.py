@@ -4,13 +4,14 @@ the rules that tie their fields together; :func:`bsp_planner.inputs.job.load_job
 from __future__ import annotations
 
 import re
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core.errors import InputError
+from ..core.errors import InputError, InputWarning
 from ..core.stressors import KNOWN_STRESSORS
 from ..core.structure import StepStructure, StructureError
-from .placeholders import host_refs, port_refs
+from .placeholders import KNOWN_NAMES, host_refs, port_refs, unknown_placeholders
 from .settings import setting
 
 TASK_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,62}")
@@ -286,6 +287,14 @@ class JobFile:
         )
         for args, where in places:
             for a in args:
+                for odd in unknown_placeholders(a):
+                    warnings.warn(
+                        f"{path}: {where}: {odd!r} is not a placeholder bsp-planner replaces (known: "
+                        + ", ".join(f"{{{n}}}" for n in KNOWN_NAMES)
+                        + ", {port:NAME}, {host:NAME}); it reaches the program as written",
+                        InputWarning,
+                        stacklevel=2,
+                    )
                 for refs, kind, known, what in checks:
                     for ref in refs(a):
                         if ref not in known:

@@ -29,6 +29,9 @@ from ..core.errors import InputError
 from .names import check_name
 
 COLUMNS = ("task", "co_task", "slowdown", "solo_s", "co_s", "runs", "cpu_millicores", "workload")
+# A co-runner under its own quota may make a task a little faster (noise) or many times slower (a shared
+# cache or memory bus), never 100 times: beyond these a number is a broken or hand-edited file.
+SLOWDOWN_RANGE = (0.1, 100.0)
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,9 @@ def _number(text: str, path: Path, line: int, column: str) -> float:
         raise InputError(f"{column}: expected a number, got {text!r}", path=path, line=line) from None
     if not math.isfinite(v) or v <= 0:
         raise InputError(f"{column}: expected a positive number, got {text!r}", path=path, line=line)
+    lo, hi = SLOWDOWN_RANGE
+    if column == "slowdown" and not lo <= v <= hi:
+        raise InputError(f"slowdown: expected a factor in [{lo:g}, {hi:g}], got {text!r}", path=path, line=line)
     return v
 
 

@@ -29,6 +29,25 @@ ENV_HOSTS = "BSP_HOSTS"  # every service's address: "name=host,name=host"
 ENV_JOB_DIR = "BSP_JOB_DIR"
 
 
+#: every placeholder name a job's arguments may hold: these, `{port:NAME}` and `{host:NAME}`
+KNOWN_NAMES = ("workload", "step", "task", "run_dir", "python", "job_dir", "port")
+# `{name}` or `{name:...}` shaped like a placeholder (not `${VAR}`, a shell's, nor a program's own JSON)
+_LOOKS_LIKE = re.compile(r"(?<!\$)\{([A-Za-z_][A-Za-z0-9_]*)(:[^{}]*)?\}")
+_UNCLOSED = re.compile(r"\{(port|host):[^{}]*$")
+
+
+def unknown_placeholders(arg: str) -> list[str]:
+    """The placeholder-shaped parts of one argument bsp-planner does not replace: a misspelt name
+    (`{jobdir}`, `{PORT}`), or an unclosed `{port:NAME`. They reach the program as written."""
+    out = [
+        m.group(0)
+        for m in _LOOKS_LIKE.finditer(arg)
+        if (m.group(2) is None and m.group(1) not in KNOWN_NAMES)
+        or (m.group(2) is not None and m.group(1) not in ("port", "host"))
+    ]
+    return out + [m.group(0) for m in _UNCLOSED.finditer(arg)]
+
+
 def port_refs(arg: str) -> list[str]:
     """The NAMEs of the `{port:NAME}` placeholders in one argument."""
     return PORT_REF.findall(arg)

@@ -36,9 +36,12 @@ def read_series_csv(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
     with open_text(path, "series") as fh:
         reader = csv.reader(fh)
         header = next(reader, None)
-        if header is None or [h.strip() for h in header[:2]] != ["timestamp", "value"]:
-            raise InputError("expected the header 'timestamp,value'", path=path, line=1)
+        if header is None or [h.strip() for h in header] != ["timestamp", "value"]:
+            got = f", got {','.join(header)!r}" if header else ""
+            raise InputError(f"expected the header 'timestamp,value' (two columns){got}", path=path, line=1)
         for lineno, row in enumerate(reader, start=2):
+            if len(row) > 2:
+                raise InputError(f"expected 2 columns, got {len(row)}", path=path, line=lineno)
             if len(row) < 2 or not row[1].strip():
                 raise InputError("missing value", path=path, line=lineno, field="value")
             try:
@@ -47,6 +50,14 @@ def read_series_csv(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
                 raise InputError(
                     f"expected an ISO timestamp, got {row[0]!r}", path=path, line=lineno, field="timestamp"
                 ) from exc
+            if stamps and stamp <= stamps[-1]:  # steps follow the file's order: a step repeated or out of place
+                raise InputError(
+                    f"expected a time after the previous line's {stamps[-1]}, got {row[0].strip()!r} "
+                    "(timestamps in increasing order, each once)",
+                    path=path,
+                    line=lineno,
+                    field="timestamp",
+                )
             stamps.append(stamp)
             values.append(finite_number(row[1], path, lineno, "value"))
     if not values:

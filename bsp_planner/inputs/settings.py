@@ -458,6 +458,12 @@ def flags_blamed(flagged: Iterable[tuple[str, str]], settings_file: str | Path |
         raise InputError(f"{exc.message} (from {flag} {given})", path=path, line=line, field=exc.field) from None
 
 
+def _is_table_list(tp: Any) -> bool:
+    """A list or tuple of settings tables (an array of tables in TOML, [[node]])."""
+    args = [a for a in typing.get_args(tp) if a is not Ellipsis]
+    return typing.get_origin(tp) in (list, tuple) and bool(args) and all(dataclasses.is_dataclass(a) for a in args)
+
+
 def _override(obj: Any, parts: list[str], text: str, flag: str, where: str) -> Any:
     """Set the field at `parts` (a path through nested settings) from text; `where` is the full key."""
     cls = type(obj)
@@ -469,6 +475,11 @@ def _override(obj: Any, parts: list[str], text: str, flag: str, where: str) -> A
         )
     tp = typing.get_type_hints(cls)[key]
     current = getattr(obj, key)
+    if _is_table_list(tp):  # [[node]]: several tables, each whole; a flag cannot say which one or all of it
+        raise InputError(
+            f"[[{key}]] is a list of tables, set in the settings file only ([[{key}]] blocks); {flag} cannot set it",
+            field=where,
+        )
     if len(parts) > 1:
         if not dataclasses.is_dataclass(tp):
             raise InputError(f"{key} is not a table; expected {flag} {key}=VALUE", field=where)

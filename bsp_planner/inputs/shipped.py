@@ -54,6 +54,16 @@ def data_path(relative: str) -> Path:
     return data_dir() / relative
 
 
+def shipped_or_given(given: Path | None, kind: str) -> Path | None:
+    """A path as given, or, when nothing is there and it is a bare name, the shipped one of that name:
+    `--actual particles-8` is data/traces/particles-8, `--job helics-4` data/jobs/helics-4.toml (kind:
+    "traces" or "jobs"), so that the docs' commands work from any folder."""
+    if given is None or given.exists() or len(given.parts) != 1:
+        return given
+    shipped = data_dir() / kind / (given.name if kind == "traces" else f"{given.stem}.toml")
+    return shipped if shipped.exists() else given
+
+
 def experiments_dir() -> Path:
     return data_dir() / "experiments"
 

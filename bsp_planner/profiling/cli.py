@@ -11,6 +11,8 @@ Bad inputs raise InputError, which `bsp_planner.cli.main` prints before exiting 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import math
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -25,7 +27,7 @@ from ..core.outputs import check_output_dir
 from ..core.tables import print_json, print_table
 from ..inputs.job import load_job
 from ..inputs.profiles import load_profile, metadata_path
-from ..inputs.shipped import data_path
+from ..inputs.shipped import data_path, shipped_or_given
 from .cgroups import CFS_PERIOD_US, quota_us
 from .grid import Grid, parse_levels, select_tasks, validate_grid
 
@@ -39,6 +41,7 @@ app = typer.Typer(help="Measure task durations over a grid of CPU limits x workl
 
 DEFAULT_JOB = data_path("jobs/thesis-8.toml")  # shipped (package data)
 _CPU_HELP = "CPU limits in millicores, comma-separated (1000 = one CPU)."
+_PREFIX_HELP = "Parent cgroup of the runs' groups (<cgroup root>/<prefix>/<run>; for `run` it is a name start)."
 _W_HELP = "Workload sizes, comma-separated (bogo-ops = ops_per_unit x workload)."
 
 
@@ -60,6 +63,11 @@ def _resumable(console: Console, runs: Path) -> Iterator[None]:
     except KeyboardInterrupt:
         console.print(f"[yellow]interrupted[/]: every finished run is in {runs}; run the same command again to resume")
         raise typer.Exit(130) from None
+
+
+def _check_workload(workload: float) -> None:
+    if not (math.isfinite(workload) and workload > 0):
+        raise InputError(f"expected a positive finite workload, got {workload:g}", field="--workload")
 
 
 @app.command("run")
@@ -93,7 +101,7 @@ def run(
         "less than --min-measure-s (a step that does almost nothing) fails its cell.",
     ),
     stress_ng: str = typer.Option("stress-ng", "--stress-ng", help="The stress-ng executable."),
-    cgroup_prefix: str = typer.Option("bsp-planner", "--cgroup-prefix", help="Parent cgroup for the runs' groups."),
+    cgroup_prefix: str = typer.Option("bsp-planner", "--cgroup-prefix", help=_PREFIX_HELP),
     cpu_shares: int = typer.Option(
         262144,
         "--cpu-shares",
@@ -143,7 +151,7 @@ def run(
     console = Console()
     grid = Grid(parse_levels(cpu, "--cpu"), parse_levels(workloads, "--workloads"), repeats)
     steps = ProcessSteps(warmup_steps, measure_steps, min_measure_s, max_measure_steps)
-    the_job = load_job(job)
+    the_job = load_job(shipped_or_given(job, "jobs") or job)
     if backend in ("kubernetes", "k8s"):
         from ..k8s.config import parse_node_selector
         from .kubernetes import KubernetesProfiler, default_profile_id, run_grid_kubernetes
@@ -208,7 +216,7 @@ def pairs(
     timeout: float = typer.Option(60.0, "--timeout", help="Seconds before a run is killed and logged as failed."),
     tasks: str | None = typer.Option(None, "--tasks", help="Only these tasks, comma-separated (default: all)."),
     stress_ng: str = typer.Option("stress-ng", "--stress-ng", help="The stress-ng executable."),
-    cgroup_prefix: str = typer.Option("bsp-planner", "--cgroup-prefix", help="Parent cgroup for the runs' groups."),
+    cgroup_prefix: str = typer.Option("bsp-planner", "--cgroup-prefix", help=_PREFIX_HELP),
     cpu_shares: int = typer.Option(262144, "--cpu-shares", help="As for `profile run`."),
     cfs_period_us: int = typer.Option(CFS_PERIOD_US, "--cfs-period-us", help="As for `profile run`."),
 ) -> None:
@@ -220,8 +228,7 @@ def pairs(
     from .runner import check_profile_path
 
     check_profile_path(out, "pair profile")
-    if not workload > 0:
-        raise InputError(f"expected a positive workload, got {workload:g}", field="--workload")
+    _check_workload(workload)
     if repeats < 1:
         raise InputError(f"expected at least 1, got {repeats}", field="--repeats")
     if not timeout > 0:
@@ -232,7 +239,7 @@ def pairs(
             f"two tasks at {cpu:g}m need {2 * cpu:g}m; this host gives {cores * 1000}m: lower --cpu", field="--cpu"
         )
     quota_us(cpu, cfs_period_us)
-    the_job = load_job(job)
+    the_job = load_job(shipped_or_given(job, "jobs") or job)
     selected = select_tasks(the_job, _task_list(tasks))
     other = [t.name for t in selected if t.kind != "stressor"]
     if other:
@@ -246,6 +253,7 @@ def pairs(
     backend = LocalBackend(
         stress_ng=stress_ng, prefix=cgroup_prefix, cpu_shares=cpu_shares or None, cfs_period_us=cfs_period_us
     )
+    backend.stress_ng_path()  # before the lock, the runs file and the metadata are made
     with output_lock(out, "--out"), backend, _resumable(console, runs_path(out)):
         report = measure_pairs(
             the_job,
@@ -282,9 +290,12 @@ def calibrate(
     scaling: bool = typer.Option(True, "--scaling/--no-scaling", help="Also time CPU/2 and 2 x workload."),
     timeout: float = typer.Option(60.0, "--timeout", help="Seconds before a run is killed."),
     stress_ng: str = typer.Option("stress-ng", "--stress-ng", help="The stress-ng executable."),
-    cgroup_prefix: str = typer.Option("bsp-planner", "--cgroup-prefix", help="Parent cgroup for the runs' groups."),
+    cgroup_prefix: str = typer.Option("bsp-planner", "--cgroup-prefix", help=_PREFIX_HELP),
     cpu_shares: int = typer.Option(262144, "--cpu-shares", help="As for `profile run`."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Print every calibration run."),
+    json_out: bool = typer.Option(
+        False, "--json", help="Print the suggestions as JSON on stdout instead of the table (messages go to stderr)."
+    ),
 ) -> None:
     """Suggest ops_per_unit per task so one run at CPU and WORKLOAD takes about TARGET_S seconds."""
     from .calibrate import calibrate_task
@@ -292,13 +303,12 @@ def calibrate(
 
     if not target_s > 0:
         raise InputError(f"expected a positive number of seconds, got {target_s:g}", field="--target-s")
-    if not workload > 0:
-        raise InputError(f"expected a positive workload, got {workload:g}", field="--workload")
+    _check_workload(workload)
     if checks < 1:
         raise InputError(f"expected at least 1, got {checks}", field="--checks")
     quota_us(cpu)
-    console = Console()
-    the_job = load_job(job)
+    console = Console(stderr=json_out)  # with --json, stdout holds the JSON document only
+    the_job = load_job(shipped_or_given(job, "jobs") or job)
     selected = select_tasks(the_job, _task_list(tasks))
     results: list[Calibration] = []
     with LocalBackend(stress_ng=stress_ng, prefix=cgroup_prefix, cpu_shares=cpu_shares or None) as backend:
@@ -318,6 +328,10 @@ def calibrate(
                         log=console.print if verbose else None,
                     )
                 )
+    if json_out:
+        doc = {"cpu_millicores": cpu, "workload": workload, "target_s": target_s}
+        print_json({**doc, "tasks": [dataclasses.asdict(r) for r in results]})
+        return
     print_table(console, _calibration_table(results, cpu, workload, target_s))
     if scaling:
         console.print("ratios near 2 mean the stressor uses its whole CPU quota and costs ops linearly")

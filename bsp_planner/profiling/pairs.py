@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import subprocess
 import time
 from collections.abc import Sequence
@@ -85,6 +86,14 @@ def _read_runs(path: Path, workload: float, cpu: float) -> dict[PairCell, float]
                 raise InputError(
                     "expected numbers in workload, cpu_millicores, repeat, duration_s", path=path, line=line
                 ) from None
+            if not (math.isfinite(d) and d > 0):
+                raise InputError(
+                    f"expected a positive number of seconds, got {rec['duration_s']!r}: delete the line to measure "
+                    "the run again",
+                    path=path,
+                    line=line,
+                    field="duration_s",
+                )
             if abs(w - workload) > 1e-9 or abs(c - cpu) > 1e-9:
                 raise InputError(
                     f"these runs are at {c:g}m and workload {w:g}, not {cpu:g}m and {workload:g}: pass the same "
@@ -175,8 +184,8 @@ def measure_pairs(
     cells = plan_cells(names, repeats)
     todo = [c for c in cells if c not in runs]
     report = PairReport(out, planned=len(cells), skipped=len(cells) - len(todo))
+    backend.check(tasks, job.path)  # a missing stress-ng is refused before any file is made
     ensure_csv(runs_file, RUN_COLUMNS)
-    backend.check(tasks, job.path)
     meta = {
         "format": 1,
         **host_info(),

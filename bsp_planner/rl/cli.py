@@ -24,7 +24,7 @@ from ..core import atomic
 from ..core.errors import InputError
 from ..core.outputs import check_output_dir, check_output_file
 from ..core.tables import print_json, print_table
-from ..inputs.settings import apply_flag_overrides, apply_overrides, flag_overrides
+from ..inputs.settings import apply_flag_overrides, apply_overrides, flag_overrides, flags_blamed
 from ..simulate.cli import QuietOpt
 
 if TYPE_CHECKING:
@@ -201,6 +201,7 @@ def evaluate(
     ] = False,
 ) -> None:
     """Run an agent and other planners on held-out steps; totals and reconfigurations."""
+    from ..simulate.runs import check_strategies
     from .agent import load_agent
     from .planner import default_agent_path
     from .settings import StepRange, load_env_settings, shipped_relative
@@ -209,6 +210,9 @@ def evaluate(
     console = Console(stderr=json_out)  # with --json, stdout holds the JSON document only
     if out is not None:
         check_output_file(out, "--out")  # before the runs
+    names = [x.strip() for x in strategies.split(",") if x.strip()]
+    with flags_blamed([("--strategies", f"strategies={strategies}")]):
+        check_strategies(names)  # before the forecasts the environment needs (minutes)
     ag = load_agent(agent if agent is not None else default_agent_path())
     extra = list(env_set or [])
     if eval_range is not None:
@@ -217,7 +221,6 @@ def evaluate(
     s = load_env_settings(env, extra) if env is not None else apply_overrides(ag.settings(), extra, flag="--env-set")
     if not strict and ag.train_range.overlaps(s.eval):
         console.print(f"[yellow]warning:[/] the agent was trained on steps {ag.train_range}, which overlap {s.eval}")
-    names = [x.strip() for x in strategies.split(",") if x.strip()]
     runs, data = evaluate_agent(ag, s, names, extra_overrides=list(set_ or []), strict=strict)
     rows = {k: v.to_dict() for k, v in runs.items()}
     if not json_out:

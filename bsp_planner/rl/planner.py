@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from ..core.errors import InputError
+from ..core.errors import InputError, InputWarning
 from ..planners.base import Decision, Planner, PlanningContext
 
 AGENT_ENV_VAR = "BSP_PLANNER_DQN_AGENT"
@@ -61,6 +61,7 @@ class RlPlanner(Planner):
             warnings.warn(
                 f"agent {a.path.name} was trained with a checkpoint penalty of {trained:g} s, this run charges "
                 f"{ctx.penalty_s:g} s; its decisions assume the former",
+                InputWarning,
                 stacklevel=2,
             )
         ctx.configs.ensure_all(n)  # every a_1..a_n configuration in one batch per frame length

@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import time
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 
-from ..core.errors import InputError
+from ..core.errors import InputError, InputWarning
 from ..core.filelock import output_lock
 from ..core.outputs import check_output_dir
 from ..inputs.settings import apply_flag_overrides, flag_overrides, flags_blamed
-from ..inputs.shipped import describe_experiment, experiment_names, find_experiment
+from ..inputs.shipped import describe_experiment, experiment_names, find_experiment, shipped_or_given
 
 if TYPE_CHECKING:
     from rich.progress import Progress
@@ -140,7 +141,7 @@ def simulate(
             ("--allocator", "planner.allocator", allocator),
             ("--forecasts", "forecast.source", _folder_from_cwd(forecasts)),
             ("--mode", "modes", mode),
-            ("--actual", "forecast.actual", actual),
+            ("--actual", "forecast.actual", shipped_or_given(actual, "traces")),
             ("--online", "online", online),
             ("--learn", "learn", learn),
             ("--true-profile", "true_profile", true_profile),
@@ -158,6 +159,14 @@ def simulate(
         )
     with flags_blamed(flagged, exp.path):
         check_strategies(exp.strategies, exp)
+    costs = exp.reconfigure_cost
+    if not exp.node and (costs.in_place_s is not None or costs.recreate_s is not None):
+        warnings.warn(
+            f"{exp.path}: [reconfigure_cost] is not used by simulate in a one-pool experiment (no [[node]]): every "
+            f"change is charged penalty_s ({exp.penalty_s:g} s); `run` plans with it",
+            InputWarning,
+            stacklevel=1,
+        )
     jobs = default_jobs() if jobs is None else check_jobs(jobs)
     out_dir = out if out is not None else exp.output_path
     out_flag = "--out" if out is not None else "output"
@@ -191,8 +200,14 @@ def simulate(
             console,
             title=f"{exp.name} · {m} mode · predictions: {scen.forecast_label[m]}",
         )
+    pl = scen.placement  # on nodes a change costs what it is: a resize in place, or a move
+    cost = (
+        f"penalty {exp.penalty_s:g} s"
+        if pl is None
+        else f"a change in place {pl.in_place_s:g} s, a task moved {pl.recreate_s:g} s"
+    )
     console.print(
-        f"{len(scen.task_names)} tasks x {exp.steps} steps, penalty {exp.penalty_s:g} s, budget "
+        f"{len(scen.task_names)} tasks x {exp.steps} steps, {cost}, budget "
         f"{exp.cpu.budget_millicores:g}m; {len(results)} runs in {elapsed:.1f} s"
     )
     if scen.interference:

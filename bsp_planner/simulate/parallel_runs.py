@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import warnings
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 
@@ -54,9 +55,14 @@ def _init(exp: Experiment, parent_pid: int) -> None:
         _SCENARIO = build_scenario(exp)
 
 
-def _run(pairs: list[tuple[str, str]]) -> list[StrategyResult]:
+def _run(pairs: list[tuple[str, str]]) -> tuple[list[StrategyResult], list[tuple[str, type[Warning]]]]:
+    """The pairs' results and the warnings they raised, for the parent to show (each once, not once per
+    process)."""
     assert _SCENARIO is not None
-    return [run_strategy(_SCENARIO, s, m) for m, s in pairs]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        results = [run_strategy(_SCENARIO, s, m) for m, s in pairs]
+    return results, [(str(w.message), w.category) for w in caught]
 
 
 def _units(pairs: list[tuple[str, str]]) -> list[list[int]]:
@@ -109,7 +115,10 @@ def run_pairs(
             futures = {pool.submit(_run, [pairs[i] for i in u]): u for u in order}
         for fut in as_completed(futures):
             unit = futures[fut]
-            for i, result in zip(unit, fut.result(), strict=True):  # an InputError in a worker is raised here
+            done, caught = fut.result()  # an InputError in a worker is raised here
+            for message, category in caught:
+                warnings.warn(message, category, stacklevel=1)
+            for i, result in zip(unit, done, strict=True):
                 results[i] = result
                 if on_done:
                     on_done(*pairs[i])

@@ -88,6 +88,14 @@ def _cluster(inputs: ScenarioInputs, durations: ScenarioDurations, slowdown: np.
         cluster = cluster_from_settings(exp.node, job.task_names, restore, cpu)
     except InputError as exc:
         raise InputError(exc.message, path=exp.path, field=exc.field) from exc
+    total = float(cluster.capacity_millicores.sum())
+    if cpu.budget_millicores > total + 1e-9:  # a budget no configuration that fits the nodes can spend
+        raise InputError(
+            f"a budget of {cpu.budget_millicores:g}m is more than the nodes give together ({total:g}m): lower it "
+            "or give the nodes more CPU",
+            path=exp.path,
+            field="cpu.budget_millicores",
+        )
     if cluster.placement == "given":
         return cluster
     if inputs.job_series is not None:

@@ -13,6 +13,7 @@ broker's output goes to ``OUT/broker.log``. Prints each step's workloads and the
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import subprocess
@@ -112,6 +113,8 @@ def main(argv: list[str] | None = None) -> int:
     model = {k: getattr(args, k) for k in MODEL_OPTIONS if getattr(args, k) is not None}
     if args.shape == "star" and args.federates < 2:
         p.error("--federates: a star needs a hub and at least one leaf")
+    if importlib.util.find_spec("helics") is None:  # every federate would fail, its cause only in its log
+        p.error(f"the helics package is not installed for {sys.executable}: pip install 'bsp-planner[cosim]'")
     result = run_federation(Path(args.out), args.federates, args.steps, model, shape=args.shape)
     for step in range(args.steps):
         row = [next((r["workload"] for r in per if r["step"] == step), None) for per in result["reports"]]
