@@ -1,0 +1,116 @@
+"""A step's in-place resizes issued together and awaited together (the shrinks, then the grows), and a resize
+the kubelet leaves pending (Deferred, Infeasible) taken back and reported, against FakeApiServer.
+
+FOR LOGIC TESTS ONLY: the fake "kubelet" applies a resize `resize_delay_s` after its patch and answers
+PodResizePending as the kubelet does since 1.33; nothing here says how long a real kubelet takes.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+pytest.importorskip(
+    "kubernetes", reason="the official kubernetes client is not installed (pip install 'bsp-planner[kubernetes]')"
+)
+
+from test_k8s_backend import backend, cpu_of, launch, worker
+
+from bsp_planner.runtime.backends.kubernetes.resizes import ResizePending
+from bsp_planner.testing.fake_apiserver import FakeApiServer
+
+TASKS = ("affinity", "atomic", "branch", "cache")
+
+
+def four_tasks(api: FakeApiServer, **kw):
+    b = backend(api, poll_s=0.02, **kw)
+    for t in TASKS:
+        b.start_task(launch(t), 1000)
+    b.wait_running()
+    return b
+
+
+def test_a_four_task_reconfiguration_costs_two_round_trips_not_four():
+    """Two shrinks and two grows with a 1 s resize: one batch of shrinks, one of grows, ~2 s in all (one
+    after another it was 4 s); every shrink is patched before any grow, so the budget holds in between."""
+    with FakeApiServer(resize_delay_s=1.0) as api:
+        api.add_node("node-a", "8")
+        b = four_tasks(api)
+        target = {"affinity": 500.0, "atomic": 600.0, "branch": 1400.0, "cache": 1500.0}
+        b.check_configuration(target)
+        calls = len(api.calls)
+        t0 = time.monotonic()
+        batches = b.resize_tasks(target)
+        took = time.monotonic() - t0
+        assert [(x.direction, sorted(x.tasks)) for x in batches] == [
+            ("shrink", ["affinity", "atomic"]),
+            ("grow", ["branch", "cache"]),
+        ]
+        assert all(1.0 <= x.seconds < 1.5 for x in batches)  # one round trip each
+        assert 2.0 <= took < 3.0  # at most two round trips (sequential resizes take 4 s and more)
+        patched = [c.name for c in api.calls[calls:] if c.resource == "pods/resize"]
+        shrunk = {b._pod_name(t) for t in ("affinity", "atomic")}
+        assert set(patched[:2]) == shrunk and len(patched) == 4  # the shrinks first, each pod patched once
+        assert [cpu_of(worker(api, b, t)) for t in TASKS] == ["500m", "600m", "1400m", "1500m"]
+        assert {e.task: e.mode for e in b.events[-4:]} == dict.fromkeys(TASKS, "in-place")
+
+
+def test_only_grows_cost_one_round_trip():
+    with FakeApiServer(resize_delay_s=0.3) as api:
+        api.add_node("node-a", "8")
+        b = four_tasks(api)
+        batches = b.resize_tasks({"affinity": 1200.0, "atomic": 1300.0})
+        assert [x.direction for x in batches] == ["grow"] and 0.3 <= batches[0].seconds < 0.8
+
+
+def test_a_deferred_resize_is_taken_back_and_reported_while_the_others_apply():
+    """Someone else's pod lands on the node as the grows arrive: the kubelet defers them; the backend takes
+    them back (the pod is asked for the CPU it holds) and says which, where and why."""
+    with FakeApiServer(resize_delay_s=0.05) as api:
+        api.add_node("node-a", "4")
+        b = four_tasks(api)  # 4 x 1000m: node-a is full
+        landed: list[str] = []
+
+        def land(ns: str, name: str) -> None:  # after the shrinks, before the first grow
+            if name == b._pod_name("cache") and not landed:
+                api.add_foreign_pod("other-team", "batch-job", "node-a", "300m")
+                landed.append(name)
+
+        api.before_resize = land
+        with pytest.raises(ResizePending) as caught:
+            b.resize_tasks({"affinity": 700.0, "atomic": 700.0, "branch": 1300.0, "cache": 1300.0})
+        exc = caught.value
+        # branch's grow still fits (the 300m left), cache's does not: deferred
+        assert exc.kind == "deferred" and set(exc.refused) == {"cache"}
+        assert all(r[0] == "Deferred" and r[1] == "node-a" for r in exc.refused.values())
+        assert "Deferred" in str(exc) and "node-a" in str(exc)
+        # taken back: the refused pods are asked for what they hold, the applied ones hold their new CPU
+        for t in exc.refused:
+            assert cpu_of(worker(api, b, t)) == "1" and b.tasks[t].millicores == 1000
+            assert exc.holds[t] == 1000
+        assert exc.holds["affinity"] == exc.holds["atomic"] == 700
+        assert [x.direction for x in b.batches[-2:]] == ["shrink", "grow"] and b.batches[-1].refused
+
+
+def test_an_infeasible_resize_is_never_retried_as_is():
+    with FakeApiServer(resize_delay_s=0.05) as api:
+        api.add_node("node-a", "4")
+        b = backend(api, poll_s=0.02, fit_check=False)
+        b.start_task(launch("affinity"), 1000)
+        b.wait_running()
+        calls = len(api.calls)
+        with pytest.raises(ResizePending) as caught:
+            b.resize_tasks({"affinity": 6000.0})  # more than node-a's allocatable: never
+        assert caught.value.kind == "infeasible" and caught.value.refused["affinity"][0] == "Infeasible"
+        patched = [c for c in api.calls[calls:] if c.resource == "pods/resize"]
+        assert len(patched) == 2  # the resize, then taken back: never asked again
+        deadline = time.monotonic() + 5
+        while True:  # the take-back applied: no resize left on the pod (the fake moves on with each request)
+            pod = b._cluster.get_pod(b._pod_name("affinity"))
+            if not any(c["type"].startswith("PodResize") for c in pod["status"]["conditions"]):
+                break
+            assert time.monotonic() < deadline, pod["status"]["conditions"]
+            time.sleep(0.02)
+        assert cpu_of(pod) == "1" and b.tasks["affinity"].millicores == 1000
+        assert pod["status"]["containerStatuses"][0]["resources"]["limits"]["cpu"] == "1"
