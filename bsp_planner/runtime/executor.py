@@ -265,7 +265,7 @@ class LiveExecutor:
                 current = np.array([self.levels_now[t] for t in self.tasks], dtype=np.int64)
                 levels = np.asarray(self.replan(next_step, current, exc), dtype=np.int64)
                 info = self.replanned.setdefault(next_step, {"why": [], "refused": {}})
-                info["why"].append(str(exc))
+                info["why"].append(getattr(exc, "message", None) or str(exc))
                 refused = getattr(exc, "refused", {})
                 info["refused"] |= {t: {"reason": r[0], "node": r[1], "millicores": r[3]} for t, r in refused.items()}
                 reasons = {r["reason"] for r in info["refused"].values()}

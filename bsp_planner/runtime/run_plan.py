@@ -234,7 +234,8 @@ class RunPlanning:
         refused = getattr(why, "refused", {})
         kind = getattr(why, "kind", None) or ("deferred" if refused else None)
         if kind is not None:
-            self.watchers.noticed(kind, str(why), tasks=len(refused), step=step)
+            self.say(f"step {step}: {getattr(why, 'message', None) or why}")
+            self.watchers.noticed(kind, getattr(why, "message", None) or str(why), tasks=len(refused), step=step)
         nodes = self.backend.cluster_nodes()
         record = self.cluster_record
         if nodes is None or record is None or self.predictions is not None:

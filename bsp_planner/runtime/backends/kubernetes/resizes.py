@@ -200,15 +200,11 @@ class KubernetesResizes(KubernetesNodes):
                 self.sleep(self.poll_s)
         for task in refused:  # taken back: the pod keeps (and is asked for) the CPU it holds
             self._cluster.resize_pod(self._pod_name(task), M.resize_patch(self.tasks[task].millicores))
-        self.refused = {
-            task: (
-                "Infeasible" if st.resize_infeasible is not None else "Deferred",
-                st.node or "?",
-                (st.resize or "").removeprefix("pending:").strip(),
-                batch[task],
-            )
-            for task, st in refused.items()
-        }
+        self.refused = {}
+        for task, st in refused.items():
+            reason = "Infeasible" if st.resize_infeasible is not None else "Deferred"
+            message = (st.resize or "").removeprefix("pending:").strip().removeprefix(reason).strip()
+            self.refused[task] = (reason, st.node or "?", message, batch[task])
         return ResizeBatch(direction, list(batch), self.clock() - started, sorted(refused), time.time())
 
     def _pending(self, batch: ResizeBatch) -> ResizePending:
