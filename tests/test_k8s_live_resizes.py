@@ -23,7 +23,7 @@ from k8s_fixtures import NS, SECRET, kubelet
 from bsp_planner.k8s.binpack import pod_cpu_request
 from bsp_planner.k8s.names import cpu_millicores
 from bsp_planner.runtime.backends.kubernetes import KubernetesBackend
-from bsp_planner.runtime.coordinator import Coordinator
+from bsp_planner.runtime.coordinator import Coordinator, RunInterrupted
 from bsp_planner.testing.fake_apiserver import FakeApiServer
 
 from zk_fixtures import DATA, EXPERIMENT, JOB, settings, write_profile, zk_problem
@@ -59,12 +59,14 @@ class Noticed:
     def __init__(self) -> None:
         self.seen: list[tuple[str, str, dict]] = []
         self.steps: list[dict] = []
+        self.on_step = lambda rec: None
 
     def run_started(self, run_id, tasks, steps) -> None:
         pass
 
     def step_logged(self, rec) -> None:
         self.steps.append(rec)
+        self.on_step(rec)
 
     def noticed(self, kind, message, **counts) -> None:
         self.seen.append((kind, message, counts))
@@ -73,7 +75,7 @@ class Noticed:
         pass
 
 
-def run(tmp_path, zk_server, creds_file, api: FakeApiServer, run_id: str, exp: Path, watcher=None):
+def coordinator(tmp_path, zk_server, creds_file, api: FakeApiServer, run_id: str, exp: Path, watcher=None, **kw):
     backend = KubernetesBackend(
         run_id,
         kubeconfig=api.kubeconfig,
@@ -93,11 +95,21 @@ def run(tmp_path, zk_server, creds_file, api: FakeApiServer, run_id: str, exp: P
         backend=backend,
         say=said.append,
         watchers=[watcher] if watcher else None,
+        **kw,
     )
+    return coord, said
+
+
+def outputs(folder: Path) -> tuple[list[dict], dict]:
+    records = [json.loads(line) for line in (folder / "steps.jsonl").read_text().splitlines()]
+    return records, json.loads((folder / "summary.json").read_text())
+
+
+def run(tmp_path, zk_server, creds_file, api: FakeApiServer, run_id: str, exp: Path, watcher=None):
+    coord, said = coordinator(tmp_path, zk_server, creds_file, api, run_id, exp, watcher)
     result = coord.run()
     folder = tmp_path / "runs" / run_id
-    records = [json.loads(line) for line in (folder / "steps.jsonl").read_text().splitlines()]
-    return result, records, json.loads((folder / "summary.json").read_text()), said, folder
+    return (result, *outputs(folder), said, folder)
 
 
 def test_a_four_task_reconfiguration_costs_two_round_trips_and_is_planned_at_that(tmp_path, zk_server, creds_file):
@@ -136,10 +148,12 @@ def test_a_four_task_reconfiguration_costs_two_round_trips_and_is_planned_at_tha
 def test_a_node_that_loses_its_free_cpu_mid_run_is_replanned_within_the_step(tmp_path, zk_server, creds_file):
     """As the first step's grows arrive, someone else's pod takes every CPU the node has free: the kubelet
     defers the grows; the run takes them back, re-reads the nodes, re-plans that very step on what is free,
-    finishes without a stop, and says so (step log, summary, watchers, its output)."""
+    goes on without a stop, and says so (step log, summary, watchers, its output). Stopped after that step
+    and resumed, it makes the same decisions again (through the re-plan) and finishes."""
     secrets = {SECRET: {"auth": creds_file.read_text().strip()}}
-    exp = experiment(tmp_path / "exp", tasks=3, steps=4)
+    exp = experiment(tmp_path / "exp", tasks=3, steps=5)
     landed: list[float] = []
+    folder = tmp_path / "runs" / "k8s-deferred"
     with FakeApiServer(pod_runner=kubelet(tmp_path, secrets, workers_only=True), resize_delay_s=0.05) as api:
         api.add_node("node-a", "2")
 
@@ -155,18 +169,28 @@ def test_a_node_that_loses_its_free_cpu_mid_run_is_replanned_within_the_step(tmp
 
         api.before_resize = land
         watcher = Noticed()
-        result, records, summary, said, folder = run(tmp_path, zk_server, creds_file, api, "k8s-deferred", exp, watcher)
+        coord, said = coordinator(tmp_path, zk_server, creds_file, api, "k8s-deferred", exp, watcher)
+        watcher.on_step = lambda rec: coord.request_stop() if "replanned" in rec else None
+        with pytest.raises(RunInterrupted):
+            coord.run()
         assert landed, "no grow happened: the test's plan did not change"
+        first, _ = outputs(folder)
         foreign = api.pod("other-team", "batch-job")
-    assert result.status == "finished" and [r["step"] for r in records] == [0, 1, 2, 3]
+        room = 2000 - pod_cpu_request(foreign)
+        # the other team's job ended: the budget fits the node again, and the resume plans as the run did
+        with api.lock:
+            del api.state.pods[("other-team", "batch-job")]
+        resumed, said_after = coordinator(tmp_path, zk_server, creds_file, api, "k8s-deferred", exp, resume=True)
+        result = resumed.run()
+    records, summary = outputs(folder)
+    assert result.status == "finished" and [r["step"] for r in records] == [0, 1, 2, 3, 4]
     replanned = [r for r in records if "replanned" in r]
-    assert len(replanned) == 1
+    assert len(replanned) == 1 and replanned[0] == first[-1]  # the re-planned step, where the run stopped
     rec = replanned[0]
     assert rec["replanned"]["kind"] == "deferred"
     assert {x["reason"] for x in rec["replanned"]["refused"].values()} == {"Deferred"}
     assert all(x["node"] == "node-a" for x in rec["replanned"]["refused"].values())
-    # from the re-planned step on, the run holds no more than the node has left it
-    room = 2000 - pod_cpu_request(foreign)
+    # from the re-planned step on, the run holds no more than the node had left it (also once resumed)
     assert all(sum(t["cpu_millicores"] for t in r["tasks"]) <= room + 1e-6 for r in records[rec["step"] :])
     assert [k for k, _, _ in watcher.seen] == ["deferred", "replanned"]
     assert all(counts["step"] == rec["step"] for _, _, counts in watcher.seen)

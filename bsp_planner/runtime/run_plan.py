@@ -227,9 +227,9 @@ class RunPlanning:
         (tasks,). Says so (the run's output, the watchers: "deferred"/"infeasible", then "replanned") and
         records it in run.json's `replans`. Raises `why` again where the run cannot re-plan: the backend
         cannot read its nodes, the run's predictions are made step by step (online, learning), or the
-        tasks no longer fit the nodes at their minimum CPU; the run then stops, resumable."""
-        from ..inputs.experiment import NodeSettings
-
+        tasks no longer fit the nodes at their minimum CPU; the run then stops, resumable. The planner decides
+        from the configuration the step before ran with (as a resumed run replays it), whatever part of
+        the refused change was applied (`current`: what the pods hold now)."""
         assert self.backend is not None  # made in _prepare
         refused = getattr(why, "refused", {})
         kind = getattr(why, "kind", None) or ("deferred" if refused else None)
@@ -244,24 +244,15 @@ class RunPlanning:
                 if self.predictions is not None
                 else "the backend cannot read the cluster's nodes"
             )
-            self.say(f"step {step}: {why}; cannot re-plan on the nodes ({cause}): the run stops")
+            self.say(f"step {step}: cannot re-plan on the nodes ({cause}): the run stops")
             raise why
-        free = dict(nodes)
-        placed = {n["name"]: list(n["tasks"]) for n in record["nodes"]}
-        new_nodes = [NodeSettings(name, float(free.get(name, 0.0)), tasks) for name, tasks in placed.items()]
+        free = {name: float(m) for name, m in nodes}
         try:
-            self.exp = dataclasses.replace(self.exp, node=new_nodes)
-            self._build_scenario()
+            new_nodes = self._plan_on_free(loop, free)
         except InputError as exc:
-            self.say(
-                f"step {step}: {why}; the nodes' free CPU no longer holds the tasks ({exc.message}): the run stops"
-            )
+            self.say(f"step {step}: the nodes' free CPU no longer holds the tasks ({exc.message}): the run stops")
             raise why from None
-        self.ctx = dataclasses.replace(self.ctx, penalty_s=float(self.reconfigure_cost["planned_s"]))
-        loop.planner.reset(self.ctx)
-        loop.ctx = self.ctx
-        loop.ahead = None
-        levels = loop.planner.decide(step, current).levels
+        levels = loop.planner.decide(step, loop.current if loop.current is not None else current).levels
         capacity = ", ".join(f"{n.name} {n.cpu_millicores:.0f}m" for n in new_nodes)
         message = (
             f"step {step}: re-planned on the nodes' free CPU ({capacity}) after {kind or 'a refusal'}: "
@@ -274,6 +265,40 @@ class RunPlanning:
         ]
         self.store.write_meta(replans=replans)
         return np.asarray(levels, dtype=np.int64)
+
+    def _plan_on_free(self, loop, free: dict[str, float]) -> list:
+        """The planning context built again on `free` (node -> millicores free for the run), each task on the
+        node it runs on, handed to the loop's planner; the nodes (NodeSettings). InputError where the nodes
+        cannot hold the tasks (at their minimum CPU)."""
+        from ..inputs.experiment import NodeSettings
+
+        assert self.cluster_record is not None  # a run on nodes
+        placed = {n["name"]: list(n["tasks"]) for n in self.cluster_record["nodes"]}
+        new_nodes = [NodeSettings(name, float(free.get(name, 0.0)), tasks) for name, tasks in placed.items()]
+        before = self.exp
+        self.exp = dataclasses.replace(self.exp, node=new_nodes)
+        try:
+            self._build_scenario()
+        except InputError:
+            self.exp = before
+            raise
+        self.ctx = dataclasses.replace(self.ctx, penalty_s=float(self.reconfigure_cost["planned_s"]))
+        loop.planner.reset(self.ctx)
+        loop.ctx = self.ctx
+        loop.ahead = None  # a decision made ahead on the nodes before is made again
+        return new_nodes
+
+    def replay(self, loop, records: list[dict]) -> None:
+        """A resumed run's logged steps, made again by the loop (`StepLoop.replay`); at each step the run
+        re-planned (run.json's `replans`), the context is built again on the nodes it re-planned on first,
+        so the loop makes the decisions the run made."""
+        replans = {int(r["step"]): r for r in self.store.meta.get("replans", [])} if self.resume else {}
+        start = 0
+        for step in sorted(s for s in replans if s < len(records)):
+            loop.replay((np.asarray(r["levels"], dtype=np.int64), self._observation(r)) for r in records[start:step])
+            self._plan_on_free(loop, {k: float(v) for k, v in replans[step]["nodes"].items()})
+            start = step
+        loop.replay((np.asarray(r["levels"], dtype=np.int64), self._observation(r)) for r in records[start:])
 
     def cpu_of_levels(self, levels: np.ndarray) -> str:
         """'a 400m, b 600m' for a configuration (tasks,)."""
