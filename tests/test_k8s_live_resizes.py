@@ -131,7 +131,7 @@ def test_a_four_task_reconfiguration_costs_two_round_trips_and_is_planned_at_tha
         batches = r["resize_batches"]
         assert [b["direction"] for b in batches] == ["shrink", "grow"]  # a change under the budget: both ways
         assert all(1.0 <= b["seconds"] < 2.0 for b in batches)  # each batch one round trip of the 1 s resize
-        assert r["reconfig_s"] < sum(b["seconds"] for b in batches) + 0.5  # and little else
+        assert r["reconfig_s"] < sum(b["seconds"] for b in batches) + 1.0  # and little else (the fit check's reads)
         changed = sum(a != b for a, b in zip(cpu(r), cpu(records[r["step"] - 1]), strict=True))
         assert sum(b["tasks"] for b in batches) == changed
     assert max(sum(b["tasks"] for b in r["resize_batches"]) for r in changes) >= 3  # more pods than round trips
