@@ -150,3 +150,25 @@ def test_every_planned_reconfiguration_moves_cpu_both_ways_so_it_costs_two_batch
         assert np.array_equal(both, changed), (spec, levels[1:][changed & ~both])
         changes += int(changed.sum())
     assert changes > 0
+
+
+def test_one_task_that_fits_no_node_is_refused_naming_cpu_max_millicores():
+    """The in-cluster refusal of issue 33: the budget fits the nodes, but not one task's largest CPU; the
+    line says which setting to lower (the docs say so too)."""
+    from bsp_planner.core.errors import InputError
+
+    with FakeApiServer() as api:
+        api.add_node("node-a", "1")
+        api.add_node("node-b", "1")
+        api.add_foreign_pod("kube-system", "zookeeper-0", "node-a", "300m")
+        api.add_foreign_pod("kube-system", "coredns", "node-b", "300m")
+        b = backend(api)
+
+        class Job:
+            tasks = ()
+
+        with pytest.raises(InputError) as caught:
+            b.check(Job(), 1000, 1400, path="exp.toml")
+        assert caught.value.field == "cpu.max_millicores"
+        assert "one task may get up to 1000m but no node has more than 700m free" in caught.value.message
+        assert caught.value.message.endswith("lower cpu.max_millicores")
