@@ -152,6 +152,16 @@ class StepsEnded(Exception):
         self.step = step
 
 
+class Replanned(Exception):
+    """Raised by an executor's ``apply(step, ...)``: the platform could not take the configuration (a live
+    run's node lost free CPU), so the run re-planned and applied `levels` instead, in `reconfigure_s`
+    seconds; the loop's planner and context are already the re-planned ones."""
+
+    def __init__(self, levels: np.ndarray, reconfigure_s: float) -> None:
+        super().__init__("re-planned")
+        self.levels, self.reconfigure_s = np.asarray(levels, dtype=np.int64), float(reconfigure_s)
+
+
 class InvalidDecision(ValueError):
     """A planner returned a configuration the run cannot use (wrong shape, a level off the grid)."""
 
@@ -251,7 +261,11 @@ class StepLoop:
             actions[k], new, decision_ms[k] = self.ahead or self._decide(t, self.current)
             self.ahead = None
             reconfigured[k] = self.current is not None and not np.array_equal(new, self.current)
-            reconfigure_s[k] = executor.apply(t, new, bool(reconfigured[k]))
+            try:
+                reconfigure_s[k] = executor.apply(t, new, bool(reconfigured[k]))
+            except Replanned as r:  # the executor applied another configuration: the one step t runs with
+                new, reconfigure_s[k] = r.levels, r.reconfigure_s
+                reconfigured[k] = self.current is not None and not np.array_equal(new, self.current)
             if self.decide_ahead and t + 1 < self.ctx.steps:  # step t+1, from what was observed through t-1
                 self.ahead = self._decide(t + 1, new)
                 if prepare is not None:

@@ -54,7 +54,7 @@ def kubelet(
         command = c["command"] if "command" in c else (entrypoints or {})[c["image"]]
         argv = list(command) + list(c.get("args") or [])
         if workers_only:  # our worker, or the probe pod that measures an in-place resize (it sleeps)
-            assert c["command"] == ["bsp-planner"] or pod["metadata"]["name"].endswith("-resize-probe")
+            assert c["command"] == ["bsp-planner"] or "-resize-probe" in pod["metadata"]["name"]
         if argv[0] == "bsp-planner":
             if c["image"].startswith(NO_BSP_PLANNER):
                 raise FileNotFoundError(2, "No such file or directory", "bsp-planner")

@@ -45,7 +45,7 @@ def cluster():
     """The cluster, or a skip that says what is missing."""
     path = _kubeconfig()
     if not Path(path).is_file():
-        pytest.skip(f"no Kubernetes cluster: no kubeconfig at {path} (set KUBECONFIG)")
+        pytest.skip(f"no Kubernetes cluster runs here: no kubeconfig at {path} (set KUBECONFIG)")
     from kubernetes import client
 
     from bsp_planner.k8s.cluster import Cluster
@@ -69,8 +69,39 @@ def cluster():
     return {"conn": conn, "cluster": Cluster(conn), "version": version.git_version, "auth": auth, "kubeconfig": path}
 
 
+#: a CPU limit is a ceiling: load only adds time, so each cell's fastest repeat is the closest to what the
+#: limit allows; a quarter of a CPU must then take at least this many times as long as a whole one (4x when
+#: nothing else runs; a limit not enforced gives about 1x)
+LIMIT_RATIO_MIN = 1.8
+PROFILE_REPEATS = 3
+
+
+def limit_problems(rows: list[dict], ratio_min: float = LIMIT_RATIO_MIN) -> list[str]:
+    """The cells where the CPU limits do not show: for each task and workload, the fastest repeat must get
+    no faster as the CPU shrinks, by at least `ratio_min` from the largest CPU to the smallest. rows: the
+    profile's rows (task, workload, cpu_millicores, duration_s, repeat)."""
+    fastest: dict[tuple[str, float], dict[float, float]] = {}
+    for r in rows:
+        cell = fastest.setdefault((r["task"], float(r["workload"])), {})
+        c = float(r["cpu_millicores"])
+        cell[c] = min(cell.get(c, float("inf")), float(r["duration_s"]))
+    problems = []
+    for (task, w), by_cpu in sorted(fastest.items()):
+        cpus = sorted(by_cpu)
+        low, high = by_cpu[cpus[0]], by_cpu[cpus[-1]]
+        if low < ratio_min * high:
+            problems.append(
+                f"{task} workload {w:g}: {cpus[0]:g}m took {low:.2f} s, {cpus[-1]:g}m {high:.2f} s (fastest of the "
+                f"repeats): less than {ratio_min:g}x"
+            )
+    return problems
+
+
 def test_the_profiler_measures_a_grid_as_jobs_under_real_cpu_limits(cluster, tmp_path):
-    from bsp_planner.inputs.profiles import load_profile
+    """Each cell measured PROFILE_REPEATS times: on a busy cluster one repeat of a whole CPU can be slower
+    than a quarter (a limit is only a ceiling), the fastest of three is what the limit allows."""
+    import csv
+
     from bsp_planner.profiling.kubernetes import KubernetesProfiler, default_profile_id, run_grid_kubernetes
     from bsp_planner.profiling.runner import Grid
 
@@ -79,11 +110,12 @@ def test_the_profiler_measures_a_grid_as_jobs_under_real_cpu_limits(cluster, tmp
     profiler = KubernetesProfiler(
         cluster=cluster["cluster"], image=IMAGE, parallelism=2, poll_s=1.0, profile_id=default_profile_id(out)
     )
-    report = run_grid_kubernetes(job, out, Grid((250, 1000), (5, 10), 1), profiler, timeout_s=120, progress=False)
-    assert report.failures == [] and report.measured == 4
-    prof = load_profile(out).tasks["spin"]
-    # a quarter of a CPU is slower than a whole one: the Job's CPU limit is enforced
-    assert (prof.duration_s[:, 0] > 1.5 * prof.duration_s[:, 1]).all(), prof.duration_s
+    grid = Grid((250, 1000), (5, 10), PROFILE_REPEATS)
+    report = run_grid_kubernetes(job, out, grid, profiler, timeout_s=120, progress=False)
+    assert report.failures == [] and report.measured == 4 * PROFILE_REPEATS
+    with open(out, newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert limit_problems(rows) == []  # a quarter of a CPU is slower than a whole one: the limit is enforced
     assert profiler.nodes  # the CPU model of the node(s) that ran the cells
     assert cluster["cluster"].list_jobs(f"{N.LABEL_PROFILE}={profiler.profile_id}") == []
 

@@ -422,3 +422,25 @@ def test_profile_run_backend_kubernetes_on_the_command_line(api, tmp_path):
     meta = json.loads(metadata_path(out).read_text())
     assert meta["backend"] == "kubernetes" and meta["kubernetes"]["parallelism"] == 3
     assert meta["kubernetes"]["profile_id"] == default_profile_id(out)
+
+
+def test_the_cpu_limit_check_of_the_cluster_profiling_test_passes_a_busy_host_and_fails_a_broken_limit():
+    """The check of tests/test_k8s_e2e.py (which needs a cluster): the fastest of three repeats per cell.
+    A busy host where one repeat of a whole CPU took 3.13 s against a quarter's 1.91 s (one repeat, as the
+    test took before) passes once the other repeats show the limit; a limit not enforced (a quarter as fast
+    as a whole CPU, with the same noise) fails, naming the cell."""
+    from test_k8s_e2e import limit_problems
+
+    def rows(cells: dict[tuple[float, float], list[float]]) -> list[dict]:
+        return [
+            {"task": "spin", "workload": w, "cpu_millicores": c, "duration_s": d, "repeat": i}
+            for (w, c), ds in cells.items()
+            for i, d in enumerate(ds)
+        ]
+
+    whole = {(5, 1000): [3.13, 0.55, 0.61], (10, 1000): [2.32, 1.1, 1.3]}
+    busy = {(5, 250): [1.91, 2.4, 2.2], (10, 250): [5.59, 4.4, 4.6], **whole}
+    assert limit_problems(rows(busy)) == []
+    broken = {(5, 250): [0.56, 1.91, 0.6], (10, 250): [1.2, 5.59, 1.1], **whole}
+    problems = limit_problems(rows(broken))
+    assert len(problems) == 2 and problems[0].startswith("spin workload 5: 250m took 0.56 s, 1000m 0.55 s")

@@ -702,19 +702,24 @@ def test_the_backend_measures_a_pod_recreation_with_a_probe_pod_and_leaves_nothi
 # -- what an in-place resize costs (issue 23) -------------------------------------------------------------------
 @pytest.mark.parametrize("delay_s", [0.0, 0.5])
 def test_the_backend_measures_an_in_place_resize_until_the_kubelet_reports_it_applied(delay_s):
-    """The probe pod is resized down and up again; each resize counts until the kubelet's status shows the
-    new limit (the fake applies it after `delay_s`), so the measurement follows the kubelet, not the patch."""
+    """As many probe pods as the job has tasks are resized down and up again together, as a step's batch is;
+    each batch counts until the kubelet's status shows every new limit (the fake applies it after `delay_s`),
+    so the measurement follows the kubelet, not the patch; a reconfiguration is planned as two batches
+    (the shrinks, then the grows)."""
     with FakeApiServer(resize_delay_s=delay_s) as api:
         api.add_node("node-a", "4")
         b = checked(backend(api, zk_auth_secret=SECRET), _Task("a", "stressor"), _Task("b", "stressor"))
         cost = b.measure_reconfigure_cost("in-place")
-        assert cost is not None and delay_s <= cost < delay_s + 5
+        assert cost is not None and 2 * delay_s <= cost < 2 * delay_s + 5
         info = b.info()["kubernetes"]["in_place_probe"]
         assert info["seconds"] == pytest.approx(cost, abs=1e-3) and len(info["samples_s"]) == 3
+        assert info["batch_s"] == pytest.approx(cost / 2, abs=1e-3) and info["pods"] == 2
+        # one batch of two pods costs one round trip, not two
+        assert all(delay_s <= x < delay_s + 2 for x in info["samples_s"])
         assert info["millicores"] == [1500.0, 750.0]  # the average task's CPU (3000m / 2), and half of it
-        assert api.pods(NS) == []  # the probe is gone
+        assert api.pods(NS) == []  # the probes are gone
         resizes = [c for c in api.calls if c.resource == "pods/resize"]
-        assert len(resizes) == 3
+        assert len(resizes) == 6  # 3 batches x 2 pods
 
 
 def test_an_in_place_probe_is_not_measured_where_the_server_cannot_resize():

@@ -34,8 +34,6 @@ import threading
 from dataclasses import asdict
 from pathlib import Path
 
-import numpy as np
-
 from ..core.errors import InputError
 from ..inputs.profiles import warn_if_other_processor
 from ..inputs.shipped import data_path
@@ -248,7 +246,7 @@ class Coordinator(RunPlanning):
             decide_ahead=self.scen.decide_ahead,
         )
         try:
-            loop.replay((np.asarray(rec["levels"], dtype=np.int64), self._observation(rec)) for rec in records)
+            self.replay(loop, records)  # through the nodes of each re-plan the run made (run.json's replans)
         except ReplayMismatch as exc:
             raise InputError(str(exc), path=self.run_dir / "steps.jsonl", line=exc.step + 1) from None
         self._connect()

@@ -30,7 +30,7 @@ from ..zk.schema import (
     stop_value,
 )
 from ..zk.session import ZkSession
-from .backends import Backend, WorkerLaunch
+from .backends import Backend, TaskLost, WorkerLaunch
 from .own_share import RunGroupMembership
 from .quota_ahead import QuotasAhead
 from .run_settings import RunSettings
@@ -38,6 +38,8 @@ from .worker import EXIT_INPUT, EXIT_STRESS
 
 # after the driver's end, how long the tasks may take to report the step they were in, or to exit
 DRIVER_GRACE_S = 5.0
+# a reconfiguration the platform refuses is re-planned on the nodes' free CPU at most this many times per step
+MAX_REPLANS_PER_STEP = 3
 
 
 def ended_how(exit_code: int | None) -> str:
@@ -97,6 +99,13 @@ class LiveExecutor:
     ahead: QuotasAhead | None = field(default=None, init=False)
     # the coordinator's CPU share while the tasks saturate the CPUs
     own_share: RunGroupMembership = field(default_factory=RunGroupMembership, init=False)
+    # the last reconfiguration's in-place batches (a backend that resizes in batches: kubernetes), as logged
+    last_batches: list[dict] = field(default_factory=list, init=False)
+    # replan(step, levels_now (tasks,), why: the platform's refusal) -> the levels re-planned on the nodes'
+    # free CPU (the coordinator's RunPlanning.replan); None: a refusal stops the run, resumable
+    replan: Callable[[int, np.ndarray, TaskLost], np.ndarray] | None = field(default=None, init=False)
+    # step -> what made the run re-plan it and what it applied instead (the step log's `replanned`)
+    replanned: dict[int, dict] = field(default_factory=dict, init=False)
 
     # -- workers -----------------------------------------------------------------------------------
     def _launch(self, task: str) -> WorkerLaunch:
@@ -224,8 +233,10 @@ class LiveExecutor:
 
     def reconfigure(self, levels: np.ndarray, next_step: int) -> tuple[float, list[str]]:
         """Apply a new configuration to the tasks whose CPU changes (those not already written ahead for
-        next_step); (real seconds it took, written ahead included, tasks)."""
-        new = {t: int(levels[i]) for i, t in enumerate(self.tasks)}
+        next_step); (real seconds it took, written ahead included, tasks). Where the platform refuses it
+        (a configuration that no longer fits the nodes, a resize the kubelet leaves pending) and the run
+        can re-plan (:attr:`replan`), the configuration re-planned on the nodes' free CPU is applied
+        instead and recorded in :attr:`replanned`."""
         early: dict[str, float] = {}
         early_s = 0.0
         if self.ahead is not None:
@@ -233,21 +244,66 @@ class LiveExecutor:
             written = ahead.finish()
             if ahead.step == next_step:
                 early, early_s = written
-        changed = [t for t in self.tasks if self.levels_now[t] != new[t]]
         self.quota_at = dict(early)
-        if not changed:
+        self.last_batches = []
+        t0 = time.perf_counter()
+        changed_all: list[str] = []
+        events = getattr(self.backend, "events", None)  # what a backend that times each change did (kubernetes)
+        seen = len(events) if events is not None else 0
+        for attempt in range(MAX_REPLANS_PER_STEP + 1):
+            try:
+                changed_all += [t for t in self._apply(levels, next_step) if t not in changed_all]
+                break
+            except TaskLost as exc:
+                if self.replan is None or not getattr(exc, "replan_on_nodes", False) or attempt == MAX_REPLANS_PER_STEP:
+                    raise
+                holds = getattr(exc, "holds", {})  # what each pod holds now: a batch may have been half applied
+                for t, m in holds.items():
+                    if t in self.levels_now and abs(m - self.cpu_of(self.levels_now[t])) >= 0.5:
+                        self.levels_now[t] = int(levels[self.tasks.index(t)])
+                        changed_all.append(t)
+                current = np.array([self.levels_now[t] for t in self.tasks], dtype=np.int64)
+                levels = np.asarray(self.replan(next_step, current, exc), dtype=np.int64)
+                info = self.replanned.setdefault(next_step, {"why": [], "refused": {}})
+                info["why"].append(getattr(exc, "message", None) or str(exc))
+                refused = getattr(exc, "refused", {})
+                info["refused"] |= {t: {"reason": r[0], "node": r[1], "millicores": r[3]} for t, r in refused.items()}
+                reasons = {r["reason"] for r in info["refused"].values()}
+                info["kind"] = "infeasible" if "Infeasible" in reasons else "deferred" if reasons else "does_not_fit"
+                info["levels"] = levels.tolist()
+        if not changed_all:
             if early:
                 self.last_methods = dict.fromkeys(early, str(self.settings.reconfigure))
             return early_s, list(early)
-        t0 = time.perf_counter()
-        events = getattr(self.backend, "events", None)  # what a backend that times each change did (kubernetes)
-        seen = len(events) if events is not None else 0
+        # how each task really changed: the run's method, unless the backend fell back (a refused resize)
+        self.last_methods = {t: str(self.settings.reconfigure) for t in [*early, *changed_all]}
+        self.last_methods.update({e.task: e.mode for e in (events or [])[seen:] if e.task in self.last_methods})
+        return time.perf_counter() - t0 + early_s, [*early, *changed_all]
+
+    def _apply(self, levels: np.ndarray, next_step: int) -> list[str]:
+        """One attempt at `levels`: checked against the nodes, then applied (in place: the shrinks, then the
+        grows, each batch at once where the backend resizes in batches); the tasks changed."""
+        new = {t: int(levels[i]) for i, t in enumerate(self.tasks)}
+        changed = [t for t in self.tasks if self.levels_now[t] != new[t]]
+        if not changed:
+            return []
         self.backend.check_configuration({t: self.cpu_of(k) for t, k in new.items()})
         if self.settings.reconfigure == "in-place":
-            # shrink first, so that the sum of the quotas never exceeds the budget in between
-            for t in sorted(changed, key=lambda t: new[t] - self.levels_now[t]):
-                self.backend.resize_task(t, self.cpu_of(new[t]))
-                self.quota_at[t] = time.time()
+            batches = getattr(self.backend, "resize_tasks", None)
+            if batches is not None:  # issued together, awaited together: two round trips, not one per task
+                known = len(getattr(self.backend, "batches", []))
+                try:
+                    done = batches({t: self.cpu_of(new[t]) for t in changed})
+                finally:  # a refused batch is logged too
+                    self.last_batches += [b.as_dict() for b in getattr(self.backend, "batches", [])[known:]]
+                for b in done:
+                    self.quota_at |= dict.fromkeys(b.tasks, b.ended_at)
+                self.quota_at |= {t: time.time() for t in changed if t not in self.quota_at}
+            else:
+                # shrink first, so that the sum of the quotas never exceeds the budget in between
+                for t in sorted(changed, key=lambda t: new[t] - self.levels_now[t]):
+                    self.backend.resize_task(t, self.cpu_of(new[t]))
+                    self.quota_at[t] = time.time()
         else:
             for t in changed:
                 self.backend.recreate_task(self._launch(t), self.cpu_of(new[t]))
@@ -255,10 +311,7 @@ class LiveExecutor:
             self._wait_ready(changed, next_step)
             self.quota_at = dict.fromkeys(changed, time.time())
         self.levels_now |= {t: new[t] for t in changed}
-        # how each task really changed: the run's method, unless the backend fell back (a refused resize)
-        self.last_methods = {t: str(self.settings.reconfigure) for t in [*early, *changed]}
-        self.last_methods.update({e.task: e.mode for e in (events or [])[seen:] if e.task in self.last_methods})
-        return time.perf_counter() - t0 + early_s, [*early, *changed]
+        return changed
 
     # -- one step ----------------------------------------------------------------------------------
     def _barrier(self, t: int) -> StepBarrier | CountingBarrier:

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from ..core.steps import StepObservation
-from ..loop import InvalidDecision
+from ..loop import InvalidDecision, Replanned
 from .executor import LiveExecutor, RunFailed
 from .run_store import RunStoreUnwritable
 from .runlog import RunLog, effective_workloads, quota_timing, step_record
@@ -167,6 +167,8 @@ class LiveSteps:
         self.before_reconfigure()
         seconds, _ = self.executor.reconfigure(levels, step)
         self.quota_at = (step, dict(self.executor.quota_at))
+        if step in self.executor.replanned:  # the nodes lost room: another configuration runs this step
+            raise Replanned(np.asarray(self.executor.replanned[step]["levels"]), seconds)
         return seconds
 
     def observe(self, step: int) -> LiveObservation:
@@ -205,6 +207,7 @@ def run_logged(run, loop, records: list[dict], runlog: RunLog) -> None:
     """The remaining steps of `run` (the coordinator) through the one step loop on its live executor; every
     step is appended to `records` and to the run log (flushed) as it ends."""
     ex = run.executor
+    ex.replan = lambda step, current, why: run.replan(loop, step, current, why)  # on the nodes' free CPU
     steps = LiveSteps(
         ex,
         first_step=len(records),
@@ -230,6 +233,10 @@ def run_logged(run, loop, records: list[dict], runlog: RunLog) -> None:
             rec["start_s"] = steps.start_s
         elif step.reconfigured and len(set(ex.last_methods.values())) > 1:
             rec["reconfig_methods"] = dict(ex.last_methods)  # some tasks fell back to another method
+        if ex.last_batches and step.reconfigured:
+            rec["resize_batches"] = list(ex.last_batches)  # in place: each batch's tasks and seconds
+        if t in ex.replanned:
+            rec["replanned"] = {k: v for k, v in ex.replanned[t].items() if k != "levels"}
         if step.learning is not None:
             rec["learning"] = {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in step.learning.items()}
             rec["learned_step_s"] = float(np.max(step.learning["predicted_before_s"]))

@@ -18,6 +18,7 @@ from .live_steps import observation_of
 from .run_inputs import check_profile_matches, fit_profile, sha256
 from .run_settings import RunSettings
 from .run_store import RunStore, recorded_path
+from .watchers import Watchers
 
 
 class RunPlanning:
@@ -30,6 +31,9 @@ class RunPlanning:
     resume: bool
     backend: Backend | None
     say: Callable[[str], None]
+    watchers: Watchers
+    cluster_record: dict | None
+    reconfigure_cost: dict
 
     def _load(self) -> None:
         from ..inputs.experiment import load_experiment
@@ -205,8 +209,100 @@ class RunPlanning:
             key = m.replace("-", "_")
             self.reconfigure_cost[f"{key}_s"] = None if cost is None else float(cost)
             self.reconfigure_cost[f"{key}_source"] = src
+        probe = getattr(self.backend, "in_place_probe", None) or {}
+        if method == "in-place" and source.startswith("measured") and "batch_s" in probe:
+            # a step's resizes go in two batches (shrinks, then grows), each one round trip however many
+            # tasks change: the plan pays both, the cost of a change that moves CPU between tasks
+            self.reconfigure_cost["batch_s"] = probe["batch_s"]
+            self.reconfigure_cost["batches_per_reconfiguration"] = probe["batches_per_reconfiguration"]
+            self.reconfigure_cost["probe_pods"] = probe["pods"]
         article = "an" if method[:1] in "aeiou" else "a"  # an in-place, a recreate
         self.say(f"planning with {article} {method} reconfiguration cost of {planned:.4g} s ({source})")
+
+    def replan(self, loop, step: int, current: np.ndarray, why: Exception) -> np.ndarray:
+        """The platform refused step's configuration (a resize the kubelet left pending, or a configuration
+        that no longer fits the nodes: someone else's pod took a node's free CPU). Re-read the nodes, build
+        the planning context again on what is free for the run (each task kept on its node: in place, a pod
+        keeps it), hand it to the loop's planner, and return its configuration for `step` from `current`
+        (tasks,). Says so (the run's output, the watchers: "deferred"/"infeasible", then "replanned") and
+        records it in run.json's `replans`. Raises `why` again where the run cannot re-plan: the backend
+        cannot read its nodes, the run's predictions are made step by step (online, learning), or the
+        tasks no longer fit the nodes at their minimum CPU; the run then stops, resumable. The planner decides
+        from the configuration the step before ran with (as a resumed run replays it), whatever part of
+        the refused change was applied (`current`: what the pods hold now)."""
+        assert self.backend is not None  # made in _prepare
+        refused = getattr(why, "refused", {})
+        kind = getattr(why, "kind", None) or ("deferred" if refused else None)
+        if kind is not None:
+            self.say(f"step {step}: {getattr(why, 'message', None) or why}")
+            self.watchers.noticed(kind, getattr(why, "message", None) or str(why), tasks=len(refused), step=step)
+        nodes = self.backend.cluster_nodes()
+        record = self.cluster_record
+        if nodes is None or record is None or self.predictions is not None:
+            cause = (
+                "the run's predictions are made step by step (online forecasts, a learning model)"
+                if self.predictions is not None
+                else "the backend cannot read the cluster's nodes"
+            )
+            self.say(f"step {step}: cannot re-plan on the nodes ({cause}): the run stops")
+            raise why
+        free = {name: float(m) for name, m in nodes}
+        try:
+            new_nodes = self._plan_on_free(loop, free)
+        except InputError as exc:
+            self.say(f"step {step}: the nodes' free CPU no longer holds the tasks ({exc.message}): the run stops")
+            raise why from None
+        levels = loop.planner.decide(step, loop.current if loop.current is not None else current).levels
+        capacity = ", ".join(f"{n.name} {n.cpu_millicores:.0f}m" for n in new_nodes)
+        message = (
+            f"step {step}: re-planned on the nodes' free CPU ({capacity}) after {kind or 'a refusal'}: "
+            f"{self.cpu_of_levels(levels)}"
+        )
+        self.say(message)
+        self.watchers.noticed("replanned", message, step=step, tasks=len(self.tasks))
+        replans = list(self.store.meta.get("replans", [])) + [
+            {"step": step, "kind": kind or "does_not_fit", "nodes": {n.name: n.cpu_millicores for n in new_nodes}}
+        ]
+        self.store.write_meta(replans=replans)
+        return np.asarray(levels, dtype=np.int64)
+
+    def _plan_on_free(self, loop, free: dict[str, float]) -> list:
+        """The planning context built again on `free` (node -> millicores free for the run), each task on the
+        node it runs on, handed to the loop's planner; the nodes (NodeSettings). InputError where the nodes
+        cannot hold the tasks (at their minimum CPU)."""
+        from ..inputs.experiment import NodeSettings
+
+        assert self.cluster_record is not None  # a run on nodes
+        placed = {n["name"]: list(n["tasks"]) for n in self.cluster_record["nodes"]}
+        new_nodes = [NodeSettings(name, float(free.get(name, 0.0)), tasks) for name, tasks in placed.items()]
+        before = self.exp
+        self.exp = dataclasses.replace(self.exp, node=new_nodes)
+        try:
+            self._build_scenario()
+        except InputError:
+            self.exp = before
+            raise
+        self.ctx = dataclasses.replace(self.ctx, penalty_s=float(self.reconfigure_cost["planned_s"]))
+        loop.planner.reset(self.ctx)
+        loop.ctx = self.ctx
+        loop.ahead = None  # a decision made ahead on the nodes before is made again
+        return new_nodes
+
+    def replay(self, loop, records: list[dict]) -> None:
+        """A resumed run's logged steps, made again by the loop (`StepLoop.replay`); at each step the run
+        re-planned (run.json's `replans`), the context is built again on the nodes it re-planned on first,
+        so the loop makes the decisions the run made."""
+        replans = {int(r["step"]): r for r in self.store.meta.get("replans", [])} if self.resume else {}
+        start = 0
+        for step in sorted(s for s in replans if s < len(records)):
+            loop.replay((np.asarray(r["levels"], dtype=np.int64), self._observation(r)) for r in records[start:step])
+            self._plan_on_free(loop, {k: float(v) for k, v in replans[step]["nodes"].items()})
+            start = step
+        loop.replay((np.asarray(r["levels"], dtype=np.int64), self._observation(r)) for r in records[start:])
+
+    def cpu_of_levels(self, levels: np.ndarray) -> str:
+        """'a 400m, b 600m' for a configuration (tasks,)."""
+        return ", ".join(f"{t} {self.cpu_of(int(k)):g}m" for t, k in zip(self.tasks, levels, strict=True))
 
     def _observation(self, rec: dict):
         """What a logged step measured, as the loop learned from it when it ran (`live_steps.observation_of`)."""

@@ -130,6 +130,8 @@ def write_summary(run, records: list[dict], prepare_ms: float) -> tuple[dict, di
         "penalty_s_assumed": run.ctx.penalty_s,
         "reconfigure_cost": getattr(run, "reconfigure_cost", None),
         "reconfigure_measured": measured_by_method(records),
+        "reconfigure_planned_vs_measured": planned_vs_measured(run.ctx.penalty_s, records),
+        "replans": replans_of(records),
         "restarts": int(sum(r["restarts"] for r in records)),
         "rows": rows,
     }
@@ -196,6 +198,22 @@ def write_summary(run, records: list[dict], prepare_ms: float) -> tuple[dict, di
             f"- {method}: {m['count']} measured, median {m['median_s']:.4g} s (planned with {planned_as(run, method)})"
             for method, m in summary["reconfigure_measured"].items()
         ),
+        *(
+            [
+                f"- planned against measured cost per reconfiguration (the steps the run reconfigured itself): "
+                f"planned {p['planned_s']:.4g} s, measured mean {p['measured_mean_s']:.4g} s ({p['count']} "
+                f"reconfigurations, measured/planned {p['ratio']:.2f})"
+                + (
+                    f"; in-place batches per reconfiguration {p['batches_mean']:.2f} (at most 2: the shrinks, then "
+                    f"the grows), {p['batch_s_mean']:.4g} s per batch"
+                    if "batches_mean" in p
+                    else ""
+                )
+            ]
+            if (p := summary["reconfigure_planned_vs_measured"])
+            else []
+        ),
+        *(f"- step {r['step']}: re-planned on the nodes' free CPU ({replan_text(r)})" for r in summary["replans"]),
         f"- worker restarts: {summary['restarts']}",
         "",
         to_markdown(rows),
@@ -238,6 +256,43 @@ def measured_by_method(records: list[dict]) -> dict[str, dict]:
         m: {"count": len(v), "median_s": round(float(np.median(v)), 4), "mean_s": round(float(np.mean(v)), 4)}
         for m, v in sorted(by.items())
     }
+
+
+def planned_vs_measured(planned_s: float, records: list[dict]) -> dict | None:
+    """What the plan charged per reconfiguration against what the run's own reconfigurations (not a
+    resumed run's start, not one re-planned after the platform refused it) really cost: count, planned,
+    measured mean, their ratio, and, for in-place batches, batches per reconfiguration and seconds per
+    batch. None where the run reconfigured nothing."""
+    own = [r for r in records if r.get("reconfigured") and r.get("reconfig_method") != "start" and "replanned" not in r]
+    if not own:
+        return None
+    measured = float(np.mean([float(r["reconfig_s"]) for r in own]))
+    out = {
+        "count": len(own),
+        "planned_s": round(float(planned_s), 4),
+        "measured_mean_s": round(measured, 4),
+        "ratio": round(measured / planned_s, 3) if planned_s > 0 else None,
+    }
+    batches = [r["resize_batches"] for r in own if r.get("resize_batches")]
+    if batches:
+        out["batches_mean"] = round(float(np.mean([len(b) for b in batches])), 3)
+        out["batch_s_mean"] = round(float(np.mean([x["seconds"] for b in batches for x in b])), 4)
+    return out
+
+
+def replans_of(records: list[dict]) -> list[dict]:
+    """The steps the run re-planned on the nodes' free CPU (the platform refused their configuration)."""
+    return [
+        {"step": r["step"], "kind": r["replanned"].get("kind"), "refused": r["replanned"].get("refused", {})}
+        for r in records
+        if r.get("replanned")
+    ]
+
+
+def replan_text(r: dict) -> str:
+    """'deferred: b on node-a Deferred' for one of :func:`replans_of`."""
+    refused = ", ".join(f"{t} on {x['node']} {x['reason']}" for t, x in r["refused"].items())
+    return f"{r['kind']}: {refused}" if refused else str(r["kind"])
 
 
 def planned_as(run, method: str) -> str:

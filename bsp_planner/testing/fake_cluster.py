@@ -97,6 +97,9 @@ class FakeCluster:
         self._job_done_at: dict[tuple[str, str], tuple[float, JobOutcome]] = {}
         self._job_pods: dict[tuple[str, str], JobOutcome] = {}
         self.resources = FakeResources(self)  # CRDs and their objects, Events, Jobs whose pod died
+        # test control: before_resize(namespace, pod name) runs as a resize arrives, before the kubelet takes
+        # it (e.g. someone else's pod lands on the node: add_foreign_pod, and the resize is Deferred)
+        self.before_resize: Callable[[str, str], None] | None = None
 
     # -- test controls -----------------------------------------------------------------------------
     def add_node(
@@ -215,6 +218,13 @@ class FakeCluster:
             if pod["status"].get("phase") == "Pending" and key not in self._pending_delete:
                 self._schedule_and_start(key, pod, now)
         self._probe_readiness()
+        for key, pod in self.state.pods.items():  # the kubelet retries a Deferred resize once the room is there
+            pending = [c for c in pod["status"].get("conditions") or [] if c["type"] == "PodResizePending"]
+            node = pod["spec"].get("nodeName")
+            if pending and pending[0].get("reason") == "Deferred" and node in self.state.nodes:
+                if pod_cpu_request(pod) <= self._node_free(node, skip=key) + 1e-6:
+                    _resize_condition(pod, type="PodResizeInProgress", status="True")
+                    self._resize_at[key] = now + self.resize_delay_s
         for key, at in list(self._resize_at.items()):
             pod = self.state.pods.get(key)
             if pod is not None and now < at:
@@ -307,8 +317,10 @@ class FakeCluster:
 
     def _resize(self, ns: str, name: str, pod: dict) -> None:
         """A resize the patch made to the pod's spec, as the kubelet takes it (1.33+): Infeasible beyond the
-        node's allocatable CPU, Deferred beyond what the other pods leave, else in progress until
-        resize_delay_s has passed."""
+        node's allocatable CPU, Deferred beyond what the other pods leave (retried as room frees), else in
+        progress until resize_delay_s has passed."""
+        if self.before_resize is not None:
+            self.before_resize(ns, name)
         self._stamp(pod)
         if self._generations:  # a resize is a spec change: the kubelet acts on the new generation
             pod["metadata"]["generation"] = int(pod["metadata"].get("generation", 1)) + 1

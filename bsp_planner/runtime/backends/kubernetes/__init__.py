@@ -75,6 +75,7 @@ class KubernetesBackend(KubernetesResizes):
                 field="service.ready.log_line",
             )
         tasks = list(getattr(job, "tasks", ()))
+        self.task_count = max(1, len(tasks))
         self.probe_millicores = float(max(MIN_PROBE_MILLICORES, round(budget_millicores / max(1, len(tasks)))))
         self.images = {t.name: t.image for t in tasks if getattr(t, "image", None)}
         self.processes = {t.name for t in tasks if getattr(t, "kind", "stressor") == "process"}

@@ -14,7 +14,10 @@ from .pods import KubernetesPods
 
 class ConfigurationDoesNotFit(TaskLost):
     """A configuration cannot be placed on the nodes' allocatable CPU (checked before any pod changes, so
-    the run stops where it is and resumes once the cluster has room)."""
+    the run stops where it is and resumes once the cluster has room). Mid-run, the run first re-reads the
+    nodes and re-plans on what is free (executor.py)."""
+
+    replan_on_nodes = True
 
 
 class KubernetesNodes(KubernetesPods):

@@ -137,6 +137,10 @@ class KubernetesPods(Backend):
         self.recreate_probe: dict = {}  # what measure_reconfigure_cost('recreate') saw
         self.in_place_probe: dict = {}  # what measure_reconfigure_cost('in-place') saw
         self.events: list[ReconfigEvent] = []
+        self.batches: list = []  # each in-place batch of a reconfiguration (resizes.ResizeBatch)
+        # task -> (reason, node, the kubelet's message, millicores) of the resizes the kubelet left pending last
+        self.refused: dict[str, tuple[str, str, str, float]] = {}
+        self.task_count = 1  # the job's tasks (check): how many probe pods an in-place batch is measured with
         self.placement: dict[str, str] = {}  # task -> the node the plan put it on (place)
         self.warnings: list[str] = []
         self._mode: tuple[str, str] | None = None

@@ -2,15 +2,28 @@
 
 ``in-place`` patches the ``pods/resize`` subresource (Kubernetes 1.33+) and waits until the kubelet reports
 the new limit applied; ``recreate`` deletes the pod and creates it again (:mod:`.pods`). ``auto`` takes
-in-place where the server lists ``pods/resize``. A resize the kubelet calls Infeasible, or that is still
-pending after ``resize_timeout_s``, falls back to recreation, except for a process task (its state is in
-memory): the run then stops (:class:`ResizeRefused`), resumable, saying Infeasible or Deferred. Every
-reconfiguration is timed and kept in ``events`` (task, mode, seconds, detail) for the run log.
+in-place where the server lists ``pods/resize``.
+
+A step's reconfiguration (:meth:`KubernetesResizes.resize_tasks`) resizes its pods in two batches: every
+shrink patched at once and awaited together, then every grow, so the CPU the run holds never exceeds the
+budget in between and a reconfiguration costs at most two round trips, however many tasks change. A resize
+the kubelet leaves pending (``PodResizePending``: ``Deferred``, the node has no room now; ``Infeasible``,
+it never will) is taken back (the pod patched to the CPU it holds) and reported as :class:`ResizePending`:
+the run re-reads the nodes and re-plans on what is free, and never asks for the refused value again.
+
+A single :meth:`~KubernetesResizes.resize_task` (a quota written ahead in observe mode) waits instead: a
+resize the kubelet calls Infeasible, or that is still pending after ``resize_timeout_s``, falls back to
+recreation, except for a process task (its state is in memory): the run then stops
+(:class:`ResizeRefused`), resumable, saying Infeasible or Deferred. Every reconfiguration is timed and kept
+in ``events`` (task, mode, seconds, detail) for the run log, each batch in ``batches``.
 """
 
 from __future__ import annotations
 
 import statistics
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from ....core.errors import InputError
@@ -23,7 +36,10 @@ from .pods import IMAGE_PYTHON, PodLost, ReconfigEvent
 
 PROBE_TASK = "cost-probe"  # the task name of the pod that measures a recreation (never a job's task)
 MIN_PROBE_MILLICORES = 10
-IN_PLACE_PROBES = 3  # resizes of the in-place probe pod: down, up, down (the median is planned with)
+IN_PLACE_PROBES = 3  # batches of the in-place probe pods: down, up, down (the median is planned with)
+MAX_PROBE_PODS = 8  # the in-place probe resizes as many pods at once as the job has tasks, at most this many
+#: a reconfiguration under a CPU budget moves CPU from some tasks to others: a batch of shrinks, then of grows
+BATCHES_PER_RECONFIGURATION = 2
 PROBE_SLEEP = "import time; time.sleep(3600)"  # the in-place probe's container: runs until deleted
 #: method -> (what its probe measures, the experiment's setting that spares it)
 PROBED = {"in-place": ("an in-place resize", "in_place_s"), "recreate": ("a pod recreation", "recreate_s")}
@@ -32,6 +48,41 @@ PROBED = {"in-place": ("an in-place resize", "in_place_s"), "recreate": ("a pod 
 class ResizeRefused(TaskLost):
     """A process task cannot be resized in place (the kubelet calls it Infeasible, or defers it past the
     timeout, or its node has no room) and is never recreated behind its back: the run stops, resumable."""
+
+
+class ResizePending(TaskLost):
+    """The kubelet left some of a batch's resizes pending (``Deferred``: no room on the node now;
+    ``Infeasible``: more than the node has): they were taken back (each pod keeps the CPU it holds, in
+    ``KubernetesResizes.tasks``), the others applied. ``refused``: task -> (reason, node, the kubelet's
+    message, the millicores it refused). Unhandled, it stops the run, resumable."""
+
+    replan_on_nodes = True  # the run re-reads the nodes and re-plans on what is free (executor.py)
+
+    def __init__(self, message: str, refused: dict[str, tuple[str, str, str, float]], holds: dict[str, float]) -> None:
+        super().__init__(message, field="kubernetes")
+        self.refused = refused
+        self.holds = holds  # task -> the millicores its pod holds now (what applied, what was taken back)
+
+    @property
+    def kind(self) -> str:
+        """'infeasible' if any resize can never fit its node, else 'deferred'."""
+        return "infeasible" if any(r[0] == "Infeasible" for r in self.refused.values()) else "deferred"
+
+
+@dataclass
+class ResizeBatch:
+    """One batch of a reconfiguration: its direction ('shrink' or 'grow'), its tasks, the seconds from its
+    first patch until the kubelet reported the last one applied (or refused)."""
+
+    direction: str
+    tasks: list[str]
+    seconds: float
+    refused: list[str] = field(default_factory=list)
+    ended_at: float = 0.0  # time.time() when the last of its resizes was applied (the tasks' clock)
+
+    def as_dict(self) -> dict:
+        out = {"direction": self.direction, "tasks": len(self.tasks), "seconds": round(self.seconds, 4)}
+        return out | ({"refused": list(self.refused)} if self.refused else {})
 
 
 class KubernetesResizes(KubernetesNodes):
@@ -72,6 +123,105 @@ class KubernetesResizes(KubernetesNodes):
             if st.resize_infeasible
             else f"not applied after {self.resize_timeout_s:g} s ({_resize_progress(st)})"
         )
+        return self._after_failed_resize(task, millicores, why, started)
+
+    def resize_tasks(self, millicores: Mapping[str, float]) -> list[ResizeBatch]:
+        """A step's reconfiguration, task -> new CPU: the tasks check_configuration planned to recreate (or
+        every task, where the run does not resize in place) recreated one by one; the others resized in
+        place in two batches, the shrinks then the grows, each patched at once and awaited together.
+        Returns the batches (also appended to :attr:`batches`). Raises :class:`ResizePending` once the
+        batch that met a pending resize is over (the refused ones taken back; a grow batch is not started
+        after a shrink batch met one: the run re-plans first)."""
+        for task in millicores:
+            if task not in self.tasks:
+                raise InputError(f"task {task!r} is not running", field="task")
+        resizable = self._resizable() if self.mode == "in-place" else set()
+        elsewise = {
+            k: float(m) for k, m in millicores.items() if self.tasks[k].plan == "recreate" or k not in resizable
+        }
+        in_place = {k: float(m) for k, m in millicores.items() if k not in elsewise}
+        shrinks = {k: m for k, m in in_place.items() if m < self.tasks[k].millicores}
+        grows = {k: m for k, m in in_place.items() if k not in shrinks}
+        done: list[ResizeBatch] = []
+        for direction, batch in (("shrink", shrinks), ("recreate", elsewise), ("grow", grows)):
+            if direction == "recreate":  # one by one, between the batches: their room is freed by the shrinks
+                for task, m in batch.items():
+                    self.resize_task(task, m)  # recreation (or, for a process that ended, nothing to do)
+            elif batch:
+                done.append(self._resize_batch(direction, batch))
+                self.batches.append(done[-1])
+                if done[-1].refused:
+                    raise self._pending(done[-1])
+        return done
+
+    def _resizable(self) -> set[str]:
+        """The running tasks whose pods can be resized (a process that ended cannot, and need not be)."""
+        ended = {
+            task
+            for task in self.processes & set(self.tasks)
+            if pod_state(self._cluster.get_pod(self._pod_name(task))).phase == "Succeeded"
+        }
+        return set(self.tasks) - ended
+
+    def _resize_batch(self, direction: str, batch: Mapping[str, float]) -> ResizeBatch:
+        """Patch every pod of `batch` (task -> CPU), then read the run's pods (one list per poll) until each
+        resize is applied, refused (pending: Deferred or Infeasible, then taken back) or failed."""
+        started = self.clock()
+        names = {self._pod_name(task): task for task in batch}
+        for name, task in names.items():
+            self._cluster.resize_pod(name, M.resize_patch(batch[task]))
+        waiting = dict(names)
+        refused: dict[str, PodState] = {}
+        while waiting:
+            pods = {p["metadata"]["name"]: p for p in self._cluster.list_pods(N.run_selector(self.run_key))}
+            for name, task in list(waiting.items()):
+                st = self.tasks[task].last = pod_state(pods.get(name))
+                if st.problem:
+                    raise PodLost(
+                        f"task {task!r}: {st.problem} (pod {name}); the run stops and can be resumed",
+                        field="kubernetes",
+                    )
+                if resize_done(st, batch[task]):
+                    self.tasks[task].millicores = batch[task]
+                    self.tasks[task].plan = None
+                    self.events.append(ReconfigEvent(task, "in-place", batch[task], self.clock() - started))
+                    del waiting[name]
+                elif st.resize and st.resize.startswith("pending:"):  # Deferred or Infeasible: not now
+                    refused[task] = st
+                    del waiting[name]
+            if waiting and self.clock() >= started + self.resize_timeout_s:
+                task = next(iter(waiting.values()))
+                st = self.tasks[task].last or pod_state(None)
+                why = f"not applied after {self.resize_timeout_s:g} s ({_resize_progress(st)})"
+                for task in waiting.values():  # recreated (a process task: the run stops), never retried as is
+                    self._after_failed_resize(task, batch[task], why, started)
+                waiting = {}
+            elif waiting:
+                self.sleep(self.poll_s)
+        for task in refused:  # taken back: the pod keeps (and is asked for) the CPU it holds
+            self._cluster.resize_pod(self._pod_name(task), M.resize_patch(self.tasks[task].millicores))
+        self.refused = {}
+        for task, st in refused.items():
+            reason = "Infeasible" if st.resize_infeasible is not None else "Deferred"
+            message = (st.resize or "").removeprefix("pending:").strip().removeprefix(reason).strip()
+            self.refused[task] = (reason, st.node or "?", message, batch[task])
+        return ResizeBatch(direction, list(batch), self.clock() - started, sorted(refused), time.time())
+
+    def _pending(self, batch: ResizeBatch) -> ResizePending:
+        refused = {t: r for t, r in self.refused.items() if t in batch.refused}
+        parts = [
+            f"task {task!r} {self.tasks[task].millicores:g}m -> {m:g}m on node {node}: {reason} ({message})"
+            for task, (reason, node, message, m) in sorted(refused.items())
+        ]
+        holds = {task: t.millicores for task, t in self.tasks.items()}
+        return ResizePending(
+            f"the kubelet left {len(refused)} resize(s) pending, taken back: {'; '.join(parts)}", refused, holds
+        )
+
+    def _after_failed_resize(self, task: str, millicores: float, why: str, started: float) -> None:
+        """A resize not applied in time: a process task stops the run; any other task is recreated."""
+        t = self.tasks[task]
+        name = self._pod_name(task)
         if task in self.processes:
             raise ResizeRefused(
                 f"task {task!r}: the in-place resize of pod {name} from {t.millicores:g}m to {millicores:g}m "
@@ -81,7 +231,7 @@ class KubernetesResizes(KubernetesNodes):
                 field="kubernetes",
             )
         self._warn(f"in-place resize of {task!r} to {millicores:g}m: {why}; recreating the pod instead")
-        return self.recreate_task(t.launch, millicores, detail=f"resize failed: {why}", started=started)
+        self.recreate_task(t.launch, millicores, detail=f"resize failed: {why}", started=started)
 
     def _await_resize(self, name: str, millicores: float, started: float) -> PodState:
         """The pod's state once the kubelet applied `millicores`, called the resize Infeasible, the pod has a
@@ -169,39 +319,55 @@ class KubernetesResizes(KubernetesNodes):
         return ran_s + gone_s
 
     def _measure_in_place(self) -> float | None:
-        """The in-place half of :meth:`measure_reconfigure_cost` (the pod is deleted afterwards, and on failure)."""
-        name = N.dns_label(f"bsp-{self.run_key}-resize-probe")
+        """The in-place half of :meth:`measure_reconfigure_cost`: as many probe pods as the job has tasks
+        (:data:`MAX_PROBE_PODS` at most) resized at once, as a step's batch is, down to half and back
+        (:data:`IN_PLACE_PROBES` batches); a reconfiguration costs :data:`BATCHES_PER_RECONFIGURATION`
+        times the median batch. The pods are deleted afterwards, and on failure."""
+        count = max(1, min(MAX_PROBE_PODS, self.task_count))
+        names = [N.dns_label(f"bsp-{self.run_key}-resize-probe-{i}") for i in range(count)]
         high = self.probe_millicores
         low = float(max(MIN_PROBE_MILLICORES, round(high / 2)))
-        body = self._probe_body(name, high, [], [IMAGE_PYTHON, "-c", PROBE_SLEEP])
         samples: list[float] = []
         try:
-            self._delete_pods([name], 0)
-            self._cluster.create_pod(body)
+            self._delete_pods(names, 0)
+            for name in names:
+                self._cluster.create_pod(self._probe_body(name, high, [], [IMAGE_PYTHON, "-c", PROBE_SLEEP]))
             deadline = self.clock() + float(self.pending_timeout_s or 120.0)
-            while not (st := pod_state(self._cluster.get_pod(name))).running:
-                if st.problem or st.phase in ("Succeeded", "Failed") or st.fatal_waiting or self.clock() >= deadline:
-                    state = st.problem or st.waiting or st.phase
-                    self._cannot_measure("in-place", f"the probe pod {name} did not run ({state})")
-                    return None
-                self.sleep(self.poll_s)
+            for name in names:
+                while not (st := pod_state(self._cluster.get_pod(name))).running:
+                    if (
+                        st.problem
+                        or st.phase in ("Succeeded", "Failed")
+                        or st.fatal_waiting
+                        or self.clock() >= deadline
+                    ):
+                        state = st.problem or st.waiting or st.phase
+                        self._cannot_measure("in-place", f"the probe pod {name} did not run ({state})")
+                        return None
+                    self.sleep(self.poll_s)
             for i in range(IN_PLACE_PROBES):
                 target = low if i % 2 == 0 else high
                 started = self.clock()
-                self._cluster.resize_pod(name, M.resize_patch(target))
-                if not resize_done(st := self._await_resize(name, target, started), target):
-                    why = f"the probe pod {name}'s resize to {target:g}m was not applied ({_resize_progress(st)})"
-                    self._cannot_measure("in-place", why)
-                    return None
+                for name in names:
+                    self._cluster.resize_pod(name, M.resize_patch(target))
+                for name in names:
+                    if not resize_done(st := self._await_resize(name, target, started), target):
+                        why = f"the probe pod {name}'s resize to {target:g}m was not applied ({_resize_progress(st)})"
+                        self._cannot_measure("in-place", why)
+                        return None
                 samples.append(self.clock() - started)
         finally:
-            self._delete_pods([name], 0)
+            self._delete_pods(names, 0)
+        batch_s = statistics.median(samples)
         self.in_place_probe = {
-            "seconds": round(statistics.median(samples), 4),
+            "seconds": round(BATCHES_PER_RECONFIGURATION * batch_s, 4),
+            "batch_s": round(batch_s, 4),
+            "batches_per_reconfiguration": BATCHES_PER_RECONFIGURATION,
+            "pods": count,
             "samples_s": [round(x, 4) for x in samples],
             "millicores": [high, low],
         }
-        return statistics.median(samples)
+        return BATCHES_PER_RECONFIGURATION * batch_s
 
 
 def _timestamp(text: str | None) -> float | None:

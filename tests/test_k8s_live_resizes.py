@@ -1,0 +1,202 @@
+"""Live runs through the kubernetes backend against FakeApiServer: what a reconfiguration is planned to cost
+against what it costs (its resizes in two batches), and a node that loses its free CPU mid-run (someone
+else's pod lands as the run's resizes arrive: the kubelet defers them, the run re-plans on what is free).
+
+FOR LOGIC TESTS ONLY: the fake "kubelet" runs each pod's container here without a CPU limit and applies a
+resize `resize_delay_s` after its patch. The workers, ZooKeeper and stress-ng are real.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip(
+    "kubernetes", reason="the official kubernetes client is not installed (pip install 'bsp-planner[kubernetes]')"
+)
+
+from k8s_fixtures import NS, SECRET, kubelet
+
+from bsp_planner.k8s.binpack import pod_cpu_request
+from bsp_planner.k8s.names import cpu_millicores
+from bsp_planner.runtime.backends.kubernetes import KubernetesBackend
+from bsp_planner.runtime.coordinator import Coordinator, RunInterrupted
+from bsp_planner.testing.fake_apiserver import FakeApiServer
+
+from zk_fixtures import DATA, EXPERIMENT, JOB, settings, write_profile, zk_problem
+
+_problem = zk_problem() or (
+    None if shutil.which("stress-ng") else "stress-ng is not installed (apt-get install stress-ng)"
+)
+pytestmark = [pytest.mark.skipif(_problem is not None, reason=_problem or ""), pytest.mark.slow]  # live runs
+
+TASK_D = """
+[[task]]
+name = "d"
+stressor = "zero"
+ops_per_unit = 10
+series = {{ file = "{data}/ambient_temperature_system_failure.csv", first_row = 2001, last_row = 4000 }}
+"""
+
+
+def experiment(folder: Path, tasks: int, steps: int) -> Path:
+    """The tiny job of zk_fixtures (3 tasks; a fourth with `tasks=4`), 500m of budget per task."""
+    folder.mkdir(parents=True, exist_ok=True)
+    job = JOB.format(data=DATA / "datasets", ops_a=20) + (TASK_D.format(data=DATA / "datasets") if tasks == 4 else "")
+    (folder / "job.toml").write_text(job)
+    write_profile(folder / "profile.csv", tasks=("a", "b", "c", "d")[:tasks])
+    text = EXPERIMENT.format(steps=steps, penalty=0.3)
+    (folder / "exp.toml").write_text(text.replace("budget_millicores = 1500", f"budget_millicores = {500 * tasks}"))
+    return folder / "exp.toml"
+
+
+class Noticed:
+    """A RunWatcher that keeps what it was told."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str, dict]] = []
+        self.steps: list[dict] = []
+        self.on_step = lambda rec: None
+
+    def run_started(self, run_id, tasks, steps) -> None:
+        pass
+
+    def step_logged(self, rec) -> None:
+        self.steps.append(rec)
+        self.on_step(rec)
+
+    def noticed(self, kind, message, **counts) -> None:
+        self.seen.append((kind, message, counts))
+
+    def run_ended(self, status, message, summary) -> None:
+        pass
+
+
+def coordinator(tmp_path, zk_server, creds_file, api: FakeApiServer, run_id: str, exp: Path, watcher=None, **kw):
+    backend = KubernetesBackend(
+        run_id,
+        kubeconfig=api.kubeconfig,
+        namespace=NS,
+        image="bsp-planner:dev",
+        reconfigure="in-place",
+        worker_zk_hosts=zk_server.hosts,
+        zk_auth_secret=SECRET,
+        poll_s=0.02,
+        log_dir=tmp_path / "logs",
+    )
+    said: list[str] = []
+    coord = Coordinator(
+        settings(exp, zk_server, creds_file, planner="static:1", reconfigure="in-place"),
+        run_id,
+        tmp_path / "runs",
+        backend=backend,
+        say=said.append,
+        watchers=[watcher] if watcher else None,
+        **kw,
+    )
+    return coord, said
+
+
+def outputs(folder: Path) -> tuple[list[dict], dict]:
+    records = [json.loads(line) for line in (folder / "steps.jsonl").read_text().splitlines()]
+    return records, json.loads((folder / "summary.json").read_text())
+
+
+def run(tmp_path, zk_server, creds_file, api: FakeApiServer, run_id: str, exp: Path, watcher=None):
+    coord, said = coordinator(tmp_path, zk_server, creds_file, api, run_id, exp, watcher)
+    result = coord.run()
+    folder = tmp_path / "runs" / run_id
+    return (result, *outputs(folder), said, folder)
+
+
+def test_a_four_task_reconfiguration_costs_two_round_trips_and_is_planned_at_that(tmp_path, zk_server, creds_file):
+    """With a 1 s resize, every reconfiguration of a 4-task step takes at most two batches (~2 s; one pod
+    after another it took up to 4 s), and the plan charged what they cost: planned within 20% of measured."""
+    secrets = {SECRET: {"auth": creds_file.read_text().strip()}}
+    exp = experiment(tmp_path / "exp", tasks=4, steps=4)
+    with FakeApiServer(pod_runner=kubelet(tmp_path, secrets, workers_only=True), resize_delay_s=1.0) as api:
+        api.add_node("node-a", "4")
+        result, records, summary, said, folder = run(tmp_path, zk_server, creds_file, api, "k8s-batches", exp)
+    assert result.status == "finished"
+    changes = [r for r in records if r["reconfigured"] and r["reconfig_method"] == "in-place"]
+    assert len(changes) >= 2, [r["levels"] for r in records]
+
+    def cpu(rec: dict) -> list[float]:
+        return [t["cpu_millicores"] for t in rec["tasks"]]
+
+    for r in changes:
+        batches = r["resize_batches"]
+        assert [b["direction"] for b in batches] == ["shrink", "grow"]  # a change under the budget: both ways
+        assert all(1.0 <= b["seconds"] < 2.0 for b in batches)  # each batch one round trip of the 1 s resize
+        assert r["reconfig_s"] < sum(b["seconds"] for b in batches) + 1.0  # and little else (the fit check's reads)
+        changed = sum(a != b for a, b in zip(cpu(r), cpu(records[r["step"] - 1]), strict=True))
+        assert sum(b["tasks"] for b in batches) == changed
+    assert max(sum(b["tasks"] for b in r["resize_batches"]) for r in changes) >= 3  # more pods than round trips
+    cost = json.loads((folder / "run.json").read_text())["reconfigure_cost"]
+    assert cost["source"] == "measured by the kubernetes backend" and cost["probe_pods"] == 4
+    assert cost["planned_s"] == pytest.approx(2 * cost["batch_s"], abs=1e-3) and 1.0 <= cost["batch_s"] < 2.0
+    compared = summary["reconfigure_planned_vs_measured"]
+    assert compared["count"] == len(changes) and compared["planned_s"] == pytest.approx(cost["planned_s"], abs=1e-3)
+    assert 0.8 <= compared["ratio"] <= 1.2, compared
+    text = (folder / "summary.md").read_text()
+    assert "planned against measured cost per reconfiguration" in text
+
+
+def test_a_node_that_loses_its_free_cpu_mid_run_is_replanned_within_the_step(tmp_path, zk_server, creds_file):
+    """As the first step's grows arrive, someone else's pod takes every CPU the node has free: the kubelet
+    defers the grows; the run takes them back, re-reads the nodes, re-plans that very step on what is free,
+    goes on without a stop, and says so (step log, summary, watchers, its output). Stopped after that step
+    and resumed, it makes the same decisions again (through the re-plan) and finishes."""
+    secrets = {SECRET: {"auth": creds_file.read_text().strip()}}
+    exp = experiment(tmp_path / "exp", tasks=3, steps=5)
+    landed: list[float] = []
+    folder = tmp_path / "runs" / "k8s-deferred"
+    with FakeApiServer(pod_runner=kubelet(tmp_path, secrets, workers_only=True), resize_delay_s=0.05) as api:
+        api.add_node("node-a", "2")
+
+        def land(ns: str, name: str) -> None:  # the first grow of one of the run's tasks
+            pod = api.state.pods[(ns, name)]
+            applied = cpu_millicores(pod["status"]["containerStatuses"][0]["resources"]["limits"]["cpu"])
+            grows = pod_cpu_request(pod) > applied
+            if landed or "probe" in name or not grows:
+                return
+            free = api._node_free("node-a") + pod_cpu_request(pod) - applied  # before this grow: what is free
+            api.add_foreign_pod("other-team", "batch-job", "node-a", f"{free:.0f}m")
+            landed.append(free)
+
+        api.before_resize = land
+        watcher = Noticed()
+        coord, said = coordinator(tmp_path, zk_server, creds_file, api, "k8s-deferred", exp, watcher)
+        watcher.on_step = lambda rec: coord.request_stop() if "replanned" in rec else None
+        with pytest.raises(RunInterrupted):
+            coord.run()
+        assert landed, "no grow happened: the test's plan did not change"
+        first, _ = outputs(folder)
+        foreign = api.pod("other-team", "batch-job")
+        room = 2000 - pod_cpu_request(foreign)
+        # the other team's job ended: the budget fits the node again, and the resume plans as the run did
+        with api.lock:
+            del api.state.pods[("other-team", "batch-job")]
+        resumed, said_after = coordinator(tmp_path, zk_server, creds_file, api, "k8s-deferred", exp, resume=True)
+        result = resumed.run()
+    records, summary = outputs(folder)
+    assert result.status == "finished" and [r["step"] for r in records] == [0, 1, 2, 3, 4]
+    replanned = [r for r in records if "replanned" in r]
+    assert len(replanned) == 1 and replanned[0] == first[-1]  # the re-planned step, where the run stopped
+    rec = replanned[0]
+    assert rec["replanned"]["kind"] == "deferred"
+    assert {x["reason"] for x in rec["replanned"]["refused"].values()} == {"Deferred"}
+    assert all(x["node"] == "node-a" for x in rec["replanned"]["refused"].values())
+    # from the re-planned step on, the run holds no more than the node had left it (also once resumed)
+    assert all(sum(t["cpu_millicores"] for t in r["tasks"]) <= room + 1e-6 for r in records[rec["step"] :])
+    assert [k for k, _, _ in watcher.seen] == ["deferred", "replanned"]
+    assert all(counts["step"] == rec["step"] for _, _, counts in watcher.seen)
+    assert "Deferred" in watcher.seen[0][1] and "node-a" in watcher.seen[1][1]
+    assert summary["replans"] and summary["replans"][0]["step"] == rec["step"]
+    assert "re-planned on the nodes' free CPU (deferred" in (folder / "summary.md").read_text()
+    assert any("re-planned on the nodes' free CPU" in line for line in said)
+    meta = json.loads((folder / "run.json").read_text())
+    assert meta["replans"][0]["step"] == rec["step"] and meta["replans"][0]["nodes"]["node-a"] == pytest.approx(room)
