@@ -118,6 +118,13 @@ class QuotaKeeper:
         with self.lock:
             self.decided[step] = dict(levels)
             self.planned.pop(step, None)
+            # steps two behind are logged already (their placements read), and no task is in them any more
+            for old in [s for s in self.decided if s < step - 2]:
+                del self.decided[old]
+                self.write_s.pop(old, None)
+                self.written.pop(old, None)
+            for key in [k for k in self.placed if k[1] < step - 2]:
+                del self.placed[key]
             for task in self.tasks:
                 placed = self.placed.get((task, step))
                 if placed is not None and placed.get("level_run", levels[task]) != levels[task]:
