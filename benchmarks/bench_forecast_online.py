@@ -16,6 +16,17 @@ fits. The two modes must give the same forecasts (checked). The first step of `i
 first statsforecast fit's start-up.
 Accuracy: one-step RMSE of the forecasts against persistence per task over the whole run (fallback steps
 included). The machine's 1-minute load is recorded before and after each mode.
+
+On recorded traces instead of the synthetic loads:
+
+    PYTHONPATH=. .venv/bin/python benchmarks/bench_forecast_online.py \
+        --trace bsp_planner/data/traces/helics-star-5-160 --modes in-place [--run RUN_DIR]
+
+`--trace DIR` feeds each ``<task>.csv`` of a trace (`simulate --actual`'s format) as its task's load
+(`--tasks`/`--steps`/`--seed` are then the trace's). `--run RUN_DIR`: a live run's folder (a run of that
+trace's federation with `--online` and `online-select`, no decision lead): its own one-step forecasts,
+what it told each task before each step (`workload` in steps.jsonl), against persistence of what the
+tasks reported (`observed_workload`): the forecaster chosen during the run, as it ran.
 """
 
 from __future__ import annotations
@@ -49,6 +60,31 @@ def star_leaf_loads(seed: int, steps: int, tasks: int) -> np.ndarray:
             bursts[s : s + 3] += rng.uniform(4, 10)
         out[i] = periodic + bursts + rng.normal(0, 0.5, steps)
     return out
+
+
+def trace_loads(folder: Path) -> tuple[list[str], np.ndarray]:
+    """(task names, (tasks, steps) workloads) of a trace folder's ``<task>.csv`` files (header ``workload``)."""
+    files = sorted(folder.glob("*.csv"))
+    return [f.stem for f in files], np.array([np.loadtxt(f, skiprows=1, ndmin=1) for f in files])
+
+
+def run_forecasts(run_dir: Path) -> dict:
+    """One-step RMSE of a live run's own forecasts (what it told each task before each step) against
+    persistence of what the tasks reported, per task, over every step after the first."""
+    records = [json.loads(line) for line in (run_dir / "steps.jsonl").read_text().splitlines()]
+    names = [x["task"] for x in records[0]["tasks"]]
+    told = np.array([[x["workload"] for x in r["tasks"]] for r in records]).T
+    ran = np.array([[x["observed_workload"] for x in r["tasks"]] for r in records]).T
+    rmse = np.sqrt(np.mean((told[:, 1:] - ran[:, 1:]) ** 2, axis=1))
+    rmse_p = np.sqrt(np.mean((ran[:, :-1] - ran[:, 1:]) ** 2, axis=1))
+    return {
+        "run_dir": str(run_dir),
+        "steps": len(records),
+        "tasks": names,
+        "rmse": [round(float(r), 4) for r in rmse],
+        "rmse_persistence": [round(float(r), 4) for r in rmse_p],
+        "rmse_ratio_to_persistence": [round(float(r), 3) for r in rmse / rmse_p],
+    }
 
 
 def run_mode(mode: str, loads: np.ndarray, step_s: float, settings: dict) -> tuple[dict, np.ndarray]:
@@ -109,9 +145,16 @@ def main() -> None:
     ap.add_argument("--step-s", type=float, default=0.4, help="a step's length in background mode (live ring: ~0.4)")
     ap.add_argument("--out", default="out/bench_forecast_online.json")
     ap.add_argument("--set", action="append", default=[], help="an online-select setting, e.g. refit_every_steps=10")
+    ap.add_argument("--trace", default=None, help="a trace folder (<task>.csv) to use instead of synthetic loads")
+    ap.add_argument("--run", default=None, help="a live run's folder: its own one-step forecasts against persistence")
     args = ap.parse_args()
     settings = {k: int(v) for k, v in (kv.split("=", 1) for kv in args.set)}
-    loads = star_leaf_loads(args.seed, args.steps, args.tasks)
+    names = None
+    if args.trace:
+        names, loads = trace_loads(Path(args.trace))
+        args.tasks, args.steps, args.seed = loads.shape[0], loads.shape[1], None
+    else:
+        loads = star_leaf_loads(args.seed, args.steps, args.tasks)
     cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), "?")
     result: dict = {
         "command": " ".join(sys.argv),
@@ -121,9 +164,13 @@ def main() -> None:
         "steps": args.steps,
         "settings": settings,
     }
+    if args.trace:
+        result |= {"trace": args.trace, "task_names": names}
     preds = {}
-    for mode in args.modes.split(","):
+    for mode in filter(None, args.modes.split(",")):
         result[mode], preds[mode] = run_mode(mode, loads, args.step_s, settings)
+    if args.run:
+        result["live_run"] = run_forecasts(Path(args.run))
     if len(preds) > 1:
         first, *rest = preds.values()
         result["same_forecasts_in_every_mode"] = all(np.array_equal(first, p) for p in rest)

@@ -35,6 +35,12 @@ Executor protocol (what a live executor implements; `simulate/executor.py` is th
     observe-mode run writes a task's quota the moment its own report arrives); ``apply(step, ...)`` with
     the same configuration still follows ``observe(step - 1)`` and finishes whatever is not in place yet.
     An executor without it gets ``apply`` alone, as without a lead.
+``plan(step, rows) -> None`` (optional)
+    Called just before ``apply(step, ...)`` (or ``prepare(step, ...)``) with ``rows`` (k, tasks) int64: the
+    configurations the planner's plan holds for ``step`` (row 0, the decision itself) and the k - 1 steps
+    after it (`Decision.plan`; a planner with no plan beyond the step gives one row). A live observe-mode
+    run puts a task that reports a step before the next one is decided under the plan's configuration for
+    it at once, and corrects it when that step's decision lands (`runtime/quota_ahead.py`).
 
 ``observe`` may raise `StepsEnded` where the application owns its length (a self-synchronising job
 whose tasks all left before reporting the step): the run is complete after the step before, and the
@@ -204,12 +210,13 @@ class StepLoop:
         self.prepare_ms = (time.perf_counter() - t0) * 1e3  # offline planning before the first step
         self.next_step = 0
         self.current: np.ndarray | None = None  # the configuration the last step ran with
-        # with a lead: (action, levels, decision_ms) of step next_step, decided before step next_step - 1
+        # with a lead: (action, levels, decision_ms, plan) of step next_step, decided before step next_step - 1
         # was observed (by replay, for the step a resumed run starts with)
-        self.ahead: tuple[int, np.ndarray, float] | None = None
+        self.ahead: tuple[int, np.ndarray, float, np.ndarray] | None = None
 
-    def _decide(self, t: int, current: np.ndarray | None) -> tuple[int, np.ndarray, float]:
-        """(action, levels (tasks,), decision_ms) for step t; current: the configuration step t-1 runs with."""
+    def _decide(self, t: int, current: np.ndarray | None) -> tuple[int, np.ndarray, float, np.ndarray]:
+        """(action, levels (tasks,), decision_ms, plan (k, tasks): the planner's configurations for steps
+        t..t+k-1, row 0 being levels) for step t; current: the configuration step t-1 runs with."""
         if self.predictions is not None:
             self.predictions.before_step(t)
         t1 = time.perf_counter()
@@ -218,7 +225,12 @@ class StepLoop:
         new = np.asarray(d.levels, dtype=np.int64)
         if new.shape != (self.ctx.n_tasks,) or np.any(new < 0) or np.any(new > self.ctx.max_level.max()):
             raise InvalidDecision(f"planner {self.planner.name} returned an invalid configuration {new!r} at step {t}")
-        return int(d.action), new, decision_ms
+        plan = new[None, :] if d.plan is None else np.asarray(d.plan, dtype=np.int64)
+        if plan.ndim != 2 or plan.shape[1] != new.size or not np.array_equal(plan[0], new):
+            raise InvalidDecision(f"planner {self.planner.name}'s plan at step {t} does not start with its decision")
+        if np.any(plan < 0) or np.any(plan > self.ctx.max_level.max()):
+            raise InvalidDecision(f"planner {self.planner.name} returned an invalid plan {plan!r} at step {t}")
+        return int(d.action), new, decision_ms, plan
 
     def _learn(self, t: int, levels: np.ndarray, obs: StepObservation) -> dict | None:
         check_observation(obs, t, self.task_names)
@@ -230,7 +242,7 @@ class StepLoop:
         the next decision is the one an uninterrupted run would make; returns the last logged levels (or None)."""
         for levels, obs in history:
             t = self.next_step
-            _, new, _ = self.ahead or self._decide(t, self.current)
+            _, new, _, _ = self.ahead or self._decide(t, self.current)
             logged = np.asarray(levels, dtype=np.int64)
             if not np.array_equal(new, logged):
                 raise ReplayMismatch(t, new.tolist(), logged.tolist())
@@ -257,10 +269,13 @@ class StepLoop:
         reconfigure_s = np.zeros(count)
         learning: list[dict] = []
         prepare = getattr(executor, "prepare", None)
+        plan = getattr(executor, "plan", None)
         for k, t in enumerate(range(first, self.ctx.steps)):
-            actions[k], new, decision_ms[k] = self.ahead or self._decide(t, self.current)
+            actions[k], new, decision_ms[k], rows = self.ahead or self._decide(t, self.current)
             self.ahead = None
             reconfigured[k] = self.current is not None and not np.array_equal(new, self.current)
+            if plan is not None:
+                plan(t, rows)
             try:
                 reconfigure_s[k] = executor.apply(t, new, bool(reconfigured[k]))
             except Replanned as r:  # the executor applied another configuration: the one step t runs with
@@ -268,6 +283,8 @@ class StepLoop:
                 reconfigured[k] = self.current is not None and not np.array_equal(new, self.current)
             if self.decide_ahead and t + 1 < self.ctx.steps:  # step t+1, from what was observed through t-1
                 self.ahead = self._decide(t + 1, new)
+                if plan is not None:
+                    plan(t + 1, self.ahead[3])
                 if prepare is not None:
                     prepare(t + 1, self.ahead[1], not np.array_equal(self.ahead[1], new))
             try:

@@ -172,40 +172,84 @@ def test_a_resumed_run_with_a_lead_makes_the_decisions_an_uninterrupted_run_make
     assert np.array_equal(rest.step_s, whole.step_s[stop:])
 
 
-def test_quotas_ahead_are_written_per_report_shrinking_first_and_never_before_the_report():
-    """The live executor's writes ahead (observe mode): only tasks that reported, shrinking before growing
-    among reports seen together, each once; a write that failed on ZooKeeper's thread surfaces in finish()."""
+def test_each_tasks_next_quota_is_placed_on_its_own_report_from_the_decision_or_the_plan():
+    """The live executor's quotas in observe mode (`QuotaKeeper`): a task's quota for step s goes in on its
+    own report of step s-1, never before; the decision's where step s is decided, else the latest plan's;
+    the decision, when it lands, corrects a task still in the step and marks one that ran the step on the
+    plan's quota; a decision changing several tasks at once writes the shrinking ones first; a write that
+    failed on ZooKeeper's thread surfaces in check()."""
     from types import SimpleNamespace
 
-    from bsp_planner.runtime.quota_ahead import QuotasAhead
+    from bsp_planner.runtime.quota_ahead import QuotaKeeper, plan_rows
 
-    levels = {"grow": 2, "shrink": 6, "late": 3, "same": 4}
+    tasks = ["a", "b", "c"]
+    levels = {"a": 2, "b": 2, "c": 2}
     written: list[tuple[str, int]] = []
 
     def write(task, level):
         written.append((task, level))
         levels[task] = level
 
-    ahead = QuotasAhead(5, {"grow": 6, "shrink": 2, "late": 1}, levels, write)
-    ahead.on_report("grow", "shrink", "same")  # reported step 4 together; "late" still runs it
-    assert written == [("shrink", 2), ("grow", 6)]
-    ahead.watcher("late")(SimpleNamespace(type="CHANGED"))  # not its report's creation
-    ahead.on_report("grow")  # seen again by the main loop: written once
-    assert written == [("shrink", 2), ("grow", 6)]
-    ahead.watcher("late")(SimpleNamespace(type="CREATED"))
-    assert written[-1] == ("late", 1) and len(written) == 3
-    quota_at, seconds = ahead.finish()
-    assert set(quota_at) == {"shrink", "grow", "late"} and seconds >= 0
-    assert quota_at["shrink"] <= quota_at["grow"] <= quota_at["late"]
+    keeper = QuotaKeeper(tasks, levels, 0, write)
+    keeper.decide(0, {"a": 2, "b": 2, "c": 2})
+    keeper.plan(0, plan_rows(0, np.array([[2, 2, 2], [3, 1, 2], [4, 1, 1]]), tasks))
+    assert written == []  # nobody reported: every task still runs step 0
+    keeper.on_report("a", 0)  # a runs ahead: step 1 is not decided, the plan holds 3 for it
+    assert written == [("a", 3)]
+    keeper.on_report("a", 1)  # and further: the plan's step 2
+    assert written[-1] == ("a", 4)
+    keeper.on_report("a", 0)  # an old report seen again (the main loop's check): nothing
+    keeper.on_report("b", 0)
+    assert written[-1] == ("b", 1)
+    # step 1's decision differs from the plan for a (already past step 1) and for b (still in step 1)
+    keeper.decide(1, {"a": 2, "b": 2, "c": 2})
+    assert written[-1] == ("b", 2)  # corrected; a is in step 2, whose plan still holds 4; c still in step 0
+    keeper.on_report("c", 0)  # c's step 1 is decided now: the decision's, nothing to write (2 already)
+    assert written[-1] == ("b", 2)
+    step1 = keeper.placements(1)
+    assert step1["a"]["quota_from"] == "plan" and step1["a"].get("ran_on_plan")
+    assert step1["b"]["quota_from"] == "plan" and "corrected_at" in step1["b"] and not step1["b"].get("ran_on_plan")
+    assert step1["c"]["quota_from"] == "decision" and not step1["c"]["quota_written"]
+    assert step1["a"]["quota_at"] <= step1["b"]["quota_at"] <= step1["b"]["corrected_at"] <= step1["c"]["quota_at"]
+    # one decision moving two tasks already in its step: the shrinking one first
+    keeper.on_report("b", 1)
+    keeper.on_report("c", 1)
+    n = len(written)
+    keeper.decide(2, {"a": 1, "b": 1, "c": 5})
+    assert written[n:] == [("a", 1), ("c", 5)] or written[n:] == [("a", 1), ("b", 1), ("c", 5)]
+    assert [t for t, _ in written[n:]].index("c") == len(written[n:]) - 1
+    seconds, moved = keeper.step_writes(2)
+    assert seconds >= 0 and "c" in moved
 
     def refuse(task, level):
         raise OSError(f"cannot write {task}'s quota")
 
-    failing = QuotasAhead(5, {"grow": 6}, dict(levels), refuse)
-    failing.watcher("grow")(SimpleNamespace(type="CREATED"))  # on kazoo's thread: must not raise there
-    with pytest.raises(OSError, match="grow's quota"):
-        failing.finish()
-    closed = QuotasAhead(5, {"grow": 7}, dict(levels), write)
-    closed.finish()
-    closed.on_report("grow")  # the main loop took over: nothing more is written ahead
-    assert len(written) == 3
+    failing = QuotaKeeper(tasks, {"a": 2, "b": 2, "c": 2}, 0, refuse)
+    failing.decide(0, {"a": 2, "b": 2, "c": 2})
+    failing.plan(0, plan_rows(0, np.array([[2, 2, 2], [3, 2, 2]]), tasks))
+    failing.on_report("a", 0)  # as on kazoo's thread: must not raise there
+    with pytest.raises(OSError, match="a's quota"):
+        failing.check()
+    keeper.close()
+    n = len(written)
+    keeper.on_report("a", 2)  # the run ended: nothing more is written
+    assert len(written) == n
+    # the ZooKeeper side: each report's creation, one after the other
+    nodes: set[str] = set()
+    watches: dict[str, object] = {}
+
+    def exists(path, watch=None):
+        watches[path] = watch
+        return path in nodes
+
+    follower = QuotaKeeper(["a"], {"a": 2}, 0, write)
+    follower.decide(0, {"a": 2})
+    follower.plan(0, plan_rows(0, np.array([[2], [6], [7]]), ["a"]))
+    nodes.add("a/0")
+    follower.follow(exists, lambda t, s: f"{t}/{s}", "a")  # step 0 already reported: step 1's quota now
+    assert levels["a"] == 6 and "a/1" in watches
+    watches["a/1"](SimpleNamespace(type="CHANGED"))  # not a creation
+    assert levels["a"] == 6
+    nodes.add("a/1")
+    watches["a/1"](SimpleNamespace(type="CREATED"))
+    assert levels["a"] == 7 and "a/2" in watches

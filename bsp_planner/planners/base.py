@@ -27,6 +27,9 @@ from ..core.structure import StepStructure
 class Decision:
     action: int  # 0 = keep, j = configure for the next j steps
     levels: np.ndarray  # (tasks,) CPU level indices for this step
+    # (k, tasks) the configurations the planner's plan holds for this step and the k - 1 after it (row 0 is
+    # `levels`); a live run puts a task that runs ahead of the decisions under them (None: no plan beyond it)
+    plan: np.ndarray | None = None
 
 
 class ConfigTable:

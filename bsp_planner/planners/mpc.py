@@ -122,9 +122,11 @@ class MpcPlanner(Planner):
 
 
 def first_decision(windows: list[tuple[int, int, np.ndarray | None]], current: np.ndarray | None) -> Decision:
-    """A plan's first window as the decision before its first step: keep (a0) or a_j."""
+    """A plan's first window as the decision before its first step: keep (a0) or a_j; the whole plan, one
+    configuration per step, rides along (`Decision.plan`)."""
     _, length, levels = windows[0]
+    plan = np.concatenate([np.tile(lv if lv is not None else np.asarray(current), (j, 1)) for _, j, lv in windows])
     if levels is None:
         assert current is not None  # a plan keeps a configuration only when there is one
-        return Decision(0, current)
-    return Decision(length, levels)
+        return Decision(0, current, plan)
+    return Decision(length, levels, plan)

@@ -1,10 +1,10 @@
 """The live executor: carries out one configuration and one superstep on real tasks (steps 2-5 of
 :mod:`.coordinator`), through a backend and ZooKeeper; it decides nothing.
 
-In observe mode with a decision lead, the configuration of step t+1 arrives while step t runs
-(`prepare_ahead`): each task's new quota is written as its own report of step t is committed
-(`.quota_ahead.QuotasAhead`, which also says in what order and what that means for the budget), and
-`reconfigure` then writes only what is left."""
+In observe mode, in place, every task's quota for its next step is put in place as its own report of the
+step before is committed (`.quota_ahead.QuotaKeeper`, which also says in what order and what that means
+for the budget): the decision's where that step is decided (`reconfigure`; with a decision lead
+`prepare_ahead`, while the step before still runs), else the planner's latest plan's (`plan_ahead`)."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ from ..zk.schema import (
 from ..zk.session import ZkSession
 from .backends import Backend, TaskLost, WorkerLaunch
 from .own_share import RunGroupMembership
-from .quota_ahead import QuotasAhead
+from .quota_ahead import QuotaKeeper, plan_rows
 from .run_settings import RunSettings
 from .worker import EXIT_INPUT, EXIT_STRESS
 
@@ -95,8 +95,9 @@ class LiveExecutor:
     last_methods: dict[str, str] = field(default_factory=dict, init=False)  # task -> how it last changed
     # task -> when its new quota was in place (time.time(), the tasks' clock), for the last reconfiguration
     quota_at: dict[str, float] = field(default_factory=dict, init=False)
-    # observe mode, decision lead: the next step's quotas, written as each task reports the step before
-    ahead: QuotasAhead | None = field(default=None, init=False)
+    # observe mode, in place: each task's quota for its next step, written as it reports the step before
+    keeper: QuotaKeeper | None = field(default=None, init=False)
+    planned: tuple[int, np.ndarray] | None = field(default=None, init=False)  # the latest plan (step, rows)
     # the coordinator's CPU share while the tasks saturate the CPUs
     own_share: RunGroupMembership = field(default_factory=RunGroupMembership, init=False)
     # the last reconfiguration's in-place batches (a backend that resizes in batches: kubernetes), as logged
@@ -210,22 +211,32 @@ class LiveExecutor:
         # beside the tasks in the run's group, ahead of them, not behind the whole group in the root one
         self.own_share.join(getattr(self.backend, "run_parent", None))
         self._wait_ready(self.tasks, next_step)
+        if self.sync == "observe" and self.settings.reconfigure == "in-place":
+            self.keeper = keeper = QuotaKeeper(self.tasks, self.levels_now, next_step, self._resize_in_place)
+            keeper.decide(next_step, dict(self.levels_now))
+            if self.planned is not None:
+                self.plan_ahead(*self.planned)
+            for t in self.tasks:
+                keeper.follow(self.session.exists, self.paths.result, t)
         return time.perf_counter() - t0
 
     def prepare_ahead(self, levels: np.ndarray, next_step: int) -> None:
         """Observe mode, in place: the configuration of next_step, decided while step next_step - 1 runs.
-        Checked whole before anything is written; each changed task's quota is then written as soon as
-        its report of next_step - 1 is there (now, for tasks that reported already)."""
+        Checked whole before anything is written; each task's quota is then written as soon as its report
+        of next_step - 1 is there (now, for tasks that reported already)."""
         new = {t: int(levels[i]) for i, t in enumerate(self.tasks)}
         self.backend.check_configuration({t: self.cpu_of(k) for t, k in new.items()})
-        if self.ahead is not None:
-            self.ahead.finish()  # one of another step: stale
-        changed = {t: k for t, k in new.items() if self.levels_now[t] != k}
-        self.ahead = ahead = QuotasAhead(next_step, changed, self.levels_now, self._resize_in_place)
-        reported = [
-            t for t in changed if self.session.exists(self.paths.result(t, next_step - 1), watch=ahead.watcher(t))
-        ]
-        ahead.on_report(*reported)
+        if self.keeper is not None:
+            self.keeper.check()
+            self.keeper.decide(next_step, new)
+
+    def plan_ahead(self, step: int, rows: np.ndarray) -> None:
+        """Observe mode, in place: rows (k, tasks), the configurations the planner's latest plan holds for
+        step and the k - 1 steps after it; a task that reports a step before the next one is decided goes
+        under the plan's quota for it."""
+        self.planned = (step, rows)
+        if self.keeper is not None:  # row 0 is step's decision, which `reconfigure` / `prepare_ahead` bring
+            self.keeper.plan(step + 1, plan_rows(step + 1, rows[1:], self.tasks))
 
     def _resize_in_place(self, task: str, level: int) -> None:
         self.backend.resize_task(task, self.cpu_of(level))
@@ -237,14 +248,16 @@ class LiveExecutor:
         (a configuration that no longer fits the nodes, a resize the kubelet leaves pending) and the run
         can re-plan (:attr:`replan`), the configuration re-planned on the nodes' free CPU is applied
         instead and recorded in :attr:`replanned`."""
-        early: dict[str, float] = {}
-        early_s = 0.0
-        if self.ahead is not None:
-            ahead, self.ahead = self.ahead, None
-            written = ahead.finish()
-            if ahead.step == next_step:
-                early, early_s = written
-        self.quota_at = dict(early)
+        if self.keeper is not None:  # observe mode, in place: each task as its report arrives (QuotaKeeper)
+            new = {t: int(levels[i]) for i, t in enumerate(self.tasks)}
+            self.backend.check_configuration({t: self.cpu_of(k) for t, k in new.items()})
+            self.keeper.check()
+            self.keeper.decide(next_step, new)
+            seconds, written = self.keeper.step_writes(next_step)
+            self.quota_at = {t: p["quota_at"] for t, p in self.keeper.placements(next_step).items()}
+            self.last_methods = dict.fromkeys(written, str(self.settings.reconfigure))
+            return seconds, written
+        self.quota_at = {}
         self.last_batches = []
         t0 = time.perf_counter()
         changed_all: list[str] = []
@@ -272,13 +285,11 @@ class LiveExecutor:
                 info["kind"] = "infeasible" if "Infeasible" in reasons else "deferred" if reasons else "does_not_fit"
                 info["levels"] = levels.tolist()
         if not changed_all:
-            if early:
-                self.last_methods = dict.fromkeys(early, str(self.settings.reconfigure))
-            return early_s, list(early)
+            return 0.0, []
         # how each task really changed: the run's method, unless the backend fell back (a refused resize)
-        self.last_methods = {t: str(self.settings.reconfigure) for t in [*early, *changed_all]}
+        self.last_methods = {t: str(self.settings.reconfigure) for t in changed_all}
         self.last_methods.update({e.task: e.mode for e in (events or [])[seen:] if e.task in self.last_methods})
-        return time.perf_counter() - t0 + early_s, [*early, *changed_all]
+        return time.perf_counter() - t0, changed_all
 
     def _apply(self, levels: np.ndarray, next_step: int) -> list[str]:
         """One attempt at `levels`: checked against the nodes, then applied (in place: the shrinks, then the
@@ -362,8 +373,9 @@ class LiveExecutor:
         def check(watch):
             if observe:  # every task reported step t (the application keeps its own synchronisation)
                 reported = [task for task in self.tasks if s.exists(self.paths.result(task, t), watch=watch)]
-                if self.ahead is not None and self.ahead.step == t + 1:  # a report whose watch was lost
-                    self.ahead.on_report(*reported)
+                if self.keeper is not None:  # a report whose watch was lost
+                    for task in reported:
+                        self.keeper.on_report(task, t)
                 done = len(reported) == len(self.tasks)
             else:  # counting: we count the arrivals, releasing enter, then leave, as each completes
                 done = barrier.poll(watch) if counting else barrier.is_done(watch=watch)
@@ -474,6 +486,8 @@ class LiveExecutor:
 
     def finish(self, steps: int) -> None:
         """Tell every worker to stop after the last step and let them go."""
+        if self.keeper is not None:
+            self.keeper.close()
         ops = [("create", self.paths.step(task, steps), stop_value(steps)) for task in self.tasks]
         with contextlib.suppress(Exception):
             self.session.commit(ops)

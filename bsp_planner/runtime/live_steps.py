@@ -1,10 +1,10 @@
 """The live side of the one step loop: `LiveSteps` is the `bsp_planner.loop.Executor` of a live run.
 
 ``apply`` starts the tasks (the first step this coordinator runs) or reconfigures them; ``observe``
-publishes the step's workloads to ZooKeeper and waits for its end (restarting workers that die). With a
-decision lead, ``prepare`` hands the next step's configuration over while the step before still runs:
-in observe mode, in place, each task's new quota is then written as its own report arrives
-(`LiveExecutor.prepare_ahead`), and ``apply`` finishes what is left. A step's
+publishes the step's workloads to ZooKeeper and waits for its end (restarting workers that die). In
+observe mode, in place, each task's quota for its next step is put in place as its own report arrives
+(`quota_ahead.QuotaKeeper`): ``plan`` hands over the planner's plan for the steps not decided yet, and,
+with a decision lead, ``prepare`` the next step's configuration while the step before still runs. A step's
 time is the coordinator's publication to its release; in observe mode, where the tasks start a step before
 the coordinator publishes it, the tasks' own clocks (`clock_step_s`). What the run log keeps beyond a
 `StepObservation` (release time, restarts, each task's report) rides along in `LiveObservation.details`.
@@ -26,6 +26,7 @@ import numpy as np
 from ..core.steps import StepObservation
 from ..loop import InvalidDecision, Replanned
 from .executor import LiveExecutor, RunFailed
+from .quota_ahead import plan_timing
 from .run_store import RunStoreUnwritable
 from .runlog import RunLog, effective_workloads, quota_timing, step_record
 
@@ -142,15 +143,26 @@ class LiveSteps:
         if total > self.budget_millicores + 1e-6:
             raise RunFailed(f"planner {self.planner_name} asked for {total:g}m at step {step}, over the budget")
 
+    def _quotas_on_reports(self) -> bool:
+        """Observe mode, in place: each task's quota is put in place as its own report arrives."""
+        return self.executor.sync == "observe" and self.executor.settings.reconfigure == "in-place"
+
     def prepare(self, step: int, levels: np.ndarray, reconfigure: bool) -> None:
         """Step's configuration, decided while step - 1 runs: in observe mode, in place, each task's quota
         is written as the task reports step - 1 (see `LiveExecutor.prepare_ahead`); otherwise ``apply``
         does everything, as without a lead."""
         self._check_budget(step, levels)
-        ex = self.executor
-        if reconfigure and step > self.first_step and ex.sync == "observe" and ex.settings.reconfigure == "in-place":
+        if step > self.first_step and self._quotas_on_reports():
             self.before_reconfigure()
-            ex.prepare_ahead(levels, step)
+            self.executor.prepare_ahead(levels, step)
+
+    def plan(self, step: int, rows: np.ndarray) -> None:
+        """rows (k, tasks): the planner's plan for step and the k - 1 steps after it; in observe mode, in
+        place, a task that reports a step before the next one is decided goes under the plan's quota."""
+        if self._quotas_on_reports():
+            for k, row in enumerate(rows):
+                self._check_budget(step + k, row)
+            self.executor.plan_ahead(step, rows)
 
     def apply(self, step: int, levels: np.ndarray, reconfigure: bool) -> float:
         self.executor.check_stop()  # a stop asked for during the last step ends the run here, between steps
@@ -200,6 +212,10 @@ class LiveSteps:
             "given": given,
             "quota_at": self.quota_at[1] if self.quota_at[0] == step else {},
         }
+        if ex.keeper is not None:  # each task's quota of this step, as it happened (QuotaKeeper.placements)
+            placed = ex.keeper.placements(step)
+            details["quota_at"] = {t: p["quota_at"] for t, p in placed.items()}
+            details["placements"] = placed
         return LiveObservation(obs.step, obs.duration_s, obs.workloads, obs.step_s, obs.next_workloads, details)
 
 
@@ -225,8 +241,9 @@ def run_logged(run, loop, records: list[dict], runlog: RunLog) -> None:
         t, obs = step.step, step.observation
         d = obs.details
         args = (step.action, step.levels, step.reconfigured, step.reconfigure_s, step.decision_ms, obs.step_s)
-        rec = step_record(run, t, *args, **d)
+        rec = step_record(run, t, *args, **{k: v for k, v in d.items() if k != "placements"})
         quota_timing(rec, records[-1] if records else None)
+        plan_timing(rec, d.get("placements"))
         # what really happened (reconfig_s: its cost): a resumed run's first step started its workers
         rec["reconfig_method"] = steps.method(t, step.reconfigured)
         if t == steps.first_step:

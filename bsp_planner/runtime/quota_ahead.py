@@ -1,76 +1,212 @@
-"""Quotas written ahead, task by task, as each task reports the step before (observe mode, in place).
+"""Each task's quota for its next step, put in place the moment its own report of the step before arrives
+(observe mode, in place).
 
-With a decision lead (`loop.StepLoop(decide_ahead=True)`) the configuration of step t+1 is known while
-step t runs. In observe mode the tasks go on to step t+1 without waiting for the coordinator, so a task's
-new quota is worth most the moment its own report of step t is committed: `QuotasAhead` writes it then,
-from a ZooKeeper watch on that report (kazoo's event thread), not when the coordinator's main loop next
-looks, which may be busy logging the step before, or deciding. The main loop calls `on_report` too for
-every report it sees (a watch lost with a reconnection), and `finish` before it writes what is left.
+In observe mode the tasks go on to their next step without waiting for the coordinator, and a task that
+is not the slowest runs ahead of the others, by more than one step where the application lets it (a HELICS
+ring). Step s is decided once step s-1 was observed whole (or, with a decision lead, step s-2), so when a
+task reports step s-1 the decision for step s is often not made yet. `QuotaKeeper` follows every task's
+reports (a chain of ZooKeeper watches, one report after the other, on kazoo's event thread) and puts the
+task under its quota for the step it now runs at once: the decision's where step s is decided, else the
+configuration the planner's latest plan holds for step s (`Decision.plan`: mpc plans a horizon; for a
+planner with no plan beyond its step, its latest decision). When step s's decision lands, a task still in
+step s whose plan quota differs is corrected; one that already left step s ran it on the plan's quota.
 
-The order: a task's quota changes only after its own report of step t, never during the step it still
-runs. Tasks already reported when the configuration arrives are written shrinking first; after that each
-is written as it reports, so a growing task does not wait for a shrinking one still in step t. The quotas
-in place may then sum above the budget for that moment (by at most the increases of the tasks already in
-step t+1), while every step of every task runs under its own configuration, whose sum never exceeds it.
+The order: a task's quota changes only after its own report of the step before, never during the step it
+still runs. The tasks in place may be in different steps, so their quotas may for that moment sum above
+the budget (by at most the increases of the tasks in later steps), while every step of every task runs
+under a configuration whose sum never exceeds it. Where a decision changes several tasks at once they are
+written shrinking first.
+
+What happened to each task's quota of each step is kept (`placements(step)`): when it was put in place
+after the task's report (``quota_at``, time.time(); written or already right), from what (``quota_from``:
+"decision" or "plan"), whether that was a write (``quota_written``), ``replanned_at`` where a newer plan
+changed it, and where the decision then changed a plan's quota: ``corrected_at`` (the task still in the
+step) or ``ran_on_plan`` (it had left the step).
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable
 
+import numpy as np
 
-class QuotasAhead:
-    """step: the step whose quotas these are; pending: task -> its new CPU level (only tasks whose level
-    changes); current: task -> its level now (to write shrinking tasks first); write(task, level): puts
-    the quota in place (the backend's in-place resize; called with the lock held, from either thread)."""
+
+class QuotaKeeper:
+    """tasks: the run's tasks in the planner's order; in_place: task -> its CPU level now (the executor's
+    own dict, kept up to date by `write`); first_step: the step every task starts in; write(task, level):
+    puts a quota in place (the backend's in-place resize; called with the lock held, from either thread)."""
 
     def __init__(
-        self, step: int, pending: dict[str, int], current: dict[str, int], write: Callable[[str, int], None]
+        self, tasks: list[str], in_place: dict[str, int], first_step: int, write: Callable[[str, int], None]
     ) -> None:
-        self.step = step
-        self.pending = dict(pending)
-        self.current = current
+        self.tasks = list(tasks)
+        self.in_place = in_place
         self.write = write
         self.lock = threading.Lock()
-        self.quota_at: dict[str, float] = {}  # task -> time.time() its quota was in place
-        self.seconds = 0.0  # the writes' own time
-        self.error: BaseException | None = None  # a write that failed on the watch's thread, raised by finish()
+        self.at = dict.fromkeys(self.tasks, first_step)  # the step each task runs now (its last report + 1)
+        self.decided: dict[int, dict[str, int]] = {}  # step -> the decision's levels
+        self.planned: dict[int, dict[str, int]] = {}  # step -> the latest plan's levels
+        self.placed: dict[tuple[str, int], dict] = {}  # (task, step) -> what happened to its quota (above)
+        self.write_s: dict[int, float] = {}  # step -> the seconds its quotas' writes took
+        self.written: dict[int, set[str]] = {}  # step -> the tasks whose quota for it was written
+        self.error: BaseException | None = None  # a write that failed on the watch's thread, raised by check()
         self.closed = False
 
-    def on_report(self, *tasks: str) -> None:
-        """These tasks reported step - 1: their quotas, shrinking first. From any thread; a task already
-        written, or not changing, is left alone."""
+    # -- what a task's quota for a step is --------------------------------------------------------
+    def _wanted(self, task: str, step: int) -> tuple[int, str]:
+        if step in self.decided:
+            return self.decided[step][task], "decision"
+        if step in self.planned:
+            return self.planned[step][task], "plan"
+        latest = max(self.decided) if self.decided else None
+        return (self.decided[latest][task] if latest is not None else self.in_place[task]), "plan"
+
+    def _write(self, task: str, level: int, step: int) -> bool:
+        """Write `task`'s quota for `step` if it is not in place already; True if it wrote."""
+        if self.in_place[task] == level:
+            return False
+        t0 = time.perf_counter()
+        self.write(task, level)
+        self.write_s[step] = self.write_s.get(step, 0.0) + time.perf_counter() - t0
+        self.written.setdefault(step, set()).add(task)
+        return True
+
+    def _refresh(self, tasks: list[str]) -> None:
+        """Put `tasks` under what is now known of the steps they run (shrinking first): a task whose quota
+        of its step was placed from a plan is corrected where the decision differs (``corrected_at``), or
+        re-planned where a newer plan does (``replanned_at``)."""
+        wanted = {t: self._wanted(t, self.at[t]) for t in tasks}
+        for task in sorted(tasks, key=lambda t: wanted[t][0] - self.in_place[t]):
+            level, source = wanted[task]
+            step = self.at[task]
+            if self._write(task, level, step) and (task, step) in self.placed:
+                key = "corrected_at" if source == "decision" else "replanned_at"
+                self.placed[task, step].setdefault(key, time.time())
+
+    # -- events -----------------------------------------------------------------------------------
+    def on_report(self, task: str, step: int) -> None:
+        """`task` reported `step`: its quota for step + 1 now (from any thread; a report already seen, or
+        an earlier one, changes nothing)."""
         with self.lock:
-            if self.closed:
+            if self.closed or self.at[task] > step:
                 return
-            ready = [t for t in tasks if t in self.pending]
-            for task in sorted(ready, key=lambda t: self.pending[t] - self.current[t]):
-                level = self.pending.pop(task)
-                t0 = time.perf_counter()
-                try:
-                    self.write(task, level)
-                except Exception as exc:  # kazoo's thread must not die of it: the main loop raises it
-                    self.error = self.error or exc
-                    return
-                self.quota_at[task] = time.time()
-                self.seconds += time.perf_counter() - t0
+            if (task, step) in self.placed:  # what it ran its step with, to the end
+                self.placed[task, step]["level_run"] = self.in_place[task]
+            self.at[task] = nxt = step + 1
+            level, source = self._wanted(task, nxt)
+            try:
+                wrote = self._write(task, level, nxt)
+            except Exception as exc:  # kazoo's thread must not die of it: the main loop raises it
+                self.error = self.error or exc
+                return
+            self.placed[task, nxt] = {"quota_at": time.time(), "quota_from": source, "quota_written": wrote}
 
-    def watcher(self, task: str) -> Callable:
-        """A ZooKeeper watch for `task`'s report of step - 1: writes its quota once the report is created."""
-
-        def on_event(event) -> None:
-            if getattr(event, "type", None) == "CREATED":
-                self.on_report(task)
-
-        return on_event
-
-    def finish(self) -> tuple[dict[str, float], float]:
-        """Stop writing (the main loop takes over what is left): (quota_at of the tasks written, their
-        seconds). Raises what a write on the watch's thread raised."""
+    def plan(self, step: int, rows: dict[int, dict[str, int]]) -> None:
+        """The latest plan: step -> task -> level for `step` and after (steps decided already keep their
+        decision); tasks running a step it covers go under it now."""
         with self.lock:
+            self.planned = {s: levels for s, levels in rows.items() if s not in self.decided}
+            self._refresh([t for t in self.tasks if self.at[t] >= step and self.at[t] not in self.decided])
+
+    def decide(self, step: int, levels: dict[str, int]) -> None:
+        """Step's decision: tasks in step or past it go under what is now known of their step (a task still
+        in it gets the decision, correcting a plan's quota); a task that ran step on another quota than the
+        decision's is marked (``ran_on_plan``); tasks not yet in it get it on their report."""
+        with self.lock:
+            self.decided[step] = dict(levels)
+            self.planned.pop(step, None)
+            # steps two behind are logged already (their placements read), and no task is in them any more
+            for old in [s for s in self.decided if s < step - 2]:
+                del self.decided[old]
+                self.write_s.pop(old, None)
+                self.written.pop(old, None)
+            for key in [k for k in self.placed if k[1] < step - 2]:
+                del self.placed[key]
+            for task in self.tasks:
+                placed = self.placed.get((task, step))
+                if placed is not None and placed.get("level_run", levels[task]) != levels[task]:
+                    placed["ran_on_plan"] = True
+            self._refresh([t for t in self.tasks if self.at[t] >= step])
+
+    # -- ZooKeeper ---------------------------------------------------------------------------------
+    def follow(self, exists: Callable[..., bool], result_path: Callable[[str, int], str], task: str) -> None:
+        """Watch `task`'s reports one after the other from the step it runs now: exists(path, watch=fn) is
+        the session's; each report found (or created) is `on_report`, and the next one is watched."""
+
+        def arm(step: int) -> None:
+            while not self.closed:
+                try:
+                    if not exists(result_path(task, step), watch=watcher(step)):
+                        return
+                except Exception:  # a lost connection: the main loop's own check still sees each report
+                    return
+                self.on_report(task, step)
+                step += 1
+
+        def watcher(step: int) -> Callable:
+            def on_event(event) -> None:
+                if getattr(event, "type", None) == "CREATED" and not self.closed:
+                    self.on_report(task, step)
+                    arm(step + 1)
+
+            return on_event
+
+        arm(self.at[task])
+
+    def check(self) -> None:
+        """Raise what a write on the watch's thread raised."""
+        if self.error is not None:
+            raise self.error
+
+    def placements(self, step: int) -> dict[str, dict]:
+        """task -> what happened to its quota of `step` (see the module docstring)."""
+        with self.lock:
+            return {t: dict(p) for t in self.tasks if (p := self.placed.get((t, step))) is not None}
+
+    def step_writes(self, step: int) -> tuple[float, list[str]]:
+        """(the seconds the writes of step's quotas took, the tasks written) so far."""
+        with self.lock:
+            return self.write_s.get(step, 0.0), sorted(self.written.get(step, ()), key=self.tasks.index)
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception), self.lock:
             self.closed = True
-            if self.error is not None:
-                raise self.error
-            return dict(self.quota_at), self.seconds
+
+
+def plan_rows(step: int, rows: np.ndarray, tasks: list[str]) -> dict[int, dict[str, int]]:
+    """(k, tasks) plan rows from `step` on -> step -> task -> level."""
+    return {step + k: {t: int(rows[k, i]) for i, t in enumerate(tasks)} for k in range(rows.shape[0])}
+
+
+def plan_timing(rec: dict, placements: dict[str, dict] | None) -> None:
+    """Add to step record `rec` (after `runlog.quota_timing`, which times ``quota_at``) what happened to each
+    task's quota of the step (`QuotaKeeper.placements`): ``quota_from`` ("decision", or "plan" where the
+    step was not decided when the task reported the step before), ``quota_written`` (False: the quota in
+    place was already that one), ``replanned_at`` (a newer plan changed it), and where the decision
+    changed a plan's quota, ``corrected_at`` with ``correction_latency_s`` (the task's report of the step
+    before to the decision's quota in place) and ``corrected_share`` (the fraction of its step run before
+    then), or ``ran_on_plan`` (the task ended the step before the decision landed). The step's own
+    ``plan_corrections`` / ``ran_on_plan`` count them."""
+    if not placements:
+        return
+    for x in rec["tasks"]:
+        p = placements.get(x["task"])
+        if p is None:
+            continue
+        x["quota_from"], x["quota_written"] = p["quota_from"], bool(p["quota_written"])
+        if "replanned_at" in p:
+            x["replanned_at"] = p["replanned_at"]
+        if "corrected_at" in p:
+            x["corrected_at"] = p["corrected_at"]
+            if "decision_latency_s" in x:
+                x["correction_latency_s"] = x["decision_latency_s"] + max(0.0, p["corrected_at"] - p["quota_at"])
+            if "started_at" in x and "finished_at" in x and x["finished_at"] > x["started_at"]:
+                share = (p["corrected_at"] - x["started_at"]) / (x["finished_at"] - x["started_at"])
+                x["corrected_share"] = min(1.0, max(0.0, share))
+        if p.get("ran_on_plan"):
+            x["ran_on_plan"] = True
+    rec["plan_corrections"] = sum("corrected_at" in x for x in rec["tasks"])
+    rec["ran_on_plan"] = sum(bool(x.get("ran_on_plan")) for x in rec["tasks"])

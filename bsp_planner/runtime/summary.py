@@ -124,6 +124,7 @@ def write_summary(run, records: list[dict], prepare_ms: float) -> tuple[dict, di
             [x["decision_latency_s"] for r in records for x in r["tasks"] if "decision_latency_s" in x]
         ),
         "previous_quota_share": spread([r["previous_quota_share"] for r in records if "previous_quota_share" in r]),
+        "plan_quotas": plan_quotas(records),
         "sync_s": {"mean": round(float(sync.mean()), 5), "p95": round(float(np.percentile(sync, 95)), 5)},
         "reconfigurations": int(reconf.sum()),
         "reconfig_s_mean": round(measured_penalty, 4),
@@ -177,10 +178,26 @@ def write_summary(run, records: list[dict], prepare_ms: float) -> tuple[dict, di
         + f": mean {1e3 * barrier.mean():.1f} ms, p95 {1e3 * np.percentile(barrier, 95):.1f} ms",
         *(
             [
-                f"- decision latency (a task's report of a step to its new quota in place, {d['count']} quota "
-                f"changes): median {1e3 * d['median']:.1f} ms, p95 {1e3 * d['p95']:.1f} ms, max {1e3 * d['max']:.1f} ms"
+                f"- decision latency (a task's report of a step to its quota for the next step in place, "
+                f"{d['count']} {'task-steps' if summary['plan_quotas'] else 'quota changes'}): median "
+                f"{1e3 * d['median']:.1f} ms, p95 {1e3 * d['p95']:.1f} ms, max {1e3 * d['max']:.1f} ms"
             ]
             if (d := summary["decision_latency_s"])
+            else []
+        ),
+        *(
+            [
+                f"- quotas from the plan (the next step not decided yet when the task reported): {q['from_plan']} of "
+                f"{q['placed']} ({q['written']} written in all); the decision changed {q['corrected']} in time "
+                f"(report to the decision's quota: median {1e3 * q['correction_latency_s']['median']:.1f} ms, p95 "
+                f"{1e3 * q['correction_latency_s']['p95']:.1f} ms) and {q['ran_on_plan']} after the task had "
+                "ended its step"
+                if q["correction_latency_s"]
+                else f"- quotas from the plan (the next step not decided yet when the task reported): {q['from_plan']} "
+                f"of {q['placed']} ({q['written']} written in all); the decision changed none in time and "
+                f"{q['ran_on_plan']} after the task had ended its step"
+            ]
+            if (q := summary["plan_quotas"])
             else []
         ),
         *(
@@ -234,6 +251,23 @@ def spread(values: list[float]) -> dict | None:
         "p95": round(float(np.percentile(v, 95)), 5),
         "max": round(float(v.max()), 5),
         "over_half": int((v > 0.5).sum()),
+    }
+
+
+def plan_quotas(records: list[dict]) -> dict | None:
+    """Observe mode, in place (`quota_ahead.plan_timing`): how many task-steps' quotas were placed, from the
+    plan, written; how many the decision corrected in time (and how late: `spread`), how many ran on a
+    plan's quota the decision changed. None where no quota was placed on a report."""
+    placed = [x for r in records for x in r["tasks"] if "quota_from" in x]
+    if not placed:
+        return None
+    return {
+        "placed": len(placed),
+        "from_plan": sum(x["quota_from"] == "plan" for x in placed),
+        "written": sum(bool(x["quota_written"]) or "corrected_at" in x or "replanned_at" in x for x in placed),
+        "corrected": sum("corrected_at" in x for x in placed),
+        "correction_latency_s": spread([x["correction_latency_s"] for x in placed if "correction_latency_s" in x]),
+        "ran_on_plan": sum(bool(x.get("ran_on_plan")) for x in placed),
     }
 
 
