@@ -126,12 +126,12 @@ def test_a_resumed_observe_run_never_counts_its_downtime(tmp_path, zk_server, cr
 def test_resume_of_a_run_called_unresumable_is_refused_in_one_line(
     tmp_path, zk_server, creds_file, monkeypatch, capsys
 ):
-    _, run_dir = stop_while_held(tmp_path, zk_server, creds_file, "memonly", restorable=False)
+    _, run_dir = stop_while_held(tmp_path, zk_server, creds_file, "memonly-refused", restorable=False)
     meta = (run_dir / "run.json").read_text()
     assert "cannot be resumed" in json.loads(meta)["message"]
-    args = ["run", "--resume", "memonly", "--runs-dir", run_dir.parent, "--zookeeper", zk_server.hosts]
+    args = ["run", "--resume", "memonly-refused", "--runs-dir", run_dir.parent, "--zookeeper", zk_server.hosts]
     code, out, err = run_cli(args, monkeypatch, capsys)
     assert code == 2, out + err
-    assert "--resume" in err and "run 'memonly' cannot be resumed" in err and "Traceback" not in err, err
+    assert "--resume" in err and "run 'memonly-refused' cannot be resumed" in err and "Traceback" not in err, err
     assert (run_dir / "run.json").read_text() == meta  # untouched
-    assert_nothing_left("memonly")
+    assert_nothing_left("memonly-refused")

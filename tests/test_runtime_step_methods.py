@@ -16,6 +16,7 @@ class _Executor:
     tasks = ["a", "b"]
     processes: dict[str, tuple[str, ...]] = {}  # no process tasks: both run a stressor each step
     quota_at: dict[str, float] = {}  # when each task's new quota was in place (not timed here)
+    replanned: dict[int, dict] = {}  # no step re-planned on the nodes' free CPU
 
     def __init__(self) -> None:
         self.last_methods: dict[str, str] = {}

@@ -276,7 +276,10 @@ class RunPlanning:
         placed = {n["name"]: list(n["tasks"]) for n in self.cluster_record["nodes"]}
         new_nodes = [NodeSettings(name, float(free.get(name, 0.0)), tasks) for name, tasks in placed.items()]
         before = self.exp
-        self.exp = dataclasses.replace(self.exp, node=new_nodes)
+        # only what is free can be spent: a budget above the nodes' free CPU together is planned down to it
+        spendable = min(before.cpu.budget_millicores, sum(n.cpu_millicores for n in new_nodes))
+        cpu = dataclasses.replace(before.cpu, budget_millicores=spendable)
+        self.exp = dataclasses.replace(self.exp, node=new_nodes, cpu=cpu)
         try:
             self._build_scenario()
         except InputError:
