@@ -337,14 +337,12 @@ def test_the_fit_check_is_skipped_with_a_warning_when_nodes_cannot_be_read():
     with FakeApiServer(rules=rules) as api:
         api.add_node("n", "2")
         b = backend(api)
-        assert b.capabilities().capacity_millicores is None
         assert b.check_configuration({"a": 64000}) == {"a": "start"}  # not checked: the pending timeout guards
         assert any("node-reader" in w for w in b.warnings)
         assert any(c.status == 403 and c.resource == "nodes" for c in api.calls)
     with FakeApiServer(rules=rules + rules_from_manifests(load_all(NODE_READER), NS, N.SERVICE_ACCOUNT)) as api:
         api.add_node("n", "2")
         b = backend(api)
-        assert b.capabilities().capacity_millicores == 2000
         with pytest.raises(ConfigurationDoesNotFit):
             b.check_configuration({"a": 64000})
 

@@ -55,7 +55,7 @@ def test_workload_scale_is_fitted_on_the_training_half_only():
         assert sc.raw_min == s.train.min() and sc.raw_max == s.train.max()
         w = sc.transform(s.test)
         assert w.min() >= 10 and w.max() <= 50  # test values beyond the training range are clipped
-        assert np.allclose(sc.inverse_transform(sc.transform(s.train)), s.train)
+        assert np.isclose(sc.transform(s.train).min(), 10) and np.isclose(sc.transform(s.train).max(), 50)
     # Row ranges from the thesis's Table 4.2: nyc_taxi rows 0-1998 for the first task.
     assert len(js.series[0].values) == 1999 and js.series[0].period_steps == 48
     assert js.series[4].period_steps == 288 and js.series[5].period_steps == 24

@@ -24,7 +24,7 @@ class MeasuringBackend(Backend):
         self.asked: list[str] = []
 
     def capabilities(self) -> Capabilities:
-        return Capabilities(in_place=True, recreate=True, sees_exit=True)
+        return Capabilities(in_place=True, sees_exit=True)
 
     def measure_reconfigure_cost(self, method: str) -> float | None:
         self.asked.append(method)

@@ -165,10 +165,6 @@ class WorkloadScaler:
         )
         return np.clip(w, self.low, self.high) if clip else w
 
-    def inverse_transform(self, workload: np.ndarray) -> np.ndarray:
-        w = np.asarray(workload, dtype=np.float64)
-        return self.raw_min + (w - self.low) * (self.raw_max - self.raw_min) / (self.high - self.low)
-
 
 #: An extreme value that leaves the middle 98% of a training half within this share of its range
 #: squeezes nearly every workload onto one end of the workload range: most likely a typo or a sensor fault.

@@ -154,11 +154,6 @@ class LocalZooKeeper:
         reply = four_letter(self.host, self.port, "srvr") or ""
         return "Mode:" in reply
 
-    def is_running(self) -> bool:
-        if self._proc is not None:
-            return self._proc.poll() is None
-        return self.recorded_pid() is not None
-
     # -- start / stop -------------------------------------------------------------------------------
     def start(self, wait_s: float = 60.0) -> int:
         """Start the server (detached from this terminal) and wait until it answers; returns its pid."""

@@ -30,10 +30,6 @@ class Physics:
     range_: float = 2e-4  # length scale of the repulsion (exp(-distance / range_))
     kick: float = 0.05  # standard deviation of the random velocity kick per superstep
 
-    def displacement_per_step(self) -> float:
-        """How far the right-moving crowd travels in one superstep (domain lengths)."""
-        return self.crowd_speed * self.dt * self.substeps
-
 
 @dataclass
 class RankState:

@@ -24,9 +24,7 @@ class TaskLost(InputError):
 @dataclass(frozen=True)
 class Capabilities:
     in_place: bool  # resize_task changes a running task's CPU limit without a restart
-    recreate: bool  # recreate_task stops a task and starts it again under a new limit
     sees_exit: bool  # poll_task knows when a task's process has gone (else: ZooKeeper membership only)
-    capacity_millicores: float | None = None  # what all tasks together may use; None = no fixed bound
 
 
 @dataclass(frozen=True)

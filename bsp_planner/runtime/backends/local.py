@@ -105,7 +105,7 @@ class LocalBackend(Backend):
         return self._hierarchy
 
     def capabilities(self) -> Capabilities:
-        return Capabilities(in_place=True, recreate=True, sees_exit=True, capacity_millicores=self.capacity)
+        return Capabilities(in_place=True, sees_exit=True)
 
     def info(self) -> dict:
         h = self.hierarchy

@@ -34,14 +34,8 @@ class KubernetesBackend(KubernetesResizes):
     """Runs a live run's tasks as pods (see the module)."""
 
     def capabilities(self) -> Capabilities:
-        """in_place: the server can resize (and --reconfigure is not recreate); capacity: the schedulable
-        nodes' free allocatable CPU when first asked (None where nodes cannot be read)."""
-        if self._capacity_m is False:
-            nodes = self.cluster_nodes()
-            self._capacity_m = None if nodes is None else sum(free for _, free in nodes)
-        return Capabilities(
-            in_place=self.mode == "in-place", recreate=True, sees_exit=True, capacity_millicores=self._capacity_m
-        )
+        """in_place: the server can resize (and --reconfigure is not recreate)."""
+        return Capabilities(in_place=self.mode == "in-place", sees_exit=True)
 
     def info(self) -> dict:
         caps = self._cluster.capabilities()

@@ -144,7 +144,6 @@ class KubernetesPods(Backend):
         self.placement: dict[str, str] = {}  # task -> the node the plan put it on (place)
         self.warnings: list[str] = []
         self._mode: tuple[str, str] | None = None
-        self._capacity_m: float | None | bool = False  # False: not read yet
         # the ZooKeeper address the pods reach
         self._worker_hosts = self.worker_zk_hosts or f"{N.ZOOKEEPER_SERVICE}.{self.namespace}.svc:{N.ZOOKEEPER_PORT}"
         self.worker_zk_hosts = self._worker_hosts
