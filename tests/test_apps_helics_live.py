@@ -111,6 +111,8 @@ def test_the_helics_federation_runs_under_the_planner_with_its_broker_as_a_servi
     for i in range(4):
         timings = [json.loads(line) for line in (run_dir / f"timings-f{i}.jsonl").read_text().splitlines()]
         assert [t["step"] for t in timings] == list(range(STEPS))
+    # federates that run ahead of the hot one are not taken for ones it waits for: no wait is claimed
+    assert json.loads((run_dir / "summary.json").read_text())["structure"]["learned"] == {}
     assert_the_federation_ended(run_dir)
 
 
@@ -126,10 +128,15 @@ def test_the_helics_star_runs_under_the_planner_with_its_hub_after_its_leaves(
             name: expected[r["step"], i] for i, name in enumerate(names)
         }
         assert sum(t["cpu_millicores"] for t in r["tasks"]) <= 1600
+        # its compute through the hub's wait: the slowest leaf's plus the hub's
+        leaves = max(tasks[n]["measured_s"] for n in names[:4])
+        assert r["critical_path_s"] == pytest.approx(leaves + tasks["hub"]["measured_s"])
     timings = {n: [json.loads(x) for x in (run_dir / f"timings-{n}.jsonl").read_text().splitlines()] for n in names}
     for step in range(STEPS):  # under the planner too, the hub computes after every leaf, in every step
         assert timings["hub"][step]["start"] >= max(timings[n][step]["end"] for n in names[:4])
     summary = json.loads((run_dir / "summary.json").read_text())
+    # the waits the federates' own clocks show are the ones the job declares
+    assert summary["structure"]["learned"] == {"hub": names[:4]} and summary["structure"]["agrees"]
     # a step is timed from the federates' own clocks: the steps add up to the federation's wall time,
     # the slowest leaf plus the hub in each
     rows = [t for per in timings.values() for t in per]

@@ -39,6 +39,7 @@ def record(step: int, *, reconfigured: bool, method: str | None, seconds: float,
         "step_s": 0.5 + 0.1 * step,
         "predicted_step_s": 0.45 + 0.1 * step,
         "slowest_s": 0.4 + 0.1 * step,
+        "critical_path_s": 0.42 + 0.1 * step,  # a task waits for another: more than the slowest task
         "barrier_s": 0.002 * (step + 1),
         "restarts": step % 2,
         "levels": [0, 1],
@@ -123,7 +124,7 @@ def test_the_counters_equal_the_run_logs_totals_and_a_resumed_run_continues_them
         assert got["bsp_planner_steps_completed_total"] == 4
         for name, field in (
             ("bsp_planner_step_duration_seconds", "step_s"),
-            ("bsp_planner_step_critical_path_seconds", "slowest_s"),
+            ("bsp_planner_step_critical_path_seconds", "critical_path_s"),
             ("bsp_planner_barrier_wait_seconds", "barrier_s"),
         ):
             assert got[f"{name}_count"] == 4

@@ -87,7 +87,9 @@ def test_a_live_run_serves_metrics_that_match_its_run_log(tmp_path, zk_server, c
         assert seen["bsp_planner_steps_completed_total"] == k + 1
         assert seen["bsp_planner_step_duration_seconds_count"] == k + 1
         assert seen["bsp_planner_step_duration_seconds_sum"] == pytest.approx(sum(r["step_s"] for r in so_far))
-        assert seen["bsp_planner_step_critical_path_seconds_sum"] == pytest.approx(sum(r["slowest_s"] for r in so_far))
+        assert seen["bsp_planner_step_critical_path_seconds_sum"] == pytest.approx(
+            sum(r["critical_path_s"] for r in so_far)
+        )
         assert seen["bsp_planner_barrier_wait_seconds_sum"] == pytest.approx(sum(r["barrier_s"] for r in so_far))
         assert seen["bsp_planner_decision_duration_seconds_sum"] == pytest.approx(
             sum(r["decision_ms"] for r in so_far) / 1e3

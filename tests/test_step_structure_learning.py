@@ -70,3 +70,15 @@ def test_timings_files_are_read_and_bad_lines_named(tmp_path):
     (tmp_path / "timings-hub.jsonl").write_text('{"step": 0, "start": 1.0}\n')
     with pytest.raises(InputError, match=r"timings-hub.jsonl.*line 1"):
         read_timings(tmp_path, names)
+
+
+def test_a_task_that_runs_ahead_of_a_slow_one_is_not_taken_for_one_it_waits_for():
+    # a ring's fast member ends step t before the slow one begins it (HELICS lets it run ahead): it ended
+    # before, in every step, but the slow one was never held by it
+    rng = np.random.default_rng(4)
+    slow = rng.uniform(0.45, 0.55, 30)
+    start_a = np.cumsum(np.r_[0.0, slow[:-1]])
+    start = np.c_[start_a, start_a - 0.45]
+    end = np.c_[start_a + slow, start_a - 0.45 + rng.uniform(0.03, 0.06, 30)]
+    assert (start[:, 0] >= end[:, 1]).all()
+    assert learn_structure(start, end).is_independent

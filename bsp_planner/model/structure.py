@@ -4,7 +4,10 @@ Given each task's wall-clock start and end of its compute in every step, task j 
 task i when, in most steps, j starts only once i has ended (within a tolerance). That relation is
 transitive in a pipeline (c starts after a ends when b sits between them), so only its transitive
 reduction is kept: the direct waits. Independent tasks start together and overlap, so they get no edge;
-a hub starts after its last leaf, so it waits for every leaf.
+a hub starts after its last leaf, so it waits for every leaf. Starting after is not yet waiting: in a
+federation whose members may run ahead (a HELICS ring), a fast task can end step t before a slow one
+begins it. So a task keeps its waits only where it was held by them: in most steps it starts within
+`max_gap_s` of its last predecessor's end.
 
 Timings files (`{run_dir}/timings-<task>.jsonl`): one JSON line per step, ``{"step": 3, "start": t0,
 "end": t1}`` (wall-clock seconds; ``start_s``/``end_s`` are read too).
@@ -23,14 +26,20 @@ from ..core.structure import StepStructure
 
 
 def learn_structure(
-    start_s: np.ndarray, end_s: np.ndarray, tolerance_s: float = 1e-3, agreement: float = 0.8
+    start_s: np.ndarray,
+    end_s: np.ndarray,
+    tolerance_s: float = 1e-3,
+    agreement: float = 0.8,
+    max_gap_s: float | None = None,
 ) -> StepStructure:
     """The direct waits between tasks, from when each computed.
 
     start_s, end_s: (steps, tasks) wall-clock seconds of each task's compute in each step (NaN where a
     step was not seen; such steps do not vote). tolerance_s: how far before i's end j may start and still
     count as after it (clock skew, reporting delay). agreement: the share of the steps seen by both tasks
-    in which j must start after i ends (above one half, so two tasks never wait for each other)."""
+    in which j must start after i ends (above one half, so two tasks never wait for each other).
+    max_gap_s: how soon after its last predecessor's end a waiting task starts (the exchange of the values
+    it waited for); None: a tenth of the median step (first start to last end)."""
     start_s, end_s = np.asarray(start_s, dtype=float), np.asarray(end_s, dtype=float)
     if start_s.shape != end_s.shape or start_s.ndim != 2:
         raise ValueError(
@@ -44,9 +53,18 @@ def learn_structure(
     votes = (follows & seen).sum(axis=0) / np.maximum(seen.sum(axis=0), 1)
     after = (votes >= agreement) & (seen.sum(axis=0) > 0)
     np.fill_diagonal(after, False)
-    return StepStructure(
-        tuple(tuple(int(i) for i in np.nonzero(_reduce(after)[:, j])[0]) for j in range(after.shape[0]))
-    )
+    direct = _reduce(after)
+    if max_gap_s is None:
+        span = np.nanmax(end_s, axis=1) - np.nanmin(start_s, axis=1)
+        max_gap_s = 0.1 * float(np.nanmedian(span)) if np.isfinite(span).any() else 0.0
+    for j in range(direct.shape[0]):
+        preds = np.nonzero(direct[:, j])[0]
+        if preds.size:  # held by them: started soon after the last of them ended, in most steps
+            gap = start_s[:, j] - end_s[:, preds].max(axis=1)
+            seen_j = np.isfinite(gap)
+            if not seen_j.any() or (gap[seen_j] <= max_gap_s + tolerance_s).mean() < agreement:
+                direct[:, j] = False
+    return StepStructure(tuple(tuple(int(i) for i in np.nonzero(direct[:, j])[0]) for j in range(direct.shape[0])))
 
 
 def _reduce(after: np.ndarray) -> np.ndarray:

@@ -28,7 +28,7 @@ from ..loop import InvalidDecision, Replanned
 from .executor import LiveExecutor, RunFailed
 from .quota_ahead import plan_timing
 from .run_store import RunStoreUnwritable
-from .runlog import RunLog, effective_workloads, quota_timing, step_record
+from .runlog import RunLog, effective_workloads, quota_timing, step_record, step_time_s
 
 
 @dataclass(frozen=True)
@@ -256,7 +256,7 @@ def run_logged(run, loop, records: list[dict], runlog: RunLog) -> None:
             rec["replanned"] = {k: v for k, v in ex.replanned[t].items() if k != "levels"}
         if step.learning is not None:
             rec["learning"] = {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in step.learning.items()}
-            rec["learned_step_s"] = float(np.max(step.learning["predicted_before_s"]))
+            rec["learned_step_s"] = step_time_s(np.asarray(step.learning["predicted_before_s"]), run.ctx.structure)
         try:
             runlog.append(rec)
         except OSError as exc:

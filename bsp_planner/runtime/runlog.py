@@ -16,15 +16,17 @@ changed the configuration by starting its workers; reconfig_methods per task whe
 start_s (the first step each coordinator ran: its workers' start-up), decision_ms,
 step_s (the step's time: in barrier mode from publishing the step to every task's release; in observe mode
 from the previous step's end, or this step's first start, to its last task's end, on the tasks' own
-clocks), predicted_step_s (the model's time of the slowest task at the workloads the tasks ran), slowest_s
-(the slowest measured task), sync_s = step_s - slowest_s, barrier_s (the last task's finish to the
+clocks), predicted_step_s (the model's step time at the workloads the tasks ran), slowest_s (the slowest
+measured task), critical_path_s (the measured compute through the job's waits, its `after`: the slowest leaf
+plus the hub in a star; without waits, slowest_s), sync_s = step_s - slowest_s, barrier_s (the last task's finish to the
 coordinator's release; in observe mode, where there is no barrier, the last report to the coordinator
 noticing the step), restarts, decision_latency_s and previous_quota_share (how late the step's new quotas
 came: `quota_timing`; absent where none changed), and per task cpu, workload (what the coordinator assigned the task),
 observed_workload (what the task reported it ran, where it reported one), predicted and measured duration
 (and, where the task reported them, next_workload, cpu_s, and started_at / finished_at: time.time() on the
 task's clock when its compute started / ended). With a learning model, `learning` holds its
-predictions before and after each step and `learned_step_s` its predicted time of the slowest task.
+predictions before and after each step and `learned_step_s` its predicted step time. Predicted step times
+(``predicted_step_s``, ``learned_step_s``) are the critical path through the job's waits, as `simulate` takes them.
 
 steps.csv names both workloads: ``assigned_<task>`` (what the task was told: the series, or the forecast
 for a task that reports its own) and ``reported_<task>`` (what it reported it ran; empty where it reported
@@ -44,6 +46,7 @@ from pathlib import Path
 import numpy as np
 
 from ..core.atomic import write_text
+from ..core.structure import StepStructure
 
 STEP_FIELDS = tuple(
     "step action reconfigured reconfig_s decision_ms step_s predicted_step_s slowest_s sync_s barrier_s restarts "
@@ -161,6 +164,7 @@ def step_record(
     forecast = run.ctx.configs.predicted[t, np.arange(n), levels, 0]
     measured = np.array([r["duration_s"] for r in reports])
     slowest = float(measured.max())
+    structure = run.ctx.structure  # the job's `after`; None: independent tasks, a step is its slowest task
     tasks = [
         {
             "task": task,
@@ -185,8 +189,9 @@ def step_record(
         "reconfig_s": float(reconfig_s),
         "decision_ms": float(decision_ms),
         "step_s": float(step_s),
-        "predicted_step_s": float(pred.max()),
+        "predicted_step_s": step_time_s(pred, structure),
         "slowest_s": slowest,
+        "critical_path_s": step_time_s(measured, structure),
         "sync_s": float(step_s - slowest),
         "barrier_s": float(max(0.0, released_at - max(r["finished_at"] for r in reports))),
         "publish_s": float(publish_s),
@@ -195,6 +200,12 @@ def step_record(
         "levels": [int(x) for x in levels],
         "tasks": tasks,
     }
+
+
+def step_time_s(durations_s: np.ndarray, structure: StepStructure | None) -> float:
+    """A step's time from its tasks' (tasks,) durations: the critical path through `structure` (the job's
+    waits), the slowest task where there are none."""
+    return float(durations_s.max() if structure is None else structure.step_time(durations_s))
 
 
 def quota_timing(rec: dict, previous: dict | None) -> None:
@@ -239,7 +250,7 @@ def step_chart(records: list[dict], path: Path, title: str = "", penalty_s: floa
     fig = Figure(figsize=(9, 6.5))
     FigureCanvasAgg(fig)
     ax1, ax2 = fig.subplots(2, 1, sharex=True)
-    ax1.plot(steps, pred, "o-" if marks else "-", ms=3, color="#4C72B0", label="predicted (model, slowest task)")
+    ax1.plot(steps, pred, "o-" if marks else "-", ms=3, color="#4C72B0", label="predicted (model)")
     ax1.plot(steps, meas, "s-" if marks else "-", ms=3, color="#C44E52", label="measured (step wall time)")
     ax1.plot(steps, slow, ".", ms=4 if marks else 1, color="#8172B2", alpha=0.7, label="measured slowest task")
     if all("learned_step_s" in r for r in records):  # a learning run: what its model predicted before each step
@@ -250,7 +261,7 @@ def step_chart(records: list[dict], path: Path, title: str = "", penalty_s: floa
             "^-" if marks else "-",
             ms=3,
             color="#55A868",
-            label="predicted (learned model, slowest task)",
+            label="predicted (learned model)",
         )
     if changed.any():  # one collection for every reconfiguration, not one line each
         ax1.vlines(

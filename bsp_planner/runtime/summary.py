@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from ..core.atomic import write_text as atomic_write
+from ..model.structure import learn_structure
 from .runlog import step_chart
 
 
@@ -133,6 +134,7 @@ def write_summary(run, records: list[dict], prepare_ms: float) -> tuple[dict, di
         "reconfigure_measured": measured_by_method(records),
         "reconfigure_planned_vs_measured": planned_vs_measured(run.ctx.penalty_s, records),
         "replans": replans_of(records),
+        "structure": structure_found(run, records),
         "restarts": int(sum(r["restarts"] for r in records)),
         "rows": rows,
     }
@@ -231,6 +233,7 @@ def write_summary(run, records: list[dict], prepare_ms: float) -> tuple[dict, di
             else []
         ),
         *(f"- step {r['step']}: re-planned on the nodes' free CPU ({replan_text(r)})" for r in summary["replans"]),
+        *([structure_text(s)] if (s := summary["structure"]) else []),
         f"- worker restarts: {summary['restarts']}",
         "",
         to_markdown(rows),
@@ -312,6 +315,32 @@ def planned_vs_measured(planned_s: float, records: list[dict]) -> dict | None:
         out["batches_mean"] = round(float(np.mean([len(b) for b in batches])), 3)
         out["batch_s_mean"] = round(float(np.mean([x["seconds"] for b in batches for x in b])), 4)
     return out
+
+
+def structure_found(run, records: list[dict]) -> dict | None:
+    """Which tasks waited for which inside a step, as the tasks' own clocks show it (each report's
+    started_at / finished_at, `model.structure.learn_structure`), beside the job's declared `after`: both
+    by name (a task -> the tasks it waits for). None where a task reported no clock or under 3 steps ran."""
+    if len(records) < 3 or not all("started_at" in x and "finished_at" in x for r in records for x in r["tasks"]):
+        return None
+    start = np.array([[x["started_at"] for x in r["tasks"]] for r in records], dtype=np.float64)
+    end = np.array([[x["finished_at"] for x in r["tasks"]] for r in records], dtype=np.float64)
+    learned = learn_structure(start, end).names(run.tasks)
+    declared = run.ctx.structure.names(run.tasks) if run.ctx.structure is not None else {}
+    return {"learned": learned, "declared": declared, "steps": len(records), "agrees": learned == declared}
+
+
+def structure_text(s: dict) -> str:
+    def waits(graph: dict[str, list[str]]) -> str:
+        return "; ".join(f"{t} after {', '.join(p)}" for t, p in graph.items()) or "none (independent tasks)"
+
+    found = f"- waits inside a step, from the tasks' own clocks ({s['steps']} steps): {waits(s['learned'])}"
+    if s["agrees"]:
+        return found + "; as the job declares"
+    return found + (
+        f"; the job declares {waits(s['declared'])}: planned and simulated on the declared waits"
+        + (" (declare these with `after = [...]` on the waiting task, docs/tasks.md)" if s["learned"] else "")
+    )
 
 
 def replans_of(records: list[dict]) -> list[dict]:
