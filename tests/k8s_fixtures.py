@@ -89,3 +89,21 @@ class Container(subprocess.Popen):
 
     def log_tail(self) -> str:
         return self.log_path.read_text(errors="replace")
+
+
+def fake_cluster_backend(run_id: str, api, zk_server, tmp_path: Path, reconfigure: str = "auto"):
+    """The Kubernetes backend of a live test on the fake API server `api`: the test namespace and ZooKeeper
+    Secret, workers pointed at `zk_server`, a short poll, pod logs under tmp_path/logs."""
+    from bsp_planner.runtime.backends.kubernetes import KubernetesBackend
+
+    return KubernetesBackend(
+        run_id,
+        kubeconfig=api.kubeconfig,
+        namespace=NS,
+        image="bsp-planner:dev",
+        reconfigure=reconfigure,
+        worker_zk_hosts=zk_server.hosts,
+        zk_auth_secret=SECRET,
+        poll_s=0.02,
+        log_dir=tmp_path / "logs",
+    )

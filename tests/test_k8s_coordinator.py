@@ -18,10 +18,9 @@ pytest.importorskip(
 
 pytest.importorskip("bsp_planner.runtime.coordinator", reason="the live runtime is not in this tree yet")
 
-from k8s_fixtures import NS, SECRET, kubelet
+from k8s_fixtures import NS, SECRET, fake_cluster_backend, kubelet
 
 from bsp_planner.k8s import names as N
-from bsp_planner.runtime.backends.kubernetes import KubernetesBackend
 from bsp_planner.runtime.coordinator import Coordinator
 from bsp_planner.testing.fake_apiserver import FakeApiServer
 
@@ -39,17 +38,7 @@ def test_a_live_run_through_the_kubernetes_backend(tmp_path, zk_server, creds_fi
     secrets = {SECRET: {"auth": creds_file.read_text().strip()}}
     with FakeApiServer(pod_runner=kubelet(tmp_path, secrets, workers_only=True), delete_delay_s=5.0) as api:
         api.add_node("node-a", "4")
-        backend = KubernetesBackend(
-            f"k8s-{how}",
-            kubeconfig=api.kubeconfig,
-            namespace=NS,
-            image="bsp-planner:dev",
-            reconfigure="auto",
-            worker_zk_hosts=zk_server.hosts,
-            zk_auth_secret=SECRET,
-            poll_s=0.02,
-            log_dir=tmp_path / "logs",
-        )
+        backend = fake_cluster_backend(f"k8s-{how}", api, zk_server, tmp_path)
         said: list[str] = []
         coord = Coordinator(
             settings(exp, zk_server, creds_file, planner="static:1", reconfigure=how),

@@ -15,7 +15,7 @@ pytest.importorskip(
     "kubernetes", reason="the official kubernetes client is not installed (pip install 'bsp-planner[kubernetes]')"
 )
 import yaml
-from k8s_fixtures import NS, SECRET, kubelet
+from k8s_fixtures import NS, SECRET, fake_cluster_backend, kubelet
 
 from bsp_planner.core.errors import InputError
 from bsp_planner.k8s import bspjob as B
@@ -184,7 +184,6 @@ def _live_problem() -> str | None:
 @pytest.mark.slow
 @pytest.mark.skipif(_live_problem() is not None, reason=_live_problem() or "")
 def test_a_live_kubernetes_run_posts_its_events_and_fills_its_bspjobs_status(tmp_path, zk_server, creds_file):
-    from bsp_planner.runtime.backends.kubernetes import KubernetesBackend
     from bsp_planner.runtime.coordinator import Coordinator
 
     from zk_fixtures import settings, tiny_experiment
@@ -208,17 +207,7 @@ def test_a_live_kubernetes_run_posts_its_events_and_fills_its_bspjobs_status(tmp
         )
         pod = coordinator_pod(fake, api)
         fake.rules = None  # the workers' pods are the backend's (its Role: tests/test_k8s_backend.py)
-        backend = KubernetesBackend(
-            "k8s-ev",
-            kubeconfig=fake.kubeconfig,
-            namespace=NS,
-            image="bsp-planner:dev",
-            reconfigure="auto",
-            worker_zk_hosts=zk_server.hosts,
-            zk_auth_secret=SECRET,
-            poll_s=0.02,
-            log_dir=tmp_path / "logs",
-        )
+        backend = fake_cluster_backend("k8s-ev", fake, zk_server, tmp_path)
         coord = Coordinator(
             settings(exp, zk_server, creds_file, planner="static:1", reconfigure="in-place"),
             "k8s-ev",

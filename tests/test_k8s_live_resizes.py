@@ -18,11 +18,10 @@ pytest.importorskip(
     "kubernetes", reason="the official kubernetes client is not installed (pip install 'bsp-planner[kubernetes]')"
 )
 
-from k8s_fixtures import NS, SECRET, kubelet
+from k8s_fixtures import SECRET, fake_cluster_backend, kubelet
 
 from bsp_planner.k8s.binpack import pod_cpu_request
 from bsp_planner.k8s.names import cpu_millicores
-from bsp_planner.runtime.backends.kubernetes import KubernetesBackend
 from bsp_planner.runtime.coordinator import Coordinator, RunInterrupted
 from bsp_planner.testing.fake_apiserver import FakeApiServer
 
@@ -76,17 +75,7 @@ class Noticed:
 
 
 def coordinator(tmp_path, zk_server, creds_file, api: FakeApiServer, run_id: str, exp: Path, watcher=None, **kw):
-    backend = KubernetesBackend(
-        run_id,
-        kubeconfig=api.kubeconfig,
-        namespace=NS,
-        image="bsp-planner:dev",
-        reconfigure="in-place",
-        worker_zk_hosts=zk_server.hosts,
-        zk_auth_secret=SECRET,
-        poll_s=0.02,
-        log_dir=tmp_path / "logs",
-    )
+    backend = fake_cluster_backend(run_id, api, zk_server, tmp_path, reconfigure="in-place")
     said: list[str] = []
     coord = Coordinator(
         settings(exp, zk_server, creds_file, planner="static:1", reconfigure="in-place"),

@@ -18,7 +18,7 @@ pytest.importorskip(
     "kubernetes", reason="the official kubernetes client is not installed (pip install 'bsp-planner[kubernetes]')"
 )
 
-from k8s_fixtures import NS, SECRET, kubelet
+from k8s_fixtures import NS, SECRET, fake_cluster_backend, kubelet
 
 from bsp_planner.core.errors import InputError
 from bsp_planner.runtime.backends import WorkerLaunch
@@ -120,17 +120,7 @@ def run_on_fake(tmp_path, zk_server, creds_file, exp, run_id, nodes, *, resize_d
     with FakeApiServer(pod_runner=kubelet(tmp_path, secrets, workers_only=True), resize_delay_s=resize_delay_s) as api:
         for name, cpu in nodes:
             api.add_node(name, cpu)
-        b = KubernetesBackend(
-            run_id,
-            kubeconfig=api.kubeconfig,
-            namespace=NS,
-            image="bsp-planner:dev",
-            reconfigure="in-place",
-            worker_zk_hosts=zk_server.hosts,
-            zk_auth_secret=SECRET,
-            poll_s=0.02,
-            log_dir=tmp_path / "logs",
-        )
+        b = fake_cluster_backend(run_id, api, zk_server, tmp_path, reconfigure="in-place")
         coord = Coordinator(
             settings(exp, zk_server, creds_file, planner=planner, reconfigure="in-place"),
             run_id,

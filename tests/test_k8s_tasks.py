@@ -23,7 +23,7 @@ pytest.importorskip(
     "kubernetes", reason="the official kubernetes client is not installed (pip install 'bsp-planner[kubernetes]')"
 )
 
-from k8s_fixtures import NS, SECRET, kubelet
+from k8s_fixtures import NS, SECRET, fake_cluster_backend, kubelet
 
 from bsp_planner.core.errors import InputError
 from bsp_planner.inputs.job import load_job
@@ -385,17 +385,7 @@ def live(tmp_path, zk_server, creds_file, exp, run_id: str, reconfigure: str = "
     runner = kubelet(tmp_path, secrets, entrypoints=entrypoints)
     api = FakeApiServer(pod_runner=runner, delete_delay_s=0.2, **kw).start()
     api.add_node("node-a", "4")
-    b = KubernetesBackend(
-        run_id,
-        kubeconfig=api.kubeconfig,
-        namespace=NS,
-        image="bsp-planner:dev",
-        reconfigure="auto",
-        worker_zk_hosts=zk_server.hosts,
-        zk_auth_secret=SECRET,
-        poll_s=0.02,
-        log_dir=tmp_path / "logs",
-    )
+    b = fake_cluster_backend(run_id, api, zk_server, tmp_path)
     coord = Coordinator(
         settings(exp, zk_server, creds_file, planner="static:1", reconfigure=reconfigure, step_timeout_s=60.0),
         run_id,

@@ -131,9 +131,8 @@ def test_the_kubernetes_coordinator_serves_the_same_metrics(tmp_path, zk_server,
     process): reconfigurations by the method that really ran, against the cost the backend measured and
     the plan charged."""
     pytest.importorskip("kubernetes", reason="the official kubernetes client is not installed")
-    from k8s_fixtures import NS, SECRET, kubelet
+    from k8s_fixtures import SECRET, fake_cluster_backend, kubelet
 
-    from bsp_planner.runtime.backends.kubernetes import KubernetesBackend
     from bsp_planner.testing.fake_apiserver import FakeApiServer
 
     exp = tiny_experiment(tmp_path / "exp", steps=3)
@@ -144,17 +143,7 @@ def test_the_kubernetes_coordinator_serves_the_same_metrics(tmp_path, zk_server,
     try:
         with FakeApiServer(pod_runner=kubelet(tmp_path, secrets, workers_only=True), delete_delay_s=5.0) as api:
             api.add_node("node-a", "4")
-            backend = KubernetesBackend(
-                "k8s-metrics",
-                kubeconfig=api.kubeconfig,
-                namespace=NS,
-                image="bsp-planner:dev",
-                reconfigure="auto",
-                worker_zk_hosts=zk_server.hosts,
-                zk_auth_secret=SECRET,
-                poll_s=0.02,
-                log_dir=tmp_path / "logs",
-            )
+            backend = fake_cluster_backend("k8s-metrics", api, zk_server, tmp_path)
             s = settings(exp, zk_server, creds_file, planner="static:1", reconfigure="in-place")
             coord = Coordinator(s, "k8s-metrics", tmp_path / "runs", backend=backend, watchers=[metrics, scraper])
             assert coord.run().status == "finished"
