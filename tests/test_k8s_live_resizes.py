@@ -134,11 +134,15 @@ def test_a_four_task_reconfiguration_costs_two_round_trips_and_is_planned_at_tha
     assert "planned against measured cost per reconfiguration" in text
 
 
-def test_a_node_that_loses_its_free_cpu_mid_run_is_replanned_within_the_step(tmp_path, zk_server, creds_file):
+@pytest.mark.parametrize("other_pod_stays", [False, True])
+def test_a_node_that_loses_its_free_cpu_mid_run_is_replanned_within_the_step(
+    tmp_path, zk_server, creds_file, other_pod_stays
+):
     """As the first step's grows arrive, someone else's pod takes every CPU the node has free: the kubelet
     defers the grows; the run takes them back, re-reads the nodes, re-plans that very step on what is free,
     goes on without a stop, and says so (step log, summary, watchers, its output). Stopped after that step
-    and resumed, it makes the same decisions again (through the re-plan) and finishes."""
+    and resumed, it makes the same decisions again (through the re-plan) and finishes: once the other pod
+    left, and while it still holds the node (the resumed run spends what its last re-plan had)."""
     secrets = {SECRET: {"auth": creds_file.read_text().strip()}}
     exp = experiment(tmp_path / "exp", tasks=3, steps=5)
     landed: list[float] = []
@@ -167,8 +171,9 @@ def test_a_node_that_loses_its_free_cpu_mid_run_is_replanned_within_the_step(tmp
         foreign = api.pod("other-team", "batch-job")
         room = 2000 - pod_cpu_request(foreign)
         # the other team's job ended: the budget fits the node again, and the resume plans as the run did
-        with api.lock:
-            del api.state.pods[("other-team", "batch-job")]
+        if not other_pod_stays:
+            with api.lock:
+                del api.state.pods[("other-team", "batch-job")]
         resumed, said_after = coordinator(tmp_path, zk_server, creds_file, api, "k8s-deferred", exp, resume=True)
         result = resumed.run()
     records, summary = outputs(folder)

@@ -231,9 +231,10 @@ class Coordinator(RunPlanning):
                 field="--reconfigure",
             )
         c = self.exp.cpu
-        self.backend.check(
-            self.job, max(c.max_millicores, c.exppo_max_millicores or 0), c.budget_millicores, path=self.exp.path
-        )
+        budget = c.budget_millicores
+        if self.resume and (replans := self.store.meta.get("replans")):  # it spends what its last re-plan had
+            budget = min(budget, sum(float(m) for m in replans[-1]["nodes"].values()))
+        self.backend.check(self.job, max(c.max_millicores, c.exppo_max_millicores or 0), budget, path=self.exp.path)
         self._plan_with_method_cost()
         # the one step loop `simulate` runs, with the experiment's [planner] settings; on resume it makes the
         # logged decisions again (each checked against the log) before anything of the run is touched
