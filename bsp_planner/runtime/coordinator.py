@@ -45,7 +45,7 @@ from .executor import LiveExecutor, RunFailed
 from .live_steps import run_logged
 from .run_inputs import period_mismatch
 from .run_lock import RunLock
-from .run_plan import RunPlanning
+from .run_plan import RunPlanning, spendable_millicores
 from .run_root import claim_root, prepare_tree
 from .run_settings import RunSettings
 from .run_store import RUN_FORMAT, RunStore, RunStoreUnwritable, now_iso, recorded_path
@@ -233,7 +233,7 @@ class Coordinator(RunPlanning):
         c = self.exp.cpu
         budget = c.budget_millicores
         if self.resume and (replans := self.store.meta.get("replans")):  # it spends what its last re-plan had
-            budget = min(budget, sum(float(m) for m in replans[-1]["nodes"].values()))
+            budget = spendable_millicores(budget, list(replans[-1]["nodes"].values()))
         self.backend.check(self.job, max(c.max_millicores, c.exppo_max_millicores or 0), budget, path=self.exp.path)
         self._plan_with_method_cost()
         # the one step loop `simulate` runs, with the experiment's [planner] settings; on resume it makes the

@@ -277,7 +277,7 @@ class RunPlanning:
         new_nodes = [NodeSettings(name, float(free.get(name, 0.0)), tasks) for name, tasks in placed.items()]
         before = self.exp
         # only what is free can be spent: a budget above the nodes' free CPU together is planned down to it
-        spendable = min(before.cpu.budget_millicores, sum(n.cpu_millicores for n in new_nodes))
+        spendable = spendable_millicores(before.cpu.budget_millicores, [n.cpu_millicores for n in new_nodes])
         cpu = dataclasses.replace(before.cpu, budget_millicores=spendable)
         self.exp = dataclasses.replace(self.exp, node=new_nodes, cpu=cpu)
         try:
@@ -326,3 +326,9 @@ class RunPlanning:
             forecast = np.clip(self.predictions.expected_workloads(t)[:, 0], *self.exp.workload_range)
             given = np.where(self.scen.known_workloads, given, forecast)
         return given
+
+
+def spendable_millicores(budget_millicores: float, free_millicores: list[float]) -> float:
+    """What a run may spend on nodes with `free_millicores` (one per node) free for it: its budget, or their
+    sum where that is less (a re-plan after someone else's pod took CPU, and the resume of such a run)."""
+    return min(budget_millicores, sum(float(m) for m in free_millicores))
