@@ -177,7 +177,9 @@ def run(
         "step-to-step jitter of small quotas; plan with a profile measured at the same period: profile run "
         "--cfs-period-us).",
     ),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No per-step lines."),
+    quiet: bool = typer.Option(
+        False, "--quiet", "-q", help="No per-step lines (the planned reconfiguration cost and the totals are kept)."
+    ),
     metrics_port: str | None = typer.Option(
         None,
         "--metrics-port",
@@ -251,13 +253,14 @@ def run(
         raise InputError(exc.message, field=_RUN_FLAGS[exc.field]) from None
     if resume is None:
         _check_experiment(settings, flagged)
-    say = (lambda text: None) if quiet else (lambda text: console.print(text, highlight=False))
+    note = lambda text: console.print(text, highlight=False)  # noqa: E731
+    say = (lambda text: None) if quiet else note
     from .backends.kubernetes.job_status import cluster_watchers  # Events and a BspJob's status, in a cluster
 
     metrics = _serve_metrics(console, endpoint, runs_dir)
     try:
         watchers: list[RunWatcher] = cluster_watchers(settings) + ([metrics] if metrics is not None else [])
-        coord = Coordinator(settings, rid, runs_dir, resume=resume is not None, say=say, watchers=watchers)
+        coord = Coordinator(settings, rid, runs_dir, resume=resume is not None, say=say, note=note, watchers=watchers)
         how = settings.reconfigure or "the backend's default"
         console.print(
             f"run {rid}: planner {settings.planner}, {settings.mode} mode, reconfigure {how}, "
