@@ -1040,3 +1040,35 @@ def test_forecast_train_json_is_one_document_on_stdout(tmp_path, monkeypatch, ca
     (row,) = doc["models"]
     assert doc["job"] == "thesis-8" and row["task"] == "affinity" and row["epochs"] == 1
     assert (tmp_path / "thesis-8" / "lstm" / "affinity.json").is_file()
+
+
+# -- every number a flag takes: of the wrong type, the parser's error is one line naming the flag ------------
+WRONG_TYPE = [
+    (["simulate", "--steps", "nan"], "--steps"),
+    (["simulate", "--jobs", "abc"], "--jobs"),
+    (["simulate", "--penalty", "abc"], "--penalty"),
+    (["run", "--zk-wait", "abc"], "--zk-wait"),
+    (["zk", "start", "--port", "1e308"], "--port"),
+    (["profile", "run", "--out", "p.csv", "--repeats", "inf"], "--repeats"),
+    (["profile", "pairs", "--out", "p.csv", "--cpu", "abc"], "--cpu"),
+    (["forecast", "predict", "--horizon", "2.5"], "--horizon"),
+    (["rl", "train", "--seed", "x"], "--seed"),
+]
+
+
+@pytest.mark.parametrize("args, flag", WRONG_TYPE, ids=[" ".join(a) for a, _ in WRONG_TYPE])
+def test_a_flag_value_of_the_wrong_type_is_one_line_naming_the_flag(args, flag, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["bsp-planner", *args])
+    with pytest.raises(SystemExit) as stop:
+        cli.main()
+    err = capsys.readouterr().err
+    assert stop.value.code == 2
+    assert len(err.strip().splitlines()) == 1, err  # not click's usage, hint and boxed panel
+    assert err.startswith("error:") and f"'{flag}'" in err and "--help" in err
+    assert list(tmp_path.iterdir()) == []  # refused before any work
+
+
+def test_an_unknown_option_is_one_line(tmp_path, monkeypatch, capsys):
+    code, _, err = run_cli(["simulate", "--bogus"], monkeypatch, capsys)
+    assert code == 2 and err.startswith("error: No such option: --bogus") and "simulate --help" in err
