@@ -1072,3 +1072,25 @@ def test_a_flag_value_of_the_wrong_type_is_one_line_naming_the_flag(args, flag, 
 def test_an_unknown_option_is_one_line(tmp_path, monkeypatch, capsys):
     code, _, err = run_cli(["simulate", "--bogus"], monkeypatch, capsys)
     assert code == 2 and err.startswith("error: No such option: --bogus") and "simulate --help" in err
+
+
+# -- a number too large for any setting: refused where it is read (a file, --set, a flag) ----------------
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--penalty", "1e300"], "field 'penalty_s'"),
+        (["--set", "cpu.budget_millicores=1e300"], "field 'cpu.budget_millicores'"),
+        (["--budget", "1e308"], "cpu.budget_millicores"),
+        (["--set", "planner.horizon=10000000000000"], "field 'planner.horizon'"),
+    ],
+)
+def test_a_number_too_large_for_any_setting_is_refused(args, needle, experiment, monkeypatch, capsys, tmp_path):
+    code, _, err = run_cli(["simulate", experiment, *FAST, *args, "--out", tmp_path / "o"], monkeypatch, capsys)
+    assert code == 2 and needle in err and "at most 1e+12" in err, err
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_number_too_large_in_an_experiment_file_names_the_file(tmp_path, synthetic_profile, monkeypatch, capsys):
+    experiment = write_experiment(tmp_path, synthetic_profile, penalty_s=1e300, strategies=["static:1", "floor"])
+    code, _, err = run_cli(["simulate", experiment, *FAST, "--out", tmp_path / "o"], monkeypatch, capsys)
+    assert code == 2 and experiment.name in err and "penalty_s" in err and "at most 1e+12" in err, err
