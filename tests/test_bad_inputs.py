@@ -366,6 +366,8 @@ UNREACHABLE = ["--zookeeper", "127.0.0.1:1", "--zk-wait", "1", "-q"]
         (["--steps", "1000000000"], ["field '--steps'", "has 1000 test steps", "start + steps = 1000000000"]),
         (["--set", "start=999"], ["field '--set'", "start + steps = 1019"]),
         (["--backend", "kubernetes", "--pending-timeout", "nan"], ["field '--pending-timeout'", "positive, finite"]),
+        (["--pending-timeout", "-1"], ["field '--pending-timeout'", "positive, finite"]),  # the local backend too
+        (["--cfs-period-us", "1e308"], ["'--cfs-period-us'"]),
     ],
 )
 def test_a_bad_run_option_is_refused_naming_it_before_anything_is_made(args, needles, tmp_path, monkeypatch, capsys):

@@ -216,8 +216,6 @@ def _check(value: Any, checks: dict, tp: Any) -> str | None:
     for v in items:
         if not isinstance(v, (int, float)) or isinstance(v, bool):
             continue
-        if abs(v) > MAX_MAGNITUDE:
-            return f"expected a number of at most {MAX_MAGNITUDE:g} in size, got {v!r}"
         for key, ok, text in (
             ("ge", lambda a, b: a >= b, ">="),
             ("gt", lambda a, b: a > b, ">"),
@@ -226,6 +224,8 @@ def _check(value: Any, checks: dict, tp: Any) -> str | None:
         ):
             if key in checks and not ok(v, checks[key]):
                 return f"expected a number {text} {checks[key]:g}, got {v!r}"
+        if abs(v) > MAX_MAGNITUDE:  # after the field's own bounds, which say more
+            return f"expected a number of at most {MAX_MAGNITUDE:g} in size, got {v!r}"
     return None
 
 

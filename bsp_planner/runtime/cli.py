@@ -231,6 +231,8 @@ def run(
         if online and mode == "perfect":
             mode = "forecast"  # online forecasts are what the planner is told
         on_k8s = backend in ("kubernetes", "k8s")
+        if pending_timeout is not None:  # a bad number is refused on any backend, before any work
+            _positive_seconds(pending_timeout, "--pending-timeout")
         settings = RunSettings(
             kubernetes=_kubernetes_settings(ctx.params) if on_k8s else {},
             worker_start_s=300.0 if on_k8s else 60.0,  # pods: scheduling, image pulls
@@ -408,8 +410,6 @@ def _kubernetes_settings(params: dict[str, Any]) -> dict[str, Any]:
     """The kubernetes backend's settings that were given (the others come from its environment)."""
     from ..k8s.config import parse_node_selector
 
-    if params["pending_timeout"] is not None:
-        _positive_seconds(params["pending_timeout"], "--pending-timeout")
     given = {name: params[name] for name in ("namespace", "image", "context", "zk_auth_secret")}
     given |= {
         "kubeconfig": str(params["kubeconfig"].resolve()) if params["kubeconfig"] else None,
