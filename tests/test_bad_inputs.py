@@ -827,7 +827,7 @@ def test_profile_pairs_refuses_before_making_any_file(args, needle, tmp_path, mo
     assert not (tmp_path / "prof").exists()
 
 
-@pytest.mark.parametrize("duration", ["nan", "-1", "0", "inf"])
+@pytest.mark.parametrize("duration", ["nan", "-1", "0", "inf", "1e300"])
 def test_a_pair_run_without_a_positive_duration_is_not_taken_as_measured(duration, tmp_path):
     from bsp_planner.profiling.pairs import RUN_COLUMNS, _read_runs
 
