@@ -1096,3 +1096,35 @@ def test_a_number_too_large_in_an_experiment_file_names_the_file(tmp_path, synth
     experiment = write_experiment(tmp_path, synthetic_profile, penalty_s=1e300, strategies=["static:1", "floor"])
     code, _, err = run_cli(["simulate", experiment, *FAST, "--out", tmp_path / "o"], monkeypatch, capsys)
     assert code == 2 and experiment.name in err and "penalty_s" in err and "at most 1e+12" in err, err
+
+
+# -- the profile commands' numbers: every seconds, CPU and weight flag range-checked before any file ----
+PROFILE_NUMBERS = [
+    (cmd, flag, value)
+    for cmd in ("run", "pairs", "calibrate")
+    for flag, values in (
+        ("--timeout", ["nan", "inf", "-1", "0", "1e308"]),
+        ("--cpu-shares", ["-1", "1", "262145"]),
+    )
+    for value in values
+] + [
+    ("run", "--startup-timeout", "nan"),
+    ("run", "--startup-timeout", "1e9"),
+    ("pairs", "--cpu", "nan"),
+    ("pairs", "--cpu", "-1"),
+    ("pairs", "--cpu", "1e308"),
+    ("calibrate", "--cpu", "1e308"),
+    ("calibrate", "--cpu", "0"),
+    ("calibrate", "--target-s", "inf"),
+    ("calibrate", "--target-s", "1e308"),
+]
+
+
+@pytest.mark.parametrize("command, flag, value", PROFILE_NUMBERS)
+def test_a_profile_number_out_of_range_is_refused_naming_its_flag(command, flag, value, tmp_path, monkeypatch, capsys):
+    out = tmp_path / "p" / "profile.csv"
+    where = [] if command == "calibrate" else ["--out", out]
+    code, _, err = run_cli(["profile", command, *where, flag, value], monkeypatch, capsys)
+    assert code == 2 and f"field '{flag}'" in err and "Traceback" not in err, err
+    assert not out.parent.exists()
+    assert list(tmp_path.iterdir()) == []
