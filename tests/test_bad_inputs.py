@@ -1110,6 +1110,8 @@ PROFILE_NUMBERS = [
 ] + [
     ("run", "--startup-timeout", "nan"),
     ("run", "--startup-timeout", "1e9"),
+    ("run", "--parallel", "0"),
+    ("run", "--parallel", "-1"),
     ("pairs", "--cpu", "nan"),
     ("pairs", "--cpu", "-1"),
     ("pairs", "--cpu", "1e308"),

@@ -184,6 +184,8 @@ def run(
     console = Console()
     _seconds(timeout, "--timeout")
     _seconds(startup_timeout, "--startup-timeout")
+    if parallel < 1:  # a kubernetes option, checked on every backend (never ignored unread)
+        raise InputError(f"expected at least 1 Job at once, got {parallel}", field="--parallel")
     _shares(cpu_shares)
     grid = Grid(parse_levels(cpu, "--cpu"), parse_levels(workloads, "--workloads"), repeats)
     steps = ProcessSteps(warmup_steps, measure_steps, min_measure_s, max_measure_steps)
