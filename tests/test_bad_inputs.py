@@ -815,8 +815,8 @@ def test_a_torn_last_line_of_a_replayed_run_is_dropped(tmp_path, experiment, mon
 @pytest.mark.parametrize(
     "args, needle",
     [
-        (["--workload", "inf"], "expected a positive finite workload, got inf"),
-        (["--workload", "nan"], "expected a positive finite workload, got nan"),
+        (["--workload", "inf"], "expected a positive finite workload of at most 1e+12, got inf"),
+        (["--workload", "nan"], "expected a positive finite workload of at most 1e+12, got nan"),
         (["--stress-ng", "/no/such/stress-ng"], "stress-ng not found"),
     ],
 )
@@ -1111,6 +1111,11 @@ PROFILE_NUMBERS = [
     ("run", "--startup-timeout", "nan"),
     ("run", "--startup-timeout", "1e9"),
     ("run", "--parallel", "0"),
+    ("run", "--workloads", "10,1e308"),
+    ("run", "--cfs-period-us", "0"),
+    ("pairs", "--cfs-period-us", "-1"),
+    ("pairs", "--workload", "1e308"),
+    ("calibrate", "--workload", "inf"),
     ("run", "--parallel", "-1"),
     ("pairs", "--cpu", "nan"),
     ("pairs", "--cpu", "-1"),

@@ -27,8 +27,9 @@ from ..core.outputs import check_output_dir
 from ..core.tables import print_json, print_table
 from ..inputs.job import load_job
 from ..inputs.profiles import load_profile, metadata_path
+from ..inputs.settings import MAX_MAGNITUDE
 from ..inputs.shipped import data_path, shipped_or_given
-from .cgroups import CFS_PERIOD_US, MAX_SHARES, quota_us
+from .cgroups import CFS_PERIOD_US, MAX_SHARES, check_period_us, quota_us
 from .grid import Grid, parse_levels, select_tasks, validate_grid
 
 if TYPE_CHECKING:
@@ -99,8 +100,15 @@ def _millicores(value: float, flag: str, tasks: int = 1) -> float:
 
 
 def _check_workload(workload: float) -> None:
-    if not (math.isfinite(workload) and workload > 0):
-        raise InputError(f"expected a positive finite workload, got {workload:g}", field="--workload")
+    if not (math.isfinite(workload) and 0 < workload <= MAX_MAGNITUDE):
+        raise InputError(
+            f"expected a positive finite workload of at most {MAX_MAGNITUDE:g}, got {workload:g}", field="--workload"
+        )
+
+
+def _period(value: int) -> int:
+    """--cfs-period-us, checked as the kernel takes it, the error naming the flag."""
+    return check_period_us(value, field="--cfs-period-us")
 
 
 @app.command("run")
@@ -187,6 +195,7 @@ def run(
     if parallel < 1:  # a kubernetes option, checked on every backend (never ignored unread)
         raise InputError(f"expected at least 1 Job at once, got {parallel}", field="--parallel")
     _shares(cpu_shares)
+    _period(cfs_period_us)
     grid = Grid(parse_levels(cpu, "--cpu"), parse_levels(workloads, "--workloads"), repeats)
     steps = ProcessSteps(warmup_steps, measure_steps, min_measure_s, max_measure_steps)
     the_job = load_job(shipped_or_given(job, "jobs") or job)
@@ -271,6 +280,7 @@ def pairs(
         raise InputError(f"expected at least 1, got {repeats}", field="--repeats")
     _seconds(timeout, "--timeout")
     _shares(cpu_shares)
+    _period(cfs_period_us)
     _millicores(cpu, "--cpu", tasks=2)
     quota_us(cpu, cfs_period_us)
     the_job = load_job(shipped_or_given(job, "jobs") or job)
