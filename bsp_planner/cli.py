@@ -121,7 +121,9 @@ def main() -> None:
         try:
             # not standalone: click's own usage errors (a flag's value of the wrong type, an unknown
             # option) come here, to be one line like every other bad input rather than a boxed panel
-            code = app(standalone_mode=False)
+            command = typer.main.get_command(app)
+            _flags_without_a_type(command)
+            code = command.main(standalone_mode=False)
             sys.exit(code if isinstance(code, int) else 0)
         except typer.Abort:  # end of input at a prompt
             _error("aborted")
@@ -146,6 +148,17 @@ def main() -> None:
 def _stopped(signum: int) -> None:
     err_console.print(f"stopped by {signal.Signals(signum).name}", highlight=False, markup=False)
     sys.exit(128 + signum)
+
+
+def _flags_without_a_type(command) -> None:
+    """typer's help shows a flag's type (`--learn <bool>`, even `--help <bool>`) as if it took a value,
+    which it refuses (`--learn=true`): a flag of every command, its --help included, shows none."""
+    help_option = command.get_help_option(command.context_class(command))
+    for param in [*command.params, *([help_option] if help_option is not None else [])]:
+        if getattr(param, "is_flag", False) and param.metavar is None:
+            param.metavar = ""
+    for sub in getattr(command, "commands", {}).values():
+        _flags_without_a_type(sub)
 
 
 def _usage_error(exc: typer.TyperException) -> None:
