@@ -851,6 +851,17 @@ def test_a_pair_slowdown_beyond_any_co_run_is_refused(slowdown, tmp_path):
     assert err.value.line == 3
 
 
+@pytest.mark.parametrize("column, row", [("runs", "1.2,1,1,1e300,1000,20"), ("workload", "1.2,1,1,3,1000,1e300")])
+def test_a_pair_profile_number_too_large_is_refused_naming_the_line(column, row, tmp_path):
+    from bsp_planner.inputs.pair_profiles import COLUMNS, load_pair_profile
+
+    pairs = tmp_path / "pairs.csv"
+    pairs.write_text(",".join(COLUMNS) + f"\naffinity,atomic,1.2,1.0,1.2,3,1000,20\natomic,affinity,{row}\n")
+    with pytest.raises(InputError, match=f"{column}: expected at most 1e\\+12") as err:
+        load_pair_profile(pairs)
+    assert err.value.line == 3
+
+
 # -- issue 32: --set cannot set [[node]], in every command that takes --set ----------------------------
 @pytest.mark.parametrize("command", [["simulate"], ["run"], ["rl", "evaluate"]])
 @pytest.mark.parametrize("item", ["node=x", "node.cpu_millicores=4000", "node=[]"])
