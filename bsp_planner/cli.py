@@ -119,7 +119,17 @@ def main() -> None:
     warnings.showwarning = _show_warning
     with signals.installed():
         try:
-            app()
+            # not standalone: click's own usage errors (a flag's value of the wrong type, an unknown
+            # option) come here, to be one line like every other bad input rather than a boxed panel
+            command = typer.main.get_command(app)
+            _flags_without_a_type(command)
+            code = command.main(standalone_mode=False)
+            sys.exit(code if isinstance(code, int) else 0)
+        except typer.Abort:  # end of input at a prompt
+            _error("aborted")
+            sys.exit(1)
+        except typer.TyperException as exc:  # click's usage errors, as typer carries them
+            _usage_error(exc)
         except InputError as exc:
             _error(str(exc))
             sys.exit(exc.exit_code)
@@ -138,6 +148,27 @@ def main() -> None:
 def _stopped(signum: int) -> None:
     err_console.print(f"stopped by {signal.Signals(signum).name}", highlight=False, markup=False)
     sys.exit(128 + signum)
+
+
+def _flags_without_a_type(command) -> None:
+    """typer's help shows a flag's type (`--learn <bool>`, even `--help <bool>`) as if it took a value,
+    which it refuses (`--learn=true`): a flag of every command, its --help included, shows none."""
+    help_option = command.get_help_option(command.context_class(command))
+    for param in [*command.params, *([help_option] if help_option is not None else [])]:
+        if getattr(param, "is_flag", False) and param.metavar is None:
+            param.metavar = ""
+    for sub in getattr(command, "commands", {}).values():
+        _flags_without_a_type(sub)
+
+
+def _usage_error(exc: typer.TyperException) -> None:
+    """A usage error in one line, naming the flag and what it expects; exit 2 (click's code)."""
+    ctx = getattr(exc, "ctx", None)
+    if type(exc).__name__ == "NoArgsIsHelpError":  # `bsp-planner profile` alone: typer printed the help
+        sys.exit(getattr(exc, "exit_code", 2))
+    where = f" (see {ctx.command_path} --help)" if ctx is not None else ""
+    _error(" ".join(exc.format_message().split()) + where)
+    sys.exit(getattr(exc, "exit_code", 2))
 
 
 def _error(message: str) -> None:

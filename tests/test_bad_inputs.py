@@ -366,6 +366,8 @@ UNREACHABLE = ["--zookeeper", "127.0.0.1:1", "--zk-wait", "1", "-q"]
         (["--steps", "1000000000"], ["field '--steps'", "has 1000 test steps", "start + steps = 1000000000"]),
         (["--set", "start=999"], ["field '--set'", "start + steps = 1019"]),
         (["--backend", "kubernetes", "--pending-timeout", "nan"], ["field '--pending-timeout'", "positive, finite"]),
+        (["--pending-timeout", "-1"], ["field '--pending-timeout'", "positive, finite"]),  # the local backend too
+        (["--cfs-period-us", "1e308"], ["'--cfs-period-us'"]),
     ],
 )
 def test_a_bad_run_option_is_refused_naming_it_before_anything_is_made(args, needles, tmp_path, monkeypatch, capsys):
@@ -813,8 +815,8 @@ def test_a_torn_last_line_of_a_replayed_run_is_dropped(tmp_path, experiment, mon
 @pytest.mark.parametrize(
     "args, needle",
     [
-        (["--workload", "inf"], "expected a positive finite workload, got inf"),
-        (["--workload", "nan"], "expected a positive finite workload, got nan"),
+        (["--workload", "inf"], "expected a positive finite workload of at most 1e+12, got inf"),
+        (["--workload", "nan"], "expected a positive finite workload of at most 1e+12, got nan"),
         (["--stress-ng", "/no/such/stress-ng"], "stress-ng not found"),
     ],
 )
@@ -825,7 +827,7 @@ def test_profile_pairs_refuses_before_making_any_file(args, needle, tmp_path, mo
     assert not (tmp_path / "prof").exists()
 
 
-@pytest.mark.parametrize("duration", ["nan", "-1", "0", "inf"])
+@pytest.mark.parametrize("duration", ["nan", "-1", "0", "inf", "1e300"])
 def test_a_pair_run_without_a_positive_duration_is_not_taken_as_measured(duration, tmp_path):
     from bsp_planner.profiling.pairs import RUN_COLUMNS, _read_runs
 
@@ -845,6 +847,17 @@ def test_a_pair_slowdown_beyond_any_co_run_is_refused(slowdown, tmp_path):
         ",".join(COLUMNS) + f"\naffinity,atomic,1.2,1.0,1.2,3,1000,20\natomic,affinity,{slowdown},1,1,3,1000,20\n"
     )
     with pytest.raises(InputError, match=r"slowdown: expected a factor in \[0.1, 100\]") as err:
+        load_pair_profile(pairs)
+    assert err.value.line == 3
+
+
+@pytest.mark.parametrize("column, row", [("runs", "1.2,1,1,1e300,1000,20"), ("workload", "1.2,1,1,3,1000,1e300")])
+def test_a_pair_profile_number_too_large_is_refused_naming_the_line(column, row, tmp_path):
+    from bsp_planner.inputs.pair_profiles import COLUMNS, load_pair_profile
+
+    pairs = tmp_path / "pairs.csv"
+    pairs.write_text(",".join(COLUMNS) + f"\naffinity,atomic,1.2,1.0,1.2,3,1000,20\natomic,affinity,{row}\n")
+    with pytest.raises(InputError, match=f"{column}: expected at most 1e\\+12") as err:
         load_pair_profile(pairs)
     assert err.value.line == 3
 
@@ -1040,3 +1053,96 @@ def test_forecast_train_json_is_one_document_on_stdout(tmp_path, monkeypatch, ca
     (row,) = doc["models"]
     assert doc["job"] == "thesis-8" and row["task"] == "affinity" and row["epochs"] == 1
     assert (tmp_path / "thesis-8" / "lstm" / "affinity.json").is_file()
+
+
+# -- every number a flag takes: of the wrong type, the parser's error is one line naming the flag ------------
+WRONG_TYPE = [
+    (["simulate", "--steps", "nan"], "--steps"),
+    (["simulate", "--jobs", "abc"], "--jobs"),
+    (["simulate", "--penalty", "abc"], "--penalty"),
+    (["run", "--zk-wait", "abc"], "--zk-wait"),
+    (["zk", "start", "--port", "1e308"], "--port"),
+    (["profile", "run", "--out", "p.csv", "--repeats", "inf"], "--repeats"),
+    (["profile", "pairs", "--out", "p.csv", "--cpu", "abc"], "--cpu"),
+    (["forecast", "predict", "--horizon", "2.5"], "--horizon"),
+    (["rl", "train", "--seed", "x"], "--seed"),
+]
+
+
+@pytest.mark.parametrize("args, flag", WRONG_TYPE, ids=[" ".join(a) for a, _ in WRONG_TYPE])
+def test_a_flag_value_of_the_wrong_type_is_one_line_naming_the_flag(args, flag, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["bsp-planner", *args])
+    with pytest.raises(SystemExit) as stop:
+        cli.main()
+    err = capsys.readouterr().err
+    assert stop.value.code == 2
+    assert len(err.strip().splitlines()) == 1, err  # not click's usage, hint and boxed panel
+    assert err.startswith("error:") and f"'{flag}'" in err and "--help" in err
+    assert list(tmp_path.iterdir()) == []  # refused before any work
+
+
+def test_an_unknown_option_is_one_line(tmp_path, monkeypatch, capsys):
+    code, _, err = run_cli(["simulate", "--bogus"], monkeypatch, capsys)
+    assert code == 2 and err.startswith("error: No such option: --bogus") and "simulate --help" in err
+
+
+# -- a number too large for any setting: refused where it is read (a file, --set, a flag) ----------------
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--penalty", "1e300"], "field 'penalty_s'"),
+        (["--set", "cpu.budget_millicores=1e300"], "field 'cpu.budget_millicores'"),
+        (["--budget", "1e308"], "cpu.budget_millicores"),
+        (["--set", "planner.horizon=10000000000000"], "field 'planner.horizon'"),
+    ],
+)
+def test_a_number_too_large_for_any_setting_is_refused(args, needle, experiment, monkeypatch, capsys, tmp_path):
+    code, _, err = run_cli(["simulate", experiment, *FAST, *args, "--out", tmp_path / "o"], monkeypatch, capsys)
+    assert code == 2 and needle in err and "at most 1e+12" in err, err
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_number_too_large_in_an_experiment_file_names_the_file(tmp_path, synthetic_profile, monkeypatch, capsys):
+    experiment = write_experiment(tmp_path, synthetic_profile, penalty_s=1e300, strategies=["static:1", "floor"])
+    code, _, err = run_cli(["simulate", experiment, *FAST, "--out", tmp_path / "o"], monkeypatch, capsys)
+    assert code == 2 and experiment.name in err and "penalty_s" in err and "at most 1e+12" in err, err
+
+
+# -- the profile commands' numbers: every seconds, CPU and weight flag range-checked before any file ----
+PROFILE_NUMBERS = [
+    (cmd, flag, value)
+    for cmd in ("run", "pairs", "calibrate")
+    for flag, values in (
+        ("--timeout", ["nan", "inf", "-1", "0", "1e308"]),
+        ("--cpu-shares", ["-1", "1", "262145"]),
+    )
+    for value in values
+] + [
+    ("run", "--startup-timeout", "nan"),
+    ("run", "--startup-timeout", "1e9"),
+    ("run", "--parallel", "0"),
+    ("run", "--workloads", "10,1e308"),
+    ("run", "--cfs-period-us", "0"),
+    ("pairs", "--cfs-period-us", "-1"),
+    ("pairs", "--workload", "1e308"),
+    ("calibrate", "--workload", "inf"),
+    ("run", "--parallel", "-1"),
+    ("pairs", "--cpu", "nan"),
+    ("pairs", "--cpu", "-1"),
+    ("pairs", "--cpu", "1e308"),
+    ("calibrate", "--cpu", "1e308"),
+    ("calibrate", "--cpu", "0"),
+    ("calibrate", "--target-s", "inf"),
+    ("calibrate", "--target-s", "1e308"),
+]
+
+
+@pytest.mark.parametrize("command, flag, value", PROFILE_NUMBERS)
+def test_a_profile_number_out_of_range_is_refused_naming_its_flag(command, flag, value, tmp_path, monkeypatch, capsys):
+    out = tmp_path / "p" / "profile.csv"
+    where = [] if command == "calibrate" else ["--out", out]
+    code, _, err = run_cli(["profile", command, *where, flag, value], monkeypatch, capsys)
+    assert code == 2 and f"field '{flag}'" in err and "Traceback" not in err, err
+    assert not out.parent.exists()
+    assert list(tmp_path.iterdir()) == []

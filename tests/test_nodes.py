@@ -300,4 +300,10 @@ def test_simulate_on_the_shipped_testbed_writes_per_node_utilisation(tmp_path, m
     mpc = [r.split(",") for r in nodes[1:] if r.startswith("perfect,mpc,")]
     assert [r[2] for r in mpc] == ["node-1", "node-2", "node-3", "node-4"]
     assert all(0 < float(r[3]) <= float(r[4]) <= 100.0 for r in mpc)  # node-aware: never above a node's CPU
+    # the one-pool bound on the nodes as placed: every node, no blank cell in its comparison row
+    pool = [r.split(",") for r in nodes[1:] if r.startswith("perfect,optimum/one-pool,")]
+    assert [r[2] for r in pool] == ["node-1", "node-2", "node-3", "node-4"]
+    assert all(0 < float(r[3]) <= float(r[4]) for r in pool)
+    pool_row = next(r for r in rows if r.startswith("optimum/one-pool,perfect"))
+    assert "" not in pool_row.split(","), pool_row
     assert (tmp_path / "o" / "nodes.png").stat().st_size > 0

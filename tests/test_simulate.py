@@ -121,6 +121,8 @@ def expect_error(tmp_path, exp, monkeypatch, capsys, *needles, extra=()):
         ("affinity,10,250,-1.5,0", "duration_s"),
         ("affinity,10,250,0,0", "duration_s"),
         ("affinity,10,250,fast,0", "duration_s"),
+        ("affinity,10,250,1e300,0", "duration_s"),  # a number, but no duration: 300-digit totals
+        ("affinity,1e300,250,1.0,0", "workload"),
         ("affinity,ten,250,1.0,0", "workload"),
     ],
 )

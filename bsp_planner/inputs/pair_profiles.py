@@ -27,6 +27,7 @@ import numpy as np
 from ..core import atomic
 from ..core.errors import InputError
 from .names import check_name
+from .settings import MAX_MAGNITUDE
 
 COLUMNS = ("task", "co_task", "slowdown", "solo_s", "co_s", "runs", "cpu_millicores", "workload")
 # A co-runner under its own quota may make a task a little faster (noise) or many times slower (a shared
@@ -79,6 +80,8 @@ def _number(text: str, path: Path, line: int, column: str) -> float:
     lo, hi = SLOWDOWN_RANGE
     if column == "slowdown" and not lo <= v <= hi:
         raise InputError(f"slowdown: expected a factor in [{lo:g}, {hi:g}], got {text!r}", path=path, line=line)
+    if v > MAX_MAGNITUDE:  # as every number read: a typo (runs = 1e300 would never fit an integer)
+        raise InputError(f"{column}: expected at most {MAX_MAGNITUDE:g}, got {text!r}", path=path, line=line)
     return v
 
 

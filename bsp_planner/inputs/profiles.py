@@ -19,6 +19,7 @@ import numpy as np
 
 from ..core.errors import InputError, InputWarning, open_text
 from .program_files import changed_programs
+from .settings import MAX_MAGNITUDE
 
 PROFILE_COLUMNS = ("task", "workload", "cpu_millicores", "duration_s", "repeat")
 
@@ -79,6 +80,10 @@ def finite_number(text: str, path: Path, lineno: int, field: str) -> float:
         raise InputError(f"expected a number, got {text!r}", path=path, line=lineno, field=field) from exc
     if not math.isfinite(value):
         raise InputError(f"expected a finite number, got {text!r}", path=path, line=lineno, field=field)
+    if abs(value) > MAX_MAGNITUDE:  # as for settings: a typo, and totals of 300 digits
+        raise InputError(
+            f"expected a number of at most {MAX_MAGNITUDE:g} in size, got {text!r}", path=path, line=lineno, field=field
+        )
     return value
 
 

@@ -16,7 +16,8 @@ dataclass whose fields say what they accept:
   infinity (no setting of this product can use them). Text from the command line (`--set`, a flag,
   an environment variable) is parsed: "3" is 3, "true" is true, `list[X]` takes a comma-separated
   string, `X | None` takes the empty string or "none" as None;
-* numbers are range-checked (`ge`, `gt`, `le`, `lt`), strings checked against `choices`;
+* numbers are range-checked (`ge`, `gt`, `le`, `lt`, and never above 1e12 in size), strings checked
+  against `choices`;
 * `dict[str, X]` is a table of free keys (a program's `env`), every value an X;
 * a nested dataclass field is a table (`[cpu]`), a `list[SomeDataclass]` an array of tables
   (`[[task]]`, named `task[3].stressor` in errors);
@@ -44,6 +45,10 @@ from typing import Any, Literal, TypeVar
 from ..core.errors import InputError
 
 T = TypeVar("T")
+
+#: No setting of this product is larger (seconds, millicores, steps, seeds below 2**32): a larger one is
+#: a typo, and 1e300 would only fill the tables with 300-digit numbers or overflow a total to infinity
+MAX_MAGNITUDE = 1e12
 
 _CHECKS = "bsp_planner.check"
 _INTERNAL = "bsp_planner.internal"
@@ -219,6 +224,8 @@ def _check(value: Any, checks: dict, tp: Any) -> str | None:
         ):
             if key in checks and not ok(v, checks[key]):
                 return f"expected a number {text} {checks[key]:g}, got {v!r}"
+        if abs(v) > MAX_MAGNITUDE:  # after the field's own bounds, which say more
+            return f"expected a number of at most {MAX_MAGNITUDE:g} in size, got {v!r}"
     return None
 
 

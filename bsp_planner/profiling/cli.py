@@ -27,8 +27,9 @@ from ..core.outputs import check_output_dir
 from ..core.tables import print_json, print_table
 from ..inputs.job import load_job
 from ..inputs.profiles import load_profile, metadata_path
+from ..inputs.settings import MAX_MAGNITUDE
 from ..inputs.shipped import data_path, shipped_or_given
-from .cgroups import CFS_PERIOD_US, quota_us
+from .cgroups import CFS_PERIOD_US, MAX_SHARES, check_period_us, quota_us
 from .grid import Grid, parse_levels, select_tasks, validate_grid
 
 if TYPE_CHECKING:
@@ -65,9 +66,49 @@ def _resumable(console: Console, runs: Path) -> Iterator[None]:
         raise typer.Exit(130) from None
 
 
+#: the longest a run, a step or a Job's start may be given (a week): more is a typo, and overflows the waits
+MAX_WAIT_S = 604800.0
+
+
+def _seconds(value: float, flag: str) -> float:
+    """A flag's seconds: positive, finite, at most a week; an InputError naming the flag otherwise."""
+    if not (math.isfinite(value) and 0 < value <= MAX_WAIT_S):
+        raise InputError(
+            f"expected a positive number of seconds up to {MAX_WAIT_S:g} (a week), got {value:g}", field=flag
+        )
+    return value
+
+
+def _shares(value: int) -> int:
+    """--cpu-shares: 0 (the kernel's default) or a v1 cpu.shares weight, 2..262144 (it was clamped silently)."""
+    if value != 0 and not 2 <= value <= MAX_SHARES:
+        raise InputError(
+            f"expected 0 (the kernel's default) or a weight from 2 to {MAX_SHARES}, got {value}", field="--cpu-shares"
+        )
+    return value
+
+
+def _millicores(value: float, flag: str, tasks: int = 1) -> float:
+    """A CPU limit from a flag: positive, finite, and `tasks` of them within this host's CPUs."""
+    cores = len(os.sched_getaffinity(0))
+    if not (math.isfinite(value) and value > 0):
+        raise InputError(f"expected a positive CPU limit in millicores, got {value:g}", field=flag)
+    if value > cores * 1000 / tasks:
+        what = f"{tasks} tasks at {value:g}m each" if tasks > 1 else f"{value:g}m"
+        raise InputError(f"{what}: more than this host's {cores * 1000}m; lower {flag}", field=flag)
+    return value
+
+
 def _check_workload(workload: float) -> None:
-    if not (math.isfinite(workload) and workload > 0):
-        raise InputError(f"expected a positive finite workload, got {workload:g}", field="--workload")
+    if not (math.isfinite(workload) and 0 < workload <= MAX_MAGNITUDE):
+        raise InputError(
+            f"expected a positive finite workload of at most {MAX_MAGNITUDE:g}, got {workload:g}", field="--workload"
+        )
+
+
+def _period(value: int) -> int:
+    """--cfs-period-us, checked as the kernel takes it, the error naming the flag."""
+    return check_period_us(value, field="--cfs-period-us")
 
 
 @app.command("run")
@@ -149,6 +190,12 @@ def run(
     from .runner import check_profile_path, run_grid
 
     console = Console()
+    _seconds(timeout, "--timeout")
+    _seconds(startup_timeout, "--startup-timeout")
+    if parallel < 1:  # a kubernetes option, checked on every backend (never ignored unread)
+        raise InputError(f"expected at least 1 Job at once, got {parallel}", field="--parallel")
+    _shares(cpu_shares)
+    _period(cfs_period_us)
     grid = Grid(parse_levels(cpu, "--cpu"), parse_levels(workloads, "--workloads"), repeats)
     steps = ProcessSteps(warmup_steps, measure_steps, min_measure_s, max_measure_steps)
     the_job = load_job(shipped_or_given(job, "jobs") or job)
@@ -231,13 +278,10 @@ def pairs(
     _check_workload(workload)
     if repeats < 1:
         raise InputError(f"expected at least 1, got {repeats}", field="--repeats")
-    if not timeout > 0:
-        raise InputError(f"expected a positive number of seconds, got {timeout:g}", field="--timeout")
-    cores = len(os.sched_getaffinity(0))
-    if 2 * cpu > cores * 1000:
-        raise InputError(
-            f"two tasks at {cpu:g}m need {2 * cpu:g}m; this host gives {cores * 1000}m: lower --cpu", field="--cpu"
-        )
+    _seconds(timeout, "--timeout")
+    _shares(cpu_shares)
+    _period(cfs_period_us)
+    _millicores(cpu, "--cpu", tasks=2)
     quota_us(cpu, cfs_period_us)
     the_job = load_job(shipped_or_given(job, "jobs") or job)
     selected = select_tasks(the_job, _task_list(tasks))
@@ -301,12 +345,13 @@ def calibrate(
     from .calibrate import calibrate_task
     from .local import LocalBackend
 
-    if not target_s > 0:
-        raise InputError(f"expected a positive number of seconds, got {target_s:g}", field="--target-s")
+    _seconds(target_s, "--target-s")
+    _seconds(timeout, "--timeout")
+    _shares(cpu_shares)
     _check_workload(workload)
     if checks < 1:
         raise InputError(f"expected at least 1, got {checks}", field="--checks")
-    quota_us(cpu)
+    quota_us(_millicores(cpu, "--cpu"))
     console = Console(stderr=json_out)  # with --json, stdout holds the JSON document only
     the_job = load_job(shipped_or_given(job, "jobs") or job)
     selected = select_tasks(the_job, _task_list(tasks))

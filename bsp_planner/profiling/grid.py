@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ..core.errors import InputError
 from ..inputs.job import Job, Task
+from ..inputs.settings import MAX_MAGNITUDE
 from .cgroups import CFS_PERIOD_US, MIN_QUOTA_US
 
 DEFAULT_CPU_MILLICORES = (250, 500, 750, 1000, 1500, 2000)
@@ -74,6 +75,8 @@ def validate_grid(grid: Grid, cores: int | None = None) -> Grid:
                 raise InputError(
                     f"expected positive numbers, got {level_text(v) if math.isfinite(v) else v}", field=option
                 )
+            if v > MAX_MAGNITUDE:  # a typo: a run of 1e308 units never ends, nor fits an integer
+                raise InputError(f"expected numbers of at most {MAX_MAGNITUDE:g}, got {v:g}", field=option)
         dupes = sorted({v for v in values if list(values).count(v) > 1})
         if dupes:
             raise InputError(f"duplicate level(s) {', '.join(level_text(d) for d in dupes)}", field=option)

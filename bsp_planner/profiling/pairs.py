@@ -33,6 +33,7 @@ from ..core.errors import InputError
 from ..inputs.job import Job, Task
 from ..inputs.pair_profiles import PairRow, write_pair_profile
 from ..inputs.profiles import metadata_path
+from ..inputs.settings import MAX_MAGNITUDE
 from .grid import level_text
 from .process import kill_run
 from .profile_files import append_line, csv_line, ensure_csv
@@ -86,7 +87,7 @@ def _read_runs(path: Path, workload: float, cpu: float) -> dict[PairCell, float]
                 raise InputError(
                     "expected numbers in workload, cpu_millicores, repeat, duration_s", path=path, line=line
                 ) from None
-            if not (math.isfinite(d) and d > 0):
+            if not (math.isfinite(d) and 0 < d <= MAX_MAGNITUDE):
                 raise InputError(
                     f"expected a positive number of seconds, got {rec['duration_s']!r}: delete the line to measure "
                     "the run again",

@@ -177,7 +177,9 @@ def run(
         "step-to-step jitter of small quotas; plan with a profile measured at the same period: profile run "
         "--cfs-period-us).",
     ),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No per-step lines."),
+    quiet: bool = typer.Option(
+        False, "--quiet", "-q", help="No per-step lines (the planned reconfiguration cost and the totals are kept)."
+    ),
     metrics_port: str | None = typer.Option(
         None,
         "--metrics-port",
@@ -229,6 +231,8 @@ def run(
         if online and mode == "perfect":
             mode = "forecast"  # online forecasts are what the planner is told
         on_k8s = backend in ("kubernetes", "k8s")
+        if pending_timeout is not None:  # a bad number is refused on any backend, before any work
+            _positive_seconds(pending_timeout, "--pending-timeout")
         settings = RunSettings(
             kubernetes=_kubernetes_settings(ctx.params) if on_k8s else {},
             worker_start_s=300.0 if on_k8s else 60.0,  # pods: scheduling, image pulls
@@ -251,13 +255,14 @@ def run(
         raise InputError(exc.message, field=_RUN_FLAGS[exc.field]) from None
     if resume is None:
         _check_experiment(settings, flagged)
-    say = (lambda text: None) if quiet else (lambda text: console.print(text, highlight=False))
+    note = lambda text: console.print(text, highlight=False)  # noqa: E731
+    say = (lambda text: None) if quiet else note
     from .backends.kubernetes.job_status import cluster_watchers  # Events and a BspJob's status, in a cluster
 
     metrics = _serve_metrics(console, endpoint, runs_dir)
     try:
         watchers: list[RunWatcher] = cluster_watchers(settings) + ([metrics] if metrics is not None else [])
-        coord = Coordinator(settings, rid, runs_dir, resume=resume is not None, say=say, watchers=watchers)
+        coord = Coordinator(settings, rid, runs_dir, resume=resume is not None, say=say, note=note, watchers=watchers)
         how = settings.reconfigure or "the backend's default"
         console.print(
             f"run {rid}: planner {settings.planner}, {settings.mode} mode, reconfigure {how}, "
@@ -405,8 +410,6 @@ def _kubernetes_settings(params: dict[str, Any]) -> dict[str, Any]:
     """The kubernetes backend's settings that were given (the others come from its environment)."""
     from ..k8s.config import parse_node_selector
 
-    if params["pending_timeout"] is not None:
-        _positive_seconds(params["pending_timeout"], "--pending-timeout")
     given = {name: params[name] for name in ("namespace", "image", "context", "zk_auth_secret")}
     given |= {
         "kubeconfig": str(params["kubeconfig"].resolve()) if params["kubeconfig"] else None,

@@ -89,6 +89,7 @@ class Coordinator(RunPlanning):
         resume: bool = False,
         backend: Backend | None = None,
         say=None,
+        note=None,
         watchers: list[RunWatcher] | None = None,
     ) -> None:
         self.settings = settings = settings.checked()
@@ -98,6 +99,7 @@ class Coordinator(RunPlanning):
         self.resume = resume
         self._backend = backend
         self.say = say or (lambda text: None)
+        self.note = note or self.say  # the lines -q keeps (the cost the run plans with)
         self.watchers = Watchers(watchers or [], self.say)  # metrics, events, a job resource's status
         self.session: ZkSession | None = None
         self.backend: Backend | None = None

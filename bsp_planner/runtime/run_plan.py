@@ -31,6 +31,7 @@ class RunPlanning:
     resume: bool
     backend: Backend | None
     say: Callable[[str], None]
+    note: Callable[[str], None]  # what the run plans with: shown under -q too
     watchers: Watchers
     cluster_record: dict | None
     reconfigure_cost: dict
@@ -217,7 +218,7 @@ class RunPlanning:
             self.reconfigure_cost["batches_per_reconfiguration"] = probe["batches_per_reconfiguration"]
             self.reconfigure_cost["probe_pods"] = probe["pods"]
         article = "an" if method[:1] in "aeiou" else "a"  # an in-place, a recreate
-        self.say(f"planning with {article} {method} reconfiguration cost of {planned:.4g} s ({source})")
+        self.note(f"planning with {article} {method} reconfiguration cost of {planned:.4g} s ({source})")
 
     def replan(self, loop, step: int, current: np.ndarray, why: Exception) -> np.ndarray:
         """The platform refused step's configuration (a resize the kubelet left pending, or a configuration

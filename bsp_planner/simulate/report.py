@@ -163,35 +163,51 @@ def node_rows(results: list[StrategyResult]) -> list[dict]:
 
 
 def nodes_chart(rows: list[dict], path: Path) -> None:
-    """Mean CPU share per node (bars) and its peak (ticks), one group per strategy, one panel per mode."""
+    """Mean CPU share per node (bars) and its peak (ticks in the node's colour), one group per strategy,
+    one panel per mode, one legend above the panels."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
 
     modes = list(dict.fromkeys(r["mode"] for r in rows))
     nodes = list(dict.fromkeys(r["node"] for r in rows))
-    fig, axes = plt.subplots(len(modes), 1, figsize=(10, 3.2 * len(modes)), squeeze=False)
+    fig, axes = plt.subplots(len(modes), 1, figsize=(10, 3.2 * len(modes) + 0.6), squeeze=False)
     width = 0.8 / max(1, len(nodes))
+    top = max([100.0] + [r["peak_pct"] for r in rows])
+    over = sorted({r["strategy"] for r in rows if r["peak_pct"] > 100.0 + 1e-9})
+    handles: list = []
     for ax, mode in zip(axes[:, 0], modes, strict=True):
         strategies = list(dict.fromkeys(r["strategy"] for r in rows if r["mode"] == mode))
         x = np.arange(len(strategies))
+        handles = []
         for j, node in enumerate(nodes):
             by = {r["strategy"]: r for r in rows if r["mode"] == mode and r["node"] == node}
             mean = [by[s]["mean_pct"] if s in by else np.nan for s in strategies]
             peak = [by[s]["peak_pct"] if s in by else np.nan for s in strategies]
-            bars = ax.bar(x + j * width, mean, width, label=node)
-            # the peak in the node's own colour, drawn over the 100% line it often sits on
+            bars = ax.bar(x + j * width, mean, width, label=node, zorder=2)
+            handles.append(bars)
+            # the peak in the node's own colour, over the 100% line it often sits on; a thin dark core
+            # keeps it visible where it meets its own bar (a configuration that never changes)
             colour = bars.patches[0].get_facecolor() if bars.patches else None
-            ax.plot(x + j * width, peak, "_", color=colour, markersize=12, markeredgewidth=3, zorder=4)
-            ax.plot(x + j * width, peak, "_", color="black", markersize=12, markeredgewidth=0.8, zorder=5)
+            ax.plot(x + j * width, peak, "_", color=colour, markersize=14, markeredgewidth=4, zorder=4)
+            ax.plot(x + j * width, peak, "_", color="black", markersize=14, markeredgewidth=0.7, zorder=5)
         ax.axhline(100, color="grey", lw=0.8, ls="--", zorder=1)
-        ax.set_ylim(0, 112)  # room above 100% so a peak there stays visible
+        ax.set_ylim(0, 1.08 * top)  # room above the highest peak so its tick stays visible
         ax.set_xticks(x + 0.4 - width / 2, strategies, rotation=45, ha="right", fontsize=8)
         ax.set_ylabel("node CPU held (%)")
         ax.set_title(f"{mode}: mean per node (bars), peak (ticks)", fontsize=10)
-    axes[0, 0].legend(fontsize=8, ncol=len(nodes))
-    fig.tight_layout()
+    peak_key = Line2D([], [], color="grey", marker="_", ls="", markersize=14, markeredgewidth=4)
+    line = Line2D([], [], color="grey", lw=0.8, ls="--")
+    labels = nodes + ["peak (in the node's colour)", "the node's CPU (100%)"]
+    fig.legend(handles + [peak_key, line], labels, loc="upper center", ncol=len(labels), fontsize=8, frameon=False)
+    bottom = 0.0
+    if over:  # a one-pool bound: planned as if the nodes were one machine
+        note = f"Above 100% ({', '.join(over)}): planned as one pool, CPU these nodes do not have."
+        fig.text(0.01, 0.01, note, fontsize=7, ha="left", va="bottom")
+        bottom = 0.03
+    fig.tight_layout(rect=(0, bottom, 1, 0.95))
     save_figure(fig, path)
 
 
@@ -204,7 +220,8 @@ def _json_default(o):
 
 
 def bar_chart(rows: list[dict], path: Path, labels: dict[str, str] | None = None) -> None:
-    """Compute and checkpoint time stacked, one bar per strategy, one panel per mode (thesis Fig. 6.1/6.2)."""
+    """Compute and checkpoint time stacked, one bar per strategy, one panel per mode (thesis Fig. 6.1/6.2).
+    Over each bar its total against the floor of its mode (the dashed line); one legend above the panels."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -213,9 +230,10 @@ def bar_chart(rows: list[dict], path: Path, labels: dict[str, str] | None = None
     modes = list(dict.fromkeys(r["mode"] for r in rows))
     per_mode = max(1, len(rows) // max(1, len(modes)))
     fig, axes = plt.subplots(
-        1, len(modes), figsize=(len(modes) * max(5.0, 0.45 * per_mode + 2), 4.8), squeeze=False, sharey=True
+        1, len(modes), figsize=(len(modes) * max(5.0, 0.45 * per_mode + 2), 5.2), squeeze=False, sharey=True
     )
     totals = [r["total_s"] for r in rows]
+    below: list[str] = []  # strategies whose compute is under the floor (they plan as one pool or move tasks)
     for ax, mode in zip(axes[0], modes, strict=True):
         sub = [r for r in rows if r["mode"] == mode]
         x = np.arange(len(sub))
@@ -225,21 +243,31 @@ def bar_chart(rows: list[dict], path: Path, labels: dict[str, str] | None = None
         ax.bar(x, chk, bottom=comp, color="#DD8452", label="checkpoints")
         floor = [r["total_s"] for r in sub if r["strategy"] == "floor"]
         if floor:
-            ax.axhline(floor[0], color="black", lw=0.8, ls="--", label="floor (+N%: a bar's total above it)")
+            ax.axhline(floor[0], color="black", lw=0.8, ls="--", label="floor: +N% over a bar is its total above it")
+            below += [r["strategy"] for r in sub if r["compute_s"] < floor[0] - 1e-9 and r["strategy"] not in below]
         for xi, r in zip(x, sub, strict=True):
             if r["vs_floor_pct"] is not None and r["strategy"] != "floor":
                 ax.text(xi, r["total_s"], f"{r['vs_floor_pct']:+.0f}%", ha="center", va="bottom", fontsize=7)
         ax.set_xticks(x, [r["strategy"] for r in sub], rotation=60, ha="right", fontsize=8)
         # Strategies differ by percent, not by multiples: start the axis near the smallest total.
         ax.set_ylim(0.9 * min(totals), 1.04 * max(totals))
-        title = f"{mode}" + (f"\n({labels[mode]})" if labels and mode in labels else "")
+        # the label on a line of its own: a label holding parentheses is never wrapped in more
+        title = mode + (f"\n{labels[mode]}" if labels and mode in labels else "")
         ax.set_title(title, fontsize=10)
         ax.grid(axis="y", alpha=0.3)
     axes[0][0].set_ylabel("total time (s), axis starts above 0")
     # one legend for every panel, above them all (a panel may lack the floor line: the first that has it)
     handles, names = max((ax.get_legend_handles_labels() for ax in axes[0]), key=lambda hl: len(hl[0]))
     fig.legend(handles, names, loc="upper center", ncol=len(names), fontsize=8, frameon=False)
-    fig.tight_layout(rect=(0, 0, 1, 0.93))
+    bottom = 0.0
+    if below:  # on nodes: the floor keeps every task on the node it starts on
+        note = (
+            f"Compute under the floor line ({', '.join(below)}): these plan as one pool or move tasks between "
+            "nodes; the floor keeps every task on the node it starts on."
+        )
+        fig.text(0.01, 0.01, note, fontsize=7, ha="left", va="bottom", wrap=True)
+        bottom = 0.05
+    fig.tight_layout(rect=(0, bottom, 1, 0.93))
     save_figure(fig, path)
 
 
