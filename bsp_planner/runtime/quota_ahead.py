@@ -87,12 +87,12 @@ class QuotaKeeper:
                 self.placed[task, step].setdefault(key, time.time())
 
     # -- events -----------------------------------------------------------------------------------
-    def on_report(self, task: str, step: int) -> None:
+    def on_report(self, task: str, step: int) -> bool:
         """`task` reported `step`: its quota for step + 1 now (from any thread; a report already seen, or
-        an earlier one, changes nothing)."""
+        an earlier one, changes nothing: False)."""
         with self.lock:
             if self.closed or self.at[task] > step:
-                return
+                return False
             if (task, step) in self.placed:  # what it ran its step with, to the end
                 self.placed[task, step]["level_run"] = self.in_place[task]
             self.at[task] = nxt = step + 1
@@ -101,8 +101,9 @@ class QuotaKeeper:
                 wrote = self._write(task, level, nxt)
             except Exception as exc:  # kazoo's thread must not die of it: the main loop raises it
                 self.error = self.error or exc
-                return
+                return True
             self.placed[task, nxt] = {"quota_at": time.time(), "quota_from": source, "quota_written": wrote}
+            return True
 
     def plan(self, step: int, rows: dict[int, dict[str, int]]) -> None:
         """The latest plan: step -> task -> level for `step` and after (steps decided already keep their
@@ -132,25 +133,29 @@ class QuotaKeeper:
             self._refresh([t for t in self.tasks if self.at[t] >= step])
 
     # -- ZooKeeper ---------------------------------------------------------------------------------
-    def follow(self, exists: Callable[..., bool], result_path: Callable[[str, int], str], task: str) -> None:
-        """Watch `task`'s reports one after the other from the step it runs now: exists(path, watch=fn) is
-        the session's; each report found (or created) is `on_report`, and the next one is watched."""
+    def follow(self, exists_async: Callable[..., None], result_path: Callable[[str, int], str], task: str) -> None:
+        """Follow `task`'s reports one after the other from the step it runs now: exists_async(path, watch,
+        done) is the session's (:meth:`ZkSession.exists_async`); each report found or created is `on_report`,
+        and the next one is watched. Nothing here waits on a round trip: kazoo runs every task's watch
+        events on one thread, so a follower that re-armed synchronously would hold the other tasks' reports
+        behind its own request (under load, several round trips for the last task of a step)."""
 
         def arm(step: int) -> None:
-            while not self.closed:
-                try:
-                    if not exists(result_path(task, step), watch=watcher(step)):
-                        return
-                except Exception:  # a lost connection: the main loop's own check still sees each report
-                    return
-                self.on_report(task, step)
-                step += 1
+            if not self.closed:
+                exists_async(result_path(task, step), watcher(step), lambda found: answered(step, found))
+
+        def answered(step: int, found: bool) -> None:
+            if found:
+                reported(step)
+
+        def reported(step: int) -> None:
+            if self.on_report(task, step):  # only the first of the watch and the answer goes on
+                arm(step + 1)
 
         def watcher(step: int) -> Callable:
             def on_event(event) -> None:
-                if getattr(event, "type", None) == "CREATED" and not self.closed:
-                    self.on_report(task, step)
-                    arm(step + 1)
+                if getattr(event, "type", None) == "CREATED":
+                    reported(step)
 
             return on_event
 
