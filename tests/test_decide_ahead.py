@@ -261,3 +261,8 @@ def test_each_tasks_next_quota_is_placed_on_its_own_report_from_the_decision_or_
     assert levels["a"] == 7 and "a/2" in watches and len(answers) == 1
     watches["a/1"](SimpleNamespace(type="CREATED"))  # the same report seen twice: one chain goes on
     assert len(answers) == 1
+    answers.pop()()  # step 2 not reported yet
+    nodes.add("a/2")
+    follower.on_report("a", 2)  # the main loop's own check saw it first: the chain must still go on
+    watches["a/2"](SimpleNamespace(type="CREATED"))
+    assert "a/3" in watches and len(answers) == 1

@@ -87,12 +87,12 @@ class QuotaKeeper:
                 self.placed[task, step].setdefault(key, time.time())
 
     # -- events -----------------------------------------------------------------------------------
-    def on_report(self, task: str, step: int) -> bool:
+    def on_report(self, task: str, step: int) -> None:
         """`task` reported `step`: its quota for step + 1 now (from any thread; a report already seen, or
-        an earlier one, changes nothing: False)."""
+        an earlier one, changes nothing)."""
         with self.lock:
             if self.closed or self.at[task] > step:
-                return False
+                return
             if (task, step) in self.placed:  # what it ran its step with, to the end
                 self.placed[task, step]["level_run"] = self.in_place[task]
             self.at[task] = nxt = step + 1
@@ -101,9 +101,8 @@ class QuotaKeeper:
                 wrote = self._write(task, level, nxt)
             except Exception as exc:  # kazoo's thread must not die of it: the main loop raises it
                 self.error = self.error or exc
-                return True
+                return
             self.placed[task, nxt] = {"quota_at": time.time(), "quota_from": source, "quota_written": wrote}
-            return True
 
     def plan(self, step: int, rows: dict[int, dict[str, int]]) -> None:
         """The latest plan: step -> task -> level for `step` and after (steps decided already keep their
@@ -140,6 +139,9 @@ class QuotaKeeper:
         events on one thread, so a follower that re-armed synchronously would hold the other tasks' reports
         behind its own request (under load, several round trips for the last task of a step)."""
 
+        moved_past = [self.at[task] - 1]  # the last step whose report this follower went on from
+        guard = threading.Lock()  # the watch's thread and the answers' thread may both see a report
+
         def arm(step: int) -> None:
             if not self.closed:
                 exists_async(result_path(task, step), watcher(step), lambda found: answered(step, found))
@@ -149,8 +151,12 @@ class QuotaKeeper:
                 reported(step)
 
         def reported(step: int) -> None:
-            if self.on_report(task, step):  # only the first of the watch and the answer goes on
-                arm(step + 1)
+            self.on_report(task, step)  # nothing if the main loop's own check saw the report first
+            with guard:  # the chain goes on once per report, whoever saw it first
+                if step <= moved_past[0]:
+                    return
+                moved_past[0] = step
+            arm(step + 1)
 
         def watcher(step: int) -> Callable:
             def on_event(event) -> None:
