@@ -301,6 +301,10 @@ def test_a_local_server_gets_the_largest_cpu_weight_and_its_group_goes_with_it(o
     assert int((group.parent / weight).read_text()) == int((group / weight).read_text())
     own_zk.stop()
     assert not group.exists()
+    left = group.parent / "server-1"  # the emptied group of a server that was killed, not stopped
+    left.mkdir(parents=True, exist_ok=True)
+    own_zk.start()
+    assert not left.exists() and group.exists()
 
 
 def Z_four(server):

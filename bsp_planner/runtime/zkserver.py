@@ -272,7 +272,10 @@ def weigh_server(pid: int, port: int) -> Path | None:
     controller or no permission (the server then runs where it was started)."""
     try:
         group = _server_group(port)
-        if not group.path.is_dir():  # a group left by a killed server on this port is taken over
+        for left in group.parent.glob("server-*"):  # emptied groups of servers that were killed, not stopped
+            with contextlib.suppress(OSError):  # a running server's group is not empty: rmdir refuses it
+                left.rmdir()
+        if not group.path.is_dir():
             group.create()
         group.set_weight(MAX_SHARES)
         (group.path / "cgroup.procs").write_text(str(pid))
