@@ -41,6 +41,7 @@ from bsp_planner.runtime.zkserver import LocalZooKeeper, free_port  # noqa: E402
 from bsp_planner.zk.credentials import generate_credentials, write_credentials_file  # noqa: E402
 
 FEDERATIONS = {"ring": "helics-4", "star": "helics-star-5"}  # --federation: its shipped experiment
+GOAL_OVER_EVEN = {"ring": 0.55, "star": 0.75}  # online mpc's median wall time over even's (issue 31)
 
 
 def federation_wall_s(run_dir: Path) -> float | None:
@@ -95,11 +96,13 @@ def run_one(work: Path, zk: LocalZooKeeper, creds: Path, planner: str, round_no:
         cmd += ["--set", kv]
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    load_before = round(os.getloadavg()[0], 2)
     t0 = time.perf_counter()
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=args.run_timeout_s, check=False)
     command_s = time.perf_counter() - t0
     run_dir = work / "runs" / run_id
     row: dict = {"round": round_no, "planner": planner, "exit": p.returncode, "command_s": round(command_s, 2)}
+    row["load_1m"] = [load_before, round(os.getloadavg()[0], 2)]
     if p.returncode != 0:
         row["error"] = (p.stderr.strip() or p.stdout.strip()).splitlines()[-3:]
         return row
@@ -114,6 +117,8 @@ def run_one(work: Path, zk: LocalZooKeeper, creds: Path, planner: str, round_no:
         simulated_total_s=sim,
         federation_wall_s=round(wall, 3) if wall is not None else None,
         reconfigurations=sum(1 for r in records if r.get("reconfigured")),
+        # a task's report of a step to its quota for the next in place (observe mode, in place)
+        decision_latency_s=summary.get("decision_latency_s"),
         sim_vs_live_pct=round(100 * (sim - live) / live, 2) if live and sim is not None else None,
         live_vs_wall_pct=round(100 * (live - wall) / wall, 2) if live is not None and wall else None,
         run_dir=str(run_dir),
@@ -192,15 +197,19 @@ def main(argv: list[str] | None = None) -> int:
     results["mpc_over_static4"] = median_ratio(rows, "mpc", "static:4")
     mpc = [r for r in rows if r["planner"] == "mpc" and r["exit"] == 0]
     results["mpc_accounting"] = [
-        {k: r.get(k) for k in ("round", "live_total_s", "simulated_total_s", "federation_wall_s")}
+        {k: r.get(k) for k in ("round", "live_total_s", "simulated_total_s", "federation_wall_s", "load_1m")}
+        | {"decision_latency_p95_s": (r.get("decision_latency_s") or {}).get("p95")}
         | {"sim_vs_live_pct": r.get("sim_vs_live_pct"), "live_vs_wall_pct": r.get("live_vs_wall_pct")}
         for r in mpc
     ]
     results["goals"] = {
-        "mpc_le_0.75x_even": (results["mpc_over_even"] or {}).get("median", 9) <= 0.75,
+        f"mpc_le_{GOAL_OVER_EVEN[args.federation]}x_even": (results["mpc_over_even"] or {}).get("median", 9)
+        <= GOAL_OVER_EVEN[args.federation],
         "mpc_le_static4": (results["mpc_over_static4"] or {}).get("median", 9) <= 1.0,
         "sim_within_10pct_every_mpc_round": bool(mpc)
         and all(r.get("sim_vs_live_pct") is not None and abs(r["sim_vs_live_pct"]) <= 10 for r in mpc),
+        "decision_latency_p95_le_20ms_every_mpc_round": bool(mpc)
+        and all((r.get("decision_latency_s") or {}).get("p95", 9) <= 0.020 for r in mpc),
         "live_within_3pct_of_wall_every_mpc_round": bool(mpc)
         and all(r.get("live_vs_wall_pct") is not None and abs(r["live_vs_wall_pct"]) <= 3 for r in mpc),
     }
@@ -214,7 +223,8 @@ def main(argv: list[str] | None = None) -> int:
     for r in results["mpc_accounting"]:
         print(
             f"mpc round {r['round']}: live {r['live_total_s']} s, simulated {r['simulated_total_s']} s "
-            f"({r['sim_vs_live_pct']:+}%), federation wall {r['federation_wall_s']} s (live {r['live_vs_wall_pct']:+}%)"
+            f"({r['sim_vs_live_pct']:+}%), federation wall {r['federation_wall_s']} s (live {r['live_vs_wall_pct']:+}%), "
+            f"decision latency p95 {r['decision_latency_p95_s']} s, load {r['load_1m']}"
         )
     print(f"goals: {results['goals']}")
     write_results(results, Path(args.out))

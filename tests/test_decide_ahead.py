@@ -238,18 +238,31 @@ def test_each_tasks_next_quota_is_placed_on_its_own_report_from_the_decision_or_
     nodes: set[str] = set()
     watches: dict[str, object] = {}
 
-    def exists(path, watch=None):
+    def exists(path, watch, done):  # as ZkSession.exists_async: the answer comes later, on another thread
         watches[path] = watch
-        return path in nodes
+        answers.append(lambda: done(path in nodes))
+
+    answers: list = []
 
     follower = QuotaKeeper(["a"], {"a": 2}, 0, write)
     follower.decide(0, {"a": 2})
     follower.plan(0, plan_rows(0, np.array([[2], [6], [7]]), ["a"]))
     nodes.add("a/0")
-    follower.follow(exists, lambda t, s: f"{t}/{s}", "a")  # step 0 already reported: step 1's quota now
+    n = len(written)
+    follower.follow(exists, lambda t, s: f"{t}/{s}", "a")
+    assert len(written) == n and "a/1" not in watches  # nothing waited for the answer
+    answers.pop()()  # step 0 already reported: step 1's quota now
     assert levels["a"] == 6 and "a/1" in watches
+    answers.pop()()  # step 1 not reported yet
     watches["a/1"](SimpleNamespace(type="CHANGED"))  # not a creation
     assert levels["a"] == 6
     nodes.add("a/1")
     watches["a/1"](SimpleNamespace(type="CREATED"))
-    assert levels["a"] == 7 and "a/2" in watches
+    assert levels["a"] == 7 and "a/2" in watches and len(answers) == 1
+    watches["a/1"](SimpleNamespace(type="CREATED"))  # the same report seen twice: one chain goes on
+    assert len(answers) == 1
+    answers.pop()()  # step 2 not reported yet
+    nodes.add("a/2")
+    follower.on_report("a", 2)  # the main loop's own check saw it first: the chain must still go on
+    watches["a/2"](SimpleNamespace(type="CREATED"))
+    assert "a/3" in watches and len(answers) == 1

@@ -111,6 +111,11 @@ def test_a_live_run_carries_out_the_plan_and_logs_every_step(tmp_path, zk_server
 @pytest.mark.parametrize("how", ["in-place", "recreate"])
 def test_reconfiguration_in_place_rewrites_quotas_and_recreate_restarts(tmp_path, zk_server, creds_file, how):
     exp = tiny_experiment(tmp_path / "exp", steps=5, penalty=0.0)
+    period_us = 100_000
+    if how == "in-place":  # a profile measured at a 10 ms period: the run's quotas use it too
+        period_us = 10_000
+        meta = {"backend": "local-cgroup", "cfs_period_us": period_us}
+        (tmp_path / "exp" / "profile.meta.json").write_text(json.dumps(meta))
     coord = coordinator(tmp_path, exp, zk_server, creds_file, f"re-{how}", planner="static:1", reconfigure=how)
     seen: dict[int, dict] = {}
 
@@ -130,7 +135,7 @@ def test_reconfiguration_in_place_rewrites_quotas_and_recreate_restarts(tmp_path
     assert any(r["reconfigured"] for r in records), "the plan should reconfigure with no penalty"
     for r in records:
         for t in r["tasks"]:
-            assert seen[r["step"]][t["task"]] == (int(t["cpu_millicores"] * 100), 100_000)
+            assert seen[r["step"]][t["task"]] == (int(t["cpu_millicores"] * period_us // 1000), period_us)
     assert set(weights) <= {"262144", "10000"}  # --cpu-weight guaranteed: the tasks get their quotas
     incarnations = {t["incarnation"] for r in records for t in r["tasks"]}
     if how == "in-place":

@@ -1,11 +1,11 @@
-"""A live run warns when its quotas use another CFS period than the profile was measured with."""
+"""A live run takes the CFS period its profile was measured at, and warns when told another one."""
 
 import json
 from types import SimpleNamespace
 
 from bsp_planner.inputs.profiles import metadata_path
 from bsp_planner.profiling.cgroups import CFS_PERIOD_US
-from bsp_planner.runtime.run_inputs import period_mismatch
+from bsp_planner.runtime.run_inputs import period_mismatch, profile_period_us
 
 
 def _exp(tmp_path, meta: dict | None):
@@ -32,3 +32,10 @@ def test_profiles_from_before_the_setting_count_as_the_default_period(tmp_path):
 def test_no_warning_where_the_profile_does_not_say(tmp_path):
     assert period_mismatch(_exp(tmp_path, None), 10000) is None
     assert period_mismatch(_exp(tmp_path, {"backend": "kubernetes"}), 10000) is None
+
+
+def test_a_run_takes_the_period_its_profile_was_measured_at(tmp_path):
+    assert profile_period_us(_exp(tmp_path, {"backend": "local-cgroup", "cfs_period_us": 10000})) == 10000
+    assert profile_period_us(_exp(tmp_path, {"backend": "local-cgroup"})) == CFS_PERIOD_US
+    assert profile_period_us(_exp(tmp_path, {"backend": "kubernetes"})) is None
+    assert profile_period_us(_exp(tmp_path, None)) is None

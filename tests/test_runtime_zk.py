@@ -281,6 +281,32 @@ def test_local_server_refuses_a_second_start_and_a_taken_port(own_zk, tmp_path):
     assert "Mode: standalone" in (Z_four(own_zk) or "")
 
 
+def test_a_local_server_gets_the_largest_cpu_weight_and_its_group_goes_with_it(own_zk):
+    """Every report and quota of a live run passes through the server: on a busy host it must not wait
+    behind other work as one ordinary process."""
+    from bsp_planner.profiling.cgroups import MAX_SHARES, detect_hierarchy
+    from bsp_planner.runtime.zkserver import SERVER_GROUP_PREFIX
+
+    try:
+        h = detect_hierarchy()
+    except Exception as exc:
+        pytest.skip(f"no cgroup cpu controller here: {exc}")
+    if os.geteuid() != 0:
+        pytest.skip("moving a process into a cpu cgroup needs root")
+    group = h.root / SERVER_GROUP_PREFIX / f"server-{own_zk.port}"
+    pid = own_zk.recorded_pid()
+    assert str(pid) in (group / "cgroup.procs").read_text().split()
+    weight = "cpu.shares" if h.version == 1 else "cpu.weight"
+    assert int((group / weight).read_text()) == (MAX_SHARES if h.version == 1 else 10000)
+    assert int((group.parent / weight).read_text()) == int((group / weight).read_text())
+    own_zk.stop()
+    assert not group.exists()
+    left = group.parent / "server-1"  # the emptied group of a server that was killed, not stopped
+    left.mkdir(parents=True, exist_ok=True)
+    own_zk.start()
+    assert not left.exists() and group.exists()
+
+
 def Z_four(server):
     from bsp_planner.runtime.zkserver import four_letter
 

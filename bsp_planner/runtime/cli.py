@@ -170,12 +170,12 @@ def run(
         help="Local backend: the run group's weight against other processes: guaranteed (tasks get their CPU ahead of "
         "other work; quotas still cap each task) or workers (as the profiler weighs its runs).",
     ),
-    cfs_period_us: int = typer.Option(
-        CFS_PERIOD_US,
+    cfs_period_us: int | None = typer.Option(
+        None,
         "--cfs-period-us",
-        help="Local backend: the CFS period of the tasks' CPU quotas, in microseconds (a 10 ms period cuts the "
-        "step-to-step jitter of small quotas; plan with a profile measured at the same period: profile run "
-        "--cfs-period-us).",
+        help="Local backend: the CFS period of the tasks' CPU quotas, in microseconds. Default: the period the "
+        f"profile was measured at (profile run --cfs-period-us), else {CFS_PERIOD_US}. A 10 ms period cuts the "
+        "step-to-step jitter of small quotas and the wait of a throttled task's report.",
     ),
     quiet: bool = typer.Option(
         False, "--quiet", "-q", help="No per-step lines (the planned reconfiguration cost and the totals are kept)."

@@ -37,13 +37,14 @@ from pathlib import Path
 from ..core.errors import InputError
 from ..inputs.profiles import warn_if_other_processor
 from ..inputs.shipped import data_path
+from ..profiling.cgroups import CFS_PERIOD_US
 from ..zk.credentials import run_credentials, worker_auth_env
 from ..zk.schema import DEFAULT_PARENT, RunPaths, run_value
 from ..zk.session import ZkSession, ZkUnavailable
 from .backends import Backend, TaskLost, make_backend
 from .executor import LiveExecutor, RunFailed
 from .live_steps import run_logged
-from .run_inputs import period_mismatch
+from .run_inputs import period_mismatch, profile_period_us
 from .run_lock import RunLock
 from .run_plan import RunPlanning, spendable_millicores
 from .run_root import claim_root, prepare_tree
@@ -208,6 +209,10 @@ class Coordinator(RunPlanning):
             refuse_resume(self.job, self.run_id, len(records))
         self.creds = run_credentials(s.zk_auth, self.run_dir / "zk-auth", may_create=not self.resume)
         self.paths = RunPaths(s.zk_root or f"{DEFAULT_PARENT}/{self.run_id}")
+        if s.cfs_period_us is None:  # the quotas run at the period the profile was measured at
+            s.cfs_period_us = profile_period_us(self.exp) or CFS_PERIOD_US
+        elif s.backend == "local" and (note := period_mismatch(self.exp, s.cfs_period_us)):
+            self.say(note)
         self.backend = self._backend or make_backend(
             s.backend,
             run_id=self.run_id,
@@ -216,8 +221,6 @@ class Coordinator(RunPlanning):
             **(s.kubernetes if s.backend in ("kubernetes", "k8s") else {}),
         )
         self._plan_on_nodes()  # the planning context on the run's nodes (the experiment's, or the backend's)
-        if s.backend == "local" and (note := period_mismatch(self.exp, s.cfs_period_us)):
-            self.say(note)
         if s.backend == "local":  # the tasks run on this host's processor
             warn_if_other_processor(self.exp.profile_path)
         caps = self.backend.capabilities()

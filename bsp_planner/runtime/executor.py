@@ -217,7 +217,7 @@ class LiveExecutor:
             if self.planned is not None:
                 self.plan_ahead(*self.planned)
             for t in self.tasks:
-                keeper.follow(self.session.exists, self.paths.result, t)
+                keeper.follow(self.session.exists_async, self.paths.result, t)
         return time.perf_counter() - t0
 
     def prepare_ahead(self, levels: np.ndarray, next_step: int) -> None:

@@ -132,25 +132,36 @@ class QuotaKeeper:
             self._refresh([t for t in self.tasks if self.at[t] >= step])
 
     # -- ZooKeeper ---------------------------------------------------------------------------------
-    def follow(self, exists: Callable[..., bool], result_path: Callable[[str, int], str], task: str) -> None:
-        """Watch `task`'s reports one after the other from the step it runs now: exists(path, watch=fn) is
-        the session's; each report found (or created) is `on_report`, and the next one is watched."""
+    def follow(self, exists_async: Callable[..., None], result_path: Callable[[str, int], str], task: str) -> None:
+        """Follow `task`'s reports one after the other from the step it runs now: exists_async(path, watch,
+        done) is the session's (:meth:`ZkSession.exists_async`); each report found or created is `on_report`,
+        and the next one is watched. Nothing here waits on a round trip: kazoo runs every task's watch
+        events on one thread, so a follower that re-armed synchronously would hold the other tasks' reports
+        behind its own request (under load, several round trips for the last task of a step)."""
+
+        moved_past = [self.at[task] - 1]  # the last step whose report this follower went on from
+        guard = threading.Lock()  # the watch's thread and the answers' thread may both see a report
 
         def arm(step: int) -> None:
-            while not self.closed:
-                try:
-                    if not exists(result_path(task, step), watch=watcher(step)):
-                        return
-                except Exception:  # a lost connection: the main loop's own check still sees each report
+            if not self.closed:
+                exists_async(result_path(task, step), watcher(step), lambda found: answered(step, found))
+
+        def answered(step: int, found: bool) -> None:
+            if found:
+                reported(step)
+
+        def reported(step: int) -> None:
+            self.on_report(task, step)  # nothing if the main loop's own check saw the report first
+            with guard:  # the chain goes on once per report, whoever saw it first
+                if step <= moved_past[0]:
                     return
-                self.on_report(task, step)
-                step += 1
+                moved_past[0] = step
+            arm(step + 1)
 
         def watcher(step: int) -> Callable:
             def on_event(event) -> None:
-                if getattr(event, "type", None) == "CREATED" and not self.closed:
-                    self.on_report(task, step)
-                    arm(step + 1)
+                if getattr(event, "type", None) == "CREATED":
+                    reported(step)
 
             return on_event
 

@@ -82,25 +82,32 @@ def fit_profile(exp, run_dir: Path, write: bool, say) -> None:
     exp.profile = str(sub.resolve())
 
 
+def profile_period_us(exp) -> int | None:
+    """The CFS period (us) the experiment's profile was measured with: its metadata's, the default for a
+    local profile from before the setting; None where the profile does not say (no metadata, measured as
+    Kubernetes Jobs)."""
+    from ..inputs.profiles import metadata_path
+    from ..profiling.cgroups import CFS_PERIOD_US
+
+    try:
+        meta = json.loads(metadata_path(exp.profile_path).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(meta, dict) or meta.get("backend") != "local-cgroup":
+        return None
+    return int(meta.get("cfs_period_us", CFS_PERIOD_US))
+
+
 def period_mismatch(exp, cfs_period_us: int) -> str | None:
     """A warning when the profile was measured under another CFS period than the run's quotas use (a
     short step's time depends on the period: BENCHMARKS.md "Live per-step noise"); None if they agree or
     the profile does not say."""
     from ..inputs.profiles import metadata_path
 
-    meta_file = metadata_path(exp.profile_path)
-    try:
-        meta = json.loads(meta_file.read_text())
-    except (OSError, ValueError):
-        return None
-    if meta.get("backend") != "local-cgroup":
-        return None
-    from ..profiling.cgroups import CFS_PERIOD_US
-
-    measured = int(meta.get("cfs_period_us", CFS_PERIOD_US))  # profiles from before the setting: the default
-    if measured == int(cfs_period_us):
+    measured = profile_period_us(exp)
+    if measured is None or measured == int(cfs_period_us):
         return None
     return (
-        f"warning: the profile was measured with a {measured} us CFS period ({meta_file}) and this run's quotas "
-        f"use {cfs_period_us} us; predictions may be off (run with --cfs-period-us {measured})"
+        f"warning: the profile was measured with a {measured} us CFS period ({metadata_path(exp.profile_path)}) "
+        f"and this run's quotas use {cfs_period_us} us; predictions may be off (run with --cfs-period-us {measured})"
     )

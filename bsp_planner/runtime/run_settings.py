@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..inputs.settings import load_settings, setting
-from ..profiling.cgroups import CFS_PERIOD_US, MAX_PERIOD_US, MIN_PERIOD_US
+from ..profiling.cgroups import MAX_PERIOD_US, MIN_PERIOD_US
 from ..zk.schema import BARRIER_KINDS
 from ..zk.session import DEFAULT_HOSTS
 
@@ -51,8 +51,9 @@ class RunSettings:
     stress_ng: str = setting("stress-ng")
     cgroup_prefix: str = setting("bsp-planner")
     cpu_weight: str = setting("guaranteed", choices=("guaranteed", "workers"))  # local backend: the run group's weight
-    # local backend: the CFS period of the tasks' quotas (us); the profiler's --cfs-period-us has the same default
-    cfs_period_us: int = setting(CFS_PERIOD_US, ge=MIN_PERIOD_US, le=MAX_PERIOD_US)
+    # local backend: the CFS period of the tasks' quotas (us); None: the one the profile was measured at (its
+    # metadata), else the profiler's default (CFS_PERIOD_US)
+    cfs_period_us: int | None = setting(None, ge=MIN_PERIOD_US, le=MAX_PERIOD_US)
     keep_zk: bool = setting(False)  # leave the run's znodes after a finished run
     # the kubernetes backend's options (namespace, image, ...), checked by that backend
     kubernetes: Any = setting(default_factory=dict)

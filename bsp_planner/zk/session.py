@@ -218,6 +218,18 @@ class ZkSession:
     def exists(self, path: str, watch=None) -> bool:
         return self.retry(self.client.exists, path, watch=watch) is not None
 
+    def exists_async(self, path: str, watch: Callable, done: Callable[[bool], None]) -> None:
+        """Ask whether `path` exists, leaving `watch` on it, without waiting for the answer: done(exists) is
+        called on kazoo's completion thread. A request that fails (a lost connection) calls nothing: for
+        followers that never block kazoo's threads on a round trip, and whose caller has its own check."""
+
+        def answered(result) -> None:
+            with contextlib.suppress(Exception):  # failed: see above
+                done(result.get_nowait() is not None)
+
+        with contextlib.suppress(Exception):
+            self.client.exists_async(path, watch=watch).rawlink(answered)
+
     def children(self, path: str, watch=None) -> list[str]:
         from kazoo.exceptions import NoNodeError
 
