@@ -277,7 +277,115 @@ def test_the_coordinators_script_resumes_a_run_whose_folder_exists(tmp_path):
     assert run() == f"run --resume mpc --runs-dir {tmp_path / 'runs'} --zookeeper zookeeper:2181"
 
 
+# -- waiting for ZooKeeper -----------------------------------------------------------------------------------
+def _wait_script_env(where: str, wait_s: str) -> dict[str, str]:
+    return {**os.environ, "BSP_PLANNER_ZOOKEEPER": where, "BSP_PLANNER_ZK_WAIT_S": wait_s}
+
+
+def _init_container(where: str = "r1") -> dict:
+    spec = B.read_spec(where, {})
+    (init,) = B.coordinator_job({"metadata": {"name": where, "uid": "u"}}, spec, 1, IMAGE)["spec"]["template"]["spec"][
+        "initContainers"
+    ]
+    return init
+
+
+def test_the_coordinator_starts_once_zookeeper_answers_and_a_zookeeper_that_never_does_is_one_line(zk_server):
+    """The operator's Job's init container, run here as the image runs it: through at once against a real
+    ZooKeeper; waiting (saying so once) for a server that is not up yet, through once it listens; and a
+    server that never answers ends it with one line naming the address, which the pod's termination
+    message carries (FallbackToLogsOnError)."""
+    import socket
+    import sys
+
+    init = _init_container()
+    assert init["name"] == B.WAIT_CONTAINER and init["terminationMessagePolicy"] == "FallbackToLogsOnError"
+    env = {e["name"]: e["value"] for e in init["env"]}
+    assert env == {"BSP_PLANNER_ZOOKEEPER": "zookeeper:2181", "BSP_PLANNER_ZK_WAIT_S": str(B.ZOOKEEPER_WAIT_S)}
+    argv = [sys.executable, *init["command"][1:]]  # `python -c SCRIPT`
+    assert init["command"][0] == "python"
+
+    up = subprocess.run(argv, env=_wait_script_env(zk_server.hosts, "30"), capture_output=True, text=True, timeout=60)
+    assert up.returncode == 0 and up.stdout == "", up.stderr
+
+    spare = socket.socket()
+    spare.bind(("127.0.0.1", 0))
+    port = spare.getsockname()[1]  # bound, not listening: connections are refused until listen()
+    where = f"127.0.0.1:{port}"
+    proc = subprocess.Popen(argv, env=_wait_script_env(where, "60"), stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == f"waiting for ZooKeeper ({where}), up to 60 s"
+        spare.listen()  # the server is up now
+        assert proc.wait(timeout=30) == 0
+    finally:
+        proc.kill()
+        spare.close()
+
+    spare = socket.socket()
+    spare.bind(("127.0.0.1", 0))
+    where = f"127.0.0.1:{spare.getsockname()[1]}"
+    try:
+        out = subprocess.run(argv, env=_wait_script_env(where, "1"), capture_output=True, text=True, timeout=60)
+    finally:
+        spare.close()
+    assert out.returncode == 1 and out.stderr.strip() == f"ZooKeeper ({where}) did not answer within 1 s"
+
+
+def _set_pod_status(fake: FakeApiServer, **status) -> None:
+    """The coordinator Job's one pod, as the kubelet reports it (the fake keeps a pod it has not started as is)."""
+    with fake.lock:
+        (key,) = [k for k in fake.state.pods if k[0] == NS]
+        fake.state.pods[key]["status"].update(status)
+
+
+def test_the_bspjob_says_it_waits_for_zookeeper_and_a_zookeeper_that_never_answered_is_the_resumes_reason():
+    """While the coordinator's pod waits for ZooKeeper, the BspJob stays Pending and its message says so
+    (`kubectl get bspjobs -o wide`); once the coordinator runs, the message no longer does. A pod whose wait
+    ran out never started the coordinator: the next attempt is made, the message naming ZooKeeper's line."""
+
+    def container(name: str, state: dict) -> dict:  # a container's status, as the kubelet writes it
+        return {"name": name, "state": state, "image": IMAGE, "imageID": "", "ready": False, "restartCount": 0}
+
+    waiting = container(B.WAIT_CONTAINER, {"running": {"startedAt": "2026-01-01T00:00:00Z"}})
+    line = "ZooKeeper (zookeeper:2181) did not answer within 600 s"
+    gave_up = container(B.WAIT_CONTAINER, {"terminated": {"exitCode": 1, "reason": "Error", "message": line}})
+    coordinator_waits = container("coordinator", {"waiting": {"reason": "PodInitializing"}})
+    with FakeApiServer(job_runner=lambda job: JobOutcome(0, delay_s=3600), start_delay_s=3600) as fake:
+        c = Cluster(fake)
+        apply(c, bspjob("mpc", steps=3))
+        assert c.look("mpc")["phase"] == "Pending"
+        _set_pod_status(fake, initContainerStatuses=[waiting], containerStatuses=[coordinator_waits])
+        st = c.look("mpc")
+        assert (
+            st["phase"] == "Pending"
+            and st["message"] == "waiting for ZooKeeper (zookeeper:2181) before the coordinator starts"
+        )
+        _set_pod_status(
+            fake,
+            phase="Running",
+            initContainerStatuses=[container(B.WAIT_CONTAINER, {"terminated": {"exitCode": 0, "reason": "Completed"}})],
+            containerStatuses=[container("coordinator", {"running": {"startedAt": "2026-01-01T00:00:09Z"}})],
+        )
+        st = c.look("mpc")
+        assert st["phase"] == "Running" and st["message"] == "ZooKeeper answered; the coordinator runs"
+
+    with FakeApiServer(job_runner=lambda job: JobOutcome(0, delay_s=3600), start_delay_s=3600) as fake:
+        c = Cluster(fake)
+        apply(c, bspjob("mpc", steps=3))
+        c.look("mpc")
+        _set_pod_status(fake, phase="Failed", initContainerStatuses=[gave_up], containerStatuses=[coordinator_waits])
+        st = c.phase("mpc", "Resuming")
+    assert (
+        st["attempt"] == 2 and st["message"] == f"the coordinator never started: {line}; resuming the run (attempt 2)"
+    )
+
+
 # -- the manifests ------------------------------------------------------------------------------------------
+def env_of(container: dict) -> dict[str, dict]:
+    return {e["name"]: e for e in container["env"]}
+
+
 def test_the_coordinator_job_runs_as_the_bases_coordinator_job_does():
     from kubernetes import client
 
@@ -292,6 +400,16 @@ def test_the_coordinator_job_runs_as_the_bases_coordinator_job_does():
     bc = next(x for x in base["containers"] if x["name"] == "coordinator")
     assert c["securityContext"] == bc["securityContext"] and c["volumeMounts"] == bc["volumeMounts"]
     assert c["ports"] == bc["ports"]  # its metrics, scraped as the base's coordinator's are
+    # both wait for ZooKeeper the same way (the operator's pod longer: its Job is not retried by Kubernetes)
+    (init,), (base_init,) = mine["initContainers"], base["initContainers"]
+    assert (
+        init["env"][0]
+        == base_init["env"][0]
+        == {"name": "BSP_PLANNER_ZOOKEEPER", "value": env_of(bc)["BSP_PLANNER_ZOOKEEPER"]["value"]}
+    )
+    assert {k: v for k, v in init.items() if k not in ("env", "image")} == {
+        k: v for k, v in base_init.items() if k not in ("env", "image")
+    }
     base_annotations = next(d for d in load_all(K8S / "coordinator.yaml") if d["kind"] == "Job")["spec"]["template"]
     assert job["spec"]["template"]["metadata"]["annotations"] == base_annotations["metadata"]["annotations"]
     env = {e["name"]: e for e in c["env"]}
