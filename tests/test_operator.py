@@ -332,6 +332,26 @@ def test_the_coordinator_starts_once_zookeeper_answers_and_a_zookeeper_that_neve
     assert out.returncode == 1 and out.stderr.strip() == f"ZooKeeper ({where}) did not answer within 1 s"
 
 
+@pytest.mark.parametrize(
+    "where, wait_s, field",
+    [
+        ("zookeeper:abc", "600", "BSP_PLANNER_ZOOKEEPER"),
+        (":2181", "600", "BSP_PLANNER_ZOOKEEPER"),
+        ("zookeeper:2181", "soon", "BSP_PLANNER_ZK_WAIT_S"),
+        ("zookeeper:2181", "-1", "BSP_PLANNER_ZK_WAIT_S"),
+        ("zookeeper:2181", "nan", "BSP_PLANNER_ZK_WAIT_S"),
+    ],
+)
+def test_the_zookeeper_waits_bad_settings_are_refused_with_one_line(where, wait_s, field):
+    """A kustomize patch that breaks the wait's address or time: one line naming the variable, exit 2, at once."""
+    import sys
+
+    argv = [sys.executable, *_init_container()["command"][1:]]
+    out = subprocess.run(argv, env=_wait_script_env(where, wait_s), capture_output=True, text=True, timeout=30)
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.count("\n") == 1 and out.stderr.startswith(f"error: {field}: expected ")
+
+
 def _set_pod_status(fake: FakeApiServer, **status) -> None:
     """The coordinator Job's one pod, as the kubelet reports it (the fake keeps a pod it has not started as is)."""
     with fake.lock:

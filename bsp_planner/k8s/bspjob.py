@@ -186,14 +186,25 @@ exec bsp-planner run --backend kubernetes --run-id "$RUN_ID" --runs-dir "$runs" 
 #: BSP_PLANNER_ZK_WAIT_S. Its last line, when it gives up, is the pod's termination message.
 WAIT_CONTAINER = "wait-for-zookeeper"
 WAIT_FOR_ZOOKEEPER = """import os, socket, sys, time
-where = os.environ["BSP_PLANNER_ZOOKEEPER"]
-wait_s = float(os.environ.get("BSP_PLANNER_ZK_WAIT_S", "600"))
-servers = [s.partition(":") for s in where.split("/")[0].split(",")]
+where = os.environ.get("BSP_PLANNER_ZOOKEEPER", "")
+wait = os.environ.get("BSP_PLANNER_ZK_WAIT_S", "600")
+try:
+    servers = [(h, int(p or 2181)) for h, _, p in (s.partition(":") for s in where.split("/")[0].split(","))]
+    assert all(h for h, _ in servers)
+except (ValueError, AssertionError):
+    print(f"error: BSP_PLANNER_ZOOKEEPER: expected host:port[,host:port...], got {where!r}", file=sys.stderr)
+    sys.exit(2)
+try:
+    wait_s = float(wait)
+    assert 0 <= wait_s < float("inf")
+except (ValueError, AssertionError):
+    print(f"error: BSP_PLANNER_ZK_WAIT_S: expected seconds >= 0, got {wait!r}", file=sys.stderr)
+    sys.exit(2)
 deadline, said = time.monotonic() + wait_s, False
 while True:
-    for host, _, port in servers:
+    for host, port in servers:
         try:
-            socket.create_connection((host, int(port or 2181)), timeout=2).close()
+            socket.create_connection((host, port), timeout=2).close()
             sys.exit(0)
         except OSError:
             pass
