@@ -96,6 +96,21 @@ class Cluster:
         return until(f"phase {phase}", lambda: (st := self.look(name)).get("phase") == phase and st, timeout_s)
 
 
+#: a coordinator Job that runs until the test ends it (:func:`end_the_job`): its Running is seen however slow
+#: the machine, where a Job of a fixed short length may be over before the operator's next look
+RUNS_UNTIL_ENDED = JobOutcome(0, delay_s=3600)
+
+
+def end_the_job(fake: FakeApiServer, job_name: str) -> None:
+    """The pod of `job_name` (started, RUNS_UNTIL_ENDED) exits now with its outcome, as its coordinator ends."""
+    with fake.lock:
+        for key, (_, outcome) in list(fake._job_done_at.items()):
+            if fake.state.pods[key]["metadata"]["labels"]["job-name"] == job_name:
+                fake._job_done_at[key] = (0.0, outcome)
+                return
+    pytest.fail(f"no started pod of Job {job_name}")
+
+
 def play_the_coordinator(c: Cluster, name: str, pod: str, steps: int = 4) -> dict:
     """What the coordinator's watchers write during a run (as its account may): every step, two of them
     reconfigured, and its end; returns the summary it ended with."""
@@ -127,7 +142,7 @@ def play_the_coordinator(c: Cluster, name: str, pod: str, steps: int = 4) -> dic
 
 # -- the resource and its Job -----------------------------------------------------------------------------
 def test_applying_a_bspjob_runs_its_coordinator_job_and_the_status_reaches_succeeded_with_the_totals():
-    with FakeApiServer(job_runner=lambda job: JobOutcome(0, delay_s=0.3)) as fake:
+    with FakeApiServer(job_runner=lambda job: RUNS_UNTIL_ENDED) as fake:
         c = Cluster(fake)
         apply(c, bspjob("mpc-inplace", experiment="live-inplace", planner="mpc", reconfigure="in-place", steps=4))
         st = c.look("mpc-inplace")
@@ -141,6 +156,7 @@ def test_applying_a_bspjob_runs_its_coordinator_job_and_the_status_reaches_succe
         st = c.phase("mpc-inplace", "Running")
         (pod,) = fake.pods(NS)
         summary = play_the_coordinator(c, "mpc-inplace", pod["metadata"]["name"])
+        end_the_job(fake, "mpc-inplace-1")
         st = c.phase("mpc-inplace", "Succeeded")
     assert st["runStatus"] == "finished" and st["progress"] == "4/4" and st["step"] == 4
     assert (
@@ -465,7 +481,7 @@ def test_the_operators_role_grants_exactly_its_rules_and_nothing_cluster_wide():
 def test_each_side_calls_only_what_its_role_grants():
     """The operator's calls and the coordinator's watchers' calls, each under its own Role (a call outside it
     would be a 403 and fail the flow above), and each Role no wider than what they call."""
-    with FakeApiServer(job_runner=lambda job: JobOutcome(0, delay_s=0.2)) as fake:
+    with FakeApiServer(job_runner=lambda job: RUNS_UNTIL_ENDED) as fake:
         c = Cluster(fake)
         apply(c, bspjob("r", steps=2))
         c.phase("r", "Running")
@@ -476,6 +492,7 @@ def test_each_side_calls_only_what_its_role_grants():
         (pod,) = fake.pods(NS)
         play_the_coordinator(c, "r", pod["metadata"]["name"], steps=4)  # two reconfigurations: one Event counted twice
         coordinator_calls = {(x.group, x.resource, x.verb) for x in fake.calls[n:]}
+        end_the_job(fake, "r-1")
         c.phase("r", "Succeeded")
     assert all(x.status != 403 for x in fake.calls)
     assert {(g, r) for g, r, _ in operator_calls} <= set(OPERATOR_RULES)
@@ -510,7 +527,7 @@ def test_bad_operator_options_are_refused_with_one_line(args, field, monkeypatch
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
 def test_kubectl_apply_of_the_example_bspjob_runs_it_and_kubectl_shows_its_phase_progress_and_events():
     example = K8S / "components" / "operator" / "example-bspjob.yaml"
-    with FakeApiServer(job_runner=lambda job: JobOutcome(0, delay_s=0.3)) as fake:
+    with FakeApiServer(job_runner=lambda job: RUNS_UNTIL_ENDED) as fake:
         fake.add_node("node-a", "4")
 
         def kubectl(*args: str) -> str:
@@ -531,6 +548,7 @@ def test_kubectl_apply_of_the_example_bspjob_runs_it_and_kubectl_shows_its_phase
         assert " Running " in kubectl("get", "bspjobs")
         (pod,) = fake.pods(NS)
         play_the_coordinator(c, "mpc-inplace", pod["metadata"]["name"], steps=4)
+        end_the_job(fake, "mpc-inplace-1")
         c.phase("mpc-inplace", "Succeeded")
         table = kubectl("get", "bspjobs").splitlines()
         described = kubectl("describe", "job", "mpc-inplace-1")
