@@ -87,6 +87,7 @@ def test_a_runs_news_are_events_on_its_coordinator_job_and_repeats_are_counted(f
         if t == 4:
             w.noticed("deferred", "node-a has no room for task a's 500m now", tasks=1, free_millicores=300)
             w.noticed("restarted", "told by the step record instead")
+            w.noticed("task_failed", "task b's worker exited with code 1 in step 4", step=4, exit_code=1, failures=1)
     summary = {"steps_done": 6, "live_total_s": 8.2, "simulated_total_s": 7.9, "reconfigurations": 3}
     w.run_ended("finished", "", summary)
     assert said == [] and all(c.status != 403 for c in fake.calls)
@@ -98,6 +99,7 @@ def test_a_runs_news_are_events_on_its_coordinator_job_and_repeats_are_counted(f
         "WorkerRestarted",
         "ResizeDeferred",
         "Replanned",
+        "TaskFailed",
         "RunFinished",
     }
     assert fake.resources.events_of(NS, "Pod") == []  # on the Job, where `kubectl describe job` shows them
@@ -108,10 +110,16 @@ def test_a_runs_news_are_events_on_its_coordinator_job_and_repeats_are_counted(f
         "WorkerRestarted": 1,
         "ResizeDeferred": 2,
         "Replanned": 1,
+        "TaskFailed": 1,
         "RunFinished": 1,
     }
     types = {r: e["type"] for r, e in events.items()}
-    assert types["ResizeDeferred"] == types["WorkerRestarted"] == "Warning" and types["Reconfigured"] == "Normal"
+    assert types["ResizeDeferred"] == types["WorkerRestarted"] == types["TaskFailed"] == "Warning"
+    assert types["Reconfigured"] == "Normal"
+    assert (
+        events["TaskFailed"]["message"]
+        == "task b's worker exited with code 1 in step 4 (exit_code=1, failures=1, step=4)"
+    )
     # the latest repeat's message, with its counts
     assert (
         events["ResizeDeferred"]["message"] == "node-a has no room for task a's 500m now (free_millicores=300, tasks=1)"
@@ -123,7 +131,7 @@ def test_a_runs_news_are_events_on_its_coordinator_job_and_repeats_are_counted(f
     assert {e["involvedObject"]["uid"] for e in events.values()} == {job["metadata"]["uid"]}
     # what `kubectl get events` lists: one object per reason, not one per occurrence
     listed = api.core.list_namespaced_event(NS).items
-    assert len(listed) == 6
+    assert len(listed) == 7
 
 
 def test_the_end_of_a_stopped_or_failed_run_is_a_warning_with_its_first_line(fake):
@@ -232,3 +240,63 @@ def test_a_live_kubernetes_run_posts_its_events_and_fills_its_bspjobs_status(tmp
         status["liveTotalSeconds"] == sm["live_total_s"] and status["simulatedTotalSeconds"] == sm["simulated_total_s"]
     )
     assert status["reconfigurations"] == sm["reconfigurations"] == reconfigured
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(_live_problem() is not None, reason=_live_problem() or "")
+def test_a_task_killed_mid_run_is_a_task_failed_event_naming_it_its_signal_and_step(tmp_path, zk_server, creds_file):
+    """Task b's worker is killed (SIGKILL, as the OOM killer does) between steps 1 and 2: the run restarts it
+    from its checkpoint and finishes, and `kubectl get events` shows TaskFailed on the coordinator's Job
+    with the task, how it ended, the step and the counts, beside the WorkerRestarted of the step's record."""
+    import signal
+
+    from bsp_planner.runtime.coordinator import Coordinator
+
+    from zk_fixtures import settings, tiny_experiment
+
+    exp = tiny_experiment(tmp_path / "exp", steps=4)
+    secrets = {SECRET: {"auth": creds_file.read_text().strip()}}
+    run_pod = kubelet(tmp_path, secrets, workers_only=True)
+    containers: dict[str, list] = {}  # task -> its pods' processes, in the order they started
+
+    def run_and_keep(pod: dict):
+        proc = run_pod(pod)
+        task = (pod["metadata"].get("labels") or {}).get(N.LABEL_TASK)
+        containers.setdefault(task or "", []).append(proc)
+        return proc
+
+    with FakeApiServer(pod_runner=run_and_keep, job_runner=lambda job: JobOutcome(0, delay_s=3600)) as fake:
+        fake.add_node("node-a", "4")
+        api = ReportingCluster(connect(NS, kubeconfig=fake.kubeconfig))
+        pod = coordinator_pod(fake, api)
+        fake.rules = None  # the workers' pods are the backend's (its Role: tests/test_k8s_backend.py)
+        events = KubernetesEvents(api, pod)
+
+        class KillAfterStep1:
+            def run_started(self, run_id, tasks, steps): ...
+            def noticed(self, kind, message, **counts): ...
+            def run_ended(self, status, message, summary): ...
+
+            def step_logged(self, rec):
+                if rec["step"] == 1:  # before step 2 is published: the worker is gone when it starts
+                    containers["b"][-1].send_signal(signal.SIGKILL)
+
+        coord = Coordinator(
+            settings(exp, zk_server, creds_file, planner="even", reconfigure="in-place"),
+            "k8s-kill",
+            tmp_path / "runs",
+            backend=fake_cluster_backend("k8s-kill", fake, zk_server, tmp_path),
+            say=(said := []).append,
+            watchers=[events, KillAfterStep1()],
+        )
+        result = coord.run()
+        posted = {e["reason"]: e for e in fake.resources.events_of(NS, "Job", "bsp-planner-coordinator")}
+    assert result.status == "finished", said
+    assert len(containers["b"]) == 2  # restarted once, from its checkpoint
+    failed = posted["TaskFailed"]
+    assert failed["type"] == "Warning" and failed["count"] == 1
+    assert failed["message"] == (
+        "task b's worker was killed by SIGKILL (signal 9) in step 2: restarting it from its checkpoint "
+        "(failures=1, signal=9, step=2)"
+    )
+    assert posted["WorkerRestarted"]["message"].startswith("step 2: 1 worker restart(s)")

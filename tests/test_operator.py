@@ -96,6 +96,21 @@ class Cluster:
         return until(f"phase {phase}", lambda: (st := self.look(name)).get("phase") == phase and st, timeout_s)
 
 
+#: a coordinator Job that runs until the test ends it (:func:`end_the_job`): its Running is seen however slow
+#: the machine, where a Job of a fixed short length may be over before the operator's next look
+RUNS_UNTIL_ENDED = JobOutcome(0, delay_s=3600)
+
+
+def end_the_job(fake: FakeApiServer, job_name: str) -> None:
+    """The pod of `job_name` (started, RUNS_UNTIL_ENDED) exits now with its outcome, as its coordinator ends."""
+    with fake.lock:
+        for key, (_, outcome) in list(fake._job_done_at.items()):
+            if fake.state.pods[key]["metadata"]["labels"]["job-name"] == job_name:
+                fake._job_done_at[key] = (0.0, outcome)
+                return
+    pytest.fail(f"no started pod of Job {job_name}")
+
+
 def play_the_coordinator(c: Cluster, name: str, pod: str, steps: int = 4) -> dict:
     """What the coordinator's watchers write during a run (as its account may): every step, two of them
     reconfigured, and its end; returns the summary it ended with."""
@@ -127,7 +142,7 @@ def play_the_coordinator(c: Cluster, name: str, pod: str, steps: int = 4) -> dic
 
 # -- the resource and its Job -----------------------------------------------------------------------------
 def test_applying_a_bspjob_runs_its_coordinator_job_and_the_status_reaches_succeeded_with_the_totals():
-    with FakeApiServer(job_runner=lambda job: JobOutcome(0, delay_s=0.3)) as fake:
+    with FakeApiServer(job_runner=lambda job: RUNS_UNTIL_ENDED) as fake:
         c = Cluster(fake)
         apply(c, bspjob("mpc-inplace", experiment="live-inplace", planner="mpc", reconfigure="in-place", steps=4))
         st = c.look("mpc-inplace")
@@ -141,6 +156,7 @@ def test_applying_a_bspjob_runs_its_coordinator_job_and_the_status_reaches_succe
         st = c.phase("mpc-inplace", "Running")
         (pod,) = fake.pods(NS)
         summary = play_the_coordinator(c, "mpc-inplace", pod["metadata"]["name"])
+        end_the_job(fake, "mpc-inplace-1")
         st = c.phase("mpc-inplace", "Succeeded")
     assert st["runStatus"] == "finished" and st["progress"] == "4/4" and st["step"] == 4
     assert (
@@ -277,7 +293,135 @@ def test_the_coordinators_script_resumes_a_run_whose_folder_exists(tmp_path):
     assert run() == f"run --resume mpc --runs-dir {tmp_path / 'runs'} --zookeeper zookeeper:2181"
 
 
+# -- waiting for ZooKeeper -----------------------------------------------------------------------------------
+def _wait_script_env(where: str, wait_s: str) -> dict[str, str]:
+    return {**os.environ, "BSP_PLANNER_ZOOKEEPER": where, "BSP_PLANNER_ZK_WAIT_S": wait_s}
+
+
+def _init_container(where: str = "r1") -> dict:
+    spec = B.read_spec(where, {})
+    (init,) = B.coordinator_job({"metadata": {"name": where, "uid": "u"}}, spec, 1, IMAGE)["spec"]["template"]["spec"][
+        "initContainers"
+    ]
+    return init
+
+
+def test_the_coordinator_starts_once_zookeeper_answers_and_a_zookeeper_that_never_does_is_one_line(zk_server):
+    """The operator's Job's init container, run here as the image runs it: through at once against a real
+    ZooKeeper; waiting (saying so once) for a server that is not up yet, through once it listens; and a
+    server that never answers ends it with one line naming the address, which the pod's termination
+    message carries (FallbackToLogsOnError)."""
+    import socket
+    import sys
+
+    init = _init_container()
+    assert init["name"] == B.WAIT_CONTAINER and init["terminationMessagePolicy"] == "FallbackToLogsOnError"
+    env = {e["name"]: e["value"] for e in init["env"]}
+    assert env == {"BSP_PLANNER_ZOOKEEPER": "zookeeper:2181", "BSP_PLANNER_ZK_WAIT_S": str(B.ZOOKEEPER_WAIT_S)}
+    argv = [sys.executable, *init["command"][1:]]  # `python -c SCRIPT`
+    assert init["command"][0] == "python"
+
+    up = subprocess.run(argv, env=_wait_script_env(zk_server.hosts, "30"), capture_output=True, text=True, timeout=60)
+    assert up.returncode == 0 and up.stdout == "", up.stderr
+
+    spare = socket.socket()
+    spare.bind(("127.0.0.1", 0))
+    port = spare.getsockname()[1]  # bound, not listening: connections are refused until listen()
+    where = f"127.0.0.1:{port}"
+    proc = subprocess.Popen(argv, env=_wait_script_env(where, "60"), stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == f"waiting for ZooKeeper ({where}), up to 60 s"
+        spare.listen()  # the server is up now
+        assert proc.wait(timeout=30) == 0
+    finally:
+        proc.kill()
+        spare.close()
+
+    spare = socket.socket()
+    spare.bind(("127.0.0.1", 0))
+    where = f"127.0.0.1:{spare.getsockname()[1]}"
+    try:
+        out = subprocess.run(argv, env=_wait_script_env(where, "1"), capture_output=True, text=True, timeout=60)
+    finally:
+        spare.close()
+    assert out.returncode == 1 and out.stderr.strip() == f"ZooKeeper ({where}) did not answer within 1 s"
+
+
+@pytest.mark.parametrize(
+    "where, wait_s, field",
+    [
+        ("zookeeper:abc", "600", "BSP_PLANNER_ZOOKEEPER"),
+        (":2181", "600", "BSP_PLANNER_ZOOKEEPER"),
+        ("zookeeper:2181", "soon", "BSP_PLANNER_ZK_WAIT_S"),
+        ("zookeeper:2181", "-1", "BSP_PLANNER_ZK_WAIT_S"),
+        ("zookeeper:2181", "nan", "BSP_PLANNER_ZK_WAIT_S"),
+    ],
+)
+def test_the_zookeeper_waits_bad_settings_are_refused_with_one_line(where, wait_s, field):
+    """A kustomize patch that breaks the wait's address or time: one line naming the variable, exit 2, at once."""
+    import sys
+
+    argv = [sys.executable, *_init_container()["command"][1:]]
+    out = subprocess.run(argv, env=_wait_script_env(where, wait_s), capture_output=True, text=True, timeout=30)
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.count("\n") == 1 and out.stderr.startswith(f"error: {field}: expected ")
+
+
+def _set_pod_status(fake: FakeApiServer, **status) -> None:
+    """The coordinator Job's one pod, as the kubelet reports it (the fake keeps a pod it has not started as is)."""
+    with fake.lock:
+        (key,) = [k for k in fake.state.pods if k[0] == NS]
+        fake.state.pods[key]["status"].update(status)
+
+
+def test_the_bspjob_says_it_waits_for_zookeeper_and_a_zookeeper_that_never_answered_is_the_resumes_reason():
+    """While the coordinator's pod waits for ZooKeeper, the BspJob stays Pending and its message says so
+    (`kubectl get bspjobs -o wide`); once the coordinator runs, the message no longer does. A pod whose wait
+    ran out never started the coordinator: the next attempt is made, the message naming ZooKeeper's line."""
+
+    def container(name: str, state: dict) -> dict:  # a container's status, as the kubelet writes it
+        return {"name": name, "state": state, "image": IMAGE, "imageID": "", "ready": False, "restartCount": 0}
+
+    waiting = container(B.WAIT_CONTAINER, {"running": {"startedAt": "2026-01-01T00:00:00Z"}})
+    line = "ZooKeeper (zookeeper:2181) did not answer within 600 s"
+    gave_up = container(B.WAIT_CONTAINER, {"terminated": {"exitCode": 1, "reason": "Error", "message": line}})
+    coordinator_waits = container("coordinator", {"waiting": {"reason": "PodInitializing"}})
+    with FakeApiServer(job_runner=lambda job: JobOutcome(0, delay_s=3600), start_delay_s=3600) as fake:
+        c = Cluster(fake)
+        apply(c, bspjob("mpc", steps=3))
+        assert c.look("mpc")["phase"] == "Pending"
+        _set_pod_status(fake, initContainerStatuses=[waiting], containerStatuses=[coordinator_waits])
+        st = c.look("mpc")
+        assert (
+            st["phase"] == "Pending"
+            and st["message"] == "waiting for ZooKeeper (zookeeper:2181) before the coordinator starts"
+        )
+        _set_pod_status(
+            fake,
+            phase="Running",
+            initContainerStatuses=[container(B.WAIT_CONTAINER, {"terminated": {"exitCode": 0, "reason": "Completed"}})],
+            containerStatuses=[container("coordinator", {"running": {"startedAt": "2026-01-01T00:00:09Z"}})],
+        )
+        st = c.look("mpc")
+        assert st["phase"] == "Running" and st["message"] == "ZooKeeper answered; the coordinator runs"
+
+    with FakeApiServer(job_runner=lambda job: JobOutcome(0, delay_s=3600), start_delay_s=3600) as fake:
+        c = Cluster(fake)
+        apply(c, bspjob("mpc", steps=3))
+        c.look("mpc")
+        _set_pod_status(fake, phase="Failed", initContainerStatuses=[gave_up], containerStatuses=[coordinator_waits])
+        st = c.phase("mpc", "Resuming")
+    assert (
+        st["attempt"] == 2 and st["message"] == f"the coordinator never started: {line}; resuming the run (attempt 2)"
+    )
+
+
 # -- the manifests ------------------------------------------------------------------------------------------
+def env_of(container: dict) -> dict[str, dict]:
+    return {e["name"]: e for e in container["env"]}
+
+
 def test_the_coordinator_job_runs_as_the_bases_coordinator_job_does():
     from kubernetes import client
 
@@ -292,6 +436,16 @@ def test_the_coordinator_job_runs_as_the_bases_coordinator_job_does():
     bc = next(x for x in base["containers"] if x["name"] == "coordinator")
     assert c["securityContext"] == bc["securityContext"] and c["volumeMounts"] == bc["volumeMounts"]
     assert c["ports"] == bc["ports"]  # its metrics, scraped as the base's coordinator's are
+    # both wait for ZooKeeper the same way (the operator's pod longer: its Job is not retried by Kubernetes)
+    (init,), (base_init,) = mine["initContainers"], base["initContainers"]
+    assert (
+        init["env"][0]
+        == base_init["env"][0]
+        == {"name": "BSP_PLANNER_ZOOKEEPER", "value": env_of(bc)["BSP_PLANNER_ZOOKEEPER"]["value"]}
+    )
+    assert {k: v for k, v in init.items() if k not in ("env", "image")} == {
+        k: v for k, v in base_init.items() if k not in ("env", "image")
+    }
     base_annotations = next(d for d in load_all(K8S / "coordinator.yaml") if d["kind"] == "Job")["spec"]["template"]
     assert job["spec"]["template"]["metadata"]["annotations"] == base_annotations["metadata"]["annotations"]
     env = {e["name"]: e for e in c["env"]}
@@ -327,7 +481,7 @@ def test_the_operators_role_grants_exactly_its_rules_and_nothing_cluster_wide():
 def test_each_side_calls_only_what_its_role_grants():
     """The operator's calls and the coordinator's watchers' calls, each under its own Role (a call outside it
     would be a 403 and fail the flow above), and each Role no wider than what they call."""
-    with FakeApiServer(job_runner=lambda job: JobOutcome(0, delay_s=0.2)) as fake:
+    with FakeApiServer(job_runner=lambda job: RUNS_UNTIL_ENDED) as fake:
         c = Cluster(fake)
         apply(c, bspjob("r", steps=2))
         c.phase("r", "Running")
@@ -338,6 +492,7 @@ def test_each_side_calls_only_what_its_role_grants():
         (pod,) = fake.pods(NS)
         play_the_coordinator(c, "r", pod["metadata"]["name"], steps=4)  # two reconfigurations: one Event counted twice
         coordinator_calls = {(x.group, x.resource, x.verb) for x in fake.calls[n:]}
+        end_the_job(fake, "r-1")
         c.phase("r", "Succeeded")
     assert all(x.status != 403 for x in fake.calls)
     assert {(g, r) for g, r, _ in operator_calls} <= set(OPERATOR_RULES)
@@ -372,7 +527,7 @@ def test_bad_operator_options_are_refused_with_one_line(args, field, monkeypatch
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
 def test_kubectl_apply_of_the_example_bspjob_runs_it_and_kubectl_shows_its_phase_progress_and_events():
     example = K8S / "components" / "operator" / "example-bspjob.yaml"
-    with FakeApiServer(job_runner=lambda job: JobOutcome(0, delay_s=0.3)) as fake:
+    with FakeApiServer(job_runner=lambda job: RUNS_UNTIL_ENDED) as fake:
         fake.add_node("node-a", "4")
 
         def kubectl(*args: str) -> str:
@@ -393,6 +548,7 @@ def test_kubectl_apply_of_the_example_bspjob_runs_it_and_kubectl_shows_its_phase
         assert " Running " in kubectl("get", "bspjobs")
         (pod,) = fake.pods(NS)
         play_the_coordinator(c, "mpc-inplace", pod["metadata"]["name"], steps=4)
+        end_the_job(fake, "mpc-inplace-1")
         c.phase("mpc-inplace", "Succeeded")
         table = kubectl("get", "bspjobs").splitlines()
         described = kubectl("describe", "job", "mpc-inplace-1")

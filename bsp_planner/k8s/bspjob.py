@@ -179,6 +179,69 @@ exec bsp-planner run --backend kubernetes --run-id "$RUN_ID" --runs-dir "$runs" 
 """
 
 
+#: the coordinator's pod first waits until ZooKeeper takes connections (an init container, as the base's Job
+#: in jobs/k8s/coordinator.yaml does with the same script), so that a BspJob applied together with ZooKeeper
+#: does not spend its coordinator, and a resume, on a server still starting. Its address:
+#: BSP_PLANNER_ZOOKEEPER (host:port[,host:port][/chroot], the coordinator's own); how long it waits:
+#: BSP_PLANNER_ZK_WAIT_S. Its last line, when it gives up, is the pod's termination message.
+WAIT_CONTAINER = "wait-for-zookeeper"
+WAIT_FOR_ZOOKEEPER = """import os, socket, sys, time
+where = os.environ.get("BSP_PLANNER_ZOOKEEPER", "")
+wait = os.environ.get("BSP_PLANNER_ZK_WAIT_S", "600")
+try:
+    servers = [(h, int(p or 2181)) for h, _, p in (s.partition(":") for s in where.split("/")[0].split(","))]
+    assert all(h for h, _ in servers)
+except (ValueError, AssertionError):
+    print(f"error: BSP_PLANNER_ZOOKEEPER: expected host:port[,host:port...], got {where!r}", file=sys.stderr)
+    sys.exit(2)
+try:
+    wait_s = float(wait)
+    assert 0 <= wait_s < float("inf")
+except (ValueError, AssertionError):
+    print(f"error: BSP_PLANNER_ZK_WAIT_S: expected seconds >= 0, got {wait!r}", file=sys.stderr)
+    sys.exit(2)
+deadline, said = time.monotonic() + wait_s, False
+while True:
+    for host, port in servers:
+        try:
+            socket.create_connection((host, port), timeout=2).close()
+            sys.exit(0)
+        except OSError:
+            pass
+    if time.monotonic() > deadline:
+        sys.exit(f"ZooKeeper ({where}) did not answer within {wait_s:g} s")
+    if not said:
+        print(f"waiting for ZooKeeper ({where}), up to {wait_s:g} s", flush=True)
+        said = True
+    time.sleep(2)
+"""
+#: the operator's Job is not retried by Kubernetes (backoffLimit 0: the operator decides), so its pod waits
+#: longer than the base's (240 s, its Job retried up to 3 times); a longer wait than this is a resume
+ZOOKEEPER_WAIT_S = 600
+ZOOKEEPER_ADDRESS = f"{n.ZOOKEEPER_SERVICE}:{n.ZOOKEEPER_PORT}"
+
+
+def wait_for_zookeeper(image: str, wait_s: float = ZOOKEEPER_WAIT_S) -> dict:
+    """The init container that holds a coordinator's pod until ZooKeeper (the base's service) answers."""
+    return {
+        "name": WAIT_CONTAINER,
+        "image": image,
+        "imagePullPolicy": m.DEFAULT_IMAGE_PULL_POLICY,
+        "command": ["python", "-c", WAIT_FOR_ZOOKEEPER],
+        "env": [
+            {"name": "BSP_PLANNER_ZOOKEEPER", "value": ZOOKEEPER_ADDRESS},
+            {"name": "BSP_PLANNER_ZK_WAIT_S", "value": f"{wait_s:g}"},
+        ],
+        "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "64Mi"}},
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+
+
 def job_name(bspjob: str, attempt: int) -> str:
     """The coordinator Job of one attempt: ``<bspjob>-<attempt>`` (a DNS label: its pods' names extend it)."""
     return f"{bspjob}-{attempt}"
@@ -195,17 +258,17 @@ METRICS_ANNOTATIONS = {
 def coordinator_job(bspjob: dict, spec: BspJobSpec, attempt: int, image: str) -> dict:
     """The coordinator of `bspjob` (its whole object: name, uid) as a Job of one pod, owned by the BspJob (deleting
     it deletes the Job). It runs as jobs/k8s/coordinator.yaml's Job does (the same account, run volume, ZooKeeper
-    Secret and address); ``backoffLimit: 0``: a pod that dies ends the Job, and the operator decides whether the
-    next attempt resumes the run."""
+    Secret and address, first waiting for ZooKeeper: :func:`wait_for_zookeeper`); ``backoffLimit: 0``: a pod that
+    dies ends the Job, and the operator decides whether the next attempt resumes the run."""
     meta = bspjob["metadata"]
     labels = n.app_labels(COMPONENT_COORDINATOR, {LABEL_BSPJOB: meta["name"], n.LABEL_RUN: spec.run_id})
     env = [
         {"name": "RUN_ID", "value": spec.run_id},
         {"name": BSPJOB_ENV, "value": meta["name"]},
-        {"name": "BSP_PLANNER_ZOOKEEPER", "value": f"{n.ZOOKEEPER_SERVICE}:{n.ZOOKEEPER_PORT}"},
+        {"name": "BSP_PLANNER_ZOOKEEPER", "value": ZOOKEEPER_ADDRESS},
         {"name": "BSP_PLANNER_ZK_AUTH", "valueFrom": {"secretKeyRef": {"name": ZK_AUTH_SECRET, "key": "auth"}}},
         {"name": "BSP_PLANNER_K8S_ZK_AUTH_SECRET", "value": ZK_AUTH_SECRET},
-        {"name": "BSP_PLANNER_K8S_WORKER_ZOOKEEPER", "value": f"{n.ZOOKEEPER_SERVICE}:{n.ZOOKEEPER_PORT}"},
+        {"name": "BSP_PLANNER_K8S_WORKER_ZOOKEEPER", "value": ZOOKEEPER_ADDRESS},
         {"name": "BSP_PLANNER_POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
         {"name": "HOME", "value": "/tmp"},
         {"name": "MPLCONFIGDIR", "value": "/tmp/matplotlib"},
@@ -258,6 +321,7 @@ def coordinator_job(bspjob: dict, spec: BspJobSpec, attempt: int, image: str) ->
                         "fsGroup": m.RUN_AS_USER,
                         "seccompProfile": {"type": "RuntimeDefault"},
                     },
+                    "initContainers": [wait_for_zookeeper(image)],
                     "containers": [container],
                     "volumes": [
                         {"name": "runs", "persistentVolumeClaim": {"claimName": RUNS_CLAIM}},

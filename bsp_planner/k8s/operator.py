@@ -7,11 +7,14 @@ every unfinished BspJob each ``interval_s`` (:func:`reconcile_all`). What it doe
 
 - a spec :func:`~.bspjob.read_spec` refuses: phase Failed, the one-line reason in ``message``; nothing made;
 - no coordinator Job yet: creates attempt 1 (``<name>-1``), phase Pending;
+- the Job's pod waits for ZooKeeper (its init container, :func:`~.bspjob.wait_for_zookeeper`): the phase
+  stays, ``message`` says so;
 - the Job's pod runs: phase Running (the coordinator itself reports its step and totals into ``status``);
 - the Job completed: phase Succeeded;
 - the Job failed because the coordinator refused its inputs or the run failed (exit codes 2 and 1, as
   `bsp-planner run` exits): phase Failed with the coordinator's last line. Anything else (the run stopped
-  resumable, exit 3; the pod evicted, deleted or its node lost; the Job deleted): the next attempt
+  resumable, exit 3; the pod evicted, deleted or its node lost; ZooKeeper not answering within the wait;
+  the Job deleted): the next attempt
   (``<name>-2``...), whose coordinator finds the run's folder on the volume and runs ``bsp-planner run
   --resume`` (phase Resuming until its pod runs), up to ``spec.maxResumes`` times, then Failed.
 
@@ -55,10 +58,21 @@ def _coordinator_end(api: ReportingCluster, job_name: str) -> tuple[int | None, 
     st = pod_state(pod, b.COORDINATOR_CONTAINER)
     term = terminated(pod, b.COORDINATOR_CONTAINER)
     code = term.get("exitCode")
+    waited = _init_state(pod).get("terminated") or {}
+    if code is None and waited.get("exitCode") not in (None, 0):  # ZooKeeper never answered: it never started
+        why = _last_line(waited.get("message") or "") or f"{b.WAIT_CONTAINER} exited with code {waited['exitCode']}"
+        return None, f"the coordinator never started: {why}"
     if st.platform_lost or code is None:
         return None, st.problem or "the coordinator pod was lost"
     why = _last_line(term.get("message") or "") or f"exit code {code}"
     return int(code), f"the coordinator exited with code {code}: {why}"
+
+
+def _init_state(pod: dict) -> dict:
+    """The state of a coordinator pod's wait for ZooKeeper (`bspjob.wait_for_zookeeper`): {"running": ...},
+    {"terminated": {...}}, ...; {} where the pod has none (yet)."""
+    statuses = (pod.get("status") or {}).get("initContainerStatuses") or []
+    return next((cs.get("state") or {} for cs in statuses if cs.get("name") == b.WAIT_CONTAINER), {})
 
 
 def _job_state(job: dict | None) -> str:
@@ -135,7 +149,15 @@ def reconcile(api: ReportingCluster, bspjob: dict, image: Callable[[], str]) -> 
     if state == "active":
         pods = api.list_pods(f"job-name={job_name}")
         running = any(pod_state(p, b.COORDINATOR_CONTAINER).running for p in pods)
-        return write(phase="Running") if running else {}
+        waiting = f"waiting for ZooKeeper ({b.ZOOKEEPER_ADDRESS}) before the coordinator starts"
+        if running:
+            return write(
+                phase="Running",
+                **({"message": "ZooKeeper answered; the coordinator runs"} if status.get("message") == waiting else {}),
+            )
+        if any("running" in _init_state(p) for p in pods):  # the pod's init container: in `kubectl get bspjobs -o wide`
+            return write(message=waiting)
+        return {}
     code, why = (
         (None, f"the coordinator Job {job_name} was deleted") if job is None else _coordinator_end(api, job_name)
     )

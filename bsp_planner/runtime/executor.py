@@ -42,6 +42,14 @@ DRIVER_GRACE_S = 5.0
 MAX_REPLANS_PER_STEP = 3
 
 
+def exit_counts(exit_code: int | None) -> dict[str, float]:
+    """How a task's process ended, as a watcher's counts: {"signal": 9} where a signal killed it (Popen's
+    negative code), {"exit_code": 3} where it exited, nothing where the backend cannot tell."""
+    if exit_code is None:
+        return {}
+    return {"signal": float(-exit_code)} if exit_code < 0 else {"exit_code": float(exit_code)}
+
+
 def ended_how(exit_code: int | None) -> str:
     """How a task's program ended, as a user reads it: "exited with code 3", or "was killed by SIGKILL
     (signal 9)" where it died of a signal (Popen's negative code, or a shell's 128 + N is left as it is)."""
@@ -107,6 +115,8 @@ class LiveExecutor:
     replan: Callable[[int, np.ndarray, TaskLost], np.ndarray] | None = field(default=None, init=False)
     # step -> what made the run re-plan it and what it applied instead (the step log's `replanned`)
     replanned: dict[int, dict] = field(default_factory=dict, init=False)
+    # noticed(kind, message, **counts): the run's watchers (`watchers.Watchers.noticed`), told of each task failure
+    noticed: Callable[..., None] = field(default=lambda kind, message, **counts: None, init=False)
 
     # -- workers -----------------------------------------------------------------------------------
     def _launch(self, task: str) -> WorkerLaunch:
@@ -189,6 +199,9 @@ class LiveExecutor:
                 if st.alive is False and ran_ahead_and_ended(t, st.exit_code):
                     pending.discard(t)
                 elif st.alive is False:
+                    what = "process" if t in self.processes else "worker"
+                    how = f"task {t}'s {what} {ended_how(st.exit_code)} while starting for step {next_step}"
+                    self._task_failed(t, next_step, st.exit_code, how)
                     raise RunFailed(
                         f"task {t}'s worker {ended_how(st.exit_code)} while starting:\n{self.backend.log_tail(t)}"
                     )
@@ -403,6 +416,13 @@ class LiveExecutor:
                 if (observe or driver_ended is not None) and task in self.processes and st.exit_code == 0:
                     left.add(task)  # the application ended on its own after its last step
                     continue
+                restarts[task] = restarts.get(task, 0) + 1
+                fatal = task in self.processes or st.exit_code in (EXIT_INPUT, EXIT_STRESS)
+                fatal = fatal or restarts[task] > self.settings.max_restarts
+                then = "the run fails" if fatal else "restarting it from its checkpoint"
+                what = "process" if task in self.processes else "worker"
+                how = f"task {task}'s {what} {ended_how(st.exit_code)} in step {t}: {then}"
+                self._task_failed(task, t, st.exit_code, how, restarts[task])
                 if task in self.processes:  # its state is gone with it: a restart is a resume, not a retry
                     raise RunFailed(
                         f"task {task}'s process {ended_how(st.exit_code)} in step {t} (it keeps its state in "
@@ -412,7 +432,6 @@ class LiveExecutor:
                     raise RunFailed(
                         f"task {task}'s worker failed in step {t} (exit code {st.exit_code}):\n{self.backend.log_tail(task)}"
                     )
-                restarts[task] = restarts.get(task, 0) + 1
                 if restarts[task] > self.settings.max_restarts:
                     raise RunFailed(
                         f"task {task}'s worker died {restarts[task]} times in step {t}; its log ends "
@@ -445,6 +464,11 @@ class LiveExecutor:
 
         released = s.wait_for(check, None, interrupt=interrupt, tick_s=0.05)
         return StepOutcome(released, restarts)
+
+    def _task_failed(self, task: str, step: int, exit_code: int | None, message: str, failures: int = 1) -> None:
+        """Tell the run's watchers (a Kubernetes Event TaskFailed) that `task`'s process ended mid-run:
+        its exit code or signal, the step, and how many times it failed in that step."""
+        self.noticed("task_failed", message, step=step, failures=failures, **exit_counts(exit_code))
 
     def _after_driver(self, t: int, ended_at: float) -> None:
         """The application's driver ended while the coordinator waits for step t: the application ended

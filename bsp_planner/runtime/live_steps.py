@@ -224,6 +224,7 @@ def run_logged(run, loop, records: list[dict], runlog: RunLog) -> None:
     step is appended to `records` and to the run log (flushed) as it ends."""
     ex = run.executor
     ex.replan = lambda step, current, why: run.replan(loop, step, current, why)  # on the nodes' free CPU
+    ex.noticed = run.watchers.noticed  # a task's failure, as it happens
     steps = LiveSteps(
         ex,
         first_step=len(records),

@@ -227,8 +227,9 @@ class RunPlanning:
         keeps it), hand it to the loop's planner, and return its configuration for `step` from `current`
         (tasks,). Says so (the run's output, the watchers: "deferred"/"infeasible", then "replanned") and
         records it in run.json's `replans`. Raises `why` again where the run cannot re-plan: the backend
-        cannot read its nodes, the run's predictions are made step by step (online, learning), or the
-        tasks no longer fit the nodes at their minimum CPU; the run then stops, resumable. The planner decides
+        cannot read its nodes, or the tasks no longer fit the nodes at their minimum CPU; the run then
+        stops, resumable. A run whose predictions are made step by step (online, learning) keeps them: the
+        rows made so far and what its predictions learned go on in the new context. The planner decides
         from the configuration the step before ran with (as a resumed run replays it), whatever part of
         the refused change was applied (`current`: what the pods hold now)."""
         assert self.backend is not None  # made in _prepare
@@ -239,13 +240,8 @@ class RunPlanning:
             self.watchers.noticed(kind, getattr(why, "message", None) or str(why), tasks=len(refused), step=step)
         nodes = self.backend.cluster_nodes()
         record = self.cluster_record
-        if nodes is None or record is None or self.predictions is not None:
-            cause = (
-                "the run's predictions are made step by step (online forecasts, a learning model)"
-                if self.predictions is not None
-                else "the backend cannot read the cluster's nodes"
-            )
-            self.say(f"step {step}: cannot re-plan on the nodes ({cause}): the run stops")
+        if nodes is None or record is None:
+            self.say(f"step {step}: cannot re-plan on the nodes (the backend cannot read them): the run stops")
             raise why
         free = {name: float(m) for name, m in nodes}
         try:
@@ -282,7 +278,10 @@ class RunPlanning:
         cpu = dataclasses.replace(before.cpu, budget_millicores=spendable)
         self.exp = dataclasses.replace(self.exp, node=new_nodes, cpu=cpu)
         try:
-            self._build_scenario()
+            if self.predictions is None:
+                self._build_scenario()
+            else:
+                self._continue_predictions()
         except InputError:
             self.exp = before
             raise
@@ -291,6 +290,47 @@ class RunPlanning:
         loop.ctx = self.ctx
         loop.ahead = None  # a decision made ahead on the nodes before is made again
         return new_nodes
+
+    def _continue_predictions(self) -> None:
+        """The planning context built again on `exp`'s nodes and budget for a run whose predictions are made
+        step by step, which go on in it: the rows made so far are kept (what was known before each step, one
+        (tasks, levels, H) row per step), and the same predictions (the online forecaster's history and fits,
+        a learning model's corrections, what the planners learn from) fill the new table's next rows. Nothing
+        is fitted again, so a re-plan takes no longer than one of precomputed predictions. InputError
+        where the nodes cannot hold the tasks."""
+        from ..planners.base import OnlineConfigTable
+        from ..simulate.contexts import ContextFactory
+        from ..simulate.durations import model_durations
+        from ..simulate.placement import place_tasks
+        from ..simulate.read import read_inputs
+        from ..simulate.scenario import with_path
+
+        assert self.predictions is not None  # a run whose predictions are made step by step
+        exp, made = self.exp, self.ctx.configs
+        known = int(getattr(made, "known", 0))
+        try:
+            inputs = read_inputs(exp)
+            durations = model_durations(inputs)
+            placement, durations = place_tasks(inputs, durations)
+            factory = ContextFactory(exp, durations, placement)
+            ctx = factory((exp.steps, made.horizon))
+        except InputError as exc:
+            raise with_path(exc, exp) from exc
+        table = ctx.configs
+        assert isinstance(table, OnlineConfigTable)  # an empty table: its rows are made step by step
+        table.predicted[:known] = made.predicted[:known]
+        table.known = known
+        ctx.extras.update(self.ctx.extras)  # what the planners learn from (observations), as it stands
+        self.predictions.table = table
+        self.ctx = ctx
+        self.scen = dataclasses.replace(
+            self.scen,
+            experiment=exp,
+            contexts={**self.scen.contexts, self.settings.mode: ctx},
+            make_context=factory,
+            placement=placement,
+            cluster=None if placement is None else placement.cluster,
+        )
 
     def replay(self, loop, records: list[dict]) -> None:
         """A resumed run's logged steps, made again by the loop (`StepLoop.replay`); at each step the run
@@ -301,6 +341,13 @@ class RunPlanning:
         for step in sorted(s for s in replans if s < len(records)):
             loop.replay((np.asarray(r["levels"], dtype=np.int64), self._observation(r)) for r in records[start:step])
             self._plan_on_free(loop, {k: float(v) for k, v in replans[step]["nodes"].items()})
+            if self.predictions is not None and getattr(self.ctx.configs, "known", 0) > step:
+                # the step was decided ahead, its predictions made before it was re-planned: the re-plan
+                # decided from those, as `replan` did (not made a second time)
+                d = loop.planner.decide(step, loop.current)
+                levels = np.asarray(d.levels, dtype=np.int64)
+                plan = levels[None, :] if d.plan is None else np.asarray(d.plan, dtype=np.int64)
+                loop.ahead = (int(d.action), levels, 0.0, plan)
             start = step
         loop.replay((np.asarray(r["levels"], dtype=np.int64), self._observation(r)) for r in records[start:])
 

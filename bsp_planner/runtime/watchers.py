@@ -7,6 +7,8 @@ resource's status. The coordinator tells every `RunWatcher` the same four things
   ``reconfig_method``, ``reconfig_s``, ``decision_ms``, ``workloads``, ...);
 - ``noticed(kind, message, **counts)`` for what changes the run's course between steps: ``"deferred"``
   (a resize the platform postponed), ``"infeasible"``, ``"replanned"``, ``"task_failed"``, ``"restarted"``;
+  a ``"task_failed"`` comes with ``step``, ``failures`` (the task's in that step) and ``exit_code`` or
+  ``signal`` (where the backend can tell), its message naming the task and what the run does next;
 - ``run_ended(status, message, summary)`` once, whatever the outcome (``finished``, ``interrupted``,
   ``failed``); ``summary`` is the written summary, or empty where none was written.
 

@@ -11,7 +11,7 @@ WorkerRestarted        Warning  a task's worker died mid-step and reran it from 
 ResizeDeferred         Warning  the platform postponed a resize (no room on the node now)
 ResizeInfeasible       Warning  a resize the node can never take
 Replanned              Normal   the run planned again on what the nodes have free
-TaskFailed             Warning  a task failed
+TaskFailed             Warning  a task's worker or process ended mid-run (task, exit code or signal, step)
 RunFinished            Normal   the run's end: steps, live and simulated totals, reconfigurations
 RunInterrupted         Warning  the run stopped, resumable (its message says how to resume)
 RunFailed              Warning  the run failed
