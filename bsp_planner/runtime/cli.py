@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import os
+import shlex
 import socket
 import sys
 from pathlib import Path
@@ -29,7 +30,7 @@ from ..inputs.series import load_job_series
 from ..inputs.settings import apply_flag_overrides, flag_overrides
 from ..inputs.shipped import find_experiment
 from ..profiling.cgroups import CFS_PERIOD_US
-from .zkserver import DEFAULT_DATA_DIR, DEFAULT_PORT, LocalZooKeeper
+from .zkserver import DEFAULT_DATA_DIR, DEFAULT_PORT, LocalZooKeeper, configured_port, running_servers
 
 if TYPE_CHECKING:
     from .coordinator import Coordinator
@@ -519,10 +520,31 @@ def worker(
 
 def _server(data_dir: Path):
     """The server of `data_dir`, on the port it was started with (its zoo.cfg's)."""
-    cfg = data_dir / "zoo.cfg"
-    lines = cfg.read_text().splitlines() if cfg.is_file() else []
-    ports = [int(line.split("=", 1)[1]) for line in lines if line.startswith("clientPort=")]
-    return LocalZooKeeper(data_dir, port=ports[-1] if ports else DEFAULT_PORT)
+    return LocalZooKeeper(data_dir, port=configured_port(data_dir))
+
+
+def _stop_command(z: LocalZooKeeper) -> str:
+    """`zk stop` as it must be typed for this server: --data-dir unless the folder is the default one here."""
+    default = z.data_dir == DEFAULT_DATA_DIR.resolve()
+    return "bsp-planner zk stop" + ("" if default else f" --data-dir {shlex.quote(str(z.data_dir))}")
+
+
+def _run_hint(z: LocalZooKeeper) -> str:
+    """What a live run needs to use this server: nothing if it is where runs connect unless told."""
+    from ..zk.session import ENV_HOSTS
+
+    if _hosts(None) == z.hosts:
+        return "live runs use it unless told otherwise"
+    where = f"${ENV_HOSTS} is {os.environ[ENV_HOSTS]}" if os.environ.get(ENV_HOSTS) else f"they use {_hosts(None)}"
+    return f"a live run needs --zookeeper {z.hosts} (or {ENV_HOSTS}={z.hosts}): {where} unless told"
+
+
+def _elsewhere(z: LocalZooKeeper) -> str:
+    """The servers `zk start` started in other folders, one a line with the command stopping it; "" if none."""
+    others = [
+        f"\n  {o.hosts} from {o.data_dir}: `{_stop_command(o)}`" for o in running_servers() if o.data_dir != z.data_dir
+    ]
+    return "; `zk start` started these:" + "".join(others) if others else ""
 
 
 @zk_app.command("start")
@@ -542,17 +564,20 @@ def zk_start(
     z = LocalZooKeeper(data_dir, port=port)
     pid = z.start(wait_s=wait)
     typer.echo(f"ZooKeeper listening on {z.hosts} (pid {pid}; data, log and pid file in {z.data_dir})")
-    typer.echo(f"live runs use it by default (or --zookeeper {z.hosts}); stop it with `bsp-planner zk stop`")
+    typer.echo(f"{_run_hint(z)}; stop it with `{_stop_command(z)}`")
 
 
 @zk_app.command("stop")
 def zk_stop(data_dir: Path = typer.Option(DEFAULT_DATA_DIR, "--data-dir", help="The folder `zk start` used.")) -> None:
-    """Stop the server started by `bsp-planner zk start`."""
+    """Stop the server started by `bsp-planner zk start` (exit 1 if none runs there but one runs elsewhere)."""
     z = _server(data_dir)
     if z.stop():
         typer.echo(f"stopped the ZooKeeper server of {z.data_dir}")
-    else:
-        typer.echo(f"no ZooKeeper server of {z.data_dir} was running")
+        return
+    if not (others := _elsewhere(z)):  # nothing to stop anywhere: the wished state holds
+        return typer.echo(f"no ZooKeeper server of {z.data_dir} was running, nor any other `zk start` started")
+    typer.echo(f"nothing stopped: no server runs from {z.data_dir}{others}", err=True)
+    raise typer.Exit(1)
 
 
 @zk_app.command("status")
@@ -563,7 +588,7 @@ def zk_status(
     z = _server(data_dir)
     pid = z.recorded_pid()
     if pid is None:
-        typer.echo(f"not running (no server of {z.data_dir})")
+        typer.echo(f"not running (no server of {z.data_dir}){_elsewhere(z)}")
         raise typer.Exit(1)
     typer.echo(f"running: pid {pid}, {z.hosts}, " + ("answers" if z.ok() else "NOT answering"))
 
