@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -118,6 +119,12 @@ def running_servers() -> list[LocalZooKeeper]:
         if server.recorded_pid() == int(proc.name):
             found.append(server)
     return sorted(found, key=lambda z: str(z.data_dir))
+
+
+def stop_command(server: LocalZooKeeper) -> str:
+    """`zk stop` as it must be typed for this server: --data-dir unless the folder is the default one here."""
+    default = server.data_dir == DEFAULT_DATA_DIR.resolve()
+    return "bsp-planner zk stop" + ("" if default else f" --data-dir {shlex.quote(str(server.data_dir))}")
 
 
 @dataclass
