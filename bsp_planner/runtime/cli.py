@@ -575,7 +575,7 @@ def zk_stop(data_dir: Path = typer.Option(DEFAULT_DATA_DIR, "--data-dir", help="
         typer.echo(f"stopped the ZooKeeper server of {z.data_dir}")
         return
     if not (others := _elsewhere(z)):  # nothing to stop anywhere: the wished state holds
-        return typer.echo(f"no ZooKeeper server of {z.data_dir} was running, nor any other `zk start` started")
+        return typer.echo(f"no ZooKeeper server of {z.data_dir} was running, nor any other server `zk start` started")
     typer.echo(f"nothing stopped: no server runs from {z.data_dir}{others}", err=True)
     raise typer.Exit(1)
 
