@@ -3,7 +3,8 @@
     .venv/bin/python benchmarks/bench_speed.py                  # all three parts
     .venv/bin/python benchmarks/bench_speed.py --part optimum   # one part: simulate | strategies | optimum | mpc
 
-* simulate: the whole default command (`bsp-planner simulate -q`, all 36 runs, shipped defaults) in a
+* simulate: the whole default command (`bsp-planner simulate -q`, every run of the
+  default experiment, shipped defaults; the row names how many runs the command reported) in a
   child process, wall and CPU (user + system of the child). Goal: within 20 s on the 2-core class.
 * strategies: the CPU time of every (mode, strategy) run of that experiment in this process, heaviest
   first (where the time goes; `optimum`'s plan is made once and shared by both modes, as in the command).
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import resource
 import subprocess
 import sys
@@ -42,9 +44,12 @@ def bench_simulate() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         load0 = os.getloadavg()[0]
         t0, c0 = time.perf_counter(), _child_cpu()
-        subprocess.run([str(exe), "simulate", "-q"], cwd=tmp, check=True, stdout=subprocess.DEVNULL)
+        done = subprocess.run([str(exe), "simulate", "-q"], cwd=tmp, check=True, stdout=subprocess.PIPE, text=True)
         wall, cpu = time.perf_counter() - t0, _child_cpu() - c0
-    print("| default simulate (36 runs) | goal | wall s | CPU s | load before/after |")
+    # the command's own count ("N runs in S s"), so the row follows the experiment as it grows
+    counted = re.search(r"(\d+)\s+runs\s+in\s", done.stdout)
+    runs = f"{counted.group(1)} runs" if counted else "runs not reported"
+    print(f"| default simulate ({runs}) | goal | wall s | CPU s | load before/after |")
     print("|---|---|---|---|---|")
     print(
         f"| bsp-planner simulate | 20 s | {wall:.1f} | {cpu:.1f} | {load0:.1f}/{os.getloadavg()[0]:.1f} |", flush=True

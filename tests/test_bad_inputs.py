@@ -342,6 +342,21 @@ def test_forecaster_settings_from_the_command_line_are_checked_before_any_work(m
     assert code == 2 and "takes no settings" in err
 
 
+@pytest.mark.parametrize(
+    "args, needles",
+    [
+        (["--start", "-1"], ["field 'start'", ">= 0", "--start"]),
+        (["--steps", "0"], ["field 'steps'", ">= 1", "--steps"]),
+    ],
+)
+def test_forecast_predict_refuses_a_bad_start_or_steps_first(args, needles, tmp_path, monkeypatch, capsys):
+    """Refused naming the flag, in one line, before the series are read (no gap filling reported) or a file made."""
+    out_dir = tmp_path / "forecasts"
+    code, out, err = run_cli(["forecast", "predict", *args, "-o", out_dir], monkeypatch, capsys)
+    assert code == 2 and all(n in err for n in needles), err
+    assert "gaps" not in out + err and err.count("error") == 1 and not out_dir.exists()
+
+
 # -- live runs: refused before ZooKeeper is reached and before the run folder is made -----------------
 UNREACHABLE = ["--zookeeper", "127.0.0.1:1", "--zk-wait", "1", "-q"]
 

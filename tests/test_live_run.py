@@ -382,6 +382,18 @@ def test_bad_inputs_are_clear_errors(tmp_path, zk_server, creds_file):
     assert out.returncode == 2 and "unknown strategy" in out.stderr
 
 
+def test_run_json_is_the_summary_alone_on_stdout(tmp_path, zk_server, creds_file):
+    exp = tiny_experiment(tmp_path / "exp", steps=3)
+    runs = ["--runs-dir", str(tmp_path / "runs"), "--cgroup-prefix", PREFIX, "--zk-auth-file", str(creds_file)]
+    out = cli("run", "-e", str(exp), "--zookeeper", zk_server.hosts, "--run-id", "js", "--json", *runs)
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)  # nothing else on stdout: the step lines and totals went to stderr
+    sm = json.loads((tmp_path / "runs" / "js" / "summary.json").read_text())
+    assert doc["rows"] == sm["rows"] and doc["steps_done"] == sm["steps_done"] == 3
+    assert "total: live" in out.stderr and "run folder:" in out.stderr
+    assert_nothing_left("js")
+
+
 def test_a_root_path_held_by_another_run_is_refused(tmp_path, zk_server, creds_file):
     from kazoo.client import KazooClient
 

@@ -228,3 +228,18 @@ def test_a_task_whose_first_runs_fail_the_same_way_is_stopped_early_with_a_path_
     assert "relative paths in `command`/`process` resolve against the job file's folder" in text
     fails = (tmp_path / "p.failures.csv").read_text().strip().splitlines()
     assert len(fails) == 1 + 3  # the header and the three runs: the other three cells were not started
+
+
+@needs_cgroups
+def test_profile_run_json_is_the_counts_and_failed_runs_alone_on_stdout(tmp_path, monkeypatch, capsys):
+    (tmp_path / "job.toml").write_text('[[task]]\nname = "lost"\ncommand = ["{python}", "scripts/missing.py"]\n')
+    args = ["profile", "run", "--job", tmp_path / "job.toml", "--out", tmp_path / "p.csv", "--cpu", "500,1000"]
+    code, out, err = run_cli(args + ["--workloads", "1,2,3", "--cgroup-prefix", PREFIX, "--json"], monkeypatch, capsys)
+    assert code == 1, err
+    doc = json.loads(out)  # the table's rows, and nothing else on stdout
+    assert (doc["measured"], doc["skipped"], doc["profile"]) == (0, 0, str(tmp_path / "p.csv"))
+    failed = doc["failed"]
+    fails = (tmp_path / "p.failures.csv").read_text().strip().splitlines()
+    assert len(failed) == len(fails) - 1 == 3 and {f["task"] for f in failed} == {"lost"}
+    assert all("can't open file" in f["reason"] for f in failed)
+    assert "3 run(s) failed" in err and "failed runs" not in err  # the message stays, the table is the JSON

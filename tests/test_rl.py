@@ -321,6 +321,19 @@ def test_training_is_deterministic_under_a_seed(tmp_path):
     assert za.read("policy.pth") == zb.read("policy.pth")
 
 
+def test_cli_train_json_is_the_held_out_results_alone_on_stdout(tmp_path, monkeypatch, capsys):
+    env_file = write_setup(tmp_path / "setup")
+    agent = tmp_path / "agents" / "dqn.zip"
+    args = ["rl", "train", env_file, "-n", "300", "--agent", agent, "--run-dir", tmp_path / "run", "-q", "--json"]
+    code, out, err = run_cli(args, monkeypatch, capsys)
+    assert code == 0, err
+    doc = json.loads(out)  # nothing else on stdout: the messages went to stderr
+    assert set(doc["results"]) >= {"dqn", "mpc"} and doc["agent"] == str(agent)
+    assert {"total_s", "compute_s", "reconfigurations"} <= set(doc["results"]["dqn"])
+    assert doc["eval_range"] == {"start": 0, "steps": 100} and doc["train_range"] == {"start": 100, "steps": 200}
+    assert "training DQN" in err and "trained in" in err
+
+
 @pytest.mark.slow
 def test_cli_train_then_simulate_end_to_end(tmp_path, monkeypatch, capsys):
     env_file = write_setup(tmp_path / "setup")

@@ -314,24 +314,40 @@ def Z_four(server):
 
 
 def test_zk_cli_starts_reports_and_stops_a_server(tmp_path):
+    """Started on another port and folder, `zk start` prints what a run and `zk stop` then need; `zk stop`
+    in a folder without a server names where the running one is and stops nothing (exit 1)."""
+    import os
     import subprocess
     import sys
 
     from bsp_planner.runtime.zkserver import free_port
+    from bsp_planner.zk.session import ENV_HOSTS
 
     port = free_port()
     cli = [sys.executable, "-m", "bsp_planner.cli", "zk"]
-    d = str(tmp_path / "srv")
-    out = subprocess.run(
-        cli + ["start", "--port", str(port), "--data-dir", d], capture_output=True, text=True, timeout=90
-    )
+    d = tmp_path / "srv"
+    env = {k: v for k, v in os.environ.items() if k != ENV_HOSTS}
+    here = tmp_path / "elsewhere"  # its runs/zookeeper, the default folder, holds no server
+    here.mkdir()
+
+    def zk(*args):
+        return subprocess.run(cli + list(args), capture_output=True, text=True, timeout=90, env=env, cwd=here)
+
+    out = zk("start", "--port", str(port), "--data-dir", str(d))
     try:
         assert out.returncode == 0, out.stderr
         assert f"127.0.0.1:{port}" in out.stdout
-        st = subprocess.run(cli + ["status", "--data-dir", d], capture_output=True, text=True, timeout=30)
+        said = " ".join(out.stdout.split())
+        assert f"--zookeeper 127.0.0.1:{port}" in said and f"{ENV_HOSTS}=127.0.0.1:{port}" in said, said
+        assert f"`bsp-planner zk stop --data-dir {d}`" in said and "by default" not in said, said
+        st = zk("status", "--data-dir", str(d))
         assert st.returncode == 0 and "answers" in st.stdout
+        wrong = zk("stop")  # the default folder: nothing there, but the server runs from d
+        assert wrong.returncode == 1 and "nothing stopped" in wrong.stderr, wrong.stderr
+        assert f"127.0.0.1:{port} from {d}: `bsp-planner zk stop --data-dir {d}`" in wrong.stderr, wrong.stderr
+        assert zk("status", "--data-dir", str(d)).returncode == 0  # still running
     finally:
-        stop = subprocess.run(cli + ["stop", "--data-dir", d], capture_output=True, text=True, timeout=60)
-    assert "stopped" in stop.stdout
-    st = subprocess.run(cli + ["status", "--data-dir", d], capture_output=True, text=True, timeout=30)
+        stop = zk("stop", "--data-dir", str(d))
+    assert "stopped" in stop.stdout and stop.returncode == 0
+    st = zk("status", "--data-dir", str(d))
     assert st.returncode == 1 and "not running" in st.stdout

@@ -126,11 +126,12 @@ def _parse_settings(items: list[str] | None, names: list[str]) -> dict[str, dict
     return out
 
 
-def _context(experiment, job, tasks, horizon, gaps, settings, names, models, shipped):
+def _context(experiment, job, tasks, horizon, gaps, settings, names, models, shipped, experiment_flags=()):
     """(workspace, experiment, where models are read, where trained ones are saved) for a command.
     Read: --models, else the shipped models (package data). Saved: --models, the shipped copy with
     --shipped, else ./models (never the package folder by default: after a pip install it is
-    site-packages)."""
+    site-packages). `experiment_flags` ((flag, KEY, value), e.g. --start) override the experiment's
+    fields, checked as the file's are and before any series is read, an error naming the flag."""
     from ..inputs.experiment import load_experiment
     from .pipeline import DEFAULT_MODEL_ROOT, LOCAL_MODEL_ROOT, Workspace
 
@@ -138,7 +139,7 @@ def _context(experiment, job, tasks, horizon, gaps, settings, names, models, shi
         raise InputError("give either --models or --shipped, not both", field="--shipped")
     read = models if models is not None else DEFAULT_MODEL_ROOT
     save = models if models is not None else DEFAULT_MODEL_ROOT if shipped else LOCAL_MODEL_ROOT
-    exp = load_experiment(find_experiment(experiment))
+    exp = apply_flag_overrides(load_experiment(find_experiment(experiment)), flag_overrides(experiment_flags))
     # --horizon stands for the experiment's forecast.horizon: checked as that field is (0 is refused, not
     # taken for "not given"), but not against the planner's horizon (a forecaster serves any planner)
     forecast = apply_flag_overrides(exp.forecast, flag_overrides([("--horizon", "horizon", horizon)]))
@@ -385,11 +386,11 @@ def predict(
     from .files import write_forecasts
     from .pipeline import forecast_experiment
 
+    flags = [("--start", "start", start), ("--steps", "steps", steps)]
     ws, exp, model_root, save_root = _context(
-        experiment, job, None, horizon, gaps, settings, [forecaster], models, shipped
+        experiment, job, None, horizon, gaps, settings, [forecaster], models, shipped, flags
     )
-    start = exp.start if start is None else start
-    steps = exp.steps if steps is None else steps
+    start, steps = exp.start, exp.steps
     if out is None:
         out = (
             output_base(exp.path)

@@ -179,6 +179,9 @@ def run(
     profile_id: str | None = typer.Option(
         None, "--profile-id", help="kubernetes: label of the Jobs (default: derived from --out)."
     ),
+    json_out: bool = typer.Option(
+        False, "--json", help="Print the counts and failed runs as JSON on stdout instead (messages go to stderr)."
+    ),
 ) -> None:
     """Run every task at every (CPU, workload) cell, REPEATS times; resumable.
 
@@ -189,7 +192,7 @@ def run(
     from .profile_files import failures_path
     from .runner import check_profile_path, run_grid
 
-    console = Console()
+    console = Console(stderr=json_out)  # with --json, stdout holds the JSON document only
     _seconds(timeout, "--timeout")
     _seconds(startup_timeout, "--startup-timeout")
     if parallel < 1:  # a kubernetes option, checked on every backend (never ignored unread)
@@ -237,16 +240,20 @@ def run(
         f"{report.measured} run(s) measured, {report.skipped} already in {out}, "
         f"{len(report.failures)} failed, in {report.wall_s:.0f} s; metadata in {metadata_path(out)}"
     )
+    if json_out:  # the table's rows (every field of a failure), with the counts of the line above
+        failed = [dataclasses.asdict(f) for f in report.failures]
+        print_json({"profile": str(out), "measured": report.measured, "skipped": report.skipped, "failed": failed})
     if report.failures:
-        _print_failures(console, report.failures, failures_path(out))
+        _print_failures(console, report.failures, failures_path(out), table=not json_out)
         raise typer.Exit(1)
 
 
-def _print_failures(console: Console, failures: list[Failure], log: Path) -> None:
-    table = Table("task", "workload", "cpu (m)", "repeat", "reason", title="failed runs")
+def _print_failures(console: Console, failures: list[Failure], log: Path, table: bool = True) -> None:
+    rows = Table("task", "workload", "cpu (m)", "repeat", "reason", title="failed runs")
     for f in failures:
-        table.add_row(f.task, f"{f.workload:g}", f"{f.cpu_millicores:g}", str(f.repeat), f.reason)
-    print_table(console, table)
+        rows.add_row(f.task, f"{f.workload:g}", f"{f.cpu_millicores:g}", str(f.repeat), f.reason)
+    if table:
+        print_table(console, rows)
     console.print(
         f"[red]{len(failures)} run(s) failed[/] (logged in {log}); "
         "the profile is incomplete: run the same command again to retry them"

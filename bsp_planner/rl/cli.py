@@ -89,6 +89,12 @@ def train(
     set_: SetOpt = None,
     env_set: EnvSetOpt = None,
     quiet: QuietOpt = False,
+    json_out: Annotated[
+        bool,
+        typer.Option(
+            "--json", help="Print the held-out results as JSON on stdout instead of the table (messages go to stderr)."
+        ),
+    ] = False,
 ) -> None:
     """Train an agent on the environment's training steps, evaluating it on the held-out steps."""
     from ..inputs.experiment import load_experiment
@@ -97,7 +103,7 @@ def train(
 
     if shipped and agent is not None:
         raise InputError("give either --agent or --shipped, not both", field="--shipped")
-    console = Console()
+    console = Console(stderr=json_out)  # with --json, stdout holds the JSON document only
     flagged = flag_overrides(
         [
             ("--algo", "agent.algo", algo),
@@ -130,11 +136,21 @@ def train(
     )
     result = _train_with_progress(console, s, out, agent_path, strict, list(set_ or []), quiet)
     m = result.meta
-    _print_comparison(
-        console,
-        {a.algo: m["eval"], **m["baseline"]},
-        f"held-out steps {s.eval} · {s.mode} mode · {m['eval_forecasts']}",
-    )
+    rows = {a.algo: m["eval"], **m["baseline"]}
+    if json_out:  # the fields of `rl evaluate --json`, the training's own added
+        print_json(
+            {
+                "agent": str(result.agent_path),
+                "train_range": asdict(s.train),
+                "eval_range": asdict(s.eval),
+                "mode": s.mode,
+                "forecasts": m["eval_forecasts"],
+                "train_seconds": m["train_seconds"],
+                "results": rows,
+            }
+        )
+    else:
+        _print_comparison(console, rows, f"held-out steps {s.eval} · {s.mode} mode · {m['eval_forecasts']}")
     console.print(f"trained in {m['train_seconds']:.0f} s; agent {result.agent_path} (+ .json)")
     if not shipped:
         console.print(f"plan with it: bsp-planner simulate --strategies rl:{result.agent_path}", highlight=False)

@@ -29,7 +29,7 @@ from ..inputs.series import load_job_series
 from ..inputs.settings import apply_flag_overrides, flag_overrides
 from ..inputs.shipped import find_experiment
 from ..profiling.cgroups import CFS_PERIOD_US
-from .zkserver import DEFAULT_DATA_DIR, DEFAULT_PORT, LocalZooKeeper
+from .zkserver import DEFAULT_DATA_DIR, DEFAULT_PORT, LocalZooKeeper, configured_port, running_servers, stop_command
 
 if TYPE_CHECKING:
     from .coordinator import Coordinator
@@ -180,6 +180,9 @@ def run(
     quiet: bool = typer.Option(
         False, "--quiet", "-q", help="No per-step lines (the planned reconfiguration cost and the totals are kept)."
     ),
+    json_out: bool = typer.Option(
+        False, "--json", help="Print summary.json on stdout, not the table (the rest: stderr)."
+    ),
     metrics_port: str | None = typer.Option(
         None,
         "--metrics-port",
@@ -209,7 +212,7 @@ def run(
     from .run_settings import RunSettings
     from .run_store import check_run_id, new_run_id
 
-    console = Console()
+    console = Console(stderr=json_out)  # with --json, stdout holds the JSON document only
     endpoint = _metrics_endpoint(ctx, metrics_port, metrics_host)
     check_output_dir(runs_dir, "--runs-dir")
     flagged: list[tuple[str, str]] = []  # a new run's experiment overrides, each with the option that gave it
@@ -269,7 +272,7 @@ def run(
             f"ZooKeeper {settings.zookeeper}",
             highlight=False,
         )
-        _run_to_the_end(console, coord)
+        _run_to_the_end(console, coord, json_out)
     finally:
         if metrics is not None:
             metrics.close()  # the endpoint ends with the run
@@ -420,7 +423,7 @@ def _kubernetes_settings(params: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in given.items() if v is not None}
 
 
-def _run_to_the_end(console: Console, coord: Coordinator) -> None:
+def _run_to_the_end(console: Console, coord: Coordinator, json_out: bool = False) -> None:
     """Run, turning SIGINT, SIGTERM and SIGHUP (Ctrl-C, `kill`, a deleted pod, a closed terminal) into the
     coordinator's clean, resumable stop; exit 128 + the signal's number when a signal stopped it, 3 when
     ZooKeeper or the run folder did, 1 when the run failed."""
@@ -437,9 +440,9 @@ def _run_to_the_end(console: Console, coord: Coordinator) -> None:
     except (RunInterrupted, RunFailed) as exc:
         stopped = isinstance(exc, RunInterrupted)
         err.print(f"{'[yellow]stopped' if stopped else '[bold red]run failed'}[/]: {exc}", highlight=False)
-        _show(console, coord)
+        _show(console, coord, json_out)
         raise typer.Exit(3 if stopped else 1) from None
-    _show(console, coord)
+    _show(console, coord, json_out)
     console.print(
         f"run folder: {result.run_dir} (steps.csv, steps.jsonl, summary.md, chart.png, logs/)", highlight=False
     )
@@ -451,13 +454,17 @@ def _positive_seconds(value: float, flag: str) -> float:
     return float(value)
 
 
-def _show(console: Console, coord: Coordinator) -> None:
+def _show(console: Console, coord: Coordinator, json_out: bool = False) -> None:
+    """The summary table (with --json: summary.json's content, on stdout), then the totals line."""
+    from ..core.tables import print_json
     from ..simulate.report import print_table
 
-    sm = coord.summary
-    if not sm:
+    if not (sm := coord.summary):
         return
-    print_table(sm["rows"], console, title=f"{coord.run_id}: live vs simulated, steps: {sm['steps_note']}")
+    if json_out:
+        print_json(sm)
+    else:
+        print_table(sm["rows"], console, title=f"{coord.run_id}: live vs simulated, steps: {sm['steps_note']}")
     console.print(
         f"total: live {sm['live_total_s']:.2f} s, simulated {sm['simulated_total_s']:.2f} s ({sm['total_error_pct']:+.1f}%); "
         f"with measured reconfiguration cost {sm['simulated_total_measured_penalty_s']:.2f} s "
@@ -519,10 +526,25 @@ def worker(
 
 def _server(data_dir: Path):
     """The server of `data_dir`, on the port it was started with (its zoo.cfg's)."""
-    cfg = data_dir / "zoo.cfg"
-    lines = cfg.read_text().splitlines() if cfg.is_file() else []
-    ports = [int(line.split("=", 1)[1]) for line in lines if line.startswith("clientPort=")]
-    return LocalZooKeeper(data_dir, port=ports[-1] if ports else DEFAULT_PORT)
+    return LocalZooKeeper(data_dir, port=configured_port(data_dir))
+
+
+def _run_hint(z: LocalZooKeeper) -> str:
+    """What a live run needs to use this server: nothing if it is where runs connect unless told."""
+    from ..zk.session import ENV_HOSTS
+
+    if _hosts(None) == z.hosts:
+        return "live runs use it unless told otherwise"
+    where = f"${ENV_HOSTS} is {os.environ[ENV_HOSTS]}" if os.environ.get(ENV_HOSTS) else f"they use {_hosts(None)}"
+    return f"a live run needs --zookeeper {z.hosts} (or {ENV_HOSTS}={z.hosts}): {where} unless told"
+
+
+def _elsewhere(z: LocalZooKeeper) -> str:
+    """The servers `zk start` started in other folders, one a line with the command stopping it; "" if none."""
+    others = [
+        f"\n  {o.hosts} from {o.data_dir}: `{stop_command(o)}`" for o in running_servers() if o.data_dir != z.data_dir
+    ]
+    return "; `zk start` started these:" + "".join(others) if others else ""
 
 
 @zk_app.command("start")
@@ -542,17 +564,20 @@ def zk_start(
     z = LocalZooKeeper(data_dir, port=port)
     pid = z.start(wait_s=wait)
     typer.echo(f"ZooKeeper listening on {z.hosts} (pid {pid}; data, log and pid file in {z.data_dir})")
-    typer.echo(f"live runs use it by default (or --zookeeper {z.hosts}); stop it with `bsp-planner zk stop`")
+    typer.echo(f"{_run_hint(z)}; stop it with `{stop_command(z)}`")
 
 
 @zk_app.command("stop")
 def zk_stop(data_dir: Path = typer.Option(DEFAULT_DATA_DIR, "--data-dir", help="The folder `zk start` used.")) -> None:
-    """Stop the server started by `bsp-planner zk start`."""
+    """Stop the server started by `bsp-planner zk start` (exit 1 if none runs there but one runs elsewhere)."""
     z = _server(data_dir)
     if z.stop():
         typer.echo(f"stopped the ZooKeeper server of {z.data_dir}")
-    else:
-        typer.echo(f"no ZooKeeper server of {z.data_dir} was running")
+        return
+    if not (others := _elsewhere(z)):  # nothing to stop anywhere: the wished state holds
+        return typer.echo(f"no ZooKeeper server of {z.data_dir} was running, nor any other server `zk start` started")
+    typer.echo(f"nothing stopped: no server runs from {z.data_dir}{others}", err=True)
+    raise typer.Exit(1)
 
 
 @zk_app.command("status")
@@ -563,7 +588,7 @@ def zk_status(
     z = _server(data_dir)
     pid = z.recorded_pid()
     if pid is None:
-        typer.echo(f"not running (no server of {z.data_dir})")
+        typer.echo(f"not running (no server of {z.data_dir}){_elsewhere(z)}")
         raise typer.Exit(1)
     typer.echo(f"running: pid {pid}, {z.hosts}, " + ("answers" if z.ok() else "NOT answering"))
 

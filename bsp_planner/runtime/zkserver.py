@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -96,6 +97,37 @@ def _cmdline(pid: int) -> list[str]:
         return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
     except OSError:
         return []
+
+
+def configured_port(data_dir: Path) -> int:
+    """The client port a folder's server was started with (its zoo.cfg's), else the default."""
+    cfg = Path(data_dir) / "zoo.cfg"
+    lines = cfg.read_text().splitlines() if cfg.is_file() else []
+    ports = [int(line.split("=", 1)[1]) for line in lines if line.startswith("clientPort=")]
+    return ports[-1] if ports else DEFAULT_PORT
+
+
+def running_servers() -> list[LocalZooKeeper]:
+    """Every server on this machine that `zk start` (a LocalZooKeeper) started and that still runs: a
+    ZooKeeper process whose folder's server.pid names it. Where to look when a folder has none."""
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        cmd = _cmdline(int(proc.name))
+        if MAIN_CLASS not in cmd:
+            continue
+        config = Path(next((a for a in reversed(cmd) if a.endswith("zoo.cfg")), ""))
+        if config.name != "zoo.cfg":
+            continue
+        server = LocalZooKeeper(config.parent, port=configured_port(config.parent))
+        if server.recorded_pid() == int(proc.name):
+            found.append(server)
+    return sorted(found, key=lambda z: str(z.data_dir))
+
+
+def stop_command(server: LocalZooKeeper) -> str:
+    """`zk stop` as it must be typed for this server: --data-dir unless the folder is the default one here."""
+    default = server.data_dir == DEFAULT_DATA_DIR.resolve()
+    return "bsp-planner zk stop" + ("" if default else f" --data-dir {shlex.quote(str(server.data_dir))}")
 
 
 @dataclass
