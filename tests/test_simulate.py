@@ -190,6 +190,11 @@ def test_dataset_shorter_than_the_job(tmp_path, synthetic_profile, monkeypatch, 
     expect_error(tmp_path, exp, monkeypatch, capsys, "exp.toml", "field 'steps'", "test steps")
 
 
+def test_a_start_past_the_dataset_names_start(tmp_path, synthetic_profile, monkeypatch, capsys):
+    exp = write_experiment(tmp_path, synthetic_profile, start=99999)
+    expect_error(tmp_path, exp, monkeypatch, capsys, "exp.toml", "field 'start'", "test steps")
+
+
 def test_budget_below_tasks_times_min(tmp_path, synthetic_profile, monkeypatch, capsys):
     exp = write_experiment(tmp_path, synthetic_profile, cpu__budget_millicores=1500)
     expect_error(tmp_path, exp, monkeypatch, capsys, "exp.toml", "cpu.budget_millicores", "below 8 tasks x min 250m")

@@ -222,7 +222,7 @@ class JobSeries:
                     f"task '{s.task}': its series ({s.source.name}) has {len(s.test)} test steps but the "
                     f"experiment needs start + steps = {start + steps}",
                     path=path,
-                    field="steps",
+                    field="start" if start >= len(s.test) else "steps",  # the one to lower
                 )
 
 
