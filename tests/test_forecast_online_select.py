@@ -62,16 +62,36 @@ def trace_loads(name: str) -> tuple[list[str], np.ndarray]:
     return [f.stem for f in files], np.array([np.loadtxt(f, skiprows=1) for f in files])
 
 
+def experiment_settings(name: str) -> dict:
+    """The `online-select` settings a shipped experiment gives its runs."""
+    from bsp_planner.inputs.experiment import load_experiment
+    from bsp_planner.inputs.shipped import find_experiment
+
+    return load_experiment(find_experiment(name)).forecast.online_select_settings()
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("trace", ["helics-4", "helics-star-5"])
-def test_on_the_shipped_federations_traces_no_worse_than_persistence_plus_two_percent(trace):
-    # Both traces are 30 steps, shorter than the history a fitted model needs before it may be chosen
-    # (24 observed + 5 for the first refit + 8 one-step errors): the choice must then stay persistence.
+@pytest.mark.parametrize(
+    "trace, experiment", [("helics-4", "helics-4"), ("helics-star-5", "helics-star-5"), ("helics-4-160", "helics-4")]
+)
+def test_on_the_shipped_federations_traces_no_worse_than_persistence_plus_two_percent(trace, experiment):
+    # with the settings each shipped experiment runs it with (the star's leave persistence sooner)
     tasks, loads = trace_loads(trace)
-    forecasts, forecasters = run_online(loads)
+    forecasts, forecasters = run_online(loads, **experiment_settings(experiment))
     for i, task in enumerate(tasks):
         truth, persistence = loads[i, 1:], loads[i, :-1]
         assert rmse(forecasts[i], truth) <= 1.02 * rmse(persistence, truth) + 1e-9, task
+
+
+@pytest.mark.slow
+def test_on_the_shipped_stars_recorded_160_steps_the_leaves_beat_persistence_by_a_quarter():
+    tasks, loads = trace_loads("helics-star-5-160")
+    forecasts, forecasters = run_online(loads, **experiment_settings("helics-star-5"))
+    for i, task in enumerate(tasks):
+        truth, persistence = loads[i, 1:], loads[i, :-1]
+        limit = 1.02 if task == "hub" else 0.75
+        assert rmse(forecasts[i], truth) <= limit * rmse(persistence, truth), task
+    assert all("harmonic" in f.chosen for f in forecasters[1:])  # the leaves' periodic load is what it follows
 
 
 def test_short_history_falls_back_to_persistence():

@@ -72,6 +72,77 @@ class AR:
         return np.array(out)
 
 
+def harmonic_design(steps: np.ndarray, periods: tuple[float, ...], harmonics: int) -> np.ndarray:
+    """Regressors at `steps` (shape (n,), indices from the fit window's first value): an intercept, then
+    per period p and k = 1..harmonics below the Nyquist frequency sin and cos of 2 pi k t / p; (n, columns)."""
+    columns = [np.ones(len(steps))]
+    for p in periods:
+        for k in range(1, harmonics + 1):
+            if k / p < 0.5:
+                columns += [np.sin(2 * np.pi * k * steps / p), np.cos(2 * np.pi * k * steps / p)]
+    return np.column_stack(columns)
+
+
+def fit_periods(values: np.ndarray, most: int = 2, grid_steps: float = 0.5) -> tuple[float, ...]:
+    """Up to `most` periods (steps, from 2.5 to len/2 on a `grid_steps` grid, each more than 1 step from
+    the others), chosen one after the other as the sinusoid that most lowers the least-squares error of a
+    fit with the ones before it. Unlike the periodogram's peaks (:func:`detect_seasons`), whose periods
+    are 1 / (k / n) only, this finds a 12- and a 7-step component in 25 values; () if too short."""
+    n = len(values)
+    t = np.arange(n, dtype=np.float64)
+    grid = np.arange(2.5, n / 2 + 1e-9, grid_steps)
+    found: list[float] = []
+    for _ in range(most):
+        best, best_sse = None, np.inf
+        for p in grid:
+            if any(abs(p - q) <= 1 for q in found):
+                continue
+            X = harmonic_design(t, (*found, float(p)), 1)
+            coef, *_ = np.linalg.lstsq(X, values, rcond=None)
+            sse = float(np.sum((values - X @ coef) ** 2))
+            if sse < best_sse:
+                best, best_sse = float(p), sse
+        if best is None:
+            break
+        found.append(best)
+    return tuple(found)
+
+
+class Harmonic:
+    """Dynamic harmonic regression: least-squares sinusoids at the fitted periods (fit_periods), with
+    harmonics (up to 3, as many as the Bayesian information criterion and a third of the values allow: a
+    peaked periodic load is a sum of them), and an AR(1) on what they leave (a burst
+    that decays by a constant factor a step is exactly that). A forecast continues the sinusoids at their
+    steps and decays the last value's residual by the AR coefficient."""
+
+    def __init__(self, y: np.ndarray) -> None:
+        n = len(y)
+        t = np.arange(n, dtype=np.float64)
+        self.periods = fit_periods(y)
+        # harmonics by the Bayesian information criterion: a peaked load needs them, bursts would be
+        # fitted by them in a short window
+        best = (np.inf, 1, np.zeros(1))
+        for harmonics in range(1, 4):
+            X = harmonic_design(t, self.periods, harmonics)
+            if X.shape[1] * 3 > n:
+                break
+            coef, *_ = np.linalg.lstsq(X, y, rcond=None)
+            sse = max(float(np.sum((y - X @ coef) ** 2)), 1e-12)
+            bic = n * np.log(sse / n) + X.shape[1] * np.log(n)
+            if bic < best[0]:
+                best = (bic, harmonics, coef)
+        _, self.harmonics, self.coef = best
+        rest = y - harmonic_design(t, self.periods, self.harmonics) @ self.coef
+        denominator = float(rest[:-1] @ rest[:-1])
+        self.phi = min(max(float(rest[1:] @ rest[:-1]) / denominator, 0.0), 0.99) if denominator > 0 else 0.0
+
+    def forecast(self, y: np.ndarray, offset: int, h: int) -> np.ndarray:
+        steps = np.arange(offset + len(y) - 1, offset + len(y) + h, dtype=np.float64)
+        periodic = harmonic_design(steps, self.periods, self.harmonics) @ self.coef
+        rest = float(y[-1] - periodic[0])
+        return periodic[1:] + rest * self.phi ** np.arange(1, h + 1)
+
+
 class ETS:
     """A fitted statsforecast AutoETS, applied to new values with its parameters kept."""
 
@@ -123,6 +194,7 @@ def fit_candidates(y: np.ndarray, ar_lags: int) -> dict[str, Candidate]:
     makers = {
         "ar": lambda: AR(y, lags) if lags >= 1 else None,
         "ets": lambda: ETS(AutoETS(model="ZZZ" if short else "ZZN", season_length=short[0] if short else 1).fit(y)),
+        "harmonic": lambda: Harmonic(y) if len(y) >= 15 else None,
         "mstl": lambda: (
             FrozenSeasonMSTL(MSTL(season_length=long, trend_forecaster=AutoETS(model="ZZN")).fit(y), long)
             if long

@@ -39,7 +39,7 @@ from .online_fits import ETS_MAX_SEASON, InlineRefits, detect_seasons
 
 __all__ = ["CANDIDATES", "ETS_MAX_SEASON", "OnlineSelectForecaster", "OnlineSelectSettings", "detect_seasons"]
 
-CANDIDATES = ("persistence", "ar", "ets", "mstl")
+CANDIDATES = ("persistence", "ar", "ets", "mstl", "harmonic")
 PERSISTENCE_MARGIN = 0.8  # a model's windowed squared one-step error must be below this share of persistence's
 
 

@@ -3,15 +3,18 @@
 A star of ``leaves`` leaf federates (``l0``, ``l1``, ...) and one hub (``hub``). In every step each leaf's
 workload (work units, about 10 ms of one core each, :mod:`bsp_planner.apps.kernel`) is
 
-    base + slow.units * (1 + sin(2 pi (t / slow.period_steps + i / leaves))) / 2
-         + fast.units * (1 + sin(2 pi (t / fast.period_steps + phase_i))) / 2 + burst_i(t)
+    base + slow.units * ((1 + sin(2 pi (t / slow.period_steps + i / leaves))) / 2) ** slow.sharpness
+         + fast.units * ((1 + sin(2 pi (t / fast.period_steps + phase_i))) / 2) ** fast.sharpness + burst_i(t)
 
 two periodic components with different periods (12 and 7 steps by default), each shifted per leaf, so
 their sum peaks on a different leaf from step to step and the peaks line up the same way again only
-after ``12 x 7`` steps; plus bursts: in each step a leaf starts a burst with probability
-``bursts.chance``, of ``bursts.units x U(0.5, 1)`` units, which decays by ``bursts.decay`` per step. The bursts are drawn from a
-generator seeded by ``(seed, step)``, so a step's draws do not depend on how many steps are run, and the
-same seed always gives the same workloads.
+after ``12 x 7`` steps. The slow one is peaked (sharpness 3: a pulse that passes from leaf to leaf, near
+0 for most of its period), so in most steps one leaf holds about half the leaves' work and an even split
+of the CPU leaves it the slowest by far; the fast one is a plain sinusoid. Plus bursts: in each step a
+leaf starts a burst with probability ``bursts.chance``, of ``bursts.units x U(0.5, 1)`` units, which
+decays by ``bursts.decay`` per step. The bursts are drawn from a generator seeded by ``(seed, step)``, so
+a step's draws do not depend on how many steps are run, and the same seed always gives the same
+workloads.
 
 The hub computes once every leaf's value of the step has arrived: its workload is ``hub_base + hub_share x``
 the sum of the leaves' workloads it received, modest and steady beside the leaves'. Everything here is a
@@ -31,15 +34,17 @@ HUB = "hub"
 
 @dataclass(frozen=True)
 class Wave:
-    """A periodic component of a leaf's load: from 0 to `units` of work and back over `period_steps` steps."""
+    """A periodic component of a leaf's load: from 0 to `units` of work and back over `period_steps` steps,
+    as ``((1 + sin) / 2) ** sharpness``: 1 a sinusoid, higher a narrower peak (most of a period near 0)."""
 
     units: float
     period_steps: float
+    sharpness: float = 1.0
 
     def at(self, steps: np.ndarray, phase: np.ndarray) -> np.ndarray:
         """Its work at `steps` (shape (steps, 1)) for leaves shifted by `phase` (fractions of a period, shape
         (1, leaves)): shape (steps, leaves), units."""
-        return self.units * (1 + np.sin(2 * np.pi * (steps / self.period_steps + phase))) / 2
+        return self.units * ((1 + np.sin(2 * np.pi * (steps / self.period_steps + phase))) / 2) ** self.sharpness
 
 
 @dataclass(frozen=True)
@@ -60,11 +65,11 @@ class Star:
 
     leaves: int = 4
     base: float = 2.0
-    slow: Wave = Wave(units=10.0, period_steps=12.0)
-    fast: Wave = Wave(units=6.0, period_steps=7.0)
-    bursts: Bursts = Bursts(chance=0.12, units=8.0, decay=0.5)
-    hub_base: float = 3.0
-    hub_share: float = 0.05
+    slow: Wave = Wave(units=16.0, period_steps=12.0, sharpness=3.0)
+    fast: Wave = Wave(units=5.0, period_steps=7.0)
+    bursts: Bursts = Bursts(chance=0.1, units=5.0, decay=0.6)
+    hub_base: float = 2.0
+    hub_share: float = 0.04
     seed: int = 5
 
     def check(self) -> None:
@@ -74,8 +79,9 @@ class Star:
         rules: list[tuple[str, float, bool, str]] = [("leaves", self.leaves, self.leaves >= 1, "at least 1")]
         rules += [(name, v, math.isfinite(v) and v >= 0, "a finite non-negative number") for name, v in amounts.items()]
         for name, wave in (("slow", self.slow), ("fast", self.fast)):
-            period = wave.period_steps
+            period, sharp = wave.period_steps, wave.sharpness
             rules.append((f"{name}.period_steps", period, math.isfinite(period) and period > 0, "a positive number"))
+            rules.append((f"{name}.sharpness", sharp, math.isfinite(sharp) and sharp > 0, "a positive number"))
         for name, p in (("bursts.chance", self.bursts.chance), ("bursts.decay", self.bursts.decay)):
             rules.append((name, p, 0 <= p <= 1, "0..1"))
         for name, value, ok, expected in rules:
