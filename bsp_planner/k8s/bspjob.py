@@ -233,11 +233,7 @@ def wait_for_zookeeper(image: str, wait_s: float = ZOOKEEPER_WAIT_S) -> dict:
             {"name": "BSP_PLANNER_ZK_WAIT_S", "value": f"{wait_s:g}"},
         ],
         "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "64Mi"}},
-        "securityContext": {
-            "allowPrivilegeEscalation": False,
-            "readOnlyRootFilesystem": True,
-            "capabilities": {"drop": ["ALL"]},
-        },
+        "securityContext": m.unprivileged(),
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
 
@@ -285,11 +281,7 @@ def coordinator_job(bspjob: dict, spec: BspJobSpec, attempt: int, image: str) ->
         "env": env,
         "ports": [{"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"}],
         "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"memory": "1Gi"}},
-        "securityContext": {
-            "allowPrivilegeEscalation": False,
-            "readOnlyRootFilesystem": True,
-            "capabilities": {"drop": ["ALL"]},
-        },
+        "securityContext": m.unprivileged(),
         # the last lines of its output (a refusal's one line) become the pod's termination message
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "volumeMounts": [{"name": "runs", "mountPath": "/runs"}, {"name": "tmp", "mountPath": "/tmp"}],

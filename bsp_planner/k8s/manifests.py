@@ -37,6 +37,12 @@ def _env(env: dict[str, str] | None = None) -> list[dict]:
     return downward + [{"name": k, "value": v} for k, v in sorted((env or {}).items())]
 
 
+def unprivileged() -> dict:
+    """A container's securityContext as ours run: no privilege escalation, a read-only root filesystem, no
+    capabilities (a fresh dict: manifests are edited after they are built)."""
+    return {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"]}}
+
+
 def _container(name: str, image: str, settings: PodSettings, cpu_millicores: float, env: list[dict]) -> dict:
     """A container of ours: CPU and memory requests = limits, in the scratch folder, unprivileged."""
     amount = {"cpu": n.cpu_quantity(cpu_millicores), "memory": settings.memory}
@@ -48,11 +54,7 @@ def _container(name: str, image: str, settings: PodSettings, cpu_millicores: flo
         "resources": {"requests": dict(amount), "limits": dict(amount)},
         "workingDir": SCRATCH_DIR,
         "volumeMounts": [{"name": "scratch", "mountPath": SCRATCH_DIR}],
-        "securityContext": {
-            "allowPrivilegeEscalation": False,
-            "readOnlyRootFilesystem": True,
-            "capabilities": {"drop": ["ALL"]},
-        },
+        "securityContext": unprivileged(),
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
 
