@@ -299,20 +299,13 @@ class RunPlanning:
         is fitted again, so a re-plan takes no longer than one of precomputed predictions. InputError
         where the nodes cannot hold the tasks."""
         from ..planners.base import OnlineConfigTable
-        from ..simulate.contexts import ContextFactory
-        from ..simulate.durations import model_durations
-        from ..simulate.placement import place_tasks
-        from ..simulate.read import read_inputs
-        from ..simulate.scenario import with_path
+        from ..simulate.scenario import planning_inputs, with_path
 
         assert self.predictions is not None  # a run whose predictions are made step by step
         exp, made = self.exp, self.ctx.configs
         known = int(getattr(made, "known", 0))
         try:
-            inputs = read_inputs(exp)
-            durations = model_durations(inputs)
-            placement, durations = place_tasks(inputs, durations)
-            factory = ContextFactory(exp, durations, placement)
+            _, _, placement, factory = planning_inputs(exp)
             ctx = factory((exp.steps, made.horizon))
         except InputError as exc:
             raise with_path(exc, exp) from exc

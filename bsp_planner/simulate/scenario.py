@@ -76,13 +76,19 @@ def with_path(exc: InputError, exp: Experiment) -> InputError:
     return exc if exc.path else InputError(exc.message, path=exp.path, line=exc.line, field=exc.field)
 
 
+def planning_inputs(exp: Experiment):
+    """What every planning context of `exp` is made from: its inputs, its durations, its placement on nodes
+    (None without nodes) and the factory of its contexts (InputError as read; callers name the file)."""
+    inputs = read_inputs(exp)
+    durations = model_durations(inputs)
+    placement, durations = place_tasks(inputs, durations)
+    return inputs, durations, placement, ContextFactory(exp, durations, placement)
+
+
 def build_scenario(exp: Experiment) -> Scenario:
     try:
-        inputs = read_inputs(exp)
-        durations = model_durations(inputs)
-        placement, durations = place_tasks(inputs, durations)
+        inputs, durations, placement, make_context = planning_inputs(exp)
         predictions = predict(inputs, durations)
-        make_context = ContextFactory(exp, durations, placement)
         contexts, one_pool = planning_contexts(make_context, inputs.actual_workloads, predictions)
     except InputError as exc:
         raise with_path(exc, exp) from exc
