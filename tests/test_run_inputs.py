@@ -39,3 +39,14 @@ def test_a_run_takes_the_period_its_profile_was_measured_at(tmp_path):
     assert profile_period_us(_exp(tmp_path, {"backend": "local-cgroup"})) == CFS_PERIOD_US
     assert profile_period_us(_exp(tmp_path, {"backend": "kubernetes"})) is None
     assert profile_period_us(_exp(tmp_path, None)) is None
+
+
+def test_a_profile_whose_recorded_period_is_not_one_is_refused_naming_its_file(tmp_path):
+    import pytest
+
+    from bsp_planner.core.errors import InputError
+
+    for bad in ("abc", 0, 1.5e12, None):
+        with pytest.raises(InputError) as e:
+            profile_period_us(_exp(tmp_path, {"backend": "local-cgroup", "cfs_period_us": bad}))
+        assert e.value.field == "cfs_period_us" and str(e.value.path).endswith("profile.meta.json")

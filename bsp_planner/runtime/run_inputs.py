@@ -87,15 +87,25 @@ def profile_period_us(exp) -> int | None:
     local profile from before the setting; None where the profile does not say (no metadata, measured as
     Kubernetes Jobs)."""
     from ..inputs.profiles import metadata_path
-    from ..profiling.cgroups import CFS_PERIOD_US
+    from ..profiling.cgroups import CFS_PERIOD_US, check_period_us
 
+    meta_file = metadata_path(exp.profile_path)
     try:
-        meta = json.loads(metadata_path(exp.profile_path).read_text())
+        meta = json.loads(meta_file.read_text())
     except (OSError, ValueError):
         return None
     if not isinstance(meta, dict) or meta.get("backend") != "local-cgroup":
         return None
-    return int(meta.get("cfs_period_us", CFS_PERIOD_US))
+    period = meta.get("cfs_period_us", CFS_PERIOD_US)
+    try:
+        return check_period_us(period, field="cfs_period_us")
+    except InputError as exc:  # a hand-edited file: name it (the one the run's subset copy was made from)
+        source = (
+            meta_file
+            if "subset_of" not in meta
+            else metadata_path((meta_file.parent / str(meta["subset_of"])).resolve())
+        )
+        raise InputError(exc.message, path=source, field="cfs_period_us") from None
 
 
 def period_mismatch(exp, cfs_period_us: int) -> str | None:
