@@ -51,6 +51,10 @@ def earlier(tmp_path, experiment, monkeypatch, capsys):
         (["--set", "planner.discount=inf"], ["--set", "planner.discount"]),
         (["--steps", "0"], ["--steps", "field 'steps'", ">= 1"]),
         (["--set", "forecast.online_min_history_steps=3"], ["--set", "forecast.online_min_history_steps", ">= 4"]),
+        (
+            ["--set", "forecast.online_trend_min_history_steps=2"],
+            ["--set", "forecast.online_trend_min_history_steps", ">= 3"],
+        ),
         (["--set", "forecast.online_refit_every_steps=0"], ["--set", "forecast.online_refit_every_steps", ">= 1"]),
         (["--set", "forecast.online_select_window_steps=x"], ["--set", "forecast.online_select_window_steps"]),
         (["--set", "forecast.online_fit_window_steps=2.5"], ["--set", "forecast.online_fit_window_steps"]),

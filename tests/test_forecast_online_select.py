@@ -96,9 +96,23 @@ def test_on_the_shipped_stars_recorded_160_steps_the_leaves_beat_persistence_by_
 
 def test_short_history_falls_back_to_persistence():
     loads = star_leaf_loads(3, steps=20)
-    forecasts, forecasters = run_online(loads, min_history_steps=24)
+    forecasts, forecasters = run_online(loads, min_history_steps=24, trend_min_history_steps=24)
     np.testing.assert_array_equal(forecasts, loads[:, :-1])
     assert all(set(f.chosen) == {"persistence"} for f in forecasters)
+
+
+def test_a_smooth_load_is_followed_by_its_trend_within_a_few_steps_and_noise_keeps_persistence():
+    # a hotspot passing through a task: a smooth rise and fall, long before any model can be fitted
+    t = np.arange(30)
+    smooth = 2 + 28 * np.exp(-0.5 * ((t - 15) / 4.0) ** 2)
+    noise = 10 + np.random.default_rng(7).normal(0, 1, 30)
+    forecasts, forecasters = run_online(np.array([smooth, noise]))
+    first = forecasters[0].chosen.index("trend")
+    assert first <= 8  # 4 values before the trend's first forecast, 3 of its errors before a choice
+    late = slice(first, None)
+    assert rmse(forecasts[0][late], smooth[1:][late]) <= 0.5 * rmse(smooth[:-1][late], smooth[1:][late])
+    # white noise's changes do not persist: the choice keeps (about) persistence
+    assert rmse(forecasts[1], noise[1:]) <= 1.02 * rmse(noise[:-1], noise[1:])
 
 
 def test_the_first_forecast_is_the_middle_of_the_range_never_a_fit_on_placeholder_rows():

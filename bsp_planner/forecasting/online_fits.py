@@ -72,6 +72,23 @@ class AR:
         return np.array(out)
 
 
+class DampedTrend:
+    """The last value continued by its last change, damped: an ARIMA(1,1,0) without a constant whose
+    coefficient phi is the least-squares AR(1) coefficient of y's changes, clipped to [0, 1] (a smooth
+    load keeps moving as it moved, phi near 1; a noisy one's change does not persist, phi near 0). It
+    needs no season or period, so it can be fitted from a few values, at every origin (a dot product)."""
+
+    def __init__(self, y: np.ndarray) -> None:
+        changes = np.diff(y)
+        before, after = changes[:-1], changes[1:]
+        denominator = float(before @ before)
+        self.phi = min(max(float(after @ before) / denominator, 0.0), 1.0) if denominator > 0 else 0.0
+
+    def forecast(self, y: np.ndarray, offset: int, h: int) -> np.ndarray:
+        change = float(y[-1] - y[-2]) if len(y) >= 2 else 0.0
+        return float(y[-1]) + change * np.cumsum(self.phi ** np.arange(1, h + 1))
+
+
 def harmonic_design(steps: np.ndarray, periods: tuple[float, ...], harmonics: int) -> np.ndarray:
     """Regressors at `steps` (shape (n,), indices from the fit window's first value): an intercept, then
     per period p and k = 1..harmonics below the Nyquist frequency sin and cos of 2 pi k t / p; (n, columns)."""

@@ -5,6 +5,9 @@ Candidates (online_fits.py), each refitted every `refit_every_steps` on at most 
 before the refit point r, and applied to everything observed up to the origin without refitting:
 
 * ``persistence``: the last value;
+* ``trend``: the last value continued by its last change, damped (an ARIMA(1,1,0) fitted by least
+  squares on the window's changes, online_fits.DampedTrend); cheap enough to refit at every origin, it
+  is a candidate from `trend_min_history_steps` observed values on, long before the models below;
 * ``ar``: a linear autoregression on the last `ar_lags` values (least squares, numpy);
 * ``ets``: statsforecast's AutoETS, with the detected season when it is at most 24 steps (AutoETS fits no
   longer one);
@@ -16,9 +19,11 @@ observed and is used from origin r + `refit_lag_steps` on: a live run fits in a 
 (online_fits.BackgroundRefits) so no decision pays for a fit, and `simulate`, fitting in place, uses the
 same fit at the same steps, so both choose alike. The forecast at origin o is that of the candidate with
 the smallest mean squared one-step error over the last `select_window_steps` origins (ties: the earlier
-candidate above) if that is below 0.8 of persistence's, else persistence; before `min_history_steps`
-observed values plus the lag, and until the candidates have a full window of one-step errors, it is
-persistence.
+candidate above) if that is below 0.8 of persistence's, else persistence. A candidate takes part once it
+has a forecast at every origin of the window; the window is `select_window_steps` origins, or fewer
+(at least MIN_CHOICE_ERRORS) while the run is younger than that since `trend`'s first forecast. Until
+then the forecast is persistence; the fitted candidates join `min_history_steps` observed values plus
+the lag plus a full window after the start.
 
 A forecast at origin o reads only values before o and is a function of them alone (fits and forecasts are
 cached by the values they read), so runs that replay the same observations get the same forecasts in any
@@ -35,12 +40,13 @@ import numpy as np
 
 from ..inputs.settings import setting
 from .base import ForecasterSettings, PointForecaster, SettingsTable, series_key
-from .online_fits import ETS_MAX_SEASON, InlineRefits, detect_seasons
+from .online_fits import ETS_MAX_SEASON, DampedTrend, InlineRefits, detect_seasons
 
 __all__ = ["CANDIDATES", "ETS_MAX_SEASON", "OnlineSelectForecaster", "OnlineSelectSettings", "detect_seasons"]
 
-CANDIDATES = ("persistence", "ar", "ets", "mstl", "harmonic")
+CANDIDATES = ("persistence", "trend", "ar", "ets", "mstl", "harmonic")
 PERSISTENCE_MARGIN = 0.8  # a model's windowed squared one-step error must be below this share of persistence's
+MIN_CHOICE_ERRORS = 3  # one-step errors a choice reads at the least (while the window is not full yet)
 
 
 @dataclass(frozen=True)
@@ -49,7 +55,8 @@ class OnlineSelectSettings(SettingsTable):
     refit_every_steps: steps between refits; refit_lag_steps: steps after its start a refit is used
     (a live run's refit has that many steps' time to finish before a decision waits for it);
     select_window_steps: past one-step errors the choice reads; fit_window_steps: most recent values
-    one fit reads; ar_lags: the autoregression's order."""
+    one fit reads; ar_lags: the autoregression's order; trend_min_history_steps: observed values before
+    `trend` forecasts."""
 
     prefix: ClassVar[str] = "online-select."
     min_history_steps: int = setting(24, ge=4)
@@ -58,6 +65,7 @@ class OnlineSelectSettings(SettingsTable):
     select_window_steps: int = setting(8, ge=1)
     fit_window_steps: int = setting(240, ge=8)
     ar_lags: int = setting(8, ge=1)
+    trend_min_history_steps: int = setting(4, ge=3)
 
 
 class OnlineSelectForecaster(PointForecaster):
@@ -111,6 +119,8 @@ class OnlineSelectForecaster(PointForecaster):
         if hit is not None:
             return hit
         out = {"persistence": np.full(self.horizon, series[o - 1])}
+        if o - self.first_observed >= self.settings.trend_min_history_steps:
+            out["trend"] = DampedTrend(series[a:o]).forecast(series[a:o], 0, self.horizon)
         r = self._refit_point(o - self.settings.refit_lag_steps)
         if r is not None:
             self._start_refit(series, r)  # nothing to do unless these values were never seen before
@@ -127,9 +137,9 @@ class OnlineSelectForecaster(PointForecaster):
     def choose(self, series: np.ndarray, o: int) -> str:
         """The candidate with the smallest mean squared one-step error over the window before o."""
         s = self.settings
-        first = self.first_observed + s.min_history_steps + self.refit_phase + s.refit_lag_steps  # first fit's use
+        first = self.first_observed + s.trend_min_history_steps  # trend's first forecast
         past = range(max(first, o - s.select_window_steps), o)
-        if len(past) < s.select_window_steps:  # a choice on a few errors follows noise
+        if len(past) < min(MIN_CHOICE_ERRORS, s.select_window_steps):  # a choice on a few errors follows noise
             return "persistence"
         sq: dict[str, list[float]] = {}
         for p in past:

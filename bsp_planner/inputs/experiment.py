@@ -30,7 +30,8 @@ dp_max_segment = 40
 source = "seasonal-naive"   # a forecaster name, or a folder of forecast CSVs (unnamed: seasonal-naive,
                             # online-select for observed tasks, with online_min_history_steps = 24,
                             # online_refit_every_steps = 5, online_refit_lag_steps = 5,
-                            # online_select_window_steps = 8, online_fit_window_steps = 240)
+                            # online_select_window_steps = 8, online_fit_window_steps = 240,
+                            # online_trend_min_history_steps = 4)
 horizon = 20                # columns of the forecast matrix
 # actual = "traces/run-1"   # replay actual workloads from a folder instead of the job's series
 
@@ -149,6 +150,7 @@ class ForecastSettings:
     online_refit_lag_steps: int = setting(5, ge=1)  # steps after its start a refit is used
     online_select_window_steps: int = setting(8, ge=1)  # past one-step errors the choice reads
     online_fit_window_steps: int = setting(240, ge=8)  # most recent steps one fit reads
+    online_trend_min_history_steps: int = setting(4, ge=3)  # observed steps before the damped trend forecasts
 
     def source_for(self, observed: bool) -> str:
         """The forecast source used: the named one, else the default for series or observed tasks."""
@@ -162,6 +164,7 @@ class ForecastSettings:
             "refit_lag_steps": self.online_refit_lag_steps,
             "select_window_steps": self.online_select_window_steps,
             "fit_window_steps": self.online_fit_window_steps,
+            "trend_min_history_steps": self.online_trend_min_history_steps,
         }
 
 
