@@ -39,7 +39,7 @@ def test_each_tasks_quota_records_its_latency_from_the_tasks_report(tmp_path, zk
         for x in r["tasks"]:  # per task: from its own report of the step before to its quota for the step
             assert x["decision_latency_s"] == pytest.approx(x["quota_at"] - before[x["task"]]["finished_at"])
             assert 0 <= x["decision_latency_s"] < 30 and 0 <= x["previous_quota_share"] <= 1
-            assert x["quota_from"] in ("decision", "plan")
+            assert x["quota_from"] in ("decision", "plan") and x["quota_on"] in ("signal", "report")
             if "corrected_at" in x:  # the plan's quota, replaced by the decision's while the task ran the step
                 assert x["quota_from"] == "plan" and x["corrected_at"] >= x["quota_at"]
                 assert x["correction_latency_s"] >= x["decision_latency_s"]
@@ -54,9 +54,11 @@ def test_each_tasks_quota_records_its_latency_from_the_tasks_report(tmp_path, zk
     q = sm["plan_quotas"]
     assert q["placed"] == len(placed) and q["corrected"] == sum("corrected_at" in x for x in placed)
     assert q["ran_on_plan"] == sum(bool(x.get("ran_on_plan")) for x in placed)
+    # a local run's tasks signal each step's end ahead of their reports: the quotas follow the signals
+    assert q["on_signal"] == sum(x["quota_on"] == "signal" for x in placed) > 0
     assert "report_to_notice_s" in sm and "barrier_s" not in sm  # observe mode: no barrier
     md = (result.run_dir / "summary.md").read_text()
-    assert "decision latency" in md and "quotas from the plan" in md
+    assert "decision latency" in md and "quotas from the plan" in md and "step signal" in md
     assert "report-to-notice delay" in md and "barrier overhead" not in md
     # the application ended on its own: the summary says so rather than "6 of 50"
     assert sm["steps"] == STEPS and sm["steps_bound"] == 50 and "the application's own length" in md

@@ -410,6 +410,7 @@ class Coordinator(RunPlanning):
         finally:
             assert self.backend is not None and self.session is not None  # set up by _prepare
             if self.executor is not None:
+                self.executor.close_signals()
                 self.executor.own_share.leave()  # out of the run's group before the backend removes it
             try:
                 try:

@@ -34,6 +34,7 @@ from .backends import Backend, TaskLost, WorkerLaunch
 from .own_share import RunGroupMembership
 from .quota_ahead import QuotaKeeper, plan_rows
 from .run_settings import RunSettings
+from .step_signals import StepSignals
 from .worker import EXIT_INPUT, EXIT_STRESS
 
 # after the driver's end, how long the tasks may take to report the step they were in, or to exit
@@ -105,6 +106,8 @@ class LiveExecutor:
     quota_at: dict[str, float] = field(default_factory=dict, init=False)
     # observe mode, in place: each task's quota for its next step, written as it reports the step before
     keeper: QuotaKeeper | None = field(default=None, init=False)
+    # ...and, on a local run, each task's end of step signalled ahead of its report (task/step_signal.py)
+    step_signals: StepSignals | None = field(default=None, init=False)
     planned: tuple[int, np.ndarray] | None = field(default=None, init=False)  # the latest plan (step, rows)
     # the coordinator's CPU share while the tasks saturate the CPUs
     own_share: RunGroupMembership = field(default_factory=RunGroupMembership, init=False)
@@ -156,6 +159,7 @@ class LiveExecutor:
             "BSP_SYNC": self.sync,
             "BSP_RUN_DIR": self.run_dir,
             "BSP_INCARNATION": str(k),
+            **(self.step_signals.env() if self.step_signals is not None else {}),
         }
         return WorkerLaunch(task=task, args=args, env=env, incarnation=k, program=True)
 
@@ -218,19 +222,24 @@ class LiveExecutor:
         t0 = time.perf_counter()
         self.levels_now = {t: int(levels[i]) for i, t in enumerate(self.tasks)}
         self.backend.check_configuration({t: self.cpu_of(k) for t, k in self.levels_now.items()})
+        in_place_observed = self.sync == "observe" and self.settings.reconfigure == "in-place"
+        if in_place_observed and self.backend.name == "local" and self.step_signals is None:
+            self.step_signals = StepSignals(self.tasks)  # the tasks run on this host: a datagram reaches us
         for t, k in self.levels_now.items():
             self.backend.start_task(self._launch(t), self.cpu_of(k))
         self.save_incarnations(self.incarnation)
         # beside the tasks in the run's group, ahead of them, not behind the whole group in the root one
         self.own_share.join(getattr(self.backend, "run_parent", None))
         self._wait_ready(self.tasks, next_step)
-        if self.sync == "observe" and self.settings.reconfigure == "in-place":
+        if in_place_observed:
             self.keeper = keeper = QuotaKeeper(self.tasks, self.levels_now, next_step, self._resize_in_place)
             keeper.decide(next_step, dict(self.levels_now))
             if self.planned is not None:
                 self.plan_ahead(*self.planned)
             for t in self.tasks:
                 keeper.follow(self.session.exists_async, self.paths.result, t)
+            if self.step_signals is not None:
+                self.step_signals.deliver(keeper.on_report)
         return time.perf_counter() - t0
 
     def prepare_ahead(self, levels: np.ndarray, next_step: int) -> None:
@@ -507,6 +516,10 @@ class LiveExecutor:
             return
         with contextlib.suppress(Exception):  # only housekeeping: the tree is removed at the end anyway
             self.session.commit(self._barrier(t).cleanup_ops())
+
+    def close_signals(self) -> None:
+        if self.step_signals is not None:
+            self.step_signals.close()
 
     def finish(self, steps: int) -> None:
         """Tell every worker to stop after the last step and let them go."""

@@ -87,9 +87,10 @@ class QuotaKeeper:
                 self.placed[task, step].setdefault(key, time.time())
 
     # -- events -----------------------------------------------------------------------------------
-    def on_report(self, task: str, step: int) -> None:
-        """`task` reported `step`: its quota for step + 1 now (from any thread; a report already seen, or
-        an earlier one, changes nothing)."""
+    def on_report(self, task: str, step: int, via: str = "report") -> None:
+        """`task` reported `step` (`via`: "report", its report in ZooKeeper, or "signal", its step signal
+        ahead of it: runtime/step_signals.py): its quota for step + 1 now (from any thread; a step already
+        seen, or an earlier one, changes nothing)."""
         with self.lock:
             if self.closed or self.at[task] > step:
                 return
@@ -102,7 +103,12 @@ class QuotaKeeper:
             except Exception as exc:  # kazoo's thread must not die of it: the main loop raises it
                 self.error = self.error or exc
                 return
-            self.placed[task, nxt] = {"quota_at": time.time(), "quota_from": source, "quota_written": wrote}
+            self.placed[task, nxt] = {
+                "quota_at": time.time(),
+                "quota_from": source,
+                "quota_written": wrote,
+                "quota_on": via,
+            }
 
     def plan(self, step: int, rows: dict[int, dict[str, int]]) -> None:
         """The latest plan: step -> task -> level for `step` and after (steps decided already keep their
@@ -196,7 +202,8 @@ def plan_timing(rec: dict, placements: dict[str, dict] | None) -> None:
     """Add to step record `rec` (after `runlog.quota_timing`, which times ``quota_at``) what happened to each
     task's quota of the step (`QuotaKeeper.placements`): ``quota_from`` ("decision", or "plan" where the
     step was not decided when the task reported the step before), ``quota_written`` (False: the quota in
-    place was already that one), ``replanned_at`` (a newer plan changed it), and where the decision
+    place was already that one), ``quota_on`` (what told it the step before had ended: "signal", the
+    task's step signal, or "report"), ``replanned_at`` (a newer plan changed it), and where the decision
     changed a plan's quota, ``corrected_at`` with ``correction_latency_s`` (the task's report of the step
     before to the decision's quota in place) and ``corrected_share`` (the fraction of its step run before
     then), or ``ran_on_plan`` (the task ended the step before the decision landed). The step's own
@@ -208,6 +215,7 @@ def plan_timing(rec: dict, placements: dict[str, dict] | None) -> None:
         if p is None:
             continue
         x["quota_from"], x["quota_written"] = p["quota_from"], bool(p["quota_written"])
+        x["quota_on"] = p.get("quota_on", "report")
         if "replanned_at" in p:
             x["replanned_at"] = p["replanned_at"]
         if "corrected_at" in p:

@@ -85,10 +85,11 @@ class RunPlanning:
             refuse_offline(make_planner(s.planner, exp.planner), "--online" if exp.online else "--learn")
             self.ctx, self.predictions = step_predictions(self.scen, s.mode)
             fc = exp.forecast
-            first_read = fc.online_min_history_steps + fc.online_refit_lag_steps  # no fit is read before it
-            # refits off the decision path, used at the steps simulate uses them; a run too short to read a
-            # fit starts no fitting worker (it would take CPU from the tasks for nothing)
-            if self.predictions.kind == "online" and self.ctx.steps > first_read:
+            # no fitted model is chosen before its first fit is read and has a full window of errors
+            first_choice = fc.online_min_history_steps + fc.online_refit_lag_steps + fc.online_select_window_steps
+            # refits off the decision path, used at the steps simulate uses them; a run too short to choose a
+            # fitted model starts no fitting worker (it would take CPU from the tasks for nothing)
+            if self.predictions.kind == "online" and self.ctx.steps > first_choice:
                 self.predictions.source.refit_in_background()
         self.tasks = self.scen.task_names
 

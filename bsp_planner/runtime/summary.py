@@ -197,7 +197,9 @@ def write_summary(run, records: list[dict], prepare_ms: float) -> tuple[dict, di
                 if q["correction_latency_s"]
                 else f"- quotas from the plan (the next step not decided yet when the task reported): {q['from_plan']} "
                 f"of {q['placed']} ({q['written']} written in all); the decision changed none in time and "
-                f"{q['ran_on_plan']} after the task had ended its step"
+                f"{q['ran_on_plan']} after the task had ended its step",
+                f"- quotas placed on the task's step signal (a datagram ahead of its report, local runs): "
+                f"{q['on_signal']} of {q['placed']}; on its report: {q['placed'] - q['on_signal']}",
             ]
             if (q := summary["plan_quotas"])
             else []
@@ -267,6 +269,7 @@ def plan_quotas(records: list[dict]) -> dict | None:
     return {
         "placed": len(placed),
         "from_plan": sum(x["quota_from"] == "plan" for x in placed),
+        "on_signal": sum(x.get("quota_on") == "signal" for x in placed),
         "written": sum(bool(x["quota_written"]) or "corrected_at" in x or "replanned_at" in x for x in placed),
         "corrected": sum("corrected_at" in x for x in placed),
         "correction_latency_s": spread([x["correction_latency_s"] for x in placed if "correction_latency_s" in x]),

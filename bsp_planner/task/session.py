@@ -50,6 +50,7 @@ from ..zk.schema import (
 from ..zk.session import LOCAL_HINT, Prefetch, ZkSession, ZkUnavailable
 from .errors import RunEnded, StepOrderError, TaskJoinError
 from .reporter import Reporter, leave_quota
+from .step_signal import ENV_STEP_SIGNAL, StepSignal
 from .timing import SelfTimedReports, StepTimer
 
 #: the environment the coordinator sets for a process task
@@ -62,6 +63,7 @@ ENV = {
     "run_dir": "BSP_RUN_DIR",
     "root": "BSP_ZK_ROOT",
     "incarnation": "BSP_INCARNATION",
+    "step_signal": ENV_STEP_SIGNAL,
 }
 SYNC_MODES = ("barrier", "observe")
 
@@ -107,7 +109,10 @@ def join(env: dict | None = None, *, step_timeout_s: float | None = None) -> Tas
         raise TaskJoinError(
             f"expected an integer ${ENV['incarnation']}, got {env[ENV['incarnation']]!r}", field=ENV["incarnation"]
         ) from None
+    signal = env.get(ENV["step_signal"], "").strip()
+    step_signal = StepSignal(signal, task) if signal and sync == "observe" else None
     s = TaskSession(hosts, creds, root, run_id, task, sync, env.get(ENV["run_dir"], ""), incarnation, step_timeout_s)
+    s.step_signal = step_signal
     try:
         s._join()
     except BaseException:
@@ -160,6 +165,8 @@ class TaskSession(SelfTimedReports):
         self._ended = False
         self._ahead: Prefetch | None = None  # the next step's publication, asked for ahead of need
         self._reporter: Reporter | None = None  # observe mode: commits the reports from a thread of its own
+        #: observe mode, local run: tells the coordinator each step's end ahead of its report (.step_signal)
+        self.step_signal: StepSignal | None = None
         #: the run's group the reporting threads were moved to, out of the task's CPU quota (None: not moved)
         self.report_group: str | None = None
         self.first_step = 0
@@ -272,6 +279,8 @@ class TaskSession(SelfTimedReports):
                 error = exc
             self._reporter.close()
             self._reporter = None
+        if self.step_signal is not None:
+            self.step_signal.close()
         self.session.close()
         if error is not None and raise_report_error:
             raise error
@@ -362,7 +371,8 @@ class TaskSession(SelfTimedReports):
         st = StepTimer(step, assigned, workload, next_workload)
         st.start()
         yield st
-        st.stop()
+        signal = self.step_signal if barrier is None else None
+        st.stop(then=None if signal is None else lambda: signal.send(step))
         t_block = time.perf_counter()
         st.check_workloads(what)
         report = self._report_ops(st, enter_wait)

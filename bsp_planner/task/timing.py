@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Self
 
@@ -50,9 +51,14 @@ class StepTimer:
         self.started_at = time.time()
         self._t0 = time.perf_counter()
 
-    def stop(self) -> None:
+    def stop(self, then: Callable[[], object] | None = None) -> None:
+        """End the step's clocks; `then` runs after the wall clocks and before the CPU clock is read, which
+        is a system call that brings CPU accounting up to date: a task past its CPU quota is throttled on
+        its return, until its next CFS period (the step signal goes before it, task/step_signal.py)."""
         self.wall_s = time.perf_counter() - self._t0
         self.ended_at = time.time()
+        if then is not None:
+            then()
         self.cpu_s = max(0.0, cpu_seconds() - self._c0)
         if self.duration_s is not None:  # the application's own timing (checked in check_workloads)
             self.wall_s = self.duration_s
