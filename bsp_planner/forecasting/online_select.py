@@ -67,6 +67,12 @@ class OnlineSelectSettings(SettingsTable):
     ar_lags: int = setting(8, ge=1)
     trend_min_history_steps: int = setting(4, ge=3)
 
+    @property
+    def first_fitted_choice_steps(self) -> int:
+        """Observed steps before a fitted candidate can be chosen: its first refit, read `refit_lag_steps`
+        later, then a full window of its one-step errors (a task whose refits have no phase)."""
+        return self.min_history_steps + self.refit_lag_steps + self.select_window_steps
+
 
 class OnlineSelectForecaster(PointForecaster):
     """See the module's notes. `first_observed`: rows of the series before it that are not observations

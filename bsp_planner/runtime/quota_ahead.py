@@ -215,7 +215,7 @@ def plan_timing(rec: dict, placements: dict[str, dict] | None) -> None:
         if p is None:
             continue
         x["quota_from"], x["quota_written"] = p["quota_from"], bool(p["quota_written"])
-        x["quota_on"] = p.get("quota_on", "report")
+        x["quota_on"] = p["quota_on"]
         if "replanned_at" in p:
             x["replanned_at"] = p["replanned_at"]
         if "corrected_at" in p:

@@ -84,12 +84,12 @@ class RunPlanning:
 
             refuse_offline(make_planner(s.planner, exp.planner), "--online" if exp.online else "--learn")
             self.ctx, self.predictions = step_predictions(self.scen, s.mode)
-            fc = exp.forecast
-            # no fitted model is chosen before its first fit is read and has a full window of errors
-            first_choice = fc.online_min_history_steps + fc.online_refit_lag_steps + fc.online_select_window_steps
+            from ..forecasting.online_select import OnlineSelectSettings
+
+            online = OnlineSelectSettings.from_dict(exp.forecast.online_select_settings())
             # refits off the decision path, used at the steps simulate uses them; a run too short to choose a
             # fitted model starts no fitting worker (it would take CPU from the tasks for nothing)
-            if self.predictions.kind == "online" and self.ctx.steps > first_choice:
+            if self.predictions.kind == "online" and self.ctx.steps > online.first_fitted_choice_steps:
                 self.predictions.source.refit_in_background()
         self.tasks = self.scen.task_names
 

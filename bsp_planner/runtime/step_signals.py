@@ -17,8 +17,8 @@ from ..task.step_signal import ENV_STEP_SIGNAL, parse_signal_message, signal_env
 
 class StepSignals:
     """Listens from construction; `env()` is what each task is given; `deliver(on_report)` starts handing
-    (task, step, "signal") of every signal with the run's token and one of `tasks` to on_report (signals before it
-    are dropped: the reports cover them); `close()` stops. `received`/`refused` count datagrams."""
+    (task, step, "signal") of every signal with the run's token and one of `tasks` to on_report (signals
+    before it are dropped: the reports cover them); `close()` stops. `refused` counts the datagrams refused."""
 
     def __init__(self, tasks: list[str]) -> None:
         self.tasks = set(tasks)
@@ -28,7 +28,6 @@ class StepSignals:
         self.sock.bind("\0" + self.address[1:])
         self.sock.settimeout(0.25)  # how soon the listener sees close(); a blocked recv is not woken by it
         self._on_report: Callable[[str, int, str], None] | None = None
-        self.received = 0
         self.refused = 0
         self._closed = False
         self._thread = threading.Thread(target=self._listen, name="bsp-step-signals", daemon=True)
@@ -57,7 +56,6 @@ class StepSignals:
             ):
                 self.refused += 1
                 continue
-            self.received += 1
             on_report = self._on_report
             if on_report is not None:
                 with contextlib.suppress(Exception):  # the report will bring the same step; never die of it

@@ -10,8 +10,9 @@ coordinator listens on, and the run's secret. The task's own thread sends ``"<to
 moment its block ends (a system call of a few microseconds, no lock held by anyone else), before it
 reads its CPU time (reading it brings the kernel's CPU accounting up to date, and a task past its quota
 is throttled on that call's return: the signal then waited a CFS period and more, a p95 of 17 ms at a
-10 ms period), and the coordinator acts on whichever of the signal and the report comes first. The report stays the record:
-a lost or refused datagram only leaves the quota to the report, as without the signal.
+10 ms period), and the coordinator acts on whichever of the signal and the report comes first. The
+report stays the record: a lost or refused datagram only leaves the quota to the report, as without the
+signal.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ def parse_signal_message(data: bytes) -> tuple[str, str, int] | None:
 
 
 class StepSignal:
-    """The sending end: `sent(step)` after each step's block; never raises (the report is the record)."""
+    """The sending end: `send(step)` after each step's block; never raises (the report is the record)."""
 
     def __init__(self, value: str, task: str) -> None:
         address, self.token = parse_signal_env(value)
