@@ -69,3 +69,24 @@ def test_a_malformed_signal_variable_is_refused_naming_it_before_joining(value):
     with pytest.raises(TaskJoinError) as e:
         join(env)
     assert e.value.field == ENV_STEP_SIGNAL and ENV_STEP_SIGNAL in e.value.message
+
+
+def test_a_signal_of_a_later_step_than_the_task_runs_waits_for_the_report_in_between():
+    # the signal of step 0 was lost (sent before the coordinator listened): step 1's must not skip it, and
+    # step 0's report takes it up at once
+    from bsp_planner.runtime.quota_ahead import QuotaKeeper
+
+    in_place = {"a": 4}
+    writes: list[tuple[str, int]] = []
+    keeper = QuotaKeeper(["a"], in_place, 0, lambda task, level: writes.append((task, level)))
+    keeper.decide(0, {"a": 4})
+    keeper.plan(1, {1: {"a": 6}, 2: {"a": 8}})
+    keeper.on_report("a", 1, "signal")
+    assert keeper.placements(2) == {} and writes == []
+    keeper.on_report("a", 0)  # its report of step 0
+    assert keeper.placements(1)["a"]["quota_on"] == "report"
+    assert keeper.placements(2)["a"]["quota_on"] == "signal"
+    assert writes == [("a", 6), ("a", 8)]
+    keeper.on_report("a", 1)  # the report behind the signal changes nothing
+    keeper.on_report("a", 2, "signal")  # and the next signal is in step again
+    assert keeper.placements(3)["a"]["quota_on"] == "signal" and len(writes) == 2

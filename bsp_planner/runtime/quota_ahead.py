@@ -47,6 +47,7 @@ class QuotaKeeper:
         self.write = write
         self.lock = threading.Lock()
         self.at = dict.fromkeys(self.tasks, first_step)  # the step each task runs now (its last report + 1)
+        self.signalled = dict.fromkeys(self.tasks, first_step - 1)  # the latest step each task signalled
         self.decided: dict[int, dict[str, int]] = {}  # step -> the decision's levels
         self.planned: dict[int, dict[str, int]] = {}  # step -> the latest plan's levels
         self.placed: dict[tuple[str, int], dict] = {}  # (task, step) -> what happened to its quota (above)
@@ -90,25 +91,39 @@ class QuotaKeeper:
     def on_report(self, task: str, step: int, via: str = "report") -> None:
         """`task` reported `step` (`via`: "report", its report in ZooKeeper, or "signal", its step signal
         ahead of it: runtime/step_signals.py): its quota for step + 1 now (from any thread; a step already
-        seen, or an earlier one, changes nothing)."""
+        seen, or an earlier one, changes nothing). Steps are placed in order: a signal of a later step than
+        the task is known to run (one before it was lost: sent before the coordinator listened) waits for
+        the report of the step in between, which then takes the signalled steps up at once."""
         with self.lock:
-            if self.closed or self.at[task] > step:
+            if via == "signal":
+                self.signalled[task] = max(self.signalled[task], step)
+                if step != self.at[task]:
+                    return
+            elif self.at[task] > step:
                 return
-            if (task, step) in self.placed:  # what it ran its step with, to the end
-                self.placed[task, step]["level_run"] = self.in_place[task]
-            self.at[task] = nxt = step + 1
-            level, source = self._wanted(task, nxt)
-            try:
-                wrote = self._write(task, level, nxt)
-            except Exception as exc:  # kazoo's thread must not die of it: the main loop raises it
-                self.error = self.error or exc
-                return
-            self.placed[task, nxt] = {
-                "quota_at": time.time(),
-                "quota_from": source,
-                "quota_written": wrote,
-                "quota_on": via,
-            }
+            self._ended(task, step, via)
+            while self.at[task] <= self.signalled[task]:  # signalled ahead of this report
+                self._ended(task, self.at[task], "signal")
+
+    def _ended(self, task: str, step: int, via: str) -> None:
+        """`task` ended `step`: its quota for step + 1 in place (the lock held)."""
+        if self.closed:
+            return
+        if (task, step) in self.placed:  # what it ran its step with, to the end
+            self.placed[task, step]["level_run"] = self.in_place[task]
+        self.at[task] = nxt = step + 1
+        level, source = self._wanted(task, nxt)
+        try:
+            wrote = self._write(task, level, nxt)
+        except Exception as exc:  # kazoo's thread must not die of it: the main loop raises it
+            self.error = self.error or exc
+            return
+        self.placed[task, nxt] = {
+            "quota_at": time.time(),
+            "quota_from": source,
+            "quota_written": wrote,
+            "quota_on": via,
+        }
 
     def plan(self, step: int, rows: dict[int, dict[str, int]]) -> None:
         """The latest plan: step -> task -> level for `step` and after (steps decided already keep their
