@@ -415,6 +415,18 @@ def test_simulate_without_an_agent_imports_no_torch():
 # ------------------------------------------------------------------------------- bad inputs
 
 
+def test_training_without_tensorboard_writes_nothing_to_the_system_temp_dir(tmp_path, monkeypatch):
+    import tempfile
+
+    system_tmp = tmp_path / "system-tmp"
+    system_tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(system_tmp))
+    monkeypatch.delenv("SB3_LOGDIR", raising=False)
+    train(write_setup(tmp_path / "setup"), tmp_path, timesteps=200)
+    assert list(system_tmp.iterdir()) == []  # SB3's default logger would make an SB3-<time> folder here
+    assert (tmp_path / "run" / "eval.csv").is_file()
+
+
 @pytest.fixture(scope="module")
 def tiny_agent(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("agent")

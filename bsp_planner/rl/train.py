@@ -94,10 +94,16 @@ def _make_model(s: EnvSettings, env, tb_dir: Path | None):
     if a.algo == "dqn":  # the settings named as DQN's own arguments
         dqn = ["buffer_size", "learning_starts", "batch_size", "train_freq", "gradient_steps"]
         dqn += ["target_update_interval", "exploration_fraction", "exploration_final_eps"]
-        return cls(**common, **{k: getattr(a, k) for k in dqn})
-    if a.algo == "ppo":
-        return cls(**common, n_steps=a.n_steps, batch_size=min(a.batch_size, a.n_steps * a.n_envs), ent_coef=a.ent_coef)
-    return cls(**common, n_steps=min(a.n_steps, 32), ent_coef=a.ent_coef)
+        model = cls(**common, **{k: getattr(a, k) for k in dqn})
+    elif a.algo == "ppo":
+        model = cls(**common, n_steps=a.n_steps, batch_size=min(a.batch_size, a.n_steps * a.n_envs), ent_coef=a.ent_coef)
+    else:
+        model = cls(**common, n_steps=min(a.n_steps, 32), ent_coef=a.ent_coef)
+    if tb_dir is None:  # SB3's own default logger makes an empty SB3-<time> folder in the system's temp dir
+        from stable_baselines3.common.logger import Logger
+
+        model.set_logger(Logger(folder=None, output_formats=[]))
+    return model
 
 
 def _callbacks(
