@@ -96,7 +96,9 @@ def _make_model(s: EnvSettings, env, tb_dir: Path | None):
         dqn += ["target_update_interval", "exploration_fraction", "exploration_final_eps"]
         model = cls(**common, **{k: getattr(a, k) for k in dqn})
     elif a.algo == "ppo":
-        model = cls(**common, n_steps=a.n_steps, batch_size=min(a.batch_size, a.n_steps * a.n_envs), ent_coef=a.ent_coef)
+        model = cls(
+            **common, n_steps=a.n_steps, batch_size=min(a.batch_size, a.n_steps * a.n_envs), ent_coef=a.ent_coef
+        )
     else:
         model = cls(**common, n_steps=min(a.n_steps, 32), ent_coef=a.ent_coef)
     if tb_dir is None:  # SB3's own default logger makes an empty SB3-<time> folder in the system's temp dir
