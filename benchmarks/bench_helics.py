@@ -6,7 +6,8 @@ Each round runs a shipped experiment once per strategy: `--federation ring` (the
 `experiments/helics-4.toml`: 4 federates in a ring, a hotspot moving from federate 0 to 3; `--federation
 star`, `experiments/helics-star-5.toml`: 4 leaves with irregular load and a hub that computes after them,
 so a step is the slowest leaf plus the hub. Both: 1600m in all, the broker a service of the run. Each run
-is as a user would start it, `bsp-planner run --experiment E --planner P --online --reconfigure in-place`,
+is as a user would start it, `bsp-planner run --experiment E --planner P --online --reconfigure in-place`
+(and `--learn` with this script's `--learn`),
 a fresh process, the strategies' order rotated from round to round so that none always runs first (load on
 a shared host drifts). Needs root (cgroup quotas), java and the ZooKeeper jars (a server is started on a free loopback
 port) and the helics wheel.
@@ -92,6 +93,8 @@ def run_one(work: Path, zk: LocalZooKeeper, creds: Path, planner: str, round_no:
     ]
     if args.steps is not None:
         cmd += ["--steps", str(args.steps)]
+    if args.learn:
+        cmd += ["--learn"]
     for kv in args.set:
         cmd += ["--set", kv]
     env = dict(os.environ)
@@ -120,6 +123,8 @@ def run_one(work: Path, zk: LocalZooKeeper, creds: Path, planner: str, round_no:
         # a task's report of a step to its quota for the next in place (observe mode, in place)
         decision_latency_s=summary.get("decision_latency_s"),
         sim_vs_live_pct=round(100 * (sim - live) / live, 2) if live and sim is not None else None,
+        # with --learn the simulated total is charged at the learned model's durations; the profile's beside it
+        simulated_total_profile_s=summary.get("simulated_total_profile_s"),
         live_vs_wall_pct=round(100 * (live - wall) / wall, 2) if live is not None and wall else None,
         run_dir=str(run_dir),
     )
@@ -153,6 +158,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--steps", type=int, default=None, help="default: the experiment's")
     ap.add_argument("--set", action="append", default=[], help="KEY=VALUE passed to every run (run --set)")
+    ap.add_argument(
+        "--learn",
+        action="store_true",
+        help="every run learns its performance model from its steps (run --learn): a host that runs slower or "
+        "faster today than when it was profiled is learned within a few steps",
+    )
     ap.add_argument("--run-timeout-s", type=float, default=600.0)
     ap.add_argument("--out", default="bench_helics.json")
     ap.add_argument("--workdir", default=None, help="keep the runs here (default: a temporary folder)")
@@ -197,7 +208,11 @@ def main(argv: list[str] | None = None) -> int:
     results["mpc_over_static4"] = median_ratio(rows, "mpc", "static:4")
     mpc = [r for r in rows if r["planner"] == "mpc" and r["exit"] == 0]
     results["mpc_accounting"] = [
-        {k: r.get(k) for k in ("round", "live_total_s", "simulated_total_s", "federation_wall_s", "load_1m")}
+        {
+            k: r.get(k)
+            for k in ("round", "live_total_s", "simulated_total_s", "simulated_total_profile_s", "federation_wall_s")
+        }
+        | {"load_1m": r.get("load_1m")}
         | {"decision_latency_p95_s": (r.get("decision_latency_s") or {}).get("p95")}
         | {"sim_vs_live_pct": r.get("sim_vs_live_pct"), "live_vs_wall_pct": r.get("live_vs_wall_pct")}
         for r in mpc

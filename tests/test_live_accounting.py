@@ -104,7 +104,8 @@ def run_simulated_live(coord: Coordinator, true_w: np.ndarray, slow: float = 1.0
             coord, step.step, step.action, step.levels, step.reconfigured, step.reconfigure_s,
             step.decision_ms, obs.step_s, 0.0, 0.0, reports, {}, False, given,
         )  # fmt: skip
-        if step.learning is not None:
+        if step.learning is not None:  # as live_steps records it
+            rec["learning"] = {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in step.learning.items()}
             rec["learned_step_s"] = float(np.max(step.learning["predicted_before_s"]))
         records.append(rec)
 
@@ -162,7 +163,27 @@ def test_a_learning_run_reports_its_learned_models_error_beside_the_profiles(tmp
     assert summary["compute_error_pct"] == pytest.approx(50.0, abs=0.5)  # against the profile
     learned = summary["learned_step_error_pct_second_half"]["mean_abs"]
     assert learned < 10.0  # the learned model caught up
-    assert "against the learned model" in paths["md"].read_text()
+    md = paths["md"].read_text()
+    assert "against the learned model" in md
+    # the simulated total is charged at what the model knew before each step: the same plan, so the
+    # learned model's step predictions summed (no reconfiguration is priced twice), within its error
+    assert summary["same_plan_as_simulated"]
+    sim_row = next(r for r in summary["rows"] if r["strategy"] == "mpc (simulated)")
+    assert sim_row["compute_s"] == pytest.approx(sum(r["learned_step_s"] for r in records), rel=1e-3)
+    # the profile's total beside it, 50% off as the machine is; the learned one off only while it learns
+    assert summary["total_error_profile_pct"] == pytest.approx(50.0, abs=2.0)
+    assert 0 < summary["total_error_pct"] < summary["total_error_profile_pct"] / 4
+    assert summary["simulated_total_profile_s"] > summary["simulated_total_s"] / 1.5 - 1e-9
+    assert "charged at the learned model's durations before each step" in md
+
+
+def test_a_run_without_learning_is_simulated_on_its_profile_alone(tmp_path):
+    exp = observed_experiment(tmp_path / "exp", steps=6)
+    coord = coordinator(tmp_path, exp, "mpc", ["online=true", "forecast.source=persistence"])
+    records = run_simulated_live(coord, np.full((3, 6), 25.0), slow=1.5)
+    summary, paths = write_summary(coord, records, 0.0)
+    assert summary["total_error_pct"] == pytest.approx(50.0, abs=2.0)  # the profile is all it knows
+    assert "total_error_profile_pct" not in summary and "learned model" not in paths["md"].read_text()
 
 
 def test_simulate_refuses_unknown_workloads_and_replays_an_earlier_runs(tmp_path, monkeypatch, capsys):

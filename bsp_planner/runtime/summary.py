@@ -5,8 +5,10 @@ step times (chart.png).
 The simulated and floor rows are charged at the workloads the tasks ran: what each task reported where
 it reported one (a process or a command that sizes its own work), else what it was assigned (its series),
 so a job whose workloads are only observed is compared with what really ran, not with a guess made
-before the run. With a learning model, the live steps are compared with its predictions as well as the
-profile's (`learned_step_error_pct`)."""
+before the run. With a learning model, they are charged at what the model predicted before each step (a
+machine that runs 10% slower today than when it was profiled is the model's to learn, not the plan's
+error), the profile's total beside it (`simulated_total_profile_s`), and the live steps are compared with
+its predictions as well as the profile's (`learned_step_error_pct`)."""
 
 from __future__ import annotations
 
@@ -29,6 +31,25 @@ def durations_as_run(run, records: list[dict]) -> np.ndarray:
     w = np.clip(np.array(ran, dtype=float), *run.exp.workload_range)
     actual[:, :, : w.shape[1]] = (run.scen.true_model or run.scen.model).durations(w)
     return actual
+
+
+def learned_durations_as_run(run, records: list[dict]) -> np.ndarray | None:
+    """(tasks, levels, logged steps) what a learning run's model predicted for each logged step before it
+    learned from it, at every CPU level, at the workloads the step ran (None where the run did not learn).
+    Rebuilt by learning again from the logged measurements, as a resumed run does: the same inputs in the
+    same order give the corrections the run had."""
+    if not records or not all("learning" in r for r in records):
+        return None
+    from ..model.learning import LearnedDurations
+
+    model = LearnedDurations(run.scen.model, list(run.tasks), run.exp.learning, run.exp.workload_range)
+    before = []
+    for rec in records:
+        seen = rec["learning"]
+        w = np.asarray(seen["workload"], dtype=np.float64)
+        before.append(model.durations(w[:, None])[:, :, 0])
+        model.learn(rec["step"], w, np.asarray(seen["level"]), np.asarray(seen["measured_s"], dtype=np.float64))
+    return np.stack(before, axis=2)
 
 
 def error_pct(measured: np.ndarray, predicted: np.ndarray) -> dict:
@@ -71,7 +92,12 @@ def write_summary(run, records: list[dict], prepare_ms: float) -> tuple[dict, di
         actions=np.array([r["action"] for r in records]),
         prepare_ms=prepare_ms,
     )
-    actual = durations_as_run(run, records)
+    profile_actual = durations_as_run(run, records)
+    learned_actual = learned_durations_as_run(run, records)
+    actual = profile_actual
+    if learned_actual is not None:  # a learning run: each step charged at what its model knew before the step
+        actual = profile_actual.copy()
+        actual[:, :, : learned_actual.shape[2]] = learned_actual
     ctx = run.ctx
     if isinstance(ctx.configs, OnlineConfigTable):  # predictions made step by step: only those the run made
         ctx = dataclasses.replace(ctx, steps=min(ctx.steps, ctx.configs.known))
@@ -83,6 +109,11 @@ def write_summary(run, records: list[dict], prepare_ms: float) -> tuple[dict, di
         return StrategyResult(strategy=label, mode=r.mode, penalty_s=r.penalty_s, prepare_ms=r.prepare_ms, **cut)
 
     sim = head(sim_full, f"{name} (simulated)")
+    sim_on_profile = None  # a learning run's plan charged at the profile's durations, as a run without --learn is
+    if learned_actual is not None:
+        sim_on_profile = head(
+            simulate(make_planner(name, run.exp.planner), ctx, profile_actual[:, :, : ctx.steps], mode), "profile"
+        )
     floor = head(floor_full, "floor")
     rows = comparison_rows([floor, sim, live])
     pred = np.array([r["predicted_step_s"] for r in records])
@@ -138,6 +169,11 @@ def write_summary(run, records: list[dict], prepare_ms: float) -> tuple[dict, di
         "restarts": int(sum(r["restarts"] for r in records)),
         "rows": rows,
     }
+    if sim_on_profile is not None:
+        summary["simulated_total_profile_s"] = round(sim_on_profile.total_s, 4)
+        summary["total_error_profile_pct"] = (
+            round(100 * (live_total / sim_on_profile.total_s - 1), 2) if sim_on_profile.total_s else None
+        )
     if learned_pred is not None:  # the learning model's predictions before each step, at the workloads run
         summary["learned_compute_error_pct"] = round(100 * (step_s.sum() / learned_pred.sum() - 1), 2)
         summary["learned_step_error_pct"] = error_pct(step_s, learned_pred)
@@ -157,6 +193,15 @@ def write_summary(run, records: list[dict], prepare_ms: float) -> tuple[dict, di
         "reconfiguration) "
         f"-> {summary['total_error_pct']:+.2f}%; with the measured reconfiguration cost: {sim_measured_penalty:.3f} s "
         f"-> {summary['total_error_measured_penalty_pct']:+.2f}%",
+        *(
+            [
+                f"- the simulated rows are charged at the learned model's durations before each step; at the "
+                f"profile's the same plan totals {sim_on_profile.total_s:.3f} s -> "
+                f"{summary['total_error_profile_pct']:+.2f}%"
+            ]
+            if sim_on_profile is not None
+            else []
+        ),
         f"- per-step error (measured step vs predicted): mean {summary['step_error_pct']['mean']:+.2f}%, "
         f"mean |.| {summary['step_error_pct']['mean_abs']:.2f}%, max |.| {summary['step_error_pct']['max_abs']:.2f}%",
         *(
