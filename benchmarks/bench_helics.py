@@ -13,7 +13,8 @@ a shared host drifts). Needs root (cgroup quotas), java and the ZooKeeper jars (
 port) and the helics wheel.
 
 Per run it records the run's own accounting (`summary.json`: the live total and the simulated total of the
-same plan) and the federation's own wall time: from the first federate's first compute to the last one's
+same plan; with `--learn`, charged at what the learned model predicted before each step, the profile's
+total beside it) and the federation's own wall time: from the first federate's first compute to the last one's
 last, from the federates' `--timings` files (wall-clock stamps written by the application, not by
 bsp-planner). It prints, per strategy, the median federation wall time, the medians of the per-round
 ratios mpc/even and mpc/static:4, and per mpc round the simulated total against the live total and the

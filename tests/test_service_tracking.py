@@ -9,6 +9,7 @@ test runs a whole job with a daemonising shell service beside the usual TCP serv
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -259,6 +260,31 @@ def test_a_killed_coordinators_daemon_is_ended_by_the_resume(tmp_path):
     assert backend.cleanup_stale() == [f"{PREFIX}.services.svc-stale/daemon"]
     wait_for(lambda: not alive(daemon), 30)
     assert not services_group("svc-stale").exists()
+
+
+@needs_tasks
+def test_a_killed_coordinators_scratch_folder_is_removed_by_the_resume_and_no_other_runs(tmp_path):
+    """The tasks' working directory of a coordinator killed outright stays in the temp dir; the run's resume
+    removes it, and never the folder of a run whose id only begins the same ("svc-scratch-2")."""
+    import tempfile
+
+    from bsp_planner.runtime.backends.local import LocalBackend
+
+    left = Path(tempfile.mkdtemp(prefix=f"{PREFIX}.live.svc-scratch-"))  # what a killed coordinator leaves
+    (left / "stress-ng-scratch").write_text("x")
+    other = Path(tempfile.mkdtemp(prefix=f"{PREFIX}.live.svc-scratch-2-"))
+    try:
+        resumed = LocalBackend("svc-scratch", tmp_path / "logs", cgroup_prefix=PREFIX)
+        own = Path(resumed._cwd())
+        assert own.name.startswith(f"{PREFIX}.live.svc-scratch-")  # the same name as its run's groups
+        assert resumed.cleanup_stale() == [str(left)]
+        assert not left.exists() and own.is_dir() and other.is_dir()
+        resumed.close()
+        assert not own.exists()
+        assert_nothing_left("svc-scratch")
+    finally:
+        shutil.rmtree(left, ignore_errors=True)
+        other.rmdir()
 
 
 CRASHES_ONCE = """

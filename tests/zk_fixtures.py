@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 import time
 from pathlib import Path
 
@@ -257,20 +258,29 @@ def assert_nothing_left(run_id: str, prefix: str = PREFIX, wait_s: float = 30.0)
         time.sleep(0.05)
     assert run_processes(run_id) == [], f"orphaned worker processes of {run_id}"
     assert run_cgroups(run_id, prefix) == [], f"orphaned cgroups of {run_id}"
+    assert run_scratch(run_id, prefix) == [], f"scratch folders of {run_id} left in the temp dir"
+
+
+def run_scratch(run_id: str, prefix: str = PREFIX) -> list[Path]:
+    """The local backend's scratch folders of a run (its tasks' working directory) in the temp dir."""
+    name = f"{prefix}.live.{run_id}-"
+    return [p for p in Path(tempfile.gettempdir()).glob(f"{name}*") if len(p.name) == len(name) + 8]
 
 
 @pytest.fixture
 def reap_runs():
     """Safety net for a test that fails half-way: kill whatever is left in the tests' run cgroups (a
     worker joins its group before it execs, so that is every worker and stress-ng of the tests' runs)
-    and remove the groups, so one failure cannot leak into the host. The tests themselves assert that
-    nothing is left."""
+    and remove the groups and the runs' scratch folders, so one failure cannot leak into the host. The
+    tests themselves assert that nothing is left."""
     yield
     from bsp_planner.profiling.cgroups import detect_hierarchy
 
     root = detect_hierarchy().root
     for parent in sorted([*root.glob(f"{PREFIX}.live.*"), *root.glob(f"{PREFIX}.services.*")]):  # tasks', services'
         remove_groups_under(parent.name)
+    for scratch in Path(tempfile.gettempdir()).glob(f"{PREFIX}.live.*"):  # a killed coordinator's scratch folders
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def remove_groups_under(prefix: str) -> None:

@@ -16,7 +16,9 @@ groups a killed coordinator left. A run's groups are ``<cgroup-prefix>.live.<run
 from __future__ import annotations
 
 import contextlib
+import glob
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -219,9 +221,9 @@ class LocalBackend(Backend):
                 (path / "cpu.weight").write_text(str(1 + ((shares - 2) * 9999) // (MAX_SHARES - 2)))
 
     def cleanup_stale(self) -> list[str]:
-        """Kill and remove this run's groups (its tasks' and its services') that a killed coordinator left
-        behind."""
-        removed: list[str] = []
+        """Kill and remove this run's groups (its tasks' and its services') and its scratch folders
+        (:meth:`_cwd`) that a killed coordinator left behind."""
+        removed: list[str] = self._remove_stale_scratch()
         services = self.hierarchy.root / self.services_prefix
         if services.is_dir():  # its services, and whatever they started (a daemon): nothing of them goes on
             for p in sorted(x for x in services.iterdir() if x.is_dir()):
@@ -246,8 +248,26 @@ class LocalBackend(Backend):
     def _cwd(self) -> str:
         # stress-ng stressors such as chmod make scratch files in their working directory
         if self._workdir is None:
-            self._workdir = tempfile.TemporaryDirectory(prefix=f"bsp-planner-{self.run_id}-")
+            self._workdir = tempfile.TemporaryDirectory(prefix=self._scratch_prefix)
         return self._workdir.name
+
+    @property
+    def _scratch_prefix(self) -> str:
+        # named as the run's group (<cgroup prefix>.live.<run id>), which is one live run's on a host
+        return f"{self.run_prefix}-"
+
+    def _remove_stale_scratch(self) -> list[str]:
+        """This run's scratch folders in the temp dir, but this coordinator's own: a name is the prefix
+        and tempfile's 8 random characters, none a '-' (so run "a"'s never matches run "a-2"'s)."""
+        removed = []
+        root = Path(tempfile.gettempdir())
+        own = self._workdir.name if self._workdir is not None else None
+        for p in sorted(root.glob(glob.escape(self._scratch_prefix) + "*")):
+            rest = p.name[len(self._scratch_prefix) :]
+            if p.is_dir() and len(rest) == 8 and "-" not in rest and str(p) != own:
+                shutil.rmtree(p, ignore_errors=True)
+                removed.append(str(p))
+        return removed
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def start_task(self, launch: WorkerLaunch, millicores: float) -> None:
@@ -351,7 +371,7 @@ class LocalBackend(Backend):
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             preexec_fn=group.preexec_fn,
-            cwd=self._cwd(),
+            cwd="/",  # it writes nothing; the tasks' scratch folder is made when the first task starts
         )
 
     def _await_ready(self, proc: subprocess.Popen) -> None:
